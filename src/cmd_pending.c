@@ -1,0 +1,19 @@
+/* cmd_pending.c: subcommands whose engine is not built yet. They say so
+ * truthfully and exit 2, so scripts never mistake them for success. */
+#include <stdio.h>
+
+#include "src/cli.h"
+
+static int pending(int argc, char **argv, const char *what)
+{
+    FILE *out = cli_wants_help(argc, argv) ? stdout : stderr;
+    fprintf(out,
+            "usage: burst %s ...\n\n"
+            "burst %s (%s) is not built in this version of burstengine.\n",
+            argv[0], argv[0], what);
+    return cli_wants_help(argc, argv) ? 0 : EXIT_USAGE;
+}
+
+int cmd_train(int argc, char **argv) { return pending(argc, argv, "the training engine"); }
+int cmd_data(int argc, char **argv) { return pending(argc, argv, "HDF5 corpus tools"); }
+int cmd_plan(int argc, char **argv) { return pending(argc, argv, "the attention planner"); }

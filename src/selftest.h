@@ -1,0 +1,8 @@
+/* selftest.h: quick checks of each wing that `burst selftest` runs on any world size.
+ * Each returns 0 when every check passed and prints what failed otherwise. */
+#ifndef BURST_SELFTEST_H
+#define BURST_SELFTEST_H
+
+int selftest_kernels(void);
+
+#endif

@@ -1,0 +1,86 @@
+/* test_cli.c: the `burst` command line keeps its promises: help exits 0 and lists
+ * every command, bad usage exits 2, version names the optional parts. */
+#include <check.h>
+#include <stdlib.h>
+
+#include "tests/testutil.h"
+
+static test_run_result burst(const char *a1, const char *a2)
+{
+    char *argv[] = {(char *)test_burst_path(), (char *)a1, (char *)a2, NULL};
+    return test_run(argv, NULL);
+}
+
+START_TEST(help_lists_every_command)
+{
+    test_run_result r = burst("--help", NULL);
+    ck_assert_int_eq(r.exit_code, 0);
+    const char *commands[] = {"train", "data", "bench", "plan", "run", "selftest", "version"};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        ck_assert_msg(test_output_has(&r, commands[i]), "--help does not list %s", commands[i]);
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(no_command_is_usage_error)
+{
+    char *argv[] = {(char *)test_burst_path(), NULL};
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert(test_output_has(&r, "usage: burst"));
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(unknown_command_is_usage_error)
+{
+    test_run_result r = burst("frobnicate", NULL);
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert(test_output_has(&r, "unknown command 'frobnicate'"));
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(every_command_has_help)
+{
+    const char *commands[] = {"train", "data", "bench", "plan", "run", "selftest", "version"};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        test_run_result r = burst(commands[i], "--help");
+        ck_assert_msg(r.exit_code == 0, "burst %s --help exited %d", commands[i], r.exit_code);
+        ck_assert_msg(test_output_has(&r, "usage: burst"), "burst %s --help prints no usage",
+                      commands[i]);
+        test_run_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(version_names_optional_parts)
+{
+    test_run_result r = burst("version", NULL);
+    ck_assert_int_eq(r.exit_code, 0);
+    ck_assert(test_output_has(&r, "burstengine "));
+    ck_assert(test_output_has(&r, "cuda:"));
+    ck_assert(test_output_has(&r, "nccl:"));
+    ck_assert(test_output_has(&r, "pmix:"));
+    ck_assert(test_output_has(&r, "blas:"));
+    test_run_free(&r);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, help_lists_every_command);
+    tcase_add_test(tc, no_command_is_usage_error);
+    tcase_add_test(tc, unknown_command_is_usage_error);
+    tcase_add_test(tc, every_command_has_help);
+    tcase_add_test(tc, version_names_optional_parts);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

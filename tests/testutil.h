@@ -1,0 +1,25 @@
+/* testutil.h: running the built `burst` program from a test and capturing what
+ * it printed and how it exited. */
+#ifndef BURST_TESTUTIL_H
+#define BURST_TESTUTIL_H
+
+#include <stddef.h>
+
+typedef struct {
+    int exit_code;   /* exit status, or 128 + signal number */
+    char *out;       /* everything printed on stdout and stderr, NUL-terminated */
+    double seconds;  /* wall-clock time the command took */
+} test_run_result;
+
+/* Path of the built `burst` program ($BURST, set by make check). */
+const char *test_burst_path(void);
+/* Path of a program built in the tests folder ($BURST_TEST_BUILDDIR/tests/NAME). */
+const char *test_program_path(const char *name, char *buf, size_t len);
+/* Runs argv (argv[0] a path) with extra "NAME=VALUE" variables (NULL-terminated
+ * list, may be NULL), capturing stdout and stderr together. */
+test_run_result test_run(char *const argv[], char *const env[]);
+void test_run_free(test_run_result *r);
+/* True when the captured output contains needle. */
+int test_output_has(const test_run_result *r, const char *needle);
+
+#endif
