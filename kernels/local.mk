@@ -1,5 +1,8 @@
 # kernels/local.mk: math on buffers local to one rank (CPU backend, CUDA backend).
-libburst_kernels_a_SOURCES += kernels/shared_math.h
+# Attention and the other ops keep their file lists in their own fragments.
+libburst_kernels_a_SOURCES += kernels/kernels_common.h kernels/status.c kernels/shared_math.h
 if HAVE_CUDA
 libburst_kernels_a_SOURCES += kernels/cuda/shared_math.cu
 endif
+include kernels/attention.mk
+include kernels/ops.mk

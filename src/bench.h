@@ -5,6 +5,11 @@
 int bench_kernels(int argc, char **argv);
 int bench_transport(int argc, char **argv);
 
+/* The per-op part of `burst bench kernels` (RMSNorm, RoPE, SwiGLU, ... in GB/s),
+ * printed to out; quick = 1 runs small sizes only. Returns 0 on success. */
+#include <stdio.h>
+int bench_kernels_ops(FILE *out, int quick);
+
 /* Wall-clock seconds from a monotonic clock. */
 double bench_now(void);
 

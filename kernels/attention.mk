@@ -1,0 +1,1 @@
+# kernels/attention.mk: tiled attention with running (O, lse), its tests.

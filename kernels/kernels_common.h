@@ -1,0 +1,55 @@
+/* kernels_common.h: what every kernel of either backend shares: the queue a
+ * kernel runs on, status codes, and the argument check that fails loudly in
+ * debug builds and returns an error code otherwise.
+ *
+ * A kernel never touches hidden globals: everything it needs (where buffers
+ * live, the CUDA stream, the CPU thread count) comes through its bk_queue. */
+#ifndef BURST_KERNELS_COMMON_H
+#define BURST_KERNELS_COMMON_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef enum { BK_HOST = 0, BK_DEVICE = 1 } bk_location;
+
+typedef enum {
+    BK_OK = 0,
+    BK_ERR_ARG,         /* NULL buffer, negative size, heads not dividing, ... */
+    BK_ERR_UNSUPPORTED, /* a shape or location this backend does not handle */
+} bk_status;
+
+typedef struct {
+    bk_location where; /* where the buffers passed with this queue live */
+    void *stream;      /* cudaStream_t for BK_DEVICE; unused on the host */
+    int n_threads;     /* OpenMP threads for BK_HOST; 0 = the OpenMP default */
+} bk_queue;
+
+/* The host queue with the OpenMP default thread count. */
+static inline bk_queue bk_host_queue(void)
+{
+    bk_queue q = {BK_HOST, NULL, 0};
+    return q;
+}
+
+const char *bk_status_name(bk_status st);
+
+/* Argument check: in debug builds (--enable-debug) a violated condition aborts
+ * with the condition and location; otherwise the kernel returns BK_ERR_ARG. */
+#ifdef BURST_DEBUG
+#define BK_CHECK_ARG(cond)                                                                   \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            fprintf(stderr, "%s:%d: %s: invalid argument: %s\n", __FILE__, __LINE__, __func__, \
+                    #cond);                                                                  \
+            abort();                                                                         \
+        }                                                                                    \
+    } while (0)
+#else
+#define BK_CHECK_ARG(cond)                                                                   \
+    do {                                                                                     \
+        if (!(cond)) return BK_ERR_ARG;                                                      \
+    } while (0)
+#endif
+
+#endif

@@ -1,0 +1,12 @@
+/* status.c: names of kernel status codes. */
+#include "kernels/kernels_common.h"
+
+const char *bk_status_name(bk_status st)
+{
+    switch (st) {
+    case BK_OK: return "ok";
+    case BK_ERR_ARG: return "invalid argument";
+    case BK_ERR_UNSUPPORTED: return "unsupported";
+    }
+    return "unknown status";
+}
