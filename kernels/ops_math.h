@@ -1,0 +1,190 @@
+/* ops_math.h: per-element and per-row arithmetic of the non-attention ops
+ * (RMSNorm, RoPE, SwiGLU, AdamW, cross-entropy, gradient clipping), written
+ * once for both backends.
+ *
+ * Why here and not in the kernels: the CPU kernels (kernels/cpu/) and the CUDA
+ * kernels must compute bit-for-bit the same formula, so the CPU tests that diff
+ * against double-precision references also vouch for the GPU's arithmetic.
+ * Reductions (sum of squares of a row, max and sum of exponentials) are the
+ * backend's business: a CPU loop, a warp shuffle on the GPU; only what happens
+ * to one element, or to a finished reduction, lives here.
+ *
+ * Everything compiles as host C11 and as CUDA device code (BK_HOSTDEV):
+ * no pragmas, no libc beyond <math.h>, no pointers that could be host-only. */
+#ifndef BURST_KERNELS_OPS_MATH_H
+#define BURST_KERNELS_OPS_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/shared_math.h"
+
+/* ---------------------------------------------------------------- RMSNorm
+ * y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps) over a row of d.
+ * Backward, with c = sum_j(w_j * dy_j * x_j) / d over the row:
+ *   dx_i = rstd * (w_i * dy_i - x_i * rstd^2 * c),   dw_i += dy_i * x_i * rstd. */
+
+/* rstd of a row from its sum of squares (accumulated by the backend). */
+BK_HOSTDEV float bk_rmsnorm_rstd(float sumsq, int64_t d, float eps)
+{
+    return 1.0f / sqrtf(sumsq / (float)d + eps);
+}
+
+BK_HOSTDEV float bk_rmsnorm_fwd_elem(float x, float rstd, float w)
+{
+    return x * rstd * w;
+}
+
+/* c_over_d = sum_j(w_j * dy_j * x_j) / d of the row. */
+BK_HOSTDEV float bk_rmsnorm_bwd_dx(float x, float w, float dy, float rstd, float c_over_d)
+{
+    return rstd * (w * dy - x * rstd * rstd * c_over_d);
+}
+
+BK_HOSTDEV float bk_rmsnorm_bwd_dw(float x, float dy, float rstd)
+{
+    return dy * x * rstd;
+}
+
+/* ---------------------------------------------------------------- RoPE
+ * LLaMA's half-split ("rotate_half") pairing: in a head of d values, element i
+ * pairs with element i + d/2 for i < d/2, and the pair rotates by the angle
+ *   angle_i = (pos / factor) * theta^(-2i / d)
+ * where pos is the token's GLOBAL position (so a rank holding a zigzag or
+ * striped shard rotates exactly as the unsplit sequence would) and factor is the
+ * position-interpolation scale (1 = none). The angle is computed in double:
+ * at pos ~ 1e6 an fp32 product would be off by ~0.06 rad. */
+BK_HOSTDEV double bk_rope_inv_freq(int64_t i, int64_t d, double theta)
+{
+    return pow(theta, -2.0 * (double)i / (double)d);
+}
+
+/* cos and sin of (pos / factor) * inv_freq: the angle is reduced to [-pi, pi]
+ * in double, then the fp32 sinf/cosf are exact enough and cheap. */
+BK_HOSTDEV void bk_rope_sincos(int64_t pos, double inv_freq, double factor, float *c, float *s)
+{
+    const double two_pi = 6.283185307179586476925286766559;
+    double angle = ((double)pos / factor) * inv_freq;
+    double r = angle - two_pi * rint(angle / two_pi);
+    *c = cosf((float)r);
+    *s = sinf((float)r);
+}
+
+/* Rotates the pair (x1, x2) = (x[i], x[i + d/2]) by the angle whose cosine and
+ * sine are c and s. The backward rotates by the negative angle: pass -s. */
+BK_HOSTDEV void bk_rope_rotate(float x1, float x2, float c, float s, float *o1, float *o2)
+{
+    *o1 = x1 * c - x2 * s;
+    *o2 = x1 * s + x2 * c;
+}
+
+/* ---------------------------------------------------------------- SwiGLU
+ * out = silu(gate) * up with silu(g) = g * sigmoid(g). */
+BK_HOSTDEV float bk_sigmoid(float g)
+{
+    /* exp(-g) overflows to inf for g < -88: 1 / inf = 0, the right limit. */
+    return 1.0f / (1.0f + expf(-g));
+}
+
+BK_HOSTDEV float bk_swiglu_fwd_elem(float g, float u)
+{
+    return g * bk_sigmoid(g) * u;
+}
+
+/* dgate = dout * up * silu'(g), silu'(g) = sig * (1 + g * (1 - sig));
+ * dup = dout * silu(g). */
+BK_HOSTDEV void bk_swiglu_bwd_elem(float g, float u, float dout, float *dg, float *du)
+{
+    float sig = bk_sigmoid(g);
+    float silu = g * sig;
+    *dg = dout * u * (sig * (1.0f + g * (1.0f - sig)));
+    *du = dout * silu;
+}
+
+/* ---------------------------------------------------------------- AdamW
+ * PyTorch's AdamW (decoupled weight decay, bias correction), per element:
+ *   p -= lr * wd * p
+ *   m  = b1 * m + (1 - b1) * g
+ *   v  = b2 * v + (1 - b2) * g^2
+ *   p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+ * The step-dependent factors are computed once per step (bk_adamw_coefs). */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    float step_size;    /* lr / (1 - beta1^t) */
+    float inv_sqrt_bc2; /* 1 / sqrt(1 - beta2^t) */
+    float grad_scale;   /* gradients are multiplied by this first (clipping, loss scale) */
+} bk_adamw_coef;
+
+/* step >= 1; bias corrections in double so that beta2^t is exact enough at
+ * large t. */
+BK_HOSTDEV bk_adamw_coef bk_adamw_coefs(float lr, float beta1, float beta2, float eps,
+                                        float weight_decay, int64_t step, float grad_scale)
+{
+    bk_adamw_coef c;
+    double bc1 = 1.0 - pow((double)beta1, (double)step);
+    double bc2 = 1.0 - pow((double)beta2, (double)step);
+    c.lr = lr;
+    c.beta1 = beta1;
+    c.beta2 = beta2;
+    c.eps = eps;
+    c.weight_decay = weight_decay;
+    c.step_size = (float)((double)lr / bc1);
+    c.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    c.grad_scale = grad_scale;
+    return c;
+}
+
+BK_HOSTDEV void bk_adamw_elem(float *p, float *m, float *v, float grad, const bk_adamw_coef *c)
+{
+    float g = grad * c->grad_scale;
+    float pv = *p * (1.0f - c->lr * c->weight_decay);
+    float mv = c->beta1 * *m + (1.0f - c->beta1) * g;
+    float vv = c->beta2 * *v + (1.0f - c->beta2) * g * g;
+    float denom = sqrtf(vv) * c->inv_sqrt_bc2 + c->eps;
+    *p = pv - c->step_size * (mv / denom);
+    *m = mv;
+    *v = vv;
+}
+
+/* ---------------------------------------------------------------- clipping
+ * Scale that brings a gradient of squared norm sqnorm to at most max_norm:
+ * min(1, max_norm / norm). A zero norm needs no scaling; a non-finite norm
+ * gives a NaN scale on purpose, so the step visibly fails instead of silently
+ * zeroing the update. */
+BK_HOSTDEV float bk_clip_scale(double sqnorm, double max_norm)
+{
+    double norm = sqrt(sqnorm);
+    if (!isfinite(norm)) return NAN;
+    if (norm <= max_norm || norm == 0.0) return 1.0f;
+    return (float)(max_norm / norm);
+}
+
+/* ---------------------------------------------------------------- cross-entropy
+ * One row of logits x[V] with label y (not ignored):
+ *   lse  = max + log(sum_j exp(x_j - max))
+ *   loss = lse - x_y + z * lse^2                         (z = 0: no z-loss)
+ *   dx_j = scale * (p_j * (1 + 2 z lse) - [j == y])      with p_j = exp(x_j - lse)
+ * The backend finds max and sumexp = sum_j exp(x_j - max). */
+BK_HOSTDEV float bk_ce_lse(float rowmax, float sumexp)
+{
+    return rowmax + logf(sumexp);
+}
+
+BK_HOSTDEV float bk_ce_loss(float lse, float x_label, float z)
+{
+    return lse - x_label + z * lse * lse;
+}
+
+/* The factor every probability is multiplied by: scale * (1 + 2 z lse). */
+BK_HOSTDEV float bk_ce_prob_coef(float lse, float z, float scale)
+{
+    return scale * (1.0f + 2.0f * z * lse);
+}
+
+/* e = exp(x_j - max), inv_sum = 1 / sumexp: p_j = e * inv_sum. is_label is 0/1. */
+BK_HOSTDEV float bk_ce_dlogit(float e, float inv_sum, float prob_coef, float scale, int is_label)
+{
+    return e * inv_sum * prob_coef - (is_label ? scale : 0.0f);
+}
+
+#endif
