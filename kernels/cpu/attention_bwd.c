@@ -1,0 +1,313 @@
+/* attention_bwd.c: CPU backward attention over one (query block, key/value
+ * block) pair, accumulating (+=) into fp32 dQ, dK, dV, and the delta kernel.
+ *
+ * Race-free by ownership: a unit is (key/value head, slice of key tiles). It
+ * owns dK and dV of its rows outright, and the dQ of the query heads of its
+ * group. When there are fewer key/value heads than threads, the key tiles are
+ * cut into S slices balanced by unmasked work; slice 0 adds into dQ directly,
+ * slices 1..S-1 into private zeroed copies summed into dQ at the end, so no
+ * atomics are needed and memory grows by (S-1) * |dQ| only in that case.
+ *
+ * Per (query tile, key tile) the five products, all with the query index as
+ * the vector lane where a query dimension exists (see attention_fwd.c):
+ *   S^T  = K Q^T           P^T = exp2(S^T * scale*log2e - lse*log2e)
+ *   dV  += P^T dO          dP^T = V dO^T
+ *   dS^T = P^T (dP^T - delta) * scale
+ *   dK  += dS^T Q          dQ  += (dS^T)^T K
+ * Q^T and dO^T are packed once per (query head, query tile) and reused across
+ * the unit's key tiles; K, V, Q, dO, dK, dV are read and written in place. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/attention_cpu.h"
+
+typedef struct {
+    float *qt;    /* [d, TQ] Q^T, zero-padded */
+    float *dot;   /* [d, TQ] dO^T, zero-padded */
+    float *st;    /* [TK, TQ] S^T, then P^T, then dS^T */
+    float *dp;    /* [TK, TQ] dP^T */
+    float *dq;    /* [TQ, d] dQ of the query tile over this unit's key tiles */
+    float *off;   /* [TQ] base-2 lse of each query (+inf: row fully masked, or padding) */
+    float *delta; /* [TQ] delta of each query (0 for padding) */
+} bwd_scratch;
+
+typedef struct {
+    const bk_attn_geom *g;
+    const float *Q, *K, *V, *dO, *lse, *delta;
+    float *dQ, *dK, *dV;
+    float **dq_slice; /* [S] dQ targets: dq_slice[0] = dQ, others private copies */
+    const bk_attn_range *qr, *kr;
+    int64_t n_qt, n_kt;
+    const int64_t *cut; /* [S + 1] key-tile boundaries of the slices */
+    int n_slices;
+} bwd_args;
+
+/* P^T = exp2(S^T * sl2 - off) in place, masked pairs 0. */
+static void tile_probs(const bk_attn_geom *g, int cls, int64_t i0, int64_t bq, int64_t j0,
+                       int64_t bk, int64_t nq, float sl2, const float *restrict off,
+                       float *restrict st)
+{
+    if (cls == BK_ATTN_TILE_PARTIAL) {
+        const bk_attn_mask *m = &g->mask;
+        int doc = (m->flags & BK_ATTN_DOCUMENT) != 0;
+        for (int64_t j = 0; j < bk; j++) {
+            int64_t kp = g->kv_pos[j0 + j];
+            int32_t ks = doc ? g->kv_seg[j0 + j] : 0;
+            for (int64_t i = 0; i < bq; i++) {
+                int32_t qs = doc ? g->q_seg[i0 + i] : 0;
+                if (!bk_attn_allowed(m, g->q_pos[i0 + i], kp, qs, ks))
+                    st[j * BK_ATTN_TQ + i] = -INFINITY;
+            }
+        }
+    }
+#ifdef __AVX512F__
+    const __m512 s2 = _mm512_set1_ps(sl2);
+    for (int64_t j = 0; j < bk; j++) {
+        float *s = st + j * BK_ATTN_TQ;
+        for (int64_t i = 0; i < nq; i += 16) {
+            __m512 x = _mm512_fmsub_ps(_mm512_load_ps(s + i), s2, _mm512_load_ps(off + i));
+            _mm512_store_ps(s + i, bk_attn_exp2_ps(x));
+        }
+    }
+#else
+    for (int64_t j = 0; j < bk; j++) {
+        float *restrict s = st + j * BK_ATTN_TQ;
+#pragma omp simd
+        for (int64_t i = 0; i < nq; i++) s[i] = exp2f(s[i] * sl2 - off[i]);
+    }
+#endif
+}
+
+/* dS^T = P^T (dP^T - delta) * scale, in place over P^T. */
+static void tile_dscore(int64_t bk, int64_t nq, float scale, const float *restrict delta,
+                        const float *restrict dp, float *restrict st)
+{
+    for (int64_t j = 0; j < bk; j++) {
+        float *restrict s = st + j * BK_ATTN_TQ;
+        const float *restrict p = dp + j * BK_ATTN_TQ;
+#pragma omp simd
+        for (int64_t i = 0; i < nq; i++) s[i] = bk_attn_dscore(s[i], p[i], delta[i], scale);
+    }
+}
+
+/* One (query head, query tile) against the key tiles [kt0, kt1) of a unit. */
+static void bwd_qtile(const bwd_args *a, const bwd_scratch *w, int h, int64_t t, int64_t kt0,
+                      int64_t kt1, float *dq_target, int64_t *n_skip, int64_t *n_mask,
+                      int64_t *n_full)
+{
+    const bk_attn_geom *g = a->g;
+    const int d = g->d, hq = g->h_q, hk = h / (g->h_q / g->h_kv);
+    const ptrdiff_t qs = (ptrdiff_t)hq * d, ks = (ptrdiff_t)g->h_kv * d;
+    const int64_t i0 = t * BK_ATTN_TQ;
+    const int64_t bq = g->n_q - i0 < BK_ATTN_TQ ? g->n_q - i0 : BK_ATTN_TQ;
+    const int64_t nq = (bq + 15) / 16 * 16;
+    const float sl2 = g->scale * 1.44269504088896341f;
+
+    int64_t live = 0;
+    for (int64_t kt = kt0; kt < kt1; kt++)
+        live += bk_attn_tile_class(&g->mask, &a->qr[t], &a->kr[kt]) != BK_ATTN_TILE_SKIP;
+    if (live == 0) {
+        *n_skip += kt1 - kt0;
+        return;
+    }
+
+    const float *Qh = a->Q + i0 * qs + (ptrdiff_t)h * d;
+    const float *dOh = a->dO + i0 * qs + (ptrdiff_t)h * d;
+    for (int c = 0; c < d; c++) {
+        float *restrict q = w->qt + (ptrdiff_t)c * BK_ATTN_TQ;
+        float *restrict o = w->dot + (ptrdiff_t)c * BK_ATTN_TQ;
+        for (int64_t i = 0; i < bq; i++) {
+            q[i] = Qh[i * qs + c];
+            o[i] = dOh[i * qs + c];
+        }
+        for (int64_t i = bq; i < nq; i++) q[i] = o[i] = 0.0f;
+    }
+    for (int64_t i = 0; i < nq; i++) {
+        w->off[i] = i < bq ? bk_attn_bwd_offset(a->lse[(i0 + i) * hq + h]) : INFINITY;
+        w->delta[i] = i < bq ? a->delta[(i0 + i) * hq + h] : 0.0f;
+    }
+    memset(w->dq, 0, (size_t)bq * (size_t)d * sizeof(float));
+
+    for (int64_t kt = kt0; kt < kt1; kt++) {
+        int cls = bk_attn_tile_class(&g->mask, &a->qr[t], &a->kr[kt]);
+        if (cls == BK_ATTN_TILE_SKIP) {
+            (*n_skip)++;
+            continue;
+        }
+        if (cls == BK_ATTN_TILE_PARTIAL)
+            (*n_mask)++;
+        else
+            (*n_full)++;
+        const int64_t j0 = kt * BK_ATTN_TK;
+        const int64_t bk = g->n_kv - j0 < BK_ATTN_TK ? g->n_kv - j0 : BK_ATTN_TK;
+        const ptrdiff_t koff = j0 * ks + (ptrdiff_t)hk * d;
+
+        /* S^T [bk, nq] = K [bk, d] . Q^T [d, nq], then P^T in place */
+        bk_attn_tile_gemm(bk, nq, d, a->K + koff, ks, 1, w->qt, BK_ATTN_TQ, w->st, BK_ATTN_TQ, 0);
+        tile_probs(g, cls, i0, bq, j0, bk, nq, sl2, w->off, w->st);
+        /* dV [bk, d] += P^T [bk, bq] . dO [bq, d] */
+        bk_attn_tile_gemm(bk, d, bq, w->st, BK_ATTN_TQ, 1, dOh, qs, a->dV + koff, ks, 1);
+        /* dP^T [bk, nq] = V [bk, d] . dO^T [d, nq] */
+        bk_attn_tile_gemm(bk, nq, d, a->V + koff, ks, 1, w->dot, BK_ATTN_TQ, w->dp, BK_ATTN_TQ,
+                          0);
+        tile_dscore(bk, nq, g->scale, w->delta, w->dp, w->st);
+        /* dK [bk, d] += dS^T [bk, bq] . Q [bq, d] */
+        bk_attn_tile_gemm(bk, d, bq, w->st, BK_ATTN_TQ, 1, Qh, qs, a->dK + koff, ks, 1);
+        /* dQ [bq, d] += (dS^T)^T [bq, bk] . K [bk, d] */
+        bk_attn_tile_gemm(bq, d, bk, w->st, 1, BK_ATTN_TQ, a->K + koff, ks, w->dq, d, 1);
+    }
+
+    float *dst = dq_target + i0 * qs + (ptrdiff_t)h * d;
+    for (int64_t i = 0; i < bq; i++) {
+        float *restrict o = dst + i * qs;
+        const float *restrict s = w->dq + i * d;
+#pragma omp simd
+        for (int c = 0; c < d; c++) o[c] += s[c];
+    }
+}
+
+/* Cuts key tiles [0, n_kt) into n contiguous slices of about equal unmasked
+ * work (query tiles the mask leaves for each key tile). */
+static void cut_slices(const bwd_args *a, int n, int64_t *cut)
+{
+    int64_t *work = calloc((size_t)a->n_kt + 1, sizeof *work); /* prefix sums */
+    if (!work) {
+        fprintf(stderr, "burst attention: out of memory\n");
+        abort();
+    }
+    for (int64_t kt = 0; kt < a->n_kt; kt++) {
+        int64_t live = 0;
+        for (int64_t t = 0; t < a->n_qt; t++)
+            live += bk_attn_tile_class(&a->g->mask, &a->qr[t], &a->kr[kt]) != BK_ATTN_TILE_SKIP;
+        work[kt + 1] = work[kt] + live + 1; /* +1: a skipped tile still costs a little */
+    }
+    cut[0] = 0;
+    int64_t kt = 0;
+    for (int s = 1; s < n; s++) {
+        int64_t goal = work[a->n_kt] * s / n;
+        while (kt < a->n_kt && work[kt] < goal) kt++;
+        cut[s] = kt;
+    }
+    cut[n] = a->n_kt;
+    free(work);
+}
+
+static int gcd(int x, int y)
+{
+    while (y) {
+        int r = x % y;
+        x = y;
+        y = r;
+    }
+    return x;
+}
+
+bk_status bk_attn_bwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, const float *K,
+                      const float *V, const float *dO, const float *lse, const float *delta,
+                      float *dQ, float *dK, float *dV, bk_attn_stats *stats)
+{
+    bk_status st = bk_attn_check_geom(q, g);
+    if (st != BK_OK) return st;
+    if (g->n_q > 0)
+        BK_CHECK_ARG(Q != NULL && dO != NULL && lse != NULL && delta != NULL && dQ != NULL);
+    if (g->n_kv > 0) BK_CHECK_ARG(K != NULL && V != NULL && dK != NULL && dV != NULL);
+    const int64_t n_qt = (g->n_q + BK_ATTN_TQ - 1) / BK_ATTN_TQ;
+    const int64_t n_kt = (g->n_kv + BK_ATTN_TK - 1) / BK_ATTN_TK;
+    if (n_qt == 0 || n_kt == 0) {
+        bk_attn_stats_set(stats, 0, 0, 0, 0);
+        return BK_OK;
+    }
+    const int nt = bk_attn_threads(q);
+    /* slices so that units = h_kv * S is a multiple of the thread count, capped
+     * to bound the memory of private dQ copies */
+    int64_t n_slices = nt / gcd(g->h_kv, nt);
+    if (n_slices > 16) n_slices = 16;
+    if (n_slices > n_kt) n_slices = n_kt;
+
+    bk_attn_range *qr = malloc((size_t)n_qt * sizeof *qr);
+    bk_attn_range *kr = malloc((size_t)n_kt * sizeof *kr);
+    int64_t *cut = malloc(((size_t)n_slices + 1) * sizeof *cut);
+    float **dq_slice = calloc((size_t)n_slices, sizeof *dq_slice);
+    if (!qr || !kr || !cut || !dq_slice) {
+        fprintf(stderr, "burst attention: out of memory\n");
+        abort();
+    }
+    bk_attn_ranges(g->q_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->q_seg : NULL, g->n_q,
+                   BK_ATTN_TQ, qr);
+    bk_attn_ranges(g->kv_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->kv_seg : NULL, g->n_kv,
+                   BK_ATTN_TK, kr);
+    const size_t dq_size = (size_t)g->n_q * (size_t)g->h_q * (size_t)g->d;
+    dq_slice[0] = dQ;
+    for (int64_t s = 1; s < n_slices; s++) dq_slice[s] = bk_attn_scratch(dq_size);
+    bwd_args a = {g, Q, K, V, dO, lse, delta, dQ, dK, dV, dq_slice, qr, kr, n_qt, n_kt, cut,
+                  (int)n_slices};
+    if (n_slices > 1)
+        cut_slices(&a, (int)n_slices, cut);
+    else
+        cut[0] = 0, cut[1] = n_kt;
+
+    const int64_t units = (int64_t)g->h_kv * n_slices;
+    const int grp = g->h_q / g->h_kv;
+    int64_t n_skip = 0, n_mask = 0, n_full = 0;
+#pragma omp parallel num_threads(nt) reduction(+ : n_skip, n_mask, n_full)
+    {
+        const size_t d = (size_t)g->d;
+        bwd_scratch w;
+        w.qt = bk_attn_scratch(d * BK_ATTN_TQ);
+        w.dot = bk_attn_scratch(d * BK_ATTN_TQ);
+        w.st = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ);
+        w.dp = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ);
+        w.dq = bk_attn_scratch(d * BK_ATTN_TQ);
+        w.off = bk_attn_scratch(2 * BK_ATTN_TQ);
+        w.delta = w.off + BK_ATTN_TQ;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < units; u++) {
+            int hk = (int)(u / n_slices);
+            int64_t s = u % n_slices;
+            for (int h = hk * grp; h < (hk + 1) * grp; h++)
+                for (int64_t t = 0; t < n_qt; t++)
+                    bwd_qtile(&a, &w, h, t, cut[s], cut[s + 1], dq_slice[s], &n_skip, &n_mask,
+                              &n_full);
+        }
+        free(w.qt);
+        free(w.dot);
+        free(w.st);
+        free(w.dp);
+        free(w.dq);
+        free(w.off);
+    }
+    if (n_slices > 1) {
+        /* sum the private dQ copies into dQ */
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t i = 0; i < (int64_t)dq_size; i++) {
+            float acc = 0.0f;
+            for (int64_t s = 1; s < n_slices; s++) acc += dq_slice[s][i];
+            dQ[i] += acc;
+        }
+        for (int64_t s = 1; s < n_slices; s++) free(dq_slice[s]);
+    }
+    free(dq_slice);
+    free(cut);
+    free(qr);
+    free(kr);
+    bk_attn_stats_set(stats, (int64_t)g->h_q * n_qt * n_kt, n_skip, n_mask, n_full);
+    return BK_OK;
+}
+
+bk_status bk_attn_delta(const bk_queue *q, int64_t n_q, int h_q, int d, const float *dO,
+                        const float *O, float *delta)
+{
+    BK_CHECK_ARG(q != NULL && n_q >= 0 && h_q > 0 && d > 0 && d % 8 == 0);
+    BK_CHECK_ARG(n_q == 0 || (dO != NULL && O != NULL && delta != NULL));
+    if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED;
+#pragma omp parallel for num_threads(bk_attn_threads(q)) schedule(static)
+    for (int64_t r = 0; r < n_q * h_q; r++) {
+        const float *restrict a = dO + r * d, *restrict b = O + r * d;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int c = 0; c < d; c++) acc += a[c] * b[c];
+        delta[r] = acc;
+    }
+    return BK_OK;
+}

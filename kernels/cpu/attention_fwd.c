@@ -1,0 +1,274 @@
+/* attention_fwd.c: CPU forward attention over one (query block, key/value
+ * block) pair, merged in place into the running (O, lse) of a ring.
+ *
+ * Work is split over (query head, query tile) units, OpenMP dynamic so that the
+ * uneven units of causal masks balance. A unit keeps its query tile transposed
+ * (Q^T [d, TQ]) and its output accumulator transposed (O^T [d, TQ]) so that the
+ * query index is the vector lane everywhere: the scores S^T = K Q^T [TK, TQ],
+ * the column max, exp2, the per-query rescale and O^T += V^T P^T all vectorise
+ * along queries with no horizontal reductions, and K, V are read in place
+ * (never transposed or expanded for GQA). Scores live only in the per-thread
+ * TK x TQ tile; no n_q x n_kv matrix exists.
+ *
+ * Inside the block the softmax runs online in base 2 (running max m2 and sum l
+ * per query); at the end of the block the normalised block output and its lse
+ * are merged into (O, lse) with bk_attn_merge_weights, so O stays normalised. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/attention_cpu.h"
+
+/* Per-thread scratch of one forward unit. */
+typedef struct {
+    float *qt;    /* [d, TQ] Q^T of the query tile, zero-padded beyond bq */
+    float *ot;    /* [d, TQ] O^T accumulator (unnormalised) */
+    float *st;    /* [TK, TQ] S^T scores, then P^T probabilities */
+    float *m2;    /* [TQ] running max, base-2 units */
+    float *l;     /* [TQ] running sum of exp2(s2 - offset) */
+    float *alpha; /* [TQ] rescale factor of this key tile */
+    float *off;   /* [TQ] exp2 offset of this key tile */
+} fwd_scratch;
+
+/* The call-wide constants a unit reads. */
+typedef struct {
+    const bk_attn_geom *g;
+    const float *Q, *K, *V;
+    float *O, *lse;
+    const bk_attn_range *qr, *kr; /* per query tile, per key tile */
+    int64_t n_qt, n_kt;
+} fwd_args;
+
+/* Sets elements of S^T [bk, TQ] whose (query, key) pair the mask forbids to -inf. */
+static void apply_mask(const bk_attn_geom *g, int64_t i0, int64_t bq, int64_t j0, int64_t bk,
+                       float *restrict st)
+{
+    const bk_attn_mask *m = &g->mask;
+    int doc = (m->flags & BK_ATTN_DOCUMENT) != 0;
+    for (int64_t j = 0; j < bk; j++) {
+        int64_t kp = g->kv_pos[j0 + j];
+        int32_t ks = doc ? g->kv_seg[j0 + j] : 0;
+        for (int64_t i = 0; i < bq; i++) {
+            int32_t qs = doc ? g->q_seg[i0 + i] : 0;
+            if (!bk_attn_allowed(m, g->q_pos[i0 + i], kp, qs, ks)) st[j * BK_ATTN_TQ + i] = -INFINITY;
+        }
+    }
+}
+
+/* Scores to base 2 (s2 = s * sl2) in place; per query, the online rescale
+ * factor alpha and the exp2 offset after this tile. nq is a multiple of 16. */
+static void tile_scale_max(float *restrict st, int64_t bk, int64_t nq, float sl2,
+                           float *restrict m2, float *restrict alpha, float *restrict off)
+{
+    float mx[BK_ATTN_TQ];
+    for (int64_t i = 0; i < nq; i++) mx[i] = -INFINITY;
+    for (int64_t j = 0; j < bk; j++) {
+        float *restrict s = st + j * BK_ATTN_TQ;
+#pragma omp simd
+        for (int64_t i = 0; i < nq; i++) {
+            float t = s[i] * sl2;
+            s[i] = t;
+            mx[i] = mx[i] > t ? mx[i] : t;
+        }
+    }
+    for (int64_t i = 0; i < nq; i++) {
+        alpha[i] = bk_attn_online_rescale(&m2[i], mx[i]);
+        off[i] = bk_attn_exp_offset(m2[i]);
+    }
+}
+
+/* P^T = exp2(S^T - off) in place, with the per-query sums added to l after
+ * scaling l by alpha. */
+static void tile_exp_sum(float *restrict st, int64_t bk, int64_t nq, const float *restrict off,
+                         const float *restrict alpha, float *restrict l)
+{
+#ifdef __AVX512F__
+    for (int64_t i = 0; i < nq; i += 16) {
+        __m512 o = _mm512_load_ps(off + i), sum = _mm512_setzero_ps();
+        for (int64_t j = 0; j < bk; j++) {
+            float *s = st + j * BK_ATTN_TQ + i;
+            __m512 p = bk_attn_exp2_ps(_mm512_sub_ps(_mm512_load_ps(s), o));
+            _mm512_store_ps(s, p);
+            sum = _mm512_add_ps(sum, p);
+        }
+        __m512 lv = _mm512_load_ps(l + i);
+        _mm512_store_ps(l + i, _mm512_fmadd_ps(lv, _mm512_load_ps(alpha + i), sum));
+    }
+#else
+    float sum[BK_ATTN_TQ];
+    for (int64_t i = 0; i < nq; i++) sum[i] = 0.0f;
+    for (int64_t j = 0; j < bk; j++) {
+        float *restrict s = st + j * BK_ATTN_TQ;
+#pragma omp simd
+        for (int64_t i = 0; i < nq; i++) {
+            float p = exp2f(s[i] - off[i]);
+            s[i] = p;
+            sum[i] += p;
+        }
+    }
+    for (int64_t i = 0; i < nq; i++) l[i] = l[i] * alpha[i] + sum[i];
+#endif
+}
+
+/* One unit: query head h, query tile t, against every key tile of the block. */
+static void fwd_unit(const fwd_args *a, const fwd_scratch *w, int h, int64_t t, int64_t *n_skip,
+                     int64_t *n_mask, int64_t *n_full)
+{
+    const bk_attn_geom *g = a->g;
+    const int d = g->d, hq = g->h_q, hk = h / (g->h_q / g->h_kv);
+    const ptrdiff_t qs = (ptrdiff_t)hq * d, ks = (ptrdiff_t)g->h_kv * d;
+    const int64_t i0 = t * BK_ATTN_TQ;
+    const int64_t bq = g->n_q - i0 < BK_ATTN_TQ ? g->n_q - i0 : BK_ATTN_TQ;
+    const int64_t nq = (bq + 15) / 16 * 16; /* vector lanes used, padded */
+    const float sl2 = g->scale * 1.44269504088896341f;
+
+    int64_t live = 0;
+    for (int64_t kt = 0; kt < a->n_kt; kt++)
+        live += bk_attn_tile_class(&g->mask, &a->qr[t], &a->kr[kt]) != BK_ATTN_TILE_SKIP;
+    if (live == 0) { /* the mask empties the whole row of tiles: nothing to merge */
+        *n_skip += a->n_kt;
+        return;
+    }
+
+    /* Q^T, zero-padded; O^T = 0; running max -inf, sum 0 */
+    for (int c = 0; c < d; c++) {
+        float *restrict q = w->qt + (ptrdiff_t)c * BK_ATTN_TQ;
+        const float *src = a->Q + i0 * qs + (ptrdiff_t)h * d + c;
+        for (int64_t i = 0; i < bq; i++) q[i] = src[i * qs];
+        for (int64_t i = bq; i < nq; i++) q[i] = 0.0f;
+        memset(w->ot + (ptrdiff_t)c * BK_ATTN_TQ, 0, (size_t)nq * sizeof(float));
+    }
+    for (int64_t i = 0; i < nq; i++) {
+        w->m2[i] = -INFINITY;
+        w->l[i] = 0.0f;
+    }
+
+    for (int64_t kt = 0; kt < a->n_kt; kt++) {
+        int cls = bk_attn_tile_class(&g->mask, &a->qr[t], &a->kr[kt]);
+        if (cls == BK_ATTN_TILE_SKIP) {
+            (*n_skip)++;
+            continue;
+        }
+        const int64_t j0 = kt * BK_ATTN_TK;
+        const int64_t bk = g->n_kv - j0 < BK_ATTN_TK ? g->n_kv - j0 : BK_ATTN_TK;
+        const float *Kt = a->K + j0 * ks + (ptrdiff_t)hk * d;
+        const float *Vt = a->V + j0 * ks + (ptrdiff_t)hk * d;
+
+        /* S^T [bk, nq] = K_tile [bk, d] . Q^T [d, nq] */
+        bk_attn_tile_gemm(bk, nq, d, Kt, ks, 1, w->qt, BK_ATTN_TQ, w->st, BK_ATTN_TQ, 0);
+        if (cls == BK_ATTN_TILE_PARTIAL) {
+            apply_mask(g, i0, bq, j0, bk, w->st);
+            (*n_mask)++;
+        } else {
+            (*n_full)++;
+        }
+        tile_scale_max(w->st, bk, nq, sl2, w->m2, w->alpha, w->off);
+        tile_exp_sum(w->st, bk, nq, w->off, w->alpha, w->l);
+
+        int rescale = 0;
+        for (int64_t i = 0; i < nq; i++) rescale |= w->alpha[i] != 1.0f;
+        if (rescale) {
+            for (int c = 0; c < d; c++) {
+                float *restrict o = w->ot + (ptrdiff_t)c * BK_ATTN_TQ;
+#pragma omp simd
+                for (int64_t i = 0; i < nq; i++) o[i] *= w->alpha[i];
+            }
+        }
+        /* O^T [d, nq] += V_tile^T [d, bk] . P^T [bk, nq]; V read in place */
+        bk_attn_tile_gemm(d, nq, bk, Vt, 1, ks, w->st, BK_ATTN_TQ, w->ot, BK_ATTN_TQ, 1);
+    }
+
+    /* merge the block's normalised output and lse into the running (O, lse) */
+    for (int64_t i = 0; i < bq; i++) {
+        float *lse = a->lse + (i0 + i) * hq + h;
+        float lse_blk = bk_attn_block_lse(w->m2[i], w->l[i]);
+        float w_old, w_blk;
+        *lse = bk_attn_merge_weights(*lse, lse_blk, &w_old, &w_blk);
+        float cb = w->l[i] > 0.0f ? w_blk / w->l[i] : 0.0f;
+        float *restrict o = a->O + (i0 + i) * qs + (ptrdiff_t)h * d;
+        const float *ot = w->ot + i;
+        for (int c = 0; c < d; c++) o[c] = o[c] * w_old + ot[(ptrdiff_t)c * BK_ATTN_TQ] * cb;
+    }
+}
+
+bk_status bk_attn_fwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, const float *K,
+                      const float *V, float *O, float *lse, bk_attn_stats *stats)
+{
+    bk_status st = bk_attn_check_geom(q, g);
+    if (st != BK_OK) return st;
+    if (g->n_q > 0) BK_CHECK_ARG(Q != NULL && O != NULL && lse != NULL);
+    if (g->n_kv > 0) BK_CHECK_ARG(K != NULL && V != NULL);
+    const int64_t n_qt = (g->n_q + BK_ATTN_TQ - 1) / BK_ATTN_TQ;
+    const int64_t n_kt = (g->n_kv + BK_ATTN_TK - 1) / BK_ATTN_TK;
+    if (n_qt == 0 || n_kt == 0) {
+        bk_attn_stats_set(stats, 0, 0, 0, 0);
+        return BK_OK;
+    }
+
+    bk_attn_range *qr = malloc((size_t)n_qt * sizeof *qr);
+    bk_attn_range *kr = malloc((size_t)n_kt * sizeof *kr);
+    if (!qr || !kr) {
+        fprintf(stderr, "burst attention: out of memory\n");
+        abort();
+    }
+    bk_attn_ranges(g->q_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->q_seg : NULL, g->n_q,
+                   BK_ATTN_TQ, qr);
+    bk_attn_ranges(g->kv_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->kv_seg : NULL, g->n_kv,
+                   BK_ATTN_TK, kr);
+    fwd_args a = {g, Q, K, V, O, lse, qr, kr, n_qt, n_kt};
+    const int64_t units = (int64_t)g->h_q * n_qt;
+    int64_t n_skip = 0, n_mask = 0, n_full = 0;
+
+#pragma omp parallel num_threads(bk_attn_threads(q)) reduction(+ : n_skip, n_mask, n_full)
+    {
+        const size_t d = (size_t)g->d;
+        fwd_scratch w;
+        w.qt = bk_attn_scratch(d * BK_ATTN_TQ);
+        w.ot = bk_attn_scratch(d * BK_ATTN_TQ);
+        w.st = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ);
+        w.m2 = bk_attn_scratch(4 * BK_ATTN_TQ);
+        w.l = w.m2 + BK_ATTN_TQ;
+        w.alpha = w.l + BK_ATTN_TQ;
+        w.off = w.alpha + BK_ATTN_TQ;
+        /* later query tiles first: under a causal mask they are the longest */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < units; u++)
+            fwd_unit(&a, &w, (int)(u % g->h_q), n_qt - 1 - u / g->h_q, &n_skip, &n_mask,
+                     &n_full);
+        free(w.qt);
+        free(w.ot);
+        free(w.st);
+        free(w.m2);
+    }
+    free(qr);
+    free(kr);
+    bk_attn_stats_set(stats, units * n_kt, n_skip, n_mask, n_full);
+    return BK_OK;
+}
+
+bk_status bk_attn_fwd_init(const bk_queue *q, int64_t n_q, int h_q, int d, float *O, float *lse)
+{
+    BK_CHECK_ARG(q != NULL && n_q >= 0 && h_q > 0 && d > 0 && d % 8 == 0);
+    BK_CHECK_ARG(n_q == 0 || (O != NULL && lse != NULL));
+    if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED;
+#pragma omp parallel for num_threads(bk_attn_threads(q)) schedule(static)
+    for (int64_t i = 0; i < n_q; i++) {
+        memset(O + i * h_q * d, 0, (size_t)h_q * (size_t)d * sizeof(float));
+        for (int h = 0; h < h_q; h++) lse[i * h_q + h] = -INFINITY;
+    }
+    return BK_OK;
+}
+
+bk_status bk_attn_fwd_finalize(const bk_queue *q, int64_t n_q, int h_q, int d, float *O,
+                               const float *lse)
+{
+    BK_CHECK_ARG(q != NULL && n_q >= 0 && h_q > 0 && d > 0 && d % 8 == 0);
+    BK_CHECK_ARG(n_q == 0 || (O != NULL && lse != NULL));
+    if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED;
+#pragma omp parallel for num_threads(bk_attn_threads(q)) schedule(static)
+    for (int64_t i = 0; i < n_q; i++)
+        for (int h = 0; h < h_q; h++)
+            if (lse[i * h_q + h] == -INFINITY)
+                memset(O + (i * h_q + h) * d, 0, (size_t)d * sizeof(float));
+    return BK_OK;
+}

@@ -1,0 +1,139 @@
+/* attention_gemm.c: the register-blocked tile product every attention tile is
+ * made of. One shape serves all seven products of the forward and backward:
+ * C (+)= A * B with A read by broadcast through arbitrary strides (so K, V, P^T
+ * and dS^T are used in place, never repacked) and B, C contiguous along the
+ * vectorised dimension N.
+ *
+ * With AVX-512 an 8 x 32 block of C lives in 16 zmm accumulators for the whole
+ * K loop: per k, 2 vector loads of B, 8 broadcasts of A, 16 FMAs, so the loop
+ * is bound by FMA throughput. Lanes beyond N are handled by masked loads and
+ * stores. Without AVX-512 a plain loop nest with `omp simd` over N is used. */
+#include "kernels/cpu/attention_cpu.h"
+
+#ifdef __AVX512F__
+
+static inline __attribute__((always_inline)) void micro(int R, int64_t K, const float *A,
+                                                        ptrdiff_t a_rs, ptrdiff_t a_cs,
+                                                        const float *B, ptrdiff_t ldb, float *C,
+                                                        ptrdiff_t ldc, __mmask16 m0, __mmask16 m1,
+                                                        int accumulate)
+{
+    __m512 c0[8], c1[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        if (accumulate) {
+            c0[r] = _mm512_maskz_loadu_ps(m0, C + r * ldc);
+            c1[r] = _mm512_maskz_loadu_ps(m1, C + r * ldc + 16);
+        } else {
+            c0[r] = _mm512_setzero_ps();
+            c1[r] = _mm512_setzero_ps();
+        }
+    }
+    const float *a_row[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) a_row[r] = A + r * a_rs;
+    for (int64_t k = 0; k < K; k++) {
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb);
+        __m512 b1 = _mm512_maskz_loadu_ps(m1, B + k * ldb + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 a = _mm512_set1_ps(a_row[r][k * a_cs]);
+            c0[r] = _mm512_fmadd_ps(a, b0, c0[r]);
+            c1[r] = _mm512_fmadd_ps(a, b1, c1[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        _mm512_mask_storeu_ps(C + r * ldc, m0, c0[r]);
+        _mm512_mask_storeu_ps(C + r * ldc + 16, m1, c1[r]);
+    }
+}
+
+/* 16-wide variant for the last 16 or fewer columns: no wasted second vector. */
+static inline __attribute__((always_inline)) void micro16(int R, int64_t K, const float *A,
+                                                          ptrdiff_t a_rs, ptrdiff_t a_cs,
+                                                          const float *B, ptrdiff_t ldb, float *C,
+                                                          ptrdiff_t ldc, __mmask16 m0,
+                                                          int accumulate)
+{
+    __m512 c0[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        c0[r] = accumulate ? _mm512_maskz_loadu_ps(m0, C + r * ldc) : _mm512_setzero_ps();
+    const float *a_row[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) a_row[r] = A + r * a_rs;
+    for (int64_t k = 0; k < K; k++) {
+        __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            c0[r] = _mm512_fmadd_ps(_mm512_set1_ps(a_row[r][k * a_cs]), b0, c0[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(C + r * ldc, m0, c0[r]);
+}
+
+static __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
+
+void bk_attn_tile_gemm(int64_t M, int64_t N, int64_t K, const float *A, ptrdiff_t a_rs,
+                       ptrdiff_t a_cs, const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc,
+                       int accumulate)
+{
+    for (int64_t n = 0; n < N; n += 32) {
+        int64_t left = N - n;
+        __mmask16 m0 = lanes(left), m1 = left > 16 ? lanes(left - 16) : 0;
+        int64_t m = 0;
+        if (left > 16) {
+            for (; m + 8 <= M; m += 8)
+                micro(8, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1,
+                      accumulate);
+            switch (M - m) {
+            case 7: micro(7, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
+            case 6: micro(6, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
+            case 5: micro(5, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
+            case 4: micro(4, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
+            case 3: micro(3, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
+            case 2: micro(2, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
+            case 1: micro(1, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
+            default: break;
+            }
+        } else {
+            for (; m + 8 <= M; m += 8)
+                micro16(8, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0,
+                        accumulate);
+            switch (M - m) {
+            case 7: micro16(7, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
+            case 6: micro16(6, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
+            case 5: micro16(5, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
+            case 4: micro16(4, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
+            case 3: micro16(3, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
+            case 2: micro16(2, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
+            case 1: micro16(1, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
+            default: break;
+            }
+        }
+    }
+}
+
+#else /* portable fallback */
+
+void bk_attn_tile_gemm(int64_t M, int64_t N, int64_t K, const float *A, ptrdiff_t a_rs,
+                       ptrdiff_t a_cs, const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc,
+                       int accumulate)
+{
+    for (int64_t m = 0; m < M; m++) {
+        float *restrict c = C + m * ldc;
+        if (!accumulate) {
+#pragma omp simd
+            for (int64_t n = 0; n < N; n++) c[n] = 0.0f;
+        }
+        for (int64_t k = 0; k < K; k++) {
+            float a = A[m * a_rs + k * a_cs];
+            const float *restrict b = B + k * ldb;
+#pragma omp simd
+            for (int64_t n = 0; n < N; n++) c[n] += a * b[n];
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,180 @@
+/* attention_mask.c: everything the CPU attention kernels need to know about a
+ * mask before touching data: the mask constructors, argument checks, and the
+ * classification of a (query tile, key tile) pair as empty (skipped without
+ * work), full (no elementwise mask) or partial, from per-tile summaries of
+ * positions and segment ids. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/attention_cpu.h"
+
+bk_attn_mask bk_attn_mask_none(void)
+{
+    bk_attn_mask m;
+    memset(&m, 0, sizeof m);
+    m.window_left = -1;
+    m.window_right = -1;
+    return m;
+}
+
+bk_attn_mask bk_attn_mask_causal(void)
+{
+    bk_attn_mask m = bk_attn_mask_none();
+    m.flags = BK_ATTN_CAUSAL;
+    return m;
+}
+
+bk_attn_mask bk_attn_mask_window(int64_t left, int64_t right)
+{
+    bk_attn_mask m = bk_attn_mask_none();
+    m.flags = BK_ATTN_WINDOW;
+    m.window_left = left;
+    m.window_right = right;
+    return m;
+}
+
+bk_attn_mask bk_attn_mask_document(int causal)
+{
+    bk_attn_mask m = bk_attn_mask_none();
+    m.flags = BK_ATTN_DOCUMENT | (causal ? (unsigned)BK_ATTN_CAUSAL : 0u);
+    return m;
+}
+
+bk_attn_mask bk_attn_mask_block_sparse(const uint64_t *bits, int64_t block_size, int64_t n_blocks)
+{
+    bk_attn_mask m = bk_attn_mask_none();
+    m.flags = BK_ATTN_BLOCK_SPARSE;
+    m.block_bits = bits;
+    m.block_size = block_size;
+    m.n_blocks = n_blocks;
+    return m;
+}
+
+bk_status bk_attn_check_geom(const bk_queue *q, const bk_attn_geom *g)
+{
+    BK_CHECK_ARG(q != NULL && g != NULL);
+    BK_CHECK_ARG(g->n_q >= 0 && g->n_kv >= 0);
+    BK_CHECK_ARG(g->h_q > 0 && g->h_kv > 0 && g->h_q % g->h_kv == 0);
+    BK_CHECK_ARG(g->d > 0 && g->d % 8 == 0);
+    BK_CHECK_ARG(isfinite(g->scale) && g->scale > 0.0f);
+    unsigned f = g->mask.flags;
+    BK_CHECK_ARG((f & ~(unsigned)(BK_ATTN_CAUSAL | BK_ATTN_WINDOW | BK_ATTN_DOCUMENT |
+                                  BK_ATTN_BLOCK_SPARSE)) == 0);
+    if (f != 0) BK_CHECK_ARG((g->n_q == 0 || g->q_pos) && (g->n_kv == 0 || g->kv_pos));
+    if (f & BK_ATTN_DOCUMENT) BK_CHECK_ARG((g->n_q == 0 || g->q_seg) && (g->n_kv == 0 || g->kv_seg));
+    if (f & BK_ATTN_BLOCK_SPARSE) {
+        BK_CHECK_ARG(g->mask.block_bits != NULL && g->mask.block_size > 0);
+        /* n_blocks^2 bits must be addressable in int64 */
+        BK_CHECK_ARG(g->mask.n_blocks > 0 && g->mask.n_blocks <= (int64_t)3037000499LL);
+        BK_CHECK_ARG(g->mask.block_size <= INT64_MAX / 2 / g->mask.n_blocks);
+    }
+    if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED;
+    return BK_OK;
+}
+
+void bk_attn_ranges(const int64_t *pos, const int32_t *seg, int64_t n, int tile,
+                    bk_attn_range *out)
+{
+    int64_t n_tiles = (n + tile - 1) / tile;
+    for (int64_t t = 0; t < n_tiles; t++) {
+        int64_t r0 = t * tile, r1 = r0 + tile < n ? r0 + tile : n;
+        bk_attn_range r = {INT64_MAX, INT64_MIN, INT32_MAX, INT32_MIN};
+        for (int64_t i = r0; i < r1; i++) {
+            int64_t p = pos ? pos[i] : 0;
+            int32_t s = seg ? seg[i] : 0;
+            if (p < r.pmin) r.pmin = p;
+            if (p > r.pmax) r.pmax = p;
+            if (s < r.smin) r.smin = s;
+            if (s > r.smax) r.smax = s;
+        }
+        out[t] = r;
+    }
+}
+
+/* Block-sparse part of the classification: scans the bitmap over the block
+ * rectangle the tiles span when it is small; PARTIAL when it is not. */
+static int block_sparse_class(const bk_attn_mask *m, const bk_attn_range *qr,
+                              const bk_attn_range *kr)
+{
+    int64_t bs = m->block_size, nb = m->n_blocks, lim = nb * bs;
+    /* clip the position ranges to the bitmap; positions outside are masked */
+    int64_t q0 = qr->pmin < 0 ? 0 : qr->pmin, q1 = qr->pmax >= lim ? lim - 1 : qr->pmax;
+    int64_t k0 = kr->pmin < 0 ? 0 : kr->pmin, k1 = kr->pmax >= lim ? lim - 1 : kr->pmax;
+    if (q0 > q1 || k0 > k1) return BK_ATTN_TILE_SKIP;
+    int clipped = q0 != qr->pmin || q1 != qr->pmax || k0 != kr->pmin || k1 != kr->pmax;
+    int64_t qb0 = q0 / bs, qb1 = q1 / bs, kb0 = k0 / bs, kb1 = k1 / bs;
+    if ((qb1 - qb0 + 1) * (kb1 - kb0 + 1) > 256) return BK_ATTN_TILE_PARTIAL;
+    int64_t set = 0, all = 0;
+    for (int64_t qb = qb0; qb <= qb1; qb++)
+        for (int64_t kb = kb0; kb <= kb1; kb++) {
+            int64_t bit = qb * nb + kb;
+            set += (int64_t)((m->block_bits[bit >> 6] >> (bit & 63)) & 1u);
+            all++;
+        }
+    if (set == 0) return BK_ATTN_TILE_SKIP;
+    return (set == all && !clipped) ? BK_ATTN_TILE_FULL : BK_ATTN_TILE_PARTIAL;
+}
+
+int bk_attn_tile_class(const bk_attn_mask *m, const bk_attn_range *qr, const bk_attn_range *kr)
+{
+    unsigned f = m->flags;
+    int full = 1;
+    if (f & BK_ATTN_CAUSAL) {
+        if (kr->pmin > qr->pmax) return BK_ATTN_TILE_SKIP; /* every key after every query */
+        if (kr->pmax > qr->pmin) full = 0;
+    }
+    if (f & BK_ATTN_WINDOW) {
+        int64_t left = m->window_left, right = m->window_right;
+        if (left >= 0) {
+            if (qr->pmin - kr->pmax > left) return BK_ATTN_TILE_SKIP;
+            if (qr->pmax - kr->pmin > left) full = 0;
+        }
+        if (right >= 0) {
+            if (kr->pmin - qr->pmax > right) return BK_ATTN_TILE_SKIP;
+            if (kr->pmax - qr->pmin > right) full = 0;
+        }
+    }
+    if (f & BK_ATTN_DOCUMENT) {
+        if (qr->smax < kr->smin || kr->smax < qr->smin) return BK_ATTN_TILE_SKIP;
+        if (!(qr->smin == qr->smax && kr->smin == kr->smax && qr->smin == kr->smin)) full = 0;
+    }
+    if (f & BK_ATTN_BLOCK_SPARSE) {
+        int c = block_sparse_class(m, qr, kr);
+        if (c == BK_ATTN_TILE_SKIP) return c;
+        if (c == BK_ATTN_TILE_PARTIAL) full = 0;
+    }
+    return full ? BK_ATTN_TILE_FULL : BK_ATTN_TILE_PARTIAL;
+}
+
+void bk_attn_stats_set(bk_attn_stats *stats, int64_t total, int64_t skipped, int64_t masked,
+                       int64_t full)
+{
+    if (!stats) return;
+    stats->tile_q = BK_ATTN_TQ;
+    stats->tile_kv = BK_ATTN_TK;
+    stats->tiles_total = total;
+    stats->tiles_skipped = skipped;
+    stats->tiles_masked = masked;
+    stats->tiles_full = full;
+}
+
+int bk_attn_threads(const bk_queue *q)
+{
+    return q->n_threads > 0 ? q->n_threads : omp_get_max_threads();
+}
+
+float *bk_attn_scratch(size_t n_floats)
+{
+    size_t bytes = (n_floats * sizeof(float) + 63) / 64 * 64;
+    if (bytes == 0) bytes = 64;
+    float *p = aligned_alloc(64, bytes);
+    if (!p) {
+        /* bk_status has no out-of-memory code: fail loudly rather than compute garbage */
+        fprintf(stderr, "burst attention: out of memory allocating %zu bytes of scratch\n", bytes);
+        abort();
+    }
+    memset(p, 0, bytes);
+    return p;
+}
