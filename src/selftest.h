@@ -5,4 +5,8 @@
 
 int selftest_kernels(void);
 
+typedef struct bt_world bt_world;
+/* Collective over the world. */
+int selftest_transport(bt_world *w);
+
 #endif

@@ -1,0 +1,259 @@
+/* test_transport.c: the transport and the launcher, with real processes talking
+ * through UCX over this machine's shared memory: point-to-point, collectives
+ * against serial references, sub-communicators, and failures (a rank killed, a
+ * rank that stops answering, a wait that times out, a peer with a wrong secret).
+ * The ranks are tests/transport_worker under `burst run`; each checks its own
+ * results and the launcher's exit status carries the verdict. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tests/testutil.h"
+
+static char worker[4096];
+
+/* burst run -n ranks [--nodes nodes] [extra...] -- transport_worker scenario */
+static test_run_result run_worker(int ranks, int nodes, const char *extra1, const char *extra2,
+                                  const char *scenario)
+{
+    char n[16], m[16];
+    snprintf(n, sizeof n, "%d", ranks);
+    snprintf(m, sizeof m, "%d", nodes);
+    char *argv[16];
+    int a = 0;
+    argv[a++] = (char *)test_burst_path();
+    argv[a++] = "run";
+    argv[a++] = "-n";
+    argv[a++] = n;
+    argv[a++] = "--nodes";
+    argv[a++] = m;
+    if (extra1) argv[a++] = (char *)extra1;
+    if (extra2) argv[a++] = (char *)extra2;
+    argv[a++] = "--";
+    argv[a++] = (char *)test_program_path("transport_worker", worker, sizeof worker);
+    argv[a++] = (char *)scenario;
+    argv[a] = NULL;
+    return test_run(argv, NULL);
+}
+
+static void expect_ok(int ranks, int nodes, const char *scenario)
+{
+    test_run_result r = run_worker(ranks, nodes, NULL, NULL, scenario);
+    char want[64];
+    snprintf(want, sizeof want, "ok %s on %d ranks", scenario, ranks);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, want),
+                  "%s on %d ranks / %d nodes exited %d:\n%s", scenario, ranks, nodes, r.exit_code,
+                  r.out);
+    test_run_free(&r);
+}
+
+START_TEST(p2p_sizes_channels_and_counters)
+{
+    expect_ok(_i, 1, "p2p");
+}
+END_TEST
+
+START_TEST(collectives_against_serial_reference)
+{
+    expect_ok(_i, 1, "collectives");
+}
+END_TEST
+
+START_TEST(collectives_on_two_emulated_nodes)
+{
+    expect_ok(4, 2, "collectives"); /* two-level all-reduce over 2 nodes x 2 ranks */
+    expect_ok(6, 3, "collectives");
+}
+END_TEST
+
+START_TEST(sub_communicators)
+{
+    expect_ok(4, 2, "split");
+    expect_ok(3, 1, "split");
+    expect_ok(3, 3, "split");
+}
+END_TEST
+
+START_TEST(launcher_numbers_ranks_node_major)
+{
+    test_run_result r = run_worker(4, 2, NULL, NULL, "whoami");
+    ck_assert_msg(r.exit_code == 0, "whoami exited %d:\n%s", r.exit_code, r.out);
+    const char *want[] = {
+        "[0] whoami rank=0 size=4 node=0 nodes=2 local=0 local_size=2 bootstrap=burst-run",
+        "[1] whoami rank=1 size=4 node=0 nodes=2 local=1 local_size=2 bootstrap=burst-run",
+        "[2] whoami rank=2 size=4 node=1 nodes=2 local=0 local_size=2 bootstrap=burst-run",
+        "[3] whoami rank=3 size=4 node=1 nodes=2 local=1 local_size=2 bootstrap=burst-run",
+    };
+    for (int i = 0; i < 4; i++) ck_assert_msg(test_output_has(&r, want[i]), "missing '%s' in:\n%s", want[i], r.out);
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(killed_rank_is_named_by_every_survivor)
+{
+    int ranks = _i, victim = ranks - 1;
+    test_run_result r = run_worker(ranks, 1, "--no-kill", NULL, "kill");
+    /* The launcher reports the first failure: the victim, killed by SIGKILL. */
+    ck_assert_msg(r.exit_code == 128 + 9, "launcher exited %d:\n%s", r.exit_code, r.out);
+    for (int k = 0; k < victim; k++) {
+        char want[96];
+        snprintf(want, sizeof want, "[%d] rank %d: peer lost: rank %d: lost rank %d", k, k, k, victim);
+        ck_assert_msg(test_output_has(&r, want), "rank %d did not name the lost rank:\n%s", k, r.out);
+    }
+    /* Detection is by the closed socket, far inside the 60 s default timeout. */
+    ck_assert_msg(r.seconds < 30, "survivors took %.1f s to notice", r.seconds);
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(silent_rank_is_declared_lost_after_timeout)
+{
+    test_run_result r = run_worker(3, 1, "--timeout", "3", "hang");
+    ck_assert_msg(r.exit_code != 0, "a stopped rank went unnoticed:\n%s", r.out);
+    ck_assert_msg(test_output_has(&r, "lost rank 2 (it stopped answering"),
+                  "no rank named the silent rank 2:\n%s", r.out);
+    ck_assert_msg(r.seconds < 30, "took %.1f s with a 3 s timeout", r.seconds);
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(wait_times_out_and_says_what_it_waited_for)
+{
+    test_run_result r = run_worker(2, 1, "--timeout", "2", "timeout");
+    ck_assert_msg(r.exit_code == 4, "exited %d:\n%s", r.exit_code, r.out);
+    ck_assert_msg(test_output_has(&r, "timed out after 2 s waiting to receive 8 bytes from rank 1 "
+                                      "on channel 5"),
+                  "timeout message missing:\n%s", r.out);
+    test_run_free(&r);
+}
+END_TEST
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+START_TEST(peer_with_wrong_secret_is_refused)
+{
+    /* Rank 0 and a rank 1 that presents another job's secret, started by hand. */
+    char script[8192];
+    int port = free_port();
+    snprintf(script, sizeof script,
+             "export BURST_SIZE=2 BURST_ROOT=127.0.0.1:%d BURST_TIMEOUT=3\n"
+             "BURST_RANK=0 BURST_SECRET=0123456789abcdef0123456789abcdef %s whoami & p0=$!\n"
+             "sleep 0.3\n"
+             "BURST_RANK=1 BURST_SECRET=ffffffffffffffffffffffffffffffff %s whoami; c1=$?\n"
+             "wait $p0; c0=$?\n"
+             "echo \"codes $c0 $c1\"\n",
+             port, test_program_path("transport_worker", worker, sizeof worker), worker);
+    char *argv[] = {"/bin/sh", "-c", script, NULL};
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_msg(test_output_has(&r, "codes 1 5"), "expected rank 0 to time out (1) and rank 1 to "
+                                                    "be refused (5):\n%s", r.out);
+    ck_assert_msg(test_output_has(&r, "refused this rank: wrong secret"), "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "refused a connection from 127.0.0.1"), "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "waiting for 1 of 2 ranks to connect to rank 0"), "%s", r.out);
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(launcher_stops_the_others_when_a_rank_fails)
+{
+    char *argv[] = {(char *)test_burst_path(), "run", "-n", "3", "--", "/bin/sh", "-c",
+                    "echo hello; if [ \"$BURST_RANK\" = 1 ]; then exit 7; fi; sleep 60", NULL};
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_msg(r.exit_code == 7, "exit %d:\n%s", r.exit_code, r.out);
+    ck_assert(test_output_has(&r, "[1] hello"));
+    ck_assert(test_output_has(&r, "burst run: rank 1 exited with status 7; stopping the other ranks"));
+    ck_assert_msg(r.seconds < 20, "took %.1f s: the sleeping ranks were not stopped", r.seconds);
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(launcher_forwards_sigterm)
+{
+    char script[1024];
+    snprintf(script, sizeof script,
+             "%s run -n 2 -- /bin/sh -c 'echo started; exec sleep 60' & p=$!\n"
+             "sleep 1; kill -TERM $p; wait $p; echo \"code=$?\"\n",
+             test_burst_path());
+    char *argv[] = {"/bin/sh", "-c", script, NULL};
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_msg(test_output_has(&r, "code=143"), "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "forwarding signal 15"), "%s", r.out);
+    ck_assert_msg(r.seconds < 20, "took %.1f s", r.seconds);
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(launcher_rejects_bad_usage)
+{
+    const char *cases[][6] = {
+        {"run", "--", "true", NULL},
+        {"run", "-n", "0", "--", "true", NULL},
+        {"run", "-n", "3", "--nodes", "2", "true"},
+        {"run", "-n", "2", NULL},
+        {"run", "-n", "2", "--bogus", "--", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[8] = {(char *)test_burst_path()};
+        for (int k = 0; k < 6 && cases[i][k]; k++) argv[k + 1] = (char *)cases[i][k];
+        test_run_result r = test_run(argv, NULL);
+        ck_assert_msg(r.exit_code == 2, "case %zu exited %d:\n%s", i, r.exit_code, r.out);
+        test_run_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(selftest_on_two_emulated_nodes)
+{
+    char *argv[] = {(char *)test_burst_path(), "run", "-n", "4", "--nodes", "2", "--",
+                    (char *)test_burst_path(), "selftest", NULL};
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "[0] selftest: passed on all ranks"),
+                  "exit %d:\n%s", r.exit_code, r.out);
+    test_run_free(&r);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("transport");
+    TCase *ok = tcase_create("correctness");
+    tcase_set_timeout(ok, 300);
+    tcase_add_loop_test(ok, p2p_sizes_channels_and_counters, 1, 6);
+    tcase_add_loop_test(ok, collectives_against_serial_reference, 1, 6);
+    tcase_add_test(ok, collectives_on_two_emulated_nodes);
+    tcase_add_test(ok, sub_communicators);
+    tcase_add_test(ok, launcher_numbers_ranks_node_major);
+    tcase_add_test(ok, selftest_on_two_emulated_nodes);
+    suite_add_tcase(s, ok);
+    TCase *fail = tcase_create("failures");
+    tcase_set_timeout(fail, 120);
+    tcase_add_loop_test(fail, killed_rank_is_named_by_every_survivor, 2, 5);
+    tcase_add_test(fail, silent_rank_is_declared_lost_after_timeout);
+    tcase_add_test(fail, wait_times_out_and_says_what_it_waited_for);
+    tcase_add_test(fail, peer_with_wrong_secret_is_refused);
+    tcase_add_test(fail, launcher_stops_the_others_when_a_rank_fails);
+    tcase_add_test(fail, launcher_forwards_sigterm);
+    tcase_add_test(fail, launcher_rejects_bad_usage);
+    suite_add_tcase(s, fail);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

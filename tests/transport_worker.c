@@ -1,0 +1,361 @@
+/* transport_worker.c: one rank of a transport test, launched by test_transport
+ * through `burst run` (or srun). Each scenario checks its results itself
+ * against a serial reference computed locally, prints "ok SCENARIO" on rank 0
+ * and exits 0, or prints what differed and exits 1. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "transport/transport.h"
+
+static bt_world *world;
+static int rank, size, failures;
+
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__);                         \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static void must(bt_status st, const char *what)
+{
+    if (st == BT_OK) return;
+    fprintf(stderr, "rank %d: %s failed: %s: %s\n", rank, what, bt_status_name(st),
+            bt_world_error(world));
+    exit(1);
+}
+
+/* Deterministic content of message (src, dst, channel, index). */
+static unsigned char pattern(int src, int dst, int channel, size_t i)
+{
+    return (unsigned char)(i * 131u + (unsigned)src * 17u + (unsigned)dst * 7u + (unsigned)channel * 3u);
+}
+
+/* Sizes 0, 1, odd and 64 MiB between ring neighbours in both directions on
+ * three channels at once, plus many small outstanding messages; then the byte
+ * counters must equal what was posted. */
+static void scenario_p2p(void)
+{
+    bt_comm *c = bt_world_comm(world);
+    int next = (rank + 1) % size, prev = (rank - 1 + size) % size;
+    const size_t sizes[] = {0, 1, 7, 4099, (1u << 20) + 3, 64u << 20};
+    const int n_sizes = sizeof sizes / sizeof sizes[0], channels[3] = {0, 1, 2};
+    uint64_t expect_sent[3] = {0, 0, 0};
+    for (int s = 0; s < n_sizes; s++) {
+        size_t bytes = sizes[s];
+        unsigned char *out[3][2], *in[3][2];
+        bt_request *reqs[12];
+        int n = 0;
+        for (int k = 0; k < 3; k++) {
+            int ch = channels[k];
+            for (int dir = 0; dir < 2; dir++) {
+                int to = dir == 0 ? next : prev, from = dir == 0 ? prev : next;
+                out[k][dir] = malloc(bytes + 1);
+                in[k][dir] = malloc(bytes + 1);
+                for (size_t i = 0; i < bytes; i++) out[k][dir][i] = pattern(rank, to, ch + 8 * dir, i);
+                memset(in[k][dir], 0xEE, bytes + 1);
+                must(bt_irecv(c, from, ch + 8 * dir, in[k][dir], bytes, &reqs[n++]), "irecv");
+                must(bt_isend(c, to, ch + 8 * dir, out[k][dir], bytes, &reqs[n++]), "isend");
+            }
+        }
+        must(bt_waitall(n, reqs), "waitall");
+        for (int k = 0; k < 3; k++)
+            for (int dir = 0; dir < 2; dir++) {
+                int from = dir == 0 ? prev : next, ch = channels[k] + 8 * dir;
+                size_t bad = bytes;
+                for (size_t i = 0; i < bytes && bad == bytes; i++)
+                    if (in[k][dir][i] != pattern(from, rank, ch, i)) bad = i;
+                EXPECT(bad == bytes, "%zu-byte message on channel %d from rank %d differs at byte %zu",
+                       bytes, ch, from, bad);
+                EXPECT(in[k][dir][bytes] == 0xEE, "receive of %zu bytes wrote past its end", bytes);
+                free(out[k][dir]);
+                free(in[k][dir]);
+            }
+    }
+    for (int k = 0; k < 3; k++)
+        for (int s = 0; s < n_sizes; s++) expect_sent[k] += sizes[s];
+
+    /* 200 outstanding small messages each way on one channel: order is kept. */
+    enum { MANY = 200 };
+    int got[MANY], sent[MANY];
+    bt_request *many[2 * MANY];
+    for (int i = 0; i < MANY; i++) {
+        sent[i] = rank * 1000 + i;
+        must(bt_irecv(c, prev, 3, &got[i], sizeof(int), &many[2 * i]), "irecv");
+        must(bt_isend(c, next, 3, &sent[i], sizeof(int), &many[2 * i + 1]), "isend");
+    }
+    must(bt_waitall(2 * MANY, many), "waitall");
+    for (int i = 0; i < MANY; i++)
+        EXPECT(got[i] == prev * 1000 + i, "message %d of %d on channel 3 arrived out of order", i, MANY);
+
+    for (int k = 0; k < 3; k++) {
+        bt_counter fwd = bt_counter_get(world, channels[k]), bwd = bt_counter_get(world, channels[k] + 8);
+        EXPECT(fwd.sent_bytes == expect_sent[k] && bwd.sent_bytes == expect_sent[k] &&
+                   fwd.recv_bytes == expect_sent[k] && bwd.recv_bytes == expect_sent[k],
+               "channel %d counters: sent %llu, received %llu; expected %llu", channels[k],
+               (unsigned long long)fwd.sent_bytes, (unsigned long long)fwd.recv_bytes,
+               (unsigned long long)expect_sent[k]);
+        EXPECT(fwd.sent_msgs == (uint64_t)n_sizes, "channel %d counted %llu messages, expected %d",
+               channels[k], (unsigned long long)fwd.sent_msgs, n_sizes);
+    }
+    bt_counter c3 = bt_counter_get(world, 3);
+    EXPECT(c3.sent_bytes == MANY * sizeof(int) && c3.sent_msgs == MANY, "channel 3 counters");
+}
+
+/* Rank r's input element i for the reductions: small integers, so float sums
+ * are exact and the reference needs no tolerance. */
+static double input(int r, size_t i) { return (double)((r * 37 + (int)(i % 101) * 11) % 97) - 48.0; }
+
+static double reference(size_t i, bt_op op)
+{
+    double acc = input(0, i);
+    for (int r = 1; r < size; r++) {
+        double v = input(r, i);
+        acc = op == BT_SUM ? acc + v : op == BT_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+    }
+    return acc;
+}
+
+static void fill(void *buf, bt_dtype t, size_t count, int r, size_t offset)
+{
+    for (size_t i = 0; i < count; i++) {
+        double v = input(r, offset + i);
+        if (t == BT_F32) ((float *)buf)[i] = (float)v;
+        if (t == BT_F64) ((double *)buf)[i] = v;
+        if (t == BT_I64) ((int64_t *)buf)[i] = (int64_t)v;
+    }
+}
+
+static double element(const void *buf, bt_dtype t, size_t i)
+{
+    return t == BT_F32 ? ((const float *)buf)[i] : t == BT_F64 ? ((const double *)buf)[i]
+                                                               : (double)((const int64_t *)buf)[i];
+}
+
+static void check_reduced(const char *what, const void *buf, bt_dtype t, bt_op op, size_t count,
+                          size_t offset)
+{
+    for (size_t i = 0; i < count; i++) {
+        double want = reference(offset + i, op), got = element(buf, t, i);
+        if (got != want) {
+            EXPECT(0, "%s (type %d, op %d, %zu elements): element %zu is %g, expected %g", what,
+                   (int)t, (int)op, count, offset + i, got, want);
+            return;
+        }
+    }
+}
+
+static void scenario_collectives(void)
+{
+    bt_comm *c = bt_world_comm(world);
+    must(bt_barrier(c), "barrier");
+
+    const size_t bcast_sizes[] = {0, 13, 1u << 20};
+    for (int root = 0; root < size; root++)
+        for (size_t s = 0; s < 3; s++) {
+            size_t bytes = bcast_sizes[s];
+            unsigned char *buf = malloc(bytes + 1);
+            for (size_t i = 0; i < bytes; i++) buf[i] = rank == root ? pattern(root, 0, 0, i) : 0;
+            must(bt_bcast(c, buf, bytes, root), "bcast");
+            size_t bad = bytes;
+            for (size_t i = 0; i < bytes && bad == bytes; i++)
+                if (buf[i] != pattern(root, 0, 0, i)) bad = i;
+            EXPECT(bad == bytes, "bcast of %zu bytes from root %d differs at byte %zu", bytes, root, bad);
+            free(buf);
+        }
+
+    const size_t gather_sizes[] = {0, 5, 100000};
+    for (size_t s = 0; s < 3; s++) {
+        size_t bytes = gather_sizes[s];
+        unsigned char *mine = malloc(bytes + 1), *all = malloc(bytes * (size_t)size + 1);
+        for (size_t i = 0; i < bytes; i++) mine[i] = pattern(rank, 1, 1, i);
+        must(bt_allgather(c, mine, all, bytes), "allgather");
+        for (int r = 0; r < size; r++) {
+            size_t bad = bytes;
+            for (size_t i = 0; i < bytes && bad == bytes; i++)
+                if (all[(size_t)r * bytes + i] != pattern(r, 1, 1, i)) bad = i;
+            EXPECT(bad == bytes, "allgather of %zu bytes: block of rank %d differs at %zu", bytes, r, bad);
+        }
+        free(mine);
+        free(all);
+    }
+
+    const bt_dtype types[] = {BT_F32, BT_F64, BT_I64};
+    const bt_op ops[] = {BT_SUM, BT_MAX, BT_MIN};
+    const size_t counts[] = {1, 3, (size_t)size + 1, 1000, 100003};
+    for (int ti = 0; ti < 3; ti++)
+        for (int oi = 0; oi < 3; oi++) {
+            bt_dtype t = types[ti];
+            bt_op op = ops[oi];
+            size_t elem = bt_dtype_size(t);
+            for (int ci = 0; ci < 5; ci++) {
+                size_t count = counts[ci];
+                void *buf = malloc(count * elem);
+                fill(buf, t, count, rank, 0);
+                must(bt_allreduce(c, buf, count, t, op), "allreduce");
+                check_reduced("allreduce", buf, t, op, count, 0);
+                fill(buf, t, count, rank, 0);
+                must(bt_allreduce_hier(world, buf, count, t, op), "allreduce_hier");
+                check_reduced("two-level allreduce", buf, t, op, count, 0);
+                free(buf);
+            }
+            size_t per_rank = 777;
+            void *send = malloc(per_rank * (size_t)size * elem), *recv = malloc(per_rank * elem);
+            fill(send, t, per_rank * (size_t)size, rank, 0);
+            must(bt_reduce_scatter(c, send, recv, per_rank, t, op), "reduce_scatter");
+            check_reduced("reduce_scatter", recv, t, op, per_rank, (size_t)rank * per_rank);
+            free(send);
+            free(recv);
+        }
+}
+
+/* Sub-communicators: intra-node, inter-node and a DP x CP grid have the right
+ * members, and traffic on a sub-communicator never mixes with the world's. */
+static void scenario_split(void)
+{
+    int nodes = bt_world_n_nodes(world), local = bt_world_local_size(world);
+    bt_comm *intra, *inter;
+    must(bt_comm_intra_node(world, &intra), "intra split");
+    must(bt_comm_inter_node(world, &inter), "inter split");
+    EXPECT(bt_comm_size(intra) == local, "intra size %d, expected %d", bt_comm_size(intra), local);
+    EXPECT(bt_comm_size(inter) == nodes, "inter size %d, expected %d", bt_comm_size(inter), nodes);
+    for (int r = 0; r < bt_comm_size(intra); r++)
+        EXPECT(bt_comm_world_rank(intra, r) == bt_world_node(world) * local + r,
+               "intra member %d is world rank %d: ranks are not node-major", r,
+               bt_comm_world_rank(intra, r));
+    for (int r = 0; r < bt_comm_size(inter); r++)
+        EXPECT(bt_comm_world_rank(inter, r) == r * local + bt_world_local_rank(world),
+               "inter member %d is world rank %d", r, bt_comm_world_rank(inter, r));
+
+    /* Same channel, world and intra at once, in opposite directions. */
+    bt_comm *w = bt_world_comm(world);
+    int wn = (rank + 1) % size, wp = (rank - 1 + size) % size;
+    int ir = bt_comm_rank(intra), is = bt_comm_size(intra);
+    int in_world = -1, in_intra = -1, out_world = 1000 + rank, out_intra = 2000 + rank;
+    bt_request *reqs[4];
+    must(bt_irecv(w, wp, 0, &in_world, sizeof(int), &reqs[0]), "irecv");
+    must(bt_irecv(intra, (ir + 1) % is, 0, &in_intra, sizeof(int), &reqs[1]), "irecv");
+    must(bt_isend(intra, (ir - 1 + is) % is, 0, &out_intra, sizeof(int), &reqs[2]), "isend");
+    must(bt_isend(w, wn, 0, &out_world, sizeof(int), &reqs[3]), "isend");
+    must(bt_waitall(4, reqs), "waitall");
+    EXPECT(in_world == 1000 + wp, "world message mixed up: got %d", in_world);
+    EXPECT(in_intra == 2000 + bt_comm_world_rank(intra, (ir + 1) % is), "intra message mixed up: got %d",
+           in_intra);
+
+    for (int cp = 1; cp <= size; cp++) {
+        if (size % cp) continue;
+        bt_comm *dp_comm, *cp_comm;
+        must(bt_comm_grid(world, size / cp, cp, &dp_comm, &cp_comm), "grid");
+        EXPECT(bt_comm_size(cp_comm) == cp && bt_comm_rank(cp_comm) == rank % cp, "cp group");
+        EXPECT(bt_comm_size(dp_comm) == size / cp && bt_comm_rank(dp_comm) == rank / cp, "dp group");
+        int64_t v = rank;
+        must(bt_allreduce(cp_comm, &v, 1, BT_I64, BT_SUM), "cp allreduce");
+        int64_t base = (rank / cp) * cp;
+        EXPECT(v == cp * base + cp * (cp - 1) / 2, "cp=%d group sum %lld", cp, (long long)v);
+        bt_comm_free(dp_comm);
+        bt_comm_free(cp_comm);
+    }
+    bt_comm_free(intra);
+    bt_comm_free(inter);
+}
+
+/* The last rank dies mid-exchange; every other rank must fail naming it. */
+static void scenario_kill(void)
+{
+    bt_comm *c = bt_world_comm(world);
+    int victim = size - 1;
+    must(bt_barrier(c), "barrier");
+    if (rank == victim) {
+        int dummy = 0;
+        bt_request *r;
+        bt_isend(c, 0, 0, &dummy, sizeof dummy, &r);
+        kill(getpid(), SIGKILL);
+    }
+    /* Everyone else waits for a message the victim will never send. */
+    int x;
+    bt_request *r;
+    bt_status st = bt_irecv(c, victim, 1, &x, sizeof x, &r);
+    if (st == BT_OK) st = bt_wait(&r);
+    fprintf(stderr, "rank %d: %s: %s\n", rank, bt_status_name(st), bt_world_error(world));
+    exit(st == BT_ERR_PEER_LOST ? 3 : 1);
+}
+
+/* The last rank stops (SIGSTOP): no heartbeats, no exit; the others must
+ * declare it lost after the timeout. */
+static void scenario_hang(void)
+{
+    bt_comm *c = bt_world_comm(world);
+    int victim = size - 1;
+    must(bt_barrier(c), "barrier");
+    if (rank == victim) raise(SIGSTOP);
+    int x;
+    bt_request *r;
+    bt_status st = bt_irecv(c, victim, 1, &x, sizeof x, &r);
+    if (st == BT_OK) st = bt_wait(&r);
+    fprintf(stderr, "rank %d: %s: %s\n", rank, bt_status_name(st), bt_world_error(world));
+    exit(st == BT_ERR_PEER_LOST ? 3 : 1);
+}
+
+/* Rank 0 waits for a message nobody sends: the wait times out and says what
+ * it waited for. */
+static void scenario_timeout(void)
+{
+    if (rank == 0 && size > 1) {
+        int64_t x;
+        bt_request *r;
+        bt_status st = bt_irecv(bt_world_comm(world), 1, 5, &x, sizeof x, &r);
+        if (st == BT_OK) st = bt_wait(&r);
+        fprintf(stderr, "rank 0: %s: %s\n", bt_status_name(st), bt_world_error(world));
+        exit(st == BT_ERR_TIMEOUT ? 4 : 1);
+    }
+    bt_world_finalize(world);
+    exit(0);
+}
+
+/* Identity: print what this rank learned, for the launcher tests. */
+static void scenario_whoami(void)
+{
+    printf("whoami rank=%d size=%d node=%d nodes=%d local=%d local_size=%d bootstrap=%s\n", rank,
+           size, bt_world_node(world), bt_world_n_nodes(world), bt_world_local_rank(world),
+           bt_world_local_size(world), bt_world_bootstrap(world));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: transport_worker p2p|collectives|split|kill|hang|timeout|whoami\n");
+        return 2;
+    }
+    char err[512];
+    bt_status st = bt_world_init(NULL, &world, err, sizeof err);
+    if (st != BT_OK) {
+        fprintf(stderr, "transport_worker: %s\n", err);
+        return st == BT_ERR_AUTH ? 5 : 1;
+    }
+    rank = bt_world_rank(world);
+    size = bt_world_size(world);
+    const char *s = argv[1];
+    if (strcmp(s, "p2p") == 0) scenario_p2p();
+    else if (strcmp(s, "collectives") == 0) scenario_collectives();
+    else if (strcmp(s, "split") == 0) scenario_split();
+    else if (strcmp(s, "kill") == 0) scenario_kill();
+    else if (strcmp(s, "hang") == 0) scenario_hang();
+    else if (strcmp(s, "timeout") == 0) scenario_timeout();
+    else if (strcmp(s, "whoami") == 0) scenario_whoami();
+    else {
+        fprintf(stderr, "transport_worker: unknown scenario '%s'\n", s);
+        return 2;
+    }
+    int64_t total_failures = failures;
+    must(bt_allreduce(bt_world_comm(world), &total_failures, 1, BT_I64, BT_SUM), "final allreduce");
+    must(bt_world_finalize(world), "finalize");
+    if (rank == 0 && total_failures == 0) printf("ok %s on %d ranks\n", s, size);
+    return total_failures ? 1 : 0;
+}

@@ -1,0 +1,252 @@
+/* backend_ucx.c: point-to-point over UCX tag matching, on host memory. UCX
+ * picks the wire: shared memory between ranks of a node, TCP or verbs between
+ * nodes. One worker per process, progressed only by the thread that calls the
+ * transport (UCS_THREAD_MODE_SINGLE); endpoints are created on first use so a
+ * large world does not pay for peers it never talks to. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ucp/api/ucp.h>
+
+#include "transport/internal.h"
+
+typedef struct {
+    ucp_context_h context;
+    ucp_worker_h worker;
+    ucp_address_t *address;
+    size_t address_len;
+    ucp_ep_h *eps; /* [world size], NULL until first use */
+} ucx_state;
+
+/* A receive keeps UCX's request and where UCX reports the matched length. */
+typedef struct {
+    void *ucx_req;
+    ucp_tag_recv_info_t info;
+} ucx_recv;
+
+static bt_status ucx_error(bt_world *w, const char *what, ucs_status_t st)
+{
+    return bt_fail(w, BT_ERR_SYS, "UCX %s failed: %s", what, ucs_status_string(st));
+}
+
+static ucp_ep_h endpoint(bt_backend *b, int peer, bt_status *st)
+{
+    ucx_state *s = b->impl;
+    if (s->eps[peer]) return s->eps[peer];
+    ucp_ep_params_t p;
+    memset(&p, 0, sizeof p);
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    p.address = (const ucp_address_t *)b->world->peers[peer].addr;
+    ucs_status_t us = ucp_ep_create(s->worker, &p, &s->eps[peer]);
+    if (us != UCS_OK) {
+        *st = ucx_error(b->world, "endpoint creation", us);
+        s->eps[peer] = NULL;
+    }
+    return s->eps[peer];
+}
+
+static bt_status ucx_isend(bt_backend *b, bt_request *req, const void *buf)
+{
+    bt_status st = BT_OK;
+    ucp_ep_h ep = endpoint(b, req->world_peer, &st);
+    if (!ep) return st;
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof p);
+    ucs_status_ptr_t sp = ucp_tag_send_nbx(ep, buf, req->bytes, req->tag, &p);
+    if (sp == NULL) {
+        req->done = 1;
+        req->status = BT_OK;
+    } else if (UCS_PTR_IS_ERR(sp)) {
+        return ucx_error(b->world, "tag send", UCS_PTR_STATUS(sp));
+    } else {
+        req->impl = sp;
+    }
+    return BT_OK;
+}
+
+static bt_status ucx_irecv(bt_backend *b, bt_request *req)
+{
+    ucx_state *s = b->impl;
+    ucx_recv *rv = calloc(1, sizeof *rv);
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof p);
+    /* Always get a request back, so the matched length is read one way only. */
+    p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    ucs_status_ptr_t sp =
+        ucp_tag_recv_nbx(s->worker, req->buf, req->bytes, req->tag, ~(ucp_tag_t)0, &p);
+    if (UCS_PTR_IS_ERR(sp)) {
+        free(rv);
+        return ucx_error(b->world, "tag receive", UCS_PTR_STATUS(sp));
+    }
+    rv->ucx_req = sp;
+    req->impl = rv;
+    return BT_OK;
+}
+
+static void finish_recv(bt_backend *b, bt_request *req, ucs_status_t us)
+{
+    ucx_recv *rv = req->impl;
+    req->done = 1;
+    if (us == UCS_OK && rv->info.length != req->bytes) us = UCS_ERR_MESSAGE_TRUNCATED;
+    if (us == UCS_OK)
+        req->status = BT_OK;
+    else if (us == UCS_ERR_MESSAGE_TRUNCATED)
+        req->status = bt_fail(b->world, BT_ERR_ARG,
+                              "message size mismatch from rank %d on channel %d: expected %zu "
+                              "bytes, got %zu",
+                              req->world_peer, req->channel, req->bytes, (size_t)rv->info.length);
+    else
+        req->status = ucx_error(b->world, "receive", us);
+    if (rv->ucx_req) ucp_request_free(rv->ucx_req);
+    free(rv);
+    req->impl = NULL;
+}
+
+static void ucx_test(bt_backend *b, bt_request *req)
+{
+    if (req->done) return;
+    if (req->kind == BT_REQ_SEND) {
+        ucs_status_t us = ucp_request_check_status(req->impl);
+        if (us == UCS_INPROGRESS) return;
+        ucp_request_free(req->impl);
+        req->impl = NULL;
+        req->done = 1;
+        req->status = us == UCS_OK ? BT_OK : ucx_error(b->world, "send", us);
+        return;
+    }
+    ucx_recv *rv = req->impl;
+    ucs_status_t us = ucp_tag_recv_request_test(rv->ucx_req, &rv->info);
+    if (us != UCS_INPROGRESS) finish_recv(b, req, us);
+}
+
+static void ucx_cancel(bt_backend *b, bt_request *req)
+{
+    ucx_state *s = b->impl;
+    void *handle = req->kind == BT_REQ_SEND ? req->impl : (req->impl ? ((ucx_recv *)req->impl)->ucx_req : NULL);
+    if (handle) {
+        ucp_request_cancel(s->worker, handle);
+        ucp_request_free(handle);
+    }
+    if (req->kind == BT_REQ_RECV) free(req->impl);
+    req->impl = NULL;
+}
+
+static void ucx_progress(bt_backend *b)
+{
+    ucx_state *s = b->impl;
+    while (ucp_worker_progress(s->worker)) {}
+}
+
+static bt_status wait_ucx(bt_backend *b, ucs_status_ptr_t sp, const char *what)
+{
+    ucx_state *s = b->impl;
+    if (sp == NULL) return BT_OK;
+    if (UCS_PTR_IS_ERR(sp)) return ucx_error(b->world, what, UCS_PTR_STATUS(sp));
+    double deadline = bt_now() + b->world->opt.timeout_s;
+    ucs_status_t us;
+    while ((us = ucp_request_check_status(sp)) == UCS_INPROGRESS) {
+        ucp_worker_progress(s->worker);
+        if (atomic_load(&b->world->failed) || bt_now() > deadline) {
+            ucp_request_cancel(s->worker, sp);
+            ucp_request_free(sp);
+            return atomic_load(&b->world->failed)
+                       ? (bt_status)atomic_load(&b->world->failed)
+                       : bt_fail(b->world, BT_ERR_TIMEOUT, "UCX %s timed out", what);
+        }
+    }
+    ucp_request_free(sp);
+    return us == UCS_OK ? BT_OK : ucx_error(b->world, what, us);
+}
+
+static bt_status ucx_flush(bt_backend *b)
+{
+    ucx_state *s = b->impl;
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof p);
+    return wait_ucx(b, ucp_worker_flush_nbx(s->worker, &p), "flush");
+}
+
+static void ucx_finalize(bt_backend *b)
+{
+    ucx_state *s = b->impl;
+    for (int r = 0; s->eps && r < b->world->size; r++) {
+        if (!s->eps[r]) continue;
+        /* By now every rank has finished or the job is failing: nothing more
+         * will cross this endpoint, so close without waiting for the peer. */
+        ucp_request_param_t p;
+        memset(&p, 0, sizeof p);
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        ucs_status_ptr_t sp = ucp_ep_close_nbx(s->eps[r], &p);
+        if (sp && !UCS_PTR_IS_ERR(sp)) {
+            while (ucp_request_check_status(sp) == UCS_INPROGRESS) ucp_worker_progress(s->worker);
+            ucp_request_free(sp);
+        }
+    }
+    free(s->eps);
+    if (s->address) ucp_worker_release_address(s->worker, s->address);
+    if (s->worker) ucp_worker_destroy(s->worker);
+    if (s->context) ucp_cleanup(s->context);
+    free(s);
+    free(b);
+}
+
+static const bt_backend_ops ucx_ops = {
+    .name = "ucx",
+    .isend = ucx_isend,
+    .irecv = ucx_irecv,
+    .test = ucx_test,
+    .cancel = ucx_cancel,
+    .progress = ucx_progress,
+    .flush = ucx_flush,
+    .finalize = ucx_finalize,
+};
+
+bt_status bt_backend_ucx_create(bt_world *w, bt_backend **out, unsigned char **addr,
+                                size_t *addr_len)
+{
+    bt_backend *b = calloc(1, sizeof *b);
+    ucx_state *s = calloc(1, sizeof *s);
+    b->ops = &ucx_ops;
+    b->world = w;
+    b->impl = s;
+    *out = NULL;
+
+    ucp_config_t *config;
+    ucs_status_t us = ucp_config_read(NULL, NULL, &config);
+    if (us == UCS_OK) {
+        ucp_params_t params;
+        memset(&params, 0, sizeof params);
+        params.field_mask = UCP_PARAM_FIELD_FEATURES;
+        params.features = UCP_FEATURE_TAG;
+        us = ucp_init(&params, config, &s->context);
+        ucp_config_release(config);
+    }
+    if (us == UCS_OK) {
+        ucp_worker_params_t wp;
+        memset(&wp, 0, sizeof wp);
+        wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+        wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+        us = ucp_worker_create(s->context, &wp, &s->worker);
+    }
+    if (us == UCS_OK) us = ucp_worker_get_address(s->worker, &s->address, &s->address_len);
+    if (us != UCS_OK) {
+        bt_status st = ucx_error(w, "initialisation", us);
+        ucx_finalize(b);
+        return st;
+    }
+    *addr = (unsigned char *)s->address;
+    *addr_len = s->address_len;
+    *out = b;
+    return BT_OK;
+}
+
+bt_status bt_backend_ucx_connect(bt_backend *b)
+{
+    ucx_state *s = b->impl;
+    s->eps = calloc((size_t)b->world->size, sizeof *s->eps);
+    return BT_OK;
+}

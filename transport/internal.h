@@ -1,0 +1,166 @@
+/* internal.h: what the files of the transport share and nobody else sees: the
+ * world and communicator structures, the backend table, the wire-up results and
+ * the sticky error state. */
+#ifndef BURST_TRANSPORT_INTERNAL_H
+#define BURST_TRANSPORT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "transport/transport.h"
+
+typedef struct bt_backend bt_backend;
+
+enum { BT_REQ_SEND = 1, BT_REQ_RECV = 2 };
+
+struct bt_request {
+    bt_world *world;
+    bt_backend *backend;
+    int kind;        /* BT_REQ_SEND or BT_REQ_RECV */
+    int world_peer;  /* the other end, as a world rank */
+    int channel;
+    size_t bytes;
+    int done;        /* set by the backend when the transfer completed */
+    bt_status status;
+    void *impl;      /* backend-private handle */
+    void *buf;       /* the user's buffer (self backend copies into it) */
+    uint64_t tag;
+    struct bt_request *next; /* self backend's queues */
+};
+
+/* One way of moving bytes. Tags carry (communicator, channel, source rank) and
+ * are matched exactly; a backend must deliver same-tag messages in order. */
+typedef struct {
+    const char *name;
+    bt_status (*isend)(bt_backend *b, bt_request *req, const void *buf);
+    bt_status (*irecv)(bt_backend *b, bt_request *req);
+    /* Sets req->done and req->status once the transfer completed. */
+    void (*test)(bt_backend *b, bt_request *req);
+    /* Drops an unfinished request after an error; the buffer is no longer touched. */
+    void (*cancel)(bt_backend *b, bt_request *req);
+    void (*progress)(bt_backend *b);
+    /* Waits until every posted send has left this process. */
+    bt_status (*flush)(bt_backend *b);
+    void (*finalize)(bt_backend *b);
+} bt_backend_ops;
+
+struct bt_backend {
+    const bt_backend_ops *ops;
+    bt_world *world;
+    void *impl;
+};
+
+/* What wire-up learned about one rank. */
+typedef struct {
+    int node;         /* node index, node-major */
+    int local_rank;
+    int launch_rank;  /* rank the launcher gave it (before node-major ordering) */
+    size_t addr_len;  /* backend address (UCX worker address) */
+    unsigned char *addr;
+} bt_peer_info;
+
+/* Identity as the launcher told it, before wire-up. */
+typedef struct {
+    const char *source;    /* "pmix", "slurm", "burst-run", "single" */
+    int rank, size;
+    char node_name[256];   /* BURST_NODE_ID overrides the host name */
+    char root_host[256];   /* where rank 0 listens */
+    int root_port;
+    int root_listen_fd;    /* rank 0: a socket already listening (from burst run), else -1 */
+    char secret[129];      /* the job's secret, hex */
+    char job_id[64];       /* distinguishes jobs sharing a secret file */
+} bt_identity;
+
+struct bt_comm {
+    bt_world *world;
+    uint32_t id;          /* equal on every member; unique for any pair of ranks */
+    int rank, size;
+    int *world_ranks;     /* [size] */
+    uint32_t n_children;
+};
+
+struct bt_world {
+    bt_options opt;
+    bt_identity ident;
+    int rank, size;       /* node-major world rank */
+    int node, n_nodes, local_rank, local_size;
+    bt_peer_info *peers;  /* [size] */
+    bt_comm *world_comm;
+    bt_comm *intra_comm, *inter_comm; /* made on first use */
+    uint32_t max_comm_id; /* highest communicator id this rank took part in */
+
+    bt_backend *intra, *inter; /* may be the same backend */
+    bt_backend *backends[2];
+    int n_backends;
+
+    bt_counter counters[BT_MAX_CHANNELS];
+
+    /* Control plane: TCP star through rank 0, watched by a thread. */
+    int ctl_fd;           /* non-root: socket to rank 0 */
+    int *ctl_fds;         /* root: [size] sockets, -1 for itself */
+    pthread_t ctl_thread;
+    atomic_int ctl_running;
+    int ctl_started;
+    int ctl_wake[2];      /* pipe to wake the control thread */
+    atomic_int finalizing;
+    atomic_int finished;  /* root said every rank reached finalize */
+    atomic_int error_seen; /* a caller was handed the error (else the watchdog exits) */
+
+    /* Sticky error: the first failure wins and every later call returns it. */
+    pthread_mutex_t err_lock;
+    atomic_int failed;    /* a bt_status, 0 while healthy */
+    char err[512];
+    double failed_at;     /* monotonic seconds */
+};
+
+/* Records the first error (later ones are ignored); returns st. */
+bt_status bt_fail(bt_world *w, bt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+double bt_now(void);
+
+/* Bootstrap: who am I, where is rank 0, what is the secret. */
+bt_status bt_identity_detect(bt_identity *id, char *err, size_t err_len);
+/* Wire-up through rank 0: exchanges every rank's backend address, orders ranks
+ * node-major, fills w->peers, w->rank, w->node... and leaves the control sockets open. */
+bt_status bt_rendezvous(bt_world *w, const unsigned char *my_addr, size_t my_addr_len);
+/* Control plane: heartbeats, lost-rank detection, the finalize handshake. */
+bt_status bt_control_start(bt_world *w);
+bt_status bt_control_finalize(bt_world *w); /* waits for every rank's "done" */
+void bt_control_stop(bt_world *w, int abort);
+
+/* A TCP socket listening on port (0: any free port); returns the fd or -1. */
+int bt_tcp_listen(int port, int *bound_port, char *err, size_t err_len);
+/* n_bytes random bytes as 2 * n_bytes hex characters (out must hold that + 1). */
+int bt_random_hex(char *out, size_t n_bytes);
+
+/* First host of a Slurm host list ("n[01-04],m" -> "n01"). */
+int bt_hostlist_first(const char *list, char *out, size_t out_len);
+
+/* Backends. */
+bt_status bt_backend_ucx_create(bt_world *w, bt_backend **out, unsigned char **addr,
+                                size_t *addr_len);
+bt_status bt_backend_ucx_connect(bt_backend *b); /* after wire-up: peers' addresses known */
+bt_status bt_backend_self_create(bt_world *w, bt_backend **out);
+#ifdef HAVE_PMIX
+bt_status bt_pmix_identity(bt_identity *id, char *err, size_t err_len);
+void bt_pmix_finalize(void);
+#endif
+#ifdef HAVE_NCCL
+bt_status bt_backend_nccl_create(bt_world *w, bt_backend **out);
+#endif
+
+/* Tag layout: [comm id: 24][channel: 8][source world rank: 32]. */
+static inline uint64_t bt_make_tag(uint32_t comm_id, int channel, int src_world_rank)
+{
+    return ((uint64_t)(comm_id & 0xffffffu) << 40) | ((uint64_t)(channel & 0xff) << 32) |
+           (uint64_t)(uint32_t)src_world_rank;
+}
+
+/* Backend reaching a world peer. */
+static inline bt_backend *bt_backend_for(bt_world *w, int world_peer)
+{
+    return w->peers[world_peer].node == w->node ? w->intra : w->inter;
+}
+
+#endif
