@@ -125,6 +125,26 @@ static bk_queue host_q(int n_threads)
     return q;
 }
 
+/* ---------------------------------------------------------------- shared exp */
+START_TEST(expf_is_accurate)
+{
+    /* bk_expf (ops_math.h) replaces libm's expf in SwiGLU and cross-entropy. */
+    double worst = 0.0;
+    for (int i = 0; i <= 2000000; i++) {
+        float x = -87.3f + (88.7f + 87.3f) * (float)i / 2000000.0f;
+        double ref = exp((double)x), rel = fabs((double)bk_expf(x) - ref) / ref;
+        if (rel > worst) worst = rel;
+    }
+    ck_assert_msg(worst < 3.0 * 5.96e-8, "bk_expf worst relative error %g", worst);
+    ck_assert(bk_expf(0.0f) == 1.0f);
+    ck_assert(bk_expf(-INFINITY) == 0.0f);
+    ck_assert(bk_expf(-100.0f) == 0.0f);
+    ck_assert(isinf(bk_expf(89.0f)) && isinf(bk_expf(INFINITY)));
+    ck_assert(isnan(bk_expf(NAN)));
+    ck_assert(bk_expf(88.7f) > 3.0e38f && isfinite(bk_expf(88.7f)));
+}
+END_TEST
+
 /* ---------------------------------------------------------------- GEMM */
 typedef bk_status (*gemm_fn)(const bk_queue *, bk_transpose, bk_transpose, int64_t, int64_t,
                              int64_t, float, const float *, int64_t, const float *, int64_t, float,
@@ -262,6 +282,26 @@ START_TEST(rmsnorm_matches_reference)
         free(xd), free(wd), free(dyd), free(yr), free(rr), free(dxr), free(dwr);
         free(xi), free(dyi), free(dwi);
     }
+}
+END_TEST
+
+START_TEST(rmsnorm_backward_is_deterministic)
+{
+    /* dw sums rows in the same order whatever the thread count */
+    rng_seed(23);
+    int64_t n = 300, d = 1000;
+    float *x = rand_f(n * d, -2, 2), *w = rand_f(d, 0.5, 1.5), *dy = rand_f(n * d, -1, 1);
+    float *rstd = rand_f(n, 0.5, 1), *dx1 = rand_f(n * d, 0, 1), *dx2 = rand_f(n * d, 0, 1);
+    float *dw1 = calloc((size_t)d, sizeof(float)), *dw2 = calloc((size_t)d, sizeof(float));
+    bk_queue q1 = host_q(1), q2 = host_q(2), q3 = host_q(3);
+    ck_assert_int_eq(bk_rmsnorm_bwd(&q1, n, d, x, w, rstd, dy, dx1, dw1), BK_OK);
+    ck_assert_int_eq(bk_rmsnorm_bwd(&q2, n, d, x, w, rstd, dy, dx2, dw2), BK_OK);
+    ck_assert(memcmp(dw1, dw2, (size_t)d * sizeof(float)) == 0);
+    ck_assert(memcmp(dx1, dx2, (size_t)(n * d) * sizeof(float)) == 0);
+    memset(dw2, 0, (size_t)d * sizeof(float));
+    ck_assert_int_eq(bk_rmsnorm_bwd(&q3, n, d, x, w, rstd, dy, dx2, dw2), BK_OK);
+    ck_assert(memcmp(dw1, dw2, (size_t)d * sizeof(float)) == 0);
+    free(x), free(w), free(dy), free(rstd), free(dx1), free(dx2), free(dw1), free(dw2);
 }
 END_TEST
 
@@ -817,12 +857,14 @@ int main(void)
     Suite *s = suite_create("ops");
     TCase *tc = tcase_create("ops");
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, expf_is_accurate);
     tcase_add_test(tc, gemm_builtin_matches_reference);
     tcase_add_test(tc, gemm_cblas_matches_reference);
     tcase_add_test(tc, gemm_dispatch_matches_reference);
     tcase_add_test(tc, gemm_thread_counts_agree);
     tcase_add_test(tc, rmsnorm_matches_reference);
     tcase_add_test(tc, rmsnorm_backward_finite_differences);
+    tcase_add_test(tc, rmsnorm_backward_is_deterministic);
     tcase_add_test(tc, rope_matches_reference);
     tcase_add_test(tc, rope_pairs_are_half_split);
     tcase_add_test(tc, rope_backward_finite_differences);

@@ -60,7 +60,7 @@ bk_status bk_cross_entropy_fwd_bwd(const bk_queue *q, int64_t rows, int64_t V, f
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
         for (int64_t j = 0; j < V; j++) {
-            float e = expf(x[j] - mx);
+            float e = bk_expf(x[j] - mx);
             x[j] = e;
             s += e;
         }

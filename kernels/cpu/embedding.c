@@ -42,7 +42,8 @@ bk_status bk_embedding_scatter_add(const bk_queue *q, int64_t n, int64_t V, int6
     BK_CHECK_ARG(tokens != NULL && dout != NULL && dtable != NULL);
     BK_CHECK_ARG(tokens_valid(n, V, tokens));
     int nt = bk_cpu_threads(q);
-    /* Strips of whole cache lines, at least a few per thread when D allows. */
+    /* Strips of whole cache lines, a few per thread (load balance: tokens do not
+     * hit rows evenly), yet wide enough that each row read is a long run. */
     int64_t strip = (D + 4 * nt - 1) / (4 * nt);
     strip = (strip + 15) / 16 * 16;
     if (strip < 16) strip = 16;

@@ -25,14 +25,30 @@
 #include <cblas.h>
 #endif
 
-#define MR   8    /* rows of the register tile */
-#define NR   32   /* columns of the register tile: two vectors of 16 */
-#define KC   256  /* depth of a packed panel */
-#define MC   128  /* rows of op(A) per task (multiple of MR) */
-#define NC   1024 /* columns of op(B) packed at once (multiple of NSUB) */
-#define NSUB 256  /* columns per task (multiple of NR) */
+#ifndef MR
+#define MR 8 /* rows of the register tile */
+#endif
+#ifndef NR
+#define NR 32 /* columns of the register tile: two vectors of 16 */
+#endif
+#ifndef KC
+#define KC 256 /* depth of a packed panel */
+#endif
+#ifndef MC
+#define MC 128 /* rows of op(A) per task (multiple of MR) */
+#endif
+#ifndef NC
+#define NC 1024 /* columns of op(B) packed at once (multiple of NSUB) */
+#endif
+#ifndef NSUB
+#define NSUB 256 /* columns per task (multiple of NR) */
+#endif
 
-typedef float v16f __attribute__((vector_size(64), aligned(4)));
+/* 16 floats, one AVX-512 register: v16a for the 64-byte aligned packed
+ * panels, v16u for rows of C (any alignment). GCC lets vector types alias their
+ * element type. */
+typedef float v16a __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
 
 static int gemm_args_ok(const bk_queue *q, bk_transpose ta, bk_transpose tb, int64_t m, int64_t n,
                         int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
@@ -137,16 +153,16 @@ static void pack_b_strip(bk_transpose tb, const float *b, int64_t ldb, int64_t p
     }
 }
 
-/* C[0:mr, 0:nr] += alpha * Ap[kc][MR] * Bp[kc][NR], the register tile. */
+/* C[0:mr, 0:nr] += alpha * Ap[kc][MR] * Bp[kc][NR], the register tile: the
+ * accumulators must never have their address taken, or GCC keeps them in
+ * memory. */
 static void micro_kernel(int64_t kc, const float *ap, const float *bp, float alpha, float *c,
                          int64_t ldc, int64_t mr, int64_t nr)
 {
-    v16f acc[MR][2];
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = (v16f){0};
+    v16a acc[MR][2];
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = (v16a){0};
     for (int64_t p = 0; p < kc; p++) {
-        v16f b0, b1;
-        memcpy(&b0, bp + p * NR, sizeof b0);
-        memcpy(&b1, bp + p * NR + 16, sizeof b1);
+        v16a b0 = *(const v16a *)(bp + p * NR), b1 = *(const v16a *)(bp + p * NR + 16);
         const float *a = ap + p * MR;
         for (int i = 0; i < MR; i++) {
             acc[i][0] += a[i] * b0;
@@ -155,17 +171,16 @@ static void micro_kernel(int64_t kc, const float *ap, const float *bp, float alp
     }
     if (mr == MR && nr == NR) {
         for (int i = 0; i < MR; i++) {
-            v16f c0, c1;
-            memcpy(&c0, c + i * ldc, sizeof c0);
-            memcpy(&c1, c + i * ldc + 16, sizeof c1);
-            c0 += alpha * acc[i][0];
-            c1 += alpha * acc[i][1];
-            memcpy(c + i * ldc, &c0, sizeof c0);
-            memcpy(c + i * ldc + 16, &c1, sizeof c1);
+            v16u *ci = (v16u *)(c + i * ldc);
+            ci[0] += alpha * acc[i][0];
+            ci[1] += alpha * acc[i][1];
         }
     } else {
-        float tile[MR][NR];
-        memcpy(tile, acc, sizeof tile);
+        _Alignas(64) float tile[MR][NR];
+        for (int i = 0; i < MR; i++) {
+            *(v16a *)&tile[i][0] = acc[i][0];
+            *(v16a *)&tile[i][16] = acc[i][1];
+        }
         for (int64_t i = 0; i < mr; i++)
             for (int64_t j = 0; j < nr; j++) c[i * ldc + j] += alpha * tile[i][j];
     }

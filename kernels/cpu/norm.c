@@ -33,9 +33,10 @@ bk_status bk_rmsnorm_fwd(const bk_queue *q, int64_t n, int64_t d, const float *x
     return BK_OK;
 }
 
-/* Width of the column strips of the weight-gradient pass: one strip is a few
- * cache lines of every row. */
-#define DW_STRIP 64
+/* Widest column strip of the weight-gradient pass (its accumulator lives on the
+ * stack). Strips are as wide as the thread count allows: a narrow strip reads a
+ * few bytes from every row, one TLB miss per row. */
+#define DW_STRIP_MAX 2048
 
 bk_status bk_rmsnorm_bwd(const bk_queue *q, int64_t n, int64_t d, const float *x, const float *w,
                          const float *rstd, const float *dy, float *dx, float *dw)
@@ -46,13 +47,18 @@ bk_status bk_rmsnorm_bwd(const bk_queue *q, int64_t n, int64_t d, const float *x
     int nt = bk_cpu_threads(q);
     int par = n * d >= NORM_PAR_MIN;
 
-    /* Pass 1, dw[d]: before dx, because dx may overwrite dy. Thread count only
-     * changes which thread owns a strip, not the order in which rows add up. */
-    int64_t n_strips = (d + DW_STRIP - 1) / DW_STRIP;
+    /* Pass 1, dw[d]: before dx, because dx may overwrite dy. The strip width
+     * depends on the thread count but the order in which rows add into a
+     * column does not: every column sums rows 0, 1, ..., n - 1. */
+    int64_t strip = (d + nt - 1) / nt;
+    strip = (strip + 15) / 16 * 16;
+    if (strip > DW_STRIP_MAX) strip = DW_STRIP_MAX;
+    int64_t n_strips = (d + strip - 1) / strip;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (int64_t s = 0; s < n_strips; s++) {
-        int64_t j0 = s * DW_STRIP, j1 = j0 + DW_STRIP < d ? j0 + DW_STRIP : d;
-        float acc[DW_STRIP] = {0};
+        int64_t j0 = s * strip, j1 = j0 + strip < d ? j0 + strip : d;
+        float acc[DW_STRIP_MAX];
+        for (int64_t j = 0; j < j1 - j0; j++) acc[j] = 0.0f;
         for (int64_t r = 0; r < n; r++) {
             const float *xr = x + r * d, *dyr = dy + r * d; /* [d] */
             float rs = rstd[r];
