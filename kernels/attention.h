@@ -32,15 +32,15 @@ extern "C" {
 
 /* Geometry, positions and mask of one (query block, key/value block) pair. */
 typedef struct {
-    int64_t n_q;            /* query rows in this block (>= 0) */
-    int64_t n_kv;           /* key/value rows in this block (>= 0) */
-    int h_q, h_kv;          /* heads; h_q a multiple of h_kv */
-    int d;                  /* head dim: a positive multiple of 8 (64 and 128 are fast) */
-    float scale;            /* softmax scale (usually 1/sqrt(d)); must be finite and > 0 */
-    const int64_t *q_pos;   /* [n_q] global positions; may be NULL when mask.flags == 0 */
-    const int64_t *kv_pos;  /* [n_kv] idem */
-    const int32_t *q_seg;   /* [n_q] document ids; read only with BK_ATTN_DOCUMENT */
-    const int32_t *kv_seg;  /* [n_kv] idem */
+    int64_t n_q;           /* query rows in this block (>= 0) */
+    int64_t n_kv;          /* key/value rows in this block (>= 0) */
+    int h_q, h_kv;         /* heads; h_q a multiple of h_kv */
+    int d;                 /* head dim: a positive multiple of 8 (64 and 128 are fast) */
+    float scale;           /* softmax scale (usually 1/sqrt(d)); must be finite and > 0 */
+    const int64_t *q_pos;  /* [n_q] global positions; may be NULL when mask.flags == 0 */
+    const int64_t *kv_pos; /* [n_kv] idem */
+    const int32_t *q_seg;  /* [n_q] document ids; read only with BK_ATTN_DOCUMENT */
+    const int32_t *kv_seg; /* [n_kv] idem */
     bk_attn_mask mask;
 } bk_attn_geom;
 

@@ -79,7 +79,10 @@ BK_HOSTDEV float bk_attn_online_rescale(float *m2, float tile_max2)
 
 /* The offset subtracted from base-2 scores before exponentiation: the running
  * max, or 0 while the row is fully masked so that exp2(-inf - 0) = 0. */
-BK_HOSTDEV float bk_attn_exp_offset(float m2) { return m2 == -INFINITY ? 0.0f : m2; }
+BK_HOSTDEV float bk_attn_exp_offset(float m2)
+{
+    return m2 == -INFINITY ? 0.0f : m2;
+}
 
 /* Natural-log lse of a block from its base-2 running max and sum of
  * exp2(score - offset); -inf for a row with no allowed key (sum 0). */

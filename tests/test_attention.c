@@ -33,8 +33,14 @@ static rng_t rng(uint64_t seed)
     for (int i = 0; i < 4; i++) rnext(&r);
     return r;
 }
-static int64_t rint_below(rng_t *r, int64_t n) { return (int64_t)(rnext(r) % (uint64_t)n); }
-static float runif(rng_t *r) { return (float)((double)(rnext(r) >> 11) / 9007199254740992.0 * 2 - 1); }
+static int64_t rint_below(rng_t *r, int64_t n)
+{
+    return (int64_t)(rnext(r) % (uint64_t)n);
+}
+static float runif(rng_t *r)
+{
+    return (float)((double)(rnext(r) >> 11) / 9007199254740992.0 * 2 - 1);
+}
 
 static void *xcalloc(size_t n, size_t size)
 {
@@ -69,9 +75,9 @@ enum {
     K_SPARSE_CAUSAL,
     N_KINDS
 };
-static const char *kind_name[N_KINDS] = {"none",     "causal",       "window-causal",
-                                         "window-both", "document",  "document-causal",
-                                         "block-sparse", "block-sparse-causal"};
+static const char *kind_name[N_KINDS] = {
+    "none",     "causal",          "window-causal", "window-both",
+    "document", "document-causal", "block-sparse",  "block-sparse-causal"};
 
 /* A mask over global positions [0, span) and the segment ids it implies. */
 typedef struct {
@@ -90,12 +96,24 @@ static mask_spec make_mask(int kind, rng_t *r, int64_t span)
     s.doc_len = 1 + rint_below(r, 40);
     s.doc_cycle = rint_below(r, 3) == 0 ? 3 : 0;
     switch (kind) {
-    case K_NONE: s.m = bk_attn_mask_none(); break;
-    case K_CAUSAL: s.m = bk_attn_mask_causal(); break;
-    case K_WINDOW_CAUSAL: s.m = bk_attn_mask_window(rint_below(r, 80), 0); break;
-    case K_WINDOW_BOTH: s.m = bk_attn_mask_window(rint_below(r, 50), rint_below(r, 30)); break;
-    case K_DOC: s.m = bk_attn_mask_document(0); break;
-    case K_DOC_CAUSAL: s.m = bk_attn_mask_document(1); break;
+    case K_NONE:
+        s.m = bk_attn_mask_none();
+        break;
+    case K_CAUSAL:
+        s.m = bk_attn_mask_causal();
+        break;
+    case K_WINDOW_CAUSAL:
+        s.m = bk_attn_mask_window(rint_below(r, 80), 0);
+        break;
+    case K_WINDOW_BOTH:
+        s.m = bk_attn_mask_window(rint_below(r, 50), rint_below(r, 30));
+        break;
+    case K_DOC:
+        s.m = bk_attn_mask_document(0);
+        break;
+    case K_DOC_CAUSAL:
+        s.m = bk_attn_mask_document(1);
+        break;
     case K_SPARSE:
     case K_SPARSE_CAUSAL: {
         static const int64_t sizes[] = {16, 64, 100, 7};
@@ -108,7 +126,8 @@ static mask_spec make_mask(int kind, rng_t *r, int64_t span)
         if (kind == K_SPARSE_CAUSAL) s.m.flags |= BK_ATTN_CAUSAL;
         break;
     }
-    default: break;
+    default:
+        break;
     }
     return s;
 }
@@ -127,8 +146,14 @@ typedef struct {
     float *Q, *K, *V, *dO;
 } problem;
 
-static size_t qsize(const bk_attn_geom *g) { return (size_t)g->n_q * g->h_q * g->d; }
-static size_t ksize(const bk_attn_geom *g) { return (size_t)g->n_kv * g->h_kv * g->d; }
+static size_t qsize(const bk_attn_geom *g)
+{
+    return (size_t)g->n_q * g->h_q * g->d;
+}
+static size_t ksize(const bk_attn_geom *g)
+{
+    return (size_t)g->n_kv * g->h_kv * g->d;
+}
 
 /* Positions: layout 0 contiguous (queries at the end, as after a prefix),
  * 1 random distinct positions in any order, 2 two zigzag chunks each. */
@@ -177,8 +202,8 @@ static problem make_problem(rng_t *r, int64_t n_q, int64_t n_kv, int h_q, int h_
     p.kv_seg = xcalloc((size_t)n_kv, sizeof *p.kv_seg);
     for (int64_t i = 0; i < n_q; i++) p.q_seg[i] = seg_of(ms, p.q_pos[i]);
     for (int64_t j = 0; j < n_kv; j++) p.kv_seg[j] = seg_of(ms, p.kv_pos[j]);
-    bk_attn_geom g = {n_q, n_kv, h_q, h_kv, d, 1.0f / sqrtf((float)d), p.q_pos, p.kv_pos,
-                      p.q_seg, p.kv_seg, ms->m};
+    bk_attn_geom g = {n_q,     n_kv,     h_q,     h_kv,     d,    1.0f / sqrtf((float)d),
+                      p.q_pos, p.kv_pos, p.q_seg, p.kv_seg, ms->m};
     p.g = g;
     p.Q = rand_floats(r, qsize(&g), 2.0f);
     p.K = rand_floats(r, ksize(&g), 2.0f);
@@ -408,8 +433,8 @@ START_TEST(split_blocks_equal_whole)
         ck_assert_int_eq(bk_attn_fwd_init(&q, cnt[b], hq, d, Ob[b], lb[b]), BK_OK);
         for (int s = 0; s < k; s++) {
             int c = (b + k - s) % k;
-            bk_attn_geom g = {cnt[b], cnt[c], hq, hkv, d, w.g.scale, pos[b], pos[c], seg[b], seg[c],
-                              ms.m};
+            bk_attn_geom g = {cnt[b], cnt[c], hq,     hkv,    d,   w.g.scale,
+                              pos[b], pos[c], seg[b], seg[c], ms.m};
             ck_assert_int_eq(bk_attn_fwd(&q, &g, Qb[b], Kb[c], Vb[c], Ob[b], lb[b], NULL), BK_OK);
         }
         ck_assert_int_eq(bk_attn_fwd_finalize(&q, cnt[b], hq, d, Ob[b], lb[b]), BK_OK);
@@ -417,8 +442,8 @@ START_TEST(split_blocks_equal_whole)
     }
     for (int b = 0; b < k; b++)
         for (int c = 0; c < k; c++) {
-            bk_attn_geom g = {cnt[b], cnt[c], hq, hkv, d, w.g.scale, pos[b], pos[c], seg[b], seg[c],
-                              ms.m};
+            bk_attn_geom g = {cnt[b], cnt[c], hq,     hkv,    d,   w.g.scale,
+                              pos[b], pos[c], seg[b], seg[c], ms.m};
             ck_assert_int_eq(bk_attn_bwd(&q, &g, Qb[b], Kb[c], Vb[c], dOb[b], lb[b], db[b], dQb[b],
                                          dKb[c], dVb[c], NULL),
                              BK_OK);
@@ -674,23 +699,59 @@ START_TEST(invalid_arguments_are_refused)
     float *dQ = buf + 2700, *dK = buf + 3200, *dV = buf + 3700;
     bk_status st = BK_OK;
     switch (_i) {
-    case 0: st = bk_attn_fwd(&q, &g, NULL, K, V, O, lse, NULL); break;
-    case 1: g.n_q = -1; st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL); break;
-    case 2: g.n_kv = -3; st = bk_attn_bwd(&q, &g, Q, K, V, dO, lse, delta, dQ, dK, dV, NULL); break;
-    case 3: g.h_q = 3, g.h_kv = 2; st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL); break;
-    case 4: g.d = 12; st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL); break;
-    case 5: g.d = 0; st = bk_attn_bwd(&q, &g, Q, K, V, dO, lse, delta, dQ, dK, dV, NULL); break;
-    case 6: st = bk_attn_bwd(&q, &g, Q, K, V, dO, lse, NULL, dQ, dK, dV, NULL); break;
-    case 7: st = bk_attn_bwd(&q, &g, Q, K, V, dO, lse, delta, dQ, NULL, dV, NULL); break;
-    case 8: g.q_pos = NULL; st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL); break;
-    case 9: g.mask = bk_attn_mask_document(1), g.kv_seg = NULL;
-            st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL); break;
-    case 10: g.mask = bk_attn_mask_block_sparse(bits, 0, 1);
-             st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL); break;
-    case 11: st = bk_attn_fwd_init(&q, -2, 2, 8, O, lse); break;
-    case 12: st = bk_attn_delta(&q, 4, 2, 8, dO, NULL, delta); break;
-    case 13: g.scale = -1.0f; st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL); break;
-    default: break;
+    case 0:
+        st = bk_attn_fwd(&q, &g, NULL, K, V, O, lse, NULL);
+        break;
+    case 1:
+        g.n_q = -1;
+        st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL);
+        break;
+    case 2:
+        g.n_kv = -3;
+        st = bk_attn_bwd(&q, &g, Q, K, V, dO, lse, delta, dQ, dK, dV, NULL);
+        break;
+    case 3:
+        g.h_q = 3, g.h_kv = 2;
+        st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL);
+        break;
+    case 4:
+        g.d = 12;
+        st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL);
+        break;
+    case 5:
+        g.d = 0;
+        st = bk_attn_bwd(&q, &g, Q, K, V, dO, lse, delta, dQ, dK, dV, NULL);
+        break;
+    case 6:
+        st = bk_attn_bwd(&q, &g, Q, K, V, dO, lse, NULL, dQ, dK, dV, NULL);
+        break;
+    case 7:
+        st = bk_attn_bwd(&q, &g, Q, K, V, dO, lse, delta, dQ, NULL, dV, NULL);
+        break;
+    case 8:
+        g.q_pos = NULL;
+        st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL);
+        break;
+    case 9:
+        g.mask = bk_attn_mask_document(1), g.kv_seg = NULL;
+        st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL);
+        break;
+    case 10:
+        g.mask = bk_attn_mask_block_sparse(bits, 0, 1);
+        st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL);
+        break;
+    case 11:
+        st = bk_attn_fwd_init(&q, -2, 2, 8, O, lse);
+        break;
+    case 12:
+        st = bk_attn_delta(&q, 4, 2, 8, dO, NULL, delta);
+        break;
+    case 13:
+        g.scale = -1.0f;
+        st = bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL);
+        break;
+    default:
+        break;
     }
     ck_assert_int_eq(st, BK_ERR_ARG);
     for (int i = 0; i < 4096; i++) ck_assert(buf[i] == 0.0f);

@@ -48,19 +48,7 @@ static void tile_probs(const bk_attn_geom *g, int cls, int64_t i0, int64_t bq, i
                        int64_t bk, int64_t nq, float sl2, const float *restrict off,
                        float *restrict st)
 {
-    if (cls == BK_ATTN_TILE_PARTIAL) {
-        const bk_attn_mask *m = &g->mask;
-        int doc = (m->flags & BK_ATTN_DOCUMENT) != 0;
-        for (int64_t j = 0; j < bk; j++) {
-            int64_t kp = g->kv_pos[j0 + j];
-            int32_t ks = doc ? g->kv_seg[j0 + j] : 0;
-            for (int64_t i = 0; i < bq; i++) {
-                int32_t qs = doc ? g->q_seg[i0 + i] : 0;
-                if (!bk_attn_allowed(m, g->q_pos[i0 + i], kp, qs, ks))
-                    st[j * BK_ATTN_TQ + i] = -INFINITY;
-            }
-        }
-    }
+    if (cls == BK_ATTN_TILE_PARTIAL) bk_attn_tile_mask(g, i0, bq, j0, bk, st);
 #ifdef __AVX512F__
     const __m512 s2 = _mm512_set1_ps(sl2);
     for (int64_t j = 0; j < bk; j++) {
@@ -149,8 +137,7 @@ static void bwd_qtile(const bwd_args *a, const bwd_scratch *w, int h, int64_t t,
         /* dV [bk, d] += P^T [bk, bq] . dO [bq, d] */
         bk_attn_tile_gemm(bk, d, bq, w->st, BK_ATTN_TQ, 1, dOh, qs, a->dV + koff, ks, 1);
         /* dP^T [bk, nq] = V [bk, d] . dO^T [d, nq] */
-        bk_attn_tile_gemm(bk, nq, d, a->V + koff, ks, 1, w->dot, BK_ATTN_TQ, w->dp, BK_ATTN_TQ,
-                          0);
+        bk_attn_tile_gemm(bk, nq, d, a->V + koff, ks, 1, w->dot, BK_ATTN_TQ, w->dp, BK_ATTN_TQ, 0);
         tile_dscore(bk, nq, g->scale, w->delta, w->dp, w->st);
         /* dK [bk, d] += dS^T [bk, bq] . Q [bq, d] */
         bk_attn_tile_gemm(bk, d, bq, w->st, BK_ATTN_TQ, 1, Qh, qs, a->dK + koff, ks, 1);
@@ -233,15 +220,15 @@ bk_status bk_attn_bwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, 
         fprintf(stderr, "burst attention: out of memory\n");
         abort();
     }
-    bk_attn_ranges(g->q_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->q_seg : NULL, g->n_q,
-                   BK_ATTN_TQ, qr);
+    bk_attn_ranges(g->q_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->q_seg : NULL, g->n_q, BK_ATTN_TQ,
+                   qr);
     bk_attn_ranges(g->kv_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->kv_seg : NULL, g->n_kv,
                    BK_ATTN_TK, kr);
     const size_t dq_size = (size_t)g->n_q * (size_t)g->h_q * (size_t)g->d;
     dq_slice[0] = dQ;
     for (int64_t s = 1; s < n_slices; s++) dq_slice[s] = bk_attn_scratch(dq_size);
-    bwd_args a = {g, Q, K, V, dO, lse, delta, dQ, dK, dV, dq_slice, qr, kr, n_qt, n_kt, cut,
-                  (int)n_slices};
+    bwd_args a = {g,  Q,        K,  V,  dO,   lse,  delta, dQ,           dK,
+                  dV, dq_slice, qr, kr, n_qt, n_kt, cut,   (int)n_slices};
     if (n_slices > 1)
         cut_slices(&a, (int)n_slices, cut);
     else

@@ -36,6 +36,12 @@ void bk_attn_ranges(const int64_t *pos, const int32_t *seg, int64_t n, int tile,
  * pair is, PARTIAL otherwise (conservative: PARTIAL when unsure). */
 int bk_attn_tile_class(const bk_attn_mask *m, const bk_attn_range *qr, const bk_attn_range *kr);
 
+/* Sets to -inf the scores of S^T [bk, TQ] (row = key j0 + j, column = query
+ * i0 + i) whose pair the mask forbids: the same predicate as bk_attn_allowed,
+ * arranged so that causal, window and document masks vectorise over queries. */
+void bk_attn_tile_mask(const bk_attn_geom *g, int64_t i0, int64_t bq, int64_t j0, int64_t bk,
+                       float *st);
+
 /* Checks every argument of a forward/backward call; BK_OK when valid. */
 bk_status bk_attn_check_geom(const bk_queue *q, const bk_attn_geom *g);
 
@@ -66,7 +72,7 @@ static inline __m512 bk_attn_exp2_ps(__m512 x)
     x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
     __m512 xi = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, xi);
-    __m512 p = _mm512_set1_ps(1.5403530393381608e-4f); /* ln2^6 / 720 */
+    __m512 p = _mm512_set1_ps(1.5403530393381608e-4f);                 /* ln2^6 / 720 */
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f)); /* ln2^5 / 120 */
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f)); /* ln2^4 / 24 */
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f)); /* ln2^3 / 6 */

@@ -39,22 +39,6 @@ typedef struct {
     int64_t n_qt, n_kt;
 } fwd_args;
 
-/* Sets elements of S^T [bk, TQ] whose (query, key) pair the mask forbids to -inf. */
-static void apply_mask(const bk_attn_geom *g, int64_t i0, int64_t bq, int64_t j0, int64_t bk,
-                       float *restrict st)
-{
-    const bk_attn_mask *m = &g->mask;
-    int doc = (m->flags & BK_ATTN_DOCUMENT) != 0;
-    for (int64_t j = 0; j < bk; j++) {
-        int64_t kp = g->kv_pos[j0 + j];
-        int32_t ks = doc ? g->kv_seg[j0 + j] : 0;
-        for (int64_t i = 0; i < bq; i++) {
-            int32_t qs = doc ? g->q_seg[i0 + i] : 0;
-            if (!bk_attn_allowed(m, g->q_pos[i0 + i], kp, qs, ks)) st[j * BK_ATTN_TQ + i] = -INFINITY;
-        }
-    }
-}
-
 /* Scores to base 2 (s2 = s * sl2) in place; per query, the online rescale
  * factor alpha and the exp2 offset after this tile. nq is a multiple of 16. */
 static void tile_scale_max(float *restrict st, int64_t bk, int64_t nq, float sl2,
@@ -157,7 +141,7 @@ static void fwd_unit(const fwd_args *a, const fwd_scratch *w, int h, int64_t t, 
         /* S^T [bk, nq] = K_tile [bk, d] . Q^T [d, nq] */
         bk_attn_tile_gemm(bk, nq, d, Kt, ks, 1, w->qt, BK_ATTN_TQ, w->st, BK_ATTN_TQ, 0);
         if (cls == BK_ATTN_TILE_PARTIAL) {
-            apply_mask(g, i0, bq, j0, bk, w->st);
+            bk_attn_tile_mask(g, i0, bq, j0, bk, w->st);
             (*n_mask)++;
         } else {
             (*n_full)++;
@@ -211,8 +195,8 @@ bk_status bk_attn_fwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, 
         fprintf(stderr, "burst attention: out of memory\n");
         abort();
     }
-    bk_attn_ranges(g->q_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->q_seg : NULL, g->n_q,
-                   BK_ATTN_TQ, qr);
+    bk_attn_ranges(g->q_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->q_seg : NULL, g->n_q, BK_ATTN_TQ,
+                   qr);
     bk_attn_ranges(g->kv_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->kv_seg : NULL, g->n_kv,
                    BK_ATTN_TK, kr);
     fwd_args a = {g, Q, K, V, O, lse, qr, kr, n_qt, n_kt};
@@ -233,8 +217,7 @@ bk_status bk_attn_fwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, 
         /* later query tiles first: under a causal mask they are the longest */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t u = 0; u < units; u++)
-            fwd_unit(&a, &w, (int)(u % g->h_q), n_qt - 1 - u / g->h_q, &n_skip, &n_mask,
-                     &n_full);
+            fwd_unit(&a, &w, (int)(u % g->h_q), n_qt - 1 - u / g->h_q, &n_skip, &n_mask, &n_full);
         free(w.qt);
         free(w.ot);
         free(w.st);

@@ -12,11 +12,9 @@
 
 #ifdef __AVX512F__
 
-static inline __attribute__((always_inline)) void micro(int R, int64_t K, const float *A,
-                                                        ptrdiff_t a_rs, ptrdiff_t a_cs,
-                                                        const float *B, ptrdiff_t ldb, float *C,
-                                                        ptrdiff_t ldc, __mmask16 m0, __mmask16 m1,
-                                                        int accumulate)
+static inline __attribute__((always_inline)) void
+micro(int R, int64_t K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *B,
+      ptrdiff_t ldb, float *C, ptrdiff_t ldc, __mmask16 m0, __mmask16 m1, int accumulate)
 {
     __m512 c0[8], c1[8];
 #pragma GCC unroll 8
@@ -50,11 +48,9 @@ static inline __attribute__((always_inline)) void micro(int R, int64_t K, const 
 }
 
 /* 16-wide variant for the last 16 or fewer columns: no wasted second vector. */
-static inline __attribute__((always_inline)) void micro16(int R, int64_t K, const float *A,
-                                                          ptrdiff_t a_rs, ptrdiff_t a_cs,
-                                                          const float *B, ptrdiff_t ldb, float *C,
-                                                          ptrdiff_t ldc, __mmask16 m0,
-                                                          int accumulate)
+static inline __attribute__((always_inline)) void
+micro16(int R, int64_t K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *B,
+        ptrdiff_t ldb, float *C, ptrdiff_t ldc, __mmask16 m0, int accumulate)
 {
     __m512 c0[8];
 #pragma GCC unroll 8
@@ -73,7 +69,10 @@ static inline __attribute__((always_inline)) void micro16(int R, int64_t K, cons
     for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(C + r * ldc, m0, c0[r]);
 }
 
-static __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
+static __mmask16 lanes(int64_t n)
+{
+    return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+}
 
 void bk_attn_tile_gemm(int64_t M, int64_t N, int64_t K, const float *A, ptrdiff_t a_rs,
                        ptrdiff_t a_cs, const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc,
@@ -88,28 +87,72 @@ void bk_attn_tile_gemm(int64_t M, int64_t N, int64_t K, const float *A, ptrdiff_
                 micro(8, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1,
                       accumulate);
             switch (M - m) {
-            case 7: micro(7, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
-            case 6: micro(6, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
-            case 5: micro(5, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
-            case 4: micro(4, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
-            case 3: micro(3, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
-            case 2: micro(2, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
-            case 1: micro(1, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1, accumulate); break;
-            default: break;
+            case 7:
+                micro(7, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1,
+                      accumulate);
+                break;
+            case 6:
+                micro(6, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1,
+                      accumulate);
+                break;
+            case 5:
+                micro(5, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1,
+                      accumulate);
+                break;
+            case 4:
+                micro(4, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1,
+                      accumulate);
+                break;
+            case 3:
+                micro(3, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1,
+                      accumulate);
+                break;
+            case 2:
+                micro(2, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1,
+                      accumulate);
+                break;
+            case 1:
+                micro(1, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, m1,
+                      accumulate);
+                break;
+            default:
+                break;
             }
         } else {
             for (; m + 8 <= M; m += 8)
                 micro16(8, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0,
                         accumulate);
             switch (M - m) {
-            case 7: micro16(7, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
-            case 6: micro16(6, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
-            case 5: micro16(5, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
-            case 4: micro16(4, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
-            case 3: micro16(3, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
-            case 2: micro16(2, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
-            case 1: micro16(1, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0, accumulate); break;
-            default: break;
+            case 7:
+                micro16(7, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0,
+                        accumulate);
+                break;
+            case 6:
+                micro16(6, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0,
+                        accumulate);
+                break;
+            case 5:
+                micro16(5, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0,
+                        accumulate);
+                break;
+            case 4:
+                micro16(4, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0,
+                        accumulate);
+                break;
+            case 3:
+                micro16(3, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0,
+                        accumulate);
+                break;
+            case 2:
+                micro16(2, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0,
+                        accumulate);
+                break;
+            case 1:
+                micro16(1, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, m0,
+                        accumulate);
+                break;
+            default:
+                break;
             }
         }
     }

@@ -63,7 +63,8 @@ bk_status bk_attn_check_geom(const bk_queue *q, const bk_attn_geom *g)
     BK_CHECK_ARG((f & ~(unsigned)(BK_ATTN_CAUSAL | BK_ATTN_WINDOW | BK_ATTN_DOCUMENT |
                                   BK_ATTN_BLOCK_SPARSE)) == 0);
     if (f != 0) BK_CHECK_ARG((g->n_q == 0 || g->q_pos) && (g->n_kv == 0 || g->kv_pos));
-    if (f & BK_ATTN_DOCUMENT) BK_CHECK_ARG((g->n_q == 0 || g->q_seg) && (g->n_kv == 0 || g->kv_seg));
+    if (f & BK_ATTN_DOCUMENT)
+        BK_CHECK_ARG((g->n_q == 0 || g->q_seg) && (g->n_kv == 0 || g->kv_seg));
     if (f & BK_ATTN_BLOCK_SPARSE) {
         BK_CHECK_ARG(g->mask.block_bits != NULL && g->mask.block_size > 0);
         /* n_blocks^2 bits must be addressable in int64 */
@@ -74,8 +75,7 @@ bk_status bk_attn_check_geom(const bk_queue *q, const bk_attn_geom *g)
     return BK_OK;
 }
 
-void bk_attn_ranges(const int64_t *pos, const int32_t *seg, int64_t n, int tile,
-                    bk_attn_range *out)
+void bk_attn_ranges(const int64_t *pos, const int32_t *seg, int64_t n, int tile, bk_attn_range *out)
 {
     int64_t n_tiles = (n + tile - 1) / tile;
     for (int64_t t = 0; t < n_tiles; t++) {
@@ -146,6 +146,38 @@ int bk_attn_tile_class(const bk_attn_mask *m, const bk_attn_range *qr, const bk_
         if (c == BK_ATTN_TILE_PARTIAL) full = 0;
     }
     return full ? BK_ATTN_TILE_FULL : BK_ATTN_TILE_PARTIAL;
+}
+
+void bk_attn_tile_mask(const bk_attn_geom *g, int64_t i0, int64_t bq, int64_t j0, int64_t bk,
+                       float *st)
+{
+    const bk_attn_mask *m = &g->mask;
+    const unsigned f = m->flags;
+    const int64_t *restrict qp = g->q_pos + i0;
+    const int32_t *restrict qs = (f & BK_ATTN_DOCUMENT) ? g->q_seg + i0 : NULL;
+    for (int64_t j = 0; j < bk; j++) {
+        /* causal and window together: key j is allowed for lo <= q_pos <= hi */
+        const int64_t kp = g->kv_pos[j0 + j];
+        int64_t lo = INT64_MIN, hi = INT64_MAX;
+        if (f & BK_ATTN_CAUSAL) lo = kp;
+        if (f & BK_ATTN_WINDOW) {
+            if (m->window_right >= 0 && kp - m->window_right > lo) lo = kp - m->window_right;
+            if (m->window_left >= 0) hi = kp + m->window_left;
+        }
+        float *restrict s = st + j * BK_ATTN_TQ;
+#pragma omp simd
+        for (int64_t i = 0; i < bq; i++)
+            if (qp[i] < lo || qp[i] > hi) s[i] = -INFINITY;
+        if (qs) {
+            const int32_t ks = g->kv_seg[j0 + j];
+#pragma omp simd
+            for (int64_t i = 0; i < bq; i++)
+                if (qs[i] != ks) s[i] = -INFINITY;
+        }
+        if (f & BK_ATTN_BLOCK_SPARSE)
+            for (int64_t i = 0; i < bq; i++)
+                if (!bk_attn_block_bit(m, qp[i], kp)) s[i] = -INFINITY;
+    }
 }
 
 void bk_attn_stats_set(bk_attn_stats *stats, int64_t total, int64_t skipped, int64_t masked,

@@ -3,9 +3,8 @@
  * shared function is instantiated once in a kernel; nothing launches them. */
 #include "kernels/attention_math.h"
 
-__global__ void bk_attn_allowed_kernel(bk_attn_mask m, const int64_t *q_pos,
-                                       const int64_t *k_pos, const int32_t *q_seg,
-                                       const int32_t *k_seg, int *out, int n)
+__global__ void bk_attn_allowed_kernel(bk_attn_mask m, const int64_t *q_pos, const int64_t *k_pos,
+                                       const int32_t *q_seg, const int32_t *k_seg, int *out, int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
@@ -13,8 +12,8 @@ __global__ void bk_attn_allowed_kernel(bk_attn_mask m, const int64_t *q_pos,
                  2 * bk_attn_block_bit(&m, q_pos[i], k_pos[i]);
 }
 
-__global__ void bk_attn_online_kernel(float *m2, const float *tile_max, float *alpha,
-                                      float *off, float *lse, const float *sum, int n)
+__global__ void bk_attn_online_kernel(float *m2, const float *tile_max, float *alpha, float *off,
+                                      float *lse, const float *sum, int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
@@ -24,8 +23,8 @@ __global__ void bk_attn_online_kernel(float *m2, const float *tile_max, float *a
     }
 }
 
-__global__ void bk_attn_merge_kernel(float *lse, const float *lse_blk, float *w_old,
-                                     float *w_blk, int n)
+__global__ void bk_attn_merge_kernel(float *lse, const float *lse_blk, float *w_old, float *w_blk,
+                                     int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) lse[i] = bk_attn_merge_weights(lse[i], lse_blk[i], &w_old[i], &w_blk[i]);
