@@ -145,6 +145,26 @@ START_TEST(expf_is_accurate)
 }
 END_TEST
 
+START_TEST(rope_sincos_is_accurate)
+{
+    /* bk_rope_sincos (ops_math.h) replaces libm's sin and cos in RoPE, at
+     * positions up to 2^31 and every frequency of a d = 128 head. */
+    rng_seed(5);
+    double worst = 0.0;
+    for (int it = 0; it < 200000; it++) {
+        int64_t pos = it < 1000 ? it : (int64_t)(rng_next() % 2147483648ull);
+        int64_t i = (int64_t)(rng_next() % 64);
+        double inv = bk_rope_inv_freq(i, 128, 500000.0), factor = it % 2 ? 1.0 : 8.0;
+        double angle = ((double)pos / factor) * inv;
+        float c, s;
+        bk_rope_sincos(pos, inv, factor, &c, &s);
+        double e = fmax(fabs(c - cos(angle)), fabs(s - sin(angle)));
+        if (e > worst) worst = e;
+    }
+    ck_assert_msg(worst < 2.5e-7, "bk_rope_sincos worst absolute error %g", worst);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- GEMM */
 typedef bk_status (*gemm_fn)(const bk_queue *, bk_transpose, bk_transpose, int64_t, int64_t,
                              int64_t, float, const float *, int64_t, const float *, int64_t, float,
@@ -778,7 +798,7 @@ START_TEST(invalid_arguments_are_rejected)
         BK_ERR_UNSUPPORTED);
 #ifdef BURST_DEBUG
     /* debug builds abort on an invalid argument instead of returning */
-    (void)pos, (void)tok_bad, (void)lab_bad, (void)bufs, (void)cnt, (void)sq, (void)hp_bad;
+    (void)q, (void)pos, (void)tok_bad, (void)lab_bad, (void)bufs, (void)cnt, (void)sq, (void)hp_bad;
 #else
     ck_assert_int_eq(bk_rmsnorm_fwd(NULL, 1, 4, buf, buf, 1e-5f, out, NULL), BK_ERR_ARG);
     /* GEMM: NULL, negative sizes, leading dims too small, bad flags */
@@ -858,6 +878,7 @@ int main(void)
     TCase *tc = tcase_create("ops");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, expf_is_accurate);
+    tcase_add_test(tc, rope_sincos_is_accurate);
     tcase_add_test(tc, gemm_builtin_matches_reference);
     tcase_add_test(tc, gemm_cblas_matches_reference);
     tcase_add_test(tc, gemm_dispatch_matches_reference);

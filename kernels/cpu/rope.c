@@ -32,9 +32,12 @@ static bk_status rope_apply(const bk_queue *q, int64_t n, int64_t H, int64_t d, 
             int64_t ni = half - i0 < PAIR_CHUNK ? half - i0 : PAIR_CHUNK;
             for (int64_t i = 0; i < ni; i++) inv_freq[i] = bk_rope_inv_freq(i0 + i, d, theta);
             for (int64_t r = r0; r < r1; r++) {
+#pragma omp simd
                 for (int64_t i = 0; i < ni; i++) {
-                    bk_rope_sincos(pos[r], inv_freq[i], factor, &cs[i], &sn[i]);
-                    sn[i] *= sign;
+                    float c, s;
+                    bk_rope_sincos(pos[r], inv_freq[i], factor, &c, &s);
+                    cs[i] = c;
+                    sn[i] = s * sign;
                 }
                 for (int64_t h = 0; h < H; h++) {
                     const float *x1 = x + r * row_len + h * d + i0; /* x[r, h, i0 + i] */
