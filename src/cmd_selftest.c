@@ -2,6 +2,8 @@
  * into this program, on whatever world it is launched in (alone, under
  * `burst run`, or under srun). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "src/cli.h"
 #include "src/selftest.h"
@@ -10,21 +12,32 @@
 int cmd_selftest(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
-        printf("usage: burst selftest\n\n"
+        printf("usage: burst selftest [--intra auto|ucx|nccl] [--timeout S]\n\n"
                "Checks the kernels and the transport on whatever world it is launched in:\n"
                "  burst selftest                      one rank\n"
                "  burst run -n 4 -- burst selftest    four local ranks\n"
                "  srun -n 16 --mpi=pmix burst selftest\n"
-               "Exit status 0 when every check passed on every rank, 1 otherwise.\n");
+               "  --intra B     transport between ranks of a node (default auto)\n"
+               "  --timeout S   seconds before a silent rank is lost (default 60)\n"
+               "Exit status 0 when every check passed on every rank, 1 otherwise,\n"
+               "2 for a bad option or transport setting.\n");
         return 0;
     }
-    if (argc > 1) {
-        fprintf(stderr, "burst selftest: unexpected argument '%s'\n", argv[1]);
-        return EXIT_USAGE;
+    bt_options opt;
+    bt_options_default(&opt);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--intra") == 0 && i + 1 < argc) {
+            opt.intra = argv[++i];
+        } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
+            opt.timeout_s = atof(argv[++i]);
+        } else {
+            fprintf(stderr, "burst selftest: unexpected argument '%s'\n", argv[i]);
+            return EXIT_USAGE;
+        }
     }
     char err[512];
     bt_world *w = NULL;
-    bt_status st = bt_world_init(NULL, &w, err, sizeof err);
+    bt_status st = bt_world_init(&opt, &w, err, sizeof err);
     if (st != BT_OK) {
         fprintf(stderr, "burst selftest: transport: %s\n", err);
         return st == BT_ERR_CONFIG ? EXIT_USAGE : EXIT_RUN_FAILURE;

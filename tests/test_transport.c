@@ -218,6 +218,22 @@ START_TEST(launcher_rejects_bad_usage)
 }
 END_TEST
 
+START_TEST(bad_transport_settings_exit_2_before_work)
+{
+    const char *cases[][3] = {{"--intra", "bogus", "transport.intra: unknown backend 'bogus'"},
+                              {"--timeout", "0", "transport.timeout: must be > 0"}};
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = {(char *)test_burst_path(), "run", "-n", "2", "--",
+                        (char *)test_burst_path(), "selftest", (char *)cases[i][0],
+                        (char *)cases[i][1], NULL};
+        test_run_result r = test_run(argv, NULL);
+        ck_assert_msg(r.exit_code == 2 && test_output_has(&r, cases[i][2]), "exit %d:\n%s",
+                      r.exit_code, r.out);
+        test_run_free(&r);
+    }
+}
+END_TEST
+
 START_TEST(selftest_on_two_emulated_nodes)
 {
     char *argv[] = {(char *)test_burst_path(), "run", "-n", "4", "--nodes", "2", "--",
@@ -250,6 +266,7 @@ int main(void)
     tcase_add_test(fail, launcher_stops_the_others_when_a_rank_fails);
     tcase_add_test(fail, launcher_forwards_sigterm);
     tcase_add_test(fail, launcher_rejects_bad_usage);
+    tcase_add_test(fail, bad_transport_settings_exit_2_before_work);
     suite_add_tcase(s, fail);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
