@@ -271,14 +271,18 @@ int cmd_run(int argc, char **argv)
                 procs[r].status =
                     WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
                 running--;
-                if (procs[r].status != 0 && first_failed < 0) {
+                /* After the first failure the others fail because we stopped
+                 * them, unless --no-kill: then every failure is news. */
+                if (procs[r].status == 0 || (first_failed >= 0 && kill_on_failure)) continue;
+                const char *then = first_failed < 0 && kill_on_failure ? "; stopping the other ranks" : "";
+                if (WIFSIGNALED(status))
+                    fprintf(stderr, "burst run: rank %d was killed by signal %d%s\n", r,
+                            WTERMSIG(status), then);
+                else
+                    fprintf(stderr, "burst run: rank %d exited with status %d%s\n", r,
+                            procs[r].status, then);
+                if (first_failed < 0) {
                     first_failed = r;
-                    if (WIFSIGNALED(status))
-                        fprintf(stderr, "burst run: rank %d was killed by signal %d%s\n", r,
-                                WTERMSIG(status), kill_on_failure ? "; stopping the other ranks" : "");
-                    else
-                        fprintf(stderr, "burst run: rank %d exited with status %d%s\n", r,
-                                procs[r].status, kill_on_failure ? "; stopping the other ranks" : "");
                     if (kill_on_failure) {
                         signal_all(procs, n, SIGTERM);
                         stop_deadline = now_s() + 5;
