@@ -16,6 +16,8 @@
  *   dK  += dS^T Q          dQ  += (dS^T)^T K
  * Q^T and dO^T are packed once per (query head, query tile) and reused across
  * the unit's key tiles; K, V, Q, dO, dK, dV are read and written in place. */
+#include "config.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -13,6 +13,8 @@
  * Inside the block the softmax runs online in base 2 (running max m2 and sum l
  * per query); at the end of the block the normalised block output and its lse
  * are merged into (O, lse) with bk_attn_merge_weights, so O stays normalised. */
+#include "config.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -3,6 +3,8 @@
  * classification of a (query tile, key tile) pair as empty (skipped without
  * work), full (no elementwise mask) or partial, from per-tile summaries of
  * positions and segment ids. */
+#include "config.h"
+
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
