@@ -14,3 +14,12 @@ TESTS += tests/test_cli
 tests_test_cli_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_cli_LDADD = $(LDADD) $(CHECK_LIBS)
 tests_test_cli_SOURCES = tests/test_cli.c tests/testutil.h tests/testutil.c
+
+TEST_EXTENSIONS = .sh
+SH_LOG_COMPILER = /bin/sh
+
+clean-local: clean-local-tests
+clean-local-tests:
+	-if test -d tests/slurm-state; then sh $(srcdir)/tests/slurm/stop.sh tests/slurm-state; fi
+	-rm -rf tests/slurm-state
+.PHONY: clean-local-tests

@@ -1,0 +1,54 @@
+#!/bin/sh
+# test_slurm.sh: launches burst through a real Slurm that the test starts on
+# this machine (tests/slurm/start.sh): the transport self-test under
+# `srun --mpi=pmix` and under plain `srun` (Slurm's environment + TCP
+# rendezvous), and a rank killed under srun named by the survivors.
+# Skips (exit 77) where Slurm cannot be started (not root, not installed).
+set -u
+src=${BURST_TEST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+build=${BURST_TEST_BUILDDIR:-.}
+burst=${BURST:-$build/burst}
+dir=$build/tests/slurm-state
+mkdir -p "$dir"
+envf=$(sh "$src/tests/slurm/start.sh" "$dir")
+rc=$?
+[ $rc -eq 77 ] && exit 77
+[ $rc -ne 0 ] && { echo "FAIL: could not start Slurm"; exit 1; }
+trap 'sh "$src/tests/slurm/stop.sh" "$dir" >/dev/null 2>&1' EXIT
+. "$envf"
+# Plain srun derives the job secret from a per-user file: keep the test's own.
+export BURST_SECRET_FILE="$dir/secret"
+export BURST_TIMEOUT=20
+
+failures=0
+check() { # name, expected text, command...
+    name=$1 want=$2
+    shift 2
+    out=$("$@" 2>&1)
+    code=$?
+    if printf '%s\n' "$out" | grep -q -- "$want"; then
+        echo "PASS: $name"
+    else
+        echo "FAIL: $name (exit $code; expected '$want'):"
+        printf '%s\n' "$out" | sed 's/^/    /'
+        failures=$((failures + 1))
+    fi
+}
+
+check "srun --mpi=pmix selftest" "selftest: passed on all ranks" \
+    timeout 120 srun -n 4 --kill-on-bad-exit=1 --mpi=pmix "$burst" selftest
+check "srun --mpi=pmix uses PMIx" "bootstrap: pmix" \
+    timeout 120 srun -n 2 --kill-on-bad-exit=1 --mpi=pmix "$burst" selftest
+check "plain srun selftest" "selftest: passed on all ranks" \
+    timeout 120 srun -n 4 --kill-on-bad-exit=1 "$burst" selftest
+check "plain srun uses Slurm's environment" "bootstrap: slurm" \
+    timeout 120 srun -n 2 --kill-on-bad-exit=1 "$burst" selftest
+[ "$(stat -c %a "$BURST_SECRET_FILE" 2>/dev/null)" = 600 ] && echo "PASS: secret file is mode 600" ||
+    { echo "FAIL: secret file $BURST_SECRET_FILE is not mode 600"; failures=$((failures + 1)); }
+# A rank killed under srun (without --kill-on-bad-exit, so the survivors must
+# find out by themselves): every survivor names it.
+check "srun: killed rank named by survivors" "rank 1: peer lost: rank 1: lost rank 2" \
+    timeout 120 srun -n 3 --mpi=pmix "$build/tests/transport_worker" kill
+
+echo "$((6 - failures)) passed, $failures failed"
+[ $failures -eq 0 ]
