@@ -11,6 +11,7 @@
  *   - the work on that block is cut into tasks of MC rows x NSUB columns;
  *     a task packs its MC x KC block of op(A) into MR-high row strips (so the
  *     transposes cost nothing in the inner loop) and runs the micro-kernel;
+ *     (the sizes below can be overridden with -D when tuning for another CPU);
  *   - the micro-kernel keeps an MR x NR tile of C in registers (GCC vector
  *     types, 16 floats = one AVX-512 register) over the KC panel.
  * Edge tiles are computed on zero-padded packs and written back with bounds. */
@@ -26,7 +27,7 @@
 #endif
 
 #ifndef MR
-#define MR 8 /* rows of the register tile */
+#define MR 12 /* rows of the register tile: 24 accumulators of the 32 zmm */
 #endif
 #ifndef NR
 #define NR 32 /* columns of the register tile: two vectors of 16 */
@@ -35,7 +36,7 @@
 #define KC 256 /* depth of a packed panel */
 #endif
 #ifndef MC
-#define MC 128 /* rows of op(A) per task (multiple of MR) */
+#define MC 96 /* rows of op(A) per task (multiple of MR) */
 #endif
 #ifndef NC
 #define NC 1024 /* columns of op(B) packed at once (multiple of NSUB) */
