@@ -69,6 +69,42 @@ micro16(int R, int64_t K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, const 
     for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(C + r * ldc, m0, c0[r]);
 }
 
+/* 64-wide variant: R <= 6 rows x 4 vectors = 24 accumulators, for full 64-column
+ * chunks. Per k: 4 vector loads, R broadcasts, 4R FMAs: fewer load and issue slots
+ * per FMA than 8 x 32, which keeps the loop FMA-bound rather than issue-bound. */
+static inline __attribute__((always_inline)) void micro64(int R, int64_t K, const float *A,
+                                                          ptrdiff_t a_rs, ptrdiff_t a_cs,
+                                                          const float *B, ptrdiff_t ldb, float *C,
+                                                          ptrdiff_t ldc, int accumulate)
+{
+    __m512 c[6][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)
+            c[r][v] = accumulate ? _mm512_loadu_ps(C + r * ldc + 16 * v) : _mm512_setzero_ps();
+    const float *a_row[6];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) a_row[r] = A + r * a_rs;
+    for (int64_t k = 0; k < K; k++) {
+        const float *b = B + k * ldb;
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        __m512 b2 = _mm512_loadu_ps(b + 32), b3 = _mm512_loadu_ps(b + 48);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            __m512 a = _mm512_set1_ps(a_row[r][k * a_cs]);
+            c[r][0] = _mm512_fmadd_ps(a, b0, c[r][0]);
+            c[r][1] = _mm512_fmadd_ps(a, b1, c[r][1]);
+            c[r][2] = _mm512_fmadd_ps(a, b2, c[r][2]);
+            c[r][3] = _mm512_fmadd_ps(a, b3, c[r][3]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) _mm512_storeu_ps(C + r * ldc + 16 * v, c[r][v]);
+}
+
 static __mmask16 lanes(int64_t n)
 {
     return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
@@ -78,7 +114,34 @@ void bk_attn_tile_gemm(int64_t M, int64_t N, int64_t K, const float *A, ptrdiff_
                        ptrdiff_t a_cs, const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc,
                        int accumulate)
 {
-    for (int64_t n = 0; n < N; n += 32) {
+    int64_t n = 0;
+    for (; n + 64 <= N; n += 64) {
+        int64_t m = 0;
+        for (; m + 6 <= M; m += 6)
+            micro64(6, K, A + m * a_rs, a_rs, a_cs, B + n, ldb, C + m * ldc + n, ldc, accumulate);
+        const float *a = A + m * a_rs;
+        float *c = C + m * ldc + n;
+        switch (M - m) {
+        case 5:
+            micro64(5, K, a, a_rs, a_cs, B + n, ldb, c, ldc, accumulate);
+            break;
+        case 4:
+            micro64(4, K, a, a_rs, a_cs, B + n, ldb, c, ldc, accumulate);
+            break;
+        case 3:
+            micro64(3, K, a, a_rs, a_cs, B + n, ldb, c, ldc, accumulate);
+            break;
+        case 2:
+            micro64(2, K, a, a_rs, a_cs, B + n, ldb, c, ldc, accumulate);
+            break;
+        case 1:
+            micro64(1, K, a, a_rs, a_cs, B + n, ldb, c, ldc, accumulate);
+            break;
+        default:
+            break;
+        }
+    }
+    for (; n < N; n += 32) {
         int64_t left = N - n;
         __mmask16 m0 = lanes(left), m1 = left > 16 ? lanes(left - 16) : 0;
         int64_t m = 0;
