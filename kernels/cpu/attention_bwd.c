@@ -132,15 +132,6 @@ static void bwd_qtile(const bwd_args *a, const bwd_scratch *w, int h, int64_t t,
         const int64_t j0 = kt * BK_ATTN_TK;
         const int64_t bk = g->n_kv - j0 < BK_ATTN_TK ? g->n_kv - j0 : BK_ATTN_TK;
         const ptrdiff_t koff = j0 * ks + (ptrdiff_t)hk * d;
-        if (kt + 1 < kt1) { /* the next key tile, while this one computes */
-            const ptrdiff_t next = koff + BK_ATTN_TK * ks;
-            int64_t nb = g->n_kv - j0 - BK_ATTN_TK < BK_ATTN_TK ? g->n_kv - j0 - BK_ATTN_TK
-                                                                  : BK_ATTN_TK;
-            bk_attn_prefetch_rows(a->K + next, ks, nb, d);
-            bk_attn_prefetch_rows(a->V + next, ks, nb, d);
-            bk_attn_prefetch_rows(a->dK + next, ks, nb, d);
-            bk_attn_prefetch_rows(a->dV + next, ks, nb, d);
-        }
 
         /* S^T [bk, nq] = K [bk, d] . Q^T [d, nq], then P^T in place */
         bk_attn_tile_gemm(bk, nq, d, a->K + koff, ks, 1, w->qt, BK_ATTN_TQ, w->st, BK_ATTN_TQ, 0);

@@ -63,16 +63,6 @@ int bk_attn_threads(const bk_queue *q);
 /* Scratch: 64-byte aligned, zero-initialised; aborts when memory is exhausted. */
 float *bk_attn_scratch(size_t n_floats);
 
-/* Asks for rows [rows, d] (row stride in floats) to be brought into L2 ahead of
- * use. Rows of one head are a power-of-two stride apart in [n, H, d] layouts,
- * usually in different pages, where the hardware prefetchers do not follow;
- * without this each key tile would stall on memory latency. */
-static inline void bk_attn_prefetch_rows(const float *base, ptrdiff_t stride, int64_t rows, int d)
-{
-    for (int64_t r = 0; r < rows; r++)
-        for (int c = 0; c < d; c += 16) __builtin_prefetch(base + r * stride + c, 0, 2);
-}
-
 #ifdef __AVX512F__
 /* 2^x for 16 lanes: round-to-nearest split x = i + f, |f| <= 1/2, degree-6
  * Taylor polynomial of 2^f (relative error < 2e-7), scaled by 2^i. -inf and

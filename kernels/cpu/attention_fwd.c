@@ -139,12 +139,6 @@ static void fwd_unit(const fwd_args *a, const fwd_scratch *w, int h, int64_t t, 
         const int64_t bk = g->n_kv - j0 < BK_ATTN_TK ? g->n_kv - j0 : BK_ATTN_TK;
         const float *Kt = a->K + j0 * ks + (ptrdiff_t)hk * d;
         const float *Vt = a->V + j0 * ks + (ptrdiff_t)hk * d;
-        if (kt + 1 < a->n_kt) { /* the next key tile, while this one computes */
-            int64_t nb = g->n_kv - j0 - BK_ATTN_TK < BK_ATTN_TK ? g->n_kv - j0 - BK_ATTN_TK
-                                                                  : BK_ATTN_TK;
-            bk_attn_prefetch_rows(Kt + BK_ATTN_TK * ks, ks, nb, d);
-            bk_attn_prefetch_rows(Vt + BK_ATTN_TK * ks, ks, nb, d);
-        }
 
         /* S^T [bk, nq] = K_tile [bk, d] . Q^T [d, nq] */
         bk_attn_tile_gemm(bk, nq, d, Kt, ks, 1, w->qt, BK_ATTN_TQ, w->st, BK_ATTN_TQ, 0);
