@@ -27,7 +27,8 @@ static void usage(FILE *out)
             "Attention forward and backward GFLOP/s on one block (query and key/value rows of\n"
             "the same SEQ tokens, Hq = 8 query heads), for full and causal masks, head dims 64\n"
             "and 128, Hkv = 8 and 2, each as a ratio to cblas_sgemm GFLOP/s measured in the\n"
-            "same run on a square product of side min(SEQ, 4096). Then the per-op kernels.\n"
+            "same run, right before each configuration (best of 3), on a square product of\n"
+            "side min(SEQ, 2048) (sgemm is n/a without CBLAS). Then the per-op kernels.\n"
             "FLOPs: forward 4 * SEQ^2 * d per head, backward 2.5x that, both halved for the\n"
             "causal mask (a diagonal block). Times are the best of REPS runs of one kernel call\n"
             "(bk_attn_fwd, bk_attn_bwd); threads are the OpenMP default (OMP_NUM_THREADS).\n\n"
@@ -220,15 +221,17 @@ int bench_kernels(int argc, char **argv)
            "fwd GF/s", "fwd/mm", "bwd GF/s", "bwd/mm");
     int failed = 0;
     for (int s = 0; s < n_seq; s++) {
-        int side = seqs[s] < 4096 ? (int)seqs[s] : 4096;
-        double mm = sgemm_gflops(side, quick ? 2 : 3);
+        int side = seqs[s] < 2048 ? (int)seqs[s] : 2048;
         static const int ds[] = {64, 128}, hkvs[] = {8, 2};
         for (int m = 0; m < 2; m++) {
             if (only_mask >= 0 && m != only_mask) continue;
-            for (int di = 0; di < 2 + (only_d ? -1 : 0); di++) {
+            for (int di = 0; di < (only_d ? 1 : 2); di++) {
                 int d = only_d ? only_d : ds[di];
-                for (int hi = 0; hi < 2 + (only_hkv ? -1 : 0); hi++) {
+                for (int hi = 0; hi < (only_hkv ? 1 : 2); hi++) {
                     int hkv = only_hkv ? only_hkv : hkvs[hi];
+                    /* the reference right before each configuration, so that both see
+                     * the same machine (it is shared) */
+                    double mm = sgemm_gflops(side, 3);
                     double fg = 0, bg = 0;
                     if (bench_attention(seqs[s], d, hkv, m, reps, &fg, &bg)) {
                         failed = 1;
