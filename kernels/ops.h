@@ -4,8 +4,8 @@
  * (DESIGN.md §4.6).
  *
  * One interface for both backends: every kernel takes the queue first (where
- * the buffers live, the stream, the thread count) and returns a bk_status; no
- * kernel allocates what the caller could hold, none keeps state between calls.
+ * the buffers live, the stream, the thread count) and returns a bk_status; none
+ * keeps state between calls (only the built-in GEMM allocates scratch).
  * The CPU backend computes in fp32; the per-element math lives in ops_math.h.
  *
  * Conventions for every function below:
@@ -35,7 +35,10 @@ typedef enum { BK_NO_TRANS = 0, BK_TRANS = 1 } bk_transpose;
 bk_status bk_gemm(const bk_queue *q, bk_transpose ta, bk_transpose tb, int64_t m, int64_t n,
                   int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                   float beta, float *c, int64_t ldc);
-/* The internal cache-blocked OpenMP GEMM, always built. */
+/* The internal cache-blocked OpenMP GEMM, always built. It allocates its packing
+ * buffers per call (about 1 MB plus 100 KB per thread) and returns
+ * BK_ERR_UNSUPPORTED if that allocation fails. The sum order does not depend on
+ * the thread count. */
 bk_status bk_gemm_builtin(const bk_queue *q, bk_transpose ta, bk_transpose tb, int64_t m, int64_t n,
                           int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                           int64_t ldb, float beta, float *c, int64_t ldc);
