@@ -3,3 +3,20 @@ libburst_engine_a_SOURCES += src/cli.h src/bench.h src/selftest.h \
 	src/cmd_pending.c src/cmd_version.c src/cmd_bench.c src/cmd_selftest.c \
 	src/bench_util.c src/bench_kernels.c src/bench_kernels_ops.c src/bench_transport.c src/selftest_kernels.c src/selftest_transport.c \
 	src/launcher.c
+
+# Distributed attention: layouts, the mask's block-level needs, the planner and
+# the executor of the ring.
+libburst_engine_a_SOURCES += src/seq_layout.h src/seq_layout.c src/attn_need.h src/attn_need.c \
+	src/ring_schedule.h src/ring_schedule.c src/ring_exec.h src/ring_exec.c
+
+check_PROGRAMS += tests/ring_worker
+tests_ring_worker_SOURCES = tests/ring_worker.c tests/attention_ref.c tests/attention_ref.h
+
+check_PROGRAMS += tests/test_ring_schedule tests/test_ring
+TESTS += tests/test_ring_schedule tests/test_ring
+tests_test_ring_schedule_SOURCES = tests/test_ring_schedule.c
+tests_test_ring_schedule_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ring_schedule_LDADD = $(LDADD) $(CHECK_LIBS)
+tests_test_ring_SOURCES = tests/test_ring.c tests/testutil.h tests/testutil.c
+tests_test_ring_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ring_LDADD = $(LDADD) $(CHECK_LIBS)

@@ -1,0 +1,249 @@
+/* ring_worker.c: one rank of a distributed-attention test, launched by test_ring
+ * through `burst run`. Every rank builds the same global inputs (seeded), the
+ * double-precision single-rank reference of the whole sequence, and its share
+ * of the inputs under the layout; it runs the ring forward and both backward
+ * directions for MHA and GQA and compares O, lse, dQ, dK, dV with the
+ * reference rows at its global positions, and the transport's byte counters
+ * with the schedule. Rank 0 prints "ok ..." when every rank agreed. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "src/ring_exec.h"
+#include "tests/attention_ref.h"
+
+static int rank, size, failures;
+static bt_world *world;
+
+static void must(bt_status st, const char *what)
+{
+    if (st == BT_OK) return;
+    fprintf(stderr, "rank %d: %s: %s\n", rank, what, bt_world_error(world));
+    exit(st == BT_ERR_PEER_LOST ? 3 : 1);
+}
+
+static uint64_t rng_state;
+static double uniform(void) /* in [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng_state >> 11) / (double)(1ull << 53) * 2.0 - 1.0;
+}
+
+typedef struct {
+    const char *mask_name;
+    seq_layout_kind layout;
+    int64_t N;
+    int nodes;
+    ring_topology topo;
+    int kill_rank;
+} options;
+
+static bk_attn_mask make_mask(const char *name, int64_t N, int P, uint64_t **bits_out)
+{
+    *bits_out = NULL;
+    if (strcmp(name, "none") == 0) return bk_attn_mask_none();
+    if (strcmp(name, "causal") == 0) return bk_attn_mask_causal();
+    if (strcmp(name, "window") == 0) {
+        /* A causal window of 1.5 local blocks: each rank needs 2 earlier blocks. */
+        bk_attn_mask m = bk_attn_mask_window(N / P + N / P / 2 - 1, 0);
+        m.flags |= BK_ATTN_CAUSAL;
+        return m;
+    }
+    if (strcmp(name, "document") == 0) return bk_attn_mask_document(1);
+    if (strcmp(name, "sparse") == 0) {
+        int64_t n_blocks = 8, bs = N / n_blocks;
+        uint64_t *bits = calloc(1, sizeof(uint64_t));
+        for (int qb = 0; qb < n_blocks; qb++)
+            for (int kb = 0; kb <= qb; kb++)
+                if (kb == qb || kb == 0 || (qb + kb) % 3 == 0) bits[0] |= 1ull << (qb * n_blocks + kb);
+        *bits_out = bits;
+        bk_attn_mask m = bk_attn_mask_block_sparse(bits, bs, n_blocks);
+        m.flags |= BK_ATTN_CAUSAL;
+        return m;
+    }
+    fprintf(stderr, "ring_worker: unknown mask '%s'\n", name);
+    exit(2);
+}
+
+/* max |got - want| over the rows this rank holds, relative to max |want|. */
+static double compare_rows(const seq_layout *l, const float *local, const double *global,
+                           size_t row)
+{
+    int64_t *pos = malloc((size_t)l->n * sizeof(int64_t));
+    seq_layout_positions(l, rank, pos);
+    double err = 0, scale = 1e-30;
+    for (int64_t i = 0; i < l->n; i++)
+        for (size_t k = 0; k < row; k++) {
+            double want = global[(size_t)pos[i] * row + k], got = local[(size_t)i * row + k];
+            if (isinf(want) && want == got) continue;
+            double e = fabs(got - want);
+            if (!(e <= err)) err = e; /* NaN propagates */
+            if (fabs(want) > scale && !isinf(want)) scale = fabs(want);
+        }
+    free(pos);
+    return err / scale;
+}
+
+static void check(const char *what, double rel_err, double tol, const char *config)
+{
+    if (!(rel_err <= tol)) {
+        fprintf(stderr, "rank %d: %s: %s differs from the single-rank reference by %.3g (tolerance %g)\n",
+                rank, config, what, rel_err, tol);
+        failures++;
+    }
+}
+
+static void check_bytes(const ring_schedule *s, bt_counter before[RING_N_CHANNELS],
+                        const char *config)
+{
+    uint64_t sent = 0;
+    for (int ch = 0; ch < RING_N_CHANNELS; ch++)
+        sent += bt_counter_get(world, ch).sent_bytes - before[ch].sent_bytes;
+    uint64_t planned = ring_schedule_bytes_sent(s, rank);
+    if (sent != planned) {
+        fprintf(stderr, "rank %d: %s: %s sent %llu bytes, the schedule says %llu\n", rank, config,
+                ring_pass_name(s->pass), (unsigned long long)sent, (unsigned long long)planned);
+        failures++;
+    }
+}
+
+static void snapshot(bt_counter c[RING_N_CHANNELS])
+{
+    for (int ch = 0; ch < RING_N_CHANNELS; ch++) c[ch] = bt_counter_get(world, ch);
+}
+
+static void run_heads(const options *o, int h_q, int h_kv, int d)
+{
+    int64_t N = o->N;
+    char config[160], err[256];
+    snprintf(config, sizeof config, "%s/%s P=%d %s Hq=%d Hkv=%d", o->mask_name,
+             seq_layout_name(o->layout), size, o->topo == TOPO_DOUBLE ? "double" : "flat", h_q, h_kv);
+    seq_layout layout;
+    if (seq_layout_init(&layout, o->layout, size, N, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        exit(2);
+    }
+    size_t qn = (size_t)N * h_q * d, kvn = (size_t)N * h_kv * d;
+    double *Q = malloc(qn * 8), *K = malloc(kvn * 8), *V = malloc(kvn * 8), *dO = malloc(qn * 8);
+    rng_state = 12345 + (uint64_t)h_kv;
+    for (size_t i = 0; i < qn; i++) Q[i] = uniform();
+    for (size_t i = 0; i < kvn; i++) K[i] = uniform();
+    for (size_t i = 0; i < kvn; i++) V[i] = uniform();
+    for (size_t i = 0; i < qn; i++) dO[i] = uniform();
+    int32_t *segments = malloc((size_t)N * sizeof(int32_t));
+    for (int64_t i = 0, doc = 0; i < N; i++) { /* documents of 1..N/3 tokens */
+        if (i > 0 && (uint64_t)(uniform() * 1e6) % (uint64_t)(N / 6) == 0) doc++;
+        segments[i] = (int32_t)doc;
+    }
+    uint64_t *bits;
+    bk_attn_mask mask = make_mask(o->mask_name, N, size, &bits);
+
+    /* The single-rank reference over the whole sequence, in double precision. */
+    int64_t *gpos = malloc((size_t)N * sizeof(int64_t));
+    for (int64_t i = 0; i < N; i++) gpos[i] = i;
+    float scale = 1.0f / sqrtf((float)d);
+    bk_attn_geom g = {.n_q = N, .n_kv = N, .h_q = h_q, .h_kv = h_kv, .d = d, .scale = scale,
+                      .q_pos = gpos, .kv_pos = gpos, .q_seg = segments, .kv_seg = segments,
+                      .mask = mask};
+    double *O_ref = malloc(qn * 8), *lse_ref = malloc((size_t)N * h_q * 8);
+    double *dQ_ref = malloc(qn * 8), *dK_ref = malloc(kvn * 8), *dV_ref = malloc(kvn * 8);
+    ref_attn_fwd(&g, Q, K, V, O_ref, lse_ref);
+    ref_attn_bwd(&g, Q, K, V, dO, dQ_ref, dK_ref, dV_ref);
+
+    /* This rank's share, in fp32. */
+    size_t n = (size_t)layout.n, qrow = (size_t)h_q * d, kvrow = (size_t)h_kv * d;
+    float *q = malloc(n * qrow * 4), *k = malloc(n * kvrow * 4), *v = malloc(n * kvrow * 4),
+          *dout = malloc(n * qrow * 4), *out = malloc(n * qrow * 4), *lse = malloc(n * h_q * 4),
+          *dq = malloc(n * qrow * 4), *dk = malloc(n * kvrow * 4), *dv = malloc(n * kvrow * 4);
+    int64_t *pos = malloc(n * sizeof(int64_t));
+    seq_layout_positions(&layout, rank, pos);
+    for (size_t i = 0; i < n; i++) {
+        size_t gi = (size_t)pos[i];
+        for (size_t c = 0; c < qrow; c++) q[i * qrow + c] = (float)Q[gi * qrow + c];
+        for (size_t c = 0; c < qrow; c++) dout[i * qrow + c] = (float)dO[gi * qrow + c];
+        for (size_t c = 0; c < kvrow; c++) k[i * kvrow + c] = (float)K[gi * kvrow + c];
+        for (size_t c = 0; c < kvrow; c++) v[i * kvrow + c] = (float)V[gi * kvrow + c];
+    }
+
+    ring_plan_config pc = {.topo = o->topo, .nodes = o->nodes, .layout = layout,
+                           .need = {.mask = mask, .segments = segments, .N = N},
+                           .h_q = h_q, .h_kv = h_kv, .d = d, .count_pairs = 0};
+    bk_queue queue = bk_host_queue();
+    ring_exec_ctx ctx = {.comm = bt_world_comm(world), .queue = &queue, .scale = scale,
+                         .mask = mask, .segments = segments};
+    ring_exec_stats stats;
+    bt_counter before[RING_N_CHANNELS];
+
+    ring_schedule *fwd = ring_plan(&pc, RING_FORWARD, err, sizeof err);
+    if (!fwd) {
+        fprintf(stderr, "rank %d: plan: %s\n", rank, err);
+        exit(2);
+    }
+    ctx.sched = fwd;
+    snapshot(before);
+    must(ring_forward(&ctx, q, k, v, out, lse, &stats), "ring forward");
+    check_bytes(fwd, before, config);
+    check("O", compare_rows(&layout, out, O_ref, qrow), 2e-5, config);
+    check("lse", compare_rows(&layout, lse, lse_ref, (size_t)h_q), 2e-5, config);
+
+    if (o->kill_rank == rank) {
+        fprintf(stderr, "rank %d: dying between the forward and the backward ring\n", rank);
+        kill(getpid(), SIGKILL);
+    }
+    const ring_pass passes[2] = {RING_BWD_Q_SIDE, RING_BWD_KV_SIDE};
+    for (int p = 0; p < 2; p++) {
+        ring_schedule *bwd = ring_plan(&pc, passes[p], err, sizeof err);
+        ctx.sched = bwd;
+        char cfg2[200];
+        snprintf(cfg2, sizeof cfg2, "%s %s", config, p == 0 ? "Q-side" : "KV-side");
+        snapshot(before);
+        must(ring_backward(&ctx, q, k, v, out, dout, lse, dq, dk, dv, &stats), "ring backward");
+        check_bytes(bwd, before, cfg2);
+        check("dQ", compare_rows(&layout, dq, dQ_ref, qrow), 5e-5, cfg2);
+        check("dK", compare_rows(&layout, dk, dK_ref, kvrow), 5e-5, cfg2);
+        check("dV", compare_rows(&layout, dv, dV_ref, kvrow), 5e-5, cfg2);
+        ring_schedule_free(bwd);
+    }
+    ring_schedule_free(fwd);
+    free(Q), free(K), free(V), free(dO), free(segments), free(bits), free(gpos);
+    free(O_ref), free(lse_ref), free(dQ_ref), free(dK_ref), free(dV_ref);
+    free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
+    free(pos);
+}
+
+int main(int argc, char **argv)
+{
+    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--mask") == 0) o.mask_name = argv[i + 1];
+        else if (strcmp(argv[i], "--layout") == 0 && seq_layout_parse(argv[i + 1], &o.layout) == 0) {}
+        else if (strcmp(argv[i], "--n") == 0) o.N = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--double-ring") == 0) o.topo = TOPO_DOUBLE, o.nodes = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--kill-rank") == 0) o.kill_rank = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "ring_worker: bad option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    char err[512];
+    if (bt_world_init(NULL, &world, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "ring_worker: %s\n", err);
+        return 1;
+    }
+    rank = bt_world_rank(world);
+    size = bt_world_size(world);
+    if (o.N == 0) o.N = 48 * size; /* divisible by 2P, and by 8 sparse blocks when 8 | 6P */
+    run_heads(&o, 4, 4, 16); /* MHA */
+    run_heads(&o, 4, 2, 16); /* GQA */
+    int64_t total = failures;
+    must(bt_allreduce(bt_world_comm(world), &total, 1, BT_I64, BT_SUM), "allreduce");
+    must(bt_world_finalize(world), "finalize");
+    if (rank == 0 && total == 0)
+        printf("ok ring %s/%s on %d ranks%s\n", o.mask_name, seq_layout_name(o.layout), size,
+               o.topo == TOPO_DOUBLE ? " (double ring)" : "");
+    return total ? 1 : 0;
+}

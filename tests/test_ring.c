@@ -1,0 +1,84 @@
+/* test_ring.c: distributed attention against the single-rank double-precision
+ * reference, with real processes under `burst run`: O, lse, dQ, dK, dV for
+ * P = 1..4 (and 5, 6), every mask, MHA and GQA, both backward directions, the
+ * flat ring and the double ring on emulated nodes; the byte counters against
+ * the schedule; a rank killed between the forward and the backward ring. The
+ * ranks are tests/ring_worker, which checks its own rows. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tests/testutil.h"
+
+static char worker[4096];
+
+static void expect_ok(int ranks, int nodes, const char *mask, const char *layout)
+{
+    char n[16], m[16];
+    snprintf(n, sizeof n, "%d", ranks);
+    snprintf(m, sizeof m, "%d", nodes);
+    char *argv[] = {(char *)test_burst_path(), "run", "-n", n, "--nodes", m, "--",
+                    (char *)test_program_path("ring_worker", worker, sizeof worker), "--mask",
+                    (char *)mask, "--layout", (char *)layout, nodes > 1 ? "--double-ring" : NULL,
+                    m, NULL};
+    test_run_result r = test_run(argv, NULL);
+    char want[128];
+    snprintf(want, sizeof want, "ok ring %s/%s on %d ranks", mask, layout, ranks);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, want), "%s/%s P=%d nodes=%d: exit %d\n%s",
+                  mask, layout, ranks, nodes, r.exit_code, r.out);
+    test_run_free(&r);
+}
+
+static const char *masks[][2] = {{"none", "contiguous"},   {"causal", "zigzag"},
+                                  {"causal", "contiguous"}, {"window", "contiguous"},
+                                  {"document", "contiguous"}, {"sparse", "contiguous"}};
+
+START_TEST(flat_ring_equals_single_rank)
+{
+    for (int P = 1; P <= 4; P++) expect_ok(P, 1, masks[_i][0], masks[_i][1]);
+}
+END_TEST
+
+START_TEST(double_ring_equals_single_rank)
+{
+    expect_ok(4, 2, masks[_i][0], masks[_i][1]); /* 2 emulated nodes x 2 ranks */
+}
+END_TEST
+
+START_TEST(odd_and_larger_worlds)
+{
+    expect_ok(5, 1, "causal", "zigzag");
+    expect_ok(6, 3, "causal", "zigzag"); /* 3 nodes x 2 ranks */
+    expect_ok(6, 2, "document", "zigzag"); /* 2 nodes x 3 ranks */
+}
+END_TEST
+
+START_TEST(rank_lost_during_the_ring_is_named)
+{
+    char *argv[] = {(char *)test_burst_path(), "run", "-n", "3", "--no-kill", "--",
+                    (char *)test_program_path("ring_worker", worker, sizeof worker), "--mask",
+                    "causal", "--layout", "zigzag", "--kill-rank", "1", NULL};
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_msg(r.exit_code != 0, "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "[0] rank 0: ring backward: rank 0: lost rank 1"), "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "[2] rank 2: ring backward: rank 2: lost rank 1"), "%s", r.out);
+    test_run_free(&r);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ring");
+    TCase *tc = tcase_create("ring");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, flat_ring_equals_single_rank, 0, 6);
+    tcase_add_loop_test(tc, double_ring_equals_single_rank, 0, 6);
+    tcase_add_test(tc, odd_and_larger_worlds);
+    tcase_add_test(tc, rank_lost_during_the_ring_is_named);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,335 @@
+/* test_ring_schedule.c: the planner's schedules, checked as data in one
+ * process: every (query block, key block) pair the mask needs is computed
+ * exactly once and no other; every receive has its send and lands in a slot
+ * nothing else overwrites before use; the trailing accumulator visits every
+ * holder in step order and ends at home; the byte counts follow the formulas
+ * (Q-side vs KV-side per step, auto never worse, a sliding window sends only
+ * ceil(W/n) blocks). The block-level mask decisions are checked against the
+ * kernels' per-element rule. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/ring_schedule.h"
+
+typedef struct {
+    const char *name;
+    bk_attn_mask mask;
+    seq_layout_kind layout;
+} mask_case;
+
+static uint64_t sparse_bits[1];
+static int32_t segments[4096];
+
+static mask_case mask_cases(int i, int64_t N, int P)
+{
+    bk_attn_mask w = bk_attn_mask_window(N / P + N / P / 2 - 1, 0);
+    w.flags |= BK_ATTN_CAUSAL;
+    sparse_bits[0] = 0;
+    for (int q = 0; q < 8; q++)
+        for (int k = 0; k <= q; k++)
+            if (k == q || (q + k) % 3 == 0) sparse_bits[0] |= 1ull << (q * 8 + k);
+    bk_attn_mask sp = bk_attn_mask_block_sparse(sparse_bits, N / 8, 8);
+    for (int64_t p = 0; p < N; p++) segments[p] = (int32_t)(p * 5 / N); /* 5 documents */
+    mask_case cases[] = {
+        {"none", bk_attn_mask_none(), LAYOUT_CONTIGUOUS},
+        {"causal", bk_attn_mask_causal(), LAYOUT_ZIGZAG},
+        {"causal-contiguous", bk_attn_mask_causal(), LAYOUT_CONTIGUOUS},
+        {"window", w, LAYOUT_CONTIGUOUS},
+        {"document", bk_attn_mask_document(1), LAYOUT_CONTIGUOUS},
+        {"sparse", sp, LAYOUT_CONTIGUOUS},
+    };
+    return cases[i];
+}
+enum { N_MASK_CASES = 6 };
+
+static ring_schedule *plan(int P, int nodes, int i_mask, ring_pass pass, int h_q, int h_kv, int d,
+                           int64_t N)
+{
+    mask_case mc = mask_cases(i_mask, N, P);
+    char err[256];
+    ring_plan_config cfg = {.topo = nodes > 1 ? TOPO_DOUBLE : TOPO_FLAT, .nodes = nodes,
+                            .need = {.mask = mc.mask, .segments = segments, .N = N},
+                            .h_q = h_q, .h_kv = h_kv, .d = d};
+    ck_assert(seq_layout_init(&cfg.layout, mc.layout, P, N, err, sizeof err) == 0);
+    ring_schedule *s = ring_plan(&cfg, pass, err, sizeof err);
+    ck_assert_msg(s != NULL, "%s", err);
+    return s;
+}
+
+/* Brute force over every (query, key) position pair with the kernels' rule. */
+static int needs(const ring_schedule *s, const bk_attn_mask *m, int q_rank, int k_rank)
+{
+    int64_t n = s->layout.n, *qp = malloc(n * sizeof(int64_t)), *kp = malloc(n * sizeof(int64_t));
+    seq_layout_positions(&s->layout, q_rank, qp);
+    seq_layout_positions(&s->layout, k_rank, kp);
+    int any = 0;
+    for (int64_t i = 0; i < n && !any; i++)
+        for (int64_t j = 0; j < n && !any; j++)
+            any = bk_attn_allowed(m, qp[i], kp[j], segments[qp[i]], segments[kp[j]]);
+    free(qp);
+    free(kp);
+    return any;
+}
+
+static void check_schedule(const ring_schedule *s, const bk_attn_mask *m, const char *what)
+{
+    int P = s->P;
+    int *computed = calloc((size_t)P * P, sizeof(int));
+    for (int r = 0; r < P; r++)
+        for (int st = 0; st < s->n_steps; st++) {
+            const ring_step *x = ring_step_at(s, r, st);
+            if (x->block < 0) continue;
+            if (x->compute) {
+                int q = s->pass == RING_BWD_Q_SIDE ? x->block : r;
+                int k = s->pass == RING_BWD_Q_SIDE ? r : x->block;
+                computed[q * P + k]++;
+            }
+            if (st == 0) {
+                ck_assert_msg(x->block == r && x->slot == SLOT_HOME, "%s: step 0 of rank %d", what, r);
+                continue;
+            }
+            /* The held block was received by this rank at an earlier step, into
+             * this slot, and no later receive overwrote the slot before now. */
+            int found = -1;
+            for (int e = st - 1; e >= 0 && found < 0; e--) {
+                const ring_step *y = ring_step_at(s, r, e);
+                for (int k = 0; k < y->n_recv; k++)
+                    if (y->recv[k].slot == x->slot) {
+                        ck_assert_msg(y->recv[k].block == x->block,
+                                      "%s: rank %d step %d: slot %d was overwritten by block %d "
+                                      "before block %d was used", what, r, st, x->slot,
+                                      y->recv[k].block, x->block);
+                        found = e;
+                    }
+            }
+            ck_assert_msg(found >= 0, "%s: rank %d holds block %d at step %d without receiving it",
+                          what, r, x->block, st);
+            /* ... and its sender posted the matching send at that same step. */
+            const ring_step *y = ring_step_at(s, r, found);
+            for (int k = 0; k < y->n_recv; k++) {
+                if (y->recv[k].slot != x->slot) continue;
+                const ring_step *z = ring_step_at(s, y->recv[k].peer, found);
+                int matched = 0;
+                for (int j = 0; j < z->n_send; j++)
+                    matched |= z->send[j].peer == r && z->send[j].block == x->block &&
+                               z->send[j].channel == y->recv[k].channel;
+                ck_assert_msg(matched, "%s: no send matches rank %d's receive of block %d", what,
+                              r, x->block);
+            }
+        }
+    for (int q = 0; q < P; q++)
+        for (int k = 0; k < P; k++) {
+            int want = needs(s, m, q, k);
+            ck_assert_msg(computed[q * P + k] == want,
+                          "%s: pair (queries of %d, keys of %d) computed %d times, the mask %s it",
+                          what, q, k, computed[q * P + k], want ? "needs" : "excludes");
+        }
+    free(computed);
+    if (s->pass == RING_FORWARD) return;
+    /* The accumulator of each block: from home through every holder, in step
+     * order, back home. */
+    for (int b = 0; b < P; b++) {
+        int at = b, step = 0, hops = 0;
+        for (;;) {
+            const ring_step *x = ring_step_at(s, at, step);
+            ck_assert_msg(x->block == b, "%s: accumulator of block %d lost at rank %d step %d",
+                          what, b, at, step);
+            if (x->acc_to < 0) break;
+            if (x->acc_to == b && x->acc_to_channel == RING_CH_BWD_ACC_HOME) {
+                ck_assert_int_eq(s->home_acc_from[b], at);
+                at = b;
+                break;
+            }
+            const ring_step *next = ring_step_at(s, x->acc_to, step + 1);
+            ck_assert_msg(next->acc_from == at, "%s: block %d: rank %d does not expect the "
+                                                "accumulator from %d", what, b, x->acc_to, at);
+            at = x->acc_to;
+            step++;
+            ck_assert(++hops <= P);
+        }
+        ck_assert_msg(at == b, "%s: the accumulator of block %d ends at rank %d", what, b, at);
+    }
+}
+
+START_TEST(schedules_compute_every_needed_pair_once)
+{
+    const int ranks[] = {1, 2, 3, 4, 5, 4, 6, 6};
+    const int nodes[] = {1, 1, 1, 1, 1, 2, 2, 3};
+    const ring_pass passes[] = {RING_FORWARD, RING_BWD_Q_SIDE, RING_BWD_KV_SIDE};
+    for (int t = 0; t < 8; t++)
+        for (int mi = 0; mi < N_MASK_CASES; mi++)
+            for (int p = 0; p < 3; p++) {
+                int P = ranks[t];
+                int64_t N = 48 * P;
+                ring_schedule *s = plan(P, nodes[t], mi, passes[p], 4, 2, 16, N);
+                mask_case mc = mask_cases(mi, N, P);
+                char what[128];
+                snprintf(what, sizeof what, "%s P=%d nodes=%d %s", mc.name, P, nodes[t],
+                         ring_pass_name(passes[p]));
+                check_schedule(s, &mc.mask, what);
+                ring_schedule_free(s);
+            }
+}
+END_TEST
+
+static uint64_t bytes_at_step(const ring_schedule *s, int rank, int step)
+{
+    const ring_step *x = ring_step_at(s, rank, step);
+    return (uint64_t)x->n_send * s->input_bytes + (x->acc_to >= 0 ? s->acc_bytes : 0);
+}
+
+START_TEST(q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha)
+{
+    const int dims[] = {64, 128, 16};
+    for (int i = 0; i < 3; i++) {
+        int d = dims[i], P = 4;
+        ring_schedule *q = plan(P, 1, 0, RING_BWD_Q_SIDE, 8, 8, d, 64 * P);
+        ring_schedule *kv = plan(P, 1, 0, RING_BWD_KV_SIDE, 8, 8, d, 64 * P);
+        for (int r = 0; r < P; r++)
+            for (int st = 1; st < P - 1; st++) { /* steady-state steps */
+                uint64_t bq = bytes_at_step(q, r, st), bkv = bytes_at_step(kv, r, st);
+                ck_assert_msg(bq * (uint64_t)(4 * d) == bkv * (uint64_t)(3 * d + 2),
+                              "d=%d rank %d step %d: Q-side %llu bytes, KV-side %llu", d, r, st,
+                              (unsigned long long)bq, (unsigned long long)bkv);
+            }
+        ring_schedule_free(q);
+        ring_schedule_free(kv);
+    }
+}
+END_TEST
+
+START_TEST(auto_never_sends_more_than_the_cheaper_direction)
+{
+    const int heads[][2] = {{8, 8}, {8, 4}, {8, 2}, {8, 1}, {32, 8}, {4, 4}};
+    for (int i = 0; i < 6; i++) {
+        int hq = heads[i][0], hkv = heads[i][1], P = 4;
+        ring_pass chosen = ring_choose_backward(BWD_AUTO, hq, hkv, 64);
+        ring_schedule *q = plan(P, 1, 1, RING_BWD_Q_SIDE, hq, hkv, 64, 64 * P);
+        ring_schedule *kv = plan(P, 1, 1, RING_BWD_KV_SIDE, hq, hkv, 64, 64 * P);
+        ring_schedule *a = plan(P, 1, 1, chosen, hq, hkv, 64, 64 * P);
+        uint64_t tq = 0, tkv = 0, ta = 0;
+        for (int r = 0; r < P; r++) {
+            tq += ring_schedule_bytes_sent(q, r);
+            tkv += ring_schedule_bytes_sent(kv, r);
+            ta += ring_schedule_bytes_sent(a, r);
+        }
+        ck_assert_msg(ta <= tq && ta <= tkv, "Hq=%d Hkv=%d: auto sends %llu, Q-side %llu, KV-side %llu",
+                      hq, hkv, (unsigned long long)ta, (unsigned long long)tq, (unsigned long long)tkv);
+        if (hkv * 2 <= hq) ck_assert_int_eq(chosen, RING_BWD_KV_SIDE); /* GQA with g >= 2 */
+        if (hkv == hq) ck_assert_int_eq(chosen, RING_BWD_Q_SIDE);
+        ring_schedule_free(q);
+        ring_schedule_free(kv);
+        ring_schedule_free(a);
+    }
+    ck_assert_int_eq(ring_choose_backward(BWD_KV_SIDE, 8, 8, 64), RING_BWD_KV_SIDE);
+    ck_assert_int_eq(ring_choose_backward(BWD_Q_SIDE, 8, 1, 64), RING_BWD_Q_SIDE);
+}
+END_TEST
+
+START_TEST(sliding_window_sends_only_the_window)
+{
+    /* W = 2.5 local blocks: each rank needs its block and ceil(W/n) = 3 before it. */
+    const int P = 8;
+    const int64_t n = 64, N = n * P, W = 2 * n + n / 2;
+    bk_attn_mask m = bk_attn_mask_window(W - 1, 0);
+    m.flags |= BK_ATTN_CAUSAL;
+    char err[256];
+    ring_plan_config cfg = {.topo = TOPO_FLAT, .nodes = 1, .need = {.mask = m, .N = N},
+                            .h_q = 4, .h_kv = 4, .d = 16};
+    ck_assert(seq_layout_init(&cfg.layout, LAYOUT_CONTIGUOUS, P, N, err, sizeof err) == 0);
+    ring_schedule *s = ring_plan(&cfg, RING_FORWARD, err, sizeof err);
+    int64_t window_blocks = (W + n - 1) / n;
+    for (int r = 0; r < P; r++) {
+        int sends = 0;
+        for (int st = 0; st < s->n_steps; st++) {
+            const ring_step *x = ring_step_at(s, r, st);
+            sends += x->n_send;
+            for (int k = 0; k < x->n_send; k++) /* nobody gets a block outside its window */
+                ck_assert_msg(x->send[k].peer - x->send[k].block <= window_blocks &&
+                                  x->send[k].peer > x->send[k].block,
+                              "rank %d sends block %d to rank %d", r, x->send[k].block,
+                              x->send[k].peer);
+        }
+        /* Rank r forwards its own block and the blocks of up to W/n - 1
+         * predecessors, while the next rank is within their window; the last
+         * rank has no one to feed. */
+        int expect = r == P - 1 ? 0 : (int)(r + 1 < window_blocks ? r + 1 : window_blocks);
+        ck_assert_msg(sends == expect, "rank %d sends %d blocks, expected %d (not P-1 = %d)", r,
+                      sends, expect, P - 1);
+    }
+    ck_assert_int_eq(s->n_steps, P);
+    ring_schedule_free(s);
+}
+END_TEST
+
+START_TEST(block_level_need_matches_the_per_element_rule)
+{
+    /* attn_need_pairs counts exactly the pairs bk_attn_allowed lets through. */
+    for (int mi = 0; mi < N_MASK_CASES; mi++) {
+        int P = 4;
+        int64_t N = 48 * P;
+        mask_case mc = mask_cases(mi, N, P);
+        seq_layout l;
+        char err[128];
+        ck_assert(seq_layout_init(&l, mc.layout, P, N, err, sizeof err) == 0);
+        attn_need_ctx ctx = {.mask = mc.mask, .segments = segments, .N = N};
+        for (int q = 0; q < P; q++)
+            for (int k = 0; k < P; k++) {
+                seq_chunk qc[2], kc[2];
+                int nq = seq_layout_chunks(&l, q, qc), nk = seq_layout_chunks(&l, k, kc);
+                int64_t counted = attn_need_pairs(&ctx, qc, nq, kc, nk, 1), brute = 0;
+                for (int a = 0; a < nq; a++)
+                    for (int64_t i = qc[a].begin; i < qc[a].end; i++)
+                        for (int b = 0; b < nk; b++)
+                            for (int64_t j = kc[b].begin; j < kc[b].end; j++)
+                                brute += bk_attn_allowed(&mc.mask, i, j, segments[i], segments[j]);
+                ck_assert_msg(counted == brute, "%s: ranks (%d, %d): %lld pairs counted, %lld allowed",
+                              mc.name, q, k, (long long)counted, (long long)brute);
+            }
+    }
+}
+END_TEST
+
+START_TEST(layouts_give_true_global_positions)
+{
+    seq_layout l;
+    char err[128];
+    ck_assert(seq_layout_init(&l, LAYOUT_ZIGZAG, 4, 32, err, sizeof err) == 0);
+    int64_t pos[8];
+    seq_layout_positions(&l, 1, pos); /* chunks 1 and 6 of 8 chunks of 4 */
+    const int64_t want[8] = {4, 5, 6, 7, 24, 25, 26, 27};
+    for (int i = 0; i < 8; i++) ck_assert_int_eq(pos[i], want[i]);
+    /* scatter then gather is the identity, and every position is held once */
+    int global[32], local[8], back[32];
+    for (int i = 0; i < 32; i++) global[i] = 100 + i, back[i] = -1;
+    for (int r = 0; r < 4; r++) {
+        seq_layout_scatter(&l, r, global, local, sizeof(int));
+        seq_layout_positions(&l, r, pos);
+        for (int i = 0; i < 8; i++) ck_assert_int_eq(local[i], 100 + pos[i]);
+        seq_layout_gather(&l, r, local, back, sizeof(int));
+    }
+    for (int i = 0; i < 32; i++) ck_assert_int_eq(back[i], global[i]);
+    ck_assert(seq_layout_init(&l, LAYOUT_ZIGZAG, 4, 36, err, sizeof err) != 0);
+    ck_assert(strstr(err, "multiple of 8") != NULL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ring_schedule");
+    TCase *tc = tcase_create("schedule");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, layouts_give_true_global_positions);
+    tcase_add_test(tc, block_level_need_matches_the_per_element_rule);
+    tcase_add_test(tc, schedules_compute_every_needed_pair_once);
+    tcase_add_test(tc, q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha);
+    tcase_add_test(tc, auto_never_sends_more_than_the_cheaper_direction);
+    tcase_add_test(tc, sliding_window_sends_only_the_window);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
