@@ -16,7 +16,7 @@ static const struct subcommand subcommands[] = {
     {"train", cmd_train, "train a model across ranks (not built yet: exits 2)"},
     {"data", cmd_data, "import, synthesise and check HDF5 corpora (not built yet: exits 2)"},
     {"bench", cmd_bench, "benchmarks: kernels, transport"},
-    {"plan", cmd_plan, "plan distributed attention against a cost model (not built yet: exits 2)"},
+    {"plan", cmd_plan, "plan distributed attention: bytes, steps, --dump-schedule"},
     {"run", cmd_run, "local launcher: start N ranks of a program on this machine"},
     {"selftest", cmd_selftest, "check the kernels and the transport on this machine (any world size)"},
     {"version", cmd_version, "print the version and which optional parts were built"},

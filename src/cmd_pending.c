@@ -16,4 +16,3 @@ static int pending(int argc, char **argv, const char *what)
 
 int cmd_train(int argc, char **argv) { return pending(argc, argv, "the training engine"); }
 int cmd_data(int argc, char **argv) { return pending(argc, argv, "HDF5 corpus tools"); }
-int cmd_plan(int argc, char **argv) { return pending(argc, argv, "the attention planner"); }

@@ -7,7 +7,8 @@ libburst_engine_a_SOURCES += src/cli.h src/bench.h src/selftest.h \
 # Distributed attention: layouts, the mask's block-level needs, the planner and
 # the executor of the ring.
 libburst_engine_a_SOURCES += src/seq_layout.h src/seq_layout.c src/attn_need.h src/attn_need.c \
-	src/ring_schedule.h src/ring_schedule.c src/ring_exec.h src/ring_exec.c
+	src/ring_schedule.h src/ring_schedule.c src/ring_exec.h src/ring_exec.c \
+	src/attn_options.h src/attn_options.c src/cmd_plan.c
 
 check_PROGRAMS += tests/ring_worker
 tests_ring_worker_SOURCES = tests/ring_worker.c tests/attention_ref.c tests/attention_ref.h

@@ -92,6 +92,7 @@ ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err,
     s->h_kv = cfg->h_kv;
     s->d = cfg->d;
     s->n_steps = P;
+    s->pairs_counted = cfg->count_pairs;
     s->steps = calloc((size_t)P * (size_t)P, sizeof *s->steps);
     s->home_acc_from = malloc((size_t)P * sizeof(int));
     s->home_acc_channel = calloc((size_t)P, sizeof(int));
@@ -230,7 +231,7 @@ void ring_schedule_dump(FILE *out, const ring_schedule *s)
             else
                 fprintf(out, " block %d (slot %d) %s", x->block, x->slot,
                         x->compute ? "compute" : "relay only");
-            if (x->pairs > 0 && x->compute) fprintf(out, " [%lld pairs]", (long long)x->pairs);
+            if (s->pairs_counted && x->compute) fprintf(out, " [%lld pairs]", (long long)x->pairs);
             for (int k = 0; k < x->n_send; k++)
                 fprintf(out, "; send block %d -> %d (%s, ch %d)", x->send[k].block,
                         x->send[k].peer, link_name(x->send[k].link), x->send[k].channel);

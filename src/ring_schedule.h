@@ -84,6 +84,7 @@ typedef struct {
     seq_layout layout;
     int h_q, h_kv, d;
     int n_steps;                  /* steps per rank (equal on every rank) */
+    int pairs_counted;            /* ring_step.pairs counts pairs (else it is 0 or 1) */
     ring_step *steps;             /* [P][n_steps] */
     int *home_acc_from;           /* [P] backward: who sends the final accumulator home, or -1 */
     int *home_acc_channel;        /* [P] */
