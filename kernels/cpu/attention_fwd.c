@@ -216,10 +216,13 @@ bk_status bk_attn_fwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, 
         w.l = w.m2 + BK_ATTN_TQ;
         w.alpha = w.l + BK_ATTN_TQ;
         w.off = w.alpha + BK_ATTN_TQ;
-        /* later query tiles first: under a causal mask they are the longest */
+        /* head-major, so that the threads stream the same K/V head together (it
+         * then comes from the shared cache rather than memory once per thread);
+         * within a head later query tiles first: under a causal mask they are
+         * the longest, which leaves short units for the end of the schedule */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t u = 0; u < units; u++)
-            fwd_unit(&a, &w, (int)(u % g->h_q), n_qt - 1 - u / g->h_q, &n_skip, &n_mask, &n_full);
+            fwd_unit(&a, &w, (int)(u / n_qt), n_qt - 1 - u % n_qt, &n_skip, &n_mask, &n_full);
         free(w.qt);
         free(w.ot);
         free(w.st);
