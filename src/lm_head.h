@@ -1,0 +1,36 @@
+/* lm_head.h: the LM head fused with the cross-entropy loss, chunked along the
+ * sequence, so the [n, V] logits are never materialised: for each chunk of
+ * tokens, logits = h W^T, per-row fp32 lse and loss, dlogits = softmax -
+ * onehot (times scale) in place, then dh = dlogits W and dW += dlogits^T h,
+ * all during the forward. A reference path materialises all logits at once;
+ * tests check the two agree. */
+#ifndef BURST_LM_HEAD_H
+#define BURST_LM_HEAD_H
+
+#include <stdint.h>
+
+#include "kernels/kernels_common.h"
+
+typedef struct {
+    int64_t chunk_tokens;  /* rows of logits alive at once (fused path) */
+    float z_loss;          /* coefficient of lse^2 (0 = off) */
+    int64_t ignore_index;  /* label of rows that do not count */
+} lm_head_opts;
+
+/* h [n, D] (final-normed hidden states), W [V, D] (one row per vocabulary
+ * entry: the tied embedding's layout), labels [n]. scale multiplies every
+ * gradient (1 / valid tokens over all ranks, known before the call). Adds the
+ * sum of per-row losses of valid rows (unscaled, including z-loss) to
+ * *loss_sum and their count to *n_valid; writes dh [n, D]; adds to dW [V, D]
+ * (fp32). scratch holds lm_head_scratch_floats() floats. */
+bk_status lm_head_fused(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D, int64_t V,
+                        const float *h, const float *W, const int64_t *labels, float scale,
+                        double *loss_sum, int64_t *n_valid, float *dh, float *dW, float *scratch);
+size_t lm_head_scratch_floats(const lm_head_opts *o, int64_t V);
+
+/* The reference: the same results with all [n, V] logits in memory at once. */
+bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
+                          int64_t V, const float *h, const float *W, const int64_t *labels,
+                          float scale, double *loss_sum, int64_t *n_valid, float *dh, float *dW);
+
+#endif

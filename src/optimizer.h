@@ -1,0 +1,47 @@
+/* optimizer.h: AdamW with ZeRO-1 over the world. Every rank holds all the
+ * parameters (one flat fp32 buffer, identical everywhere) and its own partial
+ * gradients (one flat fp32 buffer); a step reduce-scatters the gradients (sum)
+ * so each rank owns 1/world of them, takes the global gradient norm, clips,
+ * updates its shard with its shard of the moments (decoupled weight decay, bias
+ * correction, fp32), and all-gathers the parameters. Also the learning-rate
+ * schedule: linear warm-up, then cosine decay to min_lr. */
+#ifndef BURST_OPTIMIZER_H
+#define BURST_OPTIMIZER_H
+
+#include <stdint.h>
+
+#include "transport/transport.h"
+
+typedef struct {
+    double beta1, beta2, eps, weight_decay;
+    double grad_clip; /* max global norm; 0 = no clipping */
+} zero1_hparams;
+
+typedef struct zero1 zero1;
+
+/* n_params parameters; decay_mask [n_params] (1 = apply weight decay, 0 = not,
+ * e.g. norm gains), copied; NULL = decay everything. Collective over comm. */
+zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
+                    const zero1_hparams *hp);
+void zero1_free(zero1 *z);
+
+/* One step (step counts from 1). grads are reduced in place (their content
+ * afterwards is unspecified); params are updated on every rank. *grad_norm is
+ * the global norm before clipping; when it is not finite nothing is updated
+ * and BT_OK is returned with *grad_norm = NaN or inf (the caller decides). */
+bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t step,
+                     double *grad_norm);
+
+/* This rank's shard: [*begin, *end) of the flat parameter index. */
+void zero1_shard(const zero1 *z, int64_t *begin, int64_t *end);
+/* Bytes of optimizer state on this rank (two fp32 moments of its shard). */
+size_t zero1_state_bytes(const zero1 *z);
+/* Moments of this rank's shard, for checkpoints: [shard size] each. */
+float *zero1_moment1(zero1 *z);
+float *zero1_moment2(zero1 *z);
+
+/* Learning rate at a step (1-based): warm-up from 0 to lr over warmup steps,
+ * then cosine to min_lr at total_steps. */
+double lr_schedule(double lr, double min_lr, int64_t warmup, int64_t total_steps, int64_t step);
+
+#endif

@@ -1,0 +1,77 @@
+/* train_config.h: the configuration of `burst train`: an INI file (parsed with
+ * inih) plus `--set section.key=value` overrides, every key validated with a
+ * message naming it, named model presets, and a printable effective
+ * configuration that loads back to the same values. */
+#ifndef BURST_TRAIN_CONFIG_H
+#define BURST_TRAIN_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+    /* [model] */
+    char preset[32];        /* tiny | small | 7b | 13b | 70b | llama3-8b | custom */
+    int layers;
+    int d_model;
+    int n_heads;            /* query heads */
+    int n_kv_heads;
+    int d_ff;               /* SwiGLU hidden size */
+    int vocab;
+    double rope_theta;
+    double rope_scaling;    /* position interpolation factor (1 = none) */
+    int64_t max_seq;
+    int tied_embeddings;    /* LM head shares the embedding matrix */
+    double init_std;
+    double norm_eps;
+    /* [data] */
+    char source[16];        /* synthetic (in memory) | hdf5 (not built yet) */
+    char task[16];          /* synthetic task: copy | counting */
+    int64_t seq_len;        /* tokens per sequence (global, split over cp ranks) */
+    uint64_t data_seed;
+    /* [parallel] */
+    int dp, cp;             /* world = dp * cp, node-major */
+    char layout[16];        /* auto | zigzag | contiguous */
+    char mask[16];          /* causal | window */
+    int64_t window;         /* tokens, for mask = window */
+    char backward[8];       /* auto | q | kv */
+    char ring[8];           /* auto | flat | double */
+    /* [train] */
+    int64_t steps;
+    int micro_batches;      /* gradient accumulation: sequences per rank per step */
+    double lr, min_lr;
+    int64_t warmup_steps;
+    double weight_decay, beta1, beta2, adam_eps;
+    double grad_clip;       /* max global gradient norm; 0 = off */
+    uint64_t seed;          /* initialisation */
+    char on_nonfinite[8];   /* stop | skip */
+    int log_every;
+    char metrics[256];      /* JSON-lines file; empty = none */
+    /* [memory] */
+    double ckpt_fraction;   /* share of local tokens whose attention O, lse are kept: 0, 0.5, 1 */
+    int fused_head;         /* LM head fused with the loss, chunked (1) or the reference (0) */
+    int64_t head_chunk;     /* tokens per chunk of logits */
+    double z_loss;
+    /* [transport] */
+    char intra[8];          /* auto | ucx | nccl */
+    double timeout;         /* seconds */
+} train_config;
+
+void train_config_default(train_config *c);
+/* Sets the [model] dimensions of a named preset; -1 for an unknown name. */
+int train_config_preset(train_config *c, const char *name);
+/* Reads an INI file over c. The [model] preset key is applied first, so keys
+ * given next to it override the preset. Unknown sections or keys, values of
+ * the wrong type and out-of-range values are errors naming file, line and
+ * section.key. Returns 0 or -1 with the message in err. */
+int train_config_load(train_config *c, const char *path, char *err, size_t err_len);
+/* Applies one "section.key=value" override, with the same checks. */
+int train_config_set(train_config *c, const char *assignment, char *err, size_t err_len);
+/* Checks the configuration as a whole against the world size: heads dividing,
+ * dp * cp = world, sequence length compatible with the layout and the ranks,
+ * and so on. Returns 0 or -1 with a message naming the key. */
+int train_config_validate(const train_config *c, int world_size, char *err, size_t err_len);
+/* The effective configuration as INI text (loads back to the same values). */
+void train_config_print(FILE *out, const train_config *c);
+
+#endif
