@@ -21,3 +21,6 @@ tests_test_ring_schedule_LDADD = $(LDADD) $(CHECK_LIBS)
 tests_test_ring_SOURCES = tests/test_ring.c tests/testutil.h tests/testutil.c
 tests_test_ring_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_ring_LDADD = $(LDADD) $(CHECK_LIBS)
+
+# `burst bench attention`: the ring against an all-gather baseline and one rank.
+libburst_engine_a_SOURCES += src/bench_attention.c
