@@ -24,3 +24,12 @@ tests_test_ring_LDADD = $(LDADD) $(CHECK_LIBS)
 
 # `burst bench attention`: the ring against an all-gather baseline and one rank.
 libburst_engine_a_SOURCES += src/bench_attention.c
+
+# ZeRO-1 AdamW and the learning-rate schedule.
+libburst_engine_a_SOURCES += src/optimizer.h src/optimizer.c
+check_PROGRAMS += tests/optimizer_worker tests/test_optimizer
+TESTS += tests/test_optimizer
+tests_optimizer_worker_SOURCES = tests/optimizer_worker.c
+tests_test_optimizer_SOURCES = tests/test_optimizer.c tests/testutil.h tests/testutil.c
+tests_test_optimizer_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_optimizer_LDADD = $(LDADD) $(CHECK_LIBS)

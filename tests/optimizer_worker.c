@@ -1,0 +1,264 @@
+/* optimizer_worker.c: one rank of the ZeRO-1 optimizer test, launched by
+ * test_optimizer through `burst run -n P`. Every rank builds the same
+ * parameters and its own seeded gradients, runs zero1_step, and checks against
+ * a serial double-precision AdamW over the SUM of every rank's gradients with
+ * the same global-norm clipping (every rank computes the reference itself):
+ *   - parameters within 1e-5 relative, and bitwise identical on every rank;
+ *   - the reported norm equals the reference norm; clipping fired on some steps;
+ *   - the shards cover [0, n) in rank order, disjoint, state bytes as stated;
+ *   - a NaN gradient on one rank gives a non-finite norm on every rank and
+ *     leaves parameters and moments unchanged (the next step still matches).
+ * Cases: n = 1001 (not a multiple of P) with a patchy decay mask and clipping,
+ * n = 12 (a multiple of P = 1..4: the unpadded path), n = 3 (empty shards at
+ * P = 4), no mask, no clipping. Prints "ok optimizer on P ranks" on rank 0. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/optimizer.h"
+#include "transport/transport.h"
+
+static bt_world *world;
+static int rank, size, failures;
+
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__);                         \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static void must(bt_status st, const char *what)
+{
+    if (st == BT_OK) return;
+    fprintf(stderr, "rank %d: %s failed: %s: %s\n", rank, what, bt_status_name(st),
+            bt_world_error(world));
+    exit(1);
+}
+
+static uint64_t splitmix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Uniform in [0, 1) from a seed and three indices. */
+static double uni(uint64_t seed, uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t h = splitmix(seed ^ splitmix(a ^ splitmix(b ^ splitmix(c))));
+    return (double)(h >> 11) * 0x1.0p-53;
+}
+
+/* Sign of element i, common to all ranks and steps so that the summed gradient
+ * never cancels to near zero (AdamW's first step is sign(g) * lr, which would
+ * make a near-zero sum ill-conditioned). */
+static double sign_of(int64_t i)
+{
+    return uni(7, (uint64_t)i, 0, 0) < 0.5 ? -1.0 : 1.0;
+}
+
+/* Gradient of element i on rank r at step s, with per-step amplitude amp[s]. */
+static float grad_of(int64_t i, int r, int64_t s, const double *amp)
+{
+    return (float)(sign_of(i) * amp[s] * (0.5 + uni(11, (uint64_t)i, (uint64_t)r, (uint64_t)s)));
+}
+
+static uint64_t fnv1a(const void *p, size_t bytes)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+typedef struct {
+    const char *name;
+    int64_t n;
+    int masked;       /* decay mask with zeros in places, else NULL */
+    double grad_clip; /* 0 = none */
+    int steps;        /* regular steps before the NaN step */
+} test_case;
+
+/* Reference AdamW in double on the summed gradient (PyTorch's formula, as the
+ * kernel). Returns the global norm before clipping. */
+static double ref_step(int64_t n, double *p, double *m, double *v, const uint8_t *mask,
+                       const zero1_hparams *hp, double lr, int64_t t, const double *amp)
+{
+    double *g = malloc((size_t)n * sizeof *g), sq = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double s = 0.0;
+        for (int r = 0; r < size; r++) s += (double)grad_of(i, r, t, amp);
+        g[i] = s;
+        sq += s * s;
+    }
+    double norm = sqrt(sq);
+    double scale = hp->grad_clip > 0.0 && norm > hp->grad_clip ? hp->grad_clip / norm : 1.0;
+    double bc1 = 1.0 - pow(hp->beta1, (double)t), bc2 = 1.0 - pow(hp->beta2, (double)t);
+    for (int64_t i = 0; i < n; i++) {
+        double gi = g[i] * scale, wd = !mask || mask[i] ? hp->weight_decay : 0.0;
+        p[i] -= lr * wd * p[i];
+        m[i] = hp->beta1 * m[i] + (1.0 - hp->beta1) * gi;
+        v[i] = hp->beta2 * v[i] + (1.0 - hp->beta2) * gi * gi;
+        p[i] -= (lr / bc1) * m[i] / (sqrt(v[i]) / sqrt(bc2) + hp->eps);
+    }
+    free(g);
+    return norm;
+}
+
+/* Every rank's parameters hash to the same value. */
+static void expect_identical(const float *params, int64_t n, const char *tc, int64_t step)
+{
+    uint64_t h = fnv1a(params, (size_t)n * sizeof(float));
+    uint64_t *all = calloc((size_t)size, sizeof *all);
+    must(bt_allgather(bt_world_comm(world), &h, all, sizeof h), "allgather hash");
+    for (int r = 0; r < size; r++)
+        EXPECT(all[r] == all[0], "%s step %lld: parameters of rank %d differ from rank 0's", tc,
+               (long long)step, r);
+    free(all);
+}
+
+static double max_rel_err(const float *a, const double *ref, int64_t n)
+{
+    double worst = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - ref[i]) / fmax(fabs(ref[i]), 1e-2);
+        if (!(e <= worst)) worst = e; /* NaN propagates */
+    }
+    return worst;
+}
+
+static void run_case(const test_case *tc)
+{
+    bt_comm *comm = bt_world_comm(world);
+    int64_t n = tc->n;
+    const double amp[] = {0, 0.01, 1.0, 0.02, 3.0, 0.005, 0.5, 0.03};
+    const int n_amp = (int)(sizeof amp / sizeof amp[0]);
+    zero1_hparams hp = {0.9, 0.95, 1e-8, 0.1, tc->grad_clip};
+    const double lr0 = 1e-2, min_lr = 1e-3;
+    const int64_t warmup = 2, total = tc->steps + 1;
+    if (tc->steps + 2 > n_amp) {
+        fprintf(stderr, "too many steps\n");
+        exit(2);
+    }
+
+    uint8_t *mask = NULL;
+    if (tc->masked) {
+        mask = malloc((size_t)n);
+        /* Runs of zeros of various lengths, some crossing shard boundaries. */
+        for (int64_t i = 0; i < n; i++) mask[i] = !(i % 97 < 13 || i % 5 == 0 || i == n - 1);
+    }
+    float *params = malloc((size_t)n * sizeof *params), *grads = malloc((size_t)n * sizeof *grads);
+    double *rp = malloc((size_t)n * sizeof *rp), *rm = calloc((size_t)n, sizeof *rm),
+           *rv = calloc((size_t)n, sizeof *rv);
+    for (int64_t i = 0; i < n; i++) {
+        params[i] = (float)((uni(3, (uint64_t)i, 0, 0) < 0.5 ? -1.0 : 1.0) *
+                            (0.5 + uni(5, (uint64_t)i, 0, 0)));
+        rp[i] = params[i];
+    }
+
+    zero1 *z = zero1_create(comm, n, mask, &hp);
+    if (!z) {
+        fprintf(stderr, "rank %d: %s: zero1_create failed\n", rank, tc->name);
+        exit(1);
+    }
+
+    /* Shards: in rank order, disjoint, covering [0, n), at most ceil(n / P) each. */
+    int64_t be[2];
+    zero1_shard(z, &be[0], &be[1]);
+    EXPECT(zero1_state_bytes(z) == 2 * sizeof(float) * (size_t)(be[1] - be[0]),
+           "%s: state bytes %zu for shard [%lld, %lld)", tc->name, zero1_state_bytes(z),
+           (long long)be[0], (long long)be[1]);
+    int64_t *all = calloc(2 * (size_t)size, sizeof *all);
+    must(bt_allgather(comm, be, all, sizeof be), "allgather shard");
+    int64_t expect_begin = 0, max_shard = (n + size - 1) / size;
+    for (int r = 0; r < size; r++) {
+        EXPECT(all[2 * r] == expect_begin && all[2 * r + 1] >= all[2 * r] &&
+                   all[2 * r + 1] - all[2 * r] <= max_shard,
+               "%s: shard of rank %d is [%lld, %lld), expected to start at %lld", tc->name, r,
+               (long long)all[2 * r], (long long)all[2 * r + 1], (long long)expect_begin);
+        expect_begin = all[2 * r + 1];
+    }
+    EXPECT(expect_begin == n, "%s: shards end at %lld, not at n = %lld", tc->name,
+           (long long)expect_begin, (long long)n);
+    free(all);
+
+    int clipped = 0, unclipped = 0;
+    for (int64_t t = 1; t <= tc->steps + 1; t++) {
+        /* Step steps + 1 comes after the NaN step: the moments must be untouched. */
+        if (t == tc->steps + 1) {
+            float *before = malloc((size_t)n * sizeof *before);
+            memcpy(before, params, (size_t)n * sizeof *before);
+            for (int64_t i = 0; i < n; i++) grads[i] = grad_of(i, rank, t, amp);
+            if (rank == size - 1) grads[n / 2] = NAN;
+            double norm = 0.0;
+            must(zero1_step(z, params, grads, lr0, t, &norm), "zero1_step (NaN)");
+            EXPECT(!isfinite(norm), "%s: NaN gradient on rank %d gave a finite norm %g", tc->name,
+                   size - 1, norm);
+            EXPECT(memcmp(before, params, (size_t)n * sizeof *before) == 0,
+                   "%s: a step with a NaN gradient changed the parameters", tc->name);
+            free(before);
+        }
+        double lr = lr_schedule(lr0, min_lr, warmup, total, t);
+        for (int64_t i = 0; i < n; i++) grads[i] = grad_of(i, rank, t, amp);
+        double norm = -1.0;
+        must(zero1_step(z, params, grads, lr, t, &norm), "zero1_step");
+        double ref_norm = ref_step(n, rp, rm, rv, mask, &hp, lr, t, amp);
+        EXPECT(fabs(norm - ref_norm) <= 1e-6 * ref_norm, "%s step %lld: norm %.9g, reference %.9g",
+               tc->name, (long long)t, norm, ref_norm);
+        if (hp.grad_clip > 0.0) {
+            if (ref_norm > hp.grad_clip)
+                clipped++;
+            else
+                unclipped++;
+        }
+        double err = max_rel_err(params, rp, n);
+        EXPECT(err < 1e-5, "%s step %lld: max relative error %.3g against the reference", tc->name,
+               (long long)t, err);
+        expect_identical(params, n, tc->name, t);
+    }
+    if (hp.grad_clip > 0.0)
+        EXPECT(clipped > 0 && unclipped > 0,
+               "%s: clipping should fire on some steps only (%d clipped, %d not)", tc->name,
+               clipped, unclipped);
+
+    zero1_free(z);
+    free(mask);
+    free(params);
+    free(grads);
+    free(rp);
+    free(rm);
+    free(rv);
+}
+
+int main(void)
+{
+    char err[512];
+    if (bt_world_init(NULL, &world, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "optimizer_worker: %s\n", err);
+        return 1;
+    }
+    rank = bt_world_rank(world);
+    size = bt_world_size(world);
+    /* grad_clip 2: the summed gradient's norm is about 32 * P * amplitude, so the
+     * small-amplitude steps are not clipped and the large ones are. */
+    const test_case cases[] = {
+        {"n=1001 masked clipped", 1001, 1, 2.0, 5},
+        {"n=12 masked clipped", 12, 1, 0.5, 5},
+        {"n=3 unmasked unclipped", 3, 0, 0.0, 2},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) run_case(&cases[c]);
+
+    int64_t total_failures = failures;
+    must(bt_allreduce(bt_world_comm(world), &total_failures, 1, BT_I64, BT_SUM), "final allreduce");
+    must(bt_world_finalize(world), "finalize");
+    if (rank == 0 && total_failures == 0) printf("ok optimizer on %d ranks\n", size);
+    if (rank == 0 && total_failures)
+        fprintf(stderr, "optimizer: %lld failures\n", (long long)total_failures);
+    return total_failures ? 1 : 0;
+}

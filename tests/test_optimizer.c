@@ -1,0 +1,75 @@
+/* test_optimizer.c: the learning-rate schedule (single process) and the ZeRO-1
+ * AdamW against a serial double-precision reference on P = 1..4 real ranks:
+ * tests/optimizer_worker under `burst run`, which checks its own results
+ * (parameters, norms, clipping, shards, a NaN gradient) and exits 0 or 1. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "src/optimizer.h"
+#include "tests/testutil.h"
+
+static char worker[4096];
+
+#define ck_assert_close(a, b)                                                                      \
+    ck_assert_msg(fabs((a) - (b)) <= 1e-12 * fmax(1.0, fabs(b)), "%.17g != %.17g", (a), (b))
+
+START_TEST(schedule_warmup_then_cosine)
+{
+    const double lr = 3e-4, min_lr = 3e-5;
+    /* warm-up over 10 steps, cosine until step 110 */
+    ck_assert_close(lr_schedule(lr, min_lr, 10, 110, 1), lr / 10);
+    ck_assert_close(lr_schedule(lr, min_lr, 10, 110, 5), lr / 2);
+    ck_assert_close(lr_schedule(lr, min_lr, 10, 110, 10), lr);
+    ck_assert_close(lr_schedule(lr, min_lr, 10, 110, 60), (lr + min_lr) / 2);
+    ck_assert_close(lr_schedule(lr, min_lr, 10, 110, 110), min_lr);
+    ck_assert_close(lr_schedule(lr, min_lr, 10, 110, 1000), min_lr);
+    /* monotone: up during the warm-up, down after */
+    for (int64_t s = 1; s < 110; s++) {
+        double a = lr_schedule(lr, min_lr, 10, 110, s), b = lr_schedule(lr, min_lr, 10, 110, s + 1);
+        if (s < 10)
+            ck_assert_msg(b > a, "step %lld", (long long)s);
+        else
+            ck_assert_msg(b < a, "step %lld", (long long)s);
+    }
+    /* no warm-up: lr at the start, the cosine midpoint halfway */
+    ck_assert_close(lr_schedule(lr, min_lr, 0, 100, 0), lr);
+    ck_assert_close(lr_schedule(lr, min_lr, 0, 100, 50), (lr + min_lr) / 2);
+    ck_assert_close(lr_schedule(lr, min_lr, 0, 100, 100), min_lr);
+    ck_assert(lr_schedule(lr, min_lr, 0, 100, 1) < lr);
+}
+END_TEST
+
+START_TEST(zero1_matches_serial_adamw)
+{
+    int P = _i;
+    char n[16];
+    snprintf(n, sizeof n, "%d", P);
+    char *prog = (char *)test_program_path("optimizer_worker", worker, sizeof worker);
+    char *argv[] = {(char *)test_burst_path(), "run", "-n", n, "--", prog, NULL};
+    test_run_result r = test_run(argv, NULL);
+    char want[64];
+    snprintf(want, sizeof want, "ok optimizer on %d ranks", P);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, want), "P=%d: exit %d\n%s", P,
+                  r.exit_code, r.out);
+    test_run_free(&r);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("optimizer");
+    TCase *sched = tcase_create("schedule");
+    tcase_add_test(sched, schedule_warmup_then_cosine);
+    suite_add_tcase(s, sched);
+    TCase *z = tcase_create("zero1");
+    tcase_set_timeout(z, 300);
+    tcase_add_loop_test(z, zero1_matches_serial_adamw, 1, 5);
+    suite_add_tcase(s, z);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
