@@ -33,3 +33,11 @@ tests_optimizer_worker_SOURCES = tests/optimizer_worker.c
 tests_test_optimizer_SOURCES = tests/test_optimizer.c tests/testutil.h tests/testutil.c
 tests_test_optimizer_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_optimizer_LDADD = $(LDADD) $(CHECK_LIBS)
+
+# The LM head fused with the cross-entropy loss, chunked along the sequence.
+libburst_engine_a_SOURCES += src/lm_head.h src/lm_head.c
+check_PROGRAMS += tests/test_lm_head
+TESTS += tests/test_lm_head
+tests_test_lm_head_SOURCES = tests/test_lm_head.c
+tests_test_lm_head_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_lm_head_LDADD = $(LDADD) $(CHECK_LIBS)
