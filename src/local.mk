@@ -41,3 +41,11 @@ TESTS += tests/test_lm_head
 tests_test_lm_head_SOURCES = tests/test_lm_head.c
 tests_test_lm_head_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_lm_head_LDADD = $(LDADD) $(CHECK_LIBS)
+
+# The configuration of `burst train`.
+libburst_engine_a_SOURCES += src/train_config.h src/train_config.c
+check_PROGRAMS += tests/test_train_config
+TESTS += tests/test_train_config
+tests_test_train_config_SOURCES = tests/test_train_config.c
+tests_test_train_config_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_train_config_LDADD = $(LDADD) $(CHECK_LIBS)

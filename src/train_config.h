@@ -65,7 +65,9 @@ int train_config_preset(train_config *c, const char *name);
  * the wrong type and out-of-range values are errors naming file, line and
  * section.key. Returns 0 or -1 with the message in err. */
 int train_config_load(train_config *c, const char *path, char *err, size_t err_len);
-/* Applies one "section.key=value" override, with the same checks. */
+/* Applies one "section.key=value" override, with the same checks. Overrides
+ * apply in the order given: "model.preset=NAME" sets all the preset's model
+ * dimensions, replacing any model key set before it, so put it first. */
 int train_config_set(train_config *c, const char *assignment, char *err, size_t err_len);
 /* Checks the configuration as a whole against the world size: heads dividing,
  * dp * cp = world, sequence length compatible with the layout and the ranks,

@@ -1,0 +1,528 @@
+/* test_train_config.c: the configuration of `burst train`. The defaults are
+ * valid on one rank; the presets have the shapes they claim (the small one has
+ * about 25M parameters); keys next to a preset override it wherever they stand
+ * in the file; every kind of bad value, unknown key or section, and syntax
+ * error fails with a message naming the key and the file's line; `--set`
+ * applies and refuses the same way; the printed configuration loads back to
+ * the same struct; and the whole-configuration checks (heads dividing, world
+ * size, sequence length and layout, checkpoint fraction, data source) catch
+ * what they should. Files are written in a fresh temporary directory. */
+#include <check.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "src/train_config.h"
+
+static char tmpdir[256];
+
+static void make_tmpdir(void)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/burst-cfg-XXXXXX", base && *base ? base : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void remove_tmpdir(void)
+{
+    DIR *d = opendir(tmpdir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", tmpdir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(tmpdir);
+}
+
+/* Writes text to tmpdir/name and returns the path (static buffer). */
+static const char *write_file(const char *name, const char *text)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static int64_t params(const train_config *c)
+{
+    int64_t V = c->vocab, D = c->d_model, L = c->layers, Hq = c->n_heads, Hkv = c->n_kv_heads;
+    int64_t hd = D / Hq, F = c->d_ff;
+    return V * D * (c->tied_embeddings ? 1 : 2) +
+           L * (D * (Hq * hd) + 2 * D * (Hkv * hd) + Hq * hd * D + 3 * D * F + 2 * D) + D;
+}
+
+START_TEST(defaults_are_valid_on_one_rank)
+{
+    train_config c;
+    char err[512] = "";
+    train_config_default(&c);
+    ck_assert_int_eq(train_config_validate(&c, 1, err, sizeof err), 0);
+    ck_assert_str_eq(c.preset, "tiny");
+    ck_assert_int_eq(c.layers, 2);
+    ck_assert_int_eq(c.d_model, 64);
+    ck_assert_int_eq(c.seq_len, 4096);
+    ck_assert_double_eq(c.ckpt_fraction, 0.5);
+    ck_assert_str_eq(c.layout, "auto");
+    ck_assert_str_eq(c.mask, "causal");
+    ck_assert_str_eq(c.metrics, "");
+    ck_assert_double_eq(c.lr, 3e-3);
+    ck_assert_double_eq(c.timeout, 60.0);
+    /* Not valid for two ranks with dp = cp = 1. */
+    ck_assert_int_eq(train_config_validate(&c, 2, err, sizeof err), -1);
+}
+END_TEST
+
+START_TEST(presets_set_their_dimensions)
+{
+    train_config c;
+    char err[512];
+    train_config_default(&c);
+    ck_assert_int_lt(params(&c), 1000000); /* the tiny one is tiny */
+    ck_assert_int_eq(c.tied_embeddings, 1);
+
+    ck_assert_int_eq(train_config_preset(&c, "7b"), 0);
+    ck_assert_int_eq(c.layers, 32);
+    ck_assert_int_eq(c.d_model, 4096);
+    ck_assert_int_eq(c.n_heads, 32);
+    ck_assert_int_eq(c.n_kv_heads, 32);
+    ck_assert_int_eq(c.d_ff, 11008);
+    ck_assert_int_eq(c.vocab, 32000);
+    ck_assert_str_eq(c.preset, "7b");
+    ck_assert_int_eq(train_config_preset(&c, "13b"), 0);
+    ck_assert_int_eq(c.layers, 40);
+    ck_assert_int_eq(c.d_model, 5120);
+    ck_assert_int_eq(c.d_ff, 13824);
+    ck_assert_int_eq(train_config_preset(&c, "70b"), 0);
+    ck_assert_int_eq(c.layers, 80);
+    ck_assert_int_eq(c.n_heads, 64);
+    ck_assert_int_eq(c.n_kv_heads, 8);
+    ck_assert_int_eq(c.d_ff, 28672);
+    ck_assert_int_eq(train_config_preset(&c, "llama3-8b"), 0);
+    ck_assert_int_eq(c.n_kv_heads, 8);
+    ck_assert_int_eq(c.d_ff, 14336);
+    ck_assert_int_eq(c.vocab, 128256);
+    ck_assert_double_eq(c.rope_theta, 500000.0);
+    /* Every preset is a valid model with 8 ranks of context parallelism. */
+    const char *names[] = {"tiny", "small", "7b", "13b", "70b", "llama3-8b"};
+    for (int i = 0; i < 6; i++) {
+        train_config p;
+        train_config_default(&p);
+        ck_assert_int_eq(train_config_preset(&p, names[i]), 0);
+        p.cp = 8;
+        ck_assert_msg(train_config_validate(&p, 8, err, sizeof err) == 0, "%s: %s", names[i], err);
+    }
+    /* custom leaves the dimensions; an unknown name is refused. */
+    train_config_preset(&c, "tiny");
+    c.layers = 5;
+    ck_assert_int_eq(train_config_preset(&c, "custom"), 0);
+    ck_assert_int_eq(c.layers, 5);
+    ck_assert_str_eq(c.preset, "custom");
+    ck_assert_int_eq(train_config_preset(&c, "huge"), -1);
+    ck_assert_int_eq(c.layers, 5);
+}
+END_TEST
+
+START_TEST(small_preset_has_about_25m_parameters)
+{
+    train_config c;
+    train_config_default(&c);
+    ck_assert_int_eq(train_config_preset(&c, "small"), 0);
+    int64_t n = params(&c);
+    ck_assert_msg(n >= 20000000 && n <= 30000000, "small has %lld parameters", (long long)n);
+}
+END_TEST
+
+START_TEST(file_keys_override_the_preset_wherever_they_stand)
+{
+    make_tmpdir();
+    const char *path = write_file("run.ini", "; a run\n"
+                                             "[model]\n"
+                                             "layers = 3\n"
+                                             "preset = small\n"
+                                             "tied_embeddings = no\n"
+                                             "[parallel]\n"
+                                             "cp = 2\n"
+                                             "mask = window\n"
+                                             "window = 512\n"
+                                             "[train]\n"
+                                             "lr = 1e-3\n"
+                                             "metrics = run/metrics.jsonl\n"
+                                             "[memory]\n"
+                                             "ckpt_fraction = 1/2\n"
+                                             "fused_head = FALSE\n");
+    train_config c;
+    char err[512] = "";
+    train_config_default(&c);
+    int rc = train_config_load(&c, path, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_str_eq(c.preset, "small");
+    ck_assert_int_eq(c.layers, 3);    /* given before the preset, still wins */
+    ck_assert_int_eq(c.d_model, 512); /* from the preset */
+    ck_assert_int_eq(c.vocab, 8192);
+    ck_assert_int_eq(c.tied_embeddings, 0);
+    ck_assert_int_eq(c.cp, 2);
+    ck_assert_str_eq(c.mask, "window");
+    ck_assert_int_eq(c.window, 512);
+    ck_assert_double_eq(c.lr, 1e-3);
+    ck_assert_str_eq(c.metrics, "run/metrics.jsonl");
+    ck_assert_double_eq(c.ckpt_fraction, 0.5);
+    ck_assert_int_eq(c.fused_head, 0);
+    ck_assert_int_eq(c.steps, 100); /* untouched keys keep their values */
+    /* A missing file is an error naming it. */
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/none.ini", tmpdir);
+    ck_assert_int_eq(train_config_load(&c, missing, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "none.ini"));
+    remove_tmpdir();
+}
+END_TEST
+
+typedef struct {
+    const char *text;
+    const char *where; /* "run.ini:LINE:" expected in the message */
+    const char *what;  /* and this, naming the key */
+} bad_file;
+
+static const bad_file bad_files[] = {
+    {"[model]\nlayers = 2\nn_heads = x\n", "run.ini:3:", "[model] n_heads = 'x': not an integer"},
+    {"[model]\nn_heads = 4x\n", "run.ini:2:", "[model] n_heads = '4x': not an integer"},
+    {"[model]\nlayers = 2.5\n", "run.ini:2:", "[model] layers"},
+    {"[model]\nlayers = 0\n", "run.ini:2:", "[model] layers = '0': out of range"},
+    {"[model]\nd_model = 99999999999\n", "run.ini:2:", "[model] d_model"},
+    {"[data]\nseq_len = -4\n", "run.ini:2:", "[data] seq_len"},
+    {"[data]\ndata_seed = -1\n", "run.ini:2:", "[data] data_seed"},
+    {"[model]\ntied_embeddings = maybe\n", "run.ini:2:", "[model] tied_embeddings = 'maybe'"},
+    {"[model]\npreset = huge\n", "run.ini:2:", "[model] preset = 'huge'"},
+    {"[parallel]\nmask = document\n", "run.ini:2:", "[parallel] mask = 'document'"},
+    {"[parallel]\ndp = 0\n", "run.ini:2:", "[parallel] dp"},
+    {"[train]\nlr = fast\n", "run.ini:2:", "[train] lr = 'fast': not a number"},
+    {"[train]\nlr = 0\n", "run.ini:2:", "[train] lr"},
+    {"[train]\nlr = inf\n", "run.ini:2:", "[train] lr"},
+    {"[train]\nbeta2 = 1\n", "run.ini:2:", "[train] beta2"},
+    {"[train]\non_nonfinite = ignore\n", "run.ini:2:", "[train] on_nonfinite"},
+    {"[memory]\nckpt_fraction = 0.25\n", "run.ini:2:", "[memory] ckpt_fraction = '0.25'"},
+    {"[memory]\nhead_chunk = 0\n", "run.ini:2:", "[memory] head_chunk"},
+    {"[transport]\nintra = tcp\n", "run.ini:2:", "[transport] intra"},
+    {"[transport]\ntimeout = -1\n", "run.ini:2:", "[transport] timeout"},
+    {"[model]\nlayers = 2\nn_head = 4\n", "run.ini:3:", "unknown key [model] n_head"},
+    {"[model]\nlayers = 2\n[modle]\nlayers = 2\n", "run.ini:3:", "unknown section [modle]"},
+    {"[modle]\n", "run.ini:1:", "unknown section [modle]"},
+    {"layers = 2\n", "run.ini:1:", "layers"},
+    {"[model]\nlayers 2\n", "run.ini:2:", "syntax error"},
+    /* The first error in the file is the one reported. */
+    {"[model]\nlayers = x\n[train]\nsteps = y\n", "run.ini:2:", "[model] layers"},
+    /* A bad preset is reported even though presets are looked at first. */
+    {"[model]\nlayers = 2\n\npreset = big\n", "run.ini:4:", "[model] preset = 'big'"},
+};
+enum { N_BAD_FILES = sizeof bad_files / sizeof bad_files[0] };
+
+START_TEST(file_errors_name_line_and_key)
+{
+    make_tmpdir();
+    const bad_file *b = &bad_files[_i];
+    const char *path = write_file("run.ini", b->text);
+    train_config c, before;
+    char err[512] = "";
+    train_config_default(&c);
+    before = c;
+    ck_assert_int_eq(train_config_load(&c, path, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, b->where) && strstr(err, b->what), "case %d: got '%s'", _i, err);
+    ck_assert_msg(strncmp(err, path, strlen(path)) == 0, "case %d: '%s' names no file", _i, err);
+    ck_assert_msg(memcmp(&c, &before, sizeof c) == 0, "case %d: a failed load changed the struct",
+                  _i);
+    remove_tmpdir();
+}
+END_TEST
+
+START_TEST(long_lines_are_refused)
+{
+    make_tmpdir();
+    char text[1024];
+    snprintf(text, sizeof text, "[train]\nmetrics = ");
+    size_t n = strlen(text);
+    memset(text + n, 'a', 400);
+    strcpy(text + n + 400, "\nsteps = 2\n");
+    const char *path = write_file("run.ini", text);
+    train_config c;
+    char err[512] = "";
+    train_config_default(&c);
+    ck_assert_int_eq(train_config_load(&c, path, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "run.ini:2:") && strstr(err, "too long"), "got '%s'", err);
+    remove_tmpdir();
+}
+END_TEST
+
+START_TEST(set_applies_overrides)
+{
+    train_config c;
+    char err[512] = "";
+    train_config_default(&c);
+    ck_assert_int_eq(train_config_set(&c, "train.lr=0.01", err, sizeof err), 0);
+    ck_assert_double_eq(c.lr, 0.01);
+    ck_assert_int_eq(train_config_set(&c, " parallel.mask = window ", err, sizeof err), 0);
+    ck_assert_str_eq(c.mask, "window");
+    ck_assert_int_eq(train_config_set(&c, "memory.ckpt_fraction=1", err, sizeof err), 0);
+    ck_assert_double_eq(c.ckpt_fraction, 1.0);
+    ck_assert_int_eq(train_config_set(&c, "train.metrics=", err, sizeof err), 0);
+    ck_assert_str_eq(c.metrics, "");
+    ck_assert_int_eq(train_config_set(&c, "data.data_seed=18446744073709551615", err, sizeof err),
+                     0);
+    ck_assert_uint_eq(c.data_seed, UINT64_MAX);
+    /* A preset replaces the model keys set before it; keys after it stay. */
+    ck_assert_int_eq(train_config_set(&c, "model.layers=7", err, sizeof err), 0);
+    ck_assert_int_eq(train_config_set(&c, "model.preset=small", err, sizeof err), 0);
+    ck_assert_int_eq(c.layers, 6);
+    ck_assert_int_eq(c.d_model, 512);
+    ck_assert_int_eq(train_config_set(&c, "model.layers=7", err, sizeof err), 0);
+    ck_assert_int_eq(c.layers, 7);
+    ck_assert_str_eq(c.preset, "small");
+}
+END_TEST
+
+START_TEST(set_errors_name_the_assignment)
+{
+    static const struct {
+        const char *arg, *msg;
+    } cases[] = {
+        {"model.n_heads=x", "--set model.n_heads=x: not an integer"},
+        {"model.n_head=4", "--set model.n_head=4: unknown key [model] n_head"},
+        {"modle.layers=4", "--set modle.layers=4: unknown section [modle]"},
+        {"layers=4", "--set layers=4: expected section.key=value"},
+        {"model.layers", "--set model.layers: expected section.key=value"},
+        {"parallel.cp=0", "--set parallel.cp=0: out of range"},
+        {"memory.ckpt_fraction=2", "--set memory.ckpt_fraction=2: must be 0, 0.5"},
+        {"model.preset=huge", "--set model.preset=huge: not one of"},
+        {"memory.fused_head=2", "--set memory.fused_head=2: not a boolean"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        train_config c, before;
+        char err[512] = "";
+        train_config_default(&c);
+        before = c;
+        ck_assert_int_eq(train_config_set(&c, cases[i].arg, err, sizeof err), -1);
+        ck_assert_msg(strncmp(err, cases[i].msg, strlen(cases[i].msg)) == 0, "%s: got '%s'",
+                      cases[i].arg, err);
+        ck_assert(memcmp(&c, &before, sizeof c) == 0);
+    }
+}
+END_TEST
+
+static void assert_same(const train_config *a, const train_config *b)
+{
+#define SAME_STR(f) ck_assert_str_eq(a->f, b->f)
+#define SAME_NUM(f) ck_assert_msg(a->f == b->f, #f " differs")
+    SAME_STR(preset);
+    SAME_NUM(layers);
+    SAME_NUM(d_model);
+    SAME_NUM(n_heads);
+    SAME_NUM(n_kv_heads);
+    SAME_NUM(d_ff);
+    SAME_NUM(vocab);
+    SAME_NUM(rope_theta);
+    SAME_NUM(rope_scaling);
+    SAME_NUM(max_seq);
+    SAME_NUM(tied_embeddings);
+    SAME_NUM(init_std);
+    SAME_NUM(norm_eps);
+    SAME_STR(source);
+    SAME_STR(task);
+    SAME_NUM(seq_len);
+    SAME_NUM(data_seed);
+    SAME_NUM(dp);
+    SAME_NUM(cp);
+    SAME_STR(layout);
+    SAME_STR(mask);
+    SAME_NUM(window);
+    SAME_STR(backward);
+    SAME_STR(ring);
+    SAME_NUM(steps);
+    SAME_NUM(micro_batches);
+    SAME_NUM(lr);
+    SAME_NUM(min_lr);
+    SAME_NUM(warmup_steps);
+    SAME_NUM(weight_decay);
+    SAME_NUM(beta1);
+    SAME_NUM(beta2);
+    SAME_NUM(adam_eps);
+    SAME_NUM(grad_clip);
+    SAME_NUM(seed);
+    SAME_STR(on_nonfinite);
+    SAME_NUM(log_every);
+    SAME_STR(metrics);
+    SAME_NUM(ckpt_fraction);
+    SAME_NUM(fused_head);
+    SAME_NUM(head_chunk);
+    SAME_NUM(z_loss);
+    SAME_STR(intra);
+    SAME_NUM(timeout);
+#undef SAME_STR
+#undef SAME_NUM
+}
+
+static void round_trip(const train_config *c, const char *name)
+{
+    char path[512], err[512] = "";
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    train_config_print(f, c);
+    fclose(f);
+    train_config back;
+    train_config_default(&back);
+    int rc = train_config_load(&back, path, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    assert_same(c, &back);
+    ck_assert(memcmp(c, &back, sizeof back) == 0);
+}
+
+START_TEST(printed_configuration_loads_back_the_same)
+{
+    make_tmpdir();
+    train_config c;
+    train_config_default(&c);
+    round_trip(&c, "default.ini");
+
+    /* A custom model and values whose shortest decimal form is long. */
+    char err[512];
+    const char *sets[] = {"model.preset=llama3-8b",  "model.preset=custom",
+                          "model.layers=3",          "model.rope_scaling=4.000000000000001",
+                          "model.norm_eps=1e-6",     "data.task=counting",
+                          "data.seq_len=131072",     "data.data_seed=18446744073709551615",
+                          "parallel.dp=2",           "parallel.cp=4",
+                          "parallel.ring=double",    "parallel.backward=kv",
+                          "train.beta2=0.999",       "train.seed=42",
+                          "train.on_nonfinite=skip", "train.metrics=/tmp/x y/metrics.jsonl",
+                          "memory.ckpt_fraction=0",  "memory.fused_head=no",
+                          "memory.z_loss=0.0001",    "transport.intra=ucx",
+                          "transport.timeout=2.5"};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+        ck_assert_msg(train_config_set(&c, sets[i], err, sizeof err) == 0, "%s", err);
+    c.lr = 0.1 + 0.2; /* 0.30000000000000004 */
+    c.min_lr = 1.0 / 3.0;
+    c.init_std = 5e-324; /* the smallest subnormal */
+    ck_assert_str_eq(c.preset, "custom");
+    ck_assert_int_eq(c.vocab, 128256); /* kept from llama3-8b */
+    round_trip(&c, "custom.ini");
+
+    /* The text itself is stable: printing twice gives the same bytes. */
+    char *t1 = NULL, *t2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    FILE *m1 = open_memstream(&t1, &n1), *m2 = open_memstream(&t2, &n2);
+    train_config_print(m1, &c);
+    train_config_print(m2, &c);
+    fclose(m1);
+    fclose(m2);
+    ck_assert_str_eq(t1, t2);
+    static const char *const heads[] = {"[model]", "[data]",   "[parallel]",
+                                        "[train]", "[memory]", "[transport]"};
+    for (int i = 0; i < 6; i++) ck_assert_ptr_nonnull(strstr(t1, heads[i]));
+    ck_assert_ptr_nonnull(strstr(t1, "lr = 0.30000000000000004\n"));
+    free(t1);
+    free(t2);
+    remove_tmpdir();
+}
+END_TEST
+
+typedef struct {
+    const char *sets[4];
+    int world;
+    const char *what; /* expected in the message */
+} bad_whole;
+
+static const bad_whole bad_wholes[] = {
+    {{"model.n_kv_heads=3"}, 1, "[model] n_heads"},
+    {{"model.d_model=66"}, 1, "[model] d_model"},
+    {{"model.d_model=40"}, 1, "head dimension"}, /* 40 / 4 = 10 */
+    {{"parallel.dp=2"}, 1, "[parallel] dp"},
+    {{"parallel.cp=2"}, 4, "world size is 4"},
+    {{"parallel.cp=3", "data.seq_len=4100"}, 3, "[data] seq_len"}, /* 4100 % 6 != 0 */
+    {{"parallel.cp=2", "data.seq_len=4098"}, 2, "[data] seq_len"}, /* 4098 % 4 != 0 */
+    {{"parallel.layout=contiguous", "parallel.cp=4", "data.seq_len=4098"}, 4, "[data] seq_len"},
+    {{"data.seq_len=131072"}, 1, "[model] max_seq"},
+    {{"parallel.mask=window"}, 1, "[memory] ckpt_fraction"},
+    {{"parallel.layout=contiguous"}, 1, "[memory] ckpt_fraction"},
+    {{"data.source=hdf5"}, 1, "[data] source = hdf5 is not built yet"},
+    {{"parallel.mask=window", "parallel.window=0", "memory.ckpt_fraction=1"},
+     1,
+     "[parallel] window"},
+    {{"train.min_lr=0.1"}, 1, "[train] min_lr"},
+    {{"train.warmup_steps=101"}, 1, "[train] warmup_steps"},
+};
+enum { N_BAD_WHOLES = sizeof bad_wholes / sizeof bad_wholes[0] };
+
+START_TEST(validate_catches_inconsistent_configurations)
+{
+    const bad_whole *b = &bad_wholes[_i];
+    train_config c;
+    char err[512] = "";
+    train_config_default(&c);
+    for (int k = 0; k < 4 && b->sets[k]; k++)
+        ck_assert_msg(train_config_set(&c, b->sets[k], err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(train_config_validate(&c, b->world, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, b->what) != NULL, "case %d: got '%s'", _i, err);
+}
+END_TEST
+
+START_TEST(validate_accepts_consistent_configurations)
+{
+    static const char *const cases[][4] = {
+        {"parallel.dp=2", "parallel.cp=2"},
+        {"parallel.cp=3", "data.seq_len=6144"},
+        {"parallel.mask=window", "memory.ckpt_fraction=1", "parallel.cp=4", "data.seq_len=4100"},
+        {"parallel.ring=double", "parallel.cp=4", "memory.ckpt_fraction=0"},
+        {"memory.head_chunk=1", "train.warmup_steps=100", "train.min_lr=0.003"},
+    };
+    static const int worlds[] = {4, 3, 4, 4, 1};
+    for (size_t i = 0; i < sizeof worlds / sizeof worlds[0]; i++) {
+        train_config c;
+        char err[512] = "";
+        train_config_default(&c);
+        for (int k = 0; k < 4 && cases[i][k]; k++)
+            ck_assert_msg(train_config_set(&c, cases[i][k], err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(train_config_validate(&c, worlds[i], err, sizeof err) == 0, "case %zu: %s", i,
+                      err);
+    }
+    /* Fields set in code are held to the parser's rules too. */
+    train_config c;
+    char err[512] = "";
+    train_config_default(&c);
+    c.layers = 0;
+    ck_assert_int_eq(train_config_validate(&c, 1, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "[model] layers"));
+    train_config_default(&c);
+    snprintf(c.mask, sizeof c.mask, "nope");
+    ck_assert_int_eq(train_config_validate(&c, 1, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "[parallel] mask"));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("train_config");
+    TCase *tc = tcase_create("config");
+    tcase_add_test(tc, defaults_are_valid_on_one_rank);
+    tcase_add_test(tc, presets_set_their_dimensions);
+    tcase_add_test(tc, small_preset_has_about_25m_parameters);
+    tcase_add_test(tc, file_keys_override_the_preset_wherever_they_stand);
+    tcase_add_loop_test(tc, file_errors_name_line_and_key, 0, N_BAD_FILES);
+    tcase_add_test(tc, long_lines_are_refused);
+    tcase_add_test(tc, set_applies_overrides);
+    tcase_add_test(tc, set_errors_name_the_assignment);
+    tcase_add_test(tc, printed_configuration_loads_back_the_same);
+    tcase_add_loop_test(tc, validate_catches_inconsistent_configurations, 0, N_BAD_WHOLES);
+    tcase_add_test(tc, validate_accepts_consistent_configurations);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
