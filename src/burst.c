@@ -13,7 +13,7 @@ struct subcommand {
 };
 
 static const struct subcommand subcommands[] = {
-    {"train", cmd_train, "train a model across ranks (not built yet: exits 2)"},
+    {"train", cmd_train, "train a LLaMA-style model across ranks (synthetic data)"},
     {"data", cmd_data, "import, synthesise and check HDF5 corpora (not built yet: exits 2)"},
     {"bench", cmd_bench, "benchmarks: kernels, transport"},
     {"plan", cmd_plan, "plan distributed attention: bytes, steps, --dump-schedule"},

@@ -14,5 +14,4 @@ static int pending(int argc, char **argv, const char *what)
     return cli_wants_help(argc, argv) ? 0 : EXIT_USAGE;
 }
 
-int cmd_train(int argc, char **argv) { return pending(argc, argv, "the training engine"); }
 int cmd_data(int argc, char **argv) { return pending(argc, argv, "HDF5 corpus tools"); }

@@ -25,6 +25,14 @@ tests_test_ring_LDADD = $(LDADD) $(CHECK_LIBS)
 # `burst bench attention`: the ring against an all-gather baseline and one rank.
 libburst_engine_a_SOURCES += src/bench_attention.c
 
+# The LM head fused with the cross-entropy loss, chunked along the sequence.
+libburst_engine_a_SOURCES += src/lm_head.h src/lm_head.c
+check_PROGRAMS += tests/test_lm_head
+TESTS += tests/test_lm_head
+tests_test_lm_head_SOURCES = tests/test_lm_head.c
+tests_test_lm_head_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_lm_head_LDADD = $(LDADD) $(CHECK_LIBS)
+
 # ZeRO-1 AdamW and the learning-rate schedule.
 libburst_engine_a_SOURCES += src/optimizer.h src/optimizer.c
 check_PROGRAMS += tests/optimizer_worker tests/test_optimizer
@@ -34,13 +42,9 @@ tests_test_optimizer_SOURCES = tests/test_optimizer.c tests/testutil.h tests/tes
 tests_test_optimizer_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_optimizer_LDADD = $(LDADD) $(CHECK_LIBS)
 
-# The LM head fused with the cross-entropy loss, chunked along the sequence.
-libburst_engine_a_SOURCES += src/lm_head.h src/lm_head.c
-check_PROGRAMS += tests/test_lm_head
-TESTS += tests/test_lm_head
-tests_test_lm_head_SOURCES = tests/test_lm_head.c
-tests_test_lm_head_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_lm_head_LDADD = $(LDADD) $(CHECK_LIBS)
+# The training engine.
+libburst_engine_a_SOURCES += src/model.h src/model.c src/token_source.h src/synthetic_source.c \
+	src/cmd_train.c
 
 # The configuration of `burst train`.
 libburst_engine_a_SOURCES += src/train_config.h src/train_config.c
@@ -49,3 +53,10 @@ TESTS += tests/test_train_config
 tests_test_train_config_SOURCES = tests/test_train_config.c
 tests_test_train_config_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_train_config_LDADD = $(LDADD) $(CHECK_LIBS)
+check_PROGRAMS += tests/train_gradcheck
+tests_train_gradcheck_SOURCES = tests/train_gradcheck.c
+check_PROGRAMS += tests/test_train
+TESTS += tests/test_train
+tests_test_train_SOURCES = tests/test_train.c tests/testutil.h tests/testutil.c
+tests_test_train_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_train_LDADD = $(LDADD) $(CHECK_LIBS)

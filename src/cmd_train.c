@@ -1,0 +1,415 @@
+/* cmd_train.c: `burst train`, the training loop. Every rank validates the
+ * configuration before any work; the world is split into a DP x CP grid
+ * (node-major: a CP group is a run of consecutive ranks); each CP group trains
+ * on its own sequences through the distributed attention ring; gradients are
+ * reduce-scattered over the world into AdamW shards (ZeRO-1). Rank 0 prints a
+ * memory report, a progress line per log step and the final peak memory, and
+ * writes JSON-lines metrics. A non-finite loss or gradient stops every rank with
+ * the step and the first rank that saw it. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "kernels/ops.h"
+#include "src/bench.h"
+#include "src/cli.h"
+#include "src/model.h"
+#include "src/optimizer.h"
+#include "src/token_source.h"
+#include "src/train_config.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: burst train [--config FILE] [--set section.key=value ...] [--print-config]\n\n"
+            "Trains a LLaMA-style model on sequences split across ranks. Launch it on every\n"
+            "rank: `burst run -n 4 -- burst train ...`, or `srun -n 16 burst train ...`.\n\n"
+            "  --config FILE        INI configuration; every key is checked (unknown keys,\n"
+            "                       types and ranges are errors naming the key)\n"
+            "  --set S.K=V          override one key after the file (repeatable, in order)\n"
+            "  --print-config       print the effective configuration with defaults and exit\n"
+            "  --inject-nan S[:R]   testing aid: make rank R's (default 0) gradient NaN at step S\n\n"
+            "Output: a progress line on rank 0 (step, loss, tokens/s, achieved GFLOP/s and its\n"
+            "fraction of this machine's sgemm rate, memory, ETA); [train] metrics names a\n"
+            "JSON-lines file. Exit status: 0 done, 1 a failure while training (a lost rank,\n"
+            "a non-finite loss), 2 a bad configuration (found before any rank works).\n");
+}
+
+static double rss_bytes(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss * 1024.0;
+}
+
+static double current_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, resident = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return (double)resident * 4096.0;
+}
+
+/* sgemm rate of this machine (GFLOP/s), measured once at start. */
+static double measure_sgemm(const bk_queue *q)
+{
+    const int64_t n = 768;
+    float *a = calloc((size_t)(n * n), 4), *b = calloc((size_t)(n * n), 4), *c = calloc((size_t)(n * n), 4);
+    for (int64_t i = 0; i < n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
+    bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n);
+    double t0 = bench_now();
+    int reps = 0;
+    while (bench_now() - t0 < 0.3 || reps < 2) {
+        bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n);
+        reps++;
+    }
+    double t = bench_now() - t0;
+    free(a), free(b), free(c);
+    return 2.0 * (double)n * n * n * reps / t / 1e9;
+}
+
+static const char *human(double bytes, char *buf, size_t len)
+{
+    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
+    snprintf(buf, len, "%.1f %s", bytes, unit[u]);
+    return buf;
+}
+
+typedef struct {
+    int inject_step, inject_rank;
+    int print_config;
+    const char *config_path;
+} train_args;
+
+static int parse_args(int argc, char **argv, train_config *c, train_args *a)
+{
+    char err[512];
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            a->config_path = argv[++i];
+            if (train_config_load(c, a->config_path, err, sizeof err) != 0) {
+                fprintf(stderr, "burst train: %s\n", err);
+                return EXIT_USAGE;
+            }
+        } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+            if (train_config_set(c, argv[++i], err, sizeof err) != 0) {
+                fprintf(stderr, "burst train: %s\n", err);
+                return EXIT_USAGE;
+            }
+        } else if (strcmp(argv[i], "--print-config") == 0) {
+            a->print_config = 1;
+        } else if (strcmp(argv[i], "--inject-nan") == 0 && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d:%d", &a->inject_step, &a->inject_rank) < 1) {
+                fprintf(stderr, "burst train: --inject-nan '%s': expected STEP or STEP:RANK\n", argv[i]);
+                return EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "burst train: unknown argument '%s'\n\n", argv[i]);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    return -1; /* go on */
+}
+
+/* Everything one rank needs during the run. */
+typedef struct {
+    train_config cfg;
+    bt_world *world;
+    bt_comm *dp_comm, *cp_comm;
+    int rank, world_size, dp_rank, cp_rank;
+    model_layout model;
+    model_runner *runner;
+    zero1 *opt;
+    token_source *data;
+    seq_layout layout;
+    float *params, *grads;
+    int64_t *tokens, *labels; /* [micro_batches][n] */
+    bk_queue queue;
+    FILE *metrics;
+} trainer;
+
+static int fail(trainer *t, int status, const char *fmt, const char *detail)
+{
+    if (t->rank == 0 || status == EXIT_RUN_FAILURE) {
+        fprintf(stderr, "burst train: ");
+        fprintf(stderr, fmt, detail);
+        fprintf(stderr, "\n");
+    }
+    return status;
+}
+
+static int setup(trainer *t, const train_args *a, char *err, size_t err_len)
+{
+    train_config *c = &t->cfg;
+    int status = 0;
+    if (train_config_validate(c, t->world_size, err, err_len) != 0) return EXIT_USAGE;
+    model_dims dims = {.layers = c->layers, .d_model = c->d_model, .n_heads = c->n_heads,
+                       .n_kv_heads = c->n_kv_heads, .head_dim = c->d_model / c->n_heads,
+                       .d_ff = c->d_ff, .vocab = c->vocab, .tied = c->tied_embeddings,
+                       .rope_theta = (float)c->rope_theta, .rope_scaling = (float)c->rope_scaling,
+                       .norm_eps = (float)c->norm_eps};
+    model_layout_init(&t->model, &dims);
+    if (bt_comm_grid(t->world, c->dp, c->cp, &t->dp_comm, &t->cp_comm) != BT_OK) {
+        snprintf(err, err_len, "%s", bt_world_error(t->world));
+        return EXIT_RUN_FAILURE;
+    }
+    t->dp_rank = bt_comm_rank(t->dp_comm);
+    t->cp_rank = bt_comm_rank(t->cp_comm);
+    int causal = strcmp(c->mask, "causal") == 0;
+    seq_layout_kind kind = strcmp(c->layout, "zigzag") == 0       ? LAYOUT_ZIGZAG
+                           : strcmp(c->layout, "contiguous") == 0 ? LAYOUT_CONTIGUOUS
+                           : causal                               ? LAYOUT_ZIGZAG
+                                                                  : LAYOUT_CONTIGUOUS;
+    if (seq_layout_init(&t->layout, kind, c->cp, c->seq_len, err, err_len) != 0) return EXIT_USAGE;
+    bk_attn_mask mask = bk_attn_mask_causal();
+    if (!causal) {
+        mask = bk_attn_mask_window(c->window - 1, 0);
+        mask.flags |= BK_ATTN_CAUSAL;
+    }
+    /* The double ring needs the CP group spread evenly over nodes. */
+    int nodes = bt_world_n_nodes(t->world), local = bt_world_local_size(t->world);
+    int cp_nodes = local > 0 && c->cp % local == 0 ? c->cp / local : 1;
+    ring_topology topo = TOPO_FLAT;
+    if (strcmp(c->ring, "double") == 0 || (strcmp(c->ring, "auto") == 0 && nodes > 1 && cp_nodes > 1))
+        topo = cp_nodes > 1 ? TOPO_DOUBLE : TOPO_FLAT;
+    if (strcmp(c->ring, "double") == 0 && cp_nodes < 2) {
+        snprintf(err, err_len, "[parallel] ring = double, but the CP group of %d ranks does not span "
+                               "several nodes with the same number of ranks each", c->cp);
+        return EXIT_USAGE;
+    }
+    model_runner_config rc = {
+        .model = &t->model, .cp = t->cp_comm, .layout = t->layout, .topo = topo, .nodes = cp_nodes,
+        .mask = mask,
+        .backward = strcmp(c->backward, "q") == 0 ? BWD_Q_SIDE : strcmp(c->backward, "kv") == 0 ? BWD_KV_SIDE : BWD_AUTO,
+        .ckpt_fraction = c->ckpt_fraction, .micro_batches = c->micro_batches,
+        .fused_head = c->fused_head,
+        .head = {.chunk_tokens = c->head_chunk, .z_loss = (float)c->z_loss, .ignore_index = TOKEN_IGNORE},
+        .queue = &t->queue};
+    t->runner = model_runner_create(&rc, err, err_len);
+    if (!t->runner) return EXIT_USAGE;
+    t->data = synthetic_source_create(c->task, c->vocab, c->data_seed, err, err_len);
+    if (!t->data) return EXIT_USAGE;
+
+    size_t np = (size_t)t->model.n_params;
+    t->params = malloc(np * sizeof(float));
+    t->grads = malloc(np * sizeof(float));
+    model_init_params(&t->model, t->params, c->seed, c->init_std);
+    uint8_t *decay = malloc(np);
+    model_decay_mask(&t->model, decay);
+    zero1_hparams hp = {.beta1 = c->beta1, .beta2 = c->beta2, .eps = c->adam_eps,
+                        .weight_decay = c->weight_decay, .grad_clip = c->grad_clip};
+    t->opt = zero1_create(bt_world_comm(t->world), t->model.n_params, decay, &hp);
+    free(decay);
+    size_t n = (size_t)t->layout.n * (size_t)c->micro_batches;
+    t->tokens = malloc(n * sizeof(int64_t));
+    t->labels = malloc(n * sizeof(int64_t));
+    if (t->rank == 0 && c->metrics[0]) {
+        t->metrics = fopen(c->metrics, "w");
+        if (!t->metrics) {
+            snprintf(err, err_len, "[train] metrics: cannot write %s", c->metrics);
+            return EXIT_USAGE;
+        }
+    }
+    (void)a;
+    return status;
+}
+
+static void memory_report(trainer *t, double baseline)
+{
+    char b[7][32];
+    size_t np = (size_t)t->model.n_params * sizeof(float);
+    size_t stored = model_runner_stored_bytes(t->runner), transient = model_runner_transient_bytes(t->runner);
+    size_t opt = zero1_state_bytes(t->opt);
+    /* params, grads, the optimizer's padded gradient work buffer */
+    double total = baseline + (double)(3 * np + opt + stored + transient);
+    printf("memory per rank: parameters %s, gradients %s (+ %s reduce buffer), optimizer shard %s, "
+           "stored activations %s, largest transient %s, process baseline %s\n",
+           human((double)np, b[0], 32), human((double)np, b[1], 32), human((double)np, b[2], 32),
+           human((double)opt, b[3], 32), human((double)stored, b[4], 32),
+           human((double)transient, b[5], 32), human(baseline, b[6], 32));
+    printf("memory per rank, estimated total: %s\n", human(total, b[0], 32));
+}
+
+static double estimated_bytes(trainer *t, double baseline)
+{
+    size_t np = (size_t)t->model.n_params * sizeof(float);
+    return baseline + (double)(3 * np + zero1_state_bytes(t->opt) +
+                               model_runner_stored_bytes(t->runner) +
+                               model_runner_transient_bytes(t->runner));
+}
+
+/* Every rank decided to stop together (a non-finite loss): leave in order. */
+enum { STOP_AGREED = -1 };
+
+/* One optimizer step: all micro-batches, then ZeRO-1. Returns 0, STOP_AGREED,
+ * or the exit status after a failure. */
+static int train_step(trainer *t, int64_t step, const train_args *a, double *loss_out,
+                      double *gnorm_out, int *skipped)
+{
+    train_config *c = &t->cfg;
+    int64_t n = t->layout.n;
+    seq_chunk chunks[2];
+    int n_chunks = seq_layout_chunks(&t->layout, t->cp_rank, chunks);
+    int64_t local_valid = 0;
+    for (int mb = 0; mb < c->micro_batches; mb++) {
+        int64_t index = ((step - 1) * c->dp + t->dp_rank) * c->micro_batches + mb;
+        t->data->read(t->data, index, c->seq_len, chunks, n_chunks, t->tokens + mb * n, t->labels + mb * n);
+        for (int64_t i = 0; i < n; i++) local_valid += t->labels[mb * n + i] != TOKEN_IGNORE;
+    }
+    /* The loss is a mean over every valid token of the step, on all ranks. */
+    int64_t valid = local_valid;
+    if (bt_allreduce(bt_world_comm(t->world), &valid, 1, BT_I64, BT_SUM) != BT_OK)
+        return fail(t, EXIT_RUN_FAILURE, "%s", bt_world_error(t->world));
+    float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
+    memset(t->grads, 0, (size_t)t->model.n_params * sizeof(float));
+    double sums[2] = {0, 0};
+    int64_t counted = 0;
+    model_step_stats ms = {0};
+    for (int mb = 0; mb < c->micro_batches; mb++) {
+        bt_status st = model_forward_backward(t->runner, mb, t->params, t->grads, t->tokens + mb * n,
+                                              t->labels + mb * n, scale, &sums[0], &counted, &ms);
+        if (st != BT_OK)
+            return fail(t, EXIT_RUN_FAILURE, "%s",
+                        bt_world_error(t->world)[0] ? bt_world_error(t->world) : "a kernel refused its arguments");
+    }
+    if (a->inject_step == step && a->inject_rank == t->rank) t->grads[0] = NAN;
+    /* Which rank first sees a non-finite loss or gradient: every rank learns it. */
+    int bad = !isfinite(sums[0]);
+    for (int64_t i = 0; i < t->model.n_params && !bad; i++) bad = !isfinite(t->grads[i]);
+    int64_t first_bad = bad ? t->rank : INT64_MAX;
+    sums[1] = (double)counted;
+    if (bt_allreduce(bt_world_comm(t->world), &first_bad, 1, BT_I64, BT_MIN) != BT_OK ||
+        bt_allreduce(bt_world_comm(t->world), sums, 2, BT_F64, BT_SUM) != BT_OK)
+        return fail(t, EXIT_RUN_FAILURE, "%s", bt_world_error(t->world));
+    *loss_out = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+    *skipped = 0;
+    if (first_bad != INT64_MAX) {
+        if (strcmp(c->on_nonfinite, "skip") == 0) {
+            if (t->rank == 0)
+                fprintf(stderr, "burst train: step %lld: non-finite loss or gradient on rank %lld; "
+                                "skipping the update ([train] on_nonfinite = skip)\n",
+                        (long long)step, (long long)first_bad);
+            *skipped = 1;
+            return 0;
+        }
+        fprintf(stderr, "burst train: rank %d: step %lld: non-finite loss or gradient seen on rank %lld; stopping\n",
+                t->rank, (long long)step, (long long)first_bad);
+        return STOP_AGREED;
+    }
+    double lr = lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step);
+    if (zero1_step(t->opt, t->params, t->grads, lr, step, gnorm_out) != BT_OK)
+        return fail(t, EXIT_RUN_FAILURE, "%s", bt_world_error(t->world));
+    return 0;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    trainer t;
+    memset(&t, 0, sizeof t);
+    train_args a = {.inject_step = -1, .inject_rank = 0};
+    train_config_default(&t.cfg);
+    int status = parse_args(argc, argv, &t.cfg, &a);
+    if (status >= 0) return status;
+    if (a.print_config) {
+        train_config_print(stdout, &t.cfg);
+        return 0;
+    }
+    char err[512];
+    bt_options opt;
+    bt_options_default(&opt);
+    opt.intra = t.cfg.intra;
+    opt.timeout_s = t.cfg.timeout;
+    if (bt_world_init(&opt, &t.world, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "burst train: transport: %s\n", err);
+        return EXIT_RUN_FAILURE;
+    }
+    t.rank = bt_world_rank(t.world);
+    t.world_size = bt_world_size(t.world);
+    t.queue = bk_host_queue();
+    double baseline = current_rss_bytes();
+    status = setup(&t, &a, err, sizeof err);
+    if (status != 0) {
+        if (t.rank == 0) fprintf(stderr, "burst train: %s\n", err);
+        bt_world_abort(t.world);
+        return status;
+    }
+    train_config *c = &t.cfg;
+    double sgemm = t.rank == 0 ? measure_sgemm(&t.queue) : 0;
+    double flops_step = 3.0 * model_flops_per_sequence(&t.model, c->seq_len, 0.5) * c->dp * c->micro_batches;
+    if (t.rank == 0) {
+        printf("burst train: %lld parameters (%d layers, d_model %d, heads %d/%d, vocab %d); "
+               "world %d = dp %d x cp %d; sequence %lld tokens (%lld per rank, %s layout); "
+               "checkpoint fraction %g; %s head\n",
+               (long long)t.model.n_params, c->layers, c->d_model, c->n_heads, c->n_kv_heads,
+               c->vocab, t.world_size, c->dp, c->cp, (long long)c->seq_len, (long long)t.layout.n,
+               seq_layout_name(t.layout.kind), c->ckpt_fraction, c->fused_head ? "fused" : "unfused");
+        memory_report(&t, baseline);
+        printf("sgemm on this machine: %.1f GFLOP/s\n", sgemm);
+        fflush(stdout);
+    }
+    double t_start = bench_now(), loss = 0, gnorm = 0;
+    int64_t step;
+    for (step = 1; step <= c->steps && status == 0; step++) {
+        double t0 = bench_now();
+        int skipped = 0;
+        status = train_step(&t, step, &a, &loss, &gnorm, &skipped);
+        if (status != 0) break;
+        double dt = bench_now() - t0, elapsed = bench_now() - t_start;
+        double tokens_s = (double)c->seq_len * c->dp * c->micro_batches / dt;
+        double gflops = flops_step / dt / 1e9;
+        if (t.rank == 0 && (step % c->log_every == 0 || step == c->steps)) {
+            char mem[32];
+            double eta = elapsed / (double)step * (double)(c->steps - step);
+            printf("step %5lld/%lld  loss %.4f  grad-norm %.3g  lr %.3g  %.0f tokens/s  %.2f GFLOP/s "
+                   "(%.2f of sgemm)  mem %s  ETA %.0f s\n",
+                   (long long)step, (long long)c->steps, loss, gnorm,
+                   lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step), tokens_s, gflops,
+                   sgemm > 0 ? gflops / sgemm : 0, human(current_rss_bytes(), mem, sizeof mem), eta);
+            fflush(stdout);
+        }
+        if (t.metrics)
+            fprintf(t.metrics,
+                    "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"skipped\": %d, "
+                    "\"tokens_per_s\": %.6g, \"gflops\": %.6g, \"seconds\": %.6g}\n",
+                    (long long)step, loss, gnorm, skipped, tokens_s, gflops, dt);
+    }
+    if (t.metrics) fclose(t.metrics);
+    if (status == STOP_AGREED) {
+        bt_comm_free(t.dp_comm);
+        bt_comm_free(t.cp_comm);
+        bt_world_finalize(t.world);
+        status = EXIT_RUN_FAILURE;
+    } else if (status == 0) {
+        double peak = rss_bytes(), est = estimated_bytes(&t, baseline);
+        if (t.rank == 0) {
+            char p[32], e[32];
+            printf("done: %lld steps, final loss %.4f; peak memory rank 0 %s (estimated %s, "
+                   "ratio %.2f)\n",
+                   (long long)c->steps, loss, human(peak, p, sizeof p), human(est, e, sizeof e),
+                   peak / est);
+        }
+        bt_comm_free(t.dp_comm);
+        bt_comm_free(t.cp_comm);
+        if (bt_world_finalize(t.world) != BT_OK) status = EXIT_RUN_FAILURE;
+    } else {
+        bt_world_abort(t.world);
+    }
+    model_runner_free(t.runner);
+    model_layout_free(&t.model);
+    if (t.opt) zero1_free(t.opt);
+    if (t.data) t.data->free(t.data);
+    free(t.params), free(t.grads), free(t.tokens), free(t.labels);
+    return status;
+}

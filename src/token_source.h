@@ -1,0 +1,33 @@
+/* token_source.h: where training sequences come from. A source hands a rank the
+ * tokens at the global positions its layout gives it, plus the label of each
+ * (the token that follows; ignore_index where nothing is to be predicted), for
+ * sample `index` of the run. A source may read only those positions, so a
+ * corpus far larger than memory can be streamed. This version has the
+ * synthetic in-memory source; the HDF5 corpus reader plugs in here. */
+#ifndef BURST_TOKEN_SOURCE_H
+#define BURST_TOKEN_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/seq_layout.h"
+
+enum { TOKEN_IGNORE = -100 };
+
+typedef struct token_source token_source;
+struct token_source {
+    /* tokens [n], labels [n] for the positions of chunks (in chunk order). */
+    int (*read)(token_source *s, int64_t index, int64_t seq_len, const seq_chunk *chunks,
+                int n_chunks, int64_t *tokens, int64_t *labels);
+    void (*free)(token_source *s);
+    int vocab;
+};
+
+/* Synthetic tasks over a vocabulary of `vocab` tokens, seeded per sample:
+ *   copy:     a random first half, then the same tokens again; only the second
+ *             half is predicted, and only by attending half a sequence back;
+ *   counting: each token is the previous plus one (mod vocab), from a random start. */
+token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed, char *err,
+                                      size_t err_len);
+
+#endif

@@ -1,0 +1,222 @@
+/* test_train.c: the training engine, with real ranks under `burst run`:
+ * gradients against finite differences (tests/train_gradcheck); the same tiny
+ * run on P = 1, 2, 4 ranks, DP x CP = 2 x 2 and the double ring gives the same
+ * losses step by step; checkpoint fractions 0, 1/2, 1 and the fused and
+ * reference LM heads give the same losses and gradient norms; an injected NaN
+ * stops every rank naming the step and the rank; the loss falls on a learnable
+ * task; bad settings exit 2 before any work. Losses are read from the JSON-lines
+ * metrics each run writes. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/testutil.h"
+
+enum { MAX_STEPS = 64 };
+
+typedef struct {
+    int n;
+    double loss[MAX_STEPS], grad_norm[MAX_STEPS];
+} curve;
+
+static char tmpdir[256];
+
+/* burst run -n ranks [--nodes nodes] -- burst train --set ... (sets: NULL-terminated) */
+static test_run_result train(int ranks, int nodes, const char *const *sets, const char *extra,
+                             curve *out)
+{
+    static int serial;
+    char metrics[512], n[16], m[16], metrics_set[600];
+    snprintf(metrics, sizeof metrics, "%s/metrics-%d.jsonl", tmpdir, serial++);
+    snprintf(metrics_set, sizeof metrics_set, "train.metrics=%s", metrics);
+    snprintf(n, sizeof n, "%d", ranks);
+    snprintf(m, sizeof m, "%d", nodes);
+    char *argv[64];
+    int a = 0;
+    argv[a++] = (char *)test_burst_path();
+    /* --no-kill: every rank must stop by itself, and say why */
+    argv[a++] = "run", argv[a++] = "-n", argv[a++] = n, argv[a++] = "--nodes", argv[a++] = m;
+    argv[a++] = "--no-kill", argv[a++] = "--";
+    argv[a++] = (char *)test_burst_path();
+    argv[a++] = "train";
+    const char *base[] = {"data.seq_len=256", "train.steps=6", "train.warmup_steps=2",
+                          "train.lr=1e-2", NULL};
+    for (int i = 0; base[i]; i++) argv[a++] = "--set", argv[a++] = (char *)base[i];
+    for (int i = 0; sets && sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
+    argv[a++] = "--set", argv[a++] = metrics_set;
+    if (extra) argv[a++] = "--inject-nan", argv[a++] = (char *)extra;
+    argv[a] = NULL;
+    test_run_result r = test_run(argv, NULL);
+    if (out) {
+        memset(out, 0, sizeof *out);
+        FILE *f = fopen(metrics, "r");
+        char line[1024];
+        while (f && fgets(line, sizeof line, f) && out->n < MAX_STEPS) {
+            char *l = strstr(line, "\"loss\": "), *g = strstr(line, "\"grad_norm\": ");
+            if (!l || !g) continue;
+            out->loss[out->n] = atof(l + 8);
+            out->grad_norm[out->n] = atof(g + 13);
+            out->n++;
+        }
+        if (f) fclose(f);
+    }
+    unlink(metrics);
+    return r;
+}
+
+static void expect_same(const curve *a, const curve *b, double tol, const char *what)
+{
+    ck_assert_msg(a->n == 6 && b->n == 6, "%s: %d and %d steps logged", what, a->n, b->n);
+    for (int i = 0; i < a->n; i++) {
+        ck_assert_msg(fabs(a->loss[i] - b->loss[i]) <= tol * fabs(a->loss[i]),
+                      "%s: step %d loss %.9g vs %.9g", what, i + 1, a->loss[i], b->loss[i]);
+        ck_assert_msg(fabs(a->grad_norm[i] - b->grad_norm[i]) <= 10 * tol * fabs(a->grad_norm[i]),
+                      "%s: step %d grad norm %.9g vs %.9g", what, i + 1, a->grad_norm[i],
+                      b->grad_norm[i]);
+    }
+}
+
+static void run_ok(int ranks, int nodes, const char *const *sets, curve *c)
+{
+    test_run_result r = train(ranks, nodes, sets, NULL, c);
+    ck_assert_msg(r.exit_code == 0, "burst train on %d ranks exited %d:\n%s", ranks, r.exit_code, r.out);
+    test_run_free(&r);
+}
+
+START_TEST(gradients_match_finite_differences)
+{
+    char path[4096];
+    test_program_path("train_gradcheck", path, sizeof path);
+    const char *cases[][3] = {{"1", "1", "1"}, {"1", "0", "0"}, {"2", "0.5", "1"}, {"4", "1", "0"}};
+    for (int i = 0; i < 4; i++) {
+        char *argv[] = {(char *)test_burst_path(), "run", "-n", (char *)cases[i][0], "--", path,
+                        (char *)cases[i][1], (char *)cases[i][2], NULL};
+        test_run_result r = test_run(argv, NULL);
+        ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "ok gradcheck"),
+                      "gradcheck P=%s fraction %s fused %s:\n%s", cases[i][0], cases[i][1],
+                      cases[i][2], r.out);
+        test_run_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(same_losses_whatever_the_number_of_ranks)
+{
+    curve one, other;
+    const char *p1[] = {"parallel.cp=1", "train.micro_batches=2", NULL};
+    run_ok(1, 1, p1, &one);
+    const char *p2[] = {"parallel.cp=2", "train.micro_batches=2", NULL};
+    run_ok(2, 1, p2, &other);
+    expect_same(&one, &other, 1e-4, "P=2 vs P=1");
+    const char *p4[] = {"parallel.cp=4", "train.micro_batches=2", NULL};
+    run_ok(4, 1, p4, &other);
+    expect_same(&one, &other, 1e-4, "P=4 vs P=1");
+    /* two sequences per step either way: 2 micro-batches, or 2 data-parallel groups */
+    const char *grid[] = {"parallel.dp=2", "parallel.cp=2", "train.micro_batches=1", NULL};
+    run_ok(4, 1, grid, &other);
+    expect_same(&one, &other, 1e-4, "DP x CP = 2 x 2 vs P=1");
+    const char *dbl[] = {"parallel.cp=4", "train.micro_batches=2", "parallel.ring=double", NULL};
+    run_ok(4, 2, dbl, &other);
+    expect_same(&one, &other, 1e-4, "double ring on 2 nodes x 2 vs P=1");
+}
+END_TEST
+
+START_TEST(checkpoint_fraction_and_head_fusion_change_nothing)
+{
+    curve base, other;
+    const char *f1[] = {"parallel.cp=2", "memory.ckpt_fraction=1", NULL};
+    run_ok(2, 1, f1, &base);
+    const char *f0[] = {"parallel.cp=2", "memory.ckpt_fraction=0", NULL};
+    run_ok(2, 1, f0, &other);
+    expect_same(&base, &other, 1e-5, "checkpoint fraction 0 vs 1");
+    const char *fh[] = {"parallel.cp=2", "memory.ckpt_fraction=0.5", NULL};
+    run_ok(2, 1, fh, &other);
+    expect_same(&base, &other, 1e-5, "checkpoint fraction 1/2 vs 1");
+    const char *unfused[] = {"parallel.cp=2", "memory.ckpt_fraction=1", "memory.fused_head=0", NULL};
+    run_ok(2, 1, unfused, &other);
+    expect_same(&base, &other, 1e-5, "reference head vs fused head");
+}
+END_TEST
+
+START_TEST(nonfinite_gradient_stops_every_rank)
+{
+    const char *sets[] = {"parallel.cp=2", NULL};
+    test_run_result r = train(2, 1, sets, "2:1", NULL);
+    ck_assert_msg(r.exit_code == 1, "exit %d:\n%s", r.exit_code, r.out);
+    for (int k = 0; k < 2; k++) {
+        char want[160];
+        snprintf(want, sizeof want,
+                 "[%d] burst train: rank %d: step 2: non-finite loss or gradient seen on rank 1; stopping",
+                 k, k);
+        ck_assert_msg(test_output_has(&r, want), "missing '%s':\n%s", want, r.out);
+    }
+    test_run_free(&r);
+    const char *skip[] = {"parallel.cp=2", "train.on_nonfinite=skip", NULL};
+    curve c;
+    r = train(2, 1, skip, "2:1", &c);
+    ck_assert_msg(r.exit_code == 0 && c.n == 6, "skip: exit %d, %d steps:\n%s", r.exit_code, c.n, r.out);
+    ck_assert(test_output_has(&r, "step 2: non-finite loss or gradient on rank 1; skipping"));
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(loss_falls_on_a_learnable_task)
+{
+    const char *sets[] = {"parallel.cp=2", "data.task=counting", "train.steps=30",
+                          "train.lr=1e-2", NULL};
+    test_run_result r = train(2, 1, sets, NULL, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    /* read the progress lines: first and last loss */
+    double first = -1, last = -1;
+    for (const char *p = r.out; (p = strstr(p, " loss ")); p += 6) {
+        double v = atof(p + 6);
+        if (first < 0) first = v;
+        last = v;
+    }
+    ck_assert_msg(first > 0 && last < first - 1.0, "loss %.4f -> %.4f:\n%s", first, last, r.out);
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(bad_settings_exit_2_before_work)
+{
+    const char *cases[][2] = {{"model.n_heads=3", "n_heads"},
+                              {"parallel.cp=3", "[parallel]"},
+                              {"data.seq_len=250", "seq_len"},
+                              {"model.n_head=4", "n_head"}};
+    for (int i = 0; i < 4; i++) {
+        const char *sets[] = {i == 1 ? "parallel.dp=1" : "parallel.cp=2", cases[i][0], NULL};
+        test_run_result r = train(2, 1, sets, NULL, NULL);
+        ck_assert_msg(r.exit_code == 2 && test_output_has(&r, cases[i][1]),
+                      "--set %s: exit %d:\n%s", cases[i][0], r.exit_code, r.out);
+        ck_assert_msg(!test_output_has(&r, "step "), "--set %s: training started:\n%s", cases[i][0], r.out);
+        test_run_free(&r);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "%s/burst-train-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmpdir)) return 1;
+    Suite *s = suite_create("train");
+    TCase *tc = tcase_create("train");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, gradients_match_finite_differences);
+    tcase_add_test(tc, same_losses_whatever_the_number_of_ranks);
+    tcase_add_test(tc, checkpoint_fraction_and_head_fusion_change_nothing);
+    tcase_add_test(tc, nonfinite_gradient_stops_every_rank);
+    tcase_add_test(tc, loss_falls_on_a_learnable_task);
+    tcase_add_test(tc, bad_settings_exit_2_before_work);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    rmdir(tmpdir);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
