@@ -7,7 +7,8 @@ AM_TESTS_ENVIRONMENT = \
 	LSAN_OPTIONS='suppressions=$(abs_top_srcdir)/tests/lsan.supp:print_suppressions=0'; export LSAN_OPTIONS; \
 	UBSAN_OPTIONS='print_stacktrace=1:halt_on_error=1'; export UBSAN_OPTIONS; \
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2}; export OMP_NUM_THREADS;
-EXTRA_DIST += tests/lsan.supp tests/run.sh
+EXTRA_DIST += tests/lsan.supp tests/run.sh tests/test_configure.sh
+TESTS += tests/test_configure.sh
 
 check_PROGRAMS += tests/test_cli
 TESTS += tests/test_cli
