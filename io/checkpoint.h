@@ -1,0 +1,46 @@
+/* checkpoint.h: training checkpoints in HDF5. A checkpoint of step S is the
+ * directory DIR/step-S: model.h5 (parameters, step, sampler position, RNG
+ * state, the configuration text, shapes) written by rank 0, and
+ * optim-R.h5 per rank (its optimizer shard). Everything is written under
+ * DIR/step-S.tmp and renamed when complete; DIR/latest (a one-line file
+ * naming the step) is replaced last, so a crash at any moment leaves the
+ * previous checkpoint whole. The io wing takes rank and world as plain numbers;
+ * the engine provides the barriers between the phases. */
+#ifndef BURST_IO_CHECKPOINT_H
+#define BURST_IO_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int64_t step;
+    int64_t sample_position; /* next sample index of the sampler */
+    uint64_t rng_state;
+    int world_size;
+    int64_t n_params;
+    const char *config_text; /* the effective configuration (INI) */
+} io_ckpt_meta;
+
+/* Phase 1 (rank 0, before the others write): creates DIR/step-S.tmp afresh. */
+int io_checkpoint_begin(const char *dir, int64_t step, char *err, size_t err_len);
+/* Phase 2 (every rank): rank 0 writes model.h5 (params [n_params] + meta); every
+ * rank writes optim-R.h5 (its shard [shard_begin, shard_begin + shard_len) of
+ * the moments m and v). */
+int io_checkpoint_write_rank(const char *dir, int64_t step, int rank, const io_ckpt_meta *meta,
+                             const float *params, int64_t shard_begin, int64_t shard_len,
+                             const float *m, const float *v, char *err, size_t err_len);
+/* Phase 3 (rank 0, after every rank wrote): renames step-S.tmp to step-S,
+ * replaces DIR/latest, removes all but the newest keep_last checkpoints. */
+int io_checkpoint_commit(const char *dir, int64_t step, int keep_last, char *err, size_t err_len);
+
+/* The step DIR/latest names, or -1 when there is none (err says why). */
+int64_t io_checkpoint_latest(const char *dir, char *err, size_t err_len);
+/* Reads meta (config_text malloc'd; caller frees) and params [n_params]; a
+ * checkpoint whose n_params or world_size differ from expect is refused with a
+ * message naming both values. */
+int io_checkpoint_read_model(const char *dir, int64_t step, const io_ckpt_meta *expect,
+                             io_ckpt_meta *meta, float *params, char *err, size_t err_len);
+int io_checkpoint_read_rank(const char *dir, int64_t step, int rank, int64_t shard_begin,
+                            int64_t shard_len, float *m, float *v, char *err, size_t err_len);
+
+#endif
