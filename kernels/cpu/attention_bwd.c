@@ -8,14 +8,19 @@
  * slices 1..S-1 into private zeroed copies summed into dQ at the end, so no
  * atomics are needed and memory grows by (S-1) * |dQ| only in that case.
  *
+ * A unit walks its (query head, query tile) items in groups of BK_ATTN_QGROUP
+ * with the key tiles as the outer loop, so each K, V, dK, dV tile comes from
+ * memory once per group (items of one group may belong to different query heads
+ * of the same GQA group: they share the key/value head).
+ *
  * Per (query tile, key tile) the five products, all with the query index as
  * the vector lane where a query dimension exists (see attention_fwd.c):
  *   S^T  = K Q^T           P^T = exp2(S^T * scale*log2e - lse*log2e)
  *   dV  += P^T dO          dP^T = V dO^T
  *   dS^T = P^T (dP^T - delta) * scale
  *   dK  += dS^T Q          dQ  += (dS^T)^T K
- * Q^T and dO^T are packed once per (query head, query tile) and reused across
- * the unit's key tiles; K, V, Q, dO, dK, dV are read and written in place. */
+ * Q^T and dO^T are packed once per item and reused across the unit's key tiles;
+ * K, V, Q, dO, dK, dV are read and written in place. */
 #include "config.h"
 
 #include <math.h>
@@ -27,8 +32,6 @@
 typedef struct {
     float *qt;    /* [d, TQ] Q^T, zero-padded */
     float *dot;   /* [d, TQ] dO^T, zero-padded */
-    float *st;    /* [TK, TQ] S^T, then P^T, then dS^T */
-    float *dp;    /* [TK, TQ] dP^T */
     float *dq;    /* [TQ, d] dQ of the query tile over this unit's key tiles */
     float *off;   /* [TQ] base-2 lse of each query (+inf: row fully masked, or padding) */
     float *delta; /* [TQ] delta of each query (0 for padding) */
@@ -81,78 +84,105 @@ static void tile_dscore(int64_t bk, int64_t nq, float scale, const float *restri
     }
 }
 
-/* One (query head, query tile) against the key tiles [kt0, kt1) of a unit. */
-static void bwd_qtile(const bwd_args *a, const bwd_scratch *w, int h, int64_t t, int64_t kt0,
-                      int64_t kt1, float *dq_target, int64_t *n_skip, int64_t *n_mask,
-                      int64_t *n_full)
+/* One (query head, query tile) item of a unit. */
+typedef struct {
+    int h;
+    int64_t t, i0, bq, nq; /* tile index, first row, rows, padded vector lanes */
+    int live;
+} bwd_item;
+
+/* Up to BK_ATTN_QGROUP (query head, query tile) items of one key/value head
+ * against the key tiles [kt0, kt1) of a unit. Key tiles are the outer loop, so
+ * each K, V, dK, dV tile comes from memory once for all the items. */
+static void bwd_group(const bwd_args *a, const bwd_scratch *ws, float *st, float *dp,
+                      const bwd_item *items, int n_items, int64_t kt0, int64_t kt1,
+                      float *dq_target, int64_t *n_skip, int64_t *n_mask, int64_t *n_full)
 {
     const bk_attn_geom *g = a->g;
-    const int d = g->d, hq = g->h_q, hk = h / (g->h_q / g->h_kv);
+    const int d = g->d, hq = g->h_q, hk = items[0].h / (g->h_q / g->h_kv);
     const ptrdiff_t qs = (ptrdiff_t)hq * d, ks = (ptrdiff_t)g->h_kv * d;
-    const int64_t i0 = t * BK_ATTN_TQ;
-    const int64_t bq = g->n_q - i0 < BK_ATTN_TQ ? g->n_q - i0 : BK_ATTN_TQ;
-    const int64_t nq = (bq + 15) / 16 * 16;
     const float sl2 = g->scale * 1.44269504088896341f;
+    bwd_item it[BK_ATTN_QGROUP];
+    int any = 0;
 
-    int64_t live = 0;
-    for (int64_t kt = kt0; kt < kt1; kt++)
-        live += bk_attn_tile_class(&g->mask, &a->qr[t], &a->kr[kt]) != BK_ATTN_TILE_SKIP;
-    if (live == 0) {
-        *n_skip += kt1 - kt0;
-        return;
-    }
-
-    const float *Qh = a->Q + i0 * qs + (ptrdiff_t)h * d;
-    const float *dOh = a->dO + i0 * qs + (ptrdiff_t)h * d;
-    for (int c = 0; c < d; c++) {
-        float *restrict q = w->qt + (ptrdiff_t)c * BK_ATTN_TQ;
-        float *restrict o = w->dot + (ptrdiff_t)c * BK_ATTN_TQ;
-        for (int64_t i = 0; i < bq; i++) {
-            q[i] = Qh[i * qs + c];
-            o[i] = dOh[i * qs + c];
-        }
-        for (int64_t i = bq; i < nq; i++) q[i] = o[i] = 0.0f;
-    }
-    for (int64_t i = 0; i < nq; i++) {
-        w->off[i] = i < bq ? bk_attn_bwd_offset(a->lse[(i0 + i) * hq + h]) : INFINITY;
-        w->delta[i] = i < bq ? a->delta[(i0 + i) * hq + h] : 0.0f;
-    }
-    memset(w->dq, 0, (size_t)bq * (size_t)d * sizeof(float));
-
-    for (int64_t kt = kt0; kt < kt1; kt++) {
-        int cls = bk_attn_tile_class(&g->mask, &a->qr[t], &a->kr[kt]);
-        if (cls == BK_ATTN_TILE_SKIP) {
-            (*n_skip)++;
+    for (int s = 0; s < n_items; s++) {
+        bwd_item *u = &it[s];
+        const bwd_scratch *w = &ws[s];
+        *u = items[s];
+        u->live = 0;
+        for (int64_t kt = kt0; kt < kt1 && !u->live; kt++)
+            u->live = bk_attn_tile_class(&g->mask, &a->qr[u->t], &a->kr[kt]) != BK_ATTN_TILE_SKIP;
+        if (!u->live) {
+            *n_skip += kt1 - kt0;
             continue;
         }
-        if (cls == BK_ATTN_TILE_PARTIAL)
-            (*n_mask)++;
-        else
-            (*n_full)++;
+        any = 1;
+        const float *Qh = a->Q + u->i0 * qs + (ptrdiff_t)u->h * d;
+        const float *dOh = a->dO + u->i0 * qs + (ptrdiff_t)u->h * d;
+        for (int c = 0; c < d; c++) {
+            float *restrict q = w->qt + (ptrdiff_t)c * BK_ATTN_TQ;
+            float *restrict o = w->dot + (ptrdiff_t)c * BK_ATTN_TQ;
+            for (int64_t i = 0; i < u->bq; i++) {
+                q[i] = Qh[i * qs + c];
+                o[i] = dOh[i * qs + c];
+            }
+            for (int64_t i = u->bq; i < u->nq; i++) q[i] = o[i] = 0.0f;
+        }
+        for (int64_t i = 0; i < u->nq; i++) {
+            int64_t r = (u->i0 + i) * hq + u->h;
+            w->off[i] = i < u->bq ? bk_attn_bwd_offset(a->lse[r]) : INFINITY;
+            w->delta[i] = i < u->bq ? a->delta[r] : 0.0f;
+        }
+        memset(w->dq, 0, (size_t)u->bq * (size_t)d * sizeof(float));
+    }
+    if (!any) return;
+
+    for (int64_t kt = kt0; kt < kt1; kt++) {
         const int64_t j0 = kt * BK_ATTN_TK;
         const int64_t bk = g->n_kv - j0 < BK_ATTN_TK ? g->n_kv - j0 : BK_ATTN_TK;
         const ptrdiff_t koff = j0 * ks + (ptrdiff_t)hk * d;
+        for (int s = 0; s < n_items; s++) {
+            const bwd_item *u = &it[s];
+            const bwd_scratch *w = &ws[s];
+            if (!u->live) continue;
+            int cls = bk_attn_tile_class(&g->mask, &a->qr[u->t], &a->kr[kt]);
+            if (cls == BK_ATTN_TILE_SKIP) {
+                (*n_skip)++;
+                continue;
+            }
+            if (cls == BK_ATTN_TILE_PARTIAL)
+                (*n_mask)++;
+            else
+                (*n_full)++;
+            const int64_t bq = u->bq, nq = u->nq;
+            const float *Qh = a->Q + u->i0 * qs + (ptrdiff_t)u->h * d;
+            const float *dOh = a->dO + u->i0 * qs + (ptrdiff_t)u->h * d;
 
-        /* S^T [bk, nq] = K [bk, d] . Q^T [d, nq], then P^T in place */
-        bk_attn_tile_gemm(bk, nq, d, a->K + koff, ks, 1, w->qt, BK_ATTN_TQ, w->st, BK_ATTN_TQ, 0);
-        tile_probs(g, cls, i0, bq, j0, bk, nq, sl2, w->off, w->st);
-        /* dV [bk, d] += P^T [bk, bq] . dO [bq, d] */
-        bk_attn_tile_gemm(bk, d, bq, w->st, BK_ATTN_TQ, 1, dOh, qs, a->dV + koff, ks, 1);
-        /* dP^T [bk, nq] = V [bk, d] . dO^T [d, nq] */
-        bk_attn_tile_gemm(bk, nq, d, a->V + koff, ks, 1, w->dot, BK_ATTN_TQ, w->dp, BK_ATTN_TQ, 0);
-        tile_dscore(bk, nq, g->scale, w->delta, w->dp, w->st);
-        /* dK [bk, d] += dS^T [bk, bq] . Q [bq, d] */
-        bk_attn_tile_gemm(bk, d, bq, w->st, BK_ATTN_TQ, 1, Qh, qs, a->dK + koff, ks, 1);
-        /* dQ [bq, d] += (dS^T)^T [bq, bk] . K [bk, d] */
-        bk_attn_tile_gemm(bq, d, bk, w->st, 1, BK_ATTN_TQ, a->K + koff, ks, w->dq, d, 1);
+            /* S^T [bk, nq] = K [bk, d] . Q^T [d, nq], then P^T in place */
+            bk_attn_tile_gemm(bk, nq, d, a->K + koff, ks, 1, w->qt, BK_ATTN_TQ, st, BK_ATTN_TQ, 0);
+            tile_probs(g, cls, u->i0, bq, j0, bk, nq, sl2, w->off, st);
+            /* dV [bk, d] += P^T [bk, bq] . dO [bq, d] */
+            bk_attn_tile_gemm(bk, d, bq, st, BK_ATTN_TQ, 1, dOh, qs, a->dV + koff, ks, 1);
+            /* dP^T [bk, nq] = V [bk, d] . dO^T [d, nq] */
+            bk_attn_tile_gemm(bk, nq, d, a->V + koff, ks, 1, w->dot, BK_ATTN_TQ, dp, BK_ATTN_TQ, 0);
+            tile_dscore(bk, nq, g->scale, w->delta, dp, st);
+            /* dK [bk, d] += dS^T [bk, bq] . Q [bq, d] */
+            bk_attn_tile_gemm(bk, d, bq, st, BK_ATTN_TQ, 1, Qh, qs, a->dK + koff, ks, 1);
+            /* dQ [bq, d] += (dS^T)^T [bq, bk] . K [bk, d] */
+            bk_attn_tile_gemm(bq, d, bk, st, 1, BK_ATTN_TQ, a->K + koff, ks, w->dq, d, 1);
+        }
     }
 
-    float *dst = dq_target + i0 * qs + (ptrdiff_t)h * d;
-    for (int64_t i = 0; i < bq; i++) {
-        float *restrict o = dst + i * qs;
-        const float *restrict s = w->dq + i * d;
+    for (int s = 0; s < n_items; s++) {
+        const bwd_item *u = &it[s];
+        if (!u->live) continue;
+        float *dst = dq_target + u->i0 * qs + (ptrdiff_t)u->h * d;
+        for (int64_t i = 0; i < u->bq; i++) {
+            float *restrict o = dst + i * qs;
+            const float *restrict src = ws[s].dq + i * d;
 #pragma omp simd
-        for (int c = 0; c < d; c++) o[c] += s[c];
+            for (int c = 0; c < d; c++) o[c] += src[c];
+        }
     }
 }
 
@@ -196,8 +226,8 @@ bk_status bk_attn_bwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, 
                       const float *V, const float *dO, const float *lse, const float *delta,
                       float *dQ, float *dK, float *dV, bk_attn_stats *stats)
 {
-    bk_status st = bk_attn_check_geom(q, g);
-    if (st != BK_OK) return st;
+    bk_status status = bk_attn_check_geom(q, g);
+    if (status != BK_OK) return status;
     if (g->n_q > 0)
         BK_CHECK_ARG(Q != NULL && dO != NULL && lse != NULL && delta != NULL && dQ != NULL);
     if (g->n_kv > 0) BK_CHECK_ARG(K != NULL && V != NULL && dK != NULL && dV != NULL);
@@ -242,29 +272,51 @@ bk_status bk_attn_bwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, 
 #pragma omp parallel num_threads(nt) reduction(+ : n_skip, n_mask, n_full)
     {
         const size_t d = (size_t)g->d;
-        bwd_scratch w;
-        w.qt = bk_attn_scratch(d * BK_ATTN_TQ);
-        w.dot = bk_attn_scratch(d * BK_ATTN_TQ);
-        w.st = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ);
-        w.dp = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ);
-        w.dq = bk_attn_scratch(d * BK_ATTN_TQ);
-        w.off = bk_attn_scratch(2 * BK_ATTN_TQ);
-        w.delta = w.off + BK_ATTN_TQ;
+        bwd_scratch w[BK_ATTN_QGROUP];
+        for (int s = 0; s < BK_ATTN_QGROUP; s++) {
+            w[s].qt = bk_attn_scratch(d * BK_ATTN_TQ);
+            w[s].dot = bk_attn_scratch(d * BK_ATTN_TQ);
+            w[s].dq = bk_attn_scratch(d * BK_ATTN_TQ);
+            w[s].off = bk_attn_scratch(2 * BK_ATTN_TQ);
+            w[s].delta = w[s].off + BK_ATTN_TQ;
+        }
+        float *st = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ); /* S^T, P^T, dS^T */
+        float *dp = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ); /* dP^T */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t u = 0; u < units; u++) {
             int hk = (int)(u / n_slices);
             int64_t s = u % n_slices;
+            /* the unit's (query head, query tile) items, head-major, in groups that
+             * share each key tile */
+            bwd_item items[BK_ATTN_QGROUP];
+            int n_items = 0;
             for (int h = hk * grp; h < (hk + 1) * grp; h++)
-                for (int64_t t = 0; t < n_qt; t++)
-                    bwd_qtile(&a, &w, h, t, cut[s], cut[s + 1], dq_slice[s], &n_skip, &n_mask,
-                              &n_full);
+                for (int64_t t = 0; t < n_qt; t++) {
+                    bwd_item *e = &items[n_items++];
+                    e->h = h;
+                    e->t = t;
+                    e->i0 = t * BK_ATTN_TQ;
+                    e->bq = g->n_q - e->i0 < BK_ATTN_TQ ? g->n_q - e->i0 : BK_ATTN_TQ;
+                    e->nq = (e->bq + 15) / 16 * 16;
+                    e->live = 0;
+                    if (n_items == BK_ATTN_QGROUP) {
+                        bwd_group(&a, w, st, dp, items, n_items, cut[s], cut[s + 1], dq_slice[s],
+                                  &n_skip, &n_mask, &n_full);
+                        n_items = 0;
+                    }
+                }
+            if (n_items > 0)
+                bwd_group(&a, w, st, dp, items, n_items, cut[s], cut[s + 1], dq_slice[s], &n_skip,
+                          &n_mask, &n_full);
         }
-        free(w.qt);
-        free(w.dot);
-        free(w.st);
-        free(w.dp);
-        free(w.dq);
-        free(w.off);
+        for (int s = 0; s < BK_ATTN_QGROUP; s++) {
+            free(w[s].qt);
+            free(w[s].dot);
+            free(w[s].dq);
+            free(w[s].off);
+        }
+        free(st);
+        free(dp);
     }
     if (n_slices > 1) {
         /* sum the private dQ copies into dQ */

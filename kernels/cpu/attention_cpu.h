@@ -19,6 +19,11 @@
  * (Q^T, O^T [d, 64], S^T [64, 64]) within L2 for d = 128. */
 enum { BK_ATTN_TQ = 64, BK_ATTN_TK = 64 };
 
+/* Query tiles processed together by one unit, sharing each K/V tile while it is
+ * in cache: divides the K/V traffic from memory by this factor, which matters
+ * once a head's K/V no longer fits in the caches (long blocks, many heads). */
+enum { BK_ATTN_QGROUP = 4 };
+
 /* Summary of the rows of one tile: range of positions and of segment ids. */
 typedef struct {
     int64_t pmin, pmax;

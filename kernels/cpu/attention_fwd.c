@@ -1,8 +1,10 @@
 /* attention_fwd.c: CPU forward attention over one (query block, key/value
  * block) pair, merged in place into the running (O, lse) of a ring.
  *
- * Work is split over (query head, query tile) units, OpenMP dynamic so that the
- * uneven units of causal masks balance. A unit keeps its query tile transposed
+ * Work is split over units of (query head, up to BK_ATTN_QGROUP consecutive
+ * query tiles), OpenMP dynamic so that the uneven units of causal masks
+ * balance; a unit loops over key tiles outside its query tiles, so each K/V
+ * tile comes from memory once per group of query tiles. A unit keeps a query tile transposed
  * (Q^T [d, TQ]) and its output accumulator transposed (O^T [d, TQ]) so that the
  * query index is the vector lane everywhere: the scores S^T = K Q^T [TK, TQ],
  * the column max, exp2, the per-query rescale and O^T += V^T P^T all vectorise
@@ -21,11 +23,10 @@
 
 #include "kernels/cpu/attention_cpu.h"
 
-/* Per-thread scratch of one forward unit. */
+/* Per-thread scratch of one query tile of a forward unit. */
 typedef struct {
     float *qt;    /* [d, TQ] Q^T of the query tile, zero-padded beyond bq */
     float *ot;    /* [d, TQ] O^T accumulator (unnormalised) */
-    float *st;    /* [TK, TQ] S^T scores, then P^T probabilities */
     float *m2;    /* [TQ] running max, base-2 units */
     float *l;     /* [TQ] running sum of exp2(s2 - offset) */
     float *alpha; /* [TQ] rescale factor of this key tile */
@@ -96,92 +97,118 @@ static void tile_exp_sum(float *restrict st, int64_t bk, int64_t nq, const float
 #endif
 }
 
-/* One unit: query head h, query tile t, against every key tile of the block. */
-static void fwd_unit(const fwd_args *a, const fwd_scratch *w, int h, int64_t t, int64_t *n_skip,
-                     int64_t *n_mask, int64_t *n_full)
+/* Per query tile of a unit: where it is and whether any key tile is live. */
+typedef struct {
+    int64_t t, i0, bq, nq; /* tile index, first row, rows, padded vector lanes */
+    int live;
+} fwd_tile;
+
+/* One unit: query head h, query tiles [t0, t0 + n_sub), against every key tile
+ * of the block. The key tiles are the outer loop, so each K/V tile is read from
+ * memory once for all the unit's query tiles (then from L1/L2). */
+static void fwd_unit(const fwd_args *a, const fwd_scratch *ws, float *st, int h, int64_t t0,
+                     int n_sub, int64_t *n_skip, int64_t *n_mask, int64_t *n_full)
 {
     const bk_attn_geom *g = a->g;
     const int d = g->d, hq = g->h_q, hk = h / (g->h_q / g->h_kv);
     const ptrdiff_t qs = (ptrdiff_t)hq * d, ks = (ptrdiff_t)g->h_kv * d;
-    const int64_t i0 = t * BK_ATTN_TQ;
-    const int64_t bq = g->n_q - i0 < BK_ATTN_TQ ? g->n_q - i0 : BK_ATTN_TQ;
-    const int64_t nq = (bq + 15) / 16 * 16; /* vector lanes used, padded */
     const float sl2 = g->scale * 1.44269504088896341f;
+    fwd_tile tl[BK_ATTN_QGROUP];
+    int any = 0;
 
-    int64_t live = 0;
-    for (int64_t kt = 0; kt < a->n_kt; kt++)
-        live += bk_attn_tile_class(&g->mask, &a->qr[t], &a->kr[kt]) != BK_ATTN_TILE_SKIP;
-    if (live == 0) { /* the mask empties the whole row of tiles: nothing to merge */
-        *n_skip += a->n_kt;
-        return;
-    }
-
-    /* Q^T, zero-padded; O^T = 0; running max -inf, sum 0 */
-    for (int c = 0; c < d; c++) {
-        float *restrict q = w->qt + (ptrdiff_t)c * BK_ATTN_TQ;
-        const float *src = a->Q + i0 * qs + (ptrdiff_t)h * d + c;
-        for (int64_t i = 0; i < bq; i++) q[i] = src[i * qs];
-        for (int64_t i = bq; i < nq; i++) q[i] = 0.0f;
-        memset(w->ot + (ptrdiff_t)c * BK_ATTN_TQ, 0, (size_t)nq * sizeof(float));
-    }
-    for (int64_t i = 0; i < nq; i++) {
-        w->m2[i] = -INFINITY;
-        w->l[i] = 0.0f;
-    }
-
-    for (int64_t kt = 0; kt < a->n_kt; kt++) {
-        int cls = bk_attn_tile_class(&g->mask, &a->qr[t], &a->kr[kt]);
-        if (cls == BK_ATTN_TILE_SKIP) {
-            (*n_skip)++;
+    for (int s = 0; s < n_sub; s++) {
+        fwd_tile *u = &tl[s];
+        const fwd_scratch *w = &ws[s];
+        u->t = t0 + s;
+        u->i0 = u->t * BK_ATTN_TQ;
+        u->bq = g->n_q - u->i0 < BK_ATTN_TQ ? g->n_q - u->i0 : BK_ATTN_TQ;
+        u->nq = (u->bq + 15) / 16 * 16;
+        u->live = 0;
+        for (int64_t kt = 0; kt < a->n_kt && !u->live; kt++)
+            u->live = bk_attn_tile_class(&g->mask, &a->qr[u->t], &a->kr[kt]) != BK_ATTN_TILE_SKIP;
+        if (!u->live) { /* the mask empties the whole row of tiles: nothing to merge */
+            *n_skip += a->n_kt;
             continue;
         }
+        any = 1;
+        /* Q^T, zero-padded; O^T = 0; running max -inf, sum 0 */
+        for (int c = 0; c < d; c++) {
+            float *restrict q = w->qt + (ptrdiff_t)c * BK_ATTN_TQ;
+            const float *src = a->Q + u->i0 * qs + (ptrdiff_t)h * d + c;
+            for (int64_t i = 0; i < u->bq; i++) q[i] = src[i * qs];
+            for (int64_t i = u->bq; i < u->nq; i++) q[i] = 0.0f;
+            memset(w->ot + (ptrdiff_t)c * BK_ATTN_TQ, 0, (size_t)u->nq * sizeof(float));
+        }
+        for (int64_t i = 0; i < u->nq; i++) {
+            w->m2[i] = -INFINITY;
+            w->l[i] = 0.0f;
+        }
+    }
+    if (!any) return;
+
+    for (int64_t kt = 0; kt < a->n_kt; kt++) {
         const int64_t j0 = kt * BK_ATTN_TK;
         const int64_t bk = g->n_kv - j0 < BK_ATTN_TK ? g->n_kv - j0 : BK_ATTN_TK;
         const float *Kt = a->K + j0 * ks + (ptrdiff_t)hk * d;
         const float *Vt = a->V + j0 * ks + (ptrdiff_t)hk * d;
-
-        /* S^T [bk, nq] = K_tile [bk, d] . Q^T [d, nq] */
-        bk_attn_tile_gemm(bk, nq, d, Kt, ks, 1, w->qt, BK_ATTN_TQ, w->st, BK_ATTN_TQ, 0);
-        if (cls == BK_ATTN_TILE_PARTIAL) {
-            bk_attn_tile_mask(g, i0, bq, j0, bk, w->st);
-            (*n_mask)++;
-        } else {
-            (*n_full)++;
-        }
-        tile_scale_max(w->st, bk, nq, sl2, w->m2, w->alpha, w->off);
-        tile_exp_sum(w->st, bk, nq, w->off, w->alpha, w->l);
-
-        int rescale = 0;
-        for (int64_t i = 0; i < nq; i++) rescale |= w->alpha[i] != 1.0f;
-        if (rescale) {
-            for (int c = 0; c < d; c++) {
-                float *restrict o = w->ot + (ptrdiff_t)c * BK_ATTN_TQ;
-#pragma omp simd
-                for (int64_t i = 0; i < nq; i++) o[i] *= w->alpha[i];
+        for (int s = 0; s < n_sub; s++) {
+            const fwd_tile *u = &tl[s];
+            const fwd_scratch *w = &ws[s];
+            if (!u->live) continue;
+            const int64_t nq = u->nq;
+            int cls = bk_attn_tile_class(&g->mask, &a->qr[u->t], &a->kr[kt]);
+            if (cls == BK_ATTN_TILE_SKIP) {
+                (*n_skip)++;
+                continue;
             }
+            /* S^T [bk, nq] = K_tile [bk, d] . Q^T [d, nq] */
+            bk_attn_tile_gemm(bk, nq, d, Kt, ks, 1, w->qt, BK_ATTN_TQ, st, BK_ATTN_TQ, 0);
+            if (cls == BK_ATTN_TILE_PARTIAL) {
+                bk_attn_tile_mask(g, u->i0, u->bq, j0, bk, st);
+                (*n_mask)++;
+            } else {
+                (*n_full)++;
+            }
+            tile_scale_max(st, bk, nq, sl2, w->m2, w->alpha, w->off);
+            tile_exp_sum(st, bk, nq, w->off, w->alpha, w->l);
+
+            int rescale = 0;
+            for (int64_t i = 0; i < nq; i++) rescale |= w->alpha[i] != 1.0f;
+            if (rescale) {
+                for (int c = 0; c < d; c++) {
+                    float *restrict o = w->ot + (ptrdiff_t)c * BK_ATTN_TQ;
+#pragma omp simd
+                    for (int64_t i = 0; i < nq; i++) o[i] *= w->alpha[i];
+                }
+            }
+            /* O^T [d, nq] += V_tile^T [d, bk] . P^T [bk, nq]; V read in place */
+            bk_attn_tile_gemm(d, nq, bk, Vt, 1, ks, st, BK_ATTN_TQ, w->ot, BK_ATTN_TQ, 1);
         }
-        /* O^T [d, nq] += V_tile^T [d, bk] . P^T [bk, nq]; V read in place */
-        bk_attn_tile_gemm(d, nq, bk, Vt, 1, ks, w->st, BK_ATTN_TQ, w->ot, BK_ATTN_TQ, 1);
     }
 
-    /* merge the block's normalised output and lse into the running (O, lse) */
-    for (int64_t i = 0; i < bq; i++) {
-        float *lse = a->lse + (i0 + i) * hq + h;
-        float lse_blk = bk_attn_block_lse(w->m2[i], w->l[i]);
-        float w_old, w_blk;
-        *lse = bk_attn_merge_weights(*lse, lse_blk, &w_old, &w_blk);
-        float cb = w->l[i] > 0.0f ? w_blk / w->l[i] : 0.0f;
-        float *restrict o = a->O + (i0 + i) * qs + (ptrdiff_t)h * d;
-        const float *ot = w->ot + i;
-        for (int c = 0; c < d; c++) o[c] = o[c] * w_old + ot[(ptrdiff_t)c * BK_ATTN_TQ] * cb;
+    /* merge each tile's normalised block output and lse into the running (O, lse) */
+    for (int s = 0; s < n_sub; s++) {
+        const fwd_tile *u = &tl[s];
+        const fwd_scratch *w = &ws[s];
+        if (!u->live) continue;
+        for (int64_t i = 0; i < u->bq; i++) {
+            float *lse = a->lse + (u->i0 + i) * hq + h;
+            float lse_blk = bk_attn_block_lse(w->m2[i], w->l[i]);
+            float w_old, w_blk;
+            *lse = bk_attn_merge_weights(*lse, lse_blk, &w_old, &w_blk);
+            float cb = w->l[i] > 0.0f ? w_blk / w->l[i] : 0.0f;
+            float *restrict o = a->O + (u->i0 + i) * qs + (ptrdiff_t)h * d;
+            const float *ot = w->ot + i;
+            for (int c = 0; c < d; c++) o[c] = o[c] * w_old + ot[(ptrdiff_t)c * BK_ATTN_TQ] * cb;
+        }
     }
 }
 
 bk_status bk_attn_fwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, const float *K,
                       const float *V, float *O, float *lse, bk_attn_stats *stats)
 {
-    bk_status st = bk_attn_check_geom(q, g);
-    if (st != BK_OK) return st;
+    bk_status status = bk_attn_check_geom(q, g);
+    if (status != BK_OK) return status;
     if (g->n_q > 0) BK_CHECK_ARG(Q != NULL && O != NULL && lse != NULL);
     if (g->n_kv > 0) BK_CHECK_ARG(K != NULL && V != NULL);
     const int64_t n_qt = (g->n_q + BK_ATTN_TQ - 1) / BK_ATTN_TQ;
@@ -202,35 +229,43 @@ bk_status bk_attn_fwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, 
     bk_attn_ranges(g->kv_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->kv_seg : NULL, g->n_kv,
                    BK_ATTN_TK, kr);
     fwd_args a = {g, Q, K, V, O, lse, qr, kr, n_qt, n_kt};
-    const int64_t units = (int64_t)g->h_q * n_qt;
+    const int64_t n_grp = (n_qt + BK_ATTN_QGROUP - 1) / BK_ATTN_QGROUP;
+    const int64_t units = (int64_t)g->h_q * n_grp;
     int64_t n_skip = 0, n_mask = 0, n_full = 0;
 
 #pragma omp parallel num_threads(bk_attn_threads(q)) reduction(+ : n_skip, n_mask, n_full)
     {
         const size_t d = (size_t)g->d;
-        fwd_scratch w;
-        w.qt = bk_attn_scratch(d * BK_ATTN_TQ);
-        w.ot = bk_attn_scratch(d * BK_ATTN_TQ);
-        w.st = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ);
-        w.m2 = bk_attn_scratch(4 * BK_ATTN_TQ);
-        w.l = w.m2 + BK_ATTN_TQ;
-        w.alpha = w.l + BK_ATTN_TQ;
-        w.off = w.alpha + BK_ATTN_TQ;
+        fwd_scratch w[BK_ATTN_QGROUP];
+        for (int s = 0; s < BK_ATTN_QGROUP; s++) {
+            w[s].qt = bk_attn_scratch(d * BK_ATTN_TQ);
+            w[s].ot = bk_attn_scratch(d * BK_ATTN_TQ);
+            w[s].m2 = bk_attn_scratch(4 * BK_ATTN_TQ);
+            w[s].l = w[s].m2 + BK_ATTN_TQ;
+            w[s].alpha = w[s].l + BK_ATTN_TQ;
+            w[s].off = w[s].alpha + BK_ATTN_TQ;
+        }
+        float *st = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ);
         /* head-major, so that the threads stream the same K/V head together (it
          * then comes from the shared cache rather than memory once per thread);
          * within a head later query tiles first: under a causal mask they are
          * the longest, which leaves short units for the end of the schedule */
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t u = 0; u < units; u++)
-            fwd_unit(&a, &w, (int)(u / n_qt), n_qt - 1 - u % n_qt, &n_skip, &n_mask, &n_full);
-        free(w.qt);
-        free(w.ot);
-        free(w.st);
-        free(w.m2);
+        for (int64_t u = 0; u < units; u++) {
+            int64_t t0 = (n_grp - 1 - u % n_grp) * BK_ATTN_QGROUP;
+            int n_sub = n_qt - t0 < BK_ATTN_QGROUP ? (int)(n_qt - t0) : BK_ATTN_QGROUP;
+            fwd_unit(&a, w, st, (int)(u / n_grp), t0, n_sub, &n_skip, &n_mask, &n_full);
+        }
+        for (int s = 0; s < BK_ATTN_QGROUP; s++) {
+            free(w[s].qt);
+            free(w[s].ot);
+            free(w[s].m2);
+        }
+        free(st);
     }
     free(qr);
     free(kr);
-    bk_attn_stats_set(stats, units * n_kt, n_skip, n_mask, n_full);
+    bk_attn_stats_set(stats, (int64_t)g->h_q * n_qt * n_kt, n_skip, n_mask, n_full);
     return BK_OK;
 }
 
