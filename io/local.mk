@@ -1,2 +1,4 @@
 # io/local.mk: files (HDF5 corpora, checkpoints).
 libburst_io_a_SOURCES += io/io.h io/io_version.c
+# HDF5 corpora: the format (doc/CORPUS.md), the atomic writer, the hyperslab reader.
+libburst_io_a_SOURCES += io/corpus.h io/corpus.c io/corpus_inspect.h io/corpus_inspect.c

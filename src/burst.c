@@ -14,7 +14,7 @@ struct subcommand {
 
 static const struct subcommand subcommands[] = {
     {"train", cmd_train, "train a LLaMA-style model across ranks (synthetic data)"},
-    {"data", cmd_data, "import, synthesise and check HDF5 corpora (not built yet: exits 2)"},
+    {"data", cmd_data, "HDF5 corpora: import, synth (passkey, copy), info, validate"},
     {"bench", cmd_bench, "benchmarks: kernels, transport"},
     {"plan", cmd_plan, "plan distributed attention: bytes, steps, --dump-schedule"},
     {"run", cmd_run, "local launcher: start N ranks of a program on this machine"},

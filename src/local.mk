@@ -60,3 +60,12 @@ TESTS += tests/test_train
 tests_test_train_SOURCES = tests/test_train.c tests/testutil.h tests/testutil.c
 tests_test_train_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_train_LDADD = $(LDADD) $(CHECK_LIBS)
+
+# `burst data`: import, synthesise, describe and validate HDF5 corpora.
+libburst_engine_a_SOURCES += src/cmd_data.c
+check_PROGRAMS += tests/test_corpus
+TESTS += tests/test_corpus tests/test_data.sh
+EXTRA_DIST += tests/test_data.sh
+tests_test_corpus_SOURCES = tests/test_corpus.c
+tests_test_corpus_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_corpus_LDADD = $(LDADD) $(CHECK_LIBS)

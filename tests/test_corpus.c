@@ -1,0 +1,357 @@
+/* test_corpus.c: the HDF5 corpus of io/corpus.c keeps its promises: what is
+ * written reads back exactly (uint16 and uint32, across chunk boundaries, at
+ * odd offsets and at the end), document offsets and extra datasets survive,
+ * bad files are refused with a message naming the file and the problem, and a
+ * writer that is aborted or killed never damages the previous file. */
+#include <check.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "io/corpus.h"
+
+static char dir[256];
+
+static const char *tmp_path(const char *name)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/burst-test-corpus-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static int64_t token_at(int64_t i, uint32_t vocab)
+{
+    return (i * 7919 + i / 3) % vocab;
+}
+
+/* Writes n tokens token_at(i) to path; documents every doc_every tokens when > 0. */
+static void write_corpus(const char *path, int bits, uint32_t vocab, int64_t n, int64_t doc_every)
+{
+    char err[512];
+    io_corpus_writer *w = io_corpus_create(path, bits, vocab, "test-tok", err, sizeof err);
+    ck_assert_msg(w != NULL, "%s", err);
+    int64_t buf[1000];
+    for (int64_t at = 0; at < n;) {
+        int64_t cnt = n - at < 997 ? n - at : 997; /* odd pieces across chunks */
+        if (doc_every > 0) {
+            int64_t to_doc = doc_every - at % doc_every;
+            if (to_doc < cnt) cnt = to_doc;
+        }
+        for (int64_t i = 0; i < cnt; i++) buf[i] = token_at(at + i, vocab);
+        ck_assert_msg(io_corpus_append(w, buf, cnt, err, sizeof err) == 0, "%s", err);
+        at += cnt;
+        if (doc_every > 0 && at % doc_every == 0)
+            ck_assert_int_eq(io_corpus_mark_document(w, err, sizeof err), 0);
+    }
+    ck_assert_msg(io_corpus_commit(w, err, sizeof err) == 0, "%s", err);
+}
+
+static void check_range(io_corpus *c, int64_t begin, int64_t count)
+{
+    char err[512];
+    int64_t *t = malloc((size_t)(count > 0 ? count : 1) * sizeof *t);
+    ck_assert_msg(io_corpus_read(c, begin, count, t, err, sizeof err) == 0, "%s", err);
+    for (int64_t i = 0; i < count; i++)
+        ck_assert_int_eq(t[i], token_at(begin + i, io_corpus_vocab(c)));
+    free(t);
+}
+
+static void round_trip(int bits, uint32_t vocab)
+{
+    const int64_t n = ((int64_t)1 << 20) + 12345; /* more than one chunk */
+    const char *p = tmp_path("rt.h5");
+    write_corpus(p, bits, vocab, n, 0);
+    io_corpus *c = NULL;
+    char err[512];
+    ck_assert_msg(io_corpus_open(p, &c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(io_corpus_n_tokens(c), n);
+    ck_assert_uint_eq(io_corpus_vocab(c), vocab);
+    ck_assert_str_eq(io_corpus_tokenizer(c), "test-tok");
+    ck_assert_str_eq(io_corpus_path(c), p);
+    ck_assert_int_eq(io_corpus_n_docs(c), 0);
+    check_range(c, 0, 1);
+    check_range(c, 3, 1001);
+    check_range(c, ((int64_t)1 << 20) - 17, 333); /* across the chunk boundary */
+    check_range(c, n - 5, 5);                     /* the end */
+    check_range(c, n, 0);
+    check_range(c, 0, n);
+    int64_t t[2];
+    ck_assert_int_ne(io_corpus_read(c, n - 1, 2, t, err, sizeof err), 0);
+    ck_assert_ptr_nonnull(strstr(err, "outside"));
+    ck_assert_int_ne(io_corpus_read(c, -1, 1, t, err, sizeof err), 0);
+    io_corpus_close(c);
+}
+
+START_TEST(round_trip_uint16)
+{
+    round_trip(16, 50257);
+}
+END_TEST
+
+START_TEST(round_trip_uint32)
+{
+    round_trip(32, 128256);
+}
+END_TEST
+
+START_TEST(small_and_empty)
+{
+    const char *p = tmp_path("small.h5");
+    write_corpus(p, 16, 256, 7, 0);
+    io_corpus *c = NULL;
+    char err[512];
+    ck_assert_msg(io_corpus_open(p, &c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(io_corpus_n_tokens(c), 7);
+    check_range(c, 2, 5);
+    io_corpus_close(c);
+    write_corpus(p, 32, 10, 0, 0);
+    ck_assert_msg(io_corpus_open(p, &c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(io_corpus_n_tokens(c), 0);
+    io_corpus_close(c);
+}
+END_TEST
+
+START_TEST(doc_offsets)
+{
+    const char *p = tmp_path("docs.h5");
+    write_corpus(p, 16, 1000, 10000, 1500); /* docs at 0, 1500, ..., 9000; final mark dropped */
+    io_corpus *c = NULL;
+    char err[512];
+    ck_assert_msg(io_corpus_open(p, &c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(io_corpus_n_docs(c), 7);
+    int64_t off[7];
+    ck_assert_msg(io_corpus_doc_offsets(c, off, err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < 7; i++) ck_assert_int_eq(off[i], 1500 * i);
+    io_corpus_close(c);
+}
+END_TEST
+
+START_TEST(put_int64)
+{
+    const char *p = tmp_path("ans.h5");
+    char err[512];
+    io_corpus_writer *w = io_corpus_create(p, 16, 100, "x", err, sizeof err);
+    ck_assert_ptr_nonnull(w);
+    int64_t tok[4] = {1, 2, 3, 99}, ans[6] = {0, 5, -7, 1, (int64_t)1 << 40, 3};
+    ck_assert_int_eq(io_corpus_append(w, tok, 4, err, sizeof err), 0);
+    ck_assert_msg(io_corpus_put_int64(w, "/answers", ans, 2, 3, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_ne(io_corpus_put_int64(w, "/answers", ans, 2, 3, err, sizeof err), 0);
+    ck_assert_int_ne(io_corpus_put_int64(w, "tokens", ans, 2, 3, err, sizeof err), 0);
+    ck_assert_int_eq(io_corpus_commit(w, err, sizeof err), 0);
+    hid_t f = H5Fopen(p, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "answers", H5P_DEFAULT);
+    ck_assert(d >= 0);
+    hid_t s = H5Dget_space(d);
+    hsize_t dims[2];
+    ck_assert_int_eq(H5Sget_simple_extent_ndims(s), 2);
+    H5Sget_simple_extent_dims(s, dims, NULL);
+    ck_assert(dims[0] == 2 && dims[1] == 3);
+    int64_t back[6];
+    ck_assert(H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, back) >= 0);
+    for (int i = 0; i < 6; i++) ck_assert_int_eq(back[i], ans[i]);
+    H5Sclose(s);
+    H5Dclose(d);
+    H5Fclose(f);
+}
+END_TEST
+
+/* A hand-made file: attributes as given, /tokens of type ttype (or none). */
+static void make_file(const char *path, const char *format, int version, hid_t ttype)
+{
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t sc = H5Screate(H5S_SCALAR);
+    hid_t st = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st, strlen(format) + 1);
+    hid_t a = H5Acreate2(f, "format", st, sc, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, st, format);
+    H5Aclose(a);
+    a = H5Acreate2(f, "tokenizer", st, sc, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, st, format);
+    H5Aclose(a);
+    a = H5Acreate2(f, "format_version", H5T_STD_I32LE, sc, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT, &version);
+    H5Aclose(a);
+    unsigned vocab = 100;
+    a = H5Acreate2(f, "vocab_size", H5T_STD_U32LE, sc, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_UINT, &vocab);
+    H5Aclose(a);
+    if (ttype >= 0) {
+        hsize_t n = 4;
+        hid_t s = H5Screate_simple(1, &n, NULL);
+        hid_t d = H5Dcreate2(f, "tokens", ttype, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        double v[4] = {1, 2, 3, 4};
+        H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+        H5Dclose(d);
+        H5Sclose(s);
+    }
+    H5Tclose(st);
+    H5Sclose(sc);
+    H5Fclose(f);
+}
+
+static void expect_refusal(const char *path, const char *problem)
+{
+    io_corpus *c = NULL;
+    char err[512] = "";
+    ck_assert_int_ne(io_corpus_open(path, &c, err, sizeof err), 0);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(err, path) != NULL, "error does not name the file: %s", err);
+    ck_assert_msg(strstr(err, problem) != NULL, "error does not say '%s': %s", problem, err);
+}
+
+START_TEST(refusals)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    const char *p = tmp_path("bad.h5");
+    make_file(p, IO_CORPUS_FORMAT, 1, H5T_STD_U16LE);
+    io_corpus *c = NULL;
+    char err[512];
+    ck_assert_msg(io_corpus_open(p, &c, err, sizeof err) == 0, "hand-made file: %s", err);
+    io_corpus_close(c);
+    make_file(p, IO_CORPUS_FORMAT, 1, -1);
+    expect_refusal(p, "no dataset /tokens");
+    make_file(p, IO_CORPUS_FORMAT, 1, H5T_IEEE_F32LE);
+    expect_refusal(p, "not an integer");
+    make_file(p, IO_CORPUS_FORMAT, 1, H5T_STD_I32LE);
+    expect_refusal(p, "signed");
+    make_file(p, IO_CORPUS_FORMAT, 1, H5T_STD_U64LE);
+    expect_refusal(p, "64-bit");
+    make_file(p, "something-else", 1, H5T_STD_U16LE);
+    expect_refusal(p, "format");
+    make_file(p, IO_CORPUS_FORMAT, 2, H5T_STD_U16LE);
+    expect_refusal(p, "format_version is 2");
+    expect_refusal(tmp_path("missing.h5"), "cannot read");
+
+    FILE *g = fopen(p, "w");
+    for (int i = 0; i < 5000; i++) fputc((i * 131) & 0xff, g);
+    fclose(g);
+    expect_refusal(p, "not an HDF5 file");
+}
+END_TEST
+
+START_TEST(truncated)
+{
+    const char *p = tmp_path("trunc.h5");
+    write_corpus(p, 32, 70000, 300000, 1000);
+    int fd = open(p, O_RDONLY);
+    off_t size = lseek(fd, 0, SEEK_END);
+    close(fd);
+    /* Cut at many places: every cut must be refused on open or on read, cleanly. */
+    for (int k = 1; k < 16; k++) {
+        write_corpus(p, 32, 70000, 300000, 1000);
+        ck_assert_int_eq(truncate(p, size * k / 16), 0);
+        io_corpus *c = NULL;
+        char err[512] = "";
+        int64_t *t = malloc(300000 * sizeof *t);
+        if (io_corpus_open(p, &c, err, sizeof err) == 0) {
+            int rc = io_corpus_read(c, 0, io_corpus_n_tokens(c), t, err, sizeof err);
+            io_corpus_close(c);
+            ck_assert_msg(rc != 0, "cut at %d/16 read without error", k);
+        }
+        ck_assert_msg(strstr(err, p) != NULL, "error does not name the file: %s", err);
+        free(t);
+    }
+}
+END_TEST
+
+START_TEST(append_beyond_vocab)
+{
+    const char *p = tmp_path("v.h5");
+    char err[512];
+    io_corpus_writer *w = io_corpus_create(p, 16, 10, "x", err, sizeof err);
+    int64_t tok[3] = {1, 10, 2};
+    ck_assert_int_ne(io_corpus_append(w, tok, 3, err, sizeof err), 0);
+    ck_assert_ptr_nonnull(strstr(err, "token 10"));
+    ck_assert_ptr_nonnull(strstr(err, p));
+    io_corpus_abort(w);
+    ck_assert_int_ne(access(p, F_OK), 0);
+    ck_assert_ptr_null(io_corpus_create(p, 16, 70000, "x", err, sizeof err));
+    ck_assert_ptr_null(io_corpus_create(p, 8, 10, "x", err, sizeof err));
+}
+END_TEST
+
+static void expect_good_previous(const char *p)
+{
+    io_corpus *c = NULL;
+    char err[512];
+    ck_assert_msg(io_corpus_open(p, &c, err, sizeof err) == 0, "previous file: %s", err);
+    ck_assert_int_eq(io_corpus_n_tokens(c), 5000);
+    check_range(c, 0, 5000);
+    io_corpus_close(c);
+}
+
+START_TEST(atomic_abort_and_kill)
+{
+    const char *p = tmp_path("atomic.h5");
+    write_corpus(p, 16, 1000, 5000, 0);
+    char err[512];
+    io_corpus_writer *w = io_corpus_create(p, 16, 1000, "other", err, sizeof err);
+    int64_t tok[4] = {1, 2, 3, 4};
+    io_corpus_append(w, tok, 4, err, sizeof err);
+    expect_good_previous(p);
+    io_corpus_abort(w);
+    expect_good_previous(p);
+
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        io_corpus_writer *cw = io_corpus_create(p, 32, 100000, "child", err, sizeof err);
+        int64_t *big = calloc((size_t)3 << 20, sizeof *big);
+        if (cw && big) io_corpus_append(cw, big, (int64_t)3 << 20, err, sizeof err);
+        kill(getpid(), SIGKILL);
+        _exit(0);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    expect_good_previous(p);
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)pid);
+    ck_assert_int_eq(access(tmp, F_OK), 0); /* the killed writer's leftovers stay beside it */
+    unlink(tmp);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("corpus");
+    TCase *tc = tcase_create("corpus");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, round_trip_uint16);
+    tcase_add_test(tc, round_trip_uint32);
+    tcase_add_test(tc, small_and_empty);
+    tcase_add_test(tc, doc_offsets);
+    tcase_add_test(tc, put_int64);
+    tcase_add_test(tc, refusals);
+    tcase_add_test(tc, truncated);
+    tcase_add_test(tc, append_beyond_vocab);
+    tcase_add_test(tc, atomic_abort_and_kill);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
