@@ -2,3 +2,6 @@
 libburst_io_a_SOURCES += io/io.h io/io_version.c
 # HDF5 corpora: the format (doc/CORPUS.md), the atomic writer, the hyperslab reader.
 libburst_io_a_SOURCES += io/corpus.h io/corpus.c io/corpus_inspect.h io/corpus_inspect.c
+
+# Training checkpoints (model.h5 + optim-R.h5 per step, atomic commit).
+libburst_io_a_SOURCES += io/checkpoint.h io/checkpoint.c

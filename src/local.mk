@@ -61,6 +61,13 @@ tests_test_train_SOURCES = tests/test_train.c tests/testutil.h tests/testutil.c
 tests_test_train_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_train_LDADD = $(LDADD) $(CHECK_LIBS)
 
+# Training checkpoints in HDF5 (io/checkpoint.c).
+check_PROGRAMS += tests/test_checkpoint
+TESTS += tests/test_checkpoint
+tests_test_checkpoint_SOURCES = tests/test_checkpoint.c
+tests_test_checkpoint_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_checkpoint_LDADD = libburst_io.a $(EXTERNAL_LIBS) $(CHECK_LIBS)
+
 # `burst data`: import, synthesise, describe and validate HDF5 corpora.
 libburst_engine_a_SOURCES += src/cmd_data.c
 check_PROGRAMS += tests/test_corpus

@@ -1,0 +1,847 @@
+/* checkpoint.c: training checkpoints in HDF5 (see checkpoint.h and
+ * doc/CHECKPOINTS.md). A checkpoint is built in DIR/step-S.tmp by three
+ * phases: begin (rank 0 recreates the temporary directory), write_rank (every
+ * rank writes its optimizer shard, rank 0 also the model; each file is fsync'd
+ * once closed) and commit (rank 0 fsyncs the temporary directory, renames it
+ * to DIR/step-S, replaces DIR/latest through latest.tmp + rename, fsyncs DIR,
+ * then prunes old checkpoints). The only steps that change what a reader sees
+ * are the two renames, each atomic, and DIR/latest is replaced last, so a
+ * crash at any moment leaves the checkpoint DIR/latest names whole. A step
+ * written again (DIR/step-S exists) is swapped in with
+ * renameat2(RENAME_EXCHANGE); where the file system cannot, the old directory
+ * is first renamed to DIR/step-S.old, which the readers fall back to when
+ * DIR/step-S is missing.
+ *
+ * HDF5's automatic error printing is switched off while these functions run;
+ * every failure is reported in err, naming the file. */
+#define _GNU_SOURCE /* renameat2 */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+
+#include "io/checkpoint.h"
+
+#define CKPT_FORMAT         "burstengine-checkpoint"
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_CHUNK          ((hsize_t)1 << 20) /* elements per chunk of a float dataset */
+#define CKPT_PATH_MAX       4096
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+{
+    if (!err || err_len == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- HDF5 error printing: off while a public function runs. ---- */
+
+typedef struct {
+    H5E_auto2_t func;
+    void *data;
+} h5_quiet;
+
+static h5_quiet h5_quiet_begin(void)
+{
+    h5_quiet q = {NULL, NULL};
+    H5Eget_auto2(H5E_DEFAULT, &q.func, &q.data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    return q;
+}
+
+static void h5_quiet_end(h5_quiet q)
+{
+    H5Eset_auto2(H5E_DEFAULT, q.func, q.data);
+}
+
+/* ---- Paths and the file system. ---- */
+
+static int step_path(char *out, size_t len, const char *dir, int64_t step, const char *suffix,
+                     const char *file, char *err, size_t err_len)
+{
+    int n;
+    if (file)
+        n = snprintf(out, len, "%s/step-%" PRId64 "%s/%s", dir, step, suffix, file);
+    else
+        n = snprintf(out, len, "%s/step-%" PRId64 "%s", dir, step, suffix);
+    if (n < 0 || (size_t)n >= len) {
+        set_err(err, err_len, "checkpoint directory path too long: %s", dir);
+        return -1;
+    }
+    return 0;
+}
+
+static int fsync_path(const char *path, int is_dir, char *err, size_t err_len)
+{
+    int fd = open(path, O_RDONLY | (is_dir ? O_DIRECTORY : 0));
+    if (fd < 0) {
+        set_err(err, err_len, "cannot open %s for fsync: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fsync(fd) != 0 && errno != EINVAL) {
+        set_err(err, err_len, "cannot fsync %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* Removes path and, if it is a directory, everything below it (symbolic
+ * links are removed, not followed). A missing path is not an error. */
+static int remove_tree(const char *path, char *err, size_t err_len)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return 0;
+        set_err(err, err_len, "cannot stat %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        if (!d) {
+            set_err(err, err_len, "cannot open directory %s: %s", path, strerror(errno));
+            return -1;
+        }
+        struct dirent *e;
+        int rc = 0;
+        while (rc == 0 && (e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            char child[CKPT_PATH_MAX];
+            int n = snprintf(child, sizeof child, "%s/%s", path, e->d_name);
+            if (n < 0 || (size_t)n >= sizeof child) {
+                set_err(err, err_len, "path too long below %s", path);
+                rc = -1;
+                break;
+            }
+            rc = remove_tree(child, err, err_len);
+        }
+        closedir(d);
+        if (rc != 0) return rc;
+        if (rmdir(path) != 0 && errno != ENOENT) {
+            set_err(err, err_len, "cannot remove directory %s: %s", path, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        set_err(err, err_len, "cannot remove %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* mkdir -p. */
+static int make_dirs(const char *path, char *err, size_t err_len)
+{
+    char buf[CKPT_PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) {
+        set_err(err, err_len, "bad checkpoint directory name '%s'", path);
+        return -1;
+    }
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+            set_err(err, err_len, "cannot create directory %s: %s", buf, strerror(errno));
+            return -1;
+        }
+        buf[i] = saved;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        set_err(err, err_len, "checkpoint directory %s is not a directory", path);
+        return -1;
+    }
+    return 0;
+}
+
+static int path_exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* ---- HDF5 helpers: writing. ---- */
+
+static int write_attr(hid_t obj, const char *name, hid_t type, const void *value)
+{
+    hid_t space = H5Screate(H5S_SCALAR);
+    if (space < 0) return -1;
+    hid_t a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = -1;
+    if (a >= 0) {
+        rc = H5Awrite(a, type, value) < 0 ? -1 : 0;
+        if (H5Aclose(a) < 0) rc = -1;
+    }
+    H5Sclose(space);
+    return rc;
+}
+
+static int write_attr_i64(hid_t obj, const char *name, int64_t v)
+{
+    return write_attr(obj, name, H5T_NATIVE_INT64, &v);
+}
+
+/* A fixed-length string of strlen(s) + 1 bytes, null-terminated. */
+static hid_t string_type(size_t len)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0) return -1;
+    if (H5Tset_size(t, len + 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLTERM) < 0) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+static int write_attr_string(hid_t obj, const char *name, const char *s)
+{
+    hid_t t = string_type(strlen(s));
+    if (t < 0) return -1;
+    int rc = write_attr(obj, name, t, s);
+    H5Tclose(t);
+    return rc;
+}
+
+/* A scalar fixed-length string dataset (the configuration text may exceed
+ * what an attribute comfortably holds). */
+static int write_string_dataset(hid_t file, const char *name, const char *s)
+{
+    hid_t t = string_type(strlen(s));
+    if (t < 0) return -1;
+    hid_t space = H5Screate(H5S_SCALAR);
+    int rc = -1;
+    if (space >= 0) {
+        hid_t d = H5Dcreate2(file, name, t, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (d >= 0) {
+            rc = H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, s) < 0 ? -1 : 0;
+            if (H5Dclose(d) < 0) rc = -1;
+        }
+        H5Sclose(space);
+    }
+    H5Tclose(t);
+    return rc;
+}
+
+/* A 1-D float32 dataset of n elements, chunked when not empty. */
+static int write_floats(hid_t file, const char *name, const float *x, int64_t n)
+{
+    hsize_t dims[1] = {(hsize_t)n};
+    hid_t space = H5Screate_simple(1, dims, NULL);
+    if (space < 0) return -1;
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    int rc = -1;
+    if (dcpl >= 0) {
+        hsize_t chunk[1] = {dims[0] < CKPT_CHUNK ? dims[0] : CKPT_CHUNK};
+        if (n == 0 || H5Pset_chunk(dcpl, 1, chunk) >= 0) {
+            hid_t d = H5Dcreate2(file, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+            if (d >= 0) {
+                rc = 0;
+                if (n > 0 && H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x) < 0)
+                    rc = -1;
+                if (H5Dclose(d) < 0) rc = -1;
+            }
+        }
+        H5Pclose(dcpl);
+    }
+    H5Sclose(space);
+    return rc;
+}
+
+/* ---- HDF5 helpers: reading. ---- */
+
+static int read_attr(hid_t obj, const char *name, hid_t mem_type, void *value)
+{
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    hid_t space = H5Aget_space(a);
+    int rc = -1;
+    if (space >= 0) {
+        if (H5Sget_simple_extent_npoints(space) == 1) rc = H5Aread(a, mem_type, value) < 0 ? -1 : 0;
+        H5Sclose(space);
+    }
+    H5Aclose(a);
+    return rc;
+}
+
+static int read_attr_i64(hid_t obj, const char *name, int64_t *v)
+{
+    return read_attr(obj, name, H5T_NATIVE_INT64, v);
+}
+
+/* Reads a scalar fixed-length string (attribute when is_attr, else dataset)
+ * into a malloc'd, null-terminated buffer. */
+static char *read_string(hid_t obj, const char *name, int is_attr)
+{
+    hid_t h = is_attr ? H5Aopen(obj, name, H5P_DEFAULT) : H5Dopen2(obj, name, H5P_DEFAULT);
+    if (h < 0) return NULL;
+    char *out = NULL;
+    hid_t ft = is_attr ? H5Aget_type(h) : H5Dget_type(h);
+    if (ft >= 0) {
+        size_t size = H5Tget_size(ft);
+        if (H5Tget_class(ft) == H5T_STRING && H5Tis_variable_str(ft) == 0 && size > 0) {
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            if (mt >= 0 && H5Tset_size(mt, size + 1) >= 0 &&
+                H5Tset_strpad(mt, H5T_STR_NULLTERM) >= 0) {
+                out = calloc(size + 1, 1);
+                herr_t r = -1;
+                if (out)
+                    r = is_attr ? H5Aread(h, mt, out)
+                                : H5Dread(h, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
+                if (r < 0) {
+                    free(out);
+                    out = NULL;
+                }
+            }
+            if (mt >= 0) H5Tclose(mt);
+        }
+        H5Tclose(ft);
+    }
+    if (is_attr)
+        H5Aclose(h);
+    else
+        H5Dclose(h);
+    return out;
+}
+
+/* Reads the 1-D float dataset name, which must hold exactly n elements; out
+ * may be NULL to check the shape only. Returns 0, -1 on an HDF5 failure, or
+ * -2 with *found set when the length differs. */
+static int read_floats(hid_t file, const char *name, float *out, int64_t n, int64_t *found)
+{
+    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+    if (d < 0) return -1;
+    int rc = -1;
+    hid_t space = H5Dget_space(d);
+    if (space >= 0) {
+        hsize_t dims[1] = {0};
+        if (H5Sget_simple_extent_ndims(space) == 1 &&
+            H5Sget_simple_extent_dims(space, dims, NULL) == 1) {
+            if ((int64_t)dims[0] != n) {
+                *found = (int64_t)dims[0];
+                rc = -2;
+            } else if (!out || n == 0) {
+                rc = 0;
+            } else {
+                rc = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0 ? -1 : 0;
+            }
+        }
+        H5Sclose(space);
+    }
+    H5Dclose(d);
+    return rc;
+}
+
+/* Closes a file written for a checkpoint and fsyncs it. */
+static int close_and_sync(hid_t file, const char *path, char *err, size_t err_len)
+{
+    if (H5Fclose(file) < 0) {
+        set_err(err, err_len, "cannot close %s (HDF5 error)", path);
+        return -1;
+    }
+    return fsync_path(path, 0, err, err_len);
+}
+
+/* ---- Phase 1: begin. ---- */
+
+int io_checkpoint_begin(const char *dir, int64_t step, char *err, size_t err_len)
+{
+    char tmp[CKPT_PATH_MAX];
+    if (step < 0) {
+        set_err(err, err_len, "checkpoint step %" PRId64 " is negative", step);
+        return -1;
+    }
+    if (step_path(tmp, sizeof tmp, dir, step, ".tmp", NULL, err, err_len) != 0) return -1;
+    if (remove_tree(tmp, err, err_len) != 0) return -1;
+    if (make_dirs(dir, err, err_len) != 0) return -1;
+    if (mkdir(tmp, 0777) != 0) {
+        set_err(err, err_len, "cannot create directory %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- Phase 2: write_rank. ---- */
+
+static int write_model(const char *path, const io_ckpt_meta *meta, const float *params, char *err,
+                       size_t err_len)
+{
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) {
+        set_err(err, err_len, "cannot create %s (HDF5 error)", path);
+        return -1;
+    }
+    uint64_t rng = meta->rng_state;
+    int world = meta->world_size;
+    int version = CKPT_FORMAT_VERSION;
+    int bad = write_attr_string(f, "format", CKPT_FORMAT) ||
+              write_attr(f, "format_version", H5T_NATIVE_INT, &version) ||
+              write_attr_i64(f, "step", meta->step) ||
+              write_attr_i64(f, "sample_position", meta->sample_position) ||
+              write_attr(f, "rng_state", H5T_NATIVE_UINT64, &rng) ||
+              write_attr(f, "world_size", H5T_NATIVE_INT, &world) ||
+              write_attr_i64(f, "n_params", meta->n_params) ||
+              write_floats(f, "params", params, meta->n_params) ||
+              write_string_dataset(f, "config", meta->config_text ? meta->config_text : "");
+    if (bad) {
+        set_err(err, err_len, "cannot write %s (HDF5 error)", path);
+        H5Fclose(f);
+        return -1;
+    }
+    return close_and_sync(f, path, err, err_len);
+}
+
+static int write_optim(const char *path, int rank, int64_t shard_begin, int64_t shard_len,
+                       const float *m, const float *v, char *err, size_t err_len)
+{
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) {
+        set_err(err, err_len, "cannot create %s (HDF5 error)", path);
+        return -1;
+    }
+    int version = CKPT_FORMAT_VERSION;
+    int bad = write_attr_string(f, "format", CKPT_FORMAT) ||
+              write_attr(f, "format_version", H5T_NATIVE_INT, &version) ||
+              write_attr(f, "rank", H5T_NATIVE_INT, &rank) ||
+              write_attr_i64(f, "shard_begin", shard_begin) ||
+              write_attr_i64(f, "shard_len", shard_len) || write_floats(f, "m", m, shard_len) ||
+              write_floats(f, "v", v, shard_len);
+    if (bad) {
+        set_err(err, err_len, "cannot write %s (HDF5 error)", path);
+        H5Fclose(f);
+        return -1;
+    }
+    return close_and_sync(f, path, err, err_len);
+}
+
+int io_checkpoint_write_rank(const char *dir, int64_t step, int rank, const io_ckpt_meta *meta,
+                             const float *params, int64_t shard_begin, int64_t shard_len,
+                             const float *m, const float *v, char *err, size_t err_len)
+{
+    char tmp[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
+    if (step_path(tmp, sizeof tmp, dir, step, ".tmp", NULL, err, err_len) != 0) return -1;
+    if (rank < 0 || shard_begin < 0 || shard_len < 0 || (shard_len > 0 && (!m || !v))) {
+        set_err(err, err_len, "checkpoint %s: bad shard of rank %d ([%" PRId64 ", +%" PRId64 ")",
+                tmp, rank, shard_begin, shard_len);
+        return -1;
+    }
+    if (rank == 0) {
+        if (!meta || meta->n_params <= 0 || !params || meta->world_size <= 0) {
+            set_err(err, err_len, "checkpoint %s: rank 0 needs the metadata and the parameters",
+                    tmp);
+            return -1;
+        }
+        if (meta->step != step) {
+            set_err(err, err_len,
+                    "checkpoint %s: metadata says step %" PRId64 ", written as step %" PRId64, tmp,
+                    meta->step, step);
+            return -1;
+        }
+    }
+    struct stat st;
+    if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        set_err(err, err_len, "checkpoint directory %s does not exist (phase begin missing?)", tmp);
+        return -1;
+    }
+    h5_quiet q = h5_quiet_begin();
+    int rc = 0;
+    if (rank == 0) {
+        snprintf(path, sizeof path, "%s/model.h5", tmp);
+        rc = write_model(path, meta, params, err, err_len);
+    }
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/optim-%d.h5", tmp, rank);
+        rc = write_optim(path, rank, shard_begin, shard_len, m, v, err, err_len);
+    }
+    h5_quiet_end(q);
+    return rc;
+}
+
+/* ---- Phase 3: commit. ---- */
+
+/* Parses "step-N" (decimal N) followed by exactly suffix; -1 otherwise. */
+static int64_t parse_step_suffix(const char *name, const char *suffix)
+{
+    if (strncmp(name, "step-", 5) != 0) return -1;
+    const char *p = name + 5;
+    if (*p < '0' || *p > '9') return -1;
+    int64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (INT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return strcmp(p, suffix) == 0 ? v : -1;
+}
+
+static int64_t parse_step_name(const char *name)
+{
+    return parse_step_suffix(name, "");
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* Removes the step directories of dir except the newest keep_last (by step
+ * number; all when keep_last <= 0) and except keep (the one just written),
+ * and the debris of interrupted writes (step-N.tmp, step-N.old). */
+static int prune(const char *dir, int64_t keep, int keep_last, char *err, size_t err_len)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        set_err(err, err_len, "cannot open directory %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    int64_t *steps = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (rc == 0 && (parse_step_suffix(e->d_name, ".tmp") >= 0 ||
+                        parse_step_suffix(e->d_name, ".old") >= 0)) {
+            char path[CKPT_PATH_MAX];
+            int n1 = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (n1 > 0 && (size_t)n1 < sizeof path) rc = remove_tree(path, err, err_len);
+            continue;
+        }
+        int64_t s = parse_step_name(e->d_name);
+        if (s < 0) continue;
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 16;
+            int64_t *ns = realloc(steps, nc * sizeof *ns);
+            if (!ns) {
+                free(steps);
+                closedir(d);
+                set_err(err, err_len, "out of memory listing %s", dir);
+                return -1;
+            }
+            steps = ns;
+            cap = nc;
+        }
+        steps[n++] = s;
+    }
+    closedir(d);
+    qsort(steps, n, sizeof *steps, cmp_desc);
+    for (size_t i = (size_t)keep_last; keep_last > 0 && i < n && rc == 0; i++) {
+        if (steps[i] == keep) continue;
+        char path[CKPT_PATH_MAX];
+        rc = step_path(path, sizeof path, dir, steps[i], "", NULL, err, err_len);
+        if (rc == 0) rc = remove_tree(path, err, err_len);
+    }
+    free(steps);
+    return rc;
+}
+
+int io_checkpoint_commit(const char *dir, int64_t step, int keep_last, char *err, size_t err_len)
+{
+    char tmp[CKPT_PATH_MAX], final[CKPT_PATH_MAX], old[CKPT_PATH_MAX];
+    char latest[CKPT_PATH_MAX], latest_tmp[CKPT_PATH_MAX];
+    if (step_path(tmp, sizeof tmp, dir, step, ".tmp", NULL, err, err_len) != 0 ||
+        step_path(final, sizeof final, dir, step, "", NULL, err, err_len) != 0 ||
+        step_path(old, sizeof old, dir, step, ".old", NULL, err, err_len) != 0)
+        return -1;
+    int n1 = snprintf(latest, sizeof latest, "%s/latest", dir);
+    int n2 = snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", dir);
+    if (n1 < 0 || n2 < 0 || (size_t)n2 >= sizeof latest_tmp) {
+        set_err(err, err_len, "checkpoint directory path too long: %s", dir);
+        return -1;
+    }
+
+    /* The complete temporary directory is durable before it gets its name. */
+    char model[CKPT_PATH_MAX + 32];
+    snprintf(model, sizeof model, "%s/model.h5", tmp);
+    if (!path_exists(model)) {
+        set_err(err, err_len, "checkpoint %s is incomplete: no model.h5", tmp);
+        return -1;
+    }
+    if (fsync_path(tmp, 1, err, err_len) != 0) return -1;
+
+    /* A checkpoint of the same step (written again, e.g. at the end of a run
+     * resumed from it) is exchanged with the new one in one atomic step, or
+     * else moved aside (the readers fall back to step-S.old), never removed
+     * before latest is durable. */
+    int swapped = 0, had_old = 0;
+    if (path_exists(final)) {
+#ifdef RENAME_EXCHANGE
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+            swapped = 1;
+        } else if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+            set_err(err, err_len, "cannot exchange %s and %s: %s", tmp, final, strerror(errno));
+            return -1;
+        }
+#endif
+        if (!swapped) {
+            if (remove_tree(old, err, err_len) != 0) return -1;
+            if (rename(final, old) != 0) {
+                set_err(err, err_len, "cannot rename %s to %s: %s", final, old, strerror(errno));
+                return -1;
+            }
+            had_old = 1;
+        }
+    }
+    if (!swapped && rename(tmp, final) != 0) {
+        set_err(err, err_len, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+        return -1;
+    }
+    if (fsync_path(dir, 1, err, err_len) != 0) return -1;
+
+    /* latest is replaced last, through a durable temporary file. */
+    FILE *f = fopen(latest_tmp, "w");
+    if (!f) {
+        set_err(err, err_len, "cannot create %s: %s", latest_tmp, strerror(errno));
+        return -1;
+    }
+    int bad = fprintf(f, "step-%" PRId64 "\n", step) < 0;
+    bad |= fflush(f) != 0;
+    bad |= fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad) {
+        set_err(err, err_len, "cannot write %s: %s", latest_tmp, strerror(errno));
+        unlink(latest_tmp);
+        return -1;
+    }
+    if (rename(latest_tmp, latest) != 0) {
+        set_err(err, err_len, "cannot rename %s to %s: %s", latest_tmp, latest, strerror(errno));
+        return -1;
+    }
+    if (fsync_path(dir, 1, err, err_len) != 0) return -1;
+
+    if (swapped && remove_tree(tmp, err, err_len) != 0) return -1;
+    if (had_old && remove_tree(old, err, err_len) != 0) return -1;
+    return prune(dir, step, keep_last, err, err_len);
+}
+
+/* ---- Reading. ---- */
+
+int64_t io_checkpoint_latest(const char *dir, char *err, size_t err_len)
+{
+    char path[CKPT_PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/latest", dir);
+    if (n < 0 || (size_t)n >= sizeof path) {
+        set_err(err, err_len, "checkpoint directory path too long: %s", dir);
+        return -1;
+    }
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno == ENOENT)
+            set_err(err, err_len, "no checkpoint in %s", dir);
+        else
+            set_err(err, err_len, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[128] = {0};
+    int ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    size_t len = ok ? strlen(line) : 0;
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
+        line[--len] = '\0';
+    int64_t step = -1;
+    if (len > 0) {
+        if (line[0] >= '0' && line[0] <= '9') {
+            char buf[140];
+            snprintf(buf, sizeof buf, "step-%s", line);
+            step = parse_step_name(buf);
+        } else {
+            step = parse_step_name(line);
+        }
+    }
+    if (step < 0) {
+        set_err(err, err_len, "%s does not name a checkpoint ('%s')", path, line);
+        return -1;
+    }
+    return step;
+}
+
+/* Opens a checkpoint file for reading and checks its format. */
+/* The directory of committed checkpoint step: DIR/step-S, or DIR/step-S.old
+ * when a commit writing the same step again was interrupted between its two
+ * renames (only where RENAME_EXCHANGE is unavailable). */
+static int committed_dir(char *out, size_t len, const char *dir, int64_t step, char *err,
+                         size_t err_len)
+{
+    if (step_path(out, len, dir, step, "", NULL, err, err_len) != 0) return -1;
+    if (path_exists(out)) return 0;
+    char old[CKPT_PATH_MAX];
+    if (step_path(old, sizeof old, dir, step, ".old", NULL, err, err_len) == 0 && path_exists(old))
+        snprintf(out, len, "%s", old);
+    return 0;
+}
+
+static hid_t open_checked(const char *path, char *err, size_t err_len)
+{
+    if (!path_exists(path)) {
+        set_err(err, err_len, "checkpoint file %s does not exist", path);
+        return -1;
+    }
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        set_err(err, err_len, "cannot open %s: not a readable HDF5 file (truncated or corrupt?)",
+                path);
+        return -1;
+    }
+    char *format = H5Aexists(f, "format") > 0 ? read_string(f, "format", 1) : NULL;
+    int version = 0;
+    if (!format || strcmp(format, CKPT_FORMAT) != 0) {
+        set_err(err, err_len, "%s is not a burstengine checkpoint (format attribute '%s')", path,
+                format ? format : "missing");
+        free(format);
+        H5Fclose(f);
+        return -1;
+    }
+    free(format);
+    if (read_attr(f, "format_version", H5T_NATIVE_INT, &version) != 0 ||
+        version != CKPT_FORMAT_VERSION) {
+        set_err(err, err_len, "%s has checkpoint format version %d, this program reads %d", path,
+                version, CKPT_FORMAT_VERSION);
+        H5Fclose(f);
+        return -1;
+    }
+    return f;
+}
+
+int io_checkpoint_read_model(const char *dir, int64_t step, const io_ckpt_meta *expect,
+                             io_ckpt_meta *meta, float *params, char *err, size_t err_len)
+{
+    char ck[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
+    if (committed_dir(ck, sizeof ck, dir, step, err, err_len) != 0) return -1;
+    snprintf(path, sizeof path, "%s/model.h5", ck);
+    io_ckpt_meta got = {0};
+    h5_quiet q = h5_quiet_begin();
+    int rc = -1;
+    char *config = NULL;
+    hid_t f = open_checked(path, err, err_len);
+    if (f < 0) goto out;
+    int64_t stored_step = 0;
+    if (read_attr_i64(f, "step", &got.step) ||
+        read_attr_i64(f, "sample_position", &got.sample_position) ||
+        read_attr(f, "rng_state", H5T_NATIVE_UINT64, &got.rng_state) ||
+        read_attr(f, "world_size", H5T_NATIVE_INT, &got.world_size) ||
+        read_attr_i64(f, "n_params", &got.n_params)) {
+        set_err(err, err_len, "cannot read the metadata of %s (missing or damaged attributes)",
+                path);
+        goto out;
+    }
+    stored_step = got.step;
+    if (stored_step != step) {
+        set_err(err, err_len, "%s says step %" PRId64 ", expected %" PRId64, path, stored_step,
+                step);
+        goto out;
+    }
+    if (expect && expect->n_params > 0 && expect->n_params != got.n_params) {
+        set_err(err, err_len, "checkpoint %s has %" PRId64 " parameters, this run %" PRId64, ck,
+                got.n_params, expect->n_params);
+        goto out;
+    }
+    if (expect && expect->world_size > 0 && expect->world_size != got.world_size) {
+        set_err(err, err_len,
+                "checkpoint %s was written by %d ranks, this run has %d (no resharding)", ck,
+                got.world_size, expect->world_size);
+        goto out;
+    }
+    int64_t found = 0;
+    int r = read_floats(f, "params", params, got.n_params, &found);
+    if (r == -2) {
+        set_err(err, err_len, "%s: /params holds %" PRId64 " values, n_params says %" PRId64, path,
+                found, got.n_params);
+        goto out;
+    }
+    if (r != 0) {
+        set_err(err, err_len, "cannot read /params of %s (truncated or corrupt?)", path);
+        goto out;
+    }
+    config = read_string(f, "config", 0);
+    if (!config) {
+        set_err(err, err_len, "cannot read /config of %s", path);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (f >= 0 && H5Fclose(f) < 0 && rc == 0) {
+        set_err(err, err_len, "cannot close %s (HDF5 error)", path);
+        rc = -1;
+    }
+    h5_quiet_end(q);
+    if (rc != 0) {
+        free(config);
+        return -1;
+    }
+    got.config_text = config;
+    if (meta)
+        *meta = got;
+    else
+        free(config);
+    return 0;
+}
+
+int io_checkpoint_read_rank(const char *dir, int64_t step, int rank, int64_t shard_begin,
+                            int64_t shard_len, float *m, float *v, char *err, size_t err_len)
+{
+    char ck[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
+    if (committed_dir(ck, sizeof ck, dir, step, err, err_len) != 0) return -1;
+    snprintf(path, sizeof path, "%s/optim-%d.h5", ck, rank);
+    h5_quiet q = h5_quiet_begin();
+    int rc = -1;
+    hid_t f = open_checked(path, err, err_len);
+    if (f < 0) goto out;
+    int stored_rank = -1;
+    int64_t begin = -1, len = -1, found = 0;
+    if (read_attr(f, "rank", H5T_NATIVE_INT, &stored_rank) ||
+        read_attr_i64(f, "shard_begin", &begin) || read_attr_i64(f, "shard_len", &len)) {
+        set_err(err, err_len, "cannot read the metadata of %s (missing or damaged attributes)",
+                path);
+        goto out;
+    }
+    if (stored_rank != rank) {
+        set_err(err, err_len, "%s belongs to rank %d, not %d", path, stored_rank, rank);
+        goto out;
+    }
+    if (begin != shard_begin || len != shard_len) {
+        set_err(err, err_len,
+                "%s holds the optimizer shard [%" PRId64 ", %" PRId64
+                "), this run expects [%" PRId64 ", %" PRId64 ") (no resharding)",
+                path, begin, begin + len, shard_begin, shard_begin + shard_len);
+        goto out;
+    }
+    const char *names[2] = {"m", "v"};
+    float *outs[2] = {m, v};
+    for (int i = 0; i < 2; i++) {
+        int r = read_floats(f, names[i], outs[i], shard_len, &found);
+        if (r == -2) {
+            set_err(err, err_len, "%s: /%s holds %" PRId64 " values, shard_len says %" PRId64, path,
+                    names[i], found, shard_len);
+            goto out;
+        }
+        if (r != 0) {
+            set_err(err, err_len, "cannot read /%s of %s (truncated or corrupt?)", names[i], path);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    if (f >= 0 && H5Fclose(f) < 0 && rc == 0) {
+        set_err(err, err_len, "cannot close %s (HDF5 error)", path);
+        rc = -1;
+    }
+    h5_quiet_end(q);
+    return rc;
+}
