@@ -645,6 +645,25 @@ static int cmd_info(int argc, char **argv)
     return rc;
 }
 
+/* Counts tokens beyond the vocabulary in [begin, begin + count) by halving the
+ * ranges io_corpus_read refuses, up to BEYOND_CAP of them. 0, or -1 on another
+ * error (in err). */
+#define BEYOND_CAP 1000
+static int count_beyond(io_corpus *c, int64_t begin, int64_t count, int64_t *buf, int64_t *bad,
+                        int64_t *first, char *err, size_t len)
+{
+    if (count == 0 || *bad >= BEYOND_CAP) return 0;
+    if (io_corpus_read(c, begin, count, buf, err, len) == 0) return 0;
+    if (!strstr(err, "beyond vocab_size")) return -1;
+    if (count == 1) {
+        if ((*bad)++ == 0) *first = begin;
+        return 0;
+    }
+    int64_t half = count / 2;
+    if (count_beyond(c, begin, half, buf, bad, first, err, len) != 0) return -1;
+    return count_beyond(c, begin + half, count - half, buf, bad, first, err, len);
+}
+
 static int validate_one(const char *path, int64_t seq_len, int64_t *buf, size_t buf_len)
 {
     char err[768];
@@ -655,30 +674,21 @@ static int validate_one(const char *path, int64_t seq_len, int64_t *buf, size_t 
     }
     int problems = 0;
     const int64_t n = io_corpus_n_tokens(c), V = io_corpus_vocab(c);
-    int64_t beyond = 0, first_beyond = -1, first_value = 0;
+    int64_t beyond = 0, first_beyond = -1;
     for (int64_t at = 0; at < n;) {
         int64_t cnt = n - at < (int64_t)buf_len ? n - at : (int64_t)buf_len;
-        /* io_corpus_read refuses out-of-vocab tokens; count them all instead by
-         * retrying a failed block token by token only when needed. */
-        if (io_corpus_read(c, at, cnt, buf, err, sizeof err) != 0) {
-            if (!strstr(err, "beyond vocab_size")) {
-                printf("%s\n", err);
-                problems++;
-                break;
-            }
-            for (int64_t i = 0; i < cnt; i++) {
-                int64_t t;
-                if (io_corpus_read(c, at + i, 1, &t, err, sizeof err) == 0) continue;
-                if (!beyond++) first_beyond = at + i, first_value = t;
-            }
+        if (count_beyond(c, at, cnt, buf, &beyond, &first_beyond, err, sizeof err) != 0) {
+            printf("%s\n", err);
+            problems++;
+            break;
         }
         at += cnt;
     }
     if (beyond) {
-        printf("%s: %" PRId64 " token%s beyond vocab_size %" PRId64 " (first at position %" PRId64
+        printf("%s: %s%" PRId64 " token%s beyond vocab_size %" PRId64 " (first at position %" PRId64
                ")\n",
-               path, beyond, beyond == 1 ? "" : "s", V, first_beyond);
-        (void)first_value;
+               path, beyond >= BEYOND_CAP ? "at least " : "", beyond, beyond == 1 ? "" : "s", V,
+               first_beyond);
         problems++;
     }
     int64_t nd = io_corpus_n_docs(c);

@@ -176,6 +176,7 @@ START_TEST(put_int64)
 END_TEST
 
 /* A hand-made file: attributes as given, /tokens of type ttype (or none). */
+static unsigned make_vocab = 100;
 static void make_file(const char *path, const char *format, int version, hid_t ttype)
 {
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -191,7 +192,7 @@ static void make_file(const char *path, const char *format, int version, hid_t t
     a = H5Acreate2(f, "format_version", H5T_STD_I32LE, sc, H5P_DEFAULT, H5P_DEFAULT);
     H5Awrite(a, H5T_NATIVE_INT, &version);
     H5Aclose(a);
-    unsigned vocab = 100;
+    unsigned vocab = make_vocab;
     a = H5Acreate2(f, "vocab_size", H5T_STD_U32LE, sc, H5P_DEFAULT, H5P_DEFAULT);
     H5Awrite(a, H5T_NATIVE_UINT, &vocab);
     H5Aclose(a);
@@ -246,6 +247,39 @@ START_TEST(refusals)
     for (int i = 0; i < 5000; i++) fputc((i * 131) & 0xff, g);
     fclose(g);
     expect_refusal(p, "not an HDF5 file");
+}
+END_TEST
+
+START_TEST(tokens_beyond_vocab)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    const char *p = tmp_path("beyond.h5");
+    make_vocab = 3; /* the tokens are 1 2 3 4 */
+    make_file(p, IO_CORPUS_FORMAT, 1, H5T_STD_U32LE);
+    make_vocab = 100;
+    io_corpus *c = NULL;
+    char err[512];
+    ck_assert_msg(io_corpus_open(p, &c, err, sizeof err) == 0, "%s", err);
+    int64_t t[4];
+    ck_assert_int_eq(io_corpus_read(c, 0, 2, t, err, sizeof err), 0);
+    ck_assert_int_ne(io_corpus_read(c, 1, 3, t, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "token 3 at position 2 is beyond vocab_size 3") && strstr(err, p),
+                  "%s", err);
+    io_corpus_close(c);
+    const char *burst = getenv("BURST");
+    if (burst) { /* burst data validate counts them and fails */
+        char cmd[1400];
+        snprintf(cmd, sizeof cmd, "'%s' data validate '%s' > '%s' 2>&1", burst, p,
+                 tmp_path("out.txt"));
+        int st = system(cmd);
+        ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+        FILE *f = fopen(tmp_path("out.txt"), "r");
+        char out[1024] = "";
+        size_t got = fread(out, 1, sizeof out - 1, f);
+        out[got] = 0;
+        fclose(f);
+        ck_assert_msg(strstr(out, "2 tokens beyond vocab_size 3 (first at position 2)"), "%s", out);
+    }
 }
 END_TEST
 
@@ -345,6 +379,7 @@ int main(void)
     tcase_add_test(tc, doc_offsets);
     tcase_add_test(tc, put_int64);
     tcase_add_test(tc, refusals);
+    tcase_add_test(tc, tokens_beyond_vocab);
     tcase_add_test(tc, truncated);
     tcase_add_test(tc, append_beyond_vocab);
     tcase_add_test(tc, atomic_abort_and_kill);
