@@ -12,7 +12,8 @@ static void usage(FILE *out)
                  "  kernels    attention and per-op kernels against cblas_sgemm\n"
                  "  transport  ring bandwidth/latency and all-reduce against ucx_perftest\n"
                  "  attention  distributed attention (ring Q-side, KV-side, all-gather) against\n"
-                 "             the single-rank kernels\n\n"
+                 "             the single-rank kernels\n"
+                 "  train      `burst train` tokens/s, fraction of sgemm and peak memory\n\n"
                  "'burst bench WHAT --help' lists the options of one benchmark.\n");
 }
 
@@ -29,6 +30,7 @@ int cmd_bench(int argc, char **argv)
     if (strcmp(argv[1], "kernels") == 0) return bench_kernels(argc - 1, argv + 1);
     if (strcmp(argv[1], "transport") == 0) return bench_transport(argc - 1, argv + 1);
     if (strcmp(argv[1], "attention") == 0) return bench_dist_attention(argc - 1, argv + 1);
+    if (strcmp(argv[1], "train") == 0) return bench_train(argc - 1, argv + 1);
     fprintf(stderr, "burst bench: unknown benchmark '%s'\n", argv[1]);
     usage(stderr);
     return EXIT_USAGE;

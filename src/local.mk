@@ -76,3 +76,6 @@ EXTRA_DIST += tests/test_data.sh
 tests_test_corpus_SOURCES = tests/test_corpus.c
 tests_test_corpus_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_corpus_LDADD = $(LDADD) $(CHECK_LIBS)
+
+# `burst bench train`: throughput and memory of short training runs.
+libburst_engine_a_SOURCES += src/bench_train.c

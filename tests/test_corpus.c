@@ -346,6 +346,16 @@ START_TEST(atomic_abort_and_kill)
     io_corpus_abort(w);
     expect_good_previous(p);
 
+    /* A commit that fails (its temporary file vanished) leaves the previous file. */
+    w = io_corpus_create(p, 16, 1000, "other", err, sizeof err);
+    io_corpus_append(w, tok, 4, err, sizeof err);
+    char tmp0[600];
+    snprintf(tmp0, sizeof tmp0, "%s.tmp.%ld", p, (long)getpid());
+    ck_assert_int_eq(unlink(tmp0), 0);
+    ck_assert_int_ne(io_corpus_commit(w, err, sizeof err), 0);
+    ck_assert_ptr_nonnull(strstr(err, p));
+    expect_good_previous(p);
+
     fflush(NULL);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
