@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "io/checkpoint.h"
+#include "io/dataset_int64.h"
 #include "kernels/ops.h"
 #include "src/bench.h"
 #include "src/cli.h"
@@ -31,10 +33,15 @@ static void usage(FILE *out)
             "                       types and ranges are errors naming the key)\n"
             "  --set S.K=V          override one key after the file (repeatable, in order)\n"
             "  --print-config       print the effective configuration with defaults and exit\n"
+            "  --resume             continue from the latest checkpoint in [train] checkpoint_dir\n"
+            "                       (bit for bit: the losses equal those of an uninterrupted run)\n"
+            "  --stop-after S       stop after step S (checkpointed when checkpoint_dir is set),\n"
+            "                       e.g. to fit a job's time limit; --resume continues it\n"
             "  --inject-nan S[:R]   testing aid: make rank R's (default 0) gradient NaN at step S\n\n"
             "Output: a progress line on rank 0 (step, loss, tokens/s, achieved GFLOP/s and its\n"
             "fraction of this machine's sgemm rate, memory, ETA); [train] metrics names a\n"
-            "JSON-lines file. Exit status: 0 done, 1 a failure while training (a lost rank,\n"
+            "JSON-lines file; [train] checkpoint_dir and checkpoint_every write checkpoints;\n"
+            "[eval] eval_path measures passkey retrieval accuracy after training. Exit status: 0 done, 1 a failure while training (a lost rank,\n"
             "a non-finite loss), 2 a bad configuration (found before any rank works).\n");
 }
 
@@ -86,6 +93,8 @@ static const char *human(double bytes, char *buf, size_t len)
 typedef struct {
     int inject_step, inject_rank;
     int print_config;
+    int resume;
+    int64_t stop_after;
     const char *config_path;
 } train_args;
 
@@ -109,6 +118,15 @@ static int parse_args(int argc, char **argv, train_config *c, train_args *a)
             }
         } else if (strcmp(argv[i], "--print-config") == 0) {
             a->print_config = 1;
+        } else if (strcmp(argv[i], "--resume") == 0) {
+            a->resume = 1;
+        } else if (strcmp(argv[i], "--stop-after") == 0 && i + 1 < argc) {
+            char *end;
+            a->stop_after = strtoll(argv[++i], &end, 10);
+            if (*end || a->stop_after < 1) {
+                fprintf(stderr, "burst train: --stop-after '%s': expected a step >= 1\n", argv[i]);
+                return EXIT_USAGE;
+            }
         } else if (strcmp(argv[i], "--inject-nan") == 0 && i + 1 < argc) {
             if (sscanf(argv[++i], "%d:%d", &a->inject_step, &a->inject_rank) < 1) {
                 fprintf(stderr, "burst train: --inject-nan '%s': expected STEP or STEP:RANK\n", argv[i]);
@@ -199,8 +217,17 @@ static int setup(trainer *t, const train_args *a, char *err, size_t err_len)
         .queue = &t->queue};
     t->runner = model_runner_create(&rc, err, err_len);
     if (!t->runner) return EXIT_USAGE;
-    t->data = synthetic_source_create(c->task, c->vocab, c->data_seed, err, err_len);
+    if (strcmp(c->source, "hdf5") == 0)
+        t->data = hdf5_source_create(c->path, c->seq_len, c->vocab,
+                                     strcmp(c->sampling, "shuffled") == 0, c->data_seed, &t->layout,
+                                     t->cp_rank, err, err_len);
+    else
+        t->data = synthetic_source_create(c->task, c->vocab, c->data_seed, err, err_len);
     if (!t->data) return EXIT_USAGE;
+    if (a->resume && !c->checkpoint_dir[0]) {
+        snprintf(err, err_len, "--resume needs [train] checkpoint_dir");
+        return EXIT_USAGE;
+    }
 
     size_t np = (size_t)t->model.n_params;
     t->params = malloc(np * sizeof(float));
@@ -222,7 +249,6 @@ static int setup(trainer *t, const train_args *a, char *err, size_t err_len)
             return EXIT_USAGE;
         }
     }
-    (void)a;
     return status;
 }
 
@@ -265,9 +291,13 @@ static int train_step(trainer *t, int64_t step, const train_args *a, double *los
     int64_t local_valid = 0;
     for (int mb = 0; mb < c->micro_batches; mb++) {
         int64_t index = ((step - 1) * c->dp + t->dp_rank) * c->micro_batches + mb;
-        t->data->read(t->data, index, c->seq_len, chunks, n_chunks, t->tokens + mb * n, t->labels + mb * n);
+        if (t->data->read(t->data, index, c->seq_len, chunks, n_chunks, t->tokens + mb * n,
+                          t->labels + mb * n) != 0)
+            return EXIT_RUN_FAILURE; /* the source said what failed */
         for (int64_t i = 0; i < n; i++) local_valid += t->labels[mb * n + i] != TOKEN_IGNORE;
     }
+    if (t->data->prefetch) /* the first sample of the next step, read while this one computes */
+        t->data->prefetch(t->data, (step * c->dp + t->dp_rank) * c->micro_batches);
     /* The loss is a mean over every valid token of the step, on all ranks. */
     int64_t valid = local_valid;
     if (bt_allreduce(bt_world_comm(t->world), &valid, 1, BT_I64, BT_SUM) != BT_OK)
@@ -311,6 +341,132 @@ static int train_step(trainer *t, int64_t step, const train_args *a, double *los
     double lr = lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step);
     if (zero1_step(t->opt, t->params, t->grads, lr, step, gnorm_out) != BT_OK)
         return fail(t, EXIT_RUN_FAILURE, "%s", bt_world_error(t->world));
+    return 0;
+}
+
+/* 1 on every rank when any rank passes failed != 0: ranks stop together. */
+static int any_rank(trainer *t, int failed)
+{
+    int64_t v = failed != 0;
+    if (bt_allreduce(bt_world_comm(t->world), &v, 1, BT_I64, BT_MAX) != BT_OK) return 1;
+    return v != 0;
+}
+
+/* Checkpoint of a completed step: rank 0 opens the directory, every rank writes
+ * its part, rank 0 commits; a failure anywhere leaves the previous one whole. */
+static int save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len)
+{
+    train_config *c = &t->cfg;
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *mem = open_memstream(&text, &text_len);
+    train_config_print(mem, c);
+    fclose(mem);
+    io_ckpt_meta meta = {.step = step, .sample_position = step * c->dp * c->micro_batches,
+                         .rng_state = c->data_seed, .world_size = t->world_size,
+                         .n_params = t->model.n_params, .config_text = text};
+    int64_t begin, end;
+    zero1_shard(t->opt, &begin, &end);
+    int failed = t->rank == 0 && io_checkpoint_begin(c->checkpoint_dir, step, err, err_len) != 0;
+    if (!any_rank(t, failed))
+        failed = io_checkpoint_write_rank(c->checkpoint_dir, step, t->rank, &meta, t->params, begin,
+                                          end - begin, zero1_moment1(t->opt),
+                                          zero1_moment2(t->opt), err, err_len) != 0;
+    else if (!failed)
+        snprintf(err, err_len, "checkpoint of step %lld failed on another rank", (long long)step);
+    if (!any_rank(t, failed))
+        failed = t->rank == 0 &&
+                 io_checkpoint_commit(c->checkpoint_dir, step, c->keep_checkpoints, err, err_len) != 0;
+    else if (!failed)
+        snprintf(err, err_len, "checkpoint of step %lld failed on another rank", (long long)step);
+    int any = any_rank(t, failed);
+    free(text);
+    return any ? -1 : 0;
+}
+
+/* Loads the latest checkpoint; returns its step, or -1 with err set. */
+static int64_t load_checkpoint(trainer *t, char *err, size_t err_len)
+{
+    train_config *c = &t->cfg;
+    int64_t step = io_checkpoint_latest(c->checkpoint_dir, err, err_len);
+    int failed = step < 0;
+    io_ckpt_meta expect = {.world_size = t->world_size, .n_params = t->model.n_params}, meta;
+    memset(&meta, 0, sizeof meta);
+    if (!failed)
+        failed = io_checkpoint_read_model(c->checkpoint_dir, step, &expect, &meta, t->params, err,
+                                          err_len) != 0;
+    int64_t begin, end;
+    zero1_shard(t->opt, &begin, &end);
+    if (!failed)
+        failed = io_checkpoint_read_rank(c->checkpoint_dir, step, t->rank, begin, end - begin,
+                                         zero1_moment1(t->opt), zero1_moment2(t->opt), err,
+                                         err_len) != 0;
+    free((char *)meta.config_text);
+    if (any_rank(t, failed)) {
+        if (!failed) snprintf(err, err_len, "another rank could not load the checkpoint");
+        return -1;
+    }
+    return step;
+}
+
+/* Passkey retrieval: the most likely token at each held-out sample's answer
+ * position against the answer; returns 0 with the counts over all ranks. */
+static int evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, size_t err_len)
+{
+    train_config *c = &t->cfg;
+    int64_t *answers = NULL, rows = 0, cols = 0, n = t->layout.n;
+    *correct = *total = 0;
+    token_source *src = NULL;
+    int failed = io_read_int64_dataset(c->eval_path, "/answers", &answers, &rows, &cols, err, err_len) != 0;
+    if (!failed && cols < 3) {
+        snprintf(err, err_len, "%s: /answers must have 3 columns (start, answer position, answer)",
+                 c->eval_path);
+        failed = 1;
+    }
+    if (!failed)
+        src = hdf5_source_create(c->eval_path, c->seq_len, c->vocab, 0, 0, &t->layout, t->cp_rank,
+                                 err, err_len);
+    failed |= !src;
+    if (any_rank(t, failed)) {
+        free(answers);
+        if (src) src->free(src);
+        return -1;
+    }
+    int64_t *pos = malloc((size_t)n * sizeof(int64_t)), counts[2] = {0, 0};
+    seq_layout_positions(&t->layout, t->cp_rank, pos);
+    int64_t samples = rows < c->eval_samples ? rows : c->eval_samples;
+    for (int64_t s = t->dp_rank; s < samples && !failed; s += c->dp) {
+        if (answers[s * cols] != s * (c->seq_len + 1)) {
+            snprintf(err, err_len, "%s: sample %lld starts at %lld, not at a multiple of [data] "
+                                   "seq_len + 1: the eval corpus was made for another seq_len",
+                     c->eval_path, (long long)s, (long long)answers[s * cols]);
+            failed = 1;
+            break;
+        }
+        seq_chunk chunks[2];
+        int n_chunks = seq_layout_chunks(&t->layout, t->cp_rank, chunks);
+        failed = src->read(src, s, c->seq_len, chunks, n_chunks, t->tokens, t->labels) != 0;
+        int64_t query = answers[s * cols + 1] - 1, row = -1, predicted = -1;
+        for (int64_t i = 0; i < n; i++)
+            if (pos[i] == query) row = i;
+        if (!failed &&
+            model_predict(t->runner, t->params, t->tokens, &row, row >= 0, &predicted) != BT_OK) {
+            snprintf(err, err_len, "%s", bt_world_error(t->world));
+            failed = 1;
+        }
+        if (row >= 0) {
+            counts[0] += predicted == answers[s * cols + 2];
+            counts[1]++;
+        }
+    }
+    free(pos);
+    free(answers);
+    src->free(src);
+    if (any_rank(t, failed) ||
+        bt_allreduce(bt_world_comm(t->world), counts, 2, BT_I64, BT_SUM) != BT_OK)
+        return -1;
+    *correct = counts[0];
+    *total = counts[1];
     return 0;
 }
 
@@ -359,9 +515,21 @@ int cmd_train(int argc, char **argv)
         printf("sgemm on this machine: %.1f GFLOP/s\n", sgemm);
         fflush(stdout);
     }
+    int64_t first_step = 1;
+    if (a.resume) {
+        int64_t done = load_checkpoint(&t, err, sizeof err);
+        if (done < 0) {
+            fprintf(stderr, "burst train: rank %d: --resume: %s\n", t.rank, err);
+            bt_world_abort(t.world);
+            return EXIT_USAGE;
+        }
+        first_step = done + 1;
+        if (t.rank == 0)
+            printf("resumed from %s/step-%lld\n", c->checkpoint_dir, (long long)done);
+    }
     double t_start = bench_now(), loss = 0, gnorm = 0;
     int64_t step;
-    for (step = 1; step <= c->steps && status == 0; step++) {
+    for (step = first_step; step <= c->steps && status == 0; step++) {
         double t0 = bench_now();
         int skipped = 0;
         status = train_step(&t, step, &a, &loss, &gnorm, &skipped);
@@ -371,7 +539,7 @@ int cmd_train(int argc, char **argv)
         double gflops = flops_step / dt / 1e9;
         if (t.rank == 0 && (step % c->log_every == 0 || step == c->steps)) {
             char mem[32];
-            double eta = elapsed / (double)step * (double)(c->steps - step);
+            double eta = elapsed / (double)(step - first_step + 1) * (double)(c->steps - step);
             printf("step %5lld/%lld  loss %.4f  grad-norm %.3g  lr %.3g  %.0f tokens/s  %.2f GFLOP/s "
                    "(%.2f of sgemm)  mem %s  ETA %.0f s\n",
                    (long long)step, (long long)c->steps, loss, gnorm,
@@ -379,13 +547,39 @@ int cmd_train(int argc, char **argv)
                    sgemm > 0 ? gflops / sgemm : 0, human(current_rss_bytes(), mem, sizeof mem), eta);
             fflush(stdout);
         }
+        int last = step == c->steps || step == a.stop_after;
+        if (c->checkpoint_dir[0] &&
+            (last || (c->checkpoint_every > 0 && step % c->checkpoint_every == 0))) {
+            if (save_checkpoint(&t, step, err, sizeof err) != 0) {
+                fprintf(stderr, "burst train: rank %d: %s\n", t.rank, err);
+                status = STOP_AGREED;
+                break;
+            }
+            if (t.rank == 0) printf("checkpoint: %s/step-%lld\n", c->checkpoint_dir, (long long)step);
+        }
         if (t.metrics)
             fprintf(t.metrics,
-                    "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"skipped\": %d, "
+                    "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"skipped\": %d, "
                     "\"tokens_per_s\": %.6g, \"gflops\": %.6g, \"seconds\": %.6g}\n",
                     (long long)step, loss, gnorm, skipped, tokens_s, gflops, dt);
+        if (step == a.stop_after) {
+            step++;
+            break;
+        }
     }
     if (t.metrics) fclose(t.metrics);
+    if (status == 0 && c->eval_path[0]) {
+        int64_t correct, total;
+        if (evaluate(&t, &correct, &total, err, sizeof err) != 0) {
+            fprintf(stderr, "burst train: rank %d: evaluation: %s\n", t.rank, err);
+            status = STOP_AGREED;
+        } else if (t.rank == 0) {
+            printf("passkey retrieval accuracy: %.1f%% (%lld of %lld held-out samples; chance "
+                   "about %.1f%%)\n",
+                   total ? 100.0 * (double)correct / (double)total : 0.0, (long long)correct,
+                   (long long)total, 100.0 / c->vocab);
+        }
+    }
     if (status == STOP_AGREED) {
         bt_comm_free(t.dp_comm);
         bt_comm_free(t.cp_comm);
@@ -395,10 +589,10 @@ int cmd_train(int argc, char **argv)
         double peak = rss_bytes(), est = estimated_bytes(&t, baseline);
         if (t.rank == 0) {
             char p[32], e[32];
-            printf("done: %lld steps, final loss %.4f; peak memory rank 0 %s (estimated %s, "
+            printf("done: step %lld of %lld, final loss %.4f; peak memory rank 0 %s (estimated %s, "
                    "ratio %.2f)\n",
-                   (long long)c->steps, loss, human(peak, p, sizeof p), human(est, e, sizeof e),
-                   peak / est);
+                   (long long)(step - 1), (long long)c->steps, loss, human(peak, p, sizeof p),
+                   human(est, e, sizeof e), peak / est);
         }
         bt_comm_free(t.dp_comm);
         bt_comm_free(t.cp_comm);

@@ -60,6 +60,7 @@ TESTS += tests/test_train
 tests_test_train_SOURCES = tests/test_train.c tests/testutil.h tests/testutil.c
 tests_test_train_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_train_LDADD = $(LDADD) $(CHECK_LIBS)
+libburst_engine_a_SOURCES += src/hdf5_source.c
 
 # Training checkpoints in HDF5 (io/checkpoint.c).
 check_PROGRAMS += tests/test_checkpoint

@@ -345,6 +345,60 @@ static bt_status attention_output_for_backward(model_runner *r, stored_layer *e,
     return BT_OK;
 }
 
+/* Embedding and every layer; with mb >= 0 each layer's input and the kept part
+ * of O, lse are stored under (layer, mb). Leaves the last hidden state in r->x. */
+static bt_status forward_layers(model_runner *r, const float *P, const int64_t *tokens, int mb,
+                                model_step_stats *stats)
+{
+    const model_dims *d = &r->m->dims;
+    int64_t n = r->n, D = r->D, QD = r->QD, first_kept = n - r->n_kept;
+    bt_status st = BT_OK;
+    CHECK_KERNEL(bk_embedding_gather(r->cfg.queue, n, r->V, D, tokens, P + r->m->embed, r->x));
+    for (int l = 0; l < d->layers && st == BT_OK; l++) {
+        if (mb >= 0) {
+            stored_layer *e = stored(r, l, mb);
+            e->layer = l;
+            e->micro_batch = mb;
+            memcpy(e->x_in, r->x, (size_t)(n * D) * sizeof(float));
+        }
+        st = attention_inputs(r, P, l, r->x);
+        if (st == BT_OK)
+            st = ring_fwd_timed(r, r->fwd, r->q, r->k, r->v, r->o, r->lse, &stats->attn_fwd_s, stats);
+        if (st != BT_OK) break;
+        if (mb >= 0) {
+            stored_layer *e = stored(r, l, mb);
+            memcpy(e->o_kept, r->o + first_kept * QD, (size_t)(r->n_kept * QD) * sizeof(float));
+            memcpy(e->lse_kept, r->lse + first_kept * r->Hq,
+                   (size_t)(r->n_kept * r->Hq) * sizeof(float));
+        }
+        st = mlp_part(r, P, l, r->x, r->x);
+    }
+    return st;
+}
+
+bt_status model_predict(model_runner *r, const float *P, const int64_t *tokens,
+                        const int64_t *rows, int n_rows, int64_t *predicted)
+{
+    model_step_stats stats = {0};
+    bt_status st = forward_layers(r, P, tokens, -1, &stats);
+    if (st != BT_OK) return st;
+    int64_t D = r->D, V = r->V;
+    CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, r->n, D, r->x, P + r->m->final_norm,
+                                r->m->dims.norm_eps, r->hn, r->rstd_f));
+    float *logits = malloc((size_t)V * sizeof(float));
+    for (int i = 0; i < n_rows; i++) {
+        const float *h = r->hn + rows[i] * D;
+        CHECK_KERNEL(bk_gemm(r->cfg.queue, BK_NO_TRANS, BK_TRANS, 1, V, D, 1.0f, h, D,
+                             P + r->m->head, D, 0.0f, logits, V));
+        int64_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (logits[v] > logits[best]) best = v;
+        predicted[i] = best;
+    }
+    free(logits);
+    return BT_OK;
+}
+
 bt_status model_forward_backward(model_runner *r, int mb, const float *P, float *G,
                                  const int64_t *tokens, const int64_t *labels, float loss_scale,
                                  double *loss_sum, int64_t *n_valid, model_step_stats *stats)
@@ -352,25 +406,10 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *P, float 
     const bk_queue *q = r->cfg.queue;
     const model_dims *d = &r->m->dims;
     int64_t n = r->n, D = r->D, F = r->F, QD = r->QD, KD = r->KD, V = r->V;
-    int64_t first_kept = n - r->n_kept;
     bt_status st = BT_OK;
     if (mb < 0 || mb >= r->cfg.micro_batches) return BT_ERR_ARG;
 
-    /* ---- forward: keep each layer's input and the kept part of O, lse */
-    CHECK_KERNEL(bk_embedding_gather(q, n, V, D, tokens, P + r->m->embed, r->x));
-    for (int l = 0; l < d->layers && st == BT_OK; l++) {
-        stored_layer *e = stored(r, l, mb);
-        e->layer = l;
-        e->micro_batch = mb;
-        memcpy(e->x_in, r->x, (size_t)(n * D) * sizeof(float));
-        st = attention_inputs(r, P, l, r->x);
-        if (st == BT_OK)
-            st = ring_fwd_timed(r, r->fwd, r->q, r->k, r->v, r->o, r->lse, &stats->attn_fwd_s, stats);
-        if (st != BT_OK) break;
-        memcpy(e->o_kept, r->o + first_kept * QD, (size_t)(r->n_kept * QD) * sizeof(float));
-        memcpy(e->lse_kept, r->lse + first_kept * r->Hq, (size_t)(r->n_kept * r->Hq) * sizeof(float));
-        st = mlp_part(r, P, l, r->x, r->x);
-    }
+    st = forward_layers(r, P, tokens, mb, stats);
     if (st != BT_OK) return st;
 
     /* ---- head and loss (the last op: its gradient comes with it) */

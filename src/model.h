@@ -83,6 +83,11 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *params, f
                                  const int64_t *tokens, const int64_t *labels, float loss_scale,
                                  double *loss_sum, int64_t *n_valid, model_step_stats *stats);
 
+/* Forward only (collective over the CP group, like a training step): the
+ * most likely next token at local rows[n_rows] of this rank's tokens [n]. */
+bt_status model_predict(model_runner *r, const float *params, const int64_t *tokens,
+                        const int64_t *rows, int n_rows, int64_t *predicted);
+
 /* Bytes this runner keeps per micro-batch between forward and backward
  * (layer inputs and the kept part of O and lse), and its largest transient
  * working set (layer workspace, ring buffers, logits chunk). */

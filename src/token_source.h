@@ -20,6 +20,10 @@ struct token_source {
     int (*read)(token_source *s, int64_t index, int64_t seq_len, const seq_chunk *chunks,
                 int n_chunks, int64_t *tokens, int64_t *labels);
     void (*free)(token_source *s);
+    /* Optional: the sample the engine will ask for next, to read it ahead. */
+    void (*prefetch)(token_source *s, int64_t index);
+    /* Optional: seconds read() made the engine wait so far. */
+    double (*wait_seconds)(token_source *s);
     int vocab;
 };
 
@@ -29,5 +33,15 @@ struct token_source {
  *   counting: each token is the previous plus one (mod vocab), from a random start. */
 token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed, char *err,
                                       size_t err_len);
+
+/* Corpora in HDF5 (io/corpus.h): paths is a comma-separated list of files;
+ * sample i is a window of seq_len + 1 tokens (stride seq_len + 1) inside one
+ * file, taken in order or in a seeded permutation; a rank reads only the
+ * chunks of its layout position, and a thread reads the announced next sample
+ * ahead. Errors (a file that is not a corpus, a vocabulary larger than the
+ * model's, fewer tokens than one sequence) name the file. */
+token_source *hdf5_source_create(const char *paths, int64_t seq_len, int vocab, int shuffled,
+                                 uint64_t seed, const seq_layout *layout, int rank, char *err,
+                                 size_t err_len);
 
 #endif

@@ -89,6 +89,9 @@ void train_config_default(train_config *c)
     c->norm_eps = 1e-5;
     set_string(c->source, sizeof c->source, "synthetic");
     set_string(c->task, sizeof c->task, "copy");
+    set_string(c->sampling, sizeof c->sampling, "sequential");
+    c->eval_samples = 64;
+    c->keep_checkpoints = 3;
     c->seq_len = 4096;
     c->data_seed = 1;
     c->dp = 1;
@@ -137,6 +140,7 @@ static const char *const preset_names[] = {"tiny", "small",     "7b",     "13b",
                                            "70b",  "llama3-8b", "custom", NULL};
 static const char *const source_names[] = {"synthetic", "hdf5", NULL};
 static const char *const task_names[] = {"copy", "counting", NULL};
+static const char *const sampling_names[] = {"sequential", "shuffled", NULL};
 static const char *const layout_names[] = {"auto", "zigzag", "contiguous", NULL};
 static const char *const mask_names[] = {"causal", "window", NULL};
 static const char *const backward_names[] = {"auto", "q", "kv", NULL};
@@ -171,6 +175,8 @@ static const field fields[] = {
     DBL("model", norm_eps, 0, 1, INFINITY, 0),
     ENUM("data", source, source_names),
     ENUM("data", task, task_names),
+    STR("data", path),
+    ENUM("data", sampling, sampling_names),
     I64("data", seq_len, 1),
     U64("data", data_seed),
     INT("parallel", dp, 1),
@@ -194,6 +200,11 @@ static const field fields[] = {
     ENUM("train", on_nonfinite, nonfinite_names),
     INT("train", log_every, 1),
     STR("train", metrics),
+    STR("train", checkpoint_dir),
+    I64("train", checkpoint_every, 0),
+    INT("train", keep_checkpoints, 0),
+    STR("eval", eval_path),
+    I64("eval", eval_samples, 1),
     {"memory", "ckpt_fraction", F_CKPT, AT(ckpt_fraction), 0, 0, 0, 0, 0, 0, NULL},
     BOOL("memory", fused_head),
     I64("memory", head_chunk, 1),
@@ -203,7 +214,7 @@ static const field fields[] = {
 };
 enum { N_FIELDS = sizeof fields / sizeof fields[0] };
 
-static const char *const sections[] = {"model", "data", "parallel", "train", "memory", "transport"};
+static const char *const sections[] = {"model", "data", "parallel", "train", "eval", "memory", "transport"};
 enum { N_SECTIONS = sizeof sections / sizeof sections[0] };
 
 static int known_section(const char *name)
@@ -692,8 +703,8 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
                     " ranks, but the world size is %d",
                     c->dp, c->cp, (int64_t)c->dp * c->cp, world_size);
 
-    if (strcmp(c->source, "hdf5") == 0)
-        return fail(err, err_len, "[data] source = hdf5 is not built yet");
+    if (strcmp(c->source, "hdf5") == 0 && !c->path[0])
+        return fail(err, err_len, "[data] source = hdf5 needs [data] path (corpus files)");
 
     int window = strcmp(c->mask, "window") == 0;
     if (window && c->window < 1)

@@ -27,6 +27,8 @@ typedef struct {
     /* [data] */
     char source[16];        /* synthetic (in memory) | hdf5 (not built yet) */
     char task[16];          /* synthetic task: copy | counting */
+    char path[180];         /* hdf5: corpus files, comma-separated */
+    char sampling[16];      /* hdf5: sequential | shuffled */
     int64_t seq_len;        /* tokens per sequence (global, split over cp ranks) */
     uint64_t data_seed;
     /* [parallel] */
@@ -47,6 +49,12 @@ typedef struct {
     char on_nonfinite[8];   /* stop | skip */
     int log_every;
     char metrics[256];      /* JSON-lines file; empty = none */
+    char checkpoint_dir[180]; /* where checkpoints go; empty = none */
+    int64_t checkpoint_every; /* steps between checkpoints (0: only at the end) */
+    int keep_checkpoints;   /* newest checkpoints kept (0 = all) */
+    /* [eval] */
+    char eval_path[180];    /* corpus with "/answers" (passkey): retrieval accuracy after training */
+    int64_t eval_samples;
     /* [memory] */
     double ckpt_fraction;   /* share of local tokens whose attention O, lse are kept: 0, 0.5, 1 */
     int fused_head;         /* LM head fused with the loss, chunked (1) or the reference (0) */

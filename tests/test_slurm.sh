@@ -2,7 +2,8 @@
 # test_slurm.sh: launches burst through a real Slurm that the test starts on
 # this machine (tests/slurm/start.sh): the transport self-test under
 # `srun --mpi=pmix` and under plain `srun` (Slurm's environment + TCP
-# rendezvous), and a rank killed under srun named by the survivors.
+# rendezvous), a rank killed under srun named by the survivors, and training
+# from an HDF5 corpus.
 # Skips (exit 77) where Slurm cannot be started (not root, not installed).
 set -u
 src=${BURST_TEST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -50,5 +51,13 @@ check "plain srun uses Slurm's environment" "bootstrap: slurm" \
 check "srun: killed rank named by survivors" "rank 1: peer lost: rank 1: lost rank 2" \
     timeout 120 srun -n 3 --mpi=pmix "$build/tests/transport_worker" kill
 
-echo "$((6 - failures)) passed, $failures failed"
+# Training from an HDF5 corpus, ranks launched by srun.
+corpus="$dir/corpus.h5"
+"$burst" data synth --task copy --seq-len 256 --samples 8 -o "$corpus" >/dev/null
+check "srun: training from an HDF5 corpus" "done: step 3 of 3" \
+    timeout 300 srun -n 2 --kill-on-bad-exit=1 --mpi=pmix "$burst" train --set parallel.cp=2 \
+    --set data.source=hdf5 --set "data.path=$corpus" --set data.seq_len=256 \
+    --set train.steps=3 --set train.warmup_steps=1
+
+echo "$((7 - failures)) passed, $failures failed"
 [ $failures -eq 0 ]

@@ -26,8 +26,9 @@ typedef struct {
 static char tmpdir[256];
 
 /* burst run -n ranks [--nodes nodes] -- burst train --set ... (sets: NULL-terminated) */
-static test_run_result train(int ranks, int nodes, const char *const *sets, const char *extra,
-                             curve *out)
+static test_run_result train_args(int ranks, int nodes, const char *const *sets,
+                                  const char *const *args, curve *out, char *metrics_text,
+                                  size_t metrics_len)
 {
     static int serial;
     char metrics[512], n[16], m[16], metrics_set[600];
@@ -48,9 +49,16 @@ static test_run_result train(int ranks, int nodes, const char *const *sets, cons
     for (int i = 0; base[i]; i++) argv[a++] = "--set", argv[a++] = (char *)base[i];
     for (int i = 0; sets && sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
     argv[a++] = "--set", argv[a++] = metrics_set;
-    if (extra) argv[a++] = "--inject-nan", argv[a++] = (char *)extra;
+    for (int i = 0; args && args[i]; i++) argv[a++] = (char *)args[i];
     argv[a] = NULL;
     test_run_result r = test_run(argv, NULL);
+    if (metrics_text) {
+        metrics_text[0] = '\0';
+        FILE *f = fopen(metrics, "r");
+        size_t got = f ? fread(metrics_text, 1, metrics_len - 1, f) : 0;
+        metrics_text[got] = '\0';
+        if (f) fclose(f);
+    }
     if (out) {
         memset(out, 0, sizeof *out);
         FILE *f = fopen(metrics, "r");
@@ -66,6 +74,13 @@ static test_run_result train(int ranks, int nodes, const char *const *sets, cons
     }
     unlink(metrics);
     return r;
+}
+
+static test_run_result train(int ranks, int nodes, const char *const *sets, const char *inject,
+                             curve *out)
+{
+    const char *args[] = {"--inject-nan", inject, NULL};
+    return train_args(ranks, nodes, sets, inject ? args : NULL, out, NULL, 0);
 }
 
 static void expect_same(const curve *a, const curve *b, double tol, const char *what)
@@ -199,6 +214,88 @@ START_TEST(bad_settings_exit_2_before_work)
 }
 END_TEST
 
+/* The loss lines of a metrics file for steps from..to, as text. */
+static void loss_lines(const char *metrics, int from, int to, char *out, size_t len)
+{
+    out[0] = '\0';
+    for (const char *l = metrics; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        int step = atoi(l + 9); /* {"step": N */
+        const char *loss = strstr(l, "\"loss\""), *end = loss ? strchr(loss, ',') : NULL;
+        if (step >= from && step <= to && loss && end)
+            snprintf(out + strlen(out), len - strlen(out), "%d %.*s\n", step, (int)(end - loss), loss);
+    }
+}
+
+START_TEST(resume_continues_bit_for_bit)
+{
+    char dir[512], dir_set[600], whole[8192], first[8192], second[8192], a[2048], b[2048];
+    snprintf(dir, sizeof dir, "%s/ckpt", tmpdir);
+    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    const char *plain[] = {"parallel.cp=2", NULL};
+    test_run_result r = train_args(2, 1, plain, NULL, NULL, whole, sizeof whole);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    test_run_free(&r);
+    const char *ckpt[] = {"parallel.cp=2", dir_set, "train.keep_checkpoints=1", NULL};
+    const char *stop[] = {"--stop-after", "3", NULL}, *resume[] = {"--resume", NULL};
+    r = train_args(2, 1, ckpt, stop, NULL, first, sizeof first);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "checkpoint: "), "%s", r.out);
+    test_run_free(&r);
+    r = train_args(2, 1, ckpt, resume, NULL, second, sizeof second);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "resumed from"), "%s", r.out);
+    test_run_free(&r);
+    loss_lines(whole, 4, 6, a, sizeof a);
+    loss_lines(second, 4, 6, b, sizeof b);
+    ck_assert_msg(strlen(a) > 0 && strcmp(a, b) == 0, "uninterrupted:\n%s\nresumed:\n%s", a, b);
+    /* a checkpoint of 2 ranks is refused by a world of 1 */
+    const char *one[] = {"parallel.cp=1", dir_set, NULL};
+    r = train_args(1, 1, one, resume, NULL, NULL, 0);
+    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, "2 ranks"), "%s", r.out);
+    test_run_free(&r);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(trains_from_an_hdf5_corpus)
+{
+    char corpus[512], eval[512], path_set[600], eval_set[600];
+    snprintf(corpus, sizeof corpus, "%s/train.h5", tmpdir);
+    snprintf(eval, sizeof eval, "%s/eval.h5", tmpdir);
+    const char *outs[2] = {corpus, eval}, *seeds[2] = {"1", "2"};
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = {(char *)test_burst_path(), "data", "synth", "--task", "passkey",
+                        "--seq-len", "256", "--samples", "12", "--seed", (char *)seeds[i], "-o",
+                        (char *)outs[i], NULL};
+        test_run_result r = test_run(argv, NULL);
+        ck_assert_msg(r.exit_code == 0, "%s", r.out);
+        test_run_free(&r);
+    }
+    snprintf(path_set, sizeof path_set, "data.path=%s", corpus);
+    snprintf(eval_set, sizeof eval_set, "eval.eval_path=%s", eval);
+    const char *sets[] = {"parallel.cp=2", "data.source=hdf5", path_set, eval_set,
+                          "eval.eval_samples=8", "data.sampling=shuffled", NULL};
+    curve c;
+    test_run_result r = train_args(2, 1, sets, NULL, &c, NULL, 0);
+    ck_assert_msg(r.exit_code == 0 && c.n == 6 && isfinite(c.loss[5]), "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "passkey retrieval accuracy: "), "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "of 8 held-out samples"), "%s", r.out);
+    test_run_free(&r);
+    /* a file that is not a corpus is refused before any work, and named */
+    char bad[512], bad_set[600];
+    snprintf(bad, sizeof bad, "%s/not-a-corpus.h5", tmpdir);
+    FILE *f = fopen(bad, "w");
+    fputs("garbage", f);
+    fclose(f);
+    snprintf(bad_set, sizeof bad_set, "data.path=%s", bad);
+    const char *bad_sets[] = {"parallel.cp=2", "data.source=hdf5", bad_set, NULL};
+    r = train_args(2, 1, bad_sets, NULL, NULL, NULL, 0);
+    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, bad), "%s", r.out);
+    test_run_free(&r);
+    unlink(bad), unlink(corpus), unlink(eval);
+}
+END_TEST
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "%s/burst-train-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -212,6 +309,8 @@ int main(void)
     tcase_add_test(tc, nonfinite_gradient_stops_every_rank);
     tcase_add_test(tc, loss_falls_on_a_learnable_task);
     tcase_add_test(tc, bad_settings_exit_2_before_work);
+    tcase_add_test(tc, resume_continues_bit_for_bit);
+    tcase_add_test(tc, trains_from_an_hdf5_corpus);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);

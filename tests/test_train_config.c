@@ -449,7 +449,7 @@ static const bad_whole bad_wholes[] = {
     {{"data.seq_len=131072"}, 1, "[model] max_seq"},
     {{"parallel.mask=window"}, 1, "[memory] ckpt_fraction"},
     {{"parallel.layout=contiguous"}, 1, "[memory] ckpt_fraction"},
-    {{"data.source=hdf5"}, 1, "[data] source = hdf5 is not built yet"},
+    {{"data.source=hdf5"}, 1, "[data] source = hdf5 needs [data] path"},
     {{"parallel.mask=window", "parallel.window=0", "memory.ckpt_fraction=1"},
      1,
      "[parallel] window"},
