@@ -29,6 +29,7 @@ typedef struct {
     int64_t n_local;
     /* prefetch: one slot, filled by the thread */
     pthread_t thread;
+    pthread_mutex_t io_lock; /* one reader of the files at a time */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int running, want_valid, have_valid;
@@ -67,7 +68,10 @@ static int read_sample(hdf5_source *s, int64_t index, int64_t *tokens, int64_t *
     int64_t *buf = malloc((size_t)(s->n_local + 2) * sizeof(int64_t));
     for (int c = 0; c < s->n_chunks; c++) {
         int64_t len = s->chunks[c].end - s->chunks[c].begin;
-        if (io_corpus_read(s->files[f], start + s->chunks[c].begin, len + 1, buf, err, err_len) != 0) {
+        pthread_mutex_lock(&s->io_lock);
+        int st = io_corpus_read(s->files[f], start + s->chunks[c].begin, len + 1, buf, err, err_len);
+        pthread_mutex_unlock(&s->io_lock);
+        if (st != 0) {
             free(buf);
             return -1;
         }
@@ -219,6 +223,7 @@ token_source *hdf5_source_create(const char *paths, int64_t seq_len, int vocab, 
     s->have_tokens = malloc((size_t)s->n_local * sizeof(int64_t));
     s->have_labels = malloc((size_t)s->n_local * sizeof(int64_t));
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->io_lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     s->running = 1;
     pthread_create(&s->thread, NULL, prefetch_thread, s);
