@@ -81,6 +81,18 @@ static double measure_sgemm(const bk_queue *q)
     return 2.0 * (double)n * n * n * reps / t / 1e9;
 }
 
+/* MemAvailable of /proc/meminfo in bytes, or 0 when unknown. */
+static double available_memory_bytes(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024.0;
+}
+
 static const char *human(double bytes, char *buf, size_t len)
 {
     const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -179,6 +191,19 @@ static int setup(trainer *t, const train_args *a, char *err, size_t err_len)
                        .rope_theta = (float)c->rope_theta, .rope_scaling = (float)c->rope_scaling,
                        .norm_eps = (float)c->norm_eps};
     model_layout_init(&t->model, &dims);
+    /* Parameters, gradients, the reduce buffer and the moments, for every rank
+     * of this node: refuse a model that cannot fit before allocating it. */
+    double need = 4.0 * (double)t->model.n_params * sizeof(float) *
+                  (bt_world_local_size(t->world) > 0 ? bt_world_local_size(t->world) : 1);
+    double avail = available_memory_bytes();
+    if (avail > 0 && need > avail) {
+        char need_text[32], avail_text[32];
+        snprintf(err, err_len, "[model] preset = %s: %lld parameters need at least %s on this node "
+                               "(%d ranks), it has %s available",
+                 c->preset, (long long)t->model.n_params, human(need, need_text, sizeof need_text),
+                 bt_world_local_size(t->world), human(avail, avail_text, sizeof avail_text));
+        return EXIT_USAGE;
+    }
     if (bt_comm_grid(t->world, c->dp, c->cp, &t->dp_comm, &t->cp_comm) != BT_OK) {
         snprintf(err, err_len, "%s", bt_world_error(t->world));
         return EXIT_RUN_FAILURE;
