@@ -26,9 +26,17 @@ ring_pass ring_choose_backward(ring_bwd_choice choice, int h_q, int h_kv, int d)
     return q_side <= kv_side ? RING_BWD_Q_SIDE : RING_BWD_KV_SIDE;
 }
 
+/* Keys travel towards later ranks (forward, KV-side), whose queries need them
+ * under causal and window masks; query bundles (Q-side) travel the other way,
+ * towards the ranks holding earlier keys, so under a sliding window both go
+ * only as far as the window reaches. */
 static int holder(const ring_schedule *s, int block, int step)
 {
     int m = step / s->L, t = step % s->L, bn = block / s->L, bl = block % s->L;
+    if (s->pass == RING_BWD_Q_SIDE) {
+        m = (s->M - m % s->M) % s->M;
+        t = (s->L - t) % s->L;
+    }
     return ((bn + m) % s->M) * s->L + (bl + t) % s->L;
 }
 

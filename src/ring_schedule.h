@@ -13,9 +13,11 @@
  * round ahead on the inter-node ring); the trailing accumulator follows its
  * block one holder behind, on its own channels, and finally hops home.
  *
- * Paths. Flat ring: block b is at rank b+s at step s. Double ring (P = M nodes
- * x L ranks, rank = node*L + local): step s = m*L + t (round m, intra step t);
- * block (node bn, local bl) is at (bn+m, bl+t): rounds move between nodes
+ * Paths. Flat ring: block b is at rank b+s at step s (b-s for the Q-side
+ * backward: query bundles travel towards the earlier keys they need). Double
+ * ring (P = M nodes x L ranks, rank = node*L + local): step s = m*L + t (round
+ * m, intra step t); block (node bn, local bl) is at (bn+m, bl+t) (or
+ * (bn-m, bl-t)): rounds move between nodes
  * along the inter-node ring of each local index, steps move along the
  * intra-node ring. A block is only carried as far as some holder downstream
  * needs it: with a sliding window it visits ceil(W/n) ranks, not P-1.

@@ -260,6 +260,16 @@ START_TEST(sliding_window_sends_only_the_window)
     }
     ck_assert_int_eq(s->n_steps, P);
     ring_schedule_free(s);
+    /* The Q-side backward moves query bundles towards the earlier keys: each
+     * rank sends at most ceil(W/n) bundles too, never P-1. */
+    s = ring_plan(&cfg, RING_BWD_Q_SIDE, err, sizeof err);
+    for (int r = 0; r < P; r++) {
+        int sends = 0;
+        for (int st = 0; st < s->n_steps; st++) sends += ring_step_at(s, r, st)->n_send;
+        ck_assert_msg(sends <= window_blocks, "Q-side: rank %d sends %d bundles (window %lld blocks)",
+                      r, sends, (long long)window_blocks);
+    }
+    ring_schedule_free(s);
 }
 END_TEST
 
