@@ -49,13 +49,13 @@ static void usage(FILE *out)
         "  --threads N     OpenMP/BLAS threads per rank (default: online cores / P)\n"
         "  --quick         tiny only, 8K, 2 steps, memory table on tiny (under a minute)\n"
         "  --verbose       copy the children's commands and output to stderr\n\n"
-        "Time (estimated from 8K steps measured on this loaded 2-core machine, with\n"
-        "attention work growing with the square of the length): the default run takes\n"
-        "roughly 20-30 minutes on 2 cores. One step of small takes about 1-2 minutes at\n"
-        "8K, 4 at 16K, 10-15 at 32K and about 40 at 64K, so the small model beyond 8K\n"
-        "and 64K for either model are opt-in via --seq (tiny: about 1-2 minutes per step\n"
-        "at 32K, 4-8 at 64K). The unfused head materialises seq/P x vocab x 4 bytes of\n"
-        "logits per rank (small: 1 GiB per rank at 64K on 2 ranks).\n");
+        "Time: the default run took 12 minutes on a quiet 2-core machine and would take\n"
+        "30 or more under heavy load. Attention work grows with the square of the length;\n"
+        "one step of small takes about 0.5 minute at 8K quiet and an estimated 2 at 16K,\n"
+        "4 at 32K and 15 at 64K (several times that under load), so the small model\n"
+        "beyond 8K and 64K for either model are opt-in via --seq (tiny at 64K: an\n"
+        "estimated 1 minute per step quiet). The unfused head materialises seq/P x vocab\n"
+        "x 4 bytes of logits per rank (small: 1 GiB per rank at 64K on 2 ranks).\n");
 }
 
 /* One child run: its settings and what was read back. */
