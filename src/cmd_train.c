@@ -369,6 +369,20 @@ static int train_step(trainer *t, int64_t step, const train_args *a, double *los
     return 0;
 }
 
+/* Frees what setup made (each part may be missing after an early failure). */
+static void trainer_free(trainer *t)
+{
+    model_runner_free(t->runner);
+    model_layout_free(&t->model);
+    if (t->opt) zero1_free(t->opt);
+    if (t->data) t->data->free(t->data);
+    bt_comm_free(t->dp_comm);
+    bt_comm_free(t->cp_comm);
+    free(t->params), free(t->grads), free(t->tokens), free(t->labels);
+    if (t->metrics) fclose(t->metrics);
+    memset(t, 0, sizeof *t);
+}
+
 /* 1 on every rank when any rank passes failed != 0: ranks stop together. */
 static int any_rank(trainer *t, int failed)
 {
@@ -524,6 +538,7 @@ int cmd_train(int argc, char **argv)
     if (status != 0) {
         if (t.rank == 0) fprintf(stderr, "burst train: %s\n", err);
         bt_world_abort(t.world);
+        trainer_free(&t);
         return status;
     }
     train_config *c = &t.cfg;
@@ -546,6 +561,7 @@ int cmd_train(int argc, char **argv)
         if (done < 0) {
             fprintf(stderr, "burst train: rank %d: --resume: %s\n", t.rank, err);
             bt_world_abort(t.world);
+            trainer_free(&t);
             return EXIT_USAGE;
         }
         first_step = done + 1;
@@ -593,6 +609,7 @@ int cmd_train(int argc, char **argv)
         }
     }
     if (t.metrics) fclose(t.metrics);
+    t.metrics = NULL;
     if (status == 0 && c->eval_path[0]) {
         int64_t correct, total;
         if (evaluate(&t, &correct, &total, err, sizeof err) != 0) {
@@ -608,6 +625,7 @@ int cmd_train(int argc, char **argv)
     if (status == STOP_AGREED) {
         bt_comm_free(t.dp_comm);
         bt_comm_free(t.cp_comm);
+        t.dp_comm = t.cp_comm = NULL;
         bt_world_finalize(t.world);
         status = EXIT_RUN_FAILURE;
     } else if (status == 0) {
@@ -621,14 +639,11 @@ int cmd_train(int argc, char **argv)
         }
         bt_comm_free(t.dp_comm);
         bt_comm_free(t.cp_comm);
+        t.dp_comm = t.cp_comm = NULL;
         if (bt_world_finalize(t.world) != BT_OK) status = EXIT_RUN_FAILURE;
     } else {
         bt_world_abort(t.world);
     }
-    model_runner_free(t.runner);
-    model_layout_free(&t.model);
-    if (t.opt) zero1_free(t.opt);
-    if (t.data) t.data->free(t.data);
-    free(t.params), free(t.grads), free(t.tokens), free(t.labels);
+    trainer_free(&t);
     return status;
 }
