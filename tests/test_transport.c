@@ -160,12 +160,10 @@ static int free_port(void)
     return ntohs(sa.sin_port);
 }
 
-START_TEST(peer_with_wrong_secret_is_refused)
+/* Rank 0 and a rank 1 that presents another job's secret, started by hand. */
+static void secret_script(char *script, size_t len, int port)
 {
-    /* Rank 0 and a rank 1 that presents another job's secret, started by hand. */
-    char script[8192];
-    int port = free_port();
-    snprintf(script, sizeof script,
+    snprintf(script, len,
              "export BURST_SIZE=2 BURST_ROOT=127.0.0.1:%d BURST_TIMEOUT=3\n"
              "BURST_RANK=0 BURST_SECRET=0123456789abcdef0123456789abcdef %s whoami & p0=$!\n"
              "sleep 0.3\n"
@@ -173,8 +171,24 @@ START_TEST(peer_with_wrong_secret_is_refused)
              "wait $p0; c0=$?\n"
              "echo \"codes $c0 $c1\"\n",
              port, test_program_path("transport_worker", worker, sizeof worker), worker);
+}
+
+START_TEST(peer_with_wrong_secret_is_refused)
+{
+    /* Rank 0 and a rank 1 that presents another job's secret, started by hand. */
+    char script[8192];
+    int port = free_port();
+    secret_script(script, sizeof script, port);
     char *argv[] = {"/bin/sh", "-c", script, NULL};
     test_run_result r = test_run(argv, NULL);
+    /* The port was free when chosen; another process may take it before rank 0
+     * binds it. Then choose again. */
+    for (int retry = 0; retry < 5 && test_output_has(&r, "Address already in use"); retry++) {
+        test_run_free(&r);
+        port = free_port();
+        secret_script(script, sizeof script, port);
+        r = test_run(argv, NULL);
+    }
     ck_assert_msg(test_output_has(&r, "codes 1 5"), "expected rank 0 to time out (1) and rank 1 to "
                                                     "be refused (5):\n%s", r.out);
     ck_assert_msg(test_output_has(&r, "refused this rank: wrong secret"), "%s", r.out);
