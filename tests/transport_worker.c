@@ -10,27 +10,8 @@
 #include <unistd.h>
 
 #include "transport/transport.h"
+#include "tests/worker_util.h"
 
-static bt_world *world;
-static int rank, size, failures;
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__);                         \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-static void must(bt_status st, const char *what)
-{
-    if (st == BT_OK) return;
-    fprintf(stderr, "rank %d: %s failed: %s: %s\n", rank, what, bt_status_name(st),
-            bt_world_error(world));
-    exit(1);
-}
 
 /* Deterministic content of message (src, dst, channel, index). */
 static unsigned char pattern(int src, int dst, int channel, size_t i)

@@ -12,7 +12,7 @@ endif
 
 check_PROGRAMS += tests/transport_worker tests/test_transport
 TESTS += tests/test_transport
-tests_transport_worker_SOURCES = tests/transport_worker.c
+tests_transport_worker_SOURCES = tests/transport_worker.c tests/worker_util.h
 tests_transport_worker_LDADD = libburst_transport.a $(EXTERNAL_LIBS)
 tests_test_transport_SOURCES = tests/test_transport.c tests/testutil.h tests/testutil.c
 tests_test_transport_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
