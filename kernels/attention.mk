@@ -10,4 +10,4 @@ check_PROGRAMS += tests/test_attention
 TESTS += tests/test_attention
 tests_test_attention_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_attention_LDADD = libburst_kernels.a $(EXTERNAL_LIBS) $(CHECK_LIBS)
-tests_test_attention_SOURCES = tests/test_attention.c tests/attention_ref.c tests/attention_ref.h
+tests_test_attention_SOURCES = tests/test_attention.c

@@ -4,5 +4,9 @@ libburst_kernels_a_SOURCES += kernels/kernels_common.h kernels/status.c kernels/
 if HAVE_CUDA
 libburst_kernels_a_SOURCES += kernels/cuda/shared_math.cu
 endif
+# The double-precision references that the tests and `burst selftest` check
+# the kernels against (one copy, shared by both).
+libburst_kernels_a_SOURCES += kernels/ref/attention_ref.h kernels/ref/attention_ref.c \
+	kernels/ref/ops_ref.h kernels/ref/ops_ref.c
 include kernels/attention.mk
 include kernels/ops.mk

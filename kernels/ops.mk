@@ -11,4 +11,4 @@ check_PROGRAMS += tests/test_ops
 TESTS += tests/test_ops
 tests_test_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_ops_LDADD = libburst_kernels.a $(EXTERNAL_LIBS) $(CHECK_LIBS)
-tests_test_ops_SOURCES = tests/test_ops.c tests/ops_ref.c tests/ops_ref.h
+tests_test_ops_SOURCES = tests/test_ops.c

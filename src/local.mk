@@ -11,7 +11,7 @@ libburst_engine_a_SOURCES += src/seq_layout.h src/seq_layout.c src/attn_need.h s
 	src/attn_options.h src/attn_options.c src/cmd_plan.c
 
 check_PROGRAMS += tests/ring_worker
-tests_ring_worker_SOURCES = tests/ring_worker.c tests/attention_ref.c tests/attention_ref.h
+tests_ring_worker_SOURCES = tests/ring_worker.c
 
 check_PROGRAMS += tests/test_ring_schedule tests/test_ring
 TESTS += tests/test_ring_schedule tests/test_ring

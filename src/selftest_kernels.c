@@ -1,45 +1,17 @@
 /* selftest_kernels.c: quick numeric checks of the kernels for `burst selftest`:
  * the shared logaddexp, and the attention forward (two key blocks merged
  * through the running (O, lse), causal mask, GQA, one fully masked row)
- * against a small double-precision reference written here. Well under a
+ * against the double-precision reference of kernels/ref/. Well under a
  * millisecond; prints what failed. */
 #include <math.h>
 #include <stdio.h>
 
 #include "kernels/attention.h"
+#include "kernels/ref/attention_ref.h"
 #include "kernels/shared_math.h"
 #include "src/selftest.h"
 
 enum { ST_NQ = 5, ST_NKV = 9, ST_HQ = 2, ST_HKV = 1, ST_D = 16 };
-
-/* Reference: O [ST_NQ, ST_HQ, ST_D], lse [ST_NQ, ST_HQ] of causal attention. */
-static void reference(const float *Q, const float *K, const float *V, const int64_t *qp,
-                      const int64_t *kp, float scale, double *O, double *lse)
-{
-    for (int i = 0; i < ST_NQ; i++)
-        for (int h = 0; h < ST_HQ; h++) {
-            double s[ST_NKV], mx = -INFINITY, sum = 0;
-            for (int j = 0; j < ST_NKV; j++) {
-                s[j] = -INFINITY;
-                if (kp[j] > qp[i]) continue;
-                double dot = 0;
-                for (int c = 0; c < ST_D; c++)
-                    dot += (double)Q[(i * ST_HQ + h) * ST_D + c] * K[j * ST_D + c];
-                s[j] = scale * dot;
-                if (s[j] > mx) mx = s[j];
-            }
-            double *o = O + (i * ST_HQ + h) * ST_D;
-            for (int c = 0; c < ST_D; c++) o[c] = 0;
-            if (mx == -INFINITY) {
-                lse[i * ST_HQ + h] = -INFINITY;
-                continue;
-            }
-            for (int j = 0; j < ST_NKV; j++) sum += exp(s[j] - mx);
-            for (int j = 0; j < ST_NKV; j++)
-                for (int c = 0; c < ST_D; c++) o[c] += exp(s[j] - mx) / sum * V[j * ST_D + c];
-            lse[i * ST_HQ + h] = mx + log(sum);
-        }
-}
 
 static int attention_check(void)
 {
@@ -72,7 +44,12 @@ static int attention_check(void)
         fprintf(stderr, "selftest kernels: attention forward returned an error\n");
         return 1;
     }
-    reference(Q, K, V, qp, kp, scale, Or, lr);
+    double Qd[ST_NQ * ST_HQ * ST_D], Kd[ST_NKV * ST_D], Vd[ST_NKV * ST_D];
+    for (int i = 0; i < ST_NQ * ST_HQ * ST_D; i++) Qd[i] = Q[i];
+    for (int i = 0; i < ST_NKV * ST_D; i++) Kd[i] = K[i], Vd[i] = V[i];
+    bk_attn_geom whole = {
+        ST_NQ, ST_NKV, ST_HQ, ST_HKV, ST_D, scale, qp, kp, NULL, NULL, bk_attn_mask_causal()};
+    ref_attn_fwd(&whole, Qd, Kd, Vd, Or, lr);
     int failures = 0;
     for (int r = 0; r < ST_NQ * ST_HQ; r++) {
         if (isinf(lr[r]) ? lse[r] != -INFINITY

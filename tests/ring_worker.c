@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "src/ring_exec.h"
-#include "tests/attention_ref.h"
+#include "kernels/ref/attention_ref.h"
 
 static int rank, size, failures;
 static bt_world *world;

@@ -1,5 +1,5 @@
 /* test_attention.c: the tiled fp32 attention kernels against the double-precision
- * reference (tests/attention_ref.c): random shapes with odd sizes, every mask,
+ * reference (kernels/ref/attention_ref.c): random shapes with odd sizes, every mask,
  * MHA and GQA, head dims 8 to 128; a sequence split into blocks and merged
  * through the running (O, lse) equals the whole, forward and backward; finite
  * differences; fully masked rows and tiles; tile skipping; invalid arguments. */
@@ -12,7 +12,7 @@
 
 #include "config.h"
 #include "kernels/attention.h"
-#include "tests/attention_ref.h"
+#include "kernels/ref/attention_ref.h"
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -1,5 +1,5 @@
 /* test_ops.c: the non-attention kernels (kernels/ops.h) against the
- * double-precision references of tests/ops_ref.c on random shapes, odd sizes
+ * double-precision references of kernels/ref/ops_ref.c on random shapes, odd sizes
  * included; finite-difference checks of every backward; the promises about
  * determinism, ignore_index and invalid arguments. */
 #include <check.h>
@@ -11,7 +11,7 @@
 
 #include "config.h"
 #include "kernels/ops.h"
-#include "tests/ops_ref.h"
+#include "kernels/ref/ops_ref.h"
 
 /* ---------------------------------------------------------------- helpers */
 static uint64_t rng_state = 1;

@@ -2,8 +2,8 @@
  * and backward over one block, whole softmax at once) that the tests diff the
  * tiled fp32 kernels against. The mask predicate is written here again, on
  * purpose independently of kernels/attention_math.h. */
-#ifndef BURST_TESTS_ATTENTION_REF_H
-#define BURST_TESTS_ATTENTION_REF_H
+#ifndef BURST_KERNELS_REF_ATTENTION_REF_H
+#define BURST_KERNELS_REF_ATTENTION_REF_H
 
 #include "kernels/attention.h"
 

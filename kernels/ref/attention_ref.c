@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/attention_ref.h"
+#include "kernels/ref/attention_ref.h"
 
 int ref_attn_allowed(const bk_attn_geom *g, int64_t i, int64_t j)
 {

@@ -1,9 +1,9 @@
 /* ops_ref.h: slow, obviously right double-precision references of the
- * non-attention kernels (kernels/ops.h), for tests/test_ops.c. They follow the
+ * non-attention kernels (kernels/ops.h), for the tests and `burst selftest`. They follow the
  * textbook formulas loop by loop, share no code with the kernels (not even
  * ops_math.h), and compute everything in double. */
-#ifndef BURST_TESTS_OPS_REF_H
-#define BURST_TESTS_OPS_REF_H
+#ifndef BURST_KERNELS_REF_OPS_REF_H
+#define BURST_KERNELS_REF_OPS_REF_H
 
 #include <stdint.h>
 

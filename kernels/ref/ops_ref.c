@@ -1,9 +1,9 @@
-/* ops_ref.c: the double-precision references of tests/ops_ref.h: each a
+/* ops_ref.c: the double-precision references of kernels/ref/ops_ref.h: each a
  * direct transcription of the formula, no blocking, no tricks. */
 #include <math.h>
 #include <string.h>
 
-#include "tests/ops_ref.h"
+#include "kernels/ref/ops_ref.h"
 
 void ref_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const float *a,
               int64_t lda, const float *b, int64_t ldb, double beta, const float *c_in, int64_t ldc,
