@@ -24,3 +24,60 @@ clean-local-tests:
 	-if test -d tests/slurm-state; then sh $(srcdir)/tests/slurm/stop.sh tests/slurm-state; fi
 	-rm -rf tests/slurm-state
 .PHONY: clean-local-tests
+
+# Tests of the engine: distributed attention and training.
+check_PROGRAMS += tests/ring_worker
+tests_ring_worker_SOURCES = tests/ring_worker.c
+
+check_PROGRAMS += tests/test_ring_schedule tests/test_ring
+TESTS += tests/test_ring_schedule tests/test_ring
+tests_test_ring_schedule_SOURCES = tests/test_ring_schedule.c
+tests_test_ring_schedule_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ring_schedule_LDADD = $(LDADD) $(CHECK_LIBS)
+tests_test_ring_SOURCES = tests/test_ring.c tests/testutil.h tests/testutil.c
+tests_test_ring_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ring_LDADD = $(LDADD) $(CHECK_LIBS)
+
+# The LM head fused with the cross-entropy loss, chunked along the sequence.
+check_PROGRAMS += tests/test_lm_head
+TESTS += tests/test_lm_head
+tests_test_lm_head_SOURCES = tests/test_lm_head.c
+tests_test_lm_head_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_lm_head_LDADD = $(LDADD) $(CHECK_LIBS)
+
+# ZeRO-1 AdamW and the learning-rate schedule.
+check_PROGRAMS += tests/optimizer_worker tests/test_optimizer
+TESTS += tests/test_optimizer
+tests_optimizer_worker_SOURCES = tests/optimizer_worker.c tests/worker_util.h
+tests_test_optimizer_SOURCES = tests/test_optimizer.c tests/testutil.h tests/testutil.c
+tests_test_optimizer_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_optimizer_LDADD = $(LDADD) $(CHECK_LIBS)
+
+# The configuration of `burst train`.
+check_PROGRAMS += tests/test_train_config
+TESTS += tests/test_train_config
+tests_test_train_config_SOURCES = tests/test_train_config.c
+tests_test_train_config_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_train_config_LDADD = $(LDADD) $(CHECK_LIBS)
+check_PROGRAMS += tests/train_gradcheck
+tests_train_gradcheck_SOURCES = tests/train_gradcheck.c
+check_PROGRAMS += tests/test_train
+TESTS += tests/test_train
+tests_test_train_SOURCES = tests/test_train.c tests/testutil.h tests/testutil.c
+tests_test_train_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_train_LDADD = $(LDADD) $(CHECK_LIBS)
+
+# Training checkpoints in HDF5 (io/checkpoint.c).
+check_PROGRAMS += tests/test_checkpoint
+TESTS += tests/test_checkpoint
+tests_test_checkpoint_SOURCES = tests/test_checkpoint.c
+tests_test_checkpoint_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_checkpoint_LDADD = libburst_io.a $(EXTERNAL_LIBS) $(CHECK_LIBS)
+
+# `burst data`: import, synthesise, describe and validate HDF5 corpora.
+check_PROGRAMS += tests/test_corpus
+TESTS += tests/test_corpus tests/test_data.sh
+EXTRA_DIST += tests/test_data.sh
+tests_test_corpus_SOURCES = tests/test_corpus.c
+tests_test_corpus_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_corpus_LDADD = $(LDADD) $(CHECK_LIBS)

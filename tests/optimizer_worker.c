@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/optimizer.h"
+#include "src/train/optimizer.h"
 #include "transport/transport.h"
 #include "tests/worker_util.h"
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "src/ring_exec.h"
+#include "src/attn/ring.h"
 #include "kernels/ref/attention_ref.h"
 
 static int rank, size, failures;

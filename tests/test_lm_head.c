@@ -1,4 +1,4 @@
-/* test_lm_head.c: the LM head fused with the loss (src/lm_head.c). The chunked
+/* test_lm_head.c: the LM head fused with the loss (src/train/lm_head.c). The chunked
  * path against the unfused one for many chunk sizes; both against a
  * double-precision reference written here (z-loss and ignore_index included);
  * finite differences of the loss for dh and dW; a shard whose rows are all
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "config.h"
-#include "src/lm_head.h"
+#include "src/train/lm_head.h"
 
 #define IGNORE (-100)
 

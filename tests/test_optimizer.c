@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "src/optimizer.h"
+#include "src/train/optimizer.h"
 #include "tests/testutil.h"
 
 static char worker[4096];

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/ring_schedule.h"
+#include "src/attn/ring_plan.h"
 
 typedef struct {
     const char *name;

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "src/train_config.h"
+#include "src/train/config.h"
 
 static char tmpdir[256];
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/model.h"
+#include "src/train/model.h"
 
 static bt_world *world;
 static int rank;

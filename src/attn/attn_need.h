@@ -1,0 +1,32 @@
+/* attn_need.h: which block pairs a mask needs. Whether any query of one set of
+ * global positions may attend to any key of another, and how many (query, key)
+ * pairs the mask lets through, computed exactly on runs of positions (constant
+ * document, constant sparse block) rather than token by token, so that the
+ * planner can decide at a million tokens which block pairs to compute and which
+ * blocks to send. The per-element rule is the kernels' bk_attn_allowed; tests
+ * check this against it pair by pair. */
+#ifndef BURST_ATTN_NEED_H
+#define BURST_ATTN_NEED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/attention.h"
+#include "src/attn/seq_layout.h"
+
+typedef struct {
+    bk_attn_mask mask;
+    const int32_t *segments; /* [N] document id per global position (BK_ATTN_DOCUMENT) */
+    int64_t N;
+} attn_need_ctx;
+
+/* Documents must be packed in order: segment ids non-decreasing along the
+ * sequence. Returns 0, or -1 with a message. */
+int attn_need_validate(const attn_need_ctx *c, char *err, size_t err_len);
+
+/* Allowed (query, key) pairs with queries in q_chunks and keys in k_chunks.
+ * With count_all = 0 it stops at the first allowed pair and returns 0 or 1. */
+int64_t attn_need_pairs(const attn_need_ctx *c, const seq_chunk *q_chunks, int n_q_chunks,
+                        const seq_chunk *k_chunks, int n_k_chunks, int count_all);
+
+#endif

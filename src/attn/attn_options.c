@@ -1,0 +1,188 @@
+/* attn_options.c: see attn_options.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/attn/attn_options.h"
+#include "util/parse.h"
+
+void attn_options_default(attn_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->seq = 16384;
+    o->ranks = 2;
+    o->nodes = 1;
+    o->h_q = 8;
+    o->h_kv = 8;
+    o->d = 64;
+    snprintf(o->mask, sizeof o->mask, "causal");
+    o->window = 4096;
+    o->doc_len = 4096;
+    o->sparse_block = 512;
+    o->sparse_density = 0.25;
+    o->bwd = BWD_AUTO;
+}
+
+void attn_options_help(FILE *out)
+{
+    fprintf(out,
+            "  --seq N          global sequence length in tokens (default 16384)\n"
+            "  --ranks P        ranks in the context-parallel group (default 2)\n"
+            "  --nodes M        nodes; M > 1 plans the double ring (default 1)\n"
+            "  --flat           the flat ring even when M > 1\n"
+            "  --hq H, --hkv H  query and key/value heads (default 8, 8)\n"
+            "  --d D            head dimension, a multiple of 8 (default 64)\n"
+            "  --mask M         none | causal | window | document | sparse (default causal)\n"
+            "  --window W       window mask: tokens each query sees, itself included (4096)\n"
+            "  --doc-len T      document mask: tokens per document (4096)\n"
+            "  --sparse-block B sparse mask: block size in tokens (512); --sparse-density F\n"
+            "                   keeps a fraction F of the off-diagonal causal blocks (0.25)\n"
+            "  --layout L       contiguous | zigzag (default: zigzag for causal, else the\n"
+            "                   layout with the smaller load imbalance)\n"
+            "  --bwd B          auto | q | kv: backward direction (auto: fewer bytes)\n");
+}
+
+int attn_options_parse(attn_options *o, int argc, char **argv, int *i, const char *prog)
+{
+    const char *a = argv[*i];
+    if (strcmp(a, "--flat") == 0) {
+        o->flat = 1;
+        return 1;
+    }
+    static const char *const with_value[] = {"--seq", "--ranks", "--nodes", "--hq", "--hkv",
+                                             "--d", "--mask", "--window", "--doc-len",
+                                             "--sparse-block", "--sparse-density", "--layout",
+                                             "--bwd"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+        known |= strcmp(a, with_value[k]) == 0;
+    if (!known) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "%s: %s needs a value\n", prog, a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    int64_t x = 0;
+    int bad = 0;
+    if (strcmp(a, "--seq") == 0) bad = bu_parse_i64_min(v, 1, &o->seq);
+    else if (strcmp(a, "--ranks") == 0) bad = bu_parse_i64_min(v, 1, &x) || x > 4096, o->ranks = (int)x;
+    else if (strcmp(a, "--nodes") == 0) bad = bu_parse_i64_min(v, 1, &x) || x > 4096, o->nodes = (int)x;
+    else if (strcmp(a, "--hq") == 0) bad = bu_parse_i64_min(v, 1, &x) || x > 1024, o->h_q = (int)x;
+    else if (strcmp(a, "--hkv") == 0) bad = bu_parse_i64_min(v, 1, &x) || x > 1024, o->h_kv = (int)x;
+    else if (strcmp(a, "--d") == 0) bad = bu_parse_i64_min(v, 8, &x) || x % 8 || x > 1024, o->d = (int)x;
+    else if (strcmp(a, "--window") == 0) bad = bu_parse_i64_min(v, 1, &o->window);
+    else if (strcmp(a, "--doc-len") == 0) bad = bu_parse_i64_min(v, 1, &o->doc_len);
+    else if (strcmp(a, "--sparse-block") == 0) bad = bu_parse_i64_min(v, 1, &o->sparse_block);
+    else if (strcmp(a, "--sparse-density") == 0) {
+        char *end;
+        o->sparse_density = strtod(v, &end);
+        bad = *end || o->sparse_density < 0 || o->sparse_density > 1;
+    } else if (strcmp(a, "--layout") == 0) {
+        bad = seq_layout_parse(v, &o->layout) != 0;
+        o->layout_given = 1;
+    } else if (strcmp(a, "--bwd") == 0) {
+        if (strcmp(v, "auto") == 0) o->bwd = BWD_AUTO;
+        else if (strcmp(v, "q") == 0) o->bwd = BWD_Q_SIDE;
+        else if (strcmp(v, "kv") == 0) o->bwd = BWD_KV_SIDE;
+        else bad = 1;
+    } else if (strcmp(a, "--mask") == 0) {
+        bad = strcmp(v, "none") && strcmp(v, "causal") && strcmp(v, "window") &&
+              strcmp(v, "document") && strcmp(v, "sparse");
+        snprintf(o->mask, sizeof o->mask, "%s", v);
+    }
+    if (bad) {
+        fprintf(stderr, "%s: %s '%s' is not a valid value (see --help)\n", prog, a, v);
+        return -1;
+    }
+    return 1;
+}
+
+/* max / mean over ranks of the (query, key) pairs each rank's queries meet:
+ * the work imbalance of a layout under a mask (1 = perfectly balanced). */
+static double imbalance(const seq_layout *l, const attn_need_ctx *need)
+{
+    double max = 0, sum = 0;
+    seq_chunk all = {0, l->N};
+    for (int r = 0; r < l->P; r++) {
+        seq_chunk c[2];
+        int n = seq_layout_chunks(l, r, c);
+        double pairs = (double)attn_need_pairs(need, c, n, &all, 1, 1);
+        sum += pairs;
+        if (pairs > max) max = pairs;
+    }
+    return sum > 0 ? max / (sum / l->P) : 1.0;
+}
+
+int attn_options_build(attn_options *o, ring_plan_config *cfg, char *err, size_t err_len)
+{
+    memset(cfg, 0, sizeof *cfg);
+    int64_t N = o->seq;
+    free(o->segments);
+    free(o->sparse_bits);
+    o->segments = NULL;
+    o->sparse_bits = NULL;
+    if (strcmp(o->mask, "none") == 0) {
+        o->kernel_mask = bk_attn_mask_none();
+    } else if (strcmp(o->mask, "causal") == 0) {
+        o->kernel_mask = bk_attn_mask_causal();
+    } else if (strcmp(o->mask, "window") == 0) {
+        o->kernel_mask = bk_attn_mask_window(o->window - 1, 0);
+        o->kernel_mask.flags |= BK_ATTN_CAUSAL;
+    } else if (strcmp(o->mask, "document") == 0) {
+        o->kernel_mask = bk_attn_mask_document(1);
+        o->segments = malloc((size_t)N * sizeof(int32_t));
+        for (int64_t p = 0; p < N; p++) o->segments[p] = (int32_t)(p / o->doc_len);
+    } else { /* sparse: causal blocks, the diagonal and a seeded fraction of the rest */
+        int64_t bs = o->sparse_block, nb = (N + bs - 1) / bs;
+        if (nb > 65536) {
+            snprintf(err, err_len, "--sparse-block %lld gives %lld blocks: at most 65536",
+                     (long long)bs, (long long)nb);
+            return -1;
+        }
+        o->sparse_bits = calloc((size_t)((nb * nb + 63) / 64), sizeof(uint64_t));
+        uint64_t rng = 42;
+        for (int64_t q = 0; q < nb; q++)
+            for (int64_t k = 0; k <= q; k++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                if (k == q || (double)(rng >> 11) / 9007199254740992.0 < o->sparse_density)
+                    o->sparse_bits[(q * nb + k) / 64] |= 1ull << ((q * nb + k) % 64);
+            }
+        o->kernel_mask = bk_attn_mask_block_sparse(o->sparse_bits, bs, nb);
+        o->kernel_mask.flags |= BK_ATTN_CAUSAL;
+    }
+    cfg->need = (attn_need_ctx){.mask = o->kernel_mask, .segments = o->segments, .N = N};
+    cfg->h_q = o->h_q;
+    cfg->h_kv = o->h_kv;
+    cfg->d = o->d;
+    cfg->topo = o->nodes > 1 && !o->flat ? TOPO_DOUBLE : TOPO_FLAT;
+    cfg->nodes = o->nodes;
+    if (o->nodes < 1 || o->ranks % o->nodes != 0) {
+        snprintf(err, err_len, "--ranks %d cannot be split evenly over --nodes %d", o->ranks,
+                 o->nodes);
+        return -1;
+    }
+    if (!o->layout_given) {
+        /* zigzag balances causal work; otherwise take the better-balanced layout */
+        o->layout = strcmp(o->mask, "causal") == 0 ? LAYOUT_ZIGZAG : LAYOUT_CONTIGUOUS;
+        seq_layout c, z;
+        char ignore[64];
+        if (strcmp(o->mask, "sparse") == 0 && o->seq <= (1 << 18) &&
+            seq_layout_init(&c, LAYOUT_CONTIGUOUS, o->ranks, N, ignore, sizeof ignore) == 0 &&
+            seq_layout_init(&z, LAYOUT_ZIGZAG, o->ranks, N, ignore, sizeof ignore) == 0 &&
+            imbalance(&z, &cfg->need) < imbalance(&c, &cfg->need))
+            o->layout = LAYOUT_ZIGZAG;
+    }
+    return seq_layout_init(&cfg->layout, o->layout, o->ranks, N, err, err_len);
+}
+
+double attn_options_imbalance(const ring_plan_config *cfg)
+{
+    return imbalance(&cfg->layout, &cfg->need);
+}
+
+void attn_options_free(attn_options *o)
+{
+    free(o->segments);
+    free(o->sparse_bits);
+    o->segments = NULL;
+    o->sparse_bits = NULL;
+}

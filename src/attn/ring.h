@@ -1,0 +1,37 @@
+/* ring_exec.h: running a planned ring (ring_schedule.h) on the CPU. Collective
+ * over the context-parallel communicator, whose ranks are the layout's ranks.
+ * Local buffers follow the kernel layouts (kernels/attention.h):
+ *   Q, O, dO, dQ [n, Hq, d]; K, V, dK, dV [n, Hkv, d]; lse [n, Hq]
+ * where n = N / P tokens of this rank, in the layout's local order. */
+#ifndef BURST_RING_EXEC_H
+#define BURST_RING_EXEC_H
+
+#include "kernels/attention.h"
+#include "src/attn/ring_plan.h"
+#include "transport/transport.h"
+
+typedef struct {
+    bt_comm *comm;               /* the context-parallel group */
+    const ring_schedule *sched;  /* the pass to run */
+    const bk_queue *queue;
+    float scale;                 /* softmax scale */
+    bk_attn_mask mask;           /* the kernel mask, the one the schedule was planned with */
+    const int32_t *segments;     /* [N] global document ids (document mask), else NULL */
+} ring_exec_ctx;
+
+typedef struct {
+    double total_s;      /* wall time of the pass */
+    double compute_s;    /* in attention kernels */
+    double wait_s;       /* waiting for transfers: the exposed communication */
+    int64_t blocks_computed;
+    int64_t tiles_computed, tiles_skipped;
+} ring_exec_stats;
+
+bt_status ring_forward(const ring_exec_ctx *c, const float *Q, const float *K, const float *V,
+                       float *O, float *lse, ring_exec_stats *stats);
+/* dQ, dK, dV are overwritten with this rank's gradients. */
+bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, const float *V,
+                        const float *O, const float *dO, const float *lse, float *dQ, float *dK,
+                        float *dV, ring_exec_stats *stats);
+
+#endif

@@ -1,0 +1,260 @@
+/* ring_schedule.c: the planner of distributed attention; see ring_schedule.h.
+ * It decides, for every block, which holders compute it (the mask), how far it
+ * must travel (the farthest holder that computes, through the holders that
+ * relay it), which buffer slot it lands in, and the path of its trailing
+ * accumulator. The executor (ring_exec.c) only follows these decisions. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/attn/ring_plan.h"
+
+const char *ring_pass_name(ring_pass pass)
+{
+    switch (pass) {
+    case RING_FORWARD: return "forward";
+    case RING_BWD_KV_SIDE: return "backward (KV-side: K, V, dK, dV travel)";
+    case RING_BWD_Q_SIDE: return "backward (Q-side: Q, dO, lse, delta travel; dQ follows)";
+    }
+    return "?";
+}
+
+ring_pass ring_choose_backward(ring_bwd_choice choice, int h_q, int h_kv, int d)
+{
+    if (choice == BWD_KV_SIDE) return RING_BWD_KV_SIDE;
+    if (choice == BWD_Q_SIDE) return RING_BWD_Q_SIDE;
+    int64_t q_side = 3 * (int64_t)h_q * d + 2 * (int64_t)h_q, kv_side = 4 * (int64_t)h_kv * d;
+    return q_side <= kv_side ? RING_BWD_Q_SIDE : RING_BWD_KV_SIDE;
+}
+
+/* Keys travel towards later ranks (forward, KV-side), whose queries need them
+ * under causal and window masks; query bundles (Q-side) travel the other way,
+ * towards the ranks holding earlier keys, so under a sliding window both go
+ * only as far as the window reaches. */
+static int holder(const ring_schedule *s, int block, int step)
+{
+    int m = step / s->L, t = step % s->L, bn = block / s->L, bl = block % s->L;
+    if (s->pass == RING_BWD_Q_SIDE) {
+        m = (s->M - m % s->M) % s->M;
+        t = (s->L - t) % s->L;
+    }
+    return ((bn + m) % s->M) * s->L + (bl + t) % s->L;
+}
+
+static int slot_of_step(const ring_schedule *s, int step)
+{
+    int m = step / s->L, t = step % s->L;
+    if (step == 0) return SLOT_HOME;
+    if (t == 0) return SLOT_INTER0 + m % 2;
+    return SLOT_INTRA0 + t % 2;
+}
+
+static ring_link link_between(const ring_schedule *s, int a, int b)
+{
+    return a / s->L == b / s->L ? LINK_INTRA : LINK_INTER;
+}
+
+static int input_channel(ring_pass pass, ring_link link)
+{
+    if (pass == RING_FORWARD) return link == LINK_INTRA ? RING_CH_FWD_INTRA : RING_CH_FWD_INTER;
+    return link == LINK_INTRA ? RING_CH_BWD_IN_INTRA : RING_CH_BWD_IN_INTER;
+}
+
+static int acc_channel(ring_link link)
+{
+    return link == LINK_INTRA ? RING_CH_BWD_ACC_INTRA : RING_CH_BWD_ACC_INTER;
+}
+
+void ring_schedule_free(ring_schedule *s)
+{
+    if (!s) return;
+    free(s->steps);
+    free(s->home_acc_from);
+    free(s->home_acc_channel);
+    free(s);
+}
+
+ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err, size_t err_len)
+{
+    int P = cfg->layout.P, M = cfg->topo == TOPO_DOUBLE ? cfg->nodes : 1;
+    if (M < 1 || P % M != 0) {
+        snprintf(err, err_len, "double ring: %d ranks do not split into %d nodes of equal size", P,
+                 M);
+        return NULL;
+    }
+    if (cfg->h_kv < 1 || cfg->h_q < cfg->h_kv || cfg->h_q % cfg->h_kv != 0 || cfg->d < 8 ||
+        cfg->d % 8 != 0) {
+        snprintf(err, err_len, "heads Hq=%d, Hkv=%d, d=%d: Hq must be a multiple of Hkv and d a "
+                               "multiple of 8", cfg->h_q, cfg->h_kv, cfg->d);
+        return NULL;
+    }
+    if (attn_need_validate(&cfg->need, err, err_len) != 0) return NULL;
+
+    ring_schedule *s = calloc(1, sizeof *s);
+    s->pass = pass;
+    s->topo = cfg->topo;
+    s->P = P;
+    s->M = M;
+    s->L = P / M;
+    s->layout = cfg->layout;
+    s->h_q = cfg->h_q;
+    s->h_kv = cfg->h_kv;
+    s->d = cfg->d;
+    s->n_steps = P;
+    s->pairs_counted = cfg->count_pairs;
+    s->steps = calloc((size_t)P * (size_t)P, sizeof *s->steps);
+    s->home_acc_from = malloc((size_t)P * sizeof(int));
+    s->home_acc_channel = calloc((size_t)P, sizeof(int));
+    size_t n = (size_t)cfg->layout.n, f = sizeof(float);
+    if (pass == RING_BWD_Q_SIDE) {
+        s->input_bytes = (2 * n * (size_t)cfg->h_q * (size_t)cfg->d + 2 * n * (size_t)cfg->h_q) * f;
+        s->acc_bytes = n * (size_t)cfg->h_q * (size_t)cfg->d * f;
+    } else {
+        s->input_bytes = 2 * n * (size_t)cfg->h_kv * (size_t)cfg->d * f;
+        s->acc_bytes = pass == RING_BWD_KV_SIDE ? s->input_bytes : 0;
+    }
+    for (int r = 0; r < P; r++) {
+        s->home_acc_from[r] = -1;
+        for (int st = 0; st < P; st++) {
+            ring_step *x = ring_step_at(s, r, st);
+            x->block = -1;
+            x->slot = -1;
+            x->acc_from = x->acc_to = -1;
+        }
+    }
+
+    seq_chunk (*chunks)[2] = malloc((size_t)P * sizeof *chunks);
+    int *n_chunks = malloc((size_t)P * sizeof(int));
+    for (int r = 0; r < P; r++) n_chunks[r] = seq_layout_chunks(&cfg->layout, r, chunks[r]);
+    int64_t *pairs = malloc((size_t)P * sizeof(int64_t));
+    char *required = malloc((size_t)P);
+
+    for (int b = 0; b < P; b++) {
+        /* Which holders compute block b: queries of the holder against keys of
+         * b, or (Q-side) queries of b against keys of the holder. */
+        for (int st = 0; st < P; st++) {
+            int h = holder(s, b, st), q = pass == RING_BWD_Q_SIDE ? b : h,
+                k = pass == RING_BWD_Q_SIDE ? h : b;
+            pairs[st] = attn_need_pairs(&cfg->need, chunks[q], n_chunks[q], chunks[k], n_chunks[k],
+                                        cfg->count_pairs);
+        }
+        /* A holder needs the block if it computes it or must pass it on to one
+         * that does: the next intra step, or (at a round start) the same local
+         * index on the next node one round later. The double ring carries a
+         * block through every step up to the last that computes it, so that its
+         * trailing accumulator can follow the same path in step order. */
+        int last = 0;
+        for (int st = 0; st < P; st++)
+            if (pairs[st] > 0) last = st;
+        for (int st = P - 1; st >= 0; st--) {
+            required[st] = pairs[st] > 0;
+            if (st + 1 < P && (st + 1) % s->L != 0 && required[st + 1]) required[st] = 1;
+            if (st % s->L == 0 && st + s->L < P && required[st + s->L]) required[st] = 1;
+            if (cfg->topo == TOPO_DOUBLE && st <= last) required[st] = 1;
+        }
+        required[0] = 1;
+        for (int st = 0; st < P; st++) {
+            if (!required[st]) continue;
+            int h = holder(s, b, st);
+            ring_step *x = ring_step_at(s, h, st);
+            x->block = b;
+            x->slot = slot_of_step(s, st);
+            x->compute = pairs[st] > 0;
+            x->pairs = pairs[st];
+            if (st == 0) continue;
+            int src = st % s->L != 0 ? st - 1 : st - s->L, from = holder(s, b, src);
+            ring_link link = link_between(s, from, h);
+            ring_xfer xf = {0, b, 0, input_channel(pass, link), link};
+            ring_step *sender = ring_step_at(s, from, src), *receiver = ring_step_at(s, h, src);
+            xf.peer = h;
+            xf.slot = slot_of_step(s, src);
+            sender->send[sender->n_send++] = xf;
+            xf.peer = from;
+            xf.slot = slot_of_step(s, st);
+            receiver->recv[receiver->n_recv++] = xf;
+        }
+        if (pass == RING_FORWARD) continue;
+        /* The trailing accumulator follows the block one step behind through
+         * every holder (each adds its share, relays add nothing), so between
+         * any two ranks, on one channel, accumulators travel in step order.
+         * The last holder sends it home on a channel of its own. */
+        int prev = -1;
+        for (int st = 0; st < P; st++) {
+            if (!required[st]) continue;
+            int h = holder(s, b, st);
+            if (prev >= 0) {
+                ring_step *a = ring_step_at(s, prev, st - 1), *c = ring_step_at(s, h, st);
+                a->acc_to = h;
+                a->acc_to_channel = acc_channel(link_between(s, prev, h));
+                c->acc_from = prev;
+                c->acc_from_channel = a->acc_to_channel;
+            }
+            prev = h;
+            last = st;
+        }
+        if (prev != b) {
+            ring_step *a = ring_step_at(s, prev, last);
+            a->acc_to = b;
+            a->acc_to_channel = RING_CH_BWD_ACC_HOME;
+            s->home_acc_from[b] = prev;
+            s->home_acc_channel[b] = RING_CH_BWD_ACC_HOME;
+        }
+    }
+    free(chunks);
+    free(n_chunks);
+    free(pairs);
+    free(required);
+    return s;
+}
+
+uint64_t ring_schedule_bytes_sent(const ring_schedule *s, int rank)
+{
+    uint64_t total = 0;
+    for (int st = 0; st < s->n_steps; st++) {
+        const ring_step *x = ring_step_at(s, rank, st);
+        total += (uint64_t)x->n_send * s->input_bytes;
+        if (x->acc_to >= 0) total += s->acc_bytes;
+    }
+    return total;
+}
+
+static const char *link_name(ring_link l) { return l == LINK_INTRA ? "intra" : "inter"; }
+
+void ring_schedule_dump(FILE *out, const ring_schedule *s)
+{
+    fprintf(out, "schedule: %s\n", ring_pass_name(s->pass));
+    fprintf(out, "  ring: %s, P=%d (%d node%s x %d ranks), layout %s, N=%lld, n=%lld per rank\n",
+            s->topo == TOPO_DOUBLE ? "double (intra-node + inter-node)" : "flat", s->P, s->M,
+            s->M == 1 ? "" : "s", s->L, seq_layout_name(s->layout.kind), (long long)s->layout.N,
+            (long long)s->layout.n);
+    fprintf(out, "  heads Hq=%d Hkv=%d d=%d; travelling inputs %zu bytes, accumulator %zu bytes\n",
+            s->h_q, s->h_kv, s->d, s->input_bytes, s->acc_bytes);
+    for (int r = 0; r < s->P; r++) {
+        fprintf(out, "rank %d (node %d, local %d): sends %llu bytes\n", r, r / s->L, r % s->L,
+                (unsigned long long)ring_schedule_bytes_sent(s, r));
+        for (int st = 0; st < s->n_steps; st++) {
+            const ring_step *x = ring_step_at(s, r, st);
+            fprintf(out, "  step %2d:", st);
+            if (x->block < 0)
+                fprintf(out, " idle");
+            else
+                fprintf(out, " block %d (slot %d) %s", x->block, x->slot,
+                        x->compute ? "compute" : "relay only");
+            if (s->pairs_counted && x->compute) fprintf(out, " [%lld pairs]", (long long)x->pairs);
+            for (int k = 0; k < x->n_send; k++)
+                fprintf(out, "; send block %d -> %d (%s, ch %d)", x->send[k].block,
+                        x->send[k].peer, link_name(x->send[k].link), x->send[k].channel);
+            for (int k = 0; k < x->n_recv; k++)
+                fprintf(out, "; recv block %d <- %d into slot %d (%s, ch %d)", x->recv[k].block,
+                        x->recv[k].peer, x->recv[k].slot, link_name(x->recv[k].link),
+                        x->recv[k].channel);
+            if (x->acc_from >= 0) fprintf(out, "; acc += from %d", x->acc_from);
+            if (x->acc_to >= 0) fprintf(out, "; acc -> %d%s", x->acc_to, x->acc_to == x->block ? " (home)" : "");
+            fprintf(out, "\n");
+        }
+        if (s->pass != RING_FORWARD && s->home_acc_from[r] >= 0)
+            fprintf(out, "  end: final accumulator of block %d arrives from rank %d\n", r,
+                    s->home_acc_from[r]);
+        else if (s->pass != RING_FORWARD)
+            fprintf(out, "  end: final accumulator of block %d is computed at home\n", r);
+    }
+}

@@ -1,0 +1,274 @@
+/* bench_kernels.c: `burst bench kernels`: attention forward and backward
+ * GFLOP/s against cblas_sgemm measured in the same run (speed is reported as
+ * a ratio to a reference, never as an absolute pass/fail), then the per-op
+ * kernels (bench_kernels_ops). A benchmark, not a test: nothing here fails on
+ * slowness. */
+#include "config.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+#include "kernels/attention.h"
+#include "src/bench/bench.h"
+#include "src/cli/cli.h"
+#include "util/clock.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: burst bench kernels [OPTIONS]\n\n"
+            "Attention forward and backward GFLOP/s on one block (query and key/value rows of\n"
+            "the same SEQ tokens, Hq = 8 query heads), for full and causal masks, head dims 64\n"
+            "and 128, Hkv = 8 and 2, each as a ratio to cblas_sgemm GFLOP/s measured in the\n"
+            "same run, right before each configuration (best of 3), on a square product of\n"
+            "side min(SEQ, 2048) (sgemm is n/a without CBLAS). Then the per-op kernels.\n"
+            "FLOPs: forward 4 * SEQ^2 * d per head, backward 2.5x that, both halved for the\n"
+            "causal mask (a diagonal block). Times are the best of REPS runs of one kernel call\n"
+            "(bk_attn_fwd, bk_attn_bwd); threads are the OpenMP default (OMP_NUM_THREADS).\n\n"
+            "  --quick        SEQ = 1024 and one run each: a few seconds\n"
+            "  --seq N        block size in tokens (repeatable; default 4096 8192 16384;\n"
+            "                 32768 is accepted but takes minutes per configuration)\n"
+            "  --d N          only head dim N (64 or 128 are the fast ones; any multiple of 8)\n"
+            "  --hkv N        only Hkv = N (must divide 8)\n"
+            "  --mask M       only M = full or causal\n"
+            "  --reps N       runs per measurement, best kept (default 2; 1 with --quick)\n"
+            "  --cpu-time     time with the process CPU clock instead of the wall clock:\n"
+            "                 GFLOP per CPU-second, insensitive to other processes taking\n"
+            "                 the cores (meant for OMP_NUM_THREADS=1 on a shared machine;\n"
+            "                 with more threads, spinning OpenMP threads count too)\n"
+            "  --no-ops       skip the per-op kernels\n"
+            "  -h, --help     this help\n");
+}
+
+/* The clock all timings use: wall (default) or process CPU time (--cpu-time). */
+static int use_cpu_time;
+
+static double now(void)
+{
+    if (!use_cpu_time) return bu_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float *rand_buf(size_t n, uint64_t seed)
+{
+    float *x = malloc(n * sizeof *x);
+    if (!x) return NULL;
+    uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        x[i] = (float)((double)(s >> 40) / 16777216.0 - 0.5);
+    }
+    return x;
+}
+
+/* GFLOP/s of cblas_sgemm on an n x n x n product (best of reps); 0 if none. */
+static double sgemm_gflops(int n, int reps)
+{
+#ifdef HAVE_CBLAS
+    float *a = rand_buf((size_t)n * n, 1), *b = rand_buf((size_t)n * n, 2),
+          *c = calloc((size_t)n * n, sizeof(float));
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return 0;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
+                n); /* warm-up: threads, pages */
+    double best = INFINITY;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
+                    n);
+        double t = now() - t0;
+        if (t < best) best = t;
+    }
+    free(a), free(b), free(c);
+    return 2.0 * n * (double)n * n / best * 1e-9;
+#else
+    (void)n;
+    (void)reps;
+    return 0;
+#endif
+}
+
+/* One configuration: fills buffers, times forward and backward. */
+static int bench_attention(int64_t seq, int d, int hkv, int causal, int reps, double *fwd_gf,
+                           double *bwd_gf)
+{
+    const int hq = 8;
+    const size_t nq = (size_t)seq * hq * d, nk = (size_t)seq * hkv * d;
+    int64_t *pos = malloc((size_t)seq * sizeof *pos);
+    float *Q = rand_buf(nq, 3), *K = rand_buf(nk, 4), *V = rand_buf(nk, 5), *dO = rand_buf(nq, 6);
+    float *O = malloc(nq * sizeof *O), *dQ = calloc(nq, sizeof *dQ), *dK = calloc(nk, sizeof *dK),
+          *dV = calloc(nk, sizeof *dV);
+    float *lse = malloc((size_t)seq * hq * sizeof *lse),
+          *delta = malloc((size_t)seq * hq * sizeof *delta);
+    int rc = 1;
+    if (!pos || !Q || !K || !V || !dO || !O || !dQ || !dK || !dV || !lse || !delta) {
+        fprintf(stderr, "burst bench kernels: out of memory at seq %ld\n", (long)seq);
+        goto out;
+    }
+    for (int64_t i = 0; i < seq; i++) pos[i] = i;
+    bk_queue q = bk_host_queue();
+    bk_attn_geom g = {seq,
+                      seq,
+                      hq,
+                      hkv,
+                      d,
+                      1.0f / sqrtf((float)d),
+                      pos,
+                      pos,
+                      NULL,
+                      NULL,
+                      causal ? bk_attn_mask_causal() : bk_attn_mask_none()};
+    double flops = 4.0 * (double)seq * (double)seq * d * hq * (causal ? 0.5 : 1.0);
+    double best_f = INFINITY, best_b = INFINITY;
+    for (int r = 0; r < reps; r++) {
+        if (bk_attn_fwd_init(&q, seq, hq, d, O, lse) != BK_OK) goto out;
+        double t0 = now();
+        if (bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL) != BK_OK) goto out;
+        double t = now() - t0;
+        if (t < best_f) best_f = t;
+    }
+    if (bk_attn_fwd_finalize(&q, seq, hq, d, O, lse) != BK_OK) goto out;
+    if (bk_attn_delta(&q, seq, hq, d, dO, O, delta) != BK_OK) goto out;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        if (bk_attn_bwd(&q, &g, Q, K, V, dO, lse, delta, dQ, dK, dV, NULL) != BK_OK) goto out;
+        double t = now() - t0;
+        if (t < best_b) best_b = t;
+    }
+    *fwd_gf = flops / best_f * 1e-9;
+    *bwd_gf = 2.5 * flops / best_b * 1e-9;
+    rc = 0;
+out:
+    free(pos), free(Q), free(K), free(V), free(dO), free(O), free(dQ), free(dK), free(dV);
+    free(lse), free(delta);
+    return rc;
+}
+
+static int parse_int(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || *end || v < lo || v > hi) {
+        fprintf(stderr, "burst bench kernels: %s needs an integer in [%ld, %ld]\n", opt, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int bench_kernels(int argc, char **argv)
+{
+    int quick = 0, ops = 1, reps = 0, only_d = 0, only_hkv = 0, only_mask = -1, n_seq = 0;
+    int64_t seqs[16];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        long v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--quick")) {
+            quick = 1;
+        } else if (!strcmp(a, "--cpu-time")) {
+            use_cpu_time = 1;
+        } else if (!strcmp(a, "--no-ops")) {
+            ops = 0;
+        } else if (!strcmp(a, "--seq")) {
+            if (parse_int(a, ++i < argc ? argv[i] : NULL, 16, 1L << 20, &v)) return EXIT_USAGE;
+            if (n_seq == 16) {
+                fprintf(stderr, "burst bench kernels: at most 16 --seq\n");
+                return EXIT_USAGE;
+            }
+            seqs[n_seq++] = v;
+        } else if (!strcmp(a, "--d")) {
+            if (parse_int(a, ++i < argc ? argv[i] : NULL, 8, 1024, &v) || v % 8) {
+                fprintf(stderr, "burst bench kernels: --d must be a multiple of 8\n");
+                return EXIT_USAGE;
+            }
+            only_d = (int)v;
+        } else if (!strcmp(a, "--hkv")) {
+            if (parse_int(a, ++i < argc ? argv[i] : NULL, 1, 8, &v) || 8 % v) {
+                fprintf(stderr, "burst bench kernels: --hkv must divide 8\n");
+                return EXIT_USAGE;
+            }
+            only_hkv = (int)v;
+        } else if (!strcmp(a, "--reps")) {
+            if (parse_int(a, ++i < argc ? argv[i] : NULL, 1, 100, &v)) return EXIT_USAGE;
+            reps = (int)v;
+        } else if (!strcmp(a, "--mask")) {
+            const char *m = ++i < argc ? argv[i] : "";
+            if (!strcmp(m, "full"))
+                only_mask = 0;
+            else if (!strcmp(m, "causal"))
+                only_mask = 1;
+            else {
+                fprintf(stderr, "burst bench kernels: --mask must be full or causal\n");
+                return EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "burst bench kernels: unknown option '%s'\n", a);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (n_seq == 0) {
+        if (quick) {
+            seqs[n_seq++] = 1024;
+        } else {
+            seqs[n_seq++] = 4096;
+            seqs[n_seq++] = 8192;
+            seqs[n_seq++] = 16384;
+        }
+    }
+    if (reps == 0) reps = quick ? 1 : 2;
+
+    printf("attention kernels: %d OpenMP threads, BLAS %s, Hq = 8, fp32, %s time\n",
+           omp_get_max_threads(), BURST_BLAS_NAME, use_cpu_time ? "CPU" : "wall");
+    printf("%-7s %6s %4s %4s %10s %10s %8s %10s %8s\n", "mask", "seq", "d", "hkv", "sgemm GF/s",
+           "fwd GF/s", "fwd/mm", "bwd GF/s", "bwd/mm");
+    int failed = 0;
+    for (int s = 0; s < n_seq; s++) {
+        int side = seqs[s] < 2048 ? (int)seqs[s] : 2048;
+        static const int ds[] = {64, 128}, hkvs[] = {8, 2};
+        for (int m = 0; m < 2; m++) {
+            if (only_mask >= 0 && m != only_mask) continue;
+            for (int di = 0; di < (only_d ? 1 : 2); di++) {
+                int d = only_d ? only_d : ds[di];
+                for (int hi = 0; hi < (only_hkv ? 1 : 2); hi++) {
+                    int hkv = only_hkv ? only_hkv : hkvs[hi];
+                    /* the reference right before each configuration, so that both see
+                     * the same machine (it is shared) */
+                    double mm = sgemm_gflops(side, 3);
+                    double fg = 0, bg = 0;
+                    if (bench_attention(seqs[s], d, hkv, m, reps, &fg, &bg)) {
+                        failed = 1;
+                        continue;
+                    }
+                    char fr[16] = "n/a", br[16] = "n/a", mms[16] = "n/a";
+                    if (mm > 0) {
+                        snprintf(mms, sizeof mms, "%.1f", mm);
+                        snprintf(fr, sizeof fr, "%.2f", fg / mm);
+                        snprintf(br, sizeof br, "%.2f", bg / mm);
+                    }
+                    printf("%-7s %6ld %4d %4d %10s %10.1f %8s %10.1f %8s\n", m ? "causal" : "full",
+                           (long)seqs[s], d, hkv, mms, fg, fr, bg, br);
+                    fflush(stdout);
+                }
+            }
+        }
+    }
+    if (ops && bench_kernels_ops(stdout, quick) != 0) failed = 1;
+    return failed ? EXIT_RUN_FAILURE : 0;
+}

@@ -1,0 +1,375 @@
+/* bench_train.c: `burst bench train`. Runs short `burst train` jobs (a few
+ * steps of the tiny and small presets at several sequence lengths on 1 and 2
+ * ranks) as children under `burst run`, and prints what a user of the engine
+ * wants to know before a long run: tokens/s, achieved GFLOP/s as a fraction of
+ * the sgemm rate the child measured in the same run, the peak memory of rank 0
+ * against the engine's own estimate; then, for one configuration, how the peak
+ * moves with the fused LM head and the checkpoint fraction. Timing comes from
+ * the child's JSON-lines metrics with step 1 (warm-up: first touches, page
+ * faults, plan setup) left out; memory from its final "done:" line. */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "src/bench/bench.h"
+#include "src/cli/cli.h"
+#include "util/parse.h"
+#include "util/clock.h"
+
+#define MAX_LIST 8
+#define MiB      (1024.0 * 1024.0)
+
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: burst bench train [--models LIST] [--ranks LIST] [--seq LIST] [--steps N]\n"
+        "                         [--mem-model M] [--mem-ranks P] [--mem-seq N]\n"
+        "                         [--threads N] [--quick] [--verbose]\n\n"
+        "Runs `burst run -n P -- burst train` for each model, rank count and sequence\n"
+        "length (synthetic counting task, N steps, causal zigzag ring, fused head,\n"
+        "checkpoint fraction 0.5) and prints, per run: tokens/s and achieved GFLOP/s\n"
+        "averaged over steps 2..N (step 1 is warm-up; with N = 1 it is step 1), the\n"
+        "fraction of the sgemm rate (the child measures sgemm on rank 0 with the same\n"
+        "threads in the same run; for P ranks the reference is P times that rate), and\n"
+        "rank 0's peak resident memory with the ratio to the engine's estimate. Then a\n"
+        "memory table: one configuration with the fused head on and off and checkpoint\n"
+        "fraction 0, 0.5 and 1 (one step each, so its time includes warm-up). Rows are\n"
+        "printed as each run finishes; a failed run prints 'failed' and the exit status is 1.\n\n"
+        "  --models LIST   tiny, small (~23M parameters) (default tiny,small)\n"
+        "  --ranks LIST    rank counts P, each rank one CP rank (default 1,2)\n"
+        "  --seq LIST      sequence lengths in tokens, applied to every model; K suffix\n"
+        "                  = 1024 (default: tiny 8K,16K,32K; small 8K)\n"
+        "  --steps N       steps per run (default 3)\n"
+        "  --mem-model M   model of the memory table (default small)\n"
+        "  --mem-ranks P   rank count of the memory table (default 2)\n"
+        "  --mem-seq N     sequence length of the memory table (default 8K; 0 = no table)\n"
+        "  --threads N     OpenMP/BLAS threads per rank (default: online cores / P)\n"
+        "  --quick         tiny only, 8K, 2 steps, memory table on tiny (under a minute)\n"
+        "  --verbose       copy the children's commands and output to stderr\n\n"
+        "Time: the default run took 12 minutes on a quiet 2-core machine and would take\n"
+        "30 or more under heavy load. Attention work grows with the square of the length;\n"
+        "one step of small takes about 0.5 minute at 8K quiet and an estimated 2 at 16K,\n"
+        "4 at 32K and 15 at 64K (several times that under load), so the small model\n"
+        "beyond 8K and 64K for either model are opt-in via --seq (tiny at 64K: an\n"
+        "estimated 1 minute per step quiet). The unfused head materialises seq/P x vocab\n"
+        "x 4 bytes of logits per rank (small: 1 GiB per rank at 64K on 2 ranks).\n");
+}
+
+/* One child run: its settings and what was read back. */
+typedef struct {
+    const char *model;
+    int ranks, steps, fused;
+    long long seq;
+    double ckpt;
+    int ok, measured;             /* steps counted in the timing */
+    double sgemm, seconds, flop;  /* sgemm GFLOP/s; sums over measured steps (s, GFLOP) */
+    double peak, estimate, ratio; /* bytes; ratio = peak / estimate */
+} run;
+
+static double to_bytes(double v, const char *unit)
+{
+    if (strncmp(unit, "KiB", 3) == 0) return v * 1024.0;
+    if (strncmp(unit, "MiB", 3) == 0) return v * MiB;
+    if (strncmp(unit, "GiB", 3) == 0) return v * MiB * 1024.0;
+    if (strncmp(unit, "TiB", 3) == 0) return v * MiB * MiB;
+    return v;
+}
+
+/* Reads the metrics file: sums seconds and FLOPs over steps 2..N (or step 1 alone). */
+static void read_metrics(const char *path, run *r)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[1024];
+    double first_s = 0, first_flop = 0;
+    while (fgets(line, sizeof line, f)) {
+        long long step = 0;
+        double seconds = 0, gflops = 0;
+        const char *s = strstr(line, "\"step\":"), *t = strstr(line, "\"seconds\":"),
+                   *g = strstr(line, "\"gflops\":");
+        if (!s || !t || !g || sscanf(s, "\"step\": %lld", &step) != 1 ||
+            sscanf(t, "\"seconds\": %lf", &seconds) != 1 ||
+            sscanf(g, "\"gflops\": %lf", &gflops) != 1)
+            continue;
+        if (step == 1) {
+            first_s = seconds;
+            first_flop = gflops * seconds;
+        } else {
+            r->seconds += seconds;
+            r->flop += gflops * seconds;
+            r->measured++;
+        }
+    }
+    fclose(f);
+    if (r->measured == 0 && first_s > 0) {
+        r->seconds = first_s;
+        r->flop = first_flop;
+        r->measured = 1;
+    }
+}
+
+static int launch(const char *self, const run *cfg, run *r, int threads, int verbose)
+{
+    *r = *cfg;
+    char metrics[] = "/tmp/burst-bench-train-XXXXXX";
+    int fd = mkstemp(metrics);
+    if (fd < 0) return -1;
+    close(fd);
+    int t = threads > 0 ? threads : (int)(sysconf(_SC_NPROCESSORS_ONLN) / cfg->ranks);
+    if (t < 1) t = 1;
+    char max_seq[64] = "";
+    if (cfg->seq > 65536) snprintf(max_seq, sizeof max_seq, " --set model.max_seq=%lld", cfg->seq);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d '%s' run -n %d -- '%s' train "
+             "--set model.preset=%s%s --set data.seq_len=%lld --set data.task=counting "
+             "--set parallel.dp=1 --set parallel.cp=%d --set train.steps=%d "
+             "--set train.warmup_steps=1 --set train.log_every=1 --set memory.ckpt_fraction=%g "
+             "--set memory.fused_head=%d --set transport.timeout=3600 --set train.metrics=%s",
+             t, t, self, cfg->ranks, self, cfg->model, max_seq, cfg->seq, cfg->ranks, cfg->steps,
+             cfg->ckpt, cfg->fused, metrics);
+    if (verbose) fprintf(stderr, "+ %s\n", cmd);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        unlink(metrics);
+        return -1;
+    }
+    char line[2048];
+    int done = 0;
+    while (fgets(line, sizeof line, p)) {
+        if (verbose) fputs(line, stderr);
+        char *body = strchr(line, ']');
+        body = body ? body + 2 : line;
+        const char *peak = strstr(body, "peak memory rank 0 ");
+        char pu[8], eu[8];
+        double pv, ev;
+        if (sscanf(body, "sgemm on this machine: %lf", &r->sgemm) == 1) continue;
+        if (strncmp(body, "done:", 5) == 0 && peak &&
+            sscanf(peak, "peak memory rank 0 %lf %7s (estimated %lf %7[^,], ratio %lf)", &pv, pu,
+                   &ev, eu, &r->ratio) == 5) {
+            r->peak = to_bytes(pv, pu);
+            r->estimate = to_bytes(ev, eu);
+            done = 1;
+        }
+    }
+    int status = pclose(p);
+    read_metrics(metrics, r);
+    unlink(metrics);
+    r->ok = status == 0 && done && r->measured > 0;
+    return r->ok ? 0 : -1;
+}
+
+static const char *seq_name(long long seq, char *buf, size_t len)
+{
+    if (seq % 1024 == 0)
+        snprintf(buf, len, "%lldK", seq / 1024);
+    else
+        snprintf(buf, len, "%lld", seq);
+    return buf;
+}
+
+static void print_run_header(void)
+{
+    printf("| model | P | seq | s/step | tokens/s | GFLOP/s | sgemm x P | fraction | peak rank 0 | "
+           "estimate | peak/est |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+}
+
+static void print_run(const run *r)
+{
+    char s[16], p[32], e[32];
+    if (!r->ok) {
+        printf("| %s | %d | %s | failed | | | | | | | |\n", r->model, r->ranks,
+               seq_name(r->seq, s, sizeof s));
+        return;
+    }
+    double step_s = r->seconds / r->measured, gflops = r->flop / r->seconds;
+    double ref = r->sgemm * r->ranks;
+    printf("| %s | %d | %s | %.2f | %.0f | %.2f | %.1f | %.2f | %s | %s | %.2f |\n", r->model,
+           r->ranks, seq_name(r->seq, s, sizeof s), step_s, (double)r->seq / step_s, gflops, ref,
+           ref > 0 ? gflops / ref : 0, bu_human_bytes(r->peak, p, sizeof p), bu_human_bytes(r->estimate, e, sizeof e),
+           r->ratio);
+}
+
+/* Parses "a,b,c" into values; K suffix multiplies by 1024. Returns the count or -1. */
+static int parse_list(const char *arg, long long *out, long long lo, long long hi)
+{
+    char *list = strdup(arg), *save = NULL;
+    int n = 0;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end;
+        long long v = strtoll(t, &end, 10);
+        if (*end == 'K' || *end == 'k') v *= 1024, end++;
+        if (*end != '\0' || v < lo || v > hi || n == MAX_LIST) {
+            free(list);
+            return -1;
+        }
+        out[n++] = v;
+    }
+    free(list);
+    return n;
+}
+
+static int parse_models(const char *arg, const char **out)
+{
+    char *list = strdup(arg), *save = NULL;
+    int n = 0;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        const char *m = strcmp(t, "tiny") == 0 ? "tiny" : strcmp(t, "small") == 0 ? "small" : NULL;
+        if (!m || n == MAX_LIST) {
+            free(list);
+            return -1;
+        }
+        out[n++] = m;
+    }
+    free(list);
+    return n;
+}
+
+static int bad_option(const char *opt, const char *value)
+{
+    fprintf(stderr, "burst bench train: %s: bad value '%s'\n", opt, value);
+    return EXIT_USAGE;
+}
+
+int bench_train(int argc, char **argv)
+{
+    const char *models[MAX_LIST] = {"tiny", "small"}, *mem_model = "small";
+    long long ranks[MAX_LIST] = {1, 2}, seqs[MAX_LIST] = {0}, v[MAX_LIST];
+    int n_models = 2, n_ranks = 2, n_seqs = 0, steps = 3, threads = 0, verbose = 0, quick = 0;
+    long long mem_seq = 8192, mem_ranks = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(a, "--verbose") == 0) {
+            verbose = 1;
+        } else if (!val) {
+            fprintf(stderr, "burst bench train: unknown option or missing value '%s'\n", a);
+            usage(stderr);
+            return EXIT_USAGE;
+        } else if (strcmp(a, "--models") == 0) {
+            if ((n_models = parse_models(val, models)) <= 0) return bad_option(a, val);
+            i++;
+        } else if (strcmp(a, "--ranks") == 0) {
+            if ((n_ranks = parse_list(val, ranks, 1, 64)) <= 0) return bad_option(a, val);
+            i++;
+        } else if (strcmp(a, "--seq") == 0) {
+            if ((n_seqs = parse_list(val, seqs, 16, 1LL << 24)) <= 0) return bad_option(a, val);
+            i++;
+        } else if (strcmp(a, "--steps") == 0) {
+            if (parse_list(val, v, 1, 1000) != 1) return bad_option(a, val);
+            steps = (int)v[0];
+            i++;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (parse_list(val, v, 1, 1024) != 1) return bad_option(a, val);
+            threads = (int)v[0];
+            i++;
+        } else if (strcmp(a, "--mem-model") == 0) {
+            const char *m[MAX_LIST];
+            if (parse_models(val, m) != 1) return bad_option(a, val);
+            mem_model = m[0];
+            i++;
+        } else if (strcmp(a, "--mem-ranks") == 0) {
+            if (parse_list(val, v, 1, 64) != 1) return bad_option(a, val);
+            mem_ranks = v[0];
+            i++;
+        } else if (strcmp(a, "--mem-seq") == 0) {
+            if (parse_list(val, v, 0, 1LL << 24) != 1) return bad_option(a, val);
+            mem_seq = v[0];
+            i++;
+        } else {
+            fprintf(stderr, "burst bench train: unknown option '%s'\n", a);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (quick) {
+        models[0] = "tiny", n_models = 1;
+        seqs[0] = 8192, n_seqs = 1;
+        steps = 2;
+        mem_model = "tiny";
+    }
+
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "burst bench train: cannot find this program's path\n");
+        return EXIT_RUN_FAILURE;
+    }
+    self[n] = '\0';
+
+    int failures = 0;
+    double t_start = bu_now();
+    printf("Throughput and memory (%d steps per run; timing over steps %s; causal zigzag, fused "
+           "head, checkpoint fraction 0.5)\n\n",
+           steps, steps > 1 ? "2..N" : "1");
+    print_run_header();
+    fflush(stdout);
+    for (int m = 0; m < n_models; m++) {
+        /* Default lengths per model: the small model past 8K is opt-in (see --help). */
+        static const long long tiny_default[] = {8192, 16384, 32768}, small_default[] = {8192};
+        int is_tiny = strcmp(models[m], "tiny") == 0;
+        const long long *list = n_seqs ? seqs : is_tiny ? tiny_default : small_default;
+        int count = n_seqs ? n_seqs : is_tiny ? 3 : 1;
+        for (int p = 0; p < n_ranks; p++) {
+            for (int s = 0; s < count; s++) {
+                run cfg = {.model = models[m],
+                           .ranks = (int)ranks[p],
+                           .steps = steps,
+                           .fused = 1,
+                           .seq = list[s],
+                           .ckpt = 0.5};
+                run r;
+                if (launch(self, &cfg, &r, threads, verbose) != 0) failures++;
+                print_run(&r);
+                fflush(stdout);
+            }
+        }
+    }
+    printf("\nfraction = achieved GFLOP/s / (P x the sgemm rate rank 0 measured in the same run); "
+           "peak = rank 0's maximum resident set; estimate = the engine's memory report.\n");
+
+    /* The memory table: fused head x checkpoint fraction, one step each. */
+    static const double fractions[] = {0, 0.5, 1};
+    if (mem_seq > 0) {
+        char name[16];
+        printf("\nPeak memory, %s, P=%lld, seq %s (1 step each)\n\n", mem_model, mem_ranks,
+               seq_name(mem_seq, name, sizeof name));
+        printf("| head | ckpt_fraction | s/step | peak rank 0 | estimate | peak/est |\n");
+        printf("| --- | --- | --- | --- | --- | --- |\n");
+        fflush(stdout);
+    }
+    for (int f = 1; mem_seq > 0 && f >= 0; f--) {
+        for (int k = 0; k < 3; k++) {
+            run cfg = {.model = mem_model,
+                       .ranks = (int)mem_ranks,
+                       .steps = 1,
+                       .fused = f,
+                       .seq = mem_seq,
+                       .ckpt = fractions[k]};
+            run r;
+            char p[32], e[32];
+            if (launch(self, &cfg, &r, threads, verbose) != 0) failures++;
+            if (r.ok)
+                printf("| %s | %g | %.2f | %s | %s | %.2f |\n", f ? "fused" : "unfused",
+                       fractions[k], r.seconds, bu_human_bytes(r.peak, p, sizeof p),
+                       bu_human_bytes(r.estimate, e, sizeof e), r.ratio);
+            else
+                printf("| %s | %g | failed | | | |\n", f ? "fused" : "unfused", fractions[k]);
+            fflush(stdout);
+        }
+    }
+    printf("\ntotal time %.0f s\n", bu_now() - t_start);
+    fflush(stdout);
+    if (failures) fprintf(stderr, "burst bench train: %d run(s) failed\n", failures);
+    return failures ? EXIT_RUN_FAILURE : 0;
+}

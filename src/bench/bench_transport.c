@@ -1,0 +1,347 @@
+/* bench_transport.c: `burst bench transport`. Measures, in one run, the
+ * transport's point-to-point bandwidth and latency, ring bandwidth and
+ * all-reduce bus bandwidth under `burst run`, and `ucx_perftest` (tag_bw,
+ * tag_lat) for the same message sizes on the same machine, and prints the
+ * ratios. The command re-launches itself as the ranks (--worker); rank 0
+ * prints one machine-readable line per measurement, which the parent reads. */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "src/bench/bench.h"
+#include "src/cli/cli.h"
+#include "transport/transport.h"
+#include "util/clock.h"
+
+static const size_t default_sizes[] = {4096, 65536, 1 << 20, 16 << 20, 64 << 20};
+#define N_SIZES (sizeof default_sizes / sizeof default_sizes[0])
+#define MiB (1024.0 * 1024.0)
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: burst bench transport [--ranks LIST] [--quick]\n\n"
+            "Point-to-point bandwidth (window of 8 messages, 2 ranks), ring bandwidth (every\n"
+            "rank sends to the next while receiving from the previous), all-reduce bus\n"
+            "bandwidth (2(P-1)/P x bytes / time) and ping-pong latency, for messages of\n"
+            "4 KiB .. 64 MiB, under `burst run` on this machine; in the same run\n"
+            "`ucx_perftest -t tag_bw` and `-t tag_lat` for the same sizes, and the ratios.\n"
+            "Bandwidth in MiB/s (2^20 bytes per second), as ucx_perftest reports it.\n\n"
+            "  --ranks LIST  comma-separated rank counts for ring and all-reduce (default 2,4)\n"
+            "  --quick       fewer iterations and sizes up to 1 MiB (a few seconds)\n");
+}
+
+static int iterations(size_t bytes, int quick)
+{
+    double target = quick ? 32 * MiB : 512 * MiB; /* bytes moved per measurement */
+    int n = (int)(target / (double)bytes);
+    if (n < 10) n = 10;
+    if (n > (quick ? 200 : 2000)) n = quick ? 200 : 2000;
+    return n;
+}
+
+/* ------------------------------------------------------------------ rank side */
+
+static int must(bt_world *w, bt_status st)
+{
+    if (st == BT_OK) return 0;
+    fprintf(stderr, "bench transport: %s\n", bt_world_error(w));
+    exit(EXIT_RUN_FAILURE);
+}
+
+static void p2p_bandwidth(bt_world *w, size_t bytes, int iters, unsigned char *buf)
+{
+    bt_comm *c = bt_world_comm(w);
+    int rank = bt_world_rank(w);
+    enum { WINDOW = 8 };
+    bt_request *reqs[WINDOW];
+    must(w, bt_barrier(c));
+    double t0 = bu_now();
+    for (int done = 0; done < iters; done += WINDOW) {
+        int n = iters - done < WINDOW ? iters - done : WINDOW;
+        for (int k = 0; k < n; k++)
+            must(w, rank == 0 ? bt_isend(c, 1, 0, buf, bytes, &reqs[k])
+                              : bt_irecv(c, 0, 0, buf, bytes, &reqs[k]));
+        must(w, bt_waitall(n, reqs));
+    }
+    /* The receiver's acknowledgement closes the measurement. */
+    char ack = 0;
+    bt_request *r;
+    must(w, rank == 0 ? bt_irecv(c, 1, 1, &ack, 1, &r) : bt_isend(c, 0, 1, &ack, 1, &r));
+    must(w, bt_wait(&r));
+    double t = bu_now() - t0;
+    if (rank == 0) printf("p2p %zu %.1f\n", bytes, (double)bytes * iters / t / MiB);
+}
+
+static void latency(bt_world *w, size_t bytes, int iters, unsigned char *buf)
+{
+    bt_comm *c = bt_world_comm(w);
+    int rank = bt_world_rank(w);
+    bt_request *r;
+    must(w, bt_barrier(c));
+    double t0 = bu_now();
+    for (int i = 0; i < iters; i++) {
+        if (rank == 0) {
+            must(w, bt_isend(c, 1, 2, buf, bytes, &r));
+            must(w, bt_wait(&r));
+            must(w, bt_irecv(c, 1, 2, buf, bytes, &r));
+            must(w, bt_wait(&r));
+        } else {
+            must(w, bt_irecv(c, 0, 2, buf, bytes, &r));
+            must(w, bt_wait(&r));
+            must(w, bt_isend(c, 0, 2, buf, bytes, &r));
+            must(w, bt_wait(&r));
+        }
+    }
+    double t = bu_now() - t0;
+    if (rank == 0) printf("lat %zu %.3f\n", bytes, t / iters / 2 * 1e6);
+}
+
+static void ring_bandwidth(bt_world *w, size_t bytes, int iters, unsigned char *out,
+                           unsigned char *in)
+{
+    bt_comm *c = bt_world_comm(w);
+    int rank = bt_world_rank(w), size = bt_world_size(w);
+    must(w, bt_barrier(c));
+    double t0 = bu_now();
+    for (int i = 0; i < iters; i++) {
+        bt_request *reqs[2];
+        must(w, bt_irecv(c, (rank - 1 + size) % size, 3, in, bytes, &reqs[0]));
+        must(w, bt_isend(c, (rank + 1) % size, 3, out, bytes, &reqs[1]));
+        must(w, bt_waitall(2, reqs));
+    }
+    must(w, bt_barrier(c));
+    double t = bu_now() - t0;
+    if (rank == 0) printf("ring %d %zu %.1f\n", size, bytes, (double)bytes * iters / t / MiB);
+}
+
+static void allreduce_bandwidth(bt_world *w, size_t bytes, int iters, float *buf)
+{
+    bt_comm *c = bt_world_comm(w);
+    int rank = bt_world_rank(w), size = bt_world_size(w);
+    must(w, bt_barrier(c));
+    double t0 = bu_now();
+    for (int i = 0; i < iters; i++) must(w, bt_allreduce(c, buf, bytes / 4, BT_F32, BT_SUM));
+    double t = bu_now() - t0;
+    double bus = 2.0 * (size - 1) / size * (double)bytes * iters / t / MiB;
+    if (rank == 0) printf("allreduce %d %zu %.1f\n", size, bytes, bus);
+}
+
+static int worker(int quick)
+{
+    char err[512];
+    bt_world *w;
+    bt_status st = bt_world_init(NULL, &w, err, sizeof err);
+    if (st != BT_OK) {
+        fprintf(stderr, "bench transport: %s\n", err);
+        return EXIT_RUN_FAILURE;
+    }
+    size_t max_bytes = quick ? (1 << 20) : default_sizes[N_SIZES - 1];
+    unsigned char *a = calloc(1, max_bytes), *b = calloc(1, max_bytes);
+    for (size_t s = 0; s < N_SIZES && default_sizes[s] <= max_bytes; s++) {
+        size_t bytes = default_sizes[s];
+        int iters = iterations(bytes, quick);
+        if (bt_world_size(w) == 2) {
+            p2p_bandwidth(w, bytes, iters, a);
+            if (bytes <= 65536) latency(w, bytes, iters, a);
+        }
+        ring_bandwidth(w, bytes, iters, a, b);
+        allreduce_bandwidth(w, bytes, iters / 4 + 2, (float *)a);
+        fflush(stdout);
+    }
+    free(a);
+    free(b);
+    return bt_world_finalize(w) == BT_OK ? 0 : EXIT_RUN_FAILURE;
+}
+
+/* ------------------------------------------------------------------ parent side */
+
+typedef struct {
+    double p2p[N_SIZES], lat[N_SIZES];          /* from the 2-rank run */
+    double ring[8][N_SIZES], allreduce[8][N_SIZES];
+    double perf_bw[N_SIZES], perf_lat[N_SIZES]; /* ucx_perftest */
+} results;
+
+static int size_index(size_t bytes)
+{
+    for (size_t s = 0; s < N_SIZES; s++)
+        if (default_sizes[s] == bytes) return (int)s;
+    return -1;
+}
+
+static int run_ranks(const char *self, int ranks, int quick, results *res, int slot)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' run -n %d -- '%s' bench transport --worker%s", self, ranks,
+             self, quick ? " --quick" : "");
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    char line[512];
+    while (fgets(line, sizeof line, p)) {
+        int size;
+        size_t bytes;
+        double v;
+        char *body = strchr(line, ']');
+        body = body ? body + 2 : line;
+        if (sscanf(body, "p2p %zu %lf", &bytes, &v) == 2 && size_index(bytes) >= 0)
+            res->p2p[size_index(bytes)] = v;
+        else if (sscanf(body, "lat %zu %lf", &bytes, &v) == 2 && size_index(bytes) >= 0)
+            res->lat[size_index(bytes)] = v;
+        else if (sscanf(body, "ring %d %zu %lf", &size, &bytes, &v) == 3 && size_index(bytes) >= 0)
+            res->ring[slot][size_index(bytes)] = v;
+        else if (sscanf(body, "allreduce %d %zu %lf", &size, &bytes, &v) == 3 &&
+                 size_index(bytes) >= 0)
+            res->allreduce[slot][size_index(bytes)] = v;
+        else
+            fputs(line, stderr);
+    }
+    return pclose(p) == 0 ? 0 : -1;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    int port = 13337;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+/* One ucx_perftest measurement: server in the background, client in front;
+ * returns the "Final:" line's overall bandwidth (MiB/s) or latency (usec). */
+static double ucx_perftest(const char *test, size_t bytes, int iters)
+{
+    char cmd[1024], line[1024];
+    int port = free_port();
+    snprintf(cmd, sizeof cmd,
+             "ucx_perftest -t %s -s %zu -n %d -p %d >/dev/null 2>&1 & srv=$!; sleep 0.3; "
+             "ucx_perftest 127.0.0.1 -t %s -s %zu -n %d -p %d 2>/dev/null; wait $srv",
+             test, bytes, iters, port, test, bytes, iters, port);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0;
+    double result = 0;
+    while (fgets(line, sizeof line, p)) {
+        double it, p50, avg, overall, bw_avg, bw_overall;
+        if (sscanf(line, "Final: %lf %lf %lf %lf %lf %lf", &it, &p50, &avg, &overall, &bw_avg,
+                   &bw_overall) == 6)
+            result = strcmp(test, "tag_lat") == 0 ? avg : bw_overall;
+    }
+    pclose(p);
+    return result;
+}
+
+static void ratio_cell(char *out, size_t len, double ours, double ref)
+{
+    if (ours > 0 && ref > 0)
+        snprintf(out, len, "%.2f", ours / ref);
+    else
+        snprintf(out, len, "n/a");
+}
+
+int bench_transport(int argc, char **argv)
+{
+    int quick = 0, is_worker = 0, rank_counts[8] = {2, 4}, n_counts = 2;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[i], "--worker") == 0) {
+            is_worker = 1;
+        } else if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
+            n_counts = 0;
+            char *list = strdup(argv[++i]), *save = NULL;
+            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                int v = atoi(t);
+                if (v < 2 || v > 64 || n_counts == 7) {
+                    fprintf(stderr, "burst bench transport: --ranks: '%s' is not a rank count in "
+                                    "2..64 (at most 7 of them)\n", t);
+                    free(list);
+                    return EXIT_USAGE;
+                }
+                rank_counts[n_counts++] = v;
+            }
+            free(list);
+        } else {
+            fprintf(stderr, "burst bench transport: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (is_worker) return worker(quick);
+
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "burst bench transport: cannot find this program's path\n");
+        return EXIT_RUN_FAILURE;
+    }
+    self[n] = '\0';
+    results *res = calloc(1, sizeof *res);
+    size_t max_bytes = quick ? (1 << 20) : default_sizes[N_SIZES - 1];
+    /* Point-to-point numbers come from a 2-rank run; add one if the list lacks it. */
+    int has_two = 0;
+    for (int k = 0; k < n_counts; k++) has_two |= rank_counts[k] == 2;
+    for (int k = has_two ? 0 : -1; k < n_counts; k++) {
+        int ranks = k < 0 ? 2 : rank_counts[k];
+        if (run_ranks(self, ranks, quick, res, k < 0 ? 7 : k) != 0) {
+            fprintf(stderr, "burst bench transport: the %d-rank run failed\n", ranks);
+            free(res);
+            return EXIT_RUN_FAILURE;
+        }
+    }
+    int have_perftest = system("command -v ucx_perftest >/dev/null 2>&1") == 0;
+    for (size_t s = 0; have_perftest && s < N_SIZES && default_sizes[s] <= max_bytes; s++) {
+        /* ucx_perftest's averages include its connection start-up: short runs of
+         * small messages understate it by orders of magnitude, so give it ten
+         * times the iterations, and at least 20000 for small messages. */
+        int iters = 10 * iterations(default_sizes[s], quick);
+        if (default_sizes[s] <= 65536 && iters < 20000) iters = 20000;
+        res->perf_bw[s] = ucx_perftest("tag_bw", default_sizes[s], iters);
+        if (default_sizes[s] <= 65536) res->perf_lat[s] = ucx_perftest("tag_lat", default_sizes[s], iters);
+    }
+    if (!have_perftest)
+        printf("ucx_perftest not found (Debian package ucx-utils): ratios are n/a\n");
+
+    printf("point-to-point, 2 ranks (MiB/s; latency in usec, half round trip)\n");
+    printf("%10s %12s %12s %7s %10s %10s %7s\n", "bytes", "burst", "ucx_perftest", "ratio",
+           "lat burst", "lat ucx", "ratio");
+    for (size_t s = 0; s < N_SIZES && default_sizes[s] <= max_bytes; s++) {
+        char r1[16], r2[16];
+        ratio_cell(r1, sizeof r1, res->p2p[s], res->perf_bw[s]);
+        ratio_cell(r2, sizeof r2, res->perf_lat[s], res->lat[s]); /* lower is better */
+        printf("%10zu %12.1f %12.1f %7s", default_sizes[s], res->p2p[s], res->perf_bw[s], r1);
+        if (default_sizes[s] <= 65536)
+            printf(" %10.2f %10.2f %7s\n", res->lat[s], res->perf_lat[s], r2);
+        else
+            printf("\n");
+    }
+    for (int k = 0; k < n_counts; k++) {
+        printf("\n%d ranks: ring bandwidth per rank and all-reduce bus bandwidth (MiB/s)\n",
+               rank_counts[k]);
+        printf("%10s %12s %12s %12s\n", "bytes", "ring", "vs perftest", "allreduce");
+        for (size_t s = 0; s < N_SIZES && default_sizes[s] <= max_bytes; s++) {
+            char r1[16];
+            ratio_cell(r1, sizeof r1, res->ring[k][s], res->perf_bw[s]);
+            printf("%10zu %12.1f %12s %12.1f\n", default_sizes[s], res->ring[k][s], r1,
+                   res->allreduce[k][s]);
+        }
+    }
+    printf("\nratio: burst / ucx_perftest bandwidth (for latency: ucx_perftest / burst), "
+           "measured in this run.\n");
+    free(res);
+    return 0;
+}

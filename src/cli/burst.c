@@ -1,0 +1,55 @@
+/* burst.c: the single `burst` program; dispatches to a subcommand. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "src/cli/cli.h"
+
+struct subcommand {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct subcommand subcommands[] = {
+    {"train", cmd_train, "train a LLaMA-style model across ranks (synthetic data)"},
+    {"data", cmd_data, "HDF5 corpora: import, synth (passkey, copy), info, validate"},
+    {"bench", cmd_bench, "benchmarks: kernels, transport"},
+    {"plan", cmd_plan, "plan distributed attention: bytes, steps, --dump-schedule"},
+    {"run", cmd_run, "local launcher: start N ranks of a program on this machine"},
+    {"selftest", cmd_selftest, "check the kernels and the transport on this machine (any world size)"},
+    {"version", cmd_version, "print the version and which optional parts were built"},
+};
+#define N_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: burst COMMAND [ARGS...]\n\n"
+                 "burstengine trains transformers on sequences of a million tokens and more,\n"
+                 "split along the sequence across ranks.\n\ncommands:\n");
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+        fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
+    fprintf(out, "\n'burst COMMAND --help' describes a command.\n"
+                 "exit status: 0 success, 1 failure while running, 2 bad usage or input.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) return cmd_version(1, argv + 1);
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+        if (strcmp(argv[1], subcommands[i].name) == 0)
+            return subcommands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "burst: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return EXIT_USAGE;
+}

@@ -1,0 +1,21 @@
+/* cli.h: the subcommands of the `burst` program and the conventions they share.
+ * Exit status (util/exit_codes.h): 0 success, 1 failure while running, 2 bad
+ * usage or input found before work starts. */
+#ifndef BURST_CLI_H
+#define BURST_CLI_H
+
+#include "util/exit_codes.h"
+
+/* Each subcommand takes argv with argv[0] = its own name. */
+int cmd_train(int argc, char **argv);
+int cmd_data(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_selftest(int argc, char **argv);
+int cmd_version(int argc, char **argv);
+
+/* True when argv holds -h or --help before a "--". */
+int cli_wants_help(int argc, char **argv);
+
+#endif

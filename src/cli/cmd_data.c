@@ -1,0 +1,740 @@
+/* cmd_data.c: `burst data`, the corpus tools. import turns raw bytes, flat
+ * uint16 .bin files and NumPy .npy arrays into HDF5 corpora (doc/CORPUS.md),
+ * streaming in blocks and checking every input before anything is written;
+ * synth writes synthetic long-range tasks (passkey retrieval, copy) whose
+ * answers' positions are stored so accuracy can be measured; info and
+ * validate describe and check corpora. Bad input found before work exits 2,
+ * a failure while writing exits 1. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/corpus.h"
+#include "io/corpus_inspect.h"
+#include "src/cli/cli.h"
+#include "util/rng.h"
+#include "util/parse.h"
+
+#define BLOCK ((size_t)1 << 20)
+
+/* Tokens below SYNTH_FIRST are markers of the synthetic tasks. */
+enum { SYNTH_FILL = 0, SYNTH_KEY = 1, SYNTH_QUERY = 2, SYNTH_SEP = 3, SYNTH_FIRST = 4 };
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: burst data import --from text|bin|npy INPUT... -o OUT.h5 [OPTIONS]\n"
+            "       burst data synth --task passkey|copy --seq-len N --samples S -o OUT.h5 "
+            "[OPTIONS]\n"
+            "       burst data info FILE...\n"
+            "       burst data validate [--seq-len N] FILE...\n\n"
+            "Tools for tokenized corpora in HDF5 (format: doc/CORPUS.md). Files are written\n"
+            "under a temporary name and renamed when complete. 'burst data SUBCOMMAND --help'\n"
+            "describes each. Exit status: 0 success, 1 failure while writing or problems\n"
+            "found by validate, 2 bad usage or bad input found before work.\n");
+}
+
+static void usage_import(FILE *out)
+{
+    fprintf(out,
+            "usage: burst data import --from text|bin|npy INPUT... -o OUT.h5 [OPTIONS]\n\n"
+            "Imports token files into one corpus; every input is read twice in blocks\n"
+            "(checked, then written), never loaded whole.\n"
+            "  --from text       raw bytes as byte-level tokens (vocab 256, tokenizer \"bytes\")\n"
+            "  --from bin        flat little-endian uint16 tokens (the common .bin format)\n"
+            "  --from npy        a NumPy .npy 1-D integer array (u1 u2 u4 u8 i1 i2 i4 i8,\n"
+            "                    little-endian, C order); negative values are refused\n"
+            "  -o, --output F    the corpus to write\n"
+            "  --vocab V         vocabulary size (default: 256 for text, else max token + 1);\n"
+            "                    a token >= V is refused\n"
+            "  --tokenizer NAME  tokenizer name stored in the file (default \"bytes\" for text,\n"
+            "                    else \"unknown\")\n"
+            "  --docs-per-line   text: every line (with its newline) is a document\n"
+            "  --docs-per-file   every input file is a document\n"
+            "Tokens are stored as uint16 when V <= 65536, else uint32.\n");
+}
+
+static void usage_synth(FILE *out)
+{
+    fprintf(out, "usage: burst data synth --task passkey|copy --seq-len N --samples S -o OUT.h5 "
+                 "[OPTIONS]\n\n"
+                 "Writes S samples of N + 1 tokens each (sample i starts at token i*(N+1); its\n"
+                 "last token is the label of input N-1), and /answers int64 [S, 3]: the sample's\n"
+                 "start offset, the position of the answer token within the sample (always N),\n"
+                 "and the answer token. Tokens 0-3 are markers (0 fill, 1 KEY, 2 QUERY, 3 SEP);\n"
+                 "content tokens are drawn from [4, V).\n"
+                 "  passkey: random filler, with 'KEY k v' placed so that the value v sits\n"
+                 "           DISTANCE tokens before the answer, and the sample ends 'QUERY k v':\n"
+                 "           predicting the final v needs attention across DISTANCE tokens.\n"
+                 "           --pairs P adds P-1 distractor pairs with other keys.\n"
+                 "  copy:    the first half is random, then SEP, then the first half again; the\n"
+                 "           answer is the last token (its copy is about N/2 tokens back).\n"
+                 "  --vocab V              vocabulary (default 256, at least 8)\n"
+                 "  --distance MIN:MAX     passkey distance range (default 3(N-2)/4:N-2)\n"
+                 "  --pairs P              key-value pairs per passkey sample (default 1)\n"
+                 "  --seed X               random seed (default 1)\n"
+                 "  -o, --output F         the corpus to write\n");
+}
+
+static void usage_info(FILE *out)
+{
+    fprintf(out, "usage: burst data info FILE...\n\n"
+                 "Prints, per corpus: tokens, vocabulary, tokenizer, token type, documents,\n"
+                 "chunking and compression of /tokens, and every dataset. Reads metadata only.\n"
+                 "A file that is not a valid corpus is named with its problem (exit 2).\n");
+}
+
+static void usage_validate(FILE *out)
+{
+    fprintf(out, "usage: burst data validate [--seq-len N] FILE...\n\n"
+                 "Checks each corpus fully: its metadata, every token against vocab_size (read\n"
+                 "in blocks), and /doc_offsets (starts at 0, strictly ascending, in range).\n"
+                 "With --seq-len N a corpus must hold at least N + 1 tokens (one sequence and\n"
+                 "its shifted label). Prints 'FILE: OK' or each problem; exit 1 on problems.\n");
+}
+
+/* ------------------------------------------------------------------ import */
+
+typedef enum { FROM_TEXT, FROM_BIN, FROM_NPY } import_kind;
+
+/* An opened input: where its tokens start, how many, how wide, signed or not. */
+typedef struct {
+    FILE *f;
+    const char *path;
+    int64_t n;
+    int itemsize;
+    int is_signed;
+} input;
+
+static int parse_npy_header(FILE *f, const char *path, input *in, char *err, size_t len)
+{
+    unsigned char pre[10];
+    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+        snprintf(err, len, "%s: not a .npy file (no \\x93NUMPY magic)", path);
+        return -1;
+    }
+    int major = pre[6];
+    size_t hlen;
+    long data_at;
+    if (major == 1) {
+        hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
+        data_at = 10 + (long)hlen;
+    } else if (major == 2 || major == 3) {
+        unsigned char b[2];
+        if (fread(b, 1, 2, f) != 2) goto trunc;
+        hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)b[0] << 16 | (size_t)b[1] << 24;
+        data_at = 12 + (long)hlen;
+    } else {
+        snprintf(err, len, "%s: .npy version %d is not supported (1, 2 or 3)", path, major);
+        return -1;
+    }
+    if (hlen > 1 << 20) {
+        snprintf(err, len, "%s: .npy header of %zu bytes is implausible", path, hlen);
+        return -1;
+    }
+    char *h = calloc(1, hlen + 1);
+    if (!h) return -1;
+    if (fread(h, 1, hlen, f) != hlen) {
+        free(h);
+        goto trunc;
+    }
+    int rc = -1;
+    char *d = strstr(h, "'descr'"), *fo = strstr(h, "'fortran_order'"), *sh = strstr(h, "'shape'");
+    char descr[16] = "";
+    if (!d || !fo || !sh) {
+        snprintf(err, len, "%s: .npy header lacks descr, fortran_order or shape: %s", path, h);
+        goto out;
+    }
+    if (sscanf(d, "'descr' : '%15[^']'", descr) != 1 &&
+        sscanf(d, "'descr': '%15[^']'", descr) != 1) {
+        snprintf(err, len, "%s: cannot read descr in the .npy header", path);
+        goto out;
+    }
+    char *colon = strchr(fo, ':');
+    while (colon && (*++colon == ' ')) {
+    }
+    if (!colon || strncmp(colon, "False", 5) != 0) {
+        snprintf(err, len, "%s: .npy array is in Fortran order (C order needed)", path);
+        goto out;
+    }
+    char *open = strchr(sh, '('), *e = NULL;
+    long long n = open ? strtoll(open + 1, &e, 10) : -1;
+    if (e) {
+        while (*e == ' ') e++;
+        if (*e == ',') e++;
+        while (*e == ' ') e++;
+    }
+    if (!open || !e || e == open + 1 || *e != ')' || n < 0) {
+        snprintf(err, len, "%s: .npy array is not 1-D (shape %.40s)", path, open ? open : "?");
+        goto out;
+    }
+    char order = descr[0], kind = descr[1];
+    int size = atoi(descr + 2);
+    if ((order != '<' && order != '|' && !(order == '>' && size == 1)) ||
+        (kind != 'u' && kind != 'i') || (size != 1 && size != 2 && size != 4 && size != 8)) {
+        snprintf(err, len,
+                 "%s: .npy dtype '%s' is not supported (little-endian integers: u1 u2 u4 u8 i1 "
+                 "i2 i4 i8)",
+                 path, descr);
+        goto out;
+    }
+    in->n = n;
+    in->itemsize = size;
+    in->is_signed = kind == 'i';
+    if (fseek(f, 0, SEEK_END) != 0) goto out;
+    long end = ftell(f);
+    if (end < data_at + (long)(n * size)) {
+        snprintf(err, len, "%s: .npy file is truncated (%lld elements need %lld bytes, %ld there)",
+                 path, n, (long long)data_at + n * size, end);
+        goto out;
+    }
+    fseek(f, data_at, SEEK_SET);
+    rc = 0;
+out:
+    free(h);
+    return rc;
+trunc:
+    snprintf(err, len, "%s: .npy file is truncated in its header", path);
+    return -1;
+}
+
+/* Opens an input and positions it at its first token. */
+static int open_input(import_kind kind, const char *path, input *in, char *err, size_t len)
+{
+    memset(in, 0, sizeof *in);
+    in->path = path;
+    in->f = fopen(path, "rb");
+    if (!in->f) {
+        snprintf(err, len, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    if (kind == FROM_NPY) {
+        if (parse_npy_header(in->f, path, in, err, len) != 0) {
+            fclose(in->f);
+            return -1;
+        }
+        return 0;
+    }
+    fseek(in->f, 0, SEEK_END);
+    long size = ftell(in->f);
+    rewind(in->f);
+    in->itemsize = kind == FROM_TEXT ? 1 : 2;
+    if (size < 0 || size % in->itemsize) {
+        snprintf(err, len, "%s: %ld bytes is not a whole number of uint16 tokens", path, size);
+        fclose(in->f);
+        return -1;
+    }
+    in->n = size / in->itemsize;
+    return 0;
+}
+
+/* Reads up to max tokens; returns how many (0 at the end), -1 on error. */
+static int64_t read_block(input *in, unsigned char *raw, int64_t *out, int64_t max, char *err,
+                          size_t len)
+{
+    size_t got = fread(raw, (size_t)in->itemsize, (size_t)max, in->f);
+    if (got == 0 && ferror(in->f)) {
+        snprintf(err, len, "%s: read error", in->path);
+        return -1;
+    }
+    for (size_t i = 0; i < got; i++) {
+        const unsigned char *p = raw + i * (size_t)in->itemsize;
+        uint64_t u = 0;
+        for (int b = in->itemsize - 1; b >= 0; b--) u = u << 8 | p[b];
+        if (in->is_signed && in->itemsize < 8 && (u >> (in->itemsize * 8 - 1)) & 1)
+            u |= ~(uint64_t)0 << (in->itemsize * 8);
+        out[i] = (int64_t)u;
+    }
+    return (int64_t)got;
+}
+
+static int cmd_import(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        usage_import(stdout);
+        return 0;
+    }
+    const char *from = NULL, *outp = NULL, *tokenizer = NULL;
+    int64_t vocab = 0;
+    int per_line = 0, per_file = 0, n_in = 0;
+    const char **inputs = calloc((size_t)argc, sizeof *inputs);
+    if (!inputs) return EXIT_RUN_FAILURE;
+    int rc = EXIT_USAGE;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+        if (strcmp(a, "--from") == 0 && more)
+            from = argv[++i];
+        else if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && more)
+            outp = argv[++i];
+        else if (strcmp(a, "--vocab") == 0 && more) {
+            if (bu_parse_i64(argv[++i], &vocab, NULL) != 0 || vocab < 1 || vocab > (int64_t)UINT32_MAX) {
+                fprintf(stderr, "burst data import: --vocab %s is not in [1, 2^32-1]\n", argv[i]);
+                goto done;
+            }
+        } else if (strcmp(a, "--tokenizer") == 0 && more)
+            tokenizer = argv[++i];
+        else if (strcmp(a, "--docs-per-line") == 0)
+            per_line = 1;
+        else if (strcmp(a, "--docs-per-file") == 0)
+            per_file = 1;
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "burst data import: unknown or incomplete option '%s'\n", a);
+            goto done;
+        } else
+            inputs[n_in++] = a;
+    }
+    import_kind kind;
+    if (!from || !outp || n_in == 0) {
+        usage_import(stderr);
+        goto done;
+    }
+    if (strcmp(from, "text") == 0)
+        kind = FROM_TEXT;
+    else if (strcmp(from, "bin") == 0)
+        kind = FROM_BIN;
+    else if (strcmp(from, "npy") == 0)
+        kind = FROM_NPY;
+    else {
+        fprintf(stderr, "burst data import: --from %s: must be text, bin or npy\n", from);
+        goto done;
+    }
+    if (per_line && kind != FROM_TEXT) {
+        fprintf(stderr, "burst data import: --docs-per-line applies to --from text only\n");
+        goto done;
+    }
+    if (kind == FROM_TEXT && vocab == 0) vocab = 256;
+    if (!tokenizer) tokenizer = kind == FROM_TEXT ? "bytes" : "unknown";
+
+    char err[768];
+    unsigned char *raw = malloc(BLOCK * 8);
+    int64_t *tok = malloc(BLOCK * sizeof *tok);
+    if (!raw || !tok) {
+        free(raw);
+        free(tok);
+        rc = EXIT_RUN_FAILURE;
+        goto done;
+    }
+    /* Pass 1: every input opens, parses and holds tokens within the vocabulary. */
+    int64_t max = -1, total = 0;
+    for (int k = 0; k < n_in; k++) {
+        input in;
+        if (open_input(kind, inputs[k], &in, err, sizeof err) != 0) {
+            fprintf(stderr, "burst data import: %s\n", err);
+            goto free_bufs;
+        }
+        int64_t got, pos = 0;
+        while ((got = read_block(&in, raw, tok, (int64_t)BLOCK, err, sizeof err)) > 0) {
+            for (int64_t i = 0; i < got; i++) {
+                if (tok[i] < 0 || (vocab > 0 && tok[i] >= vocab) ||
+                    tok[i] > (int64_t)UINT32_MAX - 1) {
+                    fprintf(stderr,
+                            "burst data import: %s: token %" PRId64 " at position %" PRId64
+                            " is %s\n",
+                            in.path, tok[i], pos + i,
+                            tok[i] < 0  ? "negative"
+                            : vocab > 0 ? "beyond --vocab"
+                                        : "too large");
+                    fclose(in.f);
+                    goto free_bufs;
+                }
+                if (tok[i] > max) max = tok[i];
+            }
+            pos += got;
+            if (pos >= in.n) break;
+        }
+        fclose(in.f);
+        if (got < 0 || pos < in.n) {
+            fprintf(stderr, "burst data import: %s: %s\n", in.path,
+                    got < 0 ? err : "input ended early");
+            goto free_bufs;
+        }
+        total += pos;
+    }
+    if (vocab == 0) vocab = max + 1 > 0 ? max + 1 : 1;
+    int bits = vocab <= 65536 ? 16 : 32;
+    io_corpus_writer *w = io_corpus_create(outp, bits, (uint32_t)vocab, tokenizer, err, sizeof err);
+    rc = EXIT_RUN_FAILURE;
+    if (!w) {
+        fprintf(stderr, "burst data import: %s\n", err);
+        goto free_bufs;
+    }
+    /* Pass 2: write. */
+    for (int k = 0; k < n_in; k++) {
+        input in;
+        if (open_input(kind, inputs[k], &in, err, sizeof err) != 0) goto write_fail;
+        int64_t got, pos = 0;
+        while (pos < in.n &&
+               (got = read_block(&in, raw, tok, (int64_t)BLOCK, err, sizeof err)) > 0) {
+            if (got > in.n - pos) got = in.n - pos;
+            if (per_line) {
+                int64_t start = 0;
+                for (int64_t i = 0; i < got; i++)
+                    if (tok[i] == '\n') {
+                        if (io_corpus_append(w, tok + start, i + 1 - start, err, sizeof err) ||
+                            io_corpus_mark_document(w, err, sizeof err)) {
+                            fclose(in.f);
+                            goto write_fail;
+                        }
+                        start = i + 1;
+                    }
+                if (io_corpus_append(w, tok + start, got - start, err, sizeof err)) {
+                    fclose(in.f);
+                    goto write_fail;
+                }
+            } else if (io_corpus_append(w, tok, got, err, sizeof err)) {
+                fclose(in.f);
+                goto write_fail;
+            }
+            pos += got;
+        }
+        fclose(in.f);
+        if (pos < in.n) {
+            snprintf(err, sizeof err, "%s: changed while importing", inputs[k]);
+            goto write_fail;
+        }
+        if ((per_file || per_line) && io_corpus_mark_document(w, err, sizeof err)) goto write_fail;
+    }
+    if (io_corpus_commit(w, err, sizeof err) != 0) {
+        fprintf(stderr, "burst data import: %s\n", err);
+        goto free_bufs;
+    }
+    printf("%s: %" PRId64 " tokens, vocab %" PRId64 ", uint%d, from %d %s file%s\n", outp, total,
+           vocab, bits, n_in, from, n_in == 1 ? "" : "s");
+    rc = 0;
+    goto free_bufs;
+write_fail:
+    fprintf(stderr, "burst data import: %s\n", err);
+    io_corpus_abort(w);
+free_bufs:
+    free(raw);
+    free(tok);
+done:
+    free(inputs);
+    return rc;
+}
+
+/* ------------------------------------------------------------------- synth */
+
+static int cmd_synth(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        usage_synth(stdout);
+        return 0;
+    }
+    const char *task = NULL, *outp = NULL, *dist = NULL;
+    int64_t N = 0, S = 0, V = 256, pairs = 1, seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc, bad = 0;
+        if (strcmp(a, "--task") == 0 && more)
+            task = argv[++i];
+        else if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && more)
+            outp = argv[++i];
+        else if (strcmp(a, "--distance") == 0 && more)
+            dist = argv[++i];
+        else if (strcmp(a, "--seq-len") == 0 && more)
+            bad = bu_parse_i64(argv[++i], &N, NULL);
+        else if (strcmp(a, "--samples") == 0 && more)
+            bad = bu_parse_i64(argv[++i], &S, NULL);
+        else if (strcmp(a, "--vocab") == 0 && more)
+            bad = bu_parse_i64(argv[++i], &V, NULL);
+        else if (strcmp(a, "--pairs") == 0 && more)
+            bad = bu_parse_i64(argv[++i], &pairs, NULL);
+        else if (strcmp(a, "--seed") == 0 && more)
+            bad = bu_parse_i64(argv[++i], &seed, NULL);
+        else {
+            fprintf(stderr, "burst data synth: unknown or incomplete option '%s'\n", a);
+            return EXIT_USAGE;
+        }
+        if (bad) {
+            fprintf(stderr, "burst data synth: %s %s is not an integer\n", a, argv[i]);
+            return EXIT_USAGE;
+        }
+    }
+    if (!task || !outp || N <= 0 || S <= 0) {
+        usage_synth(stderr);
+        return EXIT_USAGE;
+    }
+    int passkey = strcmp(task, "passkey") == 0;
+    if (!passkey && strcmp(task, "copy") != 0) {
+        fprintf(stderr, "burst data synth: --task %s: must be passkey or copy\n", task);
+        return EXIT_USAGE;
+    }
+    if (V < 8 || V > (int64_t)UINT32_MAX) {
+        fprintf(stderr, "burst data synth: --vocab %" PRId64 " must be in [8, 2^32-1]\n", V);
+        return EXIT_USAGE;
+    }
+    int64_t dmin = 3 * (N - 2) / 4, dmax = N - 2;
+    if (dist && sscanf(dist, "%" SCNd64 ":%" SCNd64, &dmin, &dmax) != 2) {
+        fprintf(stderr, "burst data synth: --distance %s: expected MIN:MAX\n", dist);
+        return EXIT_USAGE;
+    }
+    if (passkey) {
+        /* The pair KEY k v at p, p+1, p+2 with p >= 0; the answer at N: distance N - (p+2). */
+        if (N < 8 || dmin < 1 || dmin > dmax || dmax > N - 2) {
+            fprintf(stderr,
+                    "burst data synth: passkey needs --seq-len N >= 8 and --distance MIN:MAX with "
+                    "1 <= MIN <= MAX <= N-2 (N %" PRId64 ", distance %" PRId64 ":%" PRId64 ")\n",
+                    N, dmin, dmax);
+            return EXIT_USAGE;
+        }
+        if (pairs < 1 || pairs > V - SYNTH_FIRST || 3 * pairs + 3 > N) {
+            fprintf(stderr,
+                    "burst data synth: --pairs %" PRId64 " does not fit (at most V-4 keys and "
+                    "N/3 - 1 pairs)\n",
+                    pairs);
+            return EXIT_USAGE;
+        }
+    } else if (N < 4) {
+        fprintf(stderr, "burst data synth: copy needs --seq-len >= 4\n");
+        return EXIT_USAGE;
+    }
+
+    char err[768];
+    const int64_t L = N + 1;
+    int64_t *seq = malloc((size_t)L * sizeof *seq);
+    int64_t *answers = malloc((size_t)S * 3 * sizeof *answers);
+    int64_t *keys = malloc((size_t)pairs * sizeof *keys);
+    unsigned char *used = malloc((size_t)L);
+    if (!seq || !answers || !keys || !used) {
+        free(seq), free(answers), free(keys), free(used);
+        fprintf(stderr, "burst data synth: out of memory\n");
+        return EXIT_RUN_FAILURE;
+    }
+    char tokenizer[64];
+    snprintf(tokenizer, sizeof tokenizer, "synthetic-%s", task);
+    io_corpus_writer *w =
+        io_corpus_create(outp, V <= 65536 ? 16 : 32, (uint32_t)V, tokenizer, err, sizeof err);
+    int rc = EXIT_RUN_FAILURE;
+    if (!w) goto fail;
+    uint64_t rng = (uint64_t)seed;
+    const int64_t C = V - SYNTH_FIRST; /* content tokens */
+    for (int64_t s = 0; s < S; s++) {
+        for (int64_t i = 0; i < L; i++) seq[i] = SYNTH_FIRST + bu_rng_range(&rng, 0, C - 1);
+        int64_t answer;
+        if (passkey) {
+            memset(used, 0, (size_t)L);
+            for (int64_t k = 0; k < pairs; k++) {
+                int64_t key, dup;
+                do { /* distinct keys */
+                    key = SYNTH_FIRST + bu_rng_range(&rng, 0, C - 1);
+                    dup = 0;
+                    for (int64_t j = 0; j < k; j++) dup |= keys[j] == key;
+                } while (dup);
+                keys[k] = key;
+            }
+            int64_t d = bu_rng_range(&rng, dmin, dmax), p = N - d - 2;
+            int64_t value = SYNTH_FIRST + bu_rng_range(&rng, 0, C - 1);
+            seq[p] = SYNTH_KEY, seq[p + 1] = keys[0], seq[p + 2] = value;
+            memset(used + p, 1, 3);
+            memset(used + N - 2, 1, 3);
+            for (int64_t k = 1; k < pairs; k++) { /* distractors anywhere free before the query */
+                int64_t q;
+                do q = bu_rng_range(&rng, 0, N - 5);
+                while (used[q] || used[q + 1] || used[q + 2]);
+                seq[q] = SYNTH_KEY, seq[q + 1] = keys[k];
+                seq[q + 2] = SYNTH_FIRST + bu_rng_range(&rng, 0, C - 1);
+                memset(used + q, 1, 3);
+            }
+            /* Marker-free filler: a KEY or QUERY only where placed. */
+            seq[N - 2] = SYNTH_QUERY, seq[N - 1] = keys[0], seq[N] = value;
+            answer = value;
+        } else {
+            int64_t h = N / 2; /* [0,h) random, SEP at h, then copies: seq[h+1+i] = seq[i] */
+            seq[h] = SYNTH_SEP;
+            for (int64_t i = h + 1; i < L; i++) seq[i] = seq[i - h - 1];
+            answer = seq[N];
+        }
+        answers[3 * s] = s * L, answers[3 * s + 1] = N, answers[3 * s + 2] = answer;
+        if (io_corpus_append(w, seq, L, err, sizeof err) != 0 ||
+            io_corpus_mark_document(w, err, sizeof err) != 0) {
+            io_corpus_abort(w);
+            goto fail;
+        }
+    }
+    int64_t params[6] = {
+        N, S, passkey ? dmin : N / 2 + 1, passkey ? dmax : N / 2 + 1, passkey ? pairs : 0, seed};
+    if (io_corpus_put_int64(w, "/answers", answers, S, 3, err, sizeof err) != 0 ||
+        io_corpus_put_int64(w, "/synth_params", params, 1, 6, err, sizeof err) != 0) {
+        io_corpus_abort(w);
+        goto fail;
+    }
+    if (io_corpus_commit(w, err, sizeof err) != 0) goto fail;
+    printf("%s: %s, %" PRId64 " samples of %" PRId64 " + 1 tokens, vocab %" PRId64 "\n", outp, task,
+           S, N, V);
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "burst data synth: %s\n", err);
+out:
+    free(seq), free(answers), free(keys), free(used);
+    return rc;
+}
+
+/* -------------------------------------------------------- info and validate */
+
+static int cmd_info(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        usage_info(stdout);
+        return 0;
+    }
+    if (argc < 2) {
+        usage_info(stderr);
+        return EXIT_USAGE;
+    }
+    int rc = 0;
+    for (int i = 1; i < argc; i++) {
+        char err[768];
+        io_corpus *c = NULL;
+        io_corpus_layout lay;
+        if (io_corpus_open(argv[i], &c, err, sizeof err) != 0 ||
+            io_corpus_inspect(argv[i], &lay, err, sizeof err) != 0) {
+            fprintf(stderr, "burst data info: %s\n", err);
+            io_corpus_close(c);
+            rc = EXIT_USAGE;
+            continue;
+        }
+        printf("%s\n  tokens:      %" PRId64 "\n  vocab_size:  %u\n  tokenizer:   %s\n"
+               "  dtype:       uint%d\n  documents:   %" PRId64 "%s\n",
+               argv[i], io_corpus_n_tokens(c), io_corpus_vocab(c), io_corpus_tokenizer(c), lay.bits,
+               io_corpus_n_docs(c), io_corpus_n_docs(c) ? "" : " (no /doc_offsets)");
+        if (lay.chunk_tokens)
+            printf("  chunks:      %" PRId64 " tokens\n", lay.chunk_tokens);
+        else
+            printf("  chunks:      contiguous\n");
+        if (lay.deflate_level >= 0)
+            printf("  compression: deflate level %d%s\n", lay.deflate_level,
+                   lay.shuffle ? " + shuffle" : "");
+        else
+            printf("  compression: none\n");
+        printf("  datasets:\n");
+        for (char *line = lay.datasets; *line;) {
+            char *nl = strchr(line, '\n');
+            printf("    %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
+            line = nl ? nl + 1 : line + strlen(line);
+        }
+        io_corpus_close(c);
+    }
+    return rc;
+}
+
+/* Counts tokens beyond the vocabulary in [begin, begin + count) by halving the
+ * ranges io_corpus_read refuses, up to BEYOND_CAP of them. 0, or -1 on another
+ * error (in err). */
+#define BEYOND_CAP 1000
+static int count_beyond(io_corpus *c, int64_t begin, int64_t count, int64_t *buf, int64_t *bad,
+                        int64_t *first, char *err, size_t len)
+{
+    if (count == 0 || *bad >= BEYOND_CAP) return 0;
+    if (io_corpus_read(c, begin, count, buf, err, len) == 0) return 0;
+    if (!strstr(err, "beyond vocab_size")) return -1;
+    if (count == 1) {
+        if ((*bad)++ == 0) *first = begin;
+        return 0;
+    }
+    int64_t half = count / 2;
+    if (count_beyond(c, begin, half, buf, bad, first, err, len) != 0) return -1;
+    return count_beyond(c, begin + half, count - half, buf, bad, first, err, len);
+}
+
+static int validate_one(const char *path, int64_t seq_len, int64_t *buf, size_t buf_len)
+{
+    char err[768];
+    io_corpus *c = NULL;
+    if (io_corpus_open(path, &c, err, sizeof err) != 0) {
+        printf("%s\n", err);
+        return 1;
+    }
+    int problems = 0;
+    const int64_t n = io_corpus_n_tokens(c), V = io_corpus_vocab(c);
+    int64_t beyond = 0, first_beyond = -1;
+    for (int64_t at = 0; at < n;) {
+        int64_t cnt = n - at < (int64_t)buf_len ? n - at : (int64_t)buf_len;
+        if (count_beyond(c, at, cnt, buf, &beyond, &first_beyond, err, sizeof err) != 0) {
+            printf("%s\n", err);
+            problems++;
+            break;
+        }
+        at += cnt;
+    }
+    if (beyond) {
+        printf("%s: %s%" PRId64 " token%s beyond vocab_size %" PRId64 " (first at position %" PRId64
+               ")\n",
+               path, beyond >= BEYOND_CAP ? "at least " : "", beyond, beyond == 1 ? "" : "s", V,
+               first_beyond);
+        problems++;
+    }
+    int64_t nd = io_corpus_n_docs(c);
+    if (nd > 0) {
+        int64_t *off = malloc((size_t)nd * sizeof *off);
+        if (!off || io_corpus_doc_offsets(c, off, err, sizeof err) != 0) {
+            printf("%s\n", off ? err : "out of memory");
+            problems++;
+        }
+        free(off);
+    }
+    if (seq_len > 0 && n < seq_len + 1) {
+        printf("%s: %" PRId64 " tokens, fewer than one sequence of %" PRId64 " + 1\n", path, n,
+               seq_len);
+        problems++;
+    }
+    if (!problems)
+        printf("%s: OK (%" PRId64 " tokens, vocab %" PRId64 ", %" PRId64 " documents)\n", path, n,
+               V, nd);
+    io_corpus_close(c);
+    return problems ? 1 : 0;
+}
+
+static int cmd_validate(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        usage_validate(stdout);
+        return 0;
+    }
+    int64_t seq_len = 0;
+    int first = 1;
+    if (argc > 2 && strcmp(argv[1], "--seq-len") == 0) {
+        if (bu_parse_i64(argv[2], &seq_len, NULL) != 0 || seq_len < 1) {
+            fprintf(stderr, "burst data validate: --seq-len %s is not a positive integer\n",
+                    argv[2]);
+            return EXIT_USAGE;
+        }
+        first = 3;
+    }
+    if (first >= argc) {
+        usage_validate(stderr);
+        return EXIT_USAGE;
+    }
+    int64_t *buf = malloc(BLOCK * sizeof *buf);
+    if (!buf) return EXIT_RUN_FAILURE;
+    int bad = 0;
+    for (int i = first; i < argc; i++) bad |= validate_one(argv[i], seq_len, buf, BLOCK);
+    free(buf);
+    return bad ? EXIT_RUN_FAILURE : 0;
+}
+
+int cmd_data(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *sub = argv[1];
+    if (strcmp(sub, "import") == 0) return cmd_import(argc - 1, argv + 1);
+    if (strcmp(sub, "synth") == 0) return cmd_synth(argc - 1, argv + 1);
+    if (strcmp(sub, "info") == 0) return cmd_info(argc - 1, argv + 1);
+    if (strcmp(sub, "validate") == 0) return cmd_validate(argc - 1, argv + 1);
+    if (strcmp(sub, "-h") == 0 || strcmp(sub, "--help") == 0 || strcmp(sub, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "burst data: unknown subcommand '%s'\n", sub);
+    usage(stderr);
+    return EXIT_USAGE;
+}

@@ -1,0 +1,714 @@
+/* train_config.c: see train_config.h. One table lists every key of every
+ * section with its type, its place in the struct and its allowed values; the
+ * INI loader, `--set`, validation of single fields and the printer all walk
+ * that table, so a key cannot be readable but not printable, or printed in a
+ * form the parser refuses. Values are parsed strictly (no trailing junk, in
+ * range) and every error names the key, and for files the file and line.
+ *
+ * Loading is two passes of inih over the file: the first only looks for
+ * [model] preset and applies it, the second applies every key in file order,
+ * so keys next to a preset override it wherever they stand. A load or a --set
+ * works on a copy and changes the caller's struct only when it succeeds. */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <ini.h>
+
+#include "src/train/config.h"
+#include "util/parse.h"
+
+/* inih's line buffer holds INI_MAX_LINE bytes including "\r\n\0"; longer lines
+ * would be split silently, so the reader below refuses them, and string values
+ * are kept short enough that a printed configuration always fits. */
+#define LINE_MAX_CHARS   (INI_MAX_LINE - 3)
+#define STRING_MAX_CHARS 180
+
+/* ---- the presets ------------------------------------------------------ */
+
+typedef struct {
+    const char *name;
+    int layers, d_model, n_heads, n_kv_heads, d_ff, vocab;
+    double rope_theta;
+    int64_t max_seq; /* the longest sequence trained, not the original model's context */
+    int tied;
+} model_preset;
+
+static const model_preset presets[] = {
+    {"tiny", 2, 64, 4, 2, 192, 256, 10000.0, 65536, 1},
+    /* 23.5M parameters with the embedding shared by the head. */
+    {"small", 6, 512, 8, 8, 1408, 8192, 10000.0, 65536, 1},
+    {"7b", 32, 4096, 32, 32, 11008, 32000, 10000.0, 1 << 20, 0},
+    {"13b", 40, 5120, 40, 40, 13824, 32000, 10000.0, 1 << 20, 0},
+    {"70b", 80, 8192, 64, 8, 28672, 32000, 10000.0, 1 << 20, 0},
+    {"llama3-8b", 32, 4096, 32, 8, 14336, 128256, 500000.0, 1 << 20, 0},
+};
+
+static void set_string(char *dst, size_t size, const char *src)
+{
+    memset(dst, 0, size);
+    snprintf(dst, size, "%s", src);
+}
+
+int train_config_preset(train_config *c, const char *name)
+{
+    if (strcmp(name, "custom") == 0) {
+        set_string(c->preset, sizeof c->preset, name);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const model_preset *p = &presets[i];
+        if (strcmp(name, p->name) != 0) continue;
+        set_string(c->preset, sizeof c->preset, name);
+        c->layers = p->layers;
+        c->d_model = p->d_model;
+        c->n_heads = p->n_heads;
+        c->n_kv_heads = p->n_kv_heads;
+        c->d_ff = p->d_ff;
+        c->vocab = p->vocab;
+        c->rope_theta = p->rope_theta;
+        c->max_seq = p->max_seq;
+        c->tied_embeddings = p->tied;
+        return 0;
+    }
+    return -1;
+}
+
+void train_config_default(train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    train_config_preset(c, "tiny");
+    c->rope_theta = 10000.0;
+    c->rope_scaling = 1.0;
+    c->init_std = 0.02;
+    c->norm_eps = 1e-5;
+    set_string(c->source, sizeof c->source, "synthetic");
+    set_string(c->task, sizeof c->task, "copy");
+    set_string(c->sampling, sizeof c->sampling, "sequential");
+    c->eval_samples = 64;
+    c->keep_checkpoints = 3;
+    c->seq_len = 4096;
+    c->data_seed = 1;
+    c->dp = 1;
+    c->cp = 1;
+    set_string(c->layout, sizeof c->layout, "auto");
+    set_string(c->mask, sizeof c->mask, "causal");
+    c->window = 1024;
+    set_string(c->backward, sizeof c->backward, "auto");
+    set_string(c->ring, sizeof c->ring, "auto");
+    c->steps = 100;
+    c->micro_batches = 1;
+    c->lr = 3e-3;
+    c->min_lr = 3e-4;
+    c->warmup_steps = 10;
+    c->weight_decay = 0.1;
+    c->beta1 = 0.9;
+    c->beta2 = 0.95;
+    c->adam_eps = 1e-8;
+    c->grad_clip = 1.0;
+    c->seed = 1234;
+    set_string(c->on_nonfinite, sizeof c->on_nonfinite, "stop");
+    c->log_every = 1;
+    c->ckpt_fraction = 0.5;
+    c->fused_head = 1;
+    c->head_chunk = 1024;
+    c->z_loss = 0.0;
+    set_string(c->intra, sizeof c->intra, "auto");
+    c->timeout = 60.0;
+}
+
+/* ---- the table of keys ------------------------------------------------ */
+
+typedef enum { F_INT, F_I64, F_U64, F_DBL, F_BOOL, F_ENUM, F_STR, F_CKPT } field_type;
+
+typedef struct {
+    const char *section, *key;
+    field_type type;
+    size_t off, size;
+    int64_t ilo, ihi;           /* F_INT, F_I64 */
+    double dlo, dhi;            /* F_DBL */
+    int dlo_open, dhi_open;     /* F_DBL: bound excluded */
+    const char *const *choices; /* F_ENUM: NULL-terminated */
+} field;
+
+static const char *const preset_names[] = {"tiny", "small",     "7b",     "13b",
+                                           "70b",  "llama3-8b", "custom", NULL};
+static const char *const source_names[] = {"synthetic", "hdf5", NULL};
+static const char *const task_names[] = {"copy", "counting", NULL};
+static const char *const sampling_names[] = {"sequential", "shuffled", NULL};
+static const char *const layout_names[] = {"auto", "zigzag", "contiguous", NULL};
+static const char *const mask_names[] = {"causal", "window", NULL};
+static const char *const backward_names[] = {"auto", "q", "kv", NULL};
+static const char *const ring_names[] = {"auto", "flat", "double", NULL};
+static const char *const nonfinite_names[] = {"stop", "skip", NULL};
+static const char *const intra_names[] = {"auto", "ucx", "nccl", NULL};
+
+/* clang-format off */
+#define AT(name) offsetof(train_config, name), sizeof(((train_config *)0)->name)
+#define INT(s, k, lo) {s, #k, F_INT, AT(k), lo, INT_MAX, 0, 0, 0, 0, NULL}
+#define I64(s, k, lo) {s, #k, F_I64, AT(k), lo, INT64_MAX, 0, 0, 0, 0, NULL}
+#define U64(s, k) {s, #k, F_U64, AT(k), 0, 0, 0, 0, 0, 0, NULL}
+#define DBL(s, k, lo, lo_open, hi, hi_open) {s, #k, F_DBL, AT(k), 0, 0, lo, hi, lo_open, hi_open, NULL}
+#define BOOL(s, k) {s, #k, F_BOOL, AT(k), 0, 0, 0, 0, 0, 0, NULL}
+#define ENUM(s, k, names) {s, #k, F_ENUM, AT(k), 0, 0, 0, 0, 0, 0, names}
+#define STR(s, k) {s, #k, F_STR, AT(k), 0, 0, 0, 0, 0, 0, NULL}
+/* clang-format on */
+
+static const field fields[] = {
+    ENUM("model", preset, preset_names),
+    INT("model", layers, 1),
+    INT("model", d_model, 1),
+    INT("model", n_heads, 1),
+    INT("model", n_kv_heads, 1),
+    INT("model", d_ff, 1),
+    INT("model", vocab, 2),
+    DBL("model", rope_theta, 0, 1, INFINITY, 0),
+    DBL("model", rope_scaling, 0, 1, INFINITY, 0),
+    I64("model", max_seq, 1),
+    BOOL("model", tied_embeddings),
+    DBL("model", init_std, 0, 1, INFINITY, 0),
+    DBL("model", norm_eps, 0, 1, INFINITY, 0),
+    ENUM("data", source, source_names),
+    ENUM("data", task, task_names),
+    STR("data", path),
+    ENUM("data", sampling, sampling_names),
+    I64("data", seq_len, 1),
+    U64("data", data_seed),
+    INT("parallel", dp, 1),
+    INT("parallel", cp, 1),
+    ENUM("parallel", layout, layout_names),
+    ENUM("parallel", mask, mask_names),
+    I64("parallel", window, 0),
+    ENUM("parallel", backward, backward_names),
+    ENUM("parallel", ring, ring_names),
+    I64("train", steps, 1),
+    INT("train", micro_batches, 1),
+    DBL("train", lr, 0, 1, INFINITY, 0),
+    DBL("train", min_lr, 0, 0, INFINITY, 0),
+    I64("train", warmup_steps, 0),
+    DBL("train", weight_decay, 0, 0, INFINITY, 0),
+    DBL("train", beta1, 0, 0, 1, 1),
+    DBL("train", beta2, 0, 0, 1, 1),
+    DBL("train", adam_eps, 0, 1, INFINITY, 0),
+    DBL("train", grad_clip, 0, 0, INFINITY, 0),
+    U64("train", seed),
+    ENUM("train", on_nonfinite, nonfinite_names),
+    INT("train", log_every, 1),
+    STR("train", metrics),
+    STR("train", checkpoint_dir),
+    I64("train", checkpoint_every, 0),
+    INT("train", keep_checkpoints, 0),
+    STR("eval", eval_path),
+    I64("eval", eval_samples, 1),
+    {"memory", "ckpt_fraction", F_CKPT, AT(ckpt_fraction), 0, 0, 0, 0, 0, 0, NULL},
+    BOOL("memory", fused_head),
+    I64("memory", head_chunk, 1),
+    DBL("memory", z_loss, 0, 0, INFINITY, 0),
+    ENUM("transport", intra, intra_names),
+    DBL("transport", timeout, 0, 1, INFINITY, 0),
+};
+enum { N_FIELDS = sizeof fields / sizeof fields[0] };
+
+static const char *const sections[] = {"model", "data", "parallel", "train", "eval", "memory", "transport"};
+enum { N_SECTIONS = sizeof sections / sizeof sections[0] };
+
+static int known_section(const char *name)
+{
+    for (int i = 0; i < N_SECTIONS; i++)
+        if (strcmp(name, sections[i]) == 0) return 1;
+    return 0;
+}
+
+static const field *find_field(const char *section, const char *key)
+{
+    for (int i = 0; i < N_FIELDS; i++)
+        if (strcmp(fields[i].section, section) == 0 && strcmp(fields[i].key, key) == 0)
+            return &fields[i];
+    return NULL;
+}
+
+/* ---- parsing one value ------------------------------------------------ */
+
+static int parse_double(const char *s, double *out)
+{
+    if (*s == '\0' || isspace((unsigned char)*s)) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end != '\0') return -1;
+    *out = v;
+    return 0;
+}
+
+static void list_choices(const char *const *choices, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; choices[i]; i++) {
+        int n = snprintf(buf + used, len - used, "%s%s", i ? ", " : "", choices[i]);
+        if (n < 0 || (size_t)n >= len - used) break;
+        used += (size_t)n;
+    }
+}
+
+/* Stores value into the field of c, or returns -1 with why (the reason only,
+ * without the key: callers prefix where the value came from). */
+static int set_field(train_config *c, const field *f, const char *value, char *why, size_t why_len)
+{
+    char *at = (char *)c + f->off;
+    int overflow;
+    switch (f->type) {
+    case F_INT:
+    case F_I64: {
+        int64_t v;
+        if (bu_parse_i64(value, &v, &overflow) != 0) {
+            snprintf(why, why_len, "not an integer");
+            return -1;
+        }
+        if (overflow || v < f->ilo || v > f->ihi) {
+            if (f->ihi == INT_MAX || f->ihi == INT64_MAX)
+                snprintf(why, why_len, "out of range (must be at least %" PRId64 "%s)", f->ilo,
+                         f->ihi == INT_MAX ? " and fit in an int" : "");
+            else
+                snprintf(why, why_len, "out of range (must be %" PRId64 " to %" PRId64 ")", f->ilo,
+                         f->ihi);
+            return -1;
+        }
+        if (f->type == F_INT)
+            *(int *)at = (int)v;
+        else
+            *(int64_t *)at = v;
+        return 0;
+    }
+    case F_U64: {
+        uint64_t v;
+        if (bu_parse_u64(value, &v, &overflow) != 0) {
+            snprintf(why, why_len, "not a non-negative integer");
+            return -1;
+        }
+        if (overflow) {
+            snprintf(why, why_len, "out of range (must fit in 64 bits)");
+            return -1;
+        }
+        *(uint64_t *)at = v;
+        return 0;
+    }
+    case F_DBL: {
+        double v;
+        if (parse_double(value, &v) != 0) {
+            snprintf(why, why_len, "not a number");
+            return -1;
+        }
+        if (!isfinite(v)) {
+            snprintf(why, why_len, "not a finite number");
+            return -1;
+        }
+        int low = f->dlo_open ? !(v > f->dlo) : !(v >= f->dlo);
+        int high = isfinite(f->dhi) && (f->dhi_open ? !(v < f->dhi) : !(v <= f->dhi));
+        if (low || high) {
+            if (isfinite(f->dhi))
+                snprintf(why, why_len, "out of range (must be %s %g and %s %g)",
+                         f->dlo_open ? ">" : ">=", f->dlo, f->dhi_open ? "<" : "<=", f->dhi);
+            else
+                snprintf(why, why_len, "out of range (must be %s %g)",
+                         f->dlo_open ? ">" : ">=", f->dlo);
+            return -1;
+        }
+        *(double *)at = v;
+        return 0;
+    }
+    case F_BOOL: {
+        static const char *const yes[] = {"true", "yes", "1"}, *const no[] = {"false", "no", "0"};
+        for (int i = 0; i < 3; i++) {
+            if (strcasecmp(value, yes[i]) == 0) {
+                *(int *)at = 1;
+                return 0;
+            }
+            if (strcasecmp(value, no[i]) == 0) {
+                *(int *)at = 0;
+                return 0;
+            }
+        }
+        snprintf(why, why_len, "not a boolean (true, false, yes, no, 1 or 0)");
+        return -1;
+    }
+    case F_ENUM: {
+        for (int i = 0; f->choices[i]; i++)
+            if (strcmp(value, f->choices[i]) == 0) {
+                set_string(at, f->size, value);
+                return 0;
+            }
+        char list[160];
+        list_choices(f->choices, list, sizeof list);
+        snprintf(why, why_len, "not one of %s", list);
+        return -1;
+    }
+    case F_STR: {
+        size_t max = f->size - 1 < STRING_MAX_CHARS ? f->size - 1 : STRING_MAX_CHARS;
+        if (strlen(value) > max) {
+            snprintf(why, why_len, "too long (at most %zu characters)", max);
+            return -1;
+        }
+        if (strpbrk(value, ";\r\n")) {
+            snprintf(why, why_len, "must not contain ';' or line breaks");
+            return -1;
+        }
+        if (value[0] && (isspace((unsigned char)value[0]) ||
+                         isspace((unsigned char)value[strlen(value) - 1]))) {
+            snprintf(why, why_len, "must not begin or end with white space");
+            return -1;
+        }
+        set_string(at, f->size, value);
+        return 0;
+    }
+    case F_CKPT: {
+        double v;
+        if (strcmp(value, "1/2") == 0)
+            v = 0.5;
+        else if (parse_double(value, &v) != 0 || !(v == 0.0 || v == 0.5 || v == 1.0)) {
+            snprintf(why, why_len, "must be 0, 0.5 (or 1/2) or 1");
+            return -1;
+        }
+        *(double *)at = v;
+        return 0;
+    }
+    }
+    snprintf(why, why_len, "unsupported type");
+    return -1;
+}
+
+/* ---- formatting one value --------------------------------------------- */
+
+/* The shortest text that strtod reads back to exactly v. */
+static void format_double(double v, char *buf, size_t len)
+{
+    if (v == floor(v) && fabs(v) < 1e15) {
+        snprintf(buf, len, "%.0f", v);
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
+static void format_field(const train_config *c, const field *f, char *buf, size_t len)
+{
+    const char *at = (const char *)c + f->off;
+    switch (f->type) {
+    case F_INT:
+        snprintf(buf, len, "%d", *(const int *)at);
+        return;
+    case F_I64:
+        snprintf(buf, len, "%" PRId64, *(const int64_t *)at);
+        return;
+    case F_U64:
+        snprintf(buf, len, "%" PRIu64, *(const uint64_t *)at);
+        return;
+    case F_DBL:
+    case F_CKPT:
+        format_double(*(const double *)at, buf, len);
+        return;
+    case F_BOOL:
+        snprintf(buf, len, "%s", *(const int *)at ? "true" : "false");
+        return;
+    case F_ENUM:
+    case F_STR:
+        snprintf(buf, len, "%.*s", (int)strnlen(at, f->size), at);
+        return;
+    }
+    buf[0] = '\0';
+}
+
+void train_config_print(FILE *out, const train_config *c)
+{
+    fprintf(out, "; burst train: effective configuration\n");
+    const char *section = NULL;
+    for (int i = 0; i < N_FIELDS; i++) {
+        const field *f = &fields[i];
+        if (!section || strcmp(section, f->section) != 0) {
+            fprintf(out, "%s[%s]\n", section ? "\n" : "", f->section);
+            section = f->section;
+        }
+        char value[512];
+        format_field(c, f, value, sizeof value);
+        fprintf(out, "%s =%s%s\n", f->key, value[0] ? " " : "", value);
+    }
+}
+
+/* ---- loading a file --------------------------------------------------- */
+
+typedef struct {
+    FILE *file;
+    const char *path;
+    train_config *c;
+    int pass;          /* 1: only [model] preset; 2: every key */
+    int lineno;        /* the line inih is parsing */
+    int at_line_start; /* the next chunk read starts a new line */
+    char preset[32];   /* found in pass 1 */
+    int err_line;      /* first error of ours, 0 if none */
+    char err[512];
+} load_state;
+
+static void load_error(load_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void load_error(load_state *st, const char *fmt, ...)
+{
+    if (st->err_line) return; /* keep the first */
+    st->err_line = st->lineno;
+    int n = snprintf(st->err, sizeof st->err, "%s:%d: ", st->path, st->lineno);
+    if (n < 0 || (size_t)n >= sizeof st->err) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->err + n, sizeof st->err - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+/* fgets for inih that counts lines, refuses lines inih would split, and checks
+ * section headers (inih reports no section that has no keys). */
+static char *load_reader(char *str, int num, void *stream)
+{
+    load_state *st = stream;
+    if (st->err_line) return NULL;
+    if (!fgets(str, num, st->file)) return NULL;
+    if (st->at_line_start) st->lineno++;
+    size_t n = strlen(str);
+    st->at_line_start = n > 0 && str[n - 1] == '\n';
+    if (!st->at_line_start && n + 1 == (size_t)num) {
+        load_error(st, "line too long (at most %d characters)", LINE_MAX_CHARS);
+        return NULL;
+    }
+    const char *p = str;
+    if (st->lineno == 1 && strncmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3;
+    while (isspace((unsigned char)*p)) p++;
+    if (*p == '[') {
+        const char *end = strchr(p + 1, ']');
+        if (end) {
+            char name[INI_MAX_LINE];
+            snprintf(name, sizeof name, "%.*s", (int)(end - p - 1), p + 1);
+            if (!known_section(name)) {
+                load_error(st, "unknown section [%s]", name);
+                return NULL;
+            }
+        }
+    }
+    return str;
+}
+
+static int load_handler(void *user, const char *section, const char *name, const char *value)
+{
+    load_state *st = user;
+    int is_preset = strcmp(section, "model") == 0 && strcmp(name, "preset") == 0;
+    if (st->pass == 1) {
+        /* Errors are left to pass 2, which sees every one in file order. */
+        train_config scratch;
+        char why[8];
+        if (is_preset &&
+            set_field(&scratch, find_field(section, name), value, why, sizeof why) == 0)
+            set_string(st->preset, sizeof st->preset, value);
+        return 1;
+    }
+    if (st->err_line) return 0;
+    if (section[0] == '\0') {
+        load_error(st, "key '%s' outside any section", name);
+        return 0;
+    }
+    if (!known_section(section)) {
+        load_error(st, "unknown section [%s]", section);
+        return 0;
+    }
+    const field *f = find_field(section, name);
+    if (!f) {
+        load_error(st, "unknown key [%s] %s", section, name);
+        return 0;
+    }
+    /* The preset's dimensions were applied after pass 1; here it is only named. */
+    char why[256];
+    if (set_field(st->c, f, value, why, sizeof why) != 0) {
+        load_error(st, "[%s] %s = '%s': %s", section, name, value, why);
+        return 0;
+    }
+    return 1;
+}
+
+/* 0, -1 when the file cannot be opened or read, -2 for an error in it. */
+static int load_pass(load_state *st, char *err, size_t err_len)
+{
+    st->file = fopen(st->path, "r");
+    if (!st->file) {
+        snprintf(err, err_len, "%s: %s", st->path, strerror(errno));
+        return -1;
+    }
+    st->lineno = 0;
+    st->at_line_start = 1;
+    st->err_line = 0;
+    int rc = ini_parse_stream(load_reader, st, load_handler, st);
+    int read_error = ferror(st->file);
+    fclose(st->file);
+    st->file = NULL;
+    if (rc > 0 && (st->err_line == 0 || rc < st->err_line)) {
+        snprintf(err, err_len, "%s:%d: syntax error (expected [section] or key = value)", st->path,
+                 rc);
+        return -2;
+    }
+    if (st->err_line) {
+        snprintf(err, err_len, "%s", st->err);
+        return -2;
+    }
+    if (rc != 0 || read_error) {
+        snprintf(err, err_len, "%s: could not be read", st->path);
+        return -1;
+    }
+    return 0;
+}
+
+int train_config_load(train_config *c, const char *path, char *err, size_t err_len)
+{
+    train_config work = *c;
+    load_state st = {.path = path, .c = &work, .pass = 1};
+    if (load_pass(&st, err, err_len) == -1) return -1; /* errors of content: see pass 2 */
+    if (st.preset[0]) train_config_preset(&work, st.preset);
+    st.pass = 2;
+    if (load_pass(&st, err, err_len) != 0) return -1;
+    *c = work;
+    return 0;
+}
+
+/* ---- --set ------------------------------------------------------------ */
+
+static void trim(char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+    size_t k = 0;
+    while (isspace((unsigned char)s[k])) k++;
+    memmove(s, s + k, n - k + 1);
+}
+
+int train_config_set(train_config *c, const char *assignment, char *err, size_t err_len)
+{
+    char buf[1024];
+    if (strlen(assignment) >= sizeof buf) {
+        snprintf(err, err_len, "--set %.40s...: too long", assignment);
+        return -1;
+    }
+    snprintf(buf, sizeof buf, "%s", assignment);
+    char *eq = strchr(buf, '='), *dot = strchr(buf, '.');
+    if (!eq || !dot || dot > eq) {
+        snprintf(err, err_len, "--set %s: expected section.key=value", assignment);
+        return -1;
+    }
+    *eq = '\0';
+    *dot = '\0';
+    char *section = buf, *key = dot + 1, *value = eq + 1;
+    trim(section);
+    trim(key);
+    trim(value);
+    if (!known_section(section)) {
+        snprintf(err, err_len, "--set %s: unknown section [%s]", assignment, section);
+        return -1;
+    }
+    const field *f = find_field(section, key);
+    if (!f) {
+        snprintf(err, err_len, "--set %s: unknown key [%s] %s", assignment, section, key);
+        return -1;
+    }
+    train_config work = *c;
+    char why[256];
+    if (set_field(&work, f, value, why, sizeof why) != 0) {
+        snprintf(err, err_len, "--set %s: %s", assignment, why);
+        return -1;
+    }
+    if (strcmp(section, "model") == 0 && strcmp(key, "preset") == 0)
+        train_config_preset(&work, value);
+    *c = work;
+    return 0;
+}
+
+/* ---- the configuration as a whole ------------------------------------- */
+
+static int fail(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t err_len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int train_config_validate(const train_config *c, int world_size, char *err, size_t err_len)
+{
+    /* Every field on its own, with the parser's rules (for structs filled in code). */
+    for (int i = 0; i < N_FIELDS; i++) {
+        const field *f = &fields[i];
+        char value[512], why[256];
+        train_config scratch = *c;
+        format_field(c, f, value, sizeof value);
+        if (set_field(&scratch, f, value, why, sizeof why) != 0)
+            return fail(err, err_len, "[%s] %s = '%s': %s", f->section, f->key, value, why);
+    }
+    if (world_size < 1) return fail(err, err_len, "the world size %d is not positive", world_size);
+
+    if (c->n_heads % c->n_kv_heads != 0)
+        return fail(err, err_len,
+                    "[model] n_heads = %d is not a multiple of [model] n_kv_heads = %d", c->n_heads,
+                    c->n_kv_heads);
+    if (c->d_model % c->n_heads != 0)
+        return fail(err, err_len, "[model] d_model = %d is not a multiple of [model] n_heads = %d",
+                    c->d_model, c->n_heads);
+    if ((c->d_model / c->n_heads) % 8 != 0)
+        return fail(err, err_len,
+                    "[model] d_model / n_heads = %d: the head dimension must be a multiple of 8",
+                    c->d_model / c->n_heads);
+
+    if ((int64_t)c->dp * c->cp != world_size)
+        return fail(err, err_len,
+                    "[parallel] dp = %d times cp = %d is %" PRId64
+                    " ranks, but the world size is %d",
+                    c->dp, c->cp, (int64_t)c->dp * c->cp, world_size);
+
+    if (strcmp(c->source, "hdf5") == 0 && !c->path[0])
+        return fail(err, err_len, "[data] source = hdf5 needs [data] path (corpus files)");
+
+    int window = strcmp(c->mask, "window") == 0;
+    if (window && c->window < 1)
+        return fail(err, err_len,
+                    "[parallel] window = %" PRId64 " must be at least 1 for mask = window",
+                    c->window);
+    const char *layout = c->layout;
+    if (strcmp(layout, "auto") == 0) layout = window ? "contiguous" : "zigzag";
+    int zigzag = strcmp(layout, "zigzag") == 0;
+    int64_t unit = zigzag ? 2 * (int64_t)c->cp : c->cp;
+    if (c->seq_len % unit != 0)
+        return fail(err, err_len,
+                    "[data] seq_len = %" PRId64 " is not a multiple of %" PRId64
+                    " (%s[parallel] cp = %d) as the %s layout needs",
+                    c->seq_len, unit, zigzag ? "2 * " : "", c->cp, layout);
+    if (c->seq_len > c->max_seq)
+        return fail(err, err_len, "[data] seq_len = %" PRId64 " exceeds [model] max_seq = %" PRId64,
+                    c->seq_len, c->max_seq);
+
+    if (c->ckpt_fraction == 0.5 && (window || !zigzag))
+        return fail(err, err_len,
+                    "[memory] ckpt_fraction = 0.5 needs the causal mask with the zigzag layout "
+                    "(here mask = %s, layout = %s); use 0 or 1",
+                    c->mask, layout);
+
+    if (c->min_lr > c->lr)
+        return fail(err, err_len, "[train] min_lr = %g exceeds [train] lr = %g", c->min_lr, c->lr);
+    if (c->warmup_steps > c->steps)
+        return fail(err, err_len,
+                    "[train] warmup_steps = %" PRId64 " exceeds [train] steps = %" PRId64,
+                    c->warmup_steps, c->steps);
+    if (c->head_chunk < 1)
+        return fail(err, err_len, "[memory] head_chunk = %" PRId64 " must be at least 1",
+                    c->head_chunk);
+    return 0;
+}

@@ -1,0 +1,236 @@
+/* hdf5_source.c: the token source over HDF5 corpora (io/corpus.h). Sample i is
+ * a window of seq_len + 1 tokens inside one file: windows follow each other
+ * with a stride of seq_len + 1, in file order (sequential) or in a seeded
+ * permutation (shuffled). A rank reads by hyperslab only its layout's chunks,
+ * each with one extra token for the last label, never a whole file. A
+ * background thread reads the sample the engine announces next
+ * (token_source.prefetch) while the step computes; the time the engine still
+ * had to wait is counted. (HDF5 here is built thread-safe with one global lock,
+ * so one reader thread is all that helps.) */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/corpus.h"
+#include "src/train/data/token_source.h"
+#include "util/clock.h"
+
+typedef struct {
+    token_source base;
+    io_corpus **files;
+    int n_files;
+    int64_t *first_window; /* [n_files + 1]: cumulative window counts */
+    int64_t n_windows, seq_len;
+    int shuffled;
+    uint64_t seed, multiplier;
+    seq_chunk chunks[2];
+    int n_chunks;
+    int64_t n_local;
+    /* prefetch: one slot, filled by the thread */
+    pthread_t thread;
+    pthread_mutex_t io_lock; /* one reader of the files at a time */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int running, want_valid, have_valid;
+    int64_t want_index, have_index;
+    int64_t *have_tokens, *have_labels;
+    int have_status;
+    char have_err[256];
+    double wait_s;
+} hdf5_source;
+
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Window of sample index: a bijection of [0, n_windows) when shuffled. */
+static int64_t window_of(const hdf5_source *s, int64_t index)
+{
+    uint64_t n = (uint64_t)s->n_windows, i = (uint64_t)index % n;
+    if (!s->shuffled) return (int64_t)i;
+    return (int64_t)((s->multiplier * i + s->seed % n) % n);
+}
+
+static int read_sample(hdf5_source *s, int64_t index, int64_t *tokens, int64_t *labels, char *err,
+                       size_t err_len)
+{
+    int64_t w = window_of(s, index);
+    int f = 0;
+    while (w >= s->first_window[f + 1]) f++;
+    int64_t start = (w - s->first_window[f]) * (s->seq_len + 1), i = 0;
+    int64_t *buf = malloc((size_t)(s->n_local + 2) * sizeof(int64_t));
+    for (int c = 0; c < s->n_chunks; c++) {
+        int64_t len = s->chunks[c].end - s->chunks[c].begin;
+        pthread_mutex_lock(&s->io_lock);
+        int st = io_corpus_read(s->files[f], start + s->chunks[c].begin, len + 1, buf, err, err_len);
+        pthread_mutex_unlock(&s->io_lock);
+        if (st != 0) {
+            free(buf);
+            return -1;
+        }
+        for (int64_t k = 0; k < len; k++, i++) {
+            tokens[i] = buf[k];
+            labels[i] = buf[k + 1];
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+static void *prefetch_thread(void *arg)
+{
+    hdf5_source *s = arg;
+    pthread_mutex_lock(&s->lock);
+    while (s->running) {
+        if (!s->want_valid || (s->have_valid && s->have_index == s->want_index)) {
+            pthread_cond_wait(&s->cond, &s->lock);
+            continue;
+        }
+        int64_t index = s->want_index;
+        s->have_valid = 0;
+        pthread_mutex_unlock(&s->lock);
+        char err[256] = "";
+        int st = read_sample(s, index, s->have_tokens, s->have_labels, err, sizeof err);
+        pthread_mutex_lock(&s->lock);
+        s->have_index = index;
+        s->have_status = st;
+        snprintf(s->have_err, sizeof s->have_err, "%s", err);
+        s->have_valid = 1;
+        pthread_cond_broadcast(&s->cond);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+static void source_prefetch(token_source *base, int64_t index)
+{
+    hdf5_source *s = (hdf5_source *)base;
+    pthread_mutex_lock(&s->lock);
+    s->want_index = index;
+    s->want_valid = 1;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int source_read(token_source *base, int64_t index, int64_t seq_len, const seq_chunk *chunks,
+                       int n_chunks, int64_t *tokens, int64_t *labels)
+{
+    hdf5_source *s = (hdf5_source *)base;
+    (void)seq_len, (void)chunks, (void)n_chunks; /* fixed at creation */
+    double t0 = bu_now();
+    pthread_mutex_lock(&s->lock);
+    int prefetched = s->want_valid && s->want_index == index;
+    while (prefetched && !(s->have_valid && s->have_index == index))
+        pthread_cond_wait(&s->cond, &s->lock);
+    int st = -1;
+    if (prefetched) {
+        st = s->have_status;
+        if (st == 0) {
+            memcpy(tokens, s->have_tokens, (size_t)s->n_local * sizeof(int64_t));
+            memcpy(labels, s->have_labels, (size_t)s->n_local * sizeof(int64_t));
+        } else {
+            fprintf(stderr, "burst train: %s\n", s->have_err);
+        }
+        s->want_valid = 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!prefetched) {
+        char err[256];
+        st = read_sample(s, index, tokens, labels, err, sizeof err);
+        if (st != 0) fprintf(stderr, "burst train: %s\n", err);
+    }
+    s->wait_s += bu_now() - t0;
+    return st;
+}
+
+static double source_wait(token_source *base) { return ((hdf5_source *)base)->wait_s; }
+
+static void source_free(token_source *base)
+{
+    hdf5_source *s = (hdf5_source *)base;
+    if (s->running) {
+        pthread_mutex_lock(&s->lock);
+        s->running = 0;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->thread, NULL);
+    }
+    for (int f = 0; f < s->n_files; f++) io_corpus_close(s->files[f]);
+    free(s->files);
+    free(s->first_window);
+    free(s->have_tokens);
+    free(s->have_labels);
+    free(s);
+}
+
+token_source *hdf5_source_create(const char *paths, int64_t seq_len, int vocab, int shuffled,
+                                 uint64_t seed, const seq_layout *layout, int rank, char *err,
+                                 size_t err_len)
+{
+    hdf5_source *s = calloc(1, sizeof *s);
+    s->base.read = source_read;
+    s->base.free = source_free;
+    s->base.prefetch = source_prefetch;
+    s->base.wait_seconds = source_wait;
+    s->base.vocab = vocab;
+    s->seq_len = seq_len;
+    s->shuffled = shuffled;
+    s->seed = seed;
+    s->n_chunks = seq_layout_chunks(layout, rank, s->chunks);
+    s->n_local = layout->n;
+    char *list = strdup(paths), *save = NULL;
+    s->first_window = calloc(1, sizeof(int64_t));
+    for (char *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        io_corpus *c;
+        if (io_corpus_open(p, &c, err, err_len) != 0) goto fail;
+        if ((int64_t)io_corpus_vocab(c) > vocab) {
+            snprintf(err, err_len, "%s: vocab_size %u exceeds the model's [model] vocab = %d", p,
+                     io_corpus_vocab(c), vocab);
+            io_corpus_close(c);
+            goto fail;
+        }
+        int64_t windows = io_corpus_n_tokens(c) / (seq_len + 1);
+        if (windows < 1) {
+            snprintf(err, err_len, "%s: %lld tokens, fewer than one sequence of [data] seq_len + 1 = %lld",
+                     p, (long long)io_corpus_n_tokens(c), (long long)seq_len + 1);
+            io_corpus_close(c);
+            goto fail;
+        }
+        s->files = realloc(s->files, (size_t)(s->n_files + 1) * sizeof *s->files);
+        s->first_window = realloc(s->first_window, (size_t)(s->n_files + 2) * sizeof(int64_t));
+        s->files[s->n_files] = c;
+        s->first_window[s->n_files + 1] = s->first_window[s->n_files] + windows;
+        s->n_files++;
+    }
+    if (s->n_files == 0) {
+        snprintf(err, err_len, "[data] path names no corpus file");
+        goto fail;
+    }
+    s->n_windows = s->first_window[s->n_files];
+    s->multiplier = 1;
+    if (shuffled) { /* an odd multiplier coprime with the window count */
+        s->multiplier = (seed * 2654435761ull) | 1;
+        while (gcd(s->multiplier % (uint64_t)s->n_windows, (uint64_t)s->n_windows) != 1)
+            s->multiplier += 2;
+    }
+    s->have_tokens = malloc((size_t)s->n_local * sizeof(int64_t));
+    s->have_labels = malloc((size_t)s->n_local * sizeof(int64_t));
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->io_lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    s->running = 1;
+    pthread_create(&s->thread, NULL, prefetch_thread, s);
+    free(list);
+    return &s->base;
+fail:
+    free(list);
+    source_free(&s->base);
+    return NULL;
+}

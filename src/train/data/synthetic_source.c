@@ -1,0 +1,63 @@
+/* synthetic_source.c: the in-memory token source of synthetic tasks; see
+ * token_source.h. Each sample is a pure function of (seed, index), so every
+ * rank sees the same sequence without communicating. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/train/data/token_source.h"
+#include "util/rng.h"
+
+typedef struct {
+    token_source base;
+    int copy; /* 1: copy task, 0: counting */
+    uint64_t seed;
+} synthetic;
+
+/* Token at global position p (0..seq_len) of sample index. */
+static int64_t token_at(const synthetic *s, int64_t index, int64_t seq_len, int64_t p)
+{
+    uint64_t sample = bu_splitmix64(s->seed ^ bu_splitmix64((uint64_t)index));
+    int64_t V = s->base.vocab;
+    if (!s->copy) return (int64_t)((sample + (uint64_t)p) % (uint64_t)V);
+    int64_t half = (seq_len + 1) / 2;
+    if (p >= half) p -= half;
+    return 2 + (int64_t)(bu_splitmix64(sample ^ (uint64_t)p) % (uint64_t)(V - 2)); /* 0, 1 reserved */
+}
+
+static int synthetic_read(token_source *base, int64_t index, int64_t seq_len,
+                          const seq_chunk *chunks, int n_chunks, int64_t *tokens, int64_t *labels)
+{
+    const synthetic *s = (const synthetic *)base;
+    int64_t half = (seq_len + 1) / 2, i = 0;
+    for (int c = 0; c < n_chunks; c++)
+        for (int64_t p = chunks[c].begin; p < chunks[c].end; p++, i++) {
+            tokens[i] = token_at(s, index, seq_len, p);
+            int predictable = !s->copy || p + 1 >= half;
+            labels[i] = predictable ? token_at(s, index, seq_len, p + 1) : TOKEN_IGNORE;
+        }
+    return 0;
+}
+
+static void synthetic_free(token_source *s) { free(s); }
+
+token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed, char *err,
+                                      size_t err_len)
+{
+    int copy = strcmp(task, "copy") == 0;
+    if (!copy && strcmp(task, "counting") != 0) {
+        snprintf(err, err_len, "[data] task = '%s': expected copy or counting", task);
+        return NULL;
+    }
+    if (vocab < 3) {
+        snprintf(err, err_len, "[model] vocab = %d: synthetic tasks need at least 3 tokens", vocab);
+        return NULL;
+    }
+    synthetic *s = calloc(1, sizeof *s);
+    s->base.read = synthetic_read;
+    s->base.free = synthetic_free;
+    s->base.vocab = vocab;
+    s->copy = copy;
+    s->seed = seed;
+    return &s->base;
+}

@@ -1,0 +1,47 @@
+/* token_source.h: where training sequences come from. A source hands a rank the
+ * tokens at the global positions its layout gives it, plus the label of each
+ * (the token that follows; ignore_index where nothing is to be predicted), for
+ * sample `index` of the run. A source may read only those positions, so a
+ * corpus far larger than memory can be streamed. This version has the
+ * synthetic in-memory source; the HDF5 corpus reader plugs in here. */
+#ifndef BURST_TOKEN_SOURCE_H
+#define BURST_TOKEN_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/attn/seq_layout.h"
+
+enum { TOKEN_IGNORE = -100 };
+
+typedef struct token_source token_source;
+struct token_source {
+    /* tokens [n], labels [n] for the positions of chunks (in chunk order). */
+    int (*read)(token_source *s, int64_t index, int64_t seq_len, const seq_chunk *chunks,
+                int n_chunks, int64_t *tokens, int64_t *labels);
+    void (*free)(token_source *s);
+    /* Optional: the sample the engine will ask for next, to read it ahead. */
+    void (*prefetch)(token_source *s, int64_t index);
+    /* Optional: seconds read() made the engine wait so far. */
+    double (*wait_seconds)(token_source *s);
+    int vocab;
+};
+
+/* Synthetic tasks over a vocabulary of `vocab` tokens, seeded per sample:
+ *   copy:     a random first half, then the same tokens again; only the second
+ *             half is predicted, and only by attending half a sequence back;
+ *   counting: each token is the previous plus one (mod vocab), from a random start. */
+token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed, char *err,
+                                      size_t err_len);
+
+/* Corpora in HDF5 (io/corpus.h): paths is a comma-separated list of files;
+ * sample i is a window of seq_len + 1 tokens (stride seq_len + 1) inside one
+ * file, taken in order or in a seeded permutation; a rank reads only the
+ * chunks of its layout position, and a thread reads the announced next sample
+ * ahead. Errors (a file that is not a corpus, a vocabulary larger than the
+ * model's, fewer tokens than one sequence) name the file. */
+token_source *hdf5_source_create(const char *paths, int64_t seq_len, int vocab, int shuffled,
+                                 uint64_t seed, const seq_layout *layout, int rank, char *err,
+                                 size_t err_len);
+
+#endif

@@ -1,0 +1,122 @@
+/* lm_head.c: see lm_head.h. The LM head and the cross-entropy in one pass over
+ * chunks of tokens (DESIGN.md §4.6): per chunk of c rows,
+ *   logits[c, V] = h[c, D] W^T          (scratch, the only logits alive)
+ *   dlogits[c, V] in place               (bk_cross_entropy_fwd_bwd, times scale)
+ *   dh[c, D]  = dlogits W
+ *   dW[V, D] += dlogits^T h[c, D]
+ * Scratch layout: logits [chunk_tokens, V], then the per-row losses
+ * [chunk_tokens]. The loss sum is accumulated in double, in row order, so the
+ * fused and unfused paths report the same sum. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "src/train/lm_head.h"
+
+/* Every label is ignore_index or in [0, V). Checked over all n rows before
+ * anything is written, so a bad label in a late chunk leaves dh and dW alone. */
+static int labels_ok(int64_t n, int64_t V, const int64_t *labels, int64_t ignore_index)
+{
+    for (int64_t r = 0; r < n; r++)
+        if (labels[r] != ignore_index && (labels[r] < 0 || labels[r] >= V)) return 0;
+    return 1;
+}
+
+/* Arguments common to both paths. */
+static bk_status check_args(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
+                            int64_t V, const float *h, const float *W, const int64_t *labels,
+                            const double *loss_sum, const int64_t *n_valid, const float *dh,
+                            const float *dW)
+{
+    BK_CHECK_ARG(q != NULL && o != NULL);
+    if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED; /* sums the losses on the host */
+    BK_CHECK_ARG(n >= 0 && D > 0 && V > 0);
+    BK_CHECK_ARG(o->z_loss >= 0.0f);
+    BK_CHECK_ARG(h != NULL && W != NULL && labels != NULL && dh != NULL && dW != NULL);
+    BK_CHECK_ARG(loss_sum != NULL && n_valid != NULL);
+    BK_CHECK_ARG(labels_ok(n, V, labels, o->ignore_index));
+    return BK_OK;
+}
+
+/* One block of `rows` tokens starting at h, labels, dh: logits into `logits`
+ * [rows, V], per-row losses into `loss` [rows]. Adds to *loss_sum, *n_valid
+ * and dW. */
+static bk_status head_block(const bk_queue *q, const lm_head_opts *o, int64_t rows, int64_t D,
+                            int64_t V, const float *h, const float *W, const int64_t *labels,
+                            float scale, double *loss_sum, int64_t *n_valid, float *dh, float *dW,
+                            float *logits, float *loss)
+{
+    bk_status st;
+    /* logits[rows, V] = h[rows, D] W[V, D]^T */
+    st = bk_gemm(q, BK_NO_TRANS, BK_TRANS, rows, V, D, 1.0f, h, D, W, D, 0.0f, logits, V);
+    if (st != BK_OK) return st;
+    int64_t valid = 0;
+    st = bk_cross_entropy_fwd_bwd(q, rows, V, logits, V, labels, o->ignore_index, scale, o->z_loss,
+                                  loss, NULL, &valid);
+    if (st != BK_OK) return st;
+    double s = 0.0;
+    for (int64_t r = 0; r < rows; r++) s += (double)loss[r]; /* ignored rows are 0 */
+    *loss_sum += s;
+    *n_valid += valid;
+    if (valid == 0) {
+        /* Every row ignored: dlogits is 0, so dh is 0 and dW does not change;
+         * skip the GEMMs (and never multiply 0 by a non-finite h). */
+        memset(dh, 0, (size_t)rows * (size_t)D * sizeof(float));
+        return BK_OK;
+    }
+    /* dh[rows, D] = dlogits[rows, V] W[V, D] */
+    st = bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, rows, D, V, 1.0f, logits, V, W, D, 0.0f, dh, D);
+    if (st != BK_OK) return st;
+    /* dW[V, D] += dlogits[rows, V]^T h[rows, D] */
+    return bk_gemm(q, BK_TRANS, BK_NO_TRANS, V, D, rows, 1.0f, logits, V, h, D, 1.0f, dW, D);
+}
+
+size_t lm_head_scratch_floats(const lm_head_opts *o, int64_t V)
+{
+    /* 0 for invalid options or a size that does not fit size_t. */
+    if (o == NULL || o->chunk_tokens < 1 || V < 1) return 0;
+    size_t c = (size_t)o->chunk_tokens, v = (size_t)V;
+    if (c > (SIZE_MAX / sizeof(float)) / (v + 1)) return 0;
+    return c * v + c; /* logits [chunk, V] + loss [chunk] */
+}
+
+bk_status lm_head_fused(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D, int64_t V,
+                        const float *h, const float *W, const int64_t *labels, float scale,
+                        double *loss_sum, int64_t *n_valid, float *dh, float *dW, float *scratch)
+{
+    bk_status st = check_args(q, o, n, D, V, h, W, labels, loss_sum, n_valid, dh, dW);
+    if (st != BK_OK) return st;
+    BK_CHECK_ARG(scratch != NULL && lm_head_scratch_floats(o, V) > 0);
+    int64_t chunk = o->chunk_tokens;
+    float *logits = scratch;                           /* [chunk, V] */
+    float *loss = scratch + (size_t)chunk * (size_t)V; /* [chunk] */
+    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+        int64_t rows = n - r0 < chunk ? n - r0 : chunk;
+        st = head_block(q, o, rows, D, V, h + r0 * D, W, labels + r0, scale, loss_sum, n_valid,
+                        dh + r0 * D, dW, logits, loss);
+        if (st != BK_OK) return st;
+    }
+    return BK_OK;
+}
+
+bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D, int64_t V,
+                          const float *h, const float *W, const int64_t *labels, float scale,
+                          double *loss_sum, int64_t *n_valid, float *dh, float *dW)
+{
+    bk_status st = check_args(q, o, n, D, V, h, W, labels, loss_sum, n_valid, dh, dW);
+    if (st != BK_OK) return st;
+    if (n == 0) return BK_OK;
+    if ((size_t)n > SIZE_MAX / sizeof(float) / ((size_t)V + 1)) return BK_ERR_UNSUPPORTED;
+    float *logits = malloc((size_t)n * (size_t)V * sizeof(float)); /* [n, V] */
+    float *loss = malloc((size_t)n * sizeof(float));               /* [n] */
+    if (logits == NULL || loss == NULL) {
+        free(logits);
+        free(loss);
+        return BK_ERR_UNSUPPORTED;
+    }
+    st = head_block(q, o, n, D, V, h, W, labels, scale, loss_sum, n_valid, dh, dW, logits, loss);
+    free(logits);
+    free(loss);
+    return st;
+}

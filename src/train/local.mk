@@ -1,0 +1,7 @@
+# src/train/local.mk: the training engine: the model, the fused LM head, ZeRO-1
+# AdamW, the configuration and the token sources.
+libburst_train_a_SOURCES += src/train/model.h src/train/model.c \
+	src/train/lm_head.h src/train/lm_head.c src/train/optimizer.h src/train/optimizer.c \
+	src/train/config.h src/train/config.c \
+	src/train/data/token_source.h src/train/data/synthetic_source.c \
+	src/train/data/hdf5_source.c

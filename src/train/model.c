@@ -1,0 +1,465 @@
+/* model.c: the decoder's parameters and one forward + backward over this
+ * rank's share of a sequence; see model.h. Everything is fp32 on the CPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "src/train/model.h"
+#include "util/rng.h"
+
+/* ------------------------------------------------------------------ parameters */
+
+int model_layout_init(model_layout *m, const model_dims *d)
+{
+    memset(m, 0, sizeof *m);
+    m->dims = *d;
+    int64_t D = d->d_model, QD = (int64_t)d->n_heads * d->head_dim,
+            KD = (int64_t)d->n_kv_heads * d->head_dim, F = d->d_ff, V = d->vocab, at = 0;
+    m->embed = at;
+    at += V * D;
+    m->layer = calloc((size_t)d->layers, sizeof *m->layer);
+    for (int l = 0; l < d->layers; l++) {
+        layer_offsets *o = &m->layer[l];
+        o->attn_norm = at, at += D;
+        o->wq = at, at += D * QD;
+        o->wk = at, at += D * KD;
+        o->wv = at, at += D * KD;
+        o->wo = at, at += QD * D;
+        o->mlp_norm = at, at += D;
+        o->w_gate_up = at, at += D * 2 * F;
+        o->w_down = at, at += F * D;
+    }
+    m->final_norm = at, at += D;
+    if (d->tied) {
+        m->head = m->embed;
+    } else {
+        m->head = at;
+        at += V * D;
+    }
+    m->n_params = at;
+    return 0;
+}
+
+void model_layout_free(model_layout *m)
+{
+    free(m->layer);
+    m->layer = NULL;
+}
+
+/* N(0, 1) for parameter index i: a function of (seed, i) only. */
+static double normal_at(uint64_t seed, int64_t i)
+{
+    uint64_t a = bu_splitmix64(seed ^ bu_splitmix64((uint64_t)i * 2)),
+             b = bu_splitmix64(seed ^ bu_splitmix64((uint64_t)i * 2 + 1));
+    double u = ((double)(a >> 11) + 0.5) / 9007199254740992.0, w = (double)(b >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * w);
+}
+
+static void fill_ones(float *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) p[i] = 1.0f;
+}
+
+void model_init_params(const model_layout *m, float *params, uint64_t seed, double std)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < m->n_params; i++) params[i] = (float)(std * normal_at(seed, i));
+    int64_t D = m->dims.d_model;
+    for (int l = 0; l < m->dims.layers; l++) {
+        fill_ones(params + m->layer[l].attn_norm, D);
+        fill_ones(params + m->layer[l].mlp_norm, D);
+    }
+    fill_ones(params + m->final_norm, D);
+}
+
+void model_decay_mask(const model_layout *m, uint8_t *mask)
+{
+    memset(mask, 1, (size_t)m->n_params);
+    int64_t D = m->dims.d_model;
+    for (int l = 0; l < m->dims.layers; l++) {
+        memset(mask + m->layer[l].attn_norm, 0, (size_t)D);
+        memset(mask + m->layer[l].mlp_norm, 0, (size_t)D);
+    }
+    memset(mask + m->final_norm, 0, (size_t)D);
+}
+
+double model_flops_per_sequence(const model_layout *m, int64_t N, double attn_pair_fraction)
+{
+    const model_dims *d = &m->dims;
+    double D = d->d_model, QD = (double)d->n_heads * d->head_dim,
+           KD = (double)d->n_kv_heads * d->head_dim, F = d->d_ff, V = d->vocab;
+    double per_token = 2.0 * d->layers * (D * QD + 2 * D * KD + QD * D + 3 * D * F) + 2.0 * V * D;
+    double attention = 4.0 * d->layers * (double)N * (double)N * QD * attn_pair_fraction;
+    return per_token * (double)N + attention;
+}
+
+/* ------------------------------------------------------------------ runner */
+
+typedef struct {
+    int layer, micro_batch; /* the key this entry was stored under */
+    float *x_in;            /* [n, D] the layer's input */
+    float *o_kept;          /* [n_kept, Hq*hd] attention output of the kept rows */
+    float *lse_kept;        /* [n_kept, Hq] */
+} stored_layer;
+
+struct model_runner {
+    model_runner_config cfg;
+    const model_layout *m;
+    int64_t n, D, QD, KD, F, V, Hq, n_kept;
+    int64_t *pos;                    /* [n] global positions */
+    ring_schedule *fwd, *bwd, *half; /* half: recompute of the early chunks */
+    ring_exec_ctx ring;
+    stored_layer *store;             /* [layers * micro_batches] */
+    /* workspace, [n, ...] each */
+    float *x, *a, *rstd1, *q, *k, *v, *o, *lse, *x1, *b, *rstd2, *g, *s;
+    float *dx, *dx1, *dtmp, *d_o, *dq, *dk, *dv, *ds, *dg, *hn, *dhn, *rstd_f;
+    float *head_scratch;
+    size_t workspace_floats;
+};
+
+static float *alloc_floats(model_runner *r, int64_t count)
+{
+    r->workspace_floats += (size_t)count;
+    return calloc((size_t)count, sizeof(float));
+}
+
+model_runner *model_runner_create(const model_runner_config *cfg, char *err, size_t err_len)
+{
+    const model_dims *d = &cfg->model->dims;
+    model_runner *r = calloc(1, sizeof *r);
+    r->cfg = *cfg;
+    r->m = cfg->model;
+    r->n = cfg->layout.n;
+    r->D = d->d_model;
+    r->Hq = d->n_heads;
+    r->QD = (int64_t)d->n_heads * d->head_dim;
+    r->KD = (int64_t)d->n_kv_heads * d->head_dim;
+    r->F = d->d_ff;
+    r->V = d->vocab;
+    int half = cfg->ckpt_fraction > 0.25 && cfg->ckpt_fraction < 0.75;
+    if (half && !(cfg->layout.kind == LAYOUT_ZIGZAG && (cfg->mask.flags & BK_ATTN_CAUSAL) &&
+                  !(cfg->mask.flags & ~BK_ATTN_CAUSAL))) {
+        snprintf(err, err_len, "[memory] ckpt_fraction = 0.5 needs a causal mask with the zigzag layout");
+        free(r);
+        return NULL;
+    }
+    r->n_kept = cfg->ckpt_fraction >= 0.75 ? r->n : half ? r->n / 2 : 0;
+    r->pos = malloc((size_t)r->n * sizeof(int64_t));
+    seq_layout_positions(&cfg->layout, bt_comm_rank(cfg->cp), r->pos);
+
+    ring_plan_config pc = {.topo = cfg->topo, .nodes = cfg->nodes, .layout = cfg->layout,
+                           .need = {.mask = cfg->mask, .N = cfg->layout.N}, .h_q = d->n_heads,
+                           .h_kv = d->n_kv_heads, .d = d->head_dim};
+    r->fwd = ring_plan(&pc, RING_FORWARD, err, err_len);
+    r->bwd = r->fwd ? ring_plan(&pc, ring_choose_backward(cfg->backward, d->n_heads,
+                                                          d->n_kv_heads, d->head_dim),
+                                err, err_len)
+                    : NULL;
+    if (r->bwd && half) {
+        /* The early chunks of the zigzag layout are the first half of the
+         * sequence, laid out contiguously: chunk r on rank r. */
+        ring_plan_config hc = pc;
+        hc.topo = TOPO_FLAT;
+        if (seq_layout_init(&hc.layout, LAYOUT_CONTIGUOUS, cfg->layout.P, cfg->layout.N / 2, err,
+                            err_len) == 0)
+            r->half = ring_plan(&hc, RING_FORWARD, err, err_len);
+    }
+    if (!r->fwd || !r->bwd || (half && !r->half)) {
+        model_runner_free(r);
+        return NULL;
+    }
+    r->ring = (ring_exec_ctx){.comm = cfg->cp, .queue = cfg->queue,
+                              .scale = 1.0f / sqrtf((float)d->head_dim), .mask = cfg->mask};
+
+    int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, F = r->F;
+    r->x = alloc_floats(r, n * D), r->a = alloc_floats(r, n * D), r->rstd1 = alloc_floats(r, n);
+    r->q = alloc_floats(r, n * QD), r->k = alloc_floats(r, n * KD), r->v = alloc_floats(r, n * KD);
+    r->o = alloc_floats(r, n * QD), r->lse = alloc_floats(r, n * r->Hq);
+    r->x1 = alloc_floats(r, n * D), r->b = alloc_floats(r, n * D), r->rstd2 = alloc_floats(r, n);
+    r->g = alloc_floats(r, n * 2 * F), r->s = alloc_floats(r, n * F);
+    r->dx = alloc_floats(r, n * D), r->dx1 = alloc_floats(r, n * D), r->dtmp = alloc_floats(r, n * D);
+    r->d_o = alloc_floats(r, n * QD), r->dq = alloc_floats(r, n * QD);
+    r->dk = alloc_floats(r, n * KD), r->dv = alloc_floats(r, n * KD);
+    r->ds = alloc_floats(r, n * F), r->dg = alloc_floats(r, n * 2 * F);
+    r->hn = alloc_floats(r, n * D), r->dhn = alloc_floats(r, n * D), r->rstd_f = alloc_floats(r, n);
+    r->head_scratch = alloc_floats(r, cfg->fused_head ? (int64_t)lm_head_scratch_floats(&cfg->head, r->V) : 1);
+
+    int entries = d->layers * cfg->micro_batches;
+    r->store = calloc((size_t)entries, sizeof *r->store);
+    for (int e = 0; e < entries; e++) {
+        r->store[e].layer = -1;
+        r->store[e].x_in = malloc((size_t)(n * D) * sizeof(float));
+        r->store[e].o_kept = malloc((size_t)(r->n_kept * QD + 1) * sizeof(float));
+        r->store[e].lse_kept = malloc((size_t)(r->n_kept * r->Hq + 1) * sizeof(float));
+    }
+    return r;
+}
+
+void model_runner_free(model_runner *r)
+{
+    if (!r) return;
+    ring_schedule_free(r->fwd);
+    ring_schedule_free(r->bwd);
+    ring_schedule_free(r->half);
+    float *bufs[] = {r->x, r->a, r->rstd1, r->q, r->k, r->v, r->o, r->lse, r->x1, r->b, r->rstd2,
+                     r->g, r->s, r->dx, r->dx1, r->dtmp, r->d_o, r->dq, r->dk, r->dv, r->ds,
+                     r->dg, r->hn, r->dhn, r->rstd_f, r->head_scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    for (int e = 0; r->store && e < r->m->dims.layers * r->cfg.micro_batches; e++) {
+        free(r->store[e].x_in);
+        free(r->store[e].o_kept);
+        free(r->store[e].lse_kept);
+    }
+    free(r->store);
+    free(r->pos);
+    free(r);
+}
+
+size_t model_runner_stored_bytes(const model_runner *r)
+{
+    size_t per_layer = (size_t)(r->n * r->D + r->n_kept * (r->QD + r->Hq));
+    return per_layer * (size_t)r->m->dims.layers * (size_t)r->cfg.micro_batches * sizeof(float);
+}
+
+size_t model_runner_transient_bytes(const model_runner *r)
+{
+    const ring_schedule *s[2] = {r->fwd, r->bwd};
+    size_t ring = 0;
+    for (int i = 0; i < 2; i++) {
+        size_t b = RING_N_SLOTS * s[i]->input_bytes + 5 * s[i]->acc_bytes;
+        if (b > ring) ring = b;
+    }
+    return r->workspace_floats * sizeof(float) + ring;
+}
+
+/* ------------------------------------------------------------------ math helpers */
+
+#define CHECK_KERNEL(call)                                                                     \
+    do {                                                                                       \
+        if ((call) != BK_OK) return BT_ERR_ARG;                                                \
+    } while (0)
+
+/* C[m, n] = A[m, k] B[k, n] (+ C when accumulate) */
+static bk_status mm(const bk_queue *q, const float *A, int64_t m, int64_t k, const float *B,
+                    int64_t n, float *C, int accumulate)
+{
+    return bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, m, n, k, 1.0f, A, k, B, n, accumulate ? 1.0f : 0.0f,
+                   C, n);
+}
+
+/* dW[k, n] += A[m, k]^T dY[m, n] */
+static bk_status mm_grad_weight(const bk_queue *q, const float *A, int64_t m, int64_t k,
+                                const float *dY, int64_t n, float *dW)
+{
+    return bk_gemm(q, BK_TRANS, BK_NO_TRANS, k, n, m, 1.0f, A, k, dY, n, 1.0f, dW, n);
+}
+
+/* dA[m, k] (+)= dY[m, n] W[k, n]^T */
+static bk_status mm_grad_input(const bk_queue *q, const float *dY, int64_t m, int64_t n,
+                               const float *W, int64_t k, float *dA, int accumulate)
+{
+    return bk_gemm(q, BK_NO_TRANS, BK_TRANS, m, k, n, 1.0f, dY, n, W, n, accumulate ? 1.0f : 0.0f,
+                   dA, k);
+}
+
+static stored_layer *stored(model_runner *r, int layer, int mb)
+{
+    return &r->store[layer * r->cfg.micro_batches + mb];
+}
+
+/* a = RMSNorm(x_in), q, k, v = a W, RoPE on q and k at the global positions. */
+static bt_status attention_inputs(model_runner *r, const float *P, int l, const float *x_in)
+{
+    const bk_queue *q = r->cfg.queue;
+    const layer_offsets *o = &r->m->layer[l];
+    const model_dims *d = &r->m->dims;
+    int64_t n = r->n, D = r->D;
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, x_in, P + o->attn_norm, d->norm_eps, r->a, r->rstd1));
+    CHECK_KERNEL(mm(q, r->a, n, D, P + o->wq, r->QD, r->q, 0));
+    CHECK_KERNEL(mm(q, r->a, n, D, P + o->wk, r->KD, r->k, 0));
+    CHECK_KERNEL(mm(q, r->a, n, D, P + o->wv, r->KD, r->v, 0));
+    CHECK_KERNEL(bk_rope_fwd(q, n, d->n_heads, d->head_dim, r->pos, d->rope_theta, d->rope_scaling,
+                             r->q, r->q));
+    CHECK_KERNEL(bk_rope_fwd(q, n, d->n_kv_heads, d->head_dim, r->pos, d->rope_theta,
+                             d->rope_scaling, r->k, r->k));
+    return BT_OK;
+}
+
+/* x1 = x_in + O Wo; b = RMSNorm(x1); g = b W_gate_up; s = SwiGLU(g); and, when
+ * out is given, out = x1 + s W_down. */
+static bt_status mlp_part(model_runner *r, const float *P, int l, const float *x_in, float *out)
+{
+    const bk_queue *q = r->cfg.queue;
+    const layer_offsets *o = &r->m->layer[l];
+    int64_t n = r->n, D = r->D, F = r->F;
+    memcpy(r->x1, x_in, (size_t)(n * D) * sizeof(float));
+    CHECK_KERNEL(mm(q, r->o, n, r->QD, P + o->wo, D, r->x1, 1));
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x1, P + o->mlp_norm, r->m->dims.norm_eps, r->b, r->rstd2));
+    CHECK_KERNEL(mm(q, r->b, n, D, P + o->w_gate_up, 2 * F, r->g, 0));
+    CHECK_KERNEL(bk_swiglu_fwd(q, n, F, r->g, r->g + F, 2 * F, r->s));
+    if (out) {
+        memcpy(out, r->x1, (size_t)(n * D) * sizeof(float));
+        CHECK_KERNEL(mm(q, r->s, n, F, P + o->w_down, D, out, 1));
+    }
+    return BT_OK;
+}
+
+static bt_status ring_fwd_timed(model_runner *r, const ring_schedule *s, const float *q,
+                                const float *k, const float *v, float *o, float *lse, double *t,
+                                model_step_stats *stats)
+{
+    ring_exec_ctx c = r->ring;
+    c.sched = s;
+    ring_exec_stats rs;
+    bt_status st = ring_forward(&c, q, k, v, o, lse, &rs);
+    *t += rs.total_s;
+    stats->attn_wait_s += rs.wait_s;
+    return st;
+}
+
+/* O and lse of layer l for the backward: kept, recomputed, or both. */
+static bt_status attention_output_for_backward(model_runner *r, stored_layer *e,
+                                               model_step_stats *stats)
+{
+    int64_t n = r->n, kept = r->n_kept, first_kept = n - kept;
+    bt_status st = BT_OK;
+    if (kept < n && !r->half)
+        st = ring_fwd_timed(r, r->fwd, r->q, r->k, r->v, r->o, r->lse, &stats->attn_recompute_s,
+                            stats);
+    else if (kept < n) /* the early chunk alone, through the half-sequence ring */
+        st = ring_fwd_timed(r, r->half, r->q, r->k, r->v, r->o, r->lse, &stats->attn_recompute_s,
+                            stats);
+    if (st != BT_OK) return st;
+    memcpy(r->o + first_kept * r->QD, e->o_kept, (size_t)(kept * r->QD) * sizeof(float));
+    memcpy(r->lse + first_kept * r->Hq, e->lse_kept, (size_t)(kept * r->Hq) * sizeof(float));
+    return BT_OK;
+}
+
+/* Embedding and every layer; with mb >= 0 each layer's input and the kept part
+ * of O, lse are stored under (layer, mb). Leaves the last hidden state in r->x. */
+static bt_status forward_layers(model_runner *r, const float *P, const int64_t *tokens, int mb,
+                                model_step_stats *stats)
+{
+    const model_dims *d = &r->m->dims;
+    int64_t n = r->n, D = r->D, QD = r->QD, first_kept = n - r->n_kept;
+    bt_status st = BT_OK;
+    CHECK_KERNEL(bk_embedding_gather(r->cfg.queue, n, r->V, D, tokens, P + r->m->embed, r->x));
+    for (int l = 0; l < d->layers && st == BT_OK; l++) {
+        if (mb >= 0) {
+            stored_layer *e = stored(r, l, mb);
+            e->layer = l;
+            e->micro_batch = mb;
+            memcpy(e->x_in, r->x, (size_t)(n * D) * sizeof(float));
+        }
+        st = attention_inputs(r, P, l, r->x);
+        if (st == BT_OK)
+            st = ring_fwd_timed(r, r->fwd, r->q, r->k, r->v, r->o, r->lse, &stats->attn_fwd_s, stats);
+        if (st != BT_OK) break;
+        if (mb >= 0) {
+            stored_layer *e = stored(r, l, mb);
+            memcpy(e->o_kept, r->o + first_kept * QD, (size_t)(r->n_kept * QD) * sizeof(float));
+            memcpy(e->lse_kept, r->lse + first_kept * r->Hq,
+                   (size_t)(r->n_kept * r->Hq) * sizeof(float));
+        }
+        st = mlp_part(r, P, l, r->x, r->x);
+    }
+    return st;
+}
+
+bt_status model_predict(model_runner *r, const float *P, const int64_t *tokens,
+                        const int64_t *rows, int n_rows, int64_t *predicted)
+{
+    model_step_stats stats = {0};
+    bt_status st = forward_layers(r, P, tokens, -1, &stats);
+    if (st != BT_OK) return st;
+    int64_t D = r->D, V = r->V;
+    CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, r->n, D, r->x, P + r->m->final_norm,
+                                r->m->dims.norm_eps, r->hn, r->rstd_f));
+    float *logits = malloc((size_t)V * sizeof(float));
+    for (int i = 0; i < n_rows; i++) {
+        const float *h = r->hn + rows[i] * D;
+        CHECK_KERNEL(bk_gemm(r->cfg.queue, BK_NO_TRANS, BK_TRANS, 1, V, D, 1.0f, h, D,
+                             P + r->m->head, D, 0.0f, logits, V));
+        int64_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (logits[v] > logits[best]) best = v;
+        predicted[i] = best;
+    }
+    free(logits);
+    return BT_OK;
+}
+
+bt_status model_forward_backward(model_runner *r, int mb, const float *P, float *G,
+                                 const int64_t *tokens, const int64_t *labels, float loss_scale,
+                                 double *loss_sum, int64_t *n_valid, model_step_stats *stats)
+{
+    const bk_queue *q = r->cfg.queue;
+    const model_dims *d = &r->m->dims;
+    int64_t n = r->n, D = r->D, F = r->F, QD = r->QD, KD = r->KD, V = r->V;
+    bt_status st = BT_OK;
+    if (mb < 0 || mb >= r->cfg.micro_batches) return BT_ERR_ARG;
+
+    st = forward_layers(r, P, tokens, mb, stats);
+    if (st != BT_OK) return st;
+
+    /* ---- head and loss (the last op: its gradient comes with it) */
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x, P + r->m->final_norm, d->norm_eps, r->hn, r->rstd_f));
+    if (r->cfg.fused_head)
+        CHECK_KERNEL(lm_head_fused(q, &r->cfg.head, n, D, V, r->hn, P + r->m->head, labels,
+                                   loss_scale, loss_sum, n_valid, r->dhn, G + r->m->head,
+                                   r->head_scratch));
+    else
+        CHECK_KERNEL(lm_head_unfused(q, &r->cfg.head, n, D, V, r->hn, P + r->m->head, labels,
+                                     loss_scale, loss_sum, n_valid, r->dhn, G + r->m->head));
+    CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, r->x, P + r->m->final_norm, r->rstd_f, r->dhn, r->dx,
+                                G + r->m->final_norm));
+
+    /* ---- backward, layer by layer, recomputing what was not kept */
+    for (int l = d->layers - 1; l >= 0 && st == BT_OK; l--) {
+        const layer_offsets *o = &r->m->layer[l];
+        stored_layer *e = stored(r, l, mb);
+        if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
+        st = attention_inputs(r, P, l, e->x_in);
+        if (st == BT_OK) st = attention_output_for_backward(r, e, stats);
+        if (st == BT_OK) st = mlp_part(r, P, l, e->x_in, NULL);
+        if (st != BT_OK) break;
+        /* MLP */
+        CHECK_KERNEL(mm_grad_weight(q, r->s, n, F, r->dx, D, G + o->w_down));
+        CHECK_KERNEL(mm_grad_input(q, r->dx, n, D, P + o->w_down, F, r->ds, 0));
+        CHECK_KERNEL(bk_swiglu_bwd(q, n, F, r->g, r->g + F, 2 * F, r->ds, r->dg, r->dg + F));
+        CHECK_KERNEL(mm_grad_weight(q, r->b, n, D, r->dg, 2 * F, G + o->w_gate_up));
+        CHECK_KERNEL(mm_grad_input(q, r->dg, n, 2 * F, P + o->w_gate_up, D, r->dtmp, 0));
+        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, r->x1, P + o->mlp_norm, r->rstd2, r->dtmp, r->dtmp,
+                                    G + o->mlp_norm));
+        for (int64_t i = 0; i < n * D; i++) r->dx1[i] = r->dx[i] + r->dtmp[i];
+        /* output projection and attention */
+        CHECK_KERNEL(mm_grad_weight(q, r->o, n, QD, r->dx1, D, G + o->wo));
+        CHECK_KERNEL(mm_grad_input(q, r->dx1, n, D, P + o->wo, QD, r->d_o, 0));
+        ring_exec_ctx c = r->ring;
+        c.sched = r->bwd;
+        ring_exec_stats rs;
+        st = ring_backward(&c, r->q, r->k, r->v, r->o, r->d_o, r->lse, r->dq, r->dk, r->dv, &rs);
+        stats->attn_bwd_s += rs.total_s;
+        stats->attn_wait_s += rs.wait_s;
+        if (st != BT_OK) break;
+        CHECK_KERNEL(bk_rope_bwd(q, n, d->n_heads, d->head_dim, r->pos, d->rope_theta,
+                                 d->rope_scaling, r->dq, r->dq));
+        CHECK_KERNEL(bk_rope_bwd(q, n, d->n_kv_heads, d->head_dim, r->pos, d->rope_theta,
+                                 d->rope_scaling, r->dk, r->dk));
+        /* Q/K/V projections and the attention norm */
+        CHECK_KERNEL(mm_grad_weight(q, r->a, n, D, r->dq, QD, G + o->wq));
+        CHECK_KERNEL(mm_grad_weight(q, r->a, n, D, r->dk, KD, G + o->wk));
+        CHECK_KERNEL(mm_grad_weight(q, r->a, n, D, r->dv, KD, G + o->wv));
+        CHECK_KERNEL(mm_grad_input(q, r->dq, n, QD, P + o->wq, D, r->dtmp, 0));
+        CHECK_KERNEL(mm_grad_input(q, r->dk, n, KD, P + o->wk, D, r->dtmp, 1));
+        CHECK_KERNEL(mm_grad_input(q, r->dv, n, KD, P + o->wv, D, r->dtmp, 1));
+        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, e->x_in, P + o->attn_norm, r->rstd1, r->dtmp, r->dtmp,
+                                    G + o->attn_norm));
+        for (int64_t i = 0; i < n * D; i++) r->dx[i] = r->dx1[i] + r->dtmp[i];
+    }
+    if (st != BT_OK) return st;
+    CHECK_KERNEL(bk_embedding_scatter_add(q, n, V, D, tokens, r->dx, G + r->m->embed));
+    return BT_OK;
+}

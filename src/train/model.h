@@ -1,0 +1,97 @@
+/* model.h: a LLaMA-style decoder (token embedding; per layer RMSNorm, Q/K/V
+ * projections, RoPE at global positions, distributed attention (GQA), output
+ * projection, residual, RMSNorm, SwiGLU MLP, residual; final RMSNorm; LM head
+ * fused with the loss), its parameters as one flat fp32 buffer, and one
+ * forward + backward over this rank's share of a sequence.
+ *
+ * Activation memory follows the checkpoint policy: each layer keeps its input
+ * and the attention output O and lse of a fraction of the local tokens, keyed
+ * by (layer, micro-batch); norms, projections and the MLP are recomputed in the
+ * backward, and so is the attention of the tokens not kept (with zigzag and
+ * fraction 1/2: the early chunk, through a ring over the first half of the
+ * sequence only — a quarter of the causal FLOPs, half of the K/V traffic). */
+#ifndef BURST_MODEL_H
+#define BURST_MODEL_H
+
+#include <stdint.h>
+
+#include "kernels/kernels_common.h"
+#include "src/train/lm_head.h"
+#include "src/attn/ring.h"
+
+typedef struct {
+    int layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab;
+    int tied;
+    float rope_theta, rope_scaling, norm_eps;
+} model_dims;
+
+/* Offsets (in floats) of every tensor in the flat parameter buffer. Matrices
+ * are [in, out] row-major (y = x W), the embedding and the head [V, D]. */
+typedef struct {
+    int64_t attn_norm, wq, wk, wv, wo, mlp_norm, w_gate_up, w_down;
+} layer_offsets;
+
+typedef struct {
+    model_dims dims;
+    int64_t n_params;
+    int64_t embed, head, final_norm;
+    layer_offsets *layer; /* [layers] */
+} model_layout;
+
+int model_layout_init(model_layout *m, const model_dims *d);
+void model_layout_free(model_layout *m);
+/* Seeded and counter-based: parameter i gets the same value whatever the
+ * number of ranks. Norm gains are 1, matrices N(0, std^2). */
+void model_init_params(const model_layout *m, float *params, uint64_t seed, double std);
+/* 1 for matrices (weight decay), 0 for norm gains. */
+void model_decay_mask(const model_layout *m, uint8_t *mask);
+/* Forward FLOPs of one sequence of N tokens (matrix products and attention,
+ * with the mask's fraction of attention pairs), for throughput reports. */
+double model_flops_per_sequence(const model_layout *m, int64_t N, double attn_pair_fraction);
+
+typedef struct model_runner model_runner;
+
+typedef struct {
+    const model_layout *model;
+    bt_comm *cp;                 /* context-parallel group */
+    seq_layout layout;           /* of the sequence over the cp group */
+    ring_topology topo;
+    int nodes;                   /* for the double ring */
+    bk_attn_mask mask;           /* causal or window (positions are global) */
+    ring_bwd_choice backward;
+    double ckpt_fraction;        /* 0, 0.5 (zigzag + causal) or 1 */
+    int micro_batches;           /* stored activations are keyed by (layer, micro-batch) */
+    int fused_head;
+    lm_head_opts head;
+    const bk_queue *queue;
+} model_runner_config;
+
+model_runner *model_runner_create(const model_runner_config *cfg, char *err, size_t err_len);
+void model_runner_free(model_runner *r);
+
+typedef struct {
+    double attn_fwd_s, attn_bwd_s, attn_recompute_s; /* wall time in the ring */
+    double attn_wait_s;                              /* exposed communication */
+} model_step_stats;
+
+/* One forward + backward of micro-batch mb over this rank's tokens [n] (their
+ * labels [n], ignore_index where nothing is predicted). grads [n_params] are
+ * accumulated (+=). loss_scale multiplies every gradient (1 / valid tokens of
+ * the whole step over all ranks). Adds this rank's unscaled loss sum and valid
+ * count. */
+bt_status model_forward_backward(model_runner *r, int mb, const float *params, float *grads,
+                                 const int64_t *tokens, const int64_t *labels, float loss_scale,
+                                 double *loss_sum, int64_t *n_valid, model_step_stats *stats);
+
+/* Forward only (collective over the CP group, like a training step): the
+ * most likely next token at local rows[n_rows] of this rank's tokens [n]. */
+bt_status model_predict(model_runner *r, const float *params, const int64_t *tokens,
+                        const int64_t *rows, int n_rows, int64_t *predicted);
+
+/* Bytes this runner keeps per micro-batch between forward and backward
+ * (layer inputs and the kept part of O and lse), and its largest transient
+ * working set (layer workspace, ring buffers, logits chunk). */
+size_t model_runner_stored_bytes(const model_runner *r);
+size_t model_runner_transient_bytes(const model_runner *r);
+
+#endif

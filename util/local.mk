@@ -1,0 +1,4 @@
+# util/local.mk: what every wing may use and that uses nothing of ours: the
+# clock, the random-number generator, number parsing, exit codes.
+libburst_util_a_SOURCES += util/clock.h util/clock.c util/rng.h util/parse.h util/parse.c \
+	util/exit_codes.h
