@@ -3,4 +3,5 @@
 # description of an attention problem.
 libburst_attn_a_SOURCES += src/attn/seq_layout.h src/attn/seq_layout.c \
 	src/attn/attn_need.h src/attn/attn_need.c src/attn/ring_plan.h src/attn/ring_plan.c \
-	src/attn/ring.h src/attn/ring_exec.c src/attn/attn_options.h src/attn/attn_options.c
+	src/attn/ring.h src/attn/ring_run.h src/attn/ring_run.c \
+	src/attn/ring_forward.c src/attn/ring_backward.c src/attn/attn_options.h src/attn/attn_options.c

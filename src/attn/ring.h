@@ -1,14 +1,28 @@
-/* ring_exec.h: running a planned ring (ring_schedule.h) on the CPU. Collective
- * over the context-parallel communicator, whose ranks are the layout's ranks.
+/* ring.h: running a planned ring (ring_plan.h) on the CPU. Collective over
+ * the context-parallel communicator, whose ranks are the layout's ranks.
  * Local buffers follow the kernel layouts (kernels/attention.h):
  *   Q, O, dO, dQ [n, Hq, d]; K, V, dK, dV [n, Hkv, d]; lse [n, Hq]
- * where n = N / P tokens of this rank, in the layout's local order. */
-#ifndef BURST_RING_EXEC_H
-#define BURST_RING_EXEC_H
+ * where n = N / P tokens of this rank, in the layout's local order.
+ *
+ * The executor lives in three files: ring_run.c (slots, posting, waiting,
+ * the kernel called piece by piece), ring_forward.c and ring_backward.c. */
+#ifndef BURST_ATTN_RING_H
+#define BURST_ATTN_RING_H
 
 #include "kernels/attention.h"
 #include "src/attn/ring_plan.h"
 #include "transport/transport.h"
+
+/* The working buffers of a ring: the input slots, the trailing accumulators,
+ * delta and the positions of the home and the held block. Made once for the
+ * schedules a caller will run and reused by every pass. */
+typedef struct ring_buffers ring_buffers;
+
+/* Buffers large enough for each of scheds[n_scheds]; NULL when out of memory. */
+ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_scheds);
+void ring_buffers_free(ring_buffers *b);
+/* Bytes held by b (what a memory report counts for the ring). */
+size_t ring_buffers_bytes(const ring_buffers *b);
 
 typedef struct {
     bt_comm *comm;               /* the context-parallel group */
@@ -17,6 +31,7 @@ typedef struct {
     float scale;                 /* softmax scale */
     bk_attn_mask mask;           /* the kernel mask, the one the schedule was planned with */
     const int32_t *segments;     /* [N] global document ids (document mask), else NULL */
+    ring_buffers *buffers;       /* made for sched by ring_buffers_create; NULL: made for this call */
 } ring_exec_ctx;
 
 typedef struct {

@@ -1,8 +1,8 @@
-/* ring_schedule.c: the planner of distributed attention; see ring_schedule.h.
+/* ring_plan.c: the planner of distributed attention; see ring_plan.h.
  * It decides, for every block, which holders compute it (the mask), how far it
  * must travel (the farthest holder that computes, through the holders that
  * relay it), which buffer slot it lands in, and the path of its trailing
- * accumulator. The executor (ring_exec.c) only follows these decisions. */
+ * accumulator. The executor (ring.h) only follows these decisions. */
 #include <stdlib.h>
 #include <string.h>
 

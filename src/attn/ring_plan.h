@@ -1,4 +1,4 @@
-/* ring_schedule.h: distributed attention, planned as plain data.
+/* ring_plan.h: distributed attention, planned as plain data.
  *
  * Every pass of the ring has the same shape. Each rank's block of "travelling
  * inputs" visits other ranks along a path fixed by the topology, and each
@@ -24,8 +24,8 @@
  *
  * The planner sees every rank (it is pure and deterministic), so each rank can
  * plan alone and tests and `burst plan` can inspect the whole schedule. */
-#ifndef BURST_RING_SCHEDULE_H
-#define BURST_RING_SCHEDULE_H
+#ifndef BURST_ATTN_RING_PLAN_H
+#define BURST_ATTN_RING_PLAN_H
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* train_config.c: see train_config.h. One table lists every key of every
+/* config.c: see config.h. One table lists every key of every
  * section with its type, its place in the struct and its allowed values; the
  * INI loader, `--set`, validation of single fields and the printer all walk
  * that table, so a key cannot be readable but not printable, or printed in a

@@ -1,4 +1,4 @@
-/* train_config.h: the configuration of `burst train`: an INI file (parsed with
+/* config.h: the configuration of `burst train`: an INI file (parsed with
  * inih) plus `--set section.key=value` overrides, every key validated with a
  * message naming it, named model presets, and a printable effective
  * configuration that loads back to the same values. */

@@ -170,8 +170,16 @@ model_runner *model_runner_create(const model_runner_config *cfg, char *err, siz
         model_runner_free(r);
         return NULL;
     }
+    const ring_schedule *passes[3] = {r->fwd, r->bwd, r->half};
+    ring_buffers *rb = ring_buffers_create(passes, half ? 3 : 2);
+    if (!rb) {
+        snprintf(err, err_len, "out of memory for the ring's buffers");
+        model_runner_free(r);
+        return NULL;
+    }
     r->ring = (ring_exec_ctx){.comm = cfg->cp, .queue = cfg->queue,
-                              .scale = 1.0f / sqrtf((float)d->head_dim), .mask = cfg->mask};
+                              .scale = 1.0f / sqrtf((float)d->head_dim), .mask = cfg->mask,
+                              .buffers = rb};
 
     int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, F = r->F;
     r->x = alloc_floats(r, n * D), r->a = alloc_floats(r, n * D), r->rstd1 = alloc_floats(r, n);
@@ -203,6 +211,7 @@ void model_runner_free(model_runner *r)
     ring_schedule_free(r->fwd);
     ring_schedule_free(r->bwd);
     ring_schedule_free(r->half);
+    ring_buffers_free(r->ring.buffers);
     float *bufs[] = {r->x, r->a, r->rstd1, r->q, r->k, r->v, r->o, r->lse, r->x1, r->b, r->rstd2,
                      r->g, r->s, r->dx, r->dx1, r->dtmp, r->d_o, r->dq, r->dk, r->dv, r->ds,
                      r->dg, r->hn, r->dhn, r->rstd_f, r->head_scratch};
@@ -225,13 +234,7 @@ size_t model_runner_stored_bytes(const model_runner *r)
 
 size_t model_runner_transient_bytes(const model_runner *r)
 {
-    const ring_schedule *s[2] = {r->fwd, r->bwd};
-    size_t ring = 0;
-    for (int i = 0; i < 2; i++) {
-        size_t b = RING_N_SLOTS * s[i]->input_bytes + 5 * s[i]->acc_bytes;
-        if (b > ring) ring = b;
-    }
-    return r->workspace_floats * sizeof(float) + ring;
+    return r->workspace_floats * sizeof(float) + ring_buffers_bytes(r->ring.buffers);
 }
 
 /* ------------------------------------------------------------------ math helpers */

@@ -1,0 +1,196 @@
+/* ring_backward.c: the backward pass of the ring, in either direction.
+ *
+ *   KV-side: [K | V] travels, the trailing accumulator is [dK | dV]; home
+ *            keeps Q, dO, lse, delta and accumulates dQ.
+ *   Q-side:  [Q | dO | lse | delta] travels, the trailing accumulator is dQ;
+ *            home keeps K, V and accumulates dK, dV.
+ *
+ * Two helpers hold every difference between the directions: bundle_pack puts
+ * the home block's travelling inputs into its slot, and pair_views says, for a
+ * held bundle, which tensors come from it and which from home, and where the
+ * gradients go. delta = rowsum(dO * O) is computed once at home, so the
+ * bundle never needs O. */
+#include <string.h>
+
+#include "src/attn/ring_run.h"
+#include "util/clock.h"
+
+/* What stays at home, and where its gradients go. */
+typedef struct {
+    const float *Q, *K, *V, *dO, *lse, *delta;
+    float *dQ, *dK, *dV;
+} bwd_home;
+
+/* One kernel call's operands: queries from one block, keys from another. */
+typedef struct {
+    const float *Q, *K, *V, *dO, *lse, *delta;
+    float *dQ, *dK, *dV;
+    const int64_t *q_pos, *kv_pos;
+    const int32_t *q_seg, *kv_seg;
+} bwd_pair;
+
+/* Floats of Q [n, Hq, d], K [n, Hkv, d] and lse [n, Hq] of one block. */
+typedef struct {
+    size_t q, kv, rows;
+} block_floats;
+
+static block_floats sizes_of(const ring_schedule *s)
+{
+    size_t n = (size_t)s->layout.n;
+    block_floats f = {n * (size_t)s->h_q * (size_t)s->d, n * (size_t)s->h_kv * (size_t)s->d,
+                      n * (size_t)s->h_q};
+    return f;
+}
+
+static int q_side(const ring_run *run)
+{
+    return run->s->pass == RING_BWD_Q_SIDE;
+}
+
+/* The home block's travelling inputs into slot. */
+static void bundle_pack(const ring_run *run, const bwd_home *h, float *slot)
+{
+    block_floats f = sizes_of(run->s);
+    if (q_side(run)) {
+        memcpy(slot, h->Q, f.q * sizeof(float));
+        memcpy(slot + f.q, h->dO, f.q * sizeof(float));
+        memcpy(slot + 2 * f.q, h->lse, f.rows * sizeof(float));
+        memcpy(slot + 2 * f.q + f.rows, h->delta, f.rows * sizeof(float));
+    } else {
+        memcpy(slot, h->K, f.kv * sizeof(float));
+        memcpy(slot + f.kv, h->V, f.kv * sizeof(float));
+    }
+}
+
+/* The operands of a held bundle against home; its gradients go to acc. */
+static bwd_pair pair_views(const ring_run *run, const bwd_home *h, const float *in, float *acc)
+{
+    block_floats f = sizes_of(run->s);
+    const ring_buffers *b = run->b;
+    if (q_side(run)) /* the visiting queries against the home keys */
+        return (bwd_pair){in, h->K, h->V, in + f.q, in + 2 * f.q, in + 2 * f.q + f.rows,
+                          acc, h->dK, h->dV, b->block_pos, b->home_pos, b->block_seg, b->home_seg};
+    /* the home queries against the visiting keys */
+    return (bwd_pair){h->Q, in, in + f.kv, h->dO, h->lse, h->delta,
+                      h->dQ, acc, acc + f.kv, b->home_pos, b->block_pos, b->home_seg, b->block_seg};
+}
+
+/* The home block's gradients that the chain accumulates: from acc, or zero
+ * when acc is NULL (no query ever meets this block). */
+static void home_gradients(const ring_run *run, const bwd_home *h, const float *acc)
+{
+    block_floats f = sizes_of(run->s);
+    float *dst[2] = {q_side(run) ? h->dQ : h->dK, q_side(run) ? NULL : h->dV};
+    size_t len = q_side(run) ? f.q : f.kv;
+    for (int k = 0; k < 2 && dst[k]; k++) {
+        if (acc)
+            memcpy(dst[k], acc + k * len, len * sizeof(float));
+        else
+            memset(dst[k], 0, len * sizeof(float));
+    }
+}
+
+/* The gradients accumulated at home in place start from zero. */
+static void zero_home_accumulators(const ring_run *run, const bwd_home *h)
+{
+    block_floats f = sizes_of(run->s);
+    if (q_side(run)) {
+        memset(h->dK, 0, f.kv * sizeof(float));
+        memset(h->dV, 0, f.kv * sizeof(float));
+    } else {
+        memset(h->dQ, 0, f.q * sizeof(float));
+    }
+}
+
+static bt_status backward_piece(ring_run *run, int64_t r0, int64_t rows, void *arg)
+{
+    const bwd_pair *p = arg;
+    const ring_schedule *s = run->s;
+    size_t qo = (size_t)r0 * (size_t)s->h_q * (size_t)s->d, lo = (size_t)r0 * (size_t)s->h_q;
+    bk_attn_geom g = ring_run_geometry(run, rows, p->q_pos + r0, p->q_seg + r0, p->kv_pos,
+                                       p->kv_seg);
+    bk_attn_stats ks;
+    if (bk_attn_bwd(run->c->queue, &g, p->Q + qo, p->K, p->V, p->dO + qo, p->lse + lo,
+                    p->delta + lo, p->dQ + qo, p->dK, p->dV, &ks) != BK_OK)
+        return BT_ERR_ARG;
+    ring_run_count_tiles(run, &ks);
+    return BT_OK;
+}
+
+static void add_into(float *acc, const float *in, size_t count)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < count; i++) acc[i] += in[i];
+}
+
+/* One step: compute on the held bundle into a fresh accumulator, add the one
+ * trailing from the previous holder, pass it on or keep it at home. */
+static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step *x, int step,
+                               int *home_done)
+{
+    const ring_schedule *s = run->s;
+    ring_buffers *b = run->b;
+    int a = step % 2;
+    bt_request *acc_recv = NULL;
+    bt_status st = BT_OK;
+    if (x->acc_from >= 0)
+        st = bt_irecv(run->c->comm, x->acc_from, x->acc_from_channel, b->acc_in[a], s->acc_bytes,
+                      &acc_recv);
+    if (st == BT_OK) st = ring_run_wait(run, &run->acc_send[a]); /* acc_out[a] free again */
+    if (st != BT_OK) return st;
+    memset(b->acc_out[a], 0, s->acc_bytes);
+    if (x->compute) {
+        ring_run_block_positions(run, x->block, b->block_pos, b->block_seg);
+        bwd_pair p = pair_views(run, h, (const float *)b->slot[x->slot], b->acc_out[a]);
+        st = ring_run_pieces(run, backward_piece, &p);
+    }
+    if (st == BT_OK && acc_recv) {
+        st = ring_run_wait(run, &acc_recv);
+        if (st == BT_OK) add_into(b->acc_out[a], b->acc_in[a], s->acc_bytes / sizeof(float));
+    }
+    if (st != BT_OK) return st;
+    if (x->acc_to >= 0)
+        return bt_isend(run->c->comm, x->acc_to, x->acc_to_channel, b->acc_out[a], s->acc_bytes,
+                        &run->acc_send[a]);
+    if (x->block == run->rank) { /* the chain ends where it began: at home */
+        home_gradients(run, h, b->acc_out[a]);
+        *home_done = 1;
+    }
+    return BT_OK;
+}
+
+bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, const float *V,
+                        const float *O, const float *dO, const float *lse, float *dQ, float *dK,
+                        float *dV, ring_exec_stats *stats)
+{
+    ring_run run;
+    bt_status st = ring_run_begin(&run, c, 1, stats);
+    if (st != BT_OK) return st;
+    const ring_schedule *s = run.s;
+    double t_start = bu_now();
+    bk_attn_delta(c->queue, s->layout.n, s->h_q, s->d, dO, O, run.b->delta);
+    bwd_home h = {Q, K, V, dO, lse, run.b->delta, dQ, dK, dV};
+    bundle_pack(&run, &h, (float *)run.b->slot[SLOT_HOME]);
+    zero_home_accumulators(&run, &h);
+    /* The final accumulator of the home block is received from the start, so
+     * its sender never waits on this rank to reach the end. */
+    int from = s->home_acc_from[run.rank], home_done = 0;
+    bt_request *home_recv = NULL;
+    if (from >= 0)
+        st = bt_irecv(c->comm, from, s->home_acc_channel[run.rank], run.b->home_acc,
+                      s->acc_bytes, &home_recv);
+
+    for (int step = 0; step < s->n_steps && st == BT_OK; step++) {
+        const ring_step *x = ring_step_at(s, run.rank, step);
+        st = ring_run_begin_step(&run, x, step);
+        if (st == BT_OK && x->block >= 0) st = backward_step(&run, &h, x, step, &home_done);
+    }
+    if (st == BT_OK && from >= 0) {
+        st = ring_run_wait(&run, &home_recv);
+        if (st == BT_OK) home_gradients(&run, &h, run.b->home_acc), home_done = 1;
+    }
+    if (st == BT_OK && !home_done) home_gradients(&run, &h, NULL);
+    st = ring_run_finish(&run, st);
+    stats->total_s = bu_now() - t_start;
+    return st;
+}
