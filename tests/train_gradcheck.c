@@ -52,7 +52,7 @@ int main(int argc, char **argv)
     bk_queue q = bk_host_queue();
     model_runner_config rc = {.model = &m, .cp = bt_world_comm(world), .layout = layout,
                               .topo = TOPO_FLAT, .nodes = 1, .mask = bk_attn_mask_causal(),
-                              .backward = BWD_AUTO, .ckpt_fraction = fraction, .micro_batches = 1,
+                              .backward = BWD_AUTO, .keep = plan_keep(fraction), .micro_batches = 1,
                               .fused_head = fused,
                               .head = {.chunk_tokens = 5, .z_loss = 1e-3f, .ignore_index = -100},
                               .queue = &q};

@@ -22,6 +22,7 @@
 #include <ini.h>
 
 #include "src/train/config.h"
+#include "src/train/plan.h"
 #include "util/parse.h"
 
 /* inih's line buffer holds INI_MAX_LINE bytes including "\r\n\0"; longer lines
@@ -674,7 +675,7 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
                     " ranks, but the world size is %d",
                     c->dp, c->cp, (int64_t)c->dp * c->cp, world_size);
 
-    if (strcmp(c->source, "hdf5") == 0 && !c->path[0])
+    if (plan_source(c->source) == SOURCE_HDF5 && !c->path[0])
         return fail(err, err_len, "[data] source = hdf5 needs [data] path (corpus files)");
 
     int window = strcmp(c->mask, "window") == 0;
@@ -682,9 +683,9 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
         return fail(err, err_len,
                     "[parallel] window = %" PRId64 " must be at least 1 for mask = window",
                     c->window);
-    const char *layout = c->layout;
-    if (strcmp(layout, "auto") == 0) layout = window ? "contiguous" : "zigzag";
-    int zigzag = strcmp(layout, "zigzag") == 0;
+    seq_layout_kind kind = plan_layout(c->layout, c->mask);
+    const char *layout = seq_layout_name(kind);
+    int zigzag = kind == LAYOUT_ZIGZAG;
     int64_t unit = zigzag ? 2 * (int64_t)c->cp : c->cp;
     if (c->seq_len % unit != 0)
         return fail(err, err_len,
@@ -695,7 +696,8 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
         return fail(err, err_len, "[data] seq_len = %" PRId64 " exceeds [model] max_seq = %" PRId64,
                     c->seq_len, c->max_seq);
 
-    if (c->ckpt_fraction == 0.5 && (window || !zigzag))
+    bk_attn_mask mask = plan_mask(c->mask, c->window);
+    if (plan_keep(c->ckpt_fraction) == KEEP_HALF && !plan_keep_half_allowed(kind, &mask))
         return fail(err, err_len,
                     "[memory] ckpt_fraction = 0.5 needs the causal mask with the zigzag layout "
                     "(here mask = %s, layout = %s); use 0 or 1",

@@ -138,14 +138,13 @@ model_runner *model_runner_create(const model_runner_config *cfg, char *err, siz
     r->KD = (int64_t)d->n_kv_heads * d->head_dim;
     r->F = d->d_ff;
     r->V = d->vocab;
-    int half = cfg->ckpt_fraction > 0.25 && cfg->ckpt_fraction < 0.75;
-    if (half && !(cfg->layout.kind == LAYOUT_ZIGZAG && (cfg->mask.flags & BK_ATTN_CAUSAL) &&
-                  !(cfg->mask.flags & ~BK_ATTN_CAUSAL))) {
+    int half = cfg->keep == KEEP_HALF;
+    if (half && !plan_keep_half_allowed(cfg->layout.kind, &cfg->mask)) {
         snprintf(err, err_len, "[memory] ckpt_fraction = 0.5 needs a causal mask with the zigzag layout");
         free(r);
         return NULL;
     }
-    r->n_kept = cfg->ckpt_fraction >= 0.75 ? r->n : half ? r->n / 2 : 0;
+    r->n_kept = cfg->keep == KEEP_ALL ? r->n : half ? r->n / 2 : 0;
     r->pos = malloc((size_t)r->n * sizeof(int64_t));
     seq_layout_positions(&cfg->layout, bt_comm_rank(cfg->cp), r->pos);
 
@@ -224,6 +223,11 @@ void model_runner_free(model_runner *r)
     free(r->store);
     free(r->pos);
     free(r);
+}
+
+const int64_t *model_runner_positions(const model_runner *r)
+{
+    return r->pos;
 }
 
 size_t model_runner_stored_bytes(const model_runner *r)

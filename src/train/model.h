@@ -18,6 +18,7 @@
 #include "kernels/kernels_common.h"
 #include "src/train/lm_head.h"
 #include "src/attn/ring.h"
+#include "src/train/plan.h"
 
 typedef struct {
     int layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab;
@@ -59,7 +60,7 @@ typedef struct {
     int nodes;                   /* for the double ring */
     bk_attn_mask mask;           /* causal or window (positions are global) */
     ring_bwd_choice backward;
-    double ckpt_fraction;        /* 0, 0.5 (zigzag + causal) or 1 */
+    train_keep keep;             /* attention outputs kept: none, half (zigzag + causal), all */
     int micro_batches;           /* stored activations are keyed by (layer, micro-batch) */
     int fused_head;
     lm_head_opts head;
@@ -87,6 +88,10 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *params, f
  * most likely next token at local rows[n_rows] of this rank's tokens [n]. */
 bt_status model_predict(model_runner *r, const float *params, const int64_t *tokens,
                         const int64_t *rows, int n_rows, int64_t *predicted);
+
+/* The global positions [n] of this rank's tokens, in local order (asked of
+ * the layout once, when the runner is made). */
+const int64_t *model_runner_positions(const model_runner *r);
 
 /* Bytes this runner keeps per micro-batch between forward and backward
  * (layer inputs and the kept part of O and lse), and its largest transient

@@ -21,12 +21,10 @@ typedef struct {
     io_corpus **files;
     int n_files;
     int64_t *first_window; /* [n_files + 1]: cumulative window counts */
-    int64_t n_windows, seq_len;
+    int64_t n_windows;
     int shuffled;
     uint64_t seed, multiplier;
-    seq_chunk chunks[2];
-    int n_chunks;
-    int64_t n_local;
+    token_shard shard;
     /* prefetch: one slot, filled by the thread */
     pthread_t thread;
     pthread_mutex_t io_lock; /* one reader of the files at a time */
@@ -64,12 +62,13 @@ static int read_sample(hdf5_source *s, int64_t index, int64_t *tokens, int64_t *
     int64_t w = window_of(s, index);
     int f = 0;
     while (w >= s->first_window[f + 1]) f++;
-    int64_t start = (w - s->first_window[f]) * (s->seq_len + 1), i = 0;
-    int64_t *buf = malloc((size_t)(s->n_local + 2) * sizeof(int64_t));
-    for (int c = 0; c < s->n_chunks; c++) {
-        int64_t len = s->chunks[c].end - s->chunks[c].begin;
+    const token_shard *sh = &s->shard;
+    int64_t start = (w - s->first_window[f]) * (sh->seq_len + 1), i = 0;
+    int64_t *buf = malloc((size_t)(sh->n + 2) * sizeof(int64_t));
+    for (int c = 0; c < sh->n_chunks; c++) {
+        int64_t len = sh->chunks[c].end - sh->chunks[c].begin;
         pthread_mutex_lock(&s->io_lock);
-        int st = io_corpus_read(s->files[f], start + s->chunks[c].begin, len + 1, buf, err, err_len);
+        int st = io_corpus_read(s->files[f], start + sh->chunks[c].begin, len + 1, buf, err, err_len);
         pthread_mutex_unlock(&s->io_lock);
         if (st != 0) {
             free(buf);
@@ -119,11 +118,9 @@ static void source_prefetch(token_source *base, int64_t index)
     pthread_mutex_unlock(&s->lock);
 }
 
-static int source_read(token_source *base, int64_t index, int64_t seq_len, const seq_chunk *chunks,
-                       int n_chunks, int64_t *tokens, int64_t *labels)
+static int source_read(token_source *base, int64_t index, int64_t *tokens, int64_t *labels)
 {
     hdf5_source *s = (hdf5_source *)base;
-    (void)seq_len, (void)chunks, (void)n_chunks; /* fixed at creation */
     double t0 = bu_now();
     pthread_mutex_lock(&s->lock);
     int prefetched = s->want_valid && s->want_index == index;
@@ -133,8 +130,8 @@ static int source_read(token_source *base, int64_t index, int64_t seq_len, const
     if (prefetched) {
         st = s->have_status;
         if (st == 0) {
-            memcpy(tokens, s->have_tokens, (size_t)s->n_local * sizeof(int64_t));
-            memcpy(labels, s->have_labels, (size_t)s->n_local * sizeof(int64_t));
+            memcpy(tokens, s->have_tokens, (size_t)s->shard.n * sizeof(int64_t));
+            memcpy(labels, s->have_labels, (size_t)s->shard.n * sizeof(int64_t));
         } else {
             fprintf(stderr, "burst train: %s\n", s->have_err);
         }
@@ -170,9 +167,8 @@ static void source_free(token_source *base)
     free(s);
 }
 
-token_source *hdf5_source_create(const char *paths, int64_t seq_len, int vocab, int shuffled,
-                                 uint64_t seed, const seq_layout *layout, int rank, char *err,
-                                 size_t err_len)
+token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uint64_t seed,
+                                 const token_shard *shard, char *err, size_t err_len)
 {
     hdf5_source *s = calloc(1, sizeof *s);
     s->base.read = source_read;
@@ -180,11 +176,10 @@ token_source *hdf5_source_create(const char *paths, int64_t seq_len, int vocab, 
     s->base.prefetch = source_prefetch;
     s->base.wait_seconds = source_wait;
     s->base.vocab = vocab;
-    s->seq_len = seq_len;
     s->shuffled = shuffled;
     s->seed = seed;
-    s->n_chunks = seq_layout_chunks(layout, rank, s->chunks);
-    s->n_local = layout->n;
+    s->shard = *shard;
+    int64_t seq_len = shard->seq_len;
     char *list = strdup(paths), *save = NULL;
     s->first_window = calloc(1, sizeof(int64_t));
     for (char *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
@@ -220,8 +215,8 @@ token_source *hdf5_source_create(const char *paths, int64_t seq_len, int vocab, 
         while (gcd(s->multiplier % (uint64_t)s->n_windows, (uint64_t)s->n_windows) != 1)
             s->multiplier += 2;
     }
-    s->have_tokens = malloc((size_t)s->n_local * sizeof(int64_t));
-    s->have_labels = malloc((size_t)s->n_local * sizeof(int64_t));
+    s->have_tokens = malloc((size_t)s->shard.n * sizeof(int64_t));
+    s->have_labels = malloc((size_t)s->shard.n * sizeof(int64_t));
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->io_lock, NULL);
     pthread_cond_init(&s->cond, NULL);

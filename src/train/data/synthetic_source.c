@@ -12,6 +12,7 @@ typedef struct {
     token_source base;
     int copy; /* 1: copy task, 0: counting */
     uint64_t seed;
+    token_shard shard;
 } synthetic;
 
 /* Token at global position p (0..seq_len) of sample index. */
@@ -25,13 +26,13 @@ static int64_t token_at(const synthetic *s, int64_t index, int64_t seq_len, int6
     return 2 + (int64_t)(bu_splitmix64(sample ^ (uint64_t)p) % (uint64_t)(V - 2)); /* 0, 1 reserved */
 }
 
-static int synthetic_read(token_source *base, int64_t index, int64_t seq_len,
-                          const seq_chunk *chunks, int n_chunks, int64_t *tokens, int64_t *labels)
+static int synthetic_read(token_source *base, int64_t index, int64_t *tokens, int64_t *labels)
 {
     const synthetic *s = (const synthetic *)base;
-    int64_t half = (seq_len + 1) / 2, i = 0;
-    for (int c = 0; c < n_chunks; c++)
-        for (int64_t p = chunks[c].begin; p < chunks[c].end; p++, i++) {
+    const token_shard *sh = &s->shard;
+    int64_t seq_len = sh->seq_len, half = (seq_len + 1) / 2, i = 0;
+    for (int c = 0; c < sh->n_chunks; c++)
+        for (int64_t p = sh->chunks[c].begin; p < sh->chunks[c].end; p++, i++) {
             tokens[i] = token_at(s, index, seq_len, p);
             int predictable = !s->copy || p + 1 >= half;
             labels[i] = predictable ? token_at(s, index, seq_len, p + 1) : TOKEN_IGNORE;
@@ -41,8 +42,8 @@ static int synthetic_read(token_source *base, int64_t index, int64_t seq_len,
 
 static void synthetic_free(token_source *s) { free(s); }
 
-token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed, char *err,
-                                      size_t err_len)
+token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed,
+                                      const token_shard *shard, char *err, size_t err_len)
 {
     int copy = strcmp(task, "copy") == 0;
     if (!copy && strcmp(task, "counting") != 0) {
@@ -59,5 +60,6 @@ token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed
     s->base.vocab = vocab;
     s->copy = copy;
     s->seed = seed;
+    s->shard = *shard;
     return &s->base;
 }

@@ -2,10 +2,10 @@
  * tokens at the global positions its layout gives it, plus the label of each
  * (the token that follows; ignore_index where nothing is to be predicted), for
  * sample `index` of the run. A source may read only those positions, so a
- * corpus far larger than memory can be streamed. This version has the
- * synthetic in-memory source; the HDF5 corpus reader plugs in here. */
-#ifndef BURST_TOKEN_SOURCE_H
-#define BURST_TOKEN_SOURCE_H
+ * corpus far larger than memory can be streamed. Two sources plug in here:
+ * the synthetic tasks (synthetic_source.c) and HDF5 corpora (hdf5_source.c). */
+#ifndef BURST_TRAIN_TOKEN_SOURCE_H
+#define BURST_TRAIN_TOKEN_SOURCE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -14,11 +14,27 @@
 
 enum { TOKEN_IGNORE = -100 };
 
+/* This rank's share of every sample: the global positions of its layout
+ * place, as at most two runs (zigzag) in local order. Fixed for a run. */
+typedef struct {
+    int64_t seq_len;      /* tokens per sequence (global) */
+    seq_chunk chunks[2];  /* [begin, end) global positions */
+    int n_chunks;
+    int64_t n;            /* local tokens: the sum of the chunk lengths */
+} token_shard;
+
+static inline token_shard token_shard_of(const seq_layout *layout, int rank)
+{
+    token_shard sh = {.seq_len = layout->N, .n = layout->n};
+    sh.n_chunks = seq_layout_chunks(layout, rank, sh.chunks);
+    return sh;
+}
+
 typedef struct token_source token_source;
 struct token_source {
-    /* tokens [n], labels [n] for the positions of chunks (in chunk order). */
-    int (*read)(token_source *s, int64_t index, int64_t seq_len, const seq_chunk *chunks,
-                int n_chunks, int64_t *tokens, int64_t *labels);
+    /* tokens [n] and labels [n] of sample `index` at the positions of the
+     * shard the source was made for (in chunk order). */
+    int (*read)(token_source *s, int64_t index, int64_t *tokens, int64_t *labels);
     void (*free)(token_source *s);
     /* Optional: the sample the engine will ask for next, to read it ahead. */
     void (*prefetch)(token_source *s, int64_t index);
@@ -31,17 +47,16 @@ struct token_source {
  *   copy:     a random first half, then the same tokens again; only the second
  *             half is predicted, and only by attending half a sequence back;
  *   counting: each token is the previous plus one (mod vocab), from a random start. */
-token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed, char *err,
-                                      size_t err_len);
+token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed,
+                                      const token_shard *shard, char *err, size_t err_len);
 
 /* Corpora in HDF5 (io/corpus.h): paths is a comma-separated list of files;
  * sample i is a window of seq_len + 1 tokens (stride seq_len + 1) inside one
  * file, taken in order or in a seeded permutation; a rank reads only the
- * chunks of its layout position, and a thread reads the announced next sample
- * ahead. Errors (a file that is not a corpus, a vocabulary larger than the
- * model's, fewer tokens than one sequence) name the file. */
-token_source *hdf5_source_create(const char *paths, int64_t seq_len, int vocab, int shuffled,
-                                 uint64_t seed, const seq_layout *layout, int rank, char *err,
-                                 size_t err_len);
+ * chunks of its shard, and a thread reads the announced next sample ahead.
+ * Errors (a file that is not a corpus, a vocabulary larger than the model's,
+ * fewer tokens than one sequence) name the file. */
+token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uint64_t seed,
+                                 const token_shard *shard, char *err, size_t err_len);
 
 #endif

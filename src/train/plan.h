@@ -1,0 +1,56 @@
+/* plan.h: the configuration's choices as the engine's types, decided in one
+ * place. The configuration keeps the names a user writes (config.h); every
+ * rule that turns a name into a layout, a mask, a ring or a policy is here,
+ * once, and both the validation of a configuration and the trainer use it. */
+#ifndef BURST_TRAIN_PLAN_H
+#define BURST_TRAIN_PLAN_H
+
+#include <stdint.h>
+
+#include "kernels/attention.h"
+#include "src/attn/ring_plan.h"
+#include "src/attn/seq_layout.h"
+
+typedef enum { SOURCE_SYNTHETIC = 0, SOURCE_HDF5 = 1 } train_source_kind;
+typedef enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 } train_nonfinite;
+/* Which tokens keep their attention output between forward and backward. */
+typedef enum { KEEP_NONE = 0, KEEP_HALF = 1, KEEP_ALL = 2 } train_keep;
+typedef enum { RING_CHOICE_AUTO = 0, RING_CHOICE_FLAT = 1, RING_CHOICE_DOUBLE = 2 } train_ring_choice;
+
+typedef struct {
+    seq_layout_kind layout;
+    bk_attn_mask mask;          /* positions are global */
+    ring_bwd_choice backward;
+    train_ring_choice ring;
+    train_source_kind source;
+    int shuffled;               /* hdf5 sampling: a seeded permutation of the windows */
+    train_nonfinite on_nonfinite;
+    train_keep keep;            /* from [memory] ckpt_fraction */
+} train_plan;
+
+/* [parallel] layout, with auto: zigzag under the causal mask (it balances the
+ * causal work), contiguous under a window (the work is already balanced and
+ * blocks meet fewer neighbours). */
+seq_layout_kind plan_layout(const char *layout, const char *mask);
+/* [parallel] mask: causal, or causal within a window of `window` tokens
+ * (the query included). */
+bk_attn_mask plan_mask(const char *mask, int64_t window);
+ring_bwd_choice plan_backward(const char *backward);
+train_ring_choice plan_ring(const char *ring);
+train_source_kind plan_source(const char *source);
+train_nonfinite plan_on_nonfinite(const char *on_nonfinite);
+/* [memory] ckpt_fraction 0, 0.5 or 1. */
+train_keep plan_keep(double ckpt_fraction);
+/* Keeping half of the tokens recomputes the attention of the early zigzag
+ * chunks through a ring over the first half of the sequence: it needs the
+ * zigzag layout and the plain causal mask. */
+int plan_keep_half_allowed(seq_layout_kind layout, const bk_attn_mask *mask);
+
+/* The topology of a CP group of cp ranks in a world of `nodes` nodes with
+ * local_size ranks each: double when asked or (auto) when the group spans
+ * several nodes evenly. Sets *cp_nodes; -1 when double is asked but the group
+ * does not span several nodes evenly. */
+int plan_topology(train_ring_choice ring, int cp, int nodes, int local_size, ring_topology *topo,
+                  int *cp_nodes);
+
+#endif

@@ -1,0 +1,99 @@
+/* trainer.h: one rank of `burst train`. The world is split into a DP x CP grid
+ * (node-major: a CP group is a run of consecutive ranks); each CP group trains
+ * on its own sequences through the distributed attention ring; gradients are
+ * reduce-scattered over the world into AdamW shards (ZeRO-1). Rank 0 prints a
+ * memory report, a progress line per log step and the final peak memory, and
+ * writes JSON-lines metrics. A non-finite loss or gradient stops (or skips the
+ * update on) every rank, naming the step and the first rank that saw it.
+ *
+ * The trainer lives in five files: trainer.c (setup, the loop, teardown),
+ * trainer_step.c (one optimizer step), trainer_ckpt.c (checkpoints and
+ * resume), trainer_eval.c (passkey evaluation) and trainer_report.c (memory,
+ * progress and metrics). */
+#ifndef BURST_TRAIN_TRAINER_H
+#define BURST_TRAIN_TRAINER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "src/train/config.h"
+#include "src/train/data/token_source.h"
+#include "src/train/model.h"
+#include "src/train/optimizer.h"
+#include "src/train/plan.h"
+
+/* What the command line adds to the configuration. */
+typedef struct {
+    int inject_step, inject_rank; /* testing aid: a NaN gradient at this step on this rank */
+    int resume;                   /* continue from the latest checkpoint */
+    int64_t stop_after;           /* stop (checkpointed) after this step; 0 = run to the end */
+} trainer_opts;
+
+/* Everything one rank needs during the run. */
+typedef struct {
+    train_config cfg;
+    train_plan plan;
+    trainer_opts opts;
+    bt_world *world;
+    bt_comm *dp_comm, *cp_comm;
+    int rank, world_size, dp_rank, cp_rank;
+    model_layout model;
+    model_runner *runner;
+    zero1 *opt;
+    token_source *data;
+    seq_layout layout;
+    token_shard shard;            /* this rank's positions of every sample */
+    float *params, *grads;
+    int64_t *tokens, *labels;     /* [micro_batches][n] */
+    bk_queue queue;
+    FILE *metrics;
+    double baseline_bytes;        /* the process before the model was made */
+    double sgemm_gflops;          /* this machine's reference rate (rank 0) */
+} trainer;
+
+/* Every rank decided to stop together (a non-finite loss, a failed checkpoint). */
+enum { STOP_AGREED = -1 };
+
+/* Validates the configuration against the world and makes the model, the
+ * optimizer, the data source and the buffers. 0, or an exit status with the
+ * message in err. t->cfg, t->opts and t->world are set by the caller. */
+int trainer_setup(trainer *t, char *err, size_t err_len);
+/* Trains from the first step (or the checkpoint), checkpoints, evaluates.
+ * 0, STOP_AGREED or an exit status. */
+int trainer_run(trainer *t);
+/* Frees what setup made (each part may be missing after an early failure). */
+void trainer_free(trainer *t);
+
+/* Which sample micro-batch mb of step (1-based) reads on DP rank dp_rank: the
+ * one formula for reading, prefetching and the checkpoint's sample position. */
+int64_t trainer_sample_index(const train_config *c, int64_t step, int dp_rank, int mb);
+
+/* One optimizer step: all micro-batches, then ZeRO-1. 0, STOP_AGREED, or the
+ * exit status after a failure. */
+int trainer_step(trainer *t, int64_t step, double *loss, double *gnorm, int *skipped);
+
+/* 1 on every rank when any rank passes failed != 0: ranks stop together. */
+int trainer_any_rank(trainer *t, int failed);
+/* Checkpoint of a completed step, written by every rank; 0 or -1 with err. */
+int trainer_save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len);
+/* The latest checkpoint's step, loaded; or -1 with err. */
+int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len);
+/* Passkey retrieval over [eval] eval_path: counts over all ranks; 0 or -1. */
+int trainer_evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, size_t err_len);
+
+/* Memory of this process now and at its peak, and the machine's free memory. */
+double trainer_rss_bytes(void);
+double trainer_peak_rss_bytes(void);
+double trainer_available_bytes(void);
+/* The estimate of this rank's memory that the report prints and the end compares. */
+double trainer_estimated_bytes(const trainer *t);
+/* Rank 0's report at start: the model, the grid, memory, the sgemm rate. */
+void trainer_report_start(trainer *t);
+/* Rank 0's progress line of a step (every [train] log_every steps and the last). */
+void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step, double loss,
+                             double gnorm, double step_s, double elapsed_s);
+/* The step's line in the [train] metrics file, if any. */
+void trainer_report_metrics(trainer *t, int64_t step, double loss, double gnorm, int skipped,
+                            double step_s);
+
+#endif

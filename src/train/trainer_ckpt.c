@@ -1,0 +1,79 @@
+/* trainer_ckpt.c: checkpoints of the run (trainer.h) through io/checkpoint.h.
+ * Saving is three collective phases: rank 0 opens the step's directory, every
+ * rank writes its part (the model on rank 0, each rank's optimizer shard),
+ * rank 0 commits; ranks agree after each phase, so a failure anywhere leaves
+ * the previous checkpoint whole and every rank stops. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/checkpoint.h"
+#include "src/train/trainer.h"
+
+int trainer_any_rank(trainer *t, int failed)
+{
+    int64_t v = failed != 0;
+    if (bt_allreduce(bt_world_comm(t->world), &v, 1, BT_I64, BT_MAX) != BT_OK) return 1;
+    return v != 0;
+}
+
+/* After a phase: 1 when any rank failed; a rank that did not fail says why. */
+static int phase_failed(trainer *t, int failed, int64_t step, char *err, size_t err_len)
+{
+    if (!trainer_any_rank(t, failed)) return 0;
+    if (!failed) snprintf(err, err_len, "checkpoint of step %lld failed on another rank", (long long)step);
+    return 1;
+}
+
+int trainer_save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len)
+{
+    train_config *c = &t->cfg;
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *mem = open_memstream(&text, &text_len);
+    train_config_print(mem, c);
+    fclose(mem);
+    io_ckpt_meta meta = {.step = step,
+                         .sample_position = trainer_sample_index(c, step + 1, 0, 0),
+                         .rng_state = c->data_seed, .world_size = t->world_size,
+                         .n_params = t->model.n_params, .config_text = text};
+    int64_t begin, end;
+    zero1_shard(t->opt, &begin, &end);
+    /* Every rank takes part in every agreement, whatever failed where. */
+    int failed = t->rank == 0 && io_checkpoint_begin(c->checkpoint_dir, step, err, err_len) != 0;
+    if (!phase_failed(t, failed, step, err, err_len))
+        failed = io_checkpoint_write_rank(c->checkpoint_dir, step, t->rank, &meta, t->params, begin,
+                                          end - begin, zero1_moment1(t->opt),
+                                          zero1_moment2(t->opt), err, err_len) != 0;
+    if (!phase_failed(t, failed, step, err, err_len))
+        failed = t->rank == 0 &&
+                 io_checkpoint_commit(c->checkpoint_dir, step, c->keep_checkpoints, err, err_len) != 0;
+    int any = trainer_any_rank(t, failed);
+    free(text);
+    return any ? -1 : 0;
+}
+
+int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len)
+{
+    train_config *c = &t->cfg;
+    int64_t step = io_checkpoint_latest(c->checkpoint_dir, err, err_len);
+    int failed = step < 0;
+    io_ckpt_meta expect = {.world_size = t->world_size, .n_params = t->model.n_params}, meta;
+    memset(&meta, 0, sizeof meta);
+    if (!failed)
+        failed = io_checkpoint_read_model(c->checkpoint_dir, step, &expect, &meta, t->params, err,
+                                          err_len) != 0;
+    int64_t begin, end;
+    zero1_shard(t->opt, &begin, &end);
+    if (!failed)
+        failed = io_checkpoint_read_rank(c->checkpoint_dir, step, t->rank, begin, end - begin,
+                                         zero1_moment1(t->opt), zero1_moment2(t->opt), err,
+                                         err_len) != 0;
+    free((char *)meta.config_text);
+    if (trainer_any_rank(t, failed)) {
+        if (!failed) snprintf(err, err_len, "another rank could not load the checkpoint");
+        return -1;
+    }
+    return step;
+}

@@ -1,0 +1,139 @@
+/* trainer_report.c: what a rank tells the user (trainer.h): the memory report
+ * at start and its estimate, this machine's sgemm rate as the reference for
+ * achieved GFLOP/s, the progress line of a step and the metrics file. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+
+#include "kernels/ops.h"
+#include "src/train/trainer.h"
+#include "util/clock.h"
+#include "util/parse.h"
+
+double trainer_peak_rss_bytes(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss * 1024.0;
+}
+
+double trainer_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, resident = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return (double)resident * 4096.0;
+}
+
+double trainer_available_bytes(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024.0;
+}
+
+/* sgemm rate of this machine (GFLOP/s), measured for 0.3 s. */
+static double measure_sgemm(const bk_queue *q)
+{
+    const int64_t n = 768;
+    float *a = calloc((size_t)(n * n), 4), *b = calloc((size_t)(n * n), 4), *c = calloc((size_t)(n * n), 4);
+    for (int64_t i = 0; i < n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
+    bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n);
+    double t0 = bu_now();
+    int reps = 0;
+    while (bu_now() - t0 < 0.3 || reps < 2) {
+        bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n);
+        reps++;
+    }
+    double t = bu_now() - t0;
+    free(a), free(b), free(c);
+    return 2.0 * (double)n * n * n * reps / t / 1e9;
+}
+
+/* Parameters, gradients and the optimizer's padded gradient work buffer (3 x),
+ * the optimizer shard, stored activations, the largest transient. */
+double trainer_estimated_bytes(const trainer *t)
+{
+    size_t np = (size_t)t->model.n_params * sizeof(float);
+    return t->baseline_bytes + (double)(3 * np + zero1_state_bytes(t->opt) +
+                                        model_runner_stored_bytes(t->runner) +
+                                        model_runner_transient_bytes(t->runner));
+}
+
+static void memory_report(const trainer *t)
+{
+    char b[7][32];
+    double np = (double)t->model.n_params * sizeof(float);
+    printf("memory per rank: parameters %s, gradients %s (+ %s reduce buffer), optimizer shard %s, "
+           "stored activations %s, largest transient %s, process baseline %s\n",
+           bu_human_bytes(np, b[0], 32), bu_human_bytes(np, b[1], 32), bu_human_bytes(np, b[2], 32),
+           bu_human_bytes((double)zero1_state_bytes(t->opt), b[3], 32),
+           bu_human_bytes((double)model_runner_stored_bytes(t->runner), b[4], 32),
+           bu_human_bytes((double)model_runner_transient_bytes(t->runner), b[5], 32),
+           bu_human_bytes(t->baseline_bytes, b[6], 32));
+    printf("memory per rank, estimated total: %s\n",
+           bu_human_bytes(trainer_estimated_bytes(t), b[0], 32));
+}
+
+void trainer_report_start(trainer *t)
+{
+    if (t->rank != 0) return;
+    const train_config *c = &t->cfg;
+    t->sgemm_gflops = measure_sgemm(&t->queue);
+    printf("burst train: %lld parameters (%d layers, d_model %d, heads %d/%d, vocab %d); "
+           "world %d = dp %d x cp %d; sequence %lld tokens (%lld per rank, %s layout); "
+           "checkpoint fraction %g; %s head\n",
+           (long long)t->model.n_params, c->layers, c->d_model, c->n_heads, c->n_kv_heads,
+           c->vocab, t->world_size, c->dp, c->cp, (long long)c->seq_len, (long long)t->layout.n,
+           seq_layout_name(t->layout.kind), c->ckpt_fraction, c->fused_head ? "fused" : "unfused");
+    memory_report(t);
+    printf("sgemm on this machine: %.1f GFLOP/s\n", t->sgemm_gflops);
+    fflush(stdout);
+}
+
+/* FLOPs of one step: 3 x the forward of every sequence of the step. */
+static double step_flops(const trainer *t)
+{
+    const train_config *c = &t->cfg;
+    return 3.0 * model_flops_per_sequence(&t->model, c->seq_len, 0.5) * c->dp * c->micro_batches;
+}
+
+static double step_tokens(const trainer *t)
+{
+    return (double)t->cfg.seq_len * t->cfg.dp * t->cfg.micro_batches;
+}
+
+void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step, double loss,
+                             double gnorm, double step_s, double elapsed_s)
+{
+    const train_config *c = &t->cfg;
+    if (t->rank != 0 || (step % c->log_every != 0 && step != c->steps)) return;
+    char mem[32];
+    double gflops = step_flops(t) / step_s / 1e9;
+    double eta = elapsed_s / (double)(step - first_step + 1) * (double)(c->steps - step);
+    printf("step %5lld/%lld  loss %.4f  grad-norm %.3g  lr %.3g  %.0f tokens/s  %.2f GFLOP/s "
+           "(%.2f of sgemm)  mem %s  ETA %.0f s\n",
+           (long long)step, (long long)c->steps, loss, gnorm,
+           lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step), step_tokens(t) / step_s,
+           gflops, t->sgemm_gflops > 0 ? gflops / t->sgemm_gflops : 0,
+           bu_human_bytes(trainer_rss_bytes(), mem, sizeof mem), eta);
+    fflush(stdout);
+}
+
+void trainer_report_metrics(trainer *t, int64_t step, double loss, double gnorm, int skipped,
+                            double step_s)
+{
+    if (!t->metrics) return;
+    fprintf(t->metrics,
+            "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"skipped\": %d, "
+            "\"tokens_per_s\": %.6g, \"gflops\": %.6g, \"seconds\": %.6g}\n",
+            (long long)step, loss, gnorm, skipped, step_tokens(t) / step_s,
+            step_flops(t) / step_s / 1e9, step_s);
+}
