@@ -1,7 +1,6 @@
 /* ops.h: the transformer's non-attention kernels on one rank: GEMM, RMSNorm,
  * RoPE, SwiGLU, embedding gather / scatter-add, AdamW, gradient norm and
- * clipping, and the chunked cross-entropy of the fused LM head
- * (DESIGN.md §4.6).
+ * clipping, and the chunked cross-entropy of the fused LM head.
  *
  * One interface for both backends: every kernel takes the queue first (where
  * the buffers live, the stream, the thread count) and returns a bk_status; none

@@ -1,4 +1,4 @@
-/* cross_entropy.c: the loss end of the fused LM head (DESIGN.md §4.6) on the
+/* cross_entropy.c: the loss end of the fused LM head on the
  * CPU: for a chunk of logits [rows, V], per-row fp32 lse and loss, and dlogits
  * written over the logits, so that the n x V logits of the whole sequence never
  * exist and the chunk's buffer is reused for its gradient.

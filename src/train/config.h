@@ -25,7 +25,7 @@ typedef struct {
     double init_std;
     double norm_eps;
     /* [data] */
-    char source[16];        /* synthetic (in memory) | hdf5 (not built yet) */
+    char source[16];        /* synthetic (in memory) | hdf5 (corpus files) */
     char task[16];          /* synthetic task: copy | counting */
     char path[180];         /* hdf5: corpus files, comma-separated */
     char sampling[16];      /* hdf5: sequential | shuffled */

@@ -1,5 +1,5 @@
 /* lm_head.c: see lm_head.h. The LM head and the cross-entropy in one pass over
- * chunks of tokens (DESIGN.md §4.6): per chunk of c rows,
+ * chunks of tokens: per chunk of c rows,
  *   logits[c, V] = h[c, D] W^T          (scratch, the only logits alive)
  *   dlogits[c, V] in place               (bk_cross_entropy_fwd_bwd, times scale)
  *   dh[c, D]  = dlogits W
