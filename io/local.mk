@@ -6,6 +6,8 @@ libburst_io_a_SOURCES += io/corpus.h io/corpus.c io/corpus_inspect.h io/corpus_i
 # Training checkpoints (model.h5 + optim-R.h5 per step, atomic commit).
 libburst_io_a_SOURCES += io/checkpoint.h io/checkpoint.c
 libburst_io_a_SOURCES += io/dataset_int64.h io/dataset_int64.c
+# NumPy .npy headers, for `burst data import --from npy`.
+libburst_io_a_SOURCES += io/npy.h io/npy.c
 
 # The corpus format.
 dist_doc_DATA += doc/CORPUS.md

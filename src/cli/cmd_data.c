@@ -15,6 +15,7 @@
 
 #include "io/corpus.h"
 #include "io/corpus_inspect.h"
+#include "io/npy.h"
 #include "src/cli/cli.h"
 #include "util/rng.h"
 #include "util/parse.h"
@@ -110,98 +111,6 @@ typedef struct {
     int is_signed;
 } input;
 
-static int parse_npy_header(FILE *f, const char *path, input *in, char *err, size_t len)
-{
-    unsigned char pre[10];
-    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-        snprintf(err, len, "%s: not a .npy file (no \\x93NUMPY magic)", path);
-        return -1;
-    }
-    int major = pre[6];
-    size_t hlen;
-    long data_at;
-    if (major == 1) {
-        hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
-        data_at = 10 + (long)hlen;
-    } else if (major == 2 || major == 3) {
-        unsigned char b[2];
-        if (fread(b, 1, 2, f) != 2) goto trunc;
-        hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)b[0] << 16 | (size_t)b[1] << 24;
-        data_at = 12 + (long)hlen;
-    } else {
-        snprintf(err, len, "%s: .npy version %d is not supported (1, 2 or 3)", path, major);
-        return -1;
-    }
-    if (hlen > 1 << 20) {
-        snprintf(err, len, "%s: .npy header of %zu bytes is implausible", path, hlen);
-        return -1;
-    }
-    char *h = calloc(1, hlen + 1);
-    if (!h) return -1;
-    if (fread(h, 1, hlen, f) != hlen) {
-        free(h);
-        goto trunc;
-    }
-    int rc = -1;
-    char *d = strstr(h, "'descr'"), *fo = strstr(h, "'fortran_order'"), *sh = strstr(h, "'shape'");
-    char descr[16] = "";
-    if (!d || !fo || !sh) {
-        snprintf(err, len, "%s: .npy header lacks descr, fortran_order or shape: %s", path, h);
-        goto out;
-    }
-    if (sscanf(d, "'descr' : '%15[^']'", descr) != 1 &&
-        sscanf(d, "'descr': '%15[^']'", descr) != 1) {
-        snprintf(err, len, "%s: cannot read descr in the .npy header", path);
-        goto out;
-    }
-    char *colon = strchr(fo, ':');
-    while (colon && (*++colon == ' ')) {
-    }
-    if (!colon || strncmp(colon, "False", 5) != 0) {
-        snprintf(err, len, "%s: .npy array is in Fortran order (C order needed)", path);
-        goto out;
-    }
-    char *open = strchr(sh, '('), *e = NULL;
-    long long n = open ? strtoll(open + 1, &e, 10) : -1;
-    if (e) {
-        while (*e == ' ') e++;
-        if (*e == ',') e++;
-        while (*e == ' ') e++;
-    }
-    if (!open || !e || e == open + 1 || *e != ')' || n < 0) {
-        snprintf(err, len, "%s: .npy array is not 1-D (shape %.40s)", path, open ? open : "?");
-        goto out;
-    }
-    char order = descr[0], kind = descr[1];
-    int size = atoi(descr + 2);
-    if ((order != '<' && order != '|' && !(order == '>' && size == 1)) ||
-        (kind != 'u' && kind != 'i') || (size != 1 && size != 2 && size != 4 && size != 8)) {
-        snprintf(err, len,
-                 "%s: .npy dtype '%s' is not supported (little-endian integers: u1 u2 u4 u8 i1 "
-                 "i2 i4 i8)",
-                 path, descr);
-        goto out;
-    }
-    in->n = n;
-    in->itemsize = size;
-    in->is_signed = kind == 'i';
-    if (fseek(f, 0, SEEK_END) != 0) goto out;
-    long end = ftell(f);
-    if (end < data_at + (long)(n * size)) {
-        snprintf(err, len, "%s: .npy file is truncated (%lld elements need %lld bytes, %ld there)",
-                 path, n, (long long)data_at + n * size, end);
-        goto out;
-    }
-    fseek(f, data_at, SEEK_SET);
-    rc = 0;
-out:
-    free(h);
-    return rc;
-trunc:
-    snprintf(err, len, "%s: .npy file is truncated in its header", path);
-    return -1;
-}
-
 /* Opens an input and positions it at its first token. */
 static int open_input(import_kind kind, const char *path, input *in, char *err, size_t len)
 {
@@ -213,10 +122,14 @@ static int open_input(import_kind kind, const char *path, input *in, char *err, 
         return -1;
     }
     if (kind == FROM_NPY) {
-        if (parse_npy_header(in->f, path, in, err, len) != 0) {
+        io_npy_array a;
+        if (io_npy_open(in->f, path, &a, err, len) != 0) {
             fclose(in->f);
             return -1;
         }
+        in->n = a.n;
+        in->itemsize = a.itemsize;
+        in->is_signed = a.is_signed;
         return 0;
     }
     fseek(in->f, 0, SEEK_END);
