@@ -3,12 +3,12 @@
  * P = 1..4 (and 5, 6), every mask, MHA and GQA, both backward directions, the
  * flat ring and the double ring on emulated nodes; the byte counters against
  * the schedule; a rank killed between the forward and the backward ring. The
- * ranks are tests/ring_worker, which checks its own rows. */
+ * ranks are tests/attn/ring_worker, which checks its own rows. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "tests/testutil.h"
+#include "tests/lib/testutil.h"
 
 static char worker[4096];
 
@@ -18,7 +18,7 @@ static void expect_ok(int ranks, int nodes, const char *mask, const char *layout
     snprintf(n, sizeof n, "%d", ranks);
     snprintf(m, sizeof m, "%d", nodes);
     char *argv[] = {(char *)test_burst_path(), "run", "-n", n, "--nodes", m, "--",
-                    (char *)test_program_path("ring_worker", worker, sizeof worker), "--mask",
+                    (char *)test_program_path("tests/attn/ring_worker", worker, sizeof worker), "--mask",
                     (char *)mask, "--layout", (char *)layout, nodes > 1 ? "--double-ring" : NULL,
                     m, NULL};
     test_run_result r = test_run(argv, NULL);
@@ -56,7 +56,7 @@ END_TEST
 START_TEST(rank_lost_during_the_ring_is_named)
 {
     char *argv[] = {(char *)test_burst_path(), "run", "-n", "3", "--no-kill", "--",
-                    (char *)test_program_path("ring_worker", worker, sizeof worker), "--mask",
+                    (char *)test_program_path("tests/attn/ring_worker", worker, sizeof worker), "--mask",
                     "causal", "--layout", "zigzag", "--kill-rank", "1", NULL};
     test_run_result r = test_run(argv, NULL);
     ck_assert_msg(r.exit_code != 0, "%s", r.out);

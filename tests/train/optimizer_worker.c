@@ -18,7 +18,7 @@
 
 #include "src/train/optimizer.h"
 #include "transport/transport.h"
-#include "tests/worker_util.h"
+#include "tests/lib/worker_util.h"
 
 
 static uint64_t splitmix(uint64_t x)

@@ -1,5 +1,5 @@
 /* test_train.c: the training engine, with real ranks under `burst run`:
- * gradients against finite differences (tests/train_gradcheck); the same tiny
+ * gradients against finite differences (tests/train/train_gradcheck); the same tiny
  * run on P = 1, 2, 4 ranks, DP x CP = 2 x 2 and the double ring gives the same
  * losses step by step; checkpoint fractions 0, 1/2, 1 and the fused and
  * reference LM heads give the same losses and gradient norms; an injected NaN
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/testutil.h"
+#include "tests/lib/testutil.h"
 
 enum { MAX_STEPS = 64 };
 
@@ -105,7 +105,7 @@ static void run_ok(int ranks, int nodes, const char *const *sets, curve *c)
 START_TEST(gradients_match_finite_differences)
 {
     char path[4096];
-    test_program_path("train_gradcheck", path, sizeof path);
+    test_program_path("tests/train/train_gradcheck", path, sizeof path);
     const char *cases[][3] = {{"1", "1", "1"}, {"1", "0", "0"}, {"2", "0.5", "1"}, {"4", "1", "0"}};
     for (int i = 0; i < 4; i++) {
         char *argv[] = {(char *)test_burst_path(), "run", "-n", (char *)cases[i][0], "--", path,

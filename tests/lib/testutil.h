@@ -13,8 +13,9 @@ typedef struct {
 
 /* Path of the built `burst` program ($BURST, set by make check). */
 const char *test_burst_path(void);
-/* Path of a program built in the tests folder ($BURST_TEST_BUILDDIR/tests/NAME). */
-const char *test_program_path(const char *name, char *buf, size_t len);
+/* Path of a program built for the tests: $BURST_TEST_BUILDDIR/PATH (PATH such as
+ * "tests/attn/ring_worker"). */
+const char *test_program_path(const char *path, char *buf, size_t len);
 /* Runs argv (argv[0] a path) with extra "NAME=VALUE" variables (NULL-terminated
  * list, may be NULL), capturing stdout and stderr together. */
 test_run_result test_run(char *const argv[], char *const env[]);

@@ -2,7 +2,7 @@
  * through UCX over this machine's shared memory: point-to-point, collectives
  * against serial references, sub-communicators, and failures (a rank killed, a
  * rank that stops answering, a wait that times out, a peer with a wrong secret).
- * The ranks are tests/transport_worker under `burst run`; each checks its own
+ * The ranks are tests/transport/transport_worker under `burst run`; each checks its own
  * results and the launcher's exit status carries the verdict. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tests/testutil.h"
+#include "tests/lib/testutil.h"
 
 static char worker[4096];
 
@@ -36,7 +36,7 @@ static test_run_result run_worker(int ranks, int nodes, const char *extra1, cons
     if (extra1) argv[a++] = (char *)extra1;
     if (extra2) argv[a++] = (char *)extra2;
     argv[a++] = "--";
-    argv[a++] = (char *)test_program_path("transport_worker", worker, sizeof worker);
+    argv[a++] = (char *)test_program_path("tests/transport/transport_worker", worker, sizeof worker);
     argv[a++] = (char *)scenario;
     argv[a] = NULL;
     return test_run(argv, NULL);
@@ -170,7 +170,7 @@ static void secret_script(char *script, size_t len, int port)
              "BURST_RANK=1 BURST_SECRET=ffffffffffffffffffffffffffffffff %s whoami; c1=$?\n"
              "wait $p0; c0=$?\n"
              "echo \"codes $c0 $c1\"\n",
-             port, test_program_path("transport_worker", worker, sizeof worker), worker);
+             port, test_program_path("tests/transport/transport_worker", worker, sizeof worker), worker);
 }
 
 START_TEST(peer_with_wrong_secret_is_refused)

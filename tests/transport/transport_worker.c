@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "transport/transport.h"
-#include "tests/worker_util.h"
+#include "tests/lib/worker_util.h"
 
 
 /* Deterministic content of message (src, dst, channel, index). */

@@ -3,7 +3,7 @@
 #include <check.h>
 #include <stdlib.h>
 
-#include "tests/testutil.h"
+#include "tests/lib/testutil.h"
 
 static test_run_result burst(const char *a1, const char *a2)
 {

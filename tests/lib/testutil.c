@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tests/testutil.h"
+#include "tests/lib/testutil.h"
 
 const char *test_burst_path(void)
 {
@@ -17,10 +17,10 @@ const char *test_burst_path(void)
     return p ? p : "./burst";
 }
 
-const char *test_program_path(const char *name, char *buf, size_t len)
+const char *test_program_path(const char *path, char *buf, size_t len)
 {
     const char *dir = getenv("BURST_TEST_BUILDDIR");
-    snprintf(buf, len, "%s/tests/%s", dir ? dir : ".", name);
+    snprintf(buf, len, "%s/%s", dir ? dir : ".", path);
     return buf;
 }
 
