@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "src/train/optimizer.h"
+#include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
 
 static char worker[4096];
@@ -60,16 +61,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("optimizer");
-    TCase *sched = tcase_create("schedule");
+    TCase *sched = check_tcase(s, "schedule", 0);
     tcase_add_test(sched, schedule_warmup_then_cosine);
-    suite_add_tcase(s, sched);
-    TCase *z = tcase_create("zero1");
-    tcase_set_timeout(z, 300);
+    TCase *z = check_tcase(s, "zero1", 300);
     tcase_add_loop_test(z, zero1_matches_serial_adamw, 1, 5);
-    suite_add_tcase(s, z);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }
