@@ -1,4 +1,4 @@
-# kernels/ops.mk: GEMM, norms, RoPE, SwiGLU, embedding, AdamW, cross-entropy, their tests.
+# kernels/ops.mk: GEMM, norms, RoPE, SwiGLU, embedding, AdamW, cross-entropy. Tests: tests/local.mk.
 libburst_kernels_a_SOURCES += kernels/ops.h kernels/ops_math.h kernels/cpu/ops_cpu.h \
 	kernels/cpu/gemm.c kernels/cpu/norm.c kernels/cpu/rope.c kernels/cpu/swiglu.c \
 	kernels/cpu/embedding.c kernels/cpu/adamw.c kernels/cpu/grad_norm.c \
@@ -6,9 +6,3 @@ libburst_kernels_a_SOURCES += kernels/ops.h kernels/ops_math.h kernels/cpu/ops_c
 if HAVE_CUDA
 libburst_kernels_a_SOURCES += kernels/cuda/ops_math.cu
 endif
-
-check_PROGRAMS += tests/test_ops
-TESTS += tests/test_ops
-tests_test_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_ops_LDADD = libburst_kernels.a $(EXTERNAL_LIBS) $(CHECK_LIBS)
-tests_test_ops_SOURCES = tests/test_ops.c

@@ -1,4 +1,7 @@
-# tests/local.mk: the test harness shared by every wing's tests.
+# tests/local.mk: every test of the project, in one list. The tests stand in a
+# folder per wing (tests/kernels, tests/transport, tests/io, tests/attn,
+# tests/train, tests/cli, tests/build), each multi-rank worker next to the test
+# that launches it; tests/lib holds what they share.
 AM_TESTS_ENVIRONMENT = \
 	BURST='$(abs_top_builddir)/burst'; export BURST; \
 	BURST_TEST_BUILDDIR='$(abs_top_builddir)'; export BURST_TEST_BUILDDIR; \
@@ -7,77 +10,137 @@ AM_TESTS_ENVIRONMENT = \
 	LSAN_OPTIONS='suppressions=$(abs_top_srcdir)/tests/lsan.supp:print_suppressions=0'; export LSAN_OPTIONS; \
 	UBSAN_OPTIONS='print_stacktrace=1:halt_on_error=1'; export UBSAN_OPTIONS; \
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2}; export OMP_NUM_THREADS;
-EXTRA_DIST += tests/lsan.supp tests/run.sh tests/test_configure.sh
-TESTS += tests/test_configure.sh
-
-check_PROGRAMS += tests/test_cli
-TESTS += tests/test_cli
-tests_test_cli_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_cli_LDADD = $(LDADD) $(CHECK_LIBS)
-tests_test_cli_SOURCES = tests/test_cli.c tests/testutil.h tests/testutil.c
-
+EXTRA_DIST += tests/lsan.supp tests/run.sh
 TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = /bin/sh
+# The result file of every test, for tests/run.sh's summary.
+list-test-results:
+	@echo $(TEST_LOGS:.log=.trs)
+.PHONY: list-test-results
 
+# ------------------------------------------------------------------ tests/lib
+# What the tests share, one copy each: a check suite's main (check_main), the
+# buffers and random numbers of the checks (arrays, rng on util/rng.h), running
+# `burst` and the workers, temporary directories (testutil), and the state and
+# exits of the multi-rank workers (worker_util.h). A suite is compiled with
+# SUITE_CFLAGS and links SUITE_LIBS before the libraries it tests.
+check_LIBRARIES = tests/lib/libburst_tests.a
+tests_lib_libburst_tests_a_SOURCES = tests/lib/check_main.h tests/lib/check_main.c \
+	tests/lib/arrays.h tests/lib/arrays.c tests/lib/rng.h tests/lib/testutil.h \
+	tests/lib/testutil.c tests/lib/worker_util.h
+SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_lib_libburst_tests_a_CFLAGS = $(SUITE_CFLAGS)
+SUITE_LIBS = tests/lib/libburst_tests.a $(CHECK_LIBS)
+
+# ------------------------------------------------------------------ the build
+# configure names the package to install when a dependency is missing.
+TESTS += tests/build/test_configure.sh
+EXTRA_DIST += tests/build/test_configure.sh
+
+# ------------------------------------------------------------------ kernels
+# The tiled attention against the double-precision reference.
+check_PROGRAMS += tests/kernels/test_attention
+TESTS += tests/kernels/test_attention
+tests_kernels_test_attention_SOURCES = tests/kernels/test_attention.c
+tests_kernels_test_attention_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_attention_LDADD = $(SUITE_LIBS) libburst_kernels.a $(EXTERNAL_LIBS)
+
+# GEMM, norms, RoPE, SwiGLU, embedding, AdamW, cross-entropy.
+check_PROGRAMS += tests/kernels/test_ops
+TESTS += tests/kernels/test_ops
+tests_kernels_test_ops_SOURCES = tests/kernels/test_ops.c
+tests_kernels_test_ops_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_ops_LDADD = $(SUITE_LIBS) libburst_kernels.a $(EXTERNAL_LIBS)
+
+# ------------------------------------------------------------------ transport
+# Point-to-point, collectives, sub-communicators, failures and the launcher,
+# with real ranks (tests/transport/transport_worker) under `burst run`.
+check_PROGRAMS += tests/transport/transport_worker tests/transport/test_transport
+TESTS += tests/transport/test_transport
+tests_transport_transport_worker_SOURCES = tests/transport/transport_worker.c
+tests_transport_transport_worker_LDADD = libburst_transport.a $(EXTERNAL_LIBS)
+tests_transport_test_transport_SOURCES = tests/transport/test_transport.c
+tests_transport_test_transport_CFLAGS = $(SUITE_CFLAGS)
+tests_transport_test_transport_LDADD = $(SUITE_LIBS) libburst_transport.a $(EXTERNAL_LIBS)
+
+# A real single-node Slurm started by the test itself (skips where not root).
+TESTS += tests/transport/test_slurm.sh
+EXTRA_DIST += tests/transport/test_slurm.sh tests/lib/slurm/start.sh tests/lib/slurm/stop.sh \
+	tests/lib/slurm/README.md
 clean-local: clean-local-tests
 clean-local-tests:
-	-if test -d tests/slurm-state; then sh $(srcdir)/tests/slurm/stop.sh tests/slurm-state; fi
+	-if test -d tests/slurm-state; then sh $(srcdir)/tests/lib/slurm/stop.sh tests/slurm-state; fi
 	-rm -rf tests/slurm-state
 .PHONY: clean-local-tests
 
-# Tests of the engine: distributed attention and training.
-check_PROGRAMS += tests/ring_worker
-tests_ring_worker_SOURCES = tests/ring_worker.c
+# ------------------------------------------------------------------ io
+# Training checkpoints in HDF5 (io/checkpoint.c).
+check_PROGRAMS += tests/io/test_checkpoint
+TESTS += tests/io/test_checkpoint
+tests_io_test_checkpoint_SOURCES = tests/io/test_checkpoint.c
+tests_io_test_checkpoint_CFLAGS = $(SUITE_CFLAGS)
+tests_io_test_checkpoint_LDADD = $(SUITE_LIBS) libburst_io.a $(EXTERNAL_LIBS)
 
-check_PROGRAMS += tests/test_ring_schedule tests/test_ring
-TESTS += tests/test_ring_schedule tests/test_ring
-tests_test_ring_schedule_SOURCES = tests/test_ring_schedule.c
-tests_test_ring_schedule_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_ring_schedule_LDADD = $(LDADD) $(CHECK_LIBS)
-tests_test_ring_SOURCES = tests/test_ring.c tests/testutil.h tests/testutil.c
-tests_test_ring_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_ring_LDADD = $(LDADD) $(CHECK_LIBS)
+# HDF5 corpora (io/corpus.c).
+check_PROGRAMS += tests/io/test_corpus
+TESTS += tests/io/test_corpus
+tests_io_test_corpus_SOURCES = tests/io/test_corpus.c
+tests_io_test_corpus_CFLAGS = $(SUITE_CFLAGS)
+tests_io_test_corpus_LDADD = $(SUITE_LIBS) $(LDADD)
 
+# ------------------------------------------------------------------ attn
+# The ring planner's schedules, as data; distributed attention with real ranks
+# (tests/attn/ring_worker) under `burst run`.
+check_PROGRAMS += tests/attn/ring_worker tests/attn/test_ring_schedule tests/attn/test_ring
+TESTS += tests/attn/test_ring_schedule tests/attn/test_ring
+tests_attn_ring_worker_SOURCES = tests/attn/ring_worker.c
+tests_attn_test_ring_schedule_SOURCES = tests/attn/test_ring_schedule.c
+tests_attn_test_ring_schedule_CFLAGS = $(SUITE_CFLAGS)
+tests_attn_test_ring_schedule_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_attn_test_ring_SOURCES = tests/attn/test_ring.c
+tests_attn_test_ring_CFLAGS = $(SUITE_CFLAGS)
+tests_attn_test_ring_LDADD = $(SUITE_LIBS) $(LDADD)
+
+# ------------------------------------------------------------------ train
 # The LM head fused with the cross-entropy loss, chunked along the sequence.
-check_PROGRAMS += tests/test_lm_head
-TESTS += tests/test_lm_head
-tests_test_lm_head_SOURCES = tests/test_lm_head.c
-tests_test_lm_head_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_lm_head_LDADD = $(LDADD) $(CHECK_LIBS)
+check_PROGRAMS += tests/train/test_lm_head
+TESTS += tests/train/test_lm_head
+tests_train_test_lm_head_SOURCES = tests/train/test_lm_head.c
+tests_train_test_lm_head_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_lm_head_LDADD = $(SUITE_LIBS) $(LDADD)
 
-# ZeRO-1 AdamW and the learning-rate schedule.
-check_PROGRAMS += tests/optimizer_worker tests/test_optimizer
-TESTS += tests/test_optimizer
-tests_optimizer_worker_SOURCES = tests/optimizer_worker.c tests/worker_util.h
-tests_test_optimizer_SOURCES = tests/test_optimizer.c tests/testutil.h tests/testutil.c
-tests_test_optimizer_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_optimizer_LDADD = $(LDADD) $(CHECK_LIBS)
+# ZeRO-1 AdamW (ranks: tests/train/optimizer_worker) and the learning-rate schedule.
+check_PROGRAMS += tests/train/optimizer_worker tests/train/test_optimizer
+TESTS += tests/train/test_optimizer
+tests_train_optimizer_worker_SOURCES = tests/train/optimizer_worker.c
+tests_train_test_optimizer_SOURCES = tests/train/test_optimizer.c
+tests_train_test_optimizer_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_optimizer_LDADD = $(SUITE_LIBS) $(LDADD)
 
 # The configuration of `burst train`.
-check_PROGRAMS += tests/test_train_config
-TESTS += tests/test_train_config
-tests_test_train_config_SOURCES = tests/test_train_config.c
-tests_test_train_config_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_train_config_LDADD = $(LDADD) $(CHECK_LIBS)
-check_PROGRAMS += tests/train_gradcheck
-tests_train_gradcheck_SOURCES = tests/train_gradcheck.c
-check_PROGRAMS += tests/test_train
-TESTS += tests/test_train
-tests_test_train_SOURCES = tests/test_train.c tests/testutil.h tests/testutil.c
-tests_test_train_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_train_LDADD = $(LDADD) $(CHECK_LIBS)
+check_PROGRAMS += tests/train/test_train_config
+TESTS += tests/train/test_train_config
+tests_train_test_train_config_SOURCES = tests/train/test_train_config.c
+tests_train_test_train_config_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_train_config_LDADD = $(SUITE_LIBS) $(LDADD)
 
-# Training checkpoints in HDF5 (io/checkpoint.c).
-check_PROGRAMS += tests/test_checkpoint
-TESTS += tests/test_checkpoint
-tests_test_checkpoint_SOURCES = tests/test_checkpoint.c
-tests_test_checkpoint_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_checkpoint_LDADD = libburst_io.a $(EXTERNAL_LIBS) $(CHECK_LIBS)
+# Training end to end, and the gradients against finite differences
+# (tests/train/train_gradcheck, on one rank or a ring).
+check_PROGRAMS += tests/train/train_gradcheck tests/train/test_train
+TESTS += tests/train/test_train
+tests_train_train_gradcheck_SOURCES = tests/train/train_gradcheck.c
+tests_train_test_train_SOURCES = tests/train/test_train.c
+tests_train_test_train_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_train_LDADD = $(SUITE_LIBS) $(LDADD)
+
+# ------------------------------------------------------------------ cli
+# The command line's promises (help, usage errors, version).
+check_PROGRAMS += tests/cli/test_cli
+TESTS += tests/cli/test_cli
+tests_cli_test_cli_SOURCES = tests/cli/test_cli.c
+tests_cli_test_cli_CFLAGS = $(SUITE_CFLAGS)
+tests_cli_test_cli_LDADD = $(SUITE_LIBS) $(LDADD)
 
 # `burst data`: import, synthesise, describe and validate HDF5 corpora.
-check_PROGRAMS += tests/test_corpus
-TESTS += tests/test_corpus tests/test_data.sh
-EXTRA_DIST += tests/test_data.sh
-tests_test_corpus_SOURCES = tests/test_corpus.c
-tests_test_corpus_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_corpus_LDADD = $(LDADD) $(CHECK_LIBS)
+TESTS += tests/cli/test_data.sh
+EXTRA_DIST += tests/cli/test_data.sh

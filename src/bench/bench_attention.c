@@ -25,6 +25,7 @@
 
 #include "src/attn/attn_options.h"
 #include "src/bench/bench.h"
+#include "src/bench/relaunch.h"
 #include "src/cli/cli.h"
 #include "src/attn/ring.h"
 #include "util/parse.h"
@@ -240,28 +241,41 @@ typedef struct {
     float *K_all, *V_all, *dK_all, *dV_all, *delta;
 } rank_bufs;
 
+/* The baseline's gather of every rank's K and V (blocking collectives). */
+static void gather_kv(rank_bufs *b)
+{
+    bt_comm *comm = bt_world_comm(world);
+    size_t kv_bytes = (size_t)b->n * b->kvrow * sizeof(float);
+    must(bt_allgather(comm, b->K, b->K_all, kv_bytes), "all-gather K");
+    must(bt_allgather(comm, b->V, b->V_all, kv_bytes), "all-gather V");
+}
+
+/* This rank's queries against the gathered rows, which are in layout rank
+ * order: their positions are pos_all. */
+static bk_attn_geom gathered_geom(const ring_exec_ctx *ctx, const rank_bufs *b, int h_q, int h_kv,
+                                  int d)
+{
+    return (bk_attn_geom){.n_q = b->n,
+                          .n_kv = b->N,
+                          .h_q = h_q,
+                          .h_kv = h_kv,
+                          .d = d,
+                          .scale = ctx->scale,
+                          .q_pos = b->pos,
+                          .kv_pos = b->pos_all,
+                          .mask = ctx->mask};
+}
+
 /* The baseline forward: gather all K/V (blocking), attend to the whole sequence.
  * out: {time, wait, bytes}. */
 static void allgather_forward(const ring_exec_ctx *ctx, rank_bufs *b, int h_q, int h_kv, int d,
                               double out[3])
 {
-    bt_comm *comm = bt_world_comm(world);
-    size_t kv_bytes = (size_t)b->n * b->kvrow * sizeof(float);
     uint64_t sent0 = sent_total();
     double t0 = bu_now();
-    must(bt_allgather(comm, b->K, b->K_all, kv_bytes), "all-gather K");
-    must(bt_allgather(comm, b->V, b->V_all, kv_bytes), "all-gather V");
+    gather_kv(b);
     double t1 = bu_now();
-    /* Gathered rows are in layout rank order: their positions are pos_all. */
-    bk_attn_geom g = {.n_q = b->n,
-                      .n_kv = b->N,
-                      .h_q = h_q,
-                      .h_kv = h_kv,
-                      .d = d,
-                      .scale = ctx->scale,
-                      .q_pos = b->pos,
-                      .kv_pos = b->pos_all,
-                      .mask = ctx->mask};
+    bk_attn_geom g = gathered_geom(ctx, b, h_q, h_kv, d);
     bk_attn_fwd_init(ctx->queue, b->n, h_q, d, b->O_ag, b->lse_ag);
     if (bk_attn_fwd(ctx->queue, &g, b->Q, b->K_all, b->V_all, b->O_ag, b->lse_ag, NULL) != BK_OK)
         must(BT_ERR_ARG, "attention forward kernel");
@@ -283,18 +297,9 @@ static void allgather_backward(const ring_exec_ctx *ctx, rank_bufs *b, int h_q, 
     size_t kv_count = (size_t)b->n * b->kvrow, all_count = (size_t)b->N * b->kvrow;
     uint64_t sent0 = sent_total();
     double t0 = bu_now();
-    must(bt_allgather(comm, b->K, b->K_all, kv_count * sizeof(float)), "all-gather K");
-    must(bt_allgather(comm, b->V, b->V_all, kv_count * sizeof(float)), "all-gather V");
+    gather_kv(b);
     double t1 = bu_now();
-    bk_attn_geom g = {.n_q = b->n,
-                      .n_kv = b->N,
-                      .h_q = h_q,
-                      .h_kv = h_kv,
-                      .d = d,
-                      .scale = ctx->scale,
-                      .q_pos = b->pos,
-                      .kv_pos = b->pos_all,
-                      .mask = ctx->mask};
+    bk_attn_geom g = gathered_geom(ctx, b, h_q, h_kv, d);
     float *dQ = b->dQ[M_ALLGATHER];
     bk_attn_delta(ctx->queue, b->n, h_q, d, b->dO, b->O_ag, b->delta);
     memset(dQ, 0, (size_t)b->n * b->qrow * sizeof(float));
@@ -477,18 +482,13 @@ typedef struct {
 static int launch(const char *self, const bench_opts *bo, int ranks, int threads, int slot,
                   config_results *res)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d '%s' run -n %d -- '%s' bench attention "
-             "--worker --seq %lld --window %lld --d %d --reps %d",
-             threads, threads, self, ranks, self, (long long)bo->seq, (long long)bo->window, bo->d,
-             bo->reps);
-    FILE *p = popen(cmd, "r");
+    FILE *p = bench_relaunch(self, ranks, threads, 0,
+                             "bench attention --worker --seq %lld --window %lld --d %d --reps %d",
+                             (long long)bo->seq, (long long)bo->window, bo->d, bo->reps);
     if (!p) return -1;
     char line[1024];
     while (fgets(line, sizeof line, p)) {
-        char *body = strchr(line, ']');
-        body = body ? body + 2 : line;
+        char *body = bench_rank_line(line);
         int cfg, P, thr;
         char key[32];
         double v[6], c[4];
@@ -636,12 +636,7 @@ int bench_dist_attention(int argc, char **argv)
         }
 
     char self[4096];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) {
-        fprintf(stderr, "burst bench attention: cannot find this program's path\n");
-        return EXIT_RUN_FAILURE;
-    }
-    self[len] = '\0';
+    if (bench_self_path("burst bench attention", self, sizeof self) != 0) return EXIT_RUN_FAILURE;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int all_threads = cpus > 1 ? (int)cpus : 1;
     printf("bench attention: N = %lld, window W = %lld, d = %d, Hq = 8, fp32, %d rep%s, %d CPUs\n",

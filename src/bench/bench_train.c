@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "src/bench/bench.h"
+#include "src/bench/relaunch.h"
 #include "src/cli/cli.h"
 #include "util/parse.h"
 #include "util/clock.h"
@@ -124,17 +125,13 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
     if (t < 1) t = 1;
     char max_seq[64] = "";
     if (cfg->seq > 65536) snprintf(max_seq, sizeof max_seq, " --set model.max_seq=%lld", cfg->seq);
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d '%s' run -n %d -- '%s' train "
-             "--set model.preset=%s%s --set data.seq_len=%lld --set data.task=counting "
-             "--set parallel.dp=1 --set parallel.cp=%d --set train.steps=%d "
-             "--set train.warmup_steps=1 --set train.log_every=1 --set memory.ckpt_fraction=%g "
-             "--set memory.fused_head=%d --set transport.timeout=3600 --set train.metrics=%s",
-             t, t, self, cfg->ranks, self, cfg->model, max_seq, cfg->seq, cfg->ranks, cfg->steps,
-             cfg->ckpt, cfg->fused, metrics);
-    if (verbose) fprintf(stderr, "+ %s\n", cmd);
-    FILE *p = popen(cmd, "r");
+    FILE *p = bench_relaunch(
+        self, cfg->ranks, t, verbose,
+        "train --set model.preset=%s%s --set data.seq_len=%lld --set data.task=counting "
+        "--set parallel.dp=1 --set parallel.cp=%d --set train.steps=%d "
+        "--set train.warmup_steps=1 --set train.log_every=1 --set memory.ckpt_fraction=%g "
+        "--set memory.fused_head=%d --set transport.timeout=3600 --set train.metrics=%s",
+        cfg->model, max_seq, cfg->seq, cfg->ranks, cfg->steps, cfg->ckpt, cfg->fused, metrics);
     if (!p) {
         unlink(metrics);
         return -1;
@@ -143,8 +140,7 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
     int done = 0;
     while (fgets(line, sizeof line, p)) {
         if (verbose) fputs(line, stderr);
-        char *body = strchr(line, ']');
-        body = body ? body + 2 : line;
+        char *body = bench_rank_line(line);
         const char *peak = strstr(body, "peak memory rank 0 ");
         char pu[8], eu[8];
         double pv, ev;
@@ -300,12 +296,7 @@ int bench_train(int argc, char **argv)
     }
 
     char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        fprintf(stderr, "burst bench train: cannot find this program's path\n");
-        return EXIT_RUN_FAILURE;
-    }
-    self[n] = '\0';
+    if (bench_self_path("burst bench train", self, sizeof self) != 0) return EXIT_RUN_FAILURE;
 
     int failures = 0;
     double t_start = bu_now();

@@ -7,16 +7,15 @@
 #define _GNU_SOURCE
 #include "config.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "src/bench/bench.h"
+#include "src/bench/relaunch.h"
 #include "src/cli/cli.h"
+#include "transport/launch.h"
 #include "transport/transport.h"
 #include "util/clock.h"
 
@@ -178,18 +177,15 @@ static int size_index(size_t bytes)
 
 static int run_ranks(const char *self, int ranks, int quick, results *res, int slot)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' run -n %d -- '%s' bench transport --worker%s", self, ranks,
-             self, quick ? " --quick" : "");
-    FILE *p = popen(cmd, "r");
+    FILE *p =
+        bench_relaunch(self, ranks, 0, 0, "bench transport --worker%s", quick ? " --quick" : "");
     if (!p) return -1;
     char line[512];
     while (fgets(line, sizeof line, p)) {
         int size;
         size_t bytes;
         double v;
-        char *body = strchr(line, ']');
-        body = body ? body + 2 : line;
+        char *body = bench_rank_line(line);
         if (sscanf(body, "p2p %zu %lf", &bytes, &v) == 2 && size_index(bytes) >= 0)
             res->p2p[size_index(bytes)] = v;
         else if (sscanf(body, "lat %zu %lf", &bytes, &v) == 2 && size_index(bytes) >= 0)
@@ -205,16 +201,12 @@ static int run_ranks(const char *self, int ranks, int quick, results *res, int s
     return pclose(p) == 0 ? 0 : -1;
 }
 
+/* A port that was free a moment ago (the launcher's listening socket, closed),
+ * or 13337 when none could be had. */
 static int free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    int port = 13337;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
+    char err[256];
+    int port = 13337, fd = bt_launch_listen(&port, err, sizeof err);
     if (fd >= 0) close(fd);
     return port;
 }
@@ -284,12 +276,7 @@ int bench_transport(int argc, char **argv)
     if (is_worker) return worker(quick);
 
     char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        fprintf(stderr, "burst bench transport: cannot find this program's path\n");
-        return EXIT_RUN_FAILURE;
-    }
-    self[n] = '\0';
+    if (bench_self_path("burst bench transport", self, sizeof self) != 0) return EXIT_RUN_FAILURE;
     results *res = calloc(1, sizeof *res);
     size_t max_bytes = quick ? (1 << 20) : default_sizes[N_SIZES - 1];
     /* Point-to-point numbers come from a 2-rank run; add one if the list lacks it. */

@@ -1,7 +1,8 @@
 /* transport_worker.c: one rank of a transport test, launched by test_transport
  * through `burst run` (or srun). Each scenario checks its results itself
  * against a serial reference computed locally, prints "ok SCENARIO" on rank 0
- * and exits 0, or prints what differed and exits 1. */
+ * and exits 0, or prints what differed and exits 1 (tests/lib/worker_util.h
+ * lists the other exit statuses). */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -10,7 +11,7 @@
 #include <unistd.h>
 
 #include "transport/transport.h"
-#include "tests/worker_util.h"
+#include "tests/lib/worker_util.h"
 
 
 /* Deterministic content of message (src, dst, channel, index). */
@@ -247,6 +248,17 @@ static void scenario_split(void)
     bt_comm_free(inter);
 }
 
+/* Waits for a message that victim never sends: the receive fails (the rank is
+ * lost) and the worker exits with the reason. */
+static void wait_for_lost(int victim)
+{
+    int x;
+    bt_request *r;
+    bt_status st = bt_irecv(bt_world_comm(world), victim, 1, &x, sizeof x, &r);
+    if (st == BT_OK) st = bt_wait(&r);
+    worker_exit(st, "receive from the last rank");
+}
+
 /* The last rank dies mid-exchange; every other rank must fail naming it. */
 static void scenario_kill(void)
 {
@@ -260,12 +272,7 @@ static void scenario_kill(void)
         kill(getpid(), SIGKILL);
     }
     /* Everyone else waits for a message the victim will never send. */
-    int x;
-    bt_request *r;
-    bt_status st = bt_irecv(c, victim, 1, &x, sizeof x, &r);
-    if (st == BT_OK) st = bt_wait(&r);
-    fprintf(stderr, "rank %d: %s: %s\n", rank, bt_status_name(st), bt_world_error(world));
-    exit(st == BT_ERR_PEER_LOST ? 3 : 1);
+    wait_for_lost(victim);
 }
 
 /* The last rank stops (SIGSTOP): no heartbeats, no exit; the others must
@@ -276,12 +283,7 @@ static void scenario_hang(void)
     int victim = size - 1;
     must(bt_barrier(c), "barrier");
     if (rank == victim) raise(SIGSTOP);
-    int x;
-    bt_request *r;
-    bt_status st = bt_irecv(c, victim, 1, &x, sizeof x, &r);
-    if (st == BT_OK) st = bt_wait(&r);
-    fprintf(stderr, "rank %d: %s: %s\n", rank, bt_status_name(st), bt_world_error(world));
-    exit(st == BT_ERR_PEER_LOST ? 3 : 1);
+    wait_for_lost(victim);
 }
 
 /* Rank 0 waits for a message nobody sends: the wait times out and says what
@@ -293,8 +295,8 @@ static void scenario_timeout(void)
         bt_request *r;
         bt_status st = bt_irecv(bt_world_comm(world), 1, 5, &x, sizeof x, &r);
         if (st == BT_OK) st = bt_wait(&r);
-        fprintf(stderr, "rank 0: %s: %s\n", bt_status_name(st), bt_world_error(world));
-        exit(st == BT_ERR_TIMEOUT ? 4 : 1);
+        worker_report(st, "receive from rank 1");
+        exit(st == BT_ERR_TIMEOUT ? WORKER_TIMED_OUT : WORKER_FAILED);
     }
     bt_world_finalize(world);
     exit(0);
@@ -312,16 +314,9 @@ int main(int argc, char **argv)
 {
     if (argc != 2) {
         fprintf(stderr, "usage: transport_worker p2p|collectives|split|kill|hang|timeout|whoami\n");
-        return 2;
+        return WORKER_USAGE;
     }
-    char err[512];
-    bt_status st = bt_world_init(NULL, &world, err, sizeof err);
-    if (st != BT_OK) {
-        fprintf(stderr, "transport_worker: %s\n", err);
-        return st == BT_ERR_AUTH ? 5 : 1;
-    }
-    rank = bt_world_rank(world);
-    size = bt_world_size(world);
+    worker_init("transport_worker");
     const char *s = argv[1];
     if (strcmp(s, "p2p") == 0) scenario_p2p();
     else if (strcmp(s, "collectives") == 0) scenario_collectives();
@@ -332,11 +327,9 @@ int main(int argc, char **argv)
     else if (strcmp(s, "whoami") == 0) scenario_whoami();
     else {
         fprintf(stderr, "transport_worker: unknown scenario '%s'\n", s);
-        return 2;
+        return WORKER_USAGE;
     }
-    int64_t total_failures = failures;
-    must(bt_allreduce(bt_world_comm(world), &total_failures, 1, BT_I64, BT_SUM), "final allreduce");
-    must(bt_world_finalize(world), "finalize");
+    int64_t total_failures = worker_finish();
     if (rank == 0 && total_failures == 0) printf("ok %s on %d ranks\n", s, size);
-    return total_failures ? 1 : 0;
+    return total_failures ? WORKER_FAILED : 0;
 }

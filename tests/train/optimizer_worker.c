@@ -17,22 +17,13 @@
 #include <string.h>
 
 #include "src/train/optimizer.h"
-#include "transport/transport.h"
-#include "tests/worker_util.h"
+#include "tests/lib/worker_util.h"
+#include "util/rng.h"
 
-
-static uint64_t splitmix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-/* Uniform in [0, 1) from a seed and three indices. */
+/* Uniform in [0, 1) from a seed and three indices (the same on every rank). */
 static double uni(uint64_t seed, uint64_t a, uint64_t b, uint64_t c)
 {
-    uint64_t h = splitmix(seed ^ splitmix(a ^ splitmix(b ^ splitmix(c))));
+    uint64_t h = bu_splitmix64(seed ^ bu_splitmix64(a ^ bu_splitmix64(b ^ bu_splitmix64(c))));
     return (double)(h >> 11) * 0x1.0p-53;
 }
 
@@ -219,13 +210,7 @@ static void run_case(const test_case *tc)
 
 int main(void)
 {
-    char err[512];
-    if (bt_world_init(NULL, &world, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "optimizer_worker: %s\n", err);
-        return 1;
-    }
-    rank = bt_world_rank(world);
-    size = bt_world_size(world);
+    worker_init("optimizer_worker");
     /* grad_clip 2: the summed gradient's norm is about 32 * P * amplitude, so the
      * small-amplitude steps are not clipped and the large ones are. */
     const test_case cases[] = {
@@ -235,11 +220,9 @@ int main(void)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) run_case(&cases[c]);
 
-    int64_t total_failures = failures;
-    must(bt_allreduce(bt_world_comm(world), &total_failures, 1, BT_I64, BT_SUM), "final allreduce");
-    must(bt_world_finalize(world), "finalize");
+    int64_t total_failures = worker_finish();
     if (rank == 0 && total_failures == 0) printf("ok optimizer on %d ranks\n", size);
     if (rank == 0 && total_failures)
         fprintf(stderr, "optimizer: %lld failures\n", (long long)total_failures);
-    return total_failures ? 1 : 0;
+    return total_failures ? WORKER_FAILED : 0;
 }

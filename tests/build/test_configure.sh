@@ -2,7 +2,7 @@
 # test_configure.sh: configure stops with the Debian package to install when a
 # required dependency is missing (here UCX, hidden from pkg-config).
 set -u
-src=${BURST_TEST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+src=${BURST_TEST_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/pc"

@@ -8,35 +8,24 @@
  * size, sequence length and layout, checkpoint fraction, data source) catch
  * what they should. Files are written in a fresh temporary directory. */
 #include <check.h>
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "src/train/config.h"
+#include "tests/lib/check_main.h"
+#include "tests/lib/testutil.h"
 
 static char tmpdir[256];
 
 static void make_tmpdir(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/burst-cfg-XXXXXX", base && *base ? base : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    ck_assert_ptr_nonnull(test_make_tmpdir(tmpdir, sizeof tmpdir, "burst-cfg"));
 }
 
 static void remove_tmpdir(void)
 {
-    DIR *d = opendir(tmpdir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s", tmpdir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(tmpdir);
+    test_remove_tree(tmpdir);
 }
 
 /* Writes text to tmpdir/name and returns the path (static buffer). */
@@ -507,22 +496,14 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("train_config");
-    TCase *tc = tcase_create("config");
-    tcase_add_test(tc, defaults_are_valid_on_one_rank);
-    tcase_add_test(tc, presets_set_their_dimensions);
-    tcase_add_test(tc, small_preset_has_about_25m_parameters);
-    tcase_add_test(tc, file_keys_override_the_preset_wherever_they_stand);
+    TCase *tc = check_tcase(s, "config", 0);
+    check_add_tests(tc, defaults_are_valid_on_one_rank, presets_set_their_dimensions,
+                    small_preset_has_about_25m_parameters,
+                    file_keys_override_the_preset_wherever_they_stand);
     tcase_add_loop_test(tc, file_errors_name_line_and_key, 0, N_BAD_FILES);
-    tcase_add_test(tc, long_lines_are_refused);
-    tcase_add_test(tc, set_applies_overrides);
-    tcase_add_test(tc, set_errors_name_the_assignment);
-    tcase_add_test(tc, printed_configuration_loads_back_the_same);
+    check_add_tests(tc, long_lines_are_refused, set_applies_overrides,
+                    set_errors_name_the_assignment, printed_configuration_loads_back_the_same);
     tcase_add_loop_test(tc, validate_catches_inconsistent_configurations, 0, N_BAD_WHOLES);
     tcase_add_test(tc, validate_accepts_consistent_configurations);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

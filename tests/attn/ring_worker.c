@@ -13,25 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "src/attn/ring.h"
 #include "kernels/ref/attention_ref.h"
-
-static int rank, size, failures;
-static bt_world *world;
-
-static void must(bt_status st, const char *what)
-{
-    if (st == BT_OK) return;
-    fprintf(stderr, "rank %d: %s: %s\n", rank, what, bt_world_error(world));
-    exit(st == BT_ERR_PEER_LOST ? 3 : 1);
-}
-
-static uint64_t rng_state;
-static double uniform(void) /* in [-1, 1) */
-{
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(rng_state >> 11) / (double)(1ull << 53) * 2.0 - 1.0;
-}
+#include "src/attn/ring.h"
+#include "tests/lib/rng.h"
+#include "tests/lib/worker_util.h"
 
 typedef struct {
     const char *mask_name;
@@ -66,7 +51,7 @@ static bk_attn_mask make_mask(const char *name, int64_t N, int P, uint64_t **bit
         return m;
     }
     fprintf(stderr, "ring_worker: unknown mask '%s'\n", name);
-    exit(2);
+    exit(WORKER_USAGE);
 }
 
 /* max |got - want| over the rows this rank holds, relative to max |want|. */
@@ -125,18 +110,18 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     seq_layout layout;
     if (seq_layout_init(&layout, o->layout, size, N, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
-        exit(2);
+        exit(WORKER_USAGE);
     }
     size_t qn = (size_t)N * h_q * d, kvn = (size_t)N * h_kv * d;
     double *Q = malloc(qn * 8), *K = malloc(kvn * 8), *V = malloc(kvn * 8), *dO = malloc(qn * 8);
-    rng_state = 12345 + (uint64_t)h_kv;
-    for (size_t i = 0; i < qn; i++) Q[i] = uniform();
-    for (size_t i = 0; i < kvn; i++) K[i] = uniform();
-    for (size_t i = 0; i < kvn; i++) V[i] = uniform();
-    for (size_t i = 0; i < qn; i++) dO[i] = uniform();
+    uint64_t rng = test_rng(12345 + (uint64_t)h_kv);
+    test_rng_fill(&rng, Q, qn, -1, 1);
+    test_rng_fill(&rng, K, kvn, -1, 1);
+    test_rng_fill(&rng, V, kvn, -1, 1);
+    test_rng_fill(&rng, dO, qn, -1, 1);
     int32_t *segments = malloc((size_t)N * sizeof(int32_t));
-    for (int64_t i = 0, doc = 0; i < N; i++) { /* documents of 1..N/3 tokens */
-        if (i > 0 && (uint64_t)(uniform() * 1e6) % (uint64_t)(N / 6) == 0) doc++;
+    for (int64_t i = 0, doc = 0; i < N; i++) { /* documents of N/6 tokens on average */
+        if (i > 0 && test_rng_below(&rng, N / 6) == 0) doc++;
         segments[i] = (int32_t)doc;
     }
     uint64_t *bits;
@@ -181,7 +166,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     ring_schedule *fwd = ring_plan(&pc, RING_FORWARD, err, sizeof err);
     if (!fwd) {
         fprintf(stderr, "rank %d: plan: %s\n", rank, err);
-        exit(2);
+        exit(WORKER_USAGE);
     }
     ctx.sched = fwd;
     snapshot(before);
@@ -226,24 +211,16 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--kill-rank") == 0) o.kill_rank = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "ring_worker: bad option '%s'\n", argv[i]);
-            return 2;
+            return WORKER_USAGE;
         }
     }
-    char err[512];
-    if (bt_world_init(NULL, &world, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "ring_worker: %s\n", err);
-        return 1;
-    }
-    rank = bt_world_rank(world);
-    size = bt_world_size(world);
+    worker_init("ring_worker");
     if (o.N == 0) o.N = 48 * size; /* divisible by 2P, and by 8 sparse blocks when 8 | 6P */
     run_heads(&o, 4, 4, 16); /* MHA */
     run_heads(&o, 4, 2, 16); /* GQA */
-    int64_t total = failures;
-    must(bt_allreduce(bt_world_comm(world), &total, 1, BT_I64, BT_SUM), "allreduce");
-    must(bt_world_finalize(world), "finalize");
+    int64_t total = worker_finish();
     if (rank == 0 && total == 0)
         printf("ok ring %s/%s on %d ranks%s\n", o.mask_name, seq_layout_name(o.layout), size,
                o.topo == TOPO_DOUBLE ? " (double ring)" : "");
-    return total ? 1 : 0;
+    return total ? WORKER_FAILED : 0;
 }

@@ -1,5 +1,5 @@
 /* test_train.c: the training engine, with real ranks under `burst run`:
- * gradients against finite differences (tests/train_gradcheck); the same tiny
+ * gradients against finite differences (tests/train/train_gradcheck); the same tiny
  * run on P = 1, 2, 4 ranks, DP x CP = 2 x 2 and the double ring gives the same
  * losses step by step; checkpoint fractions 0, 1/2, 1 and the fused and
  * reference LM heads give the same losses and gradient norms; an injected NaN
@@ -14,7 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/testutil.h"
+#include "tests/lib/check_main.h"
+#include "tests/lib/testutil.h"
 
 enum { MAX_STEPS = 64 };
 
@@ -105,7 +106,7 @@ static void run_ok(int ranks, int nodes, const char *const *sets, curve *c)
 START_TEST(gradients_match_finite_differences)
 {
     char path[4096];
-    test_program_path("train_gradcheck", path, sizeof path);
+    test_program_path("tests/train/train_gradcheck", path, sizeof path);
     const char *cases[][3] = {{"1", "1", "1"}, {"1", "0", "0"}, {"2", "0.5", "1"}, {"4", "1", "0"}};
     for (int i = 0; i < 4; i++) {
         char *argv[] = {(char *)test_burst_path(), "run", "-n", (char *)cases[i][0], "--", path,
@@ -251,9 +252,7 @@ START_TEST(resume_continues_bit_for_bit)
     r = train_args(1, 1, one, resume, NULL, NULL, 0);
     ck_assert_msg(r.exit_code == 2 && test_output_has(&r, "2 ranks"), "%s", r.out);
     test_run_free(&r);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(test_remove_tree(dir), 0);
 }
 END_TEST
 
@@ -298,24 +297,15 @@ END_TEST
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "%s/burst-train-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (!test_make_tmpdir(tmpdir, sizeof tmpdir, "burst-train")) return 1;
     Suite *s = suite_create("train");
-    TCase *tc = tcase_create("train");
-    tcase_set_timeout(tc, 900);
-    tcase_add_test(tc, gradients_match_finite_differences);
-    tcase_add_test(tc, same_losses_whatever_the_number_of_ranks);
-    tcase_add_test(tc, checkpoint_fraction_and_head_fusion_change_nothing);
-    tcase_add_test(tc, nonfinite_gradient_stops_every_rank);
-    tcase_add_test(tc, loss_falls_on_a_learnable_task);
-    tcase_add_test(tc, bad_settings_exit_2_before_work);
-    tcase_add_test(tc, resume_continues_bit_for_bit);
-    tcase_add_test(tc, trains_from_an_hdf5_corpus);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rmdir(tmpdir);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = check_tcase(s, "train", 900);
+    check_add_tests(
+        tc, gradients_match_finite_differences, same_losses_whatever_the_number_of_ranks,
+        checkpoint_fraction_and_head_fusion_change_nothing, nonfinite_gradient_stops_every_rank,
+        loss_falls_on_a_learnable_task, bad_settings_exit_2_before_work,
+        resume_continues_bit_for_bit, trains_from_an_hdf5_corpus);
+    int status = check_run(s);
+    test_remove_tree(tmpdir);
+    return status;
 }

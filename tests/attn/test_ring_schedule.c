@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "src/attn/ring_plan.h"
+#include "tests/lib/check_main.h"
 
 typedef struct {
     const char *name;
@@ -328,18 +329,10 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("ring_schedule");
-    TCase *tc = tcase_create("schedule");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, layouts_give_true_global_positions);
-    tcase_add_test(tc, block_level_need_matches_the_per_element_rule);
-    tcase_add_test(tc, schedules_compute_every_needed_pair_once);
-    tcase_add_test(tc, q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha);
-    tcase_add_test(tc, auto_never_sends_more_than_the_cheaper_direction);
-    tcase_add_test(tc, sliding_window_sends_only_the_window);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = check_tcase(s, "schedule", 300);
+    check_add_tests(
+        tc, layouts_give_true_global_positions, block_level_need_matches_the_per_element_rule,
+        schedules_compute_every_needed_pair_once, q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha,
+        auto_never_sends_more_than_the_cheaper_direction, sliding_window_sends_only_the_window);
+    return check_run(s);
 }

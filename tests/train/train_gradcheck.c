@@ -10,9 +10,7 @@
 #include <string.h>
 
 #include "src/train/model.h"
-
-static bt_world *world;
-static int rank;
+#include "tests/lib/worker_util.h"
 
 static double loss_of(model_runner *r, const float *params, float *grads, int64_t n_params,
                       const int64_t *tokens, const int64_t *labels, int64_t n_valid_total)
@@ -21,11 +19,9 @@ static double loss_of(model_runner *r, const float *params, float *grads, int64_
     double sums[2] = {0, 0};
     int64_t valid = 0;
     model_step_stats st = {0};
-    if (model_forward_backward(r, 0, params, grads, tokens, labels, 1.0f / (float)n_valid_total,
-                               &sums[0], &valid, &st) != BT_OK) {
-        fprintf(stderr, "rank %d: forward/backward failed: %s\n", rank, bt_world_error(world));
-        exit(1);
-    }
+    must(model_forward_backward(r, 0, params, grads, tokens, labels, 1.0f / (float)n_valid_total,
+                                &sums[0], &valid, &st),
+         "forward/backward");
     bt_allreduce(bt_world_comm(world), sums, 1, BT_F64, BT_SUM);
     return sums[0] / (double)n_valid_total;
 }
@@ -35,12 +31,8 @@ int main(int argc, char **argv)
     double fraction = argc > 1 ? atof(argv[1]) : 1.0;
     int fused = argc > 2 ? atoi(argv[2]) : 1;
     char err[512];
-    if (bt_world_init(NULL, &world, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
-    rank = bt_world_rank(world);
-    int P = bt_world_size(world);
+    worker_init("train_gradcheck");
+    int P = size;
     model_dims dims = {.layers = 2, .d_model = 16, .n_heads = 2, .n_kv_heads = 1, .head_dim = 8,
                        .d_ff = 24, .vocab = 19, .tied = 0, .rope_theta = 10000,
                        .rope_scaling = 1, .norm_eps = 1e-5f};
@@ -59,7 +51,7 @@ int main(int argc, char **argv)
     model_runner *r = model_runner_create(&rc, err, sizeof err);
     if (!r) {
         fprintf(stderr, "%s\n", err);
-        return 1;
+        return WORKER_FAILED;
     }
     float *params = malloc((size_t)m.n_params * sizeof(float)),
           *grads = malloc((size_t)m.n_params * sizeof(float)),
@@ -94,7 +86,7 @@ int main(int argc, char **argv)
                    {"layer1.w_down", m.layer[1].w_down, 24 * 16},
                    {"final_norm", m.final_norm, 16},
                    {"head", m.head, (int64_t)dims.vocab * dims.d_model}};
-    int failures = 0, checked = 0;
+    int checked = 0;
     const double h = 1e-2;
     for (size_t t = 0; t < sizeof tensors / sizeof *tensors; t++)
         for (int k = 0; k < 4; k++) {
@@ -117,10 +109,10 @@ int main(int argc, char **argv)
         }
     model_runner_free(r);
     model_layout_free(&m);
-    bt_world_finalize(world);
-    if (rank == 0 && !failures)
+    int64_t total_failures = worker_finish();
+    if (rank == 0 && !total_failures)
         printf("ok gradcheck: %d entries of %zu tensors, fraction %g, %s head, %d ranks\n", checked,
                sizeof tensors / sizeof *tensors, fraction, fused ? "fused" : "unfused", P);
     free(params), free(grads), free(scratch), free(all), free(pos), free(tokens), free(labels);
-    return failures ? 1 : 0;
+    return total_failures ? WORKER_FAILED : 0;
 }

@@ -3,7 +3,8 @@
 #include <check.h>
 #include <stdlib.h>
 
-#include "tests/testutil.h"
+#include "tests/lib/check_main.h"
+#include "tests/lib/testutil.h"
 
 static test_run_result burst(const char *a1, const char *a2)
 {
@@ -70,17 +71,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("cli");
-    TCase *tc = tcase_create("cli");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, help_lists_every_command);
-    tcase_add_test(tc, no_command_is_usage_error);
-    tcase_add_test(tc, unknown_command_is_usage_error);
-    tcase_add_test(tc, every_command_has_help);
-    tcase_add_test(tc, version_names_optional_parts);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = check_tcase(s, "cli", 60);
+    check_add_tests(tc, help_lists_every_command, no_command_is_usage_error,
+                    unknown_command_is_usage_error, every_command_has_help,
+                    version_names_optional_parts);
+    return check_run(s);
 }

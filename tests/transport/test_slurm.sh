@@ -1,21 +1,21 @@
 #!/bin/sh
 # test_slurm.sh: launches burst through a real Slurm that the test starts on
-# this machine (tests/slurm/start.sh): the transport self-test under
+# this machine (tests/lib/slurm/start.sh): the transport self-test under
 # `srun --mpi=pmix` and under plain `srun` (Slurm's environment + TCP
 # rendezvous), a rank killed under srun named by the survivors, and training
 # from an HDF5 corpus.
 # Skips (exit 77) where Slurm cannot be started (not root, not installed).
 set -u
-src=${BURST_TEST_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+src=${BURST_TEST_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 build=${BURST_TEST_BUILDDIR:-.}
 burst=${BURST:-$build/burst}
 dir=$build/tests/slurm-state
 mkdir -p "$dir"
-envf=$(sh "$src/tests/slurm/start.sh" "$dir")
+envf=$(sh "$src/tests/lib/slurm/start.sh" "$dir")
 rc=$?
 [ $rc -eq 77 ] && exit 77
 [ $rc -ne 0 ] && { echo "FAIL: could not start Slurm"; exit 1; }
-trap 'sh "$src/tests/slurm/stop.sh" "$dir" >/dev/null 2>&1' EXIT
+trap 'sh "$src/tests/lib/slurm/stop.sh" "$dir" >/dev/null 2>&1' EXIT
 . "$envf"
 # Plain srun derives the job secret from a per-user file: keep the test's own.
 export BURST_SECRET_FILE="$dir/secret"
@@ -50,7 +50,7 @@ check "plain srun uses Slurm's environment" "bootstrap: slurm" \
 # find out by themselves): every survivor names it.
 # (a survivor may still be in the barrier before the receive when it hears)
 check "srun: killed rank named by survivors" "rank 1: .*lost rank 2 (" \
-    timeout 120 srun -n 3 --mpi=pmix "$build/tests/transport_worker" kill
+    timeout 120 srun -n 3 --mpi=pmix "$build/tests/transport/transport_worker" kill
 
 # Training from an HDF5 corpus, ranks launched by srun.
 corpus="$dir/corpus.h5"

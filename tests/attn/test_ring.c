@@ -3,24 +3,29 @@
  * P = 1..4 (and 5, 6), every mask, MHA and GQA, both backward directions, the
  * flat ring and the double ring on emulated nodes; the byte counters against
  * the schedule; a rank killed between the forward and the backward ring. The
- * ranks are tests/ring_worker, which checks its own rows. */
+ * ranks are tests/attn/ring_worker, which checks its own rows. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "tests/testutil.h"
+#include "tests/lib/check_main.h"
+#include "tests/lib/testutil.h"
 
-static char worker[4096];
+/* The ranks' program, tests/attn/ring_worker of the build. */
+static char *ring_worker(void)
+{
+    static char path[4096];
+    return (char *)test_program_path("tests/attn/ring_worker", path, sizeof path);
+}
 
 static void expect_ok(int ranks, int nodes, const char *mask, const char *layout)
 {
     char n[16], m[16];
     snprintf(n, sizeof n, "%d", ranks);
     snprintf(m, sizeof m, "%d", nodes);
-    char *argv[] = {(char *)test_burst_path(), "run", "-n", n, "--nodes", m, "--",
-                    (char *)test_program_path("ring_worker", worker, sizeof worker), "--mask",
-                    (char *)mask, "--layout", (char *)layout, nodes > 1 ? "--double-ring" : NULL,
-                    m, NULL};
+    char *argv[] = {(char *)test_burst_path(), "run", "-n", n, "--nodes", m, "--", ring_worker(),
+                    "--mask", (char *)mask, "--layout", (char *)layout,
+                    nodes > 1 ? "--double-ring" : NULL, m, NULL};
     test_run_result r = test_run(argv, NULL);
     char want[128];
     snprintf(want, sizeof want, "ok ring %s/%s on %d ranks", mask, layout, ranks);
@@ -55,9 +60,8 @@ END_TEST
 
 START_TEST(rank_lost_during_the_ring_is_named)
 {
-    char *argv[] = {(char *)test_burst_path(), "run", "-n", "3", "--no-kill", "--",
-                    (char *)test_program_path("ring_worker", worker, sizeof worker), "--mask",
-                    "causal", "--layout", "zigzag", "--kill-rank", "1", NULL};
+    char *argv[] = {(char *)test_burst_path(), "run", "-n", "3", "--no-kill", "--", ring_worker(),
+                    "--mask", "causal", "--layout", "zigzag", "--kill-rank", "1", NULL};
     test_run_result r = test_run(argv, NULL);
     ck_assert_msg(r.exit_code != 0, "%s", r.out);
     /* A survivor may still be finishing the forward ring's transfers when rank 1
@@ -76,16 +80,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("ring");
-    TCase *tc = tcase_create("ring");
-    tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, flat_ring_equals_single_rank, 0, 6);
-    tcase_add_loop_test(tc, double_ring_equals_single_rank, 0, 6);
-    tcase_add_test(tc, odd_and_larger_worlds);
-    tcase_add_test(tc, rank_lost_during_the_ring_is_named);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = check_tcase(s, "ring", 600);
+    check_add_loop_tests(tc, 0, 6, flat_ring_equals_single_rank, double_ring_equals_single_rank);
+    check_add_tests(tc, odd_and_larger_worlds, rank_lost_during_the_ring_is_named);
+    return check_run(s);
 }

@@ -12,60 +12,11 @@
 #include "config.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ops_ref.h"
+#include "tests/lib/arrays.h"
+#include "tests/lib/check_main.h"
+#include "tests/lib/rng.h"
 
 /* ---------------------------------------------------------------- helpers */
-static uint64_t rng_state = 1;
-
-static void rng_seed(uint64_t s)
-{
-    rng_state = s * 0x9E3779B97F4A7C15ull + 1;
-}
-
-/* splitmix64 */
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(void)
-{
-    return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static float *rand_f(int64_t n, double lo, double hi)
-{
-    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    ck_assert_ptr_nonnull(x);
-    for (int64_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * rng_unit());
-    return x;
-}
-
-static double *to_d(const float *x, int64_t n)
-{
-    double *y = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
-    ck_assert_ptr_nonnull(y);
-    for (int64_t i = 0; i < n; i++) y[i] = x[i];
-    return y;
-}
-
-static float *copy_f(const float *x, int64_t n)
-{
-    float *y = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    ck_assert_ptr_nonnull(y);
-    memcpy(y, x, (size_t)n * sizeof(float));
-    return y;
-}
-
-static double *zeros_d(int64_t n)
-{
-    double *y = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-    ck_assert_ptr_nonnull(y);
-    return y;
-}
-
 /* |got - ref| <= atol + rtol |ref| everywhere; reports the worst element. */
 static void assert_close(const char *what, const float *got, const double *ref, int64_t n,
                          double atol, double rtol)
@@ -149,11 +100,11 @@ START_TEST(rope_sincos_is_accurate)
 {
     /* bk_rope_sincos (ops_math.h) replaces libm's sin and cos in RoPE, at
      * positions up to 2^31 and every frequency of a d = 128 head. */
-    rng_seed(5);
+    uint64_t rng = test_rng(5);
     double worst = 0.0;
     for (int it = 0; it < 200000; it++) {
-        int64_t pos = it < 1000 ? it : (int64_t)(rng_next() % 2147483648ull);
-        int64_t i = (int64_t)(rng_next() % 64);
+        int64_t pos = it < 1000 ? it : (int64_t)(bu_rng_next(&rng) % 2147483648ull);
+        int64_t i = (int64_t)(bu_rng_next(&rng) % 64);
         double inv = bk_rope_inv_freq(i, 128, 500000.0), factor = it % 2 ? 1.0 : 8.0;
         double angle = ((double)pos / factor) * inv;
         float c, s;
@@ -179,7 +130,7 @@ static void check_gemm(gemm_fn fn, const char *name)
     };
     static const float ab[][2] = {{1.0f, 0.0f}, {0.5f, 1.0f}, {-1.5f, 0.25f}, {0.0f, 2.0f}};
     bk_queue q = bk_host_queue();
-    rng_seed(11);
+    uint64_t rng = test_rng(11);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
         for (int ta = 0; ta < 2; ta++)
@@ -188,14 +139,14 @@ static void check_gemm(gemm_fn fn, const char *name)
                 float alpha = ab[v][0], beta = ab[v][1];
                 int64_t pad = (int64_t)(s % 3);
                 int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
-                float *a = rand_f((ta ? k : m) * lda, -1, 1);
-                float *b = rand_f((tb ? n : k) * ldb, -1, 1);
-                float *c = rand_f(m * ldc, -1, 1);
+                float *a = test_rand_f(&rng, (ta ? k : m) * lda, -1, 1);
+                float *b = test_rand_f(&rng, (tb ? n : k) * ldb, -1, 1);
+                float *c = test_rand_f(&rng, m * ldc, -1, 1);
                 if (beta == 0.0f)
                     for (int64_t i = 0; i < m * ldc; i++) c[i] = NAN; /* must not propagate */
-                double *ref = zeros_d(m * n);
+                double *ref = test_zeros_d(m * n);
                 ref_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ref);
-                float *pad_before = copy_f(c, m * ldc);
+                float *pad_before = test_copy_f(c, m * ldc);
                 ck_assert_int_eq(fn(&q, ta ? BK_TRANS : BK_NO_TRANS, tb ? BK_TRANS : BK_NO_TRANS, m,
                                     n, k, alpha, a, lda, b, ldb, beta, c, ldc),
                                  BK_OK);
@@ -248,9 +199,9 @@ END_TEST
 START_TEST(gemm_thread_counts_agree)
 {
     /* The built-in GEMM's sum order does not depend on who computes a tile. */
-    rng_seed(12);
+    uint64_t rng = test_rng(12);
     int64_t m = 150, n = 300, k = 520;
-    float *a = rand_f(m * k, -1, 1), *b = rand_f(k * n, -1, 1);
+    float *a = test_rand_f(&rng, m * k, -1, 1), *b = test_rand_f(&rng, k * n, -1, 1);
     float *c1 = calloc((size_t)(m * n), sizeof(float)),
           *c2 = calloc((size_t)(m * n), sizeof(float));
     bk_queue q1 = host_q(1), q2 = host_q(2);
@@ -273,15 +224,18 @@ START_TEST(rmsnorm_matches_reference)
 {
     static const int64_t shapes[][2] = {{1, 1}, {1, 17}, {5, 64}, {33, 100}, {70, 257}, {3, 4096}};
     bk_queue q = bk_host_queue();
-    rng_seed(21);
+    uint64_t rng = test_rng(21);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t n = shapes[s][0], d = shapes[s][1];
         float eps = 1e-5f;
-        float *x = rand_f(n * d, -2, 2), *w = rand_f(d, 0.5, 1.5), *dy = rand_f(n * d, -1, 1);
-        float *y = rand_f(n * d, 0, 1), *rstd = rand_f(n, 0, 1), *dx = rand_f(n * d, 0, 1);
-        float *dw = rand_f(d, -1, 1), *dw0 = copy_f(dw, d);
-        double *xd = to_d(x, n * d), *wd = to_d(w, d), *dyd = to_d(dy, n * d);
-        double *yr = zeros_d(n * d), *rr = zeros_d(n), *dxr = zeros_d(n * d), *dwr = zeros_d(d);
+        float *x = test_rand_f(&rng, n * d, -2, 2), *w = test_rand_f(&rng, d, 0.5, 1.5),
+              *dy = test_rand_f(&rng, n * d, -1, 1);
+        float *y = test_rand_f(&rng, n * d, 0, 1), *rstd = test_rand_f(&rng, n, 0, 1),
+              *dx = test_rand_f(&rng, n * d, 0, 1);
+        float *dw = test_rand_f(&rng, d, -1, 1), *dw0 = test_copy_f(dw, d);
+        double *xd = test_to_d(x, n * d), *wd = test_to_d(w, d), *dyd = test_to_d(dy, n * d);
+        double *yr = test_zeros_d(n * d), *rr = test_zeros_d(n), *dxr = test_zeros_d(n * d),
+               *dwr = test_zeros_d(d);
         ref_rmsnorm_fwd(n, d, xd, wd, eps, yr, rr);
         ref_rmsnorm_bwd(n, d, xd, wd, eps, dyd, dxr, dwr);
         for (int64_t j = 0; j < d; j++) dwr[j] += dw0[j]; /* the kernel accumulates */
@@ -292,7 +246,8 @@ START_TEST(rmsnorm_matches_reference)
         assert_close("rmsnorm dx", dx, dxr, n * d, 1e-5, 1e-4);
         assert_close("rmsnorm dw", dw, dwr, d, 1e-5, 1e-4);
         /* in place: y = x, dx = dy */
-        float *xi = copy_f(x, n * d), *dyi = copy_f(dy, n * d), *dwi = copy_f(dw0, d);
+        float *xi = test_copy_f(x, n * d), *dyi = test_copy_f(dy, n * d),
+              *dwi = test_copy_f(dw0, d);
         ck_assert_int_eq(bk_rmsnorm_fwd(&q, n, d, xi, w, eps, xi, NULL), BK_OK);
         assert_close("rmsnorm in place", xi, yr, n * d, 1e-6, 1e-5);
         ck_assert_int_eq(bk_rmsnorm_bwd(&q, n, d, x, w, rstd, dyi, dyi, dwi), BK_OK);
@@ -308,10 +263,12 @@ END_TEST
 START_TEST(rmsnorm_backward_is_deterministic)
 {
     /* dw sums rows in the same order whatever the thread count */
-    rng_seed(23);
+    uint64_t rng = test_rng(23);
     int64_t n = 300, d = 1000;
-    float *x = rand_f(n * d, -2, 2), *w = rand_f(d, 0.5, 1.5), *dy = rand_f(n * d, -1, 1);
-    float *rstd = rand_f(n, 0.5, 1), *dx1 = rand_f(n * d, 0, 1), *dx2 = rand_f(n * d, 0, 1);
+    float *x = test_rand_f(&rng, n * d, -2, 2), *w = test_rand_f(&rng, d, 0.5, 1.5),
+          *dy = test_rand_f(&rng, n * d, -1, 1);
+    float *rstd = test_rand_f(&rng, n, 0.5, 1), *dx1 = test_rand_f(&rng, n * d, 0, 1),
+          *dx2 = test_rand_f(&rng, n * d, 0, 1);
     float *dw1 = calloc((size_t)d, sizeof(float)), *dw2 = calloc((size_t)d, sizeof(float));
     bk_queue q1 = host_q(1), q2 = host_q(2), q3 = host_q(3);
     ck_assert_int_eq(bk_rmsnorm_bwd(&q1, n, d, x, w, rstd, dy, dx1, dw1), BK_OK);
@@ -334,7 +291,7 @@ typedef struct {
 static double rms_loss_x(const double *x, const void *p)
 {
     const rms_ctx *c = p;
-    double *y = zeros_d(c->n * c->d);
+    double *y = test_zeros_d(c->n * c->d);
     ref_rmsnorm_fwd(c->n, c->d, x, c->w, c->eps, y, NULL);
     double l = dot_d(y, c->r, c->n * c->d);
     free(y);
@@ -344,7 +301,7 @@ static double rms_loss_x(const double *x, const void *p)
 static double rms_loss_w(const double *w, const void *p)
 {
     const rms_ctx *c = p;
-    double *y = zeros_d(c->n * c->d);
+    double *y = test_zeros_d(c->n * c->d);
     ref_rmsnorm_fwd(c->n, c->d, c->x, w, c->eps, y, NULL);
     double l = dot_d(y, c->r, c->n * c->d);
     free(y);
@@ -354,14 +311,17 @@ static double rms_loss_w(const double *w, const void *p)
 START_TEST(rmsnorm_backward_finite_differences)
 {
     bk_queue q = bk_host_queue();
-    rng_seed(22);
+    uint64_t rng = test_rng(22);
     int64_t n = 3, d = 7;
     float eps = 1e-3f;
-    float *x = rand_f(n * d, -2, 2), *w = rand_f(d, 0.5, 1.5), *dy = rand_f(n * d, -1, 1);
-    float *rstd = rand_f(n, 0, 1), *y = rand_f(n * d, 0, 1), *dx = rand_f(n * d, 0, 1);
+    float *x = test_rand_f(&rng, n * d, -2, 2), *w = test_rand_f(&rng, d, 0.5, 1.5),
+          *dy = test_rand_f(&rng, n * d, -1, 1);
+    float *rstd = test_rand_f(&rng, n, 0, 1), *y = test_rand_f(&rng, n * d, 0, 1),
+          *dx = test_rand_f(&rng, n * d, 0, 1);
     float *dw = calloc((size_t)d, sizeof(float));
-    double *xd = to_d(x, n * d), *wd = to_d(w, d), *rd = to_d(dy, n * d);
-    double *gx = zeros_d(n * d), *gw = zeros_d(d), *dxr = zeros_d(n * d), *dwr = zeros_d(d);
+    double *xd = test_to_d(x, n * d), *wd = test_to_d(w, d), *rd = test_to_d(dy, n * d);
+    double *gx = test_zeros_d(n * d), *gw = test_zeros_d(d), *dxr = test_zeros_d(n * d),
+           *dwr = test_zeros_d(d);
     rms_ctx c = {n, d, xd, wd, rd, eps};
     fd_grad(rms_loss_x, &c, xd, n * d, gx);
     fd_grad(rms_loss_w, &c, wd, d, gw);
@@ -383,16 +343,17 @@ START_TEST(rope_matches_reference)
     static const int64_t shapes[][3] = {
         {1, 1, 2}, {3, 2, 6}, {17, 3, 64}, {9, 8, 128}, {2, 1, 600}};
     bk_queue q = bk_host_queue();
-    rng_seed(31);
+    uint64_t rng = test_rng(31);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t n = shapes[s][0], H = shapes[s][1], d = shapes[s][2], len = n * H * d;
         int64_t *pos = malloc((size_t)n * sizeof(int64_t));
         /* global positions of a zigzag shard: far apart, up to ~2M */
-        for (int64_t r = 0; r < n; r++) pos[r] = (int64_t)(rng_next() % 2000000);
+        for (int64_t r = 0; r < n; r++) pos[r] = (int64_t)(bu_rng_next(&rng) % 2000000);
         pos[0] = 0;
         float theta = s % 2 ? 500000.0f : 10000.0f, factor = s % 3 == 2 ? 4.0f : 1.0f;
-        float *x = rand_f(len, -1, 1), *y = rand_f(len, 0, 1), *dx = rand_f(len, 0, 1);
-        double *xd = to_d(x, len), *yr = zeros_d(len), *dxr = zeros_d(len);
+        float *x = test_rand_f(&rng, len, -1, 1), *y = test_rand_f(&rng, len, 0, 1),
+              *dx = test_rand_f(&rng, len, 0, 1);
+        double *xd = test_to_d(x, len), *yr = test_zeros_d(len), *dxr = test_zeros_d(len);
         ref_rope(n, H, d, pos, theta, factor, xd, 1.0, yr);
         ref_rope(n, H, d, pos, theta, factor, xd, -1.0, dxr);
         ck_assert_int_eq(bk_rope_fwd(&q, n, H, d, pos, theta, factor, x, y), BK_OK);
@@ -400,7 +361,7 @@ START_TEST(rope_matches_reference)
         ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, pos, theta, factor, x, dx), BK_OK);
         assert_close("rope bwd", dx, dxr, len, 2e-6, 1e-5);
         /* in place, and backward undoes forward */
-        float *xi = copy_f(x, len);
+        float *xi = test_copy_f(x, len);
         ck_assert_int_eq(bk_rope_fwd(&q, n, H, d, pos, theta, factor, xi, xi), BK_OK);
         assert_close("rope fwd in place", xi, yr, len, 2e-6, 1e-5);
         ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, pos, theta, factor, xi, xi), BK_OK);
@@ -435,7 +396,7 @@ static double rope_loss(const double *x, const void *p)
 {
     const rope_ctx *c = p;
     int64_t len = c->n * c->H * c->d;
-    double *y = zeros_d(len);
+    double *y = test_zeros_d(len);
     ref_rope(c->n, c->H, c->d, c->pos, c->theta, c->factor, x, 1.0, y);
     double l = dot_d(y, c->r, len);
     free(y);
@@ -445,10 +406,11 @@ static double rope_loss(const double *x, const void *p)
 START_TEST(rope_backward_finite_differences)
 {
     bk_queue q = bk_host_queue();
-    rng_seed(32);
+    uint64_t rng = test_rng(32);
     int64_t n = 3, H = 2, d = 6, len = n * H * d, pos[3] = {5, 123456, 7};
-    float *x = rand_f(len, -1, 1), *dy = rand_f(len, -1, 1), *dx = rand_f(len, 0, 1);
-    double *xd = to_d(x, len), *rd = to_d(dy, len), *g = zeros_d(len);
+    float *x = test_rand_f(&rng, len, -1, 1), *dy = test_rand_f(&rng, len, -1, 1),
+          *dx = test_rand_f(&rng, len, 0, 1);
+    double *xd = test_to_d(x, len), *rd = test_to_d(dy, len), *g = test_zeros_d(len);
     rope_ctx c = {n, H, d, pos, 10000.0, 2.0, rd};
     fd_grad(rope_loss, &c, xd, len, g);
     ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, pos, 10000.0f, 2.0f, dy, dx), BK_OK);
@@ -462,22 +424,22 @@ START_TEST(swiglu_matches_reference)
 {
     static const int64_t shapes[][2] = {{1, 1}, {1, 13}, {7, 33}, {64, 250}, {5, 1000}};
     bk_queue q = bk_host_queue();
-    rng_seed(41);
+    uint64_t rng = test_rng(41);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t rows = shapes[s][0], F = shapes[s][1], len = rows * F;
         /* fused [rows, 2F] layout: gate = first half, up = second half */
-        float *gu = rand_f(rows * 2 * F, -8, 8);
+        float *gu = test_rand_f(&rng, rows * 2 * F, -8, 8);
         gu[0] = -100.0f; /* saturated sigmoid both ways */
         if (len > 1) gu[1] = 100.0f;
-        float *dout = rand_f(len, -1, 1), *out = rand_f(len, 0, 1);
-        float *dgu = rand_f(rows * 2 * F, 0, 1);
-        double *g = zeros_d(len), *u = zeros_d(len), *dod = to_d(dout, len);
+        float *dout = test_rand_f(&rng, len, -1, 1), *out = test_rand_f(&rng, len, 0, 1);
+        float *dgu = test_rand_f(&rng, rows * 2 * F, 0, 1);
+        double *g = test_zeros_d(len), *u = test_zeros_d(len), *dod = test_to_d(dout, len);
         for (int64_t r = 0; r < rows; r++)
             for (int64_t j = 0; j < F; j++) {
                 g[r * F + j] = gu[r * 2 * F + j];
                 u[r * F + j] = gu[r * 2 * F + F + j];
             }
-        double *outr = zeros_d(len), *dgr = zeros_d(len), *dur = zeros_d(len);
+        double *outr = test_zeros_d(len), *dgr = test_zeros_d(len), *dur = test_zeros_d(len);
         ref_swiglu_fwd(len, g, u, outr);
         ref_swiglu_bwd(len, g, u, dod, dgr, dur);
         ck_assert_int_eq(bk_swiglu_fwd(&q, rows, F, gu, gu + F, 2 * F, out), BK_OK);
@@ -513,7 +475,7 @@ typedef struct {
 static double swiglu_loss(const double *x, const void *p)
 {
     const swiglu_ctx *c = p;
-    double *y = zeros_d(c->n);
+    double *y = test_zeros_d(c->n);
     if (c->wrt_gate)
         ref_swiglu_fwd(c->n, x, c->other, y);
     else
@@ -526,12 +488,13 @@ static double swiglu_loss(const double *x, const void *p)
 START_TEST(swiglu_backward_finite_differences)
 {
     bk_queue q = bk_host_queue();
-    rng_seed(42);
+    uint64_t rng = test_rng(42);
     int64_t n = 11;
-    float *g = rand_f(n, -5, 5), *u = rand_f(n, -2, 2), *dout = rand_f(n, -1, 1);
-    float *dg = rand_f(n, 0, 1), *du = rand_f(n, 0, 1);
-    double *gd = to_d(g, n), *ud = to_d(u, n), *rd = to_d(dout, n);
-    double *fg = zeros_d(n), *fu = zeros_d(n);
+    float *g = test_rand_f(&rng, n, -5, 5), *u = test_rand_f(&rng, n, -2, 2),
+          *dout = test_rand_f(&rng, n, -1, 1);
+    float *dg = test_rand_f(&rng, n, 0, 1), *du = test_rand_f(&rng, n, 0, 1);
+    double *gd = test_to_d(g, n), *ud = test_to_d(u, n), *rd = test_to_d(dout, n);
+    double *fg = test_zeros_d(n), *fu = test_zeros_d(n);
     swiglu_ctx cg = {n, ud, rd, 1}, cu = {n, gd, rd, 0};
     fd_grad(swiglu_loss, &cg, gd, n, fg);
     fd_grad(swiglu_loss, &cu, ud, n, fu);
@@ -547,16 +510,18 @@ END_TEST
 START_TEST(embedding_matches_reference)
 {
     static const int64_t shapes[][3] = {{1, 1, 1}, {5, 3, 7}, {100, 17, 33}, {300, 50, 1000}};
-    rng_seed(51);
+    uint64_t rng = test_rng(51);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t n = shapes[s][0], V = shapes[s][1], D = shapes[s][2];
         int64_t *tok = malloc((size_t)n * sizeof(int64_t));
-        for (int64_t r = 0; r < n; r++) tok[r] = (int64_t)(rng_next() % (uint64_t)V);
+        for (int64_t r = 0; r < n; r++) tok[r] = (int64_t)(bu_rng_next(&rng) % (uint64_t)V);
         tok[0] = V - 1;
-        float *table = rand_f(V * D, -1, 1), *out = rand_f(n * D, 0, 1);
-        float *dout = rand_f(n * D, -1, 1), *dt1 = rand_f(V * D, -1, 1), *dt2 = copy_f(dt1, V * D);
-        double *td = to_d(table, V * D), *outr = zeros_d(n * D), *dtr = to_d(dt1, V * D);
-        double *dod = to_d(dout, n * D);
+        float *table = test_rand_f(&rng, V * D, -1, 1), *out = test_rand_f(&rng, n * D, 0, 1);
+        float *dout = test_rand_f(&rng, n * D, -1, 1), *dt1 = test_rand_f(&rng, V * D, -1, 1),
+              *dt2 = test_copy_f(dt1, V * D);
+        double *td = test_to_d(table, V * D), *outr = test_zeros_d(n * D),
+               *dtr = test_to_d(dt1, V * D);
+        double *dod = test_to_d(dout, n * D);
         ref_embedding_gather(n, D, tok, td, outr);
         ref_embedding_scatter_add(n, D, tok, dod, dtr);
         bk_queue q1 = host_q(1), q2 = host_q(2);
@@ -582,7 +547,7 @@ typedef struct {
 static double emb_loss(const double *table, const void *p)
 {
     const emb_ctx *c = p;
-    double *y = zeros_d(c->n * c->D);
+    double *y = test_zeros_d(c->n * c->D);
     ref_embedding_gather(c->n, c->D, c->tok, table, y);
     double l = dot_d(y, c->r, c->n * c->D);
     free(y);
@@ -592,11 +557,11 @@ static double emb_loss(const double *table, const void *p)
 START_TEST(embedding_backward_finite_differences)
 {
     bk_queue q = bk_host_queue();
-    rng_seed(52);
+    uint64_t rng = test_rng(52);
     int64_t n = 6, V = 4, D = 3, tok[6] = {2, 0, 2, 3, 2, 0};
-    float *table = rand_f(V * D, -1, 1), *dout = rand_f(n * D, -1, 1);
+    float *table = test_rand_f(&rng, V * D, -1, 1), *dout = test_rand_f(&rng, n * D, -1, 1);
     float *dt = calloc((size_t)(V * D), sizeof(float));
-    double *td = to_d(table, V * D), *rd = to_d(dout, n * D), *g = zeros_d(V * D);
+    double *td = test_to_d(table, V * D), *rd = test_to_d(dout, n * D), *g = test_zeros_d(V * D);
     emb_ctx c = {n, D, tok, rd};
     fd_grad(emb_loss, &c, td, V * D, g);
     ck_assert_int_eq(bk_embedding_scatter_add(&q, n, V, D, tok, dout, dt), BK_OK);
@@ -609,17 +574,17 @@ END_TEST
 START_TEST(adamw_matches_reference_over_steps)
 {
     bk_queue q = bk_host_queue();
-    rng_seed(61);
+    uint64_t rng = test_rng(61);
     int64_t n = 40003; /* crosses the parallel threshold, not a multiple of 16 */
     bk_adamw_params hp = {3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
-    float *p = rand_f(n, -1, 1), *m = calloc((size_t)n, sizeof(float));
+    float *p = test_rand_f(&rng, n, -1, 1), *m = calloc((size_t)n, sizeof(float));
     float *v = calloc((size_t)n, sizeof(float));
-    double *pr = to_d(p, n), *mr = zeros_d(n), *vr = zeros_d(n);
+    double *pr = test_to_d(p, n), *mr = test_zeros_d(n), *vr = test_zeros_d(n);
     for (int64_t step = 1; step <= 6; step++) {
-        float *g = rand_f(n, -2, 2);
+        float *g = test_rand_f(&rng, n, -2, 2);
         g[0] = 0.0f; /* a zero gradient on a fresh moment: update = weight decay only */
         float scale = step == 3 ? 0.25f : 1.0f;
-        double *gd = to_d(g, n);
+        double *gd = test_to_d(g, n);
         ref_adamw_step(n, pr, mr, vr, gd, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, step,
                        scale);
         ck_assert_int_eq(bk_adamw_step(&q, n, p, g, m, v, &hp, step, scale), BK_OK);
@@ -634,12 +599,12 @@ END_TEST
 
 START_TEST(grad_norm_and_clipping)
 {
-    rng_seed(71);
+    uint64_t rng = test_rng(71);
     int64_t counts[3] = {1, 100001, 37};
     float *bufs[3];
     double ref = 0.0;
     for (int b = 0; b < 3; b++) {
-        bufs[b] = rand_f(counts[b], -3, 3);
+        bufs[b] = test_rand_f(&rng, counts[b], -3, 3);
         for (int64_t i = 0; i < counts[b]; i++) ref += (double)bufs[b][i] * bufs[b][i];
     }
     bk_queue q1 = host_q(1), q2 = host_q(2);
@@ -675,26 +640,26 @@ START_TEST(cross_entropy_matches_reference)
     static const int64_t shapes[][2] = {{1, 1}, {1, 5}, {7, 33}, {40, 1001}, {3, 32000}};
     const int64_t ignore = -100;
     bk_queue q = bk_host_queue();
-    rng_seed(81);
+    uint64_t rng = test_rng(81);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int variant = 0; variant < 3; variant++) {
             int64_t rows = shapes[s][0], V = shapes[s][1], ld = V + (int64_t)s % 2;
             /* variant 1: huge logits (exp would overflow without the max);
              * variant 2: z-loss */
             double offset = variant == 1 ? 3e4 : 0.0, z = variant == 2 ? 1e-2 : 0.0;
-            float *lg = rand_f(rows * ld, -5, 5);
+            float *lg = test_rand_f(&rng, rows * ld, -5, 5);
             for (int64_t i = 0; i < rows * ld; i++) lg[i] += (float)offset;
             int64_t *lab = malloc((size_t)rows * sizeof(int64_t));
             for (int64_t r = 0; r < rows; r++)
-                lab[r] = (r % 3 == 1) ? ignore : (int64_t)(rng_next() % (uint64_t)V);
-            double *x = zeros_d(rows * V);
+                lab[r] = (r % 3 == 1) ? ignore : (int64_t)(bu_rng_next(&rng) % (uint64_t)V);
+            double *x = test_zeros_d(rows * V);
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t j = 0; j < V; j++) x[r * V + j] = lg[r * ld + j];
-            double *lr = zeros_d(rows), *er = zeros_d(rows), *dr = zeros_d(rows * V);
+            double *lr = test_zeros_d(rows), *er = test_zeros_d(rows), *dr = test_zeros_d(rows * V);
             double scale = 1.0 / 7.0;
             int64_t nv_ref = ref_cross_entropy(rows, V, x, lab, ignore, scale, z, lr, er, dr);
-            float *loss = rand_f(rows, 0, 1), *lse = rand_f(rows, 0, 1);
-            float *pad = copy_f(lg, rows * ld);
+            float *loss = test_rand_f(&rng, rows, 0, 1), *lse = test_rand_f(&rng, rows, 0, 1);
+            float *pad = test_copy_f(lg, rows * ld);
             int64_t nv = -1;
             ck_assert_int_eq(bk_cross_entropy_fwd_bwd(&q, rows, V, lg, ld, lab, ignore,
                                                       (float)scale, (float)z, loss, lse, &nv),
@@ -747,7 +712,7 @@ typedef struct {
 static double ce_loss(const double *x, const void *p)
 {
     const ce_ctx *c = p;
-    double *l = zeros_d(c->rows);
+    double *l = test_zeros_d(c->rows);
     ref_cross_entropy(c->rows, c->V, x, c->lab, -100, 1.0, c->z, l, NULL, NULL);
     double s = 0.0;
     for (int64_t r = 0; r < c->rows; r++) s += l[r];
@@ -758,12 +723,13 @@ static double ce_loss(const double *x, const void *p)
 START_TEST(cross_entropy_backward_finite_differences)
 {
     bk_queue q = bk_host_queue();
-    rng_seed(82);
+    uint64_t rng = test_rng(82);
     int64_t rows = 4, V = 7, lab[4] = {3, -100, 0, 6};
     for (int zi = 0; zi < 2; zi++) {
         double z = zi ? 0.05 : 0.0, scale = 1.0 / 3.0;
-        float *lg = rand_f(rows * V, -3, 3), loss[4];
-        double *x = to_d(lg, rows * V), *g = zeros_d(rows * V), *dr = zeros_d(rows * V);
+        float *lg = test_rand_f(&rng, rows * V, -3, 3), loss[4];
+        double *x = test_to_d(lg, rows * V), *g = test_zeros_d(rows * V),
+               *dr = test_zeros_d(rows * V);
         ce_ctx c = {rows, V, lab, z, scale};
         fd_grad(ce_loss, &c, x, rows * V, g);
         ref_cross_entropy(rows, V, x, lab, -100, scale, z, NULL, NULL, dr);
@@ -875,34 +841,17 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("ops");
-    TCase *tc = tcase_create("ops");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, expf_is_accurate);
-    tcase_add_test(tc, rope_sincos_is_accurate);
-    tcase_add_test(tc, gemm_builtin_matches_reference);
-    tcase_add_test(tc, gemm_cblas_matches_reference);
-    tcase_add_test(tc, gemm_dispatch_matches_reference);
-    tcase_add_test(tc, gemm_thread_counts_agree);
-    tcase_add_test(tc, rmsnorm_matches_reference);
-    tcase_add_test(tc, rmsnorm_backward_finite_differences);
-    tcase_add_test(tc, rmsnorm_backward_is_deterministic);
-    tcase_add_test(tc, rope_matches_reference);
-    tcase_add_test(tc, rope_pairs_are_half_split);
-    tcase_add_test(tc, rope_backward_finite_differences);
-    tcase_add_test(tc, swiglu_matches_reference);
-    tcase_add_test(tc, swiglu_backward_finite_differences);
-    tcase_add_test(tc, embedding_matches_reference);
-    tcase_add_test(tc, embedding_backward_finite_differences);
-    tcase_add_test(tc, adamw_matches_reference_over_steps);
-    tcase_add_test(tc, grad_norm_and_clipping);
-    tcase_add_test(tc, cross_entropy_matches_reference);
-    tcase_add_test(tc, cross_entropy_all_ignored_is_finite);
-    tcase_add_test(tc, cross_entropy_backward_finite_differences);
-    tcase_add_test(tc, invalid_arguments_are_rejected);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = check_tcase(s, "ops", 120);
+    check_add_tests(tc, expf_is_accurate, rope_sincos_is_accurate, gemm_builtin_matches_reference,
+                    gemm_cblas_matches_reference, gemm_dispatch_matches_reference,
+                    gemm_thread_counts_agree, rmsnorm_matches_reference,
+                    rmsnorm_backward_finite_differences, rmsnorm_backward_is_deterministic,
+                    rope_matches_reference, rope_pairs_are_half_split,
+                    rope_backward_finite_differences, swiglu_matches_reference,
+                    swiglu_backward_finite_differences, embedding_matches_reference,
+                    embedding_backward_finite_differences, adamw_matches_reference_over_steps,
+                    grad_norm_and_clipping, cross_entropy_matches_reference,
+                    cross_entropy_all_ignored_is_finite, cross_entropy_backward_finite_differences,
+                    invalid_arguments_are_rejected);
+    return check_run(s);
 }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/slurm/stop.sh [DIR]: stop the private Slurm that tests/slurm/start.sh
+# tests/lib/slurm/stop.sh [DIR]: stop the private Slurm that tests/lib/slurm/start.sh
 # started in DIR (default: ${TMPDIR:-/tmp}/burst-slurm): cancel its jobs, then
 # stop slurmd, slurmctld and munged by their pid files (SIGTERM, up to 10 s,
 # then SIGKILL). Only processes whose command line names DIR are signalled;

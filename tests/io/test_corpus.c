@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "io/corpus.h"
+#include "tests/lib/check_main.h"
+#include "tests/lib/testutil.h"
 
 static char dir[256];
 
@@ -28,15 +30,12 @@ static const char *tmp_path(const char *name)
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/burst-test-corpus-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_ptr_nonnull(test_make_tmpdir(dir, sizeof dir, "burst-test-corpus"));
 }
 
 static void teardown(void)
 {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(test_remove_tree(dir), 0);
 }
 
 static int64_t token_at(int64_t i, uint32_t vocab)
@@ -380,23 +379,10 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("corpus");
-    TCase *tc = tcase_create("corpus");
-    tcase_set_timeout(tc, 120);
+    TCase *tc = check_tcase(s, "corpus", 120);
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, round_trip_uint16);
-    tcase_add_test(tc, round_trip_uint32);
-    tcase_add_test(tc, small_and_empty);
-    tcase_add_test(tc, doc_offsets);
-    tcase_add_test(tc, put_int64);
-    tcase_add_test(tc, refusals);
-    tcase_add_test(tc, tokens_beyond_vocab);
-    tcase_add_test(tc, truncated);
-    tcase_add_test(tc, append_beyond_vocab);
-    tcase_add_test(tc, atomic_abort_and_kill);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    check_add_tests(tc, round_trip_uint16, round_trip_uint32, small_and_empty, doc_offsets,
+                    put_int64, refusals, tokens_beyond_vocab, truncated, append_beyond_vocab,
+                    atomic_abort_and_kill);
+    return check_run(s);
 }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/slurm/start.sh [DIR]: start (or reuse) a private single-node Slurm
+# tests/lib/slurm/start.sh [DIR]: start (or reuse) a private single-node Slurm
 # (own munged, slurmctld, slurmd) whose whole state lives in DIR
 # (default: ${TMPDIR:-/tmp}/burst-slurm). The system's /etc/slurm and
 # /etc/munge are never used. Progress goes to stderr; the last line on stdout
@@ -7,7 +7,7 @@
 # Exit: 0 ready, 77 cannot run here (not root, Slurm/munge missing),
 # 1 the daemons did not come up (tails of their logs are printed).
 # Environment: BURST_SLURM_TIMEOUT (seconds to wait for readiness, default 30).
-# Stop with tests/slurm/stop.sh DIR.
+# Stop with tests/lib/slurm/stop.sh DIR.
 set -u
 PATH=${PATH:-/usr/bin:/bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
@@ -92,7 +92,7 @@ node_state() {
 
 write_env() {
     cat >"$envfile.tmp" <<EOF
-# Source me: private Slurm started by tests/slurm/start.sh in $dir
+# Source me: private Slurm started by tests/lib/slurm/start.sh in $dir
 for _burst_v in \$(env | sed -n 's/^\\(SLURM_[A-Za-z0-9_]*\\)=.*/\\1/p'); do unset "\$_burst_v"; done
 unset _burst_v
 # srun passes the caller's environment to the tasks, which need an exported PATH.
@@ -185,7 +185,7 @@ memkb=$(awk '/^MemTotal:/ { print $2 }' /proc/meminfo)
 mem=$((memkb * 9 / 10 / 1024))
 [ "$mem" -ge 1 ] || mem=1
 cat >"$conf" <<EOF
-# Private single-node Slurm for burst's tests; written by tests/slurm/start.sh.
+# Private single-node Slurm for burst's tests; written by tests/lib/slurm/start.sh.
 ClusterName=burst
 SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$ctld_port

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tests/testutil.h"
+#include "tests/lib/testutil.h"
 
 const char *test_burst_path(void)
 {
@@ -17,10 +18,10 @@ const char *test_burst_path(void)
     return p ? p : "./burst";
 }
 
-const char *test_program_path(const char *name, char *buf, size_t len)
+const char *test_program_path(const char *path, char *buf, size_t len)
 {
     const char *dir = getenv("BURST_TEST_BUILDDIR");
-    snprintf(buf, len, "%s/tests/%s", dir ? dir : ".", name);
+    snprintf(buf, len, "%s/%s", dir ? dir : ".", path);
     return buf;
 }
 
@@ -77,4 +78,22 @@ void test_run_free(test_run_result *r)
 int test_output_has(const test_run_result *r, const char *needle)
 {
     return r->out && strstr(r->out, needle) != NULL;
+}
+
+char *test_make_tmpdir(char *buf, size_t len, const char *prefix)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(buf, len, "%s/%s-XXXXXX", base && *base ? base : "/tmp", prefix);
+    return mkdtemp(buf);
+}
+
+static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    return remove(path) != 0 && errno != ENOENT ? -1 : 0;
+}
+
+int test_remove_tree(const char *path)
+{
+    if (nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0) return 0;
+    return errno == ENOENT ? 0 : -1;
 }

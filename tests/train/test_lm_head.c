@@ -15,73 +15,19 @@
 
 #include "config.h"
 #include "src/train/lm_head.h"
+#include "tests/lib/arrays.h"
+#include "tests/lib/check_main.h"
+#include "tests/lib/rng.h"
 
 #define IGNORE (-100)
 
 /* ---------------------------------------------------------------- helpers */
-static uint64_t rng_state = 1;
-
-static void rng_seed(uint64_t s)
-{
-    rng_state = s * 0x9E3779B97F4A7C15ull + 1;
-}
-
-/* splitmix64 */
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(void)
-{
-    return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static float *alloc_f(int64_t n)
-{
-    float *x = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
-    ck_assert_ptr_nonnull(x);
-    return x;
-}
-
-static double *alloc_d(int64_t n)
-{
-    double *x = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-    ck_assert_ptr_nonnull(x);
-    return x;
-}
-
-static float *rand_f(int64_t n, double lo, double hi)
-{
-    float *x = alloc_f(n);
-    for (int64_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * rng_unit());
-    return x;
-}
-
-static float *copy_f(const float *x, int64_t n)
-{
-    float *y = alloc_f(n);
-    memcpy(y, x, (size_t)n * sizeof(float));
-    return y;
-}
-
-static double *to_d(const float *x, int64_t n)
-{
-    double *y = alloc_d(n);
-    for (int64_t i = 0; i < n; i++) y[i] = x[i];
-    return y;
-}
-
 /* labels[n]: about frac_ignored of them IGNORE, the rest in [0, V). */
-static int64_t *rand_labels(int64_t n, int64_t V, double frac_ignored)
+static int64_t *rand_labels(uint64_t *rng, int64_t n, int64_t V, double frac_ignored)
 {
-    int64_t *y = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
-    ck_assert_ptr_nonnull(y);
+    int64_t *y = test_alloc((size_t)(n > 0 ? n : 0), sizeof *y);
     for (int64_t r = 0; r < n; r++)
-        y[r] = rng_unit() < frac_ignored ? IGNORE : (int64_t)(rng_next() % (uint64_t)V);
+        y[r] = bu_rng_unit(rng) < frac_ignored ? IGNORE : (int64_t)(bu_rng_next(rng) % (uint64_t)V);
     return y;
 }
 
@@ -106,7 +52,7 @@ static double rel_diff(const float *got, const double *want, int64_t n)
 
 static double rel_diff_f(const float *got, const float *want, int64_t n)
 {
-    double *w = to_d(want, n);
+    double *w = test_to_d(want, n);
     double r = rel_diff(got, w, n);
     free(w);
     return r;
@@ -128,7 +74,7 @@ static double ref_head(int64_t n, int64_t D, int64_t V, const double *h, const d
                        const int64_t *labels, double z, double scale, int64_t *nv, double *dh,
                        double *dW)
 {
-    double *x = alloc_d(V); /* one row of logits, then of dlogits */
+    double *x = test_zeros_d(V); /* one row of logits, then of dlogits */
     double sum = 0.0;
     int64_t valid = 0;
     if (dh) memset(dh, 0, (size_t)(n * D) * sizeof(double));
@@ -185,7 +131,7 @@ static head_out run_head(int64_t chunk, float z, int64_t n, int64_t D, int64_t V
 {
     bk_queue q = bk_host_queue();
     lm_head_opts o = {chunk < 0 ? 1 : chunk, z, IGNORE};
-    head_out r = {0.0, 0, alloc_f(n * D), copy_f(dW0, V * D)};
+    head_out r = {0.0, 0, test_zeros_f(n * D), test_copy_f(dW0, V * D)};
     bk_status st;
     if (chunk < 0) {
         st = lm_head_unfused(&q, &o, n, D, V, h, W, labels, scale, &r.loss, &r.nv, r.dh, r.dW);
@@ -211,10 +157,10 @@ START_TEST(fused_equals_unfused)
         int64_t V = Vs[iv];
         for (int zi = 0; zi < 2; zi++) {
             float z = zi ? 1e-3f : 0.0f;
-            rng_seed(100 + 10 * iv + (uint64_t)zi);
-            float *h = rand_f(n * D, -1, 1), *W = rand_f(V * D, -1, 1);
-            int64_t *labels = rand_labels(n, V, 0.15);
-            float *dW0 = alloc_f(V * D); /* zeros: dW compared without an offset */
+            uint64_t rng = test_rng(100 + 10 * iv + (uint64_t)zi);
+            float *h = test_rand_f(&rng, n * D, -1, 1), *W = test_rand_f(&rng, V * D, -1, 1);
+            int64_t *labels = rand_labels(&rng, n, V, 0.15);
+            float *dW0 = test_zeros_f(V * D); /* zeros: dW compared without an offset */
             float scale = 1.0f / (float)count_valid(n, labels);
             head_out ref = run_head(-1, z, n, D, V, h, W, labels, scale, dW0);
             ck_assert(all_finite(ref.dh, n * D) && all_finite(ref.dW, V * D));
@@ -246,16 +192,16 @@ START_TEST(matches_double_reference)
     for (size_t iv = 0; iv < 2; iv++) {
         int64_t V = Vs[iv];
         for (size_t iz = 0; iz < 2; iz++) {
-            rng_seed(200 + 10 * iv + iz);
-            float *h = rand_f(n * D, -1, 1), *W = rand_f(V * D, -1, 1);
-            int64_t *labels = rand_labels(n, V, 0.2);
+            uint64_t rng = test_rng(200 + 10 * iv + iz);
+            float *h = test_rand_f(&rng, n * D, -1, 1), *W = test_rand_f(&rng, V * D, -1, 1);
+            int64_t *labels = rand_labels(&rng, n, V, 0.2);
             labels[0] = IGNORE, labels[n - 1] = IGNORE;
-            float *dW0 = rand_f(V * D, -0.1, 0.1);
+            float *dW0 = test_rand_f(&rng, V * D, -0.1, 0.1);
             int64_t nvalid = count_valid(n, labels);
             float scale = 1.0f / (float)nvalid;
 
-            double *hd = to_d(h, n * D), *Wd = to_d(W, V * D);
-            double *dh_ref = alloc_d(n * D), *dW_ref = alloc_d(V * D);
+            double *hd = test_to_d(h, n * D), *Wd = test_to_d(W, V * D);
+            double *dh_ref = test_zeros_d(n * D), *dW_ref = test_zeros_d(V * D);
             int64_t nv_ref = 0;
             double loss_ref =
                 ref_head(n, D, V, hd, Wd, labels, zs[iz], (double)scale, &nv_ref, dh_ref, dW_ref);
@@ -292,15 +238,15 @@ START_TEST(finite_differences)
 {
     const int64_t n = 5, D = 4, V = 7;
     const double z = 0.05, eps = 1e-6;
-    rng_seed(300);
-    float *h = rand_f(n * D, -1, 1), *W = rand_f(V * D, -1, 1);
+    uint64_t rng = test_rng(300);
+    float *h = test_rand_f(&rng, n * D, -1, 1), *W = test_rand_f(&rng, V * D, -1, 1);
     int64_t labels[] = {3, IGNORE, 0, 6, 2};
     float scale = 1.0f / (float)count_valid(n, labels);
-    float *dW0 = alloc_f(V * D);
+    float *dW0 = test_zeros_f(V * D);
     head_out f = run_head(2, (float)z, n, D, V, h, W, labels, scale, dW0);
 
-    double *hd = to_d(h, n * D), *Wd = to_d(W, V * D);
-    double *dh_ref = alloc_d(n * D), *dW_ref = alloc_d(V * D);
+    double *hd = test_to_d(h, n * D), *Wd = test_to_d(W, V * D);
+    double *dh_ref = test_zeros_d(n * D), *dW_ref = test_zeros_d(V * D);
     ref_head(n, D, V, hd, Wd, labels, z, scale, NULL, dh_ref, dW_ref);
     for (int pass = 0; pass < 2; pass++) {
         double *p = pass ? Wd : hd;
@@ -335,9 +281,9 @@ END_TEST
 START_TEST(all_rows_ignored)
 {
     const int64_t n = 9, D = 24, V = 37;
-    rng_seed(400);
-    float *h = rand_f(n * D, -1, 1), *W = rand_f(V * D, -1, 1);
-    float *dW0 = rand_f(V * D, -1, 1);
+    uint64_t rng = test_rng(400);
+    float *h = test_rand_f(&rng, n * D, -1, 1), *W = test_rand_f(&rng, V * D, -1, 1);
+    float *dW0 = test_rand_f(&rng, V * D, -1, 1);
     int64_t labels[9];
     for (int64_t r = 0; r < n; r++) labels[r] = IGNORE;
     const float scales[] = {1.0f, INFINITY};
@@ -348,13 +294,13 @@ START_TEST(all_rows_ignored)
             lm_head_opts o = {chunks[ic] < 0 ? 1 : chunks[ic], 0.01f, IGNORE};
             double loss = 0.0;
             int64_t nv = 0;
-            float *dh = alloc_f(n * D), *dW = copy_f(dW0, V * D);
+            float *dh = test_zeros_f(n * D), *dW = test_copy_f(dW0, V * D);
             for (int64_t i = 0; i < n * D; i++) dh[i] = 7.0f; /* must be overwritten */
             bk_status st;
             if (chunks[ic] < 0) {
                 st = lm_head_unfused(&q, &o, n, D, V, h, W, labels, scales[is], &loss, &nv, dh, dW);
             } else {
-                float *scratch = alloc_f((int64_t)lm_head_scratch_floats(&o, V));
+                float *scratch = test_zeros_f((int64_t)lm_head_scratch_floats(&o, V));
                 st = lm_head_fused(&q, &o, n, D, V, h, W, labels, scales[is], &loss, &nv, dh, dW,
                                    scratch);
                 free(scratch);
@@ -388,8 +334,8 @@ START_TEST(all_rows_ignored)
         lm_head_opts o = {4, 0.0f, IGNORE};
         double loss = 0.0;
         int64_t nv = 0;
-        float *scratch = alloc_f((int64_t)lm_head_scratch_floats(&o, V));
-        float *dW = copy_f(dW0, V * D);
+        float *scratch = test_zeros_f((int64_t)lm_head_scratch_floats(&o, V));
+        float *dW = test_copy_f(dW0, V * D);
         ck_assert_int_eq(
             lm_head_fused(&q, &o, 0, D, V, h, W, labels, 1.0f, &loss, &nv, h, dW, scratch), BK_OK);
         ck_assert(loss == 0.0 && nv == 0);
@@ -428,13 +374,13 @@ START_TEST(scratch_is_one_chunk)
     /* A run with n = 61 > chunk = 7 writes only inside scratch_floats: guard
      * floats past the end stay as they were. */
     const int64_t n = 61, D = 24, V = 1000, guard = 64;
-    rng_seed(500);
-    float *h = rand_f(n * D, -1, 1), *W = rand_f(V * D, -1, 1);
-    int64_t *labels = rand_labels(n, V, 0.1);
-    float *dh = alloc_f(n * D), *dW = alloc_f(V * D);
+    uint64_t rng = test_rng(500);
+    float *h = test_rand_f(&rng, n * D, -1, 1), *W = test_rand_f(&rng, V * D, -1, 1);
+    int64_t *labels = rand_labels(&rng, n, V, 0.1);
+    float *dh = test_zeros_f(n * D), *dW = test_zeros_f(V * D);
     size_t need = lm_head_scratch_floats(&o, V);
     ck_assert_uint_lt(need, (size_t)(n * V));
-    float *scratch = alloc_f((int64_t)need + guard);
+    float *scratch = test_zeros_f((int64_t)need + guard);
     for (int64_t i = 0; i < guard; i++) scratch[(int64_t)need + i] = -1234.5f;
     bk_queue q = bk_host_queue();
     double loss = 0.0;
@@ -455,13 +401,13 @@ START_TEST(invalid_arguments)
     /* debug builds abort on an invalid argument instead of returning */
 #else
     const int64_t n = 10, D = 4, V = 5;
-    rng_seed(600);
-    float *h = rand_f(n * D, -1, 1), *W = rand_f(V * D, -1, 1);
-    float *dh = alloc_f(n * D), *dW = alloc_f(V * D);
+    uint64_t rng = test_rng(600);
+    float *h = test_rand_f(&rng, n * D, -1, 1), *W = test_rand_f(&rng, V * D, -1, 1);
+    float *dh = test_zeros_f(n * D), *dW = test_zeros_f(V * D);
     int64_t labels[10] = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4};
     bk_queue q = bk_host_queue();
     lm_head_opts o = {3, 0.0f, IGNORE};
-    float *scratch = alloc_f((int64_t)lm_head_scratch_floats(&o, V));
+    float *scratch = test_zeros_f((int64_t)lm_head_scratch_floats(&o, V));
     double loss = 0.0;
     int64_t nv = 0;
 
@@ -512,18 +458,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("lm_head");
-    TCase *tc = tcase_create("lm_head");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, fused_equals_unfused);
-    tcase_add_test(tc, matches_double_reference);
-    tcase_add_test(tc, finite_differences);
-    tcase_add_test(tc, all_rows_ignored);
-    tcase_add_test(tc, scratch_is_one_chunk);
-    tcase_add_test(tc, invalid_arguments);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = check_tcase(s, "lm_head", 60);
+    check_add_tests(tc, fused_equals_unfused, matches_double_reference, finite_differences,
+                    all_rows_ignored, scratch_is_one_chunk, invalid_arguments);
+    return check_run(s);
 }

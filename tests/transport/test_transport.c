@@ -2,21 +2,25 @@
  * through UCX over this machine's shared memory: point-to-point, collectives
  * against serial references, sub-communicators, and failures (a rank killed, a
  * rank that stops answering, a wait that times out, a peer with a wrong secret).
- * The ranks are tests/transport_worker under `burst run`; each checks its own
+ * The ranks are tests/transport/transport_worker under `burst run`; each checks its own
  * results and the launcher's exit status carries the verdict. */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <check.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include "tests/testutil.h"
+#include "tests/lib/check_main.h"
+#include "tests/lib/testutil.h"
+#include "transport/launch.h"
 
-static char worker[4096];
+/* The ranks' program, tests/transport/transport_worker of the build. */
+static char *transport_worker(void)
+{
+    static char path[4096];
+    return (char *)test_program_path("tests/transport/transport_worker", path, sizeof path);
+}
 
 /* burst run -n ranks [--nodes nodes] [extra...] -- transport_worker scenario */
 static test_run_result run_worker(int ranks, int nodes, const char *extra1, const char *extra2,
@@ -36,7 +40,7 @@ static test_run_result run_worker(int ranks, int nodes, const char *extra1, cons
     if (extra1) argv[a++] = (char *)extra1;
     if (extra2) argv[a++] = (char *)extra2;
     argv[a++] = "--";
-    argv[a++] = (char *)test_program_path("transport_worker", worker, sizeof worker);
+    argv[a++] = transport_worker();
     argv[a++] = (char *)scenario;
     argv[a] = NULL;
     return test_run(argv, NULL);
@@ -148,16 +152,13 @@ START_TEST(wait_times_out_and_says_what_it_waited_for)
 }
 END_TEST
 
+/* A port that was free a moment ago (the launcher's listening socket, closed). */
 static int free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    getsockname(fd, (struct sockaddr *)&sa, &len);
-    close(fd);
-    return ntohs(sa.sin_port);
+    char err[256];
+    int port = 0, fd = bt_launch_listen(&port, err, sizeof err);
+    if (fd >= 0) close(fd);
+    return port;
 }
 
 /* Rank 0 and a rank 1 that presents another job's secret, started by hand. */
@@ -170,7 +171,7 @@ static void secret_script(char *script, size_t len, int port)
              "BURST_RANK=1 BURST_SECRET=ffffffffffffffffffffffffffffffff %s whoami; c1=$?\n"
              "wait $p0; c0=$?\n"
              "echo \"codes $c0 $c1\"\n",
-             port, test_program_path("transport_worker", worker, sizeof worker), worker);
+             port, transport_worker(), transport_worker());
 }
 
 START_TEST(peer_with_wrong_secret_is_refused)
@@ -276,29 +277,16 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("transport");
-    TCase *ok = tcase_create("correctness");
-    tcase_set_timeout(ok, 300);
-    tcase_add_loop_test(ok, p2p_sizes_channels_and_counters, 1, 6);
-    tcase_add_loop_test(ok, collectives_against_serial_reference, 1, 6);
-    tcase_add_test(ok, collectives_on_two_emulated_nodes);
-    tcase_add_test(ok, sub_communicators);
-    tcase_add_test(ok, launcher_numbers_ranks_node_major);
-    tcase_add_test(ok, selftest_on_two_emulated_nodes);
-    suite_add_tcase(s, ok);
-    TCase *fail = tcase_create("failures");
-    tcase_set_timeout(fail, 120);
+    TCase *ok = check_tcase(s, "correctness", 300);
+    check_add_loop_tests(ok, 1, 6, p2p_sizes_channels_and_counters,
+                         collectives_against_serial_reference);
+    check_add_tests(ok, collectives_on_two_emulated_nodes, sub_communicators,
+                    launcher_numbers_ranks_node_major, selftest_on_two_emulated_nodes);
+    TCase *fail = check_tcase(s, "failures", 120);
     tcase_add_loop_test(fail, killed_rank_is_named_by_every_survivor, 2, 5);
-    tcase_add_test(fail, silent_rank_is_declared_lost_after_timeout);
-    tcase_add_test(fail, wait_times_out_and_says_what_it_waited_for);
-    tcase_add_test(fail, peer_with_wrong_secret_is_refused);
-    tcase_add_test(fail, launcher_stops_the_others_when_a_rank_fails);
-    tcase_add_test(fail, launcher_forwards_sigterm);
-    tcase_add_test(fail, launcher_rejects_bad_usage);
-    tcase_add_test(fail, bad_transport_settings_exit_2_before_work);
-    suite_add_tcase(s, fail);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    check_add_tests(fail, silent_rank_is_declared_lost_after_timeout,
+                    wait_times_out_and_says_what_it_waited_for, peer_with_wrong_secret_is_refused,
+                    launcher_stops_the_others_when_a_rank_fails, launcher_forwards_sigterm,
+                    launcher_rejects_bad_usage, bad_transport_settings_exit_2_before_work);
+    return check_run(s);
 }

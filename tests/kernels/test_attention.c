@@ -13,55 +13,11 @@
 #include "config.h"
 #include "kernels/attention.h"
 #include "kernels/ref/attention_ref.h"
+#include "tests/lib/arrays.h"
+#include "tests/lib/check_main.h"
+#include "tests/lib/rng.h"
 
 /* ------------------------------------------------------------------ helpers */
-
-typedef struct {
-    uint64_t s;
-} rng_t;
-
-static uint64_t rnext(rng_t *r)
-{
-    r->s ^= r->s << 13;
-    r->s ^= r->s >> 7;
-    r->s ^= r->s << 17;
-    return r->s;
-}
-static rng_t rng(uint64_t seed)
-{
-    rng_t r = {seed * 0x9E3779B97F4A7C15ULL + 12345};
-    for (int i = 0; i < 4; i++) rnext(&r);
-    return r;
-}
-static int64_t rint_below(rng_t *r, int64_t n)
-{
-    return (int64_t)(rnext(r) % (uint64_t)n);
-}
-static float runif(rng_t *r)
-{
-    return (float)((double)(rnext(r) >> 11) / 9007199254740992.0 * 2 - 1);
-}
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
-static float *rand_floats(rng_t *r, size_t n, float amp)
-{
-    float *x = xcalloc(n, sizeof *x);
-    for (size_t i = 0; i < n; i++) x[i] = amp * runif(r);
-    return x;
-}
-
-static double *to_double(const float *x, size_t n)
-{
-    double *y = xcalloc(n, sizeof *y);
-    for (size_t i = 0; i < n; i++) y[i] = x[i];
-    return y;
-}
 
 /* Kinds of mask the tests cycle through. */
 enum {
@@ -88,13 +44,13 @@ typedef struct {
     uint64_t *bits;
 } mask_spec;
 
-static mask_spec make_mask(int kind, rng_t *r, int64_t span)
+static mask_spec make_mask(int kind, uint64_t *r, int64_t span)
 {
     mask_spec s;
     memset(&s, 0, sizeof s);
     s.kind = kind;
-    s.doc_len = 1 + rint_below(r, 40);
-    s.doc_cycle = rint_below(r, 3) == 0 ? 3 : 0;
+    s.doc_len = 1 + test_rng_below(r, 40);
+    s.doc_cycle = test_rng_below(r, 3) == 0 ? 3 : 0;
     switch (kind) {
     case K_NONE:
         s.m = bk_attn_mask_none();
@@ -103,10 +59,10 @@ static mask_spec make_mask(int kind, rng_t *r, int64_t span)
         s.m = bk_attn_mask_causal();
         break;
     case K_WINDOW_CAUSAL:
-        s.m = bk_attn_mask_window(rint_below(r, 80), 0);
+        s.m = bk_attn_mask_window(test_rng_below(r, 80), 0);
         break;
     case K_WINDOW_BOTH:
-        s.m = bk_attn_mask_window(rint_below(r, 50), rint_below(r, 30));
+        s.m = bk_attn_mask_window(test_rng_below(r, 50), test_rng_below(r, 30));
         break;
     case K_DOC:
         s.m = bk_attn_mask_document(0);
@@ -117,11 +73,11 @@ static mask_spec make_mask(int kind, rng_t *r, int64_t span)
     case K_SPARSE:
     case K_SPARSE_CAUSAL: {
         static const int64_t sizes[] = {16, 64, 100, 7};
-        int64_t bs = sizes[rint_below(r, 4)], nb = (span + bs - 1) / bs + rint_below(r, 2);
+        int64_t bs = sizes[test_rng_below(r, 4)], nb = (span + bs - 1) / bs + test_rng_below(r, 2);
         int64_t words = (nb * nb + 63) / 64;
-        s.bits = xcalloc((size_t)words, sizeof *s.bits);
+        s.bits = test_alloc((size_t)words, sizeof *s.bits);
         for (int64_t b = 0; b < nb * nb; b++)
-            if (rint_below(r, 2)) s.bits[b / 64] |= 1ULL << (b % 64);
+            if (test_rng_below(r, 2)) s.bits[b / 64] |= 1ULL << (b % 64);
         s.m = bk_attn_mask_block_sparse(s.bits, bs, nb);
         if (kind == K_SPARSE_CAUSAL) s.m.flags |= BK_ATTN_CAUSAL;
         break;
@@ -157,7 +113,7 @@ static size_t ksize(const bk_attn_geom *g)
 
 /* Positions: layout 0 contiguous (queries at the end, as after a prefix),
  * 1 random distinct positions in any order, 2 two zigzag chunks each. */
-static void make_positions(rng_t *r, int layout, int64_t n_q, int64_t n_kv, int64_t *qp,
+static void make_positions(uint64_t *r, int layout, int64_t n_q, int64_t n_kv, int64_t *qp,
                            int64_t *kp, int64_t *span)
 {
     int64_t n = n_q > n_kv ? n_q : n_kv;
@@ -167,10 +123,10 @@ static void make_positions(rng_t *r, int layout, int64_t n_q, int64_t n_kv, int6
         *span = n;
     } else if (layout == 1) {
         int64_t total = 2 * n + 3;
-        int64_t *perm = xcalloc((size_t)total, sizeof *perm);
+        int64_t *perm = test_alloc((size_t)total, sizeof *perm);
         for (int64_t i = 0; i < total; i++) perm[i] = i;
         for (int64_t i = total - 1; i > 0; i--) {
-            int64_t j = rint_below(r, i + 1), t = perm[i];
+            int64_t j = test_rng_below(r, i + 1), t = perm[i];
             perm[i] = perm[j];
             perm[j] = t;
         }
@@ -188,27 +144,27 @@ static void make_positions(rng_t *r, int layout, int64_t n_q, int64_t n_kv, int6
     }
 }
 
-static problem make_problem(rng_t *r, int64_t n_q, int64_t n_kv, int h_q, int h_kv, int d,
+static problem make_problem(uint64_t *r, int64_t n_q, int64_t n_kv, int h_q, int h_kv, int d,
                             int layout, int kind, mask_spec *ms)
 {
     problem p;
     memset(&p, 0, sizeof p);
-    p.q_pos = xcalloc((size_t)n_q, sizeof *p.q_pos);
-    p.kv_pos = xcalloc((size_t)n_kv, sizeof *p.kv_pos);
+    p.q_pos = test_alloc((size_t)n_q, sizeof *p.q_pos);
+    p.kv_pos = test_alloc((size_t)n_kv, sizeof *p.kv_pos);
     int64_t span;
     make_positions(r, layout, n_q, n_kv, p.q_pos, p.kv_pos, &span);
     *ms = make_mask(kind, r, span);
-    p.q_seg = xcalloc((size_t)n_q, sizeof *p.q_seg);
-    p.kv_seg = xcalloc((size_t)n_kv, sizeof *p.kv_seg);
+    p.q_seg = test_alloc((size_t)n_q, sizeof *p.q_seg);
+    p.kv_seg = test_alloc((size_t)n_kv, sizeof *p.kv_seg);
     for (int64_t i = 0; i < n_q; i++) p.q_seg[i] = seg_of(ms, p.q_pos[i]);
     for (int64_t j = 0; j < n_kv; j++) p.kv_seg[j] = seg_of(ms, p.kv_pos[j]);
     bk_attn_geom g = {n_q,     n_kv,     h_q,     h_kv,     d,    1.0f / sqrtf((float)d),
                       p.q_pos, p.kv_pos, p.q_seg, p.kv_seg, ms->m};
     p.g = g;
-    p.Q = rand_floats(r, qsize(&g), 2.0f);
-    p.K = rand_floats(r, ksize(&g), 2.0f);
-    p.V = rand_floats(r, ksize(&g), 1.0f);
-    p.dO = rand_floats(r, qsize(&g), 1.0f);
+    p.Q = test_rand_f(r, qsize(&g), -2, 2);
+    p.K = test_rand_f(r, ksize(&g), -2, 2);
+    p.V = test_rand_f(r, ksize(&g), -1, 1);
+    p.dO = test_rand_f(r, qsize(&g), -1, 1);
     return p;
 }
 
@@ -255,14 +211,14 @@ static const int64_t nqs[] = {1, 3, 17, 64, 65, 100, 130};
 static const int64_t nkvs[] = {1, 5, 63, 64, 97, 129};
 
 /* Random problem number i: every mask kind in turn, everything else random. */
-static problem random_problem(int i, rng_t *r, mask_spec *ms, bk_queue *q)
+static problem random_problem(int i, uint64_t *r, mask_spec *ms, bk_queue *q)
 {
-    int d = dims[rint_below(r, 4)];
-    int hc = (int)rint_below(r, 6);
-    int64_t n_q = nqs[rint_below(r, 7)], n_kv = nkvs[rint_below(r, 6)];
-    int layout = (int)rint_below(r, 3);
+    int d = dims[test_rng_below(r, 4)];
+    int hc = (int)test_rng_below(r, 6);
+    int64_t n_q = nqs[test_rng_below(r, 7)], n_kv = nkvs[test_rng_below(r, 6)];
+    int layout = (int)test_rng_below(r, 3);
     *q = bk_host_queue();
-    q->n_threads = 1 + (int)rint_below(r, 4);
+    q->n_threads = 1 + (int)test_rng_below(r, 4);
     return make_problem(r, n_q, n_kv, heads[hc][0], heads[hc][1], d, layout, i % N_KINDS, ms);
 }
 
@@ -270,7 +226,7 @@ static problem random_problem(int i, rng_t *r, mask_spec *ms, bk_queue *q)
 
 START_TEST(mask_predicate_matches_reference)
 {
-    rng_t r = rng(77);
+    uint64_t r = test_rng(77);
     for (int kind = 0; kind < N_KINDS; kind++) {
         mask_spec ms;
         problem p = make_problem(&r, 40, 50, 1, 1, 8, 1, kind, &ms);
@@ -292,17 +248,19 @@ END_TEST
 
 START_TEST(forward_matches_reference)
 {
-    rng_t r = rng((uint64_t)_i + 1);
+    uint64_t r = test_rng((uint64_t)_i + 1);
     mask_spec ms;
     bk_queue q;
     problem p = random_problem(_i, &r, &ms, &q);
     const bk_attn_geom *g = &p.g;
-    float *O = xcalloc(qsize(g), sizeof *O), *lse = xcalloc((size_t)g->n_q * g->h_q, sizeof *lse);
+    float *O = test_alloc(qsize(g), sizeof *O),
+          *lse = test_alloc((size_t)g->n_q * g->h_q, sizeof *lse);
     bk_attn_stats st;
     kernel_fwd(&q, g, p.Q, p.K, p.V, O, lse, &st);
-    double *Qd = to_double(p.Q, qsize(g)), *Kd = to_double(p.K, ksize(g)),
-           *Vd = to_double(p.V, ksize(g));
-    double *Or = xcalloc(qsize(g), sizeof *Or), *lr = xcalloc((size_t)g->n_q * g->h_q, sizeof *lr);
+    double *Qd = test_to_d(p.Q, qsize(g)), *Kd = test_to_d(p.K, ksize(g)),
+           *Vd = test_to_d(p.V, ksize(g));
+    double *Or = test_alloc(qsize(g), sizeof *Or),
+           *lr = test_alloc((size_t)g->n_q * g->h_q, sizeof *lr);
     ref_attn_fwd(g, Qd, Kd, Vd, Or, lr);
     double eo = err_ratio(O, Or, qsize(g), 2e-5, 2e-4);
     double el = err_ratio(lse, lr, (size_t)g->n_q * g->h_q, 2e-5, 2e-5);
@@ -317,28 +275,28 @@ END_TEST
 
 START_TEST(backward_matches_reference)
 {
-    rng_t r = rng((uint64_t)_i + 1001);
+    uint64_t r = test_rng((uint64_t)_i + 1001);
     mask_spec ms;
     bk_queue q;
     problem p = random_problem(_i, &r, &ms, &q);
     const bk_attn_geom *g = &p.g;
     size_t nr = (size_t)g->n_q * g->h_q;
-    float *O = xcalloc(qsize(g), sizeof *O), *lse = xcalloc(nr, sizeof *lse);
-    float *delta = xcalloc(nr, sizeof *delta);
+    float *O = test_alloc(qsize(g), sizeof *O), *lse = test_alloc(nr, sizeof *lse);
+    float *delta = test_alloc(nr, sizeof *delta);
     kernel_fwd(&q, g, p.Q, p.K, p.V, O, lse, NULL);
     ck_assert_int_eq(bk_attn_delta(&q, g->n_q, g->h_q, g->d, p.dO, O, delta), BK_OK);
     /* gradients start non-zero: the kernel must add, not overwrite */
-    float *dQ = xcalloc(qsize(g), sizeof *dQ), *dK = xcalloc(ksize(g), sizeof *dK),
-          *dV = xcalloc(ksize(g), sizeof *dV);
+    float *dQ = test_alloc(qsize(g), sizeof *dQ), *dK = test_alloc(ksize(g), sizeof *dK),
+          *dV = test_alloc(ksize(g), sizeof *dV);
     for (size_t i = 0; i < qsize(g); i++) dQ[i] = 0.5f;
     for (size_t i = 0; i < ksize(g); i++) dK[i] = dV[i] = -0.25f;
     bk_attn_stats st;
     ck_assert_int_eq(bk_attn_bwd(&q, g, p.Q, p.K, p.V, p.dO, lse, delta, dQ, dK, dV, &st), BK_OK);
 
-    double *Qd = to_double(p.Q, qsize(g)), *Kd = to_double(p.K, ksize(g)),
-           *Vd = to_double(p.V, ksize(g)), *dOd = to_double(p.dO, qsize(g));
-    double *rQ = xcalloc(qsize(g), sizeof *rQ), *rK = xcalloc(ksize(g), sizeof *rK),
-           *rV = xcalloc(ksize(g), sizeof *rV);
+    double *Qd = test_to_d(p.Q, qsize(g)), *Kd = test_to_d(p.K, ksize(g)),
+           *Vd = test_to_d(p.V, ksize(g)), *dOd = test_to_d(p.dO, qsize(g));
+    double *rQ = test_alloc(qsize(g), sizeof *rQ), *rK = test_alloc(ksize(g), sizeof *rK),
+           *rV = test_alloc(ksize(g), sizeof *rV);
     ref_attn_bwd(g, Qd, Kd, Vd, dOd, rQ, rK, rV);
     for (size_t i = 0; i < qsize(g); i++) rQ[i] += 0.5;
     for (size_t i = 0; i < ksize(g); i++) rK[i] -= 0.25, rV[i] -= 0.25;
@@ -383,16 +341,16 @@ START_TEST(split_blocks_equal_whole)
     const int kind = _i / 4, k = _i % 4 + 1, layout = _i % 3;
     const int64_t n = 157 + 40 * (_i % 2);
     const int hq = 4, hkv = 2, d = (_i % 2) ? 64 : 24;
-    rng_t r = rng((uint64_t)_i + 5000);
+    uint64_t r = test_rng((uint64_t)_i + 5000);
     mask_spec ms;
     /* the whole sequence: positions 0..n-1 */
     problem w = make_problem(&r, n, n, hq, hkv, d, 0, kind, &ms);
     const size_t rq = (size_t)hq * d, rk = (size_t)hkv * d;
-    double *Qd = to_double(w.Q, qsize(&w.g)), *Kd = to_double(w.K, ksize(&w.g)),
-           *Vd = to_double(w.V, ksize(&w.g)), *dOd = to_double(w.dO, qsize(&w.g));
-    double *Or = xcalloc(qsize(&w.g), sizeof *Or), *lr = xcalloc((size_t)n * hq, sizeof *lr);
-    double *rQ = xcalloc(qsize(&w.g), sizeof *rQ), *rK = xcalloc(ksize(&w.g), sizeof *rK),
-           *rV = xcalloc(ksize(&w.g), sizeof *rV);
+    double *Qd = test_to_d(w.Q, qsize(&w.g)), *Kd = test_to_d(w.K, ksize(&w.g)),
+           *Vd = test_to_d(w.V, ksize(&w.g)), *dOd = test_to_d(w.dO, qsize(&w.g));
+    double *Or = test_alloc(qsize(&w.g), sizeof *Or), *lr = test_alloc((size_t)n * hq, sizeof *lr);
+    double *rQ = test_alloc(qsize(&w.g), sizeof *rQ), *rK = test_alloc(ksize(&w.g), sizeof *rK),
+           *rV = test_alloc(ksize(&w.g), sizeof *rV);
     ref_attn_fwd(&w.g, Qd, Kd, Vd, Or, lr);
     ref_attn_bwd(&w.g, Qd, Kd, Vd, dOd, rQ, rK, rV);
 
@@ -402,21 +360,21 @@ START_TEST(split_blocks_equal_whole)
     int64_t *pos[4];
     int32_t *seg[4];
     for (int b = 0; b < k; b++) {
-        idx[b] = xcalloc((size_t)n, sizeof *idx[b]);
+        idx[b] = test_alloc((size_t)n, sizeof *idx[b]);
         cnt[b] = split_block(n, k, layout, b, idx[b]);
         int64_t m = cnt[b];
-        pos[b] = xcalloc((size_t)m, sizeof *pos[b]);
-        seg[b] = xcalloc((size_t)m, sizeof *seg[b]);
-        Qb[b] = xcalloc((size_t)m * rq, sizeof(float));
-        dOb[b] = xcalloc((size_t)m * rq, sizeof(float));
-        Ob[b] = xcalloc((size_t)m * rq, sizeof(float));
-        dQb[b] = xcalloc((size_t)m * rq, sizeof(float));
-        Kb[b] = xcalloc((size_t)m * rk, sizeof(float));
-        Vb[b] = xcalloc((size_t)m * rk, sizeof(float));
-        dKb[b] = xcalloc((size_t)m * rk, sizeof(float));
-        dVb[b] = xcalloc((size_t)m * rk, sizeof(float));
-        lb[b] = xcalloc((size_t)m * hq, sizeof(float));
-        db[b] = xcalloc((size_t)m * hq, sizeof(float));
+        pos[b] = test_alloc((size_t)m, sizeof *pos[b]);
+        seg[b] = test_alloc((size_t)m, sizeof *seg[b]);
+        Qb[b] = test_alloc((size_t)m * rq, sizeof(float));
+        dOb[b] = test_alloc((size_t)m * rq, sizeof(float));
+        Ob[b] = test_alloc((size_t)m * rq, sizeof(float));
+        dQb[b] = test_alloc((size_t)m * rq, sizeof(float));
+        Kb[b] = test_alloc((size_t)m * rk, sizeof(float));
+        Vb[b] = test_alloc((size_t)m * rk, sizeof(float));
+        dKb[b] = test_alloc((size_t)m * rk, sizeof(float));
+        dVb[b] = test_alloc((size_t)m * rk, sizeof(float));
+        lb[b] = test_alloc((size_t)m * hq, sizeof(float));
+        db[b] = test_alloc((size_t)m * hq, sizeof(float));
         for (int64_t i = 0; i < m; i++) {
             int64_t t = idx[b][i];
             pos[b][i] = w.q_pos[t];
@@ -449,9 +407,9 @@ START_TEST(split_blocks_equal_whole)
                              BK_OK);
         }
     /* scatter back to sequence order and compare with the whole */
-    float *O = xcalloc(qsize(&w.g), sizeof *O), *lse = xcalloc((size_t)n * hq, sizeof *lse);
-    float *dQ = xcalloc(qsize(&w.g), sizeof *dQ), *dK = xcalloc(ksize(&w.g), sizeof *dK),
-          *dV = xcalloc(ksize(&w.g), sizeof *dV);
+    float *O = test_alloc(qsize(&w.g), sizeof *O), *lse = test_alloc((size_t)n * hq, sizeof *lse);
+    float *dQ = test_alloc(qsize(&w.g), sizeof *dQ), *dK = test_alloc(ksize(&w.g), sizeof *dK),
+          *dV = test_alloc(ksize(&w.g), sizeof *dV);
     for (int b = 0; b < k; b++)
         for (int64_t i = 0; i < cnt[b]; i++) {
             int64_t t = idx[b][i];
@@ -484,7 +442,7 @@ END_TEST
  * the gradients; key tiles the mask empties are not even read (they hold NaN). */
 START_TEST(fully_masked_rows_and_blocks)
 {
-    rng_t r = rng(42);
+    uint64_t r = test_rng(42);
     const int64_t n_q = 70, n_kv = 130;
     const int hq = 4, hkv = 2, d = 64;
     mask_spec ms;
@@ -493,10 +451,10 @@ START_TEST(fully_masked_rows_and_blocks)
     for (int64_t i = 0; i < n_q; i++) p.q_pos[i] = i;
     for (int64_t j = 0; j < n_kv; j++) p.kv_pos[j] = 1000 + j;
     for (size_t i = 0; i < ksize(&p.g); i++) p.K[i] = p.V[i] = NAN;
-    float *O = xcalloc(qsize(&p.g), sizeof *O), *lse = xcalloc((size_t)n_q * hq, sizeof *lse);
-    float *delta = xcalloc((size_t)n_q * hq, sizeof *delta);
-    float *dQ = xcalloc(qsize(&p.g), sizeof *dQ), *dK = xcalloc(ksize(&p.g), sizeof *dK),
-          *dV = xcalloc(ksize(&p.g), sizeof *dV);
+    float *O = test_alloc(qsize(&p.g), sizeof *O), *lse = test_alloc((size_t)n_q * hq, sizeof *lse);
+    float *delta = test_alloc((size_t)n_q * hq, sizeof *delta);
+    float *dQ = test_alloc(qsize(&p.g), sizeof *dQ), *dK = test_alloc(ksize(&p.g), sizeof *dK),
+          *dV = test_alloc(ksize(&p.g), sizeof *dV);
     bk_queue q = bk_host_queue();
     bk_attn_stats st;
     kernel_fwd(&q, &p.g, p.Q, p.K, p.V, O, lse, &st);
@@ -516,12 +474,13 @@ START_TEST(fully_masked_rows_and_blocks)
     for (int64_t i = 0; i < n_q; i++) p.q_pos[i] = 60 + i, p.q_seg[i] = (int32_t)(i % 3);
     p.g.mask = bk_attn_mask_document(1);
     free(p.K), free(p.V);
-    p.K = rand_floats(&r, ksize(&p.g), 2.0f);
-    p.V = rand_floats(&r, ksize(&p.g), 1.0f);
+    p.K = test_rand_f(&r, ksize(&p.g), -2, 2);
+    p.V = test_rand_f(&r, ksize(&p.g), -1, 1);
     kernel_fwd(&q, &p.g, p.Q, p.K, p.V, O, lse, &st);
-    double *Qd = to_double(p.Q, qsize(&p.g)), *Kd = to_double(p.K, ksize(&p.g)),
-           *Vd = to_double(p.V, ksize(&p.g));
-    double *Or = xcalloc(qsize(&p.g), sizeof *Or), *lr = xcalloc((size_t)n_q * hq, sizeof *lr);
+    double *Qd = test_to_d(p.Q, qsize(&p.g)), *Kd = test_to_d(p.K, ksize(&p.g)),
+           *Vd = test_to_d(p.V, ksize(&p.g));
+    double *Or = test_alloc(qsize(&p.g), sizeof *Or),
+           *lr = test_alloc((size_t)n_q * hq, sizeof *lr);
     ref_attn_fwd(&p.g, Qd, Kd, Vd, Or, lr);
     int64_t empty_rows = 0;
     for (int64_t i = 0; i < n_q * hq; i++) empty_rows += lr[i] == -INFINITY;
@@ -540,13 +499,13 @@ END_TEST
 START_TEST(empty_tiles_are_skipped)
 {
     const int kind = _i;
-    rng_t r = rng((uint64_t)kind + 900);
+    uint64_t r = test_rng((uint64_t)kind + 900);
     const int64_t n = 300;
     mask_spec ms;
     problem p = make_problem(&r, n, n, 2, 1, 8, 0, kind, &ms);
     if (kind == K_WINDOW_CAUSAL) p.g.mask.window_left = 70; /* spans tiles but not all */
     bk_queue q = bk_host_queue();
-    float *O = xcalloc(qsize(&p.g), sizeof *O), *lse = xcalloc((size_t)n * 2, sizeof *lse);
+    float *O = test_alloc(qsize(&p.g), sizeof *O), *lse = test_alloc((size_t)n * 2, sizeof *lse);
     bk_attn_stats st;
     kernel_fwd(&q, &p.g, p.Q, p.K, p.V, O, lse, &st);
     const int64_t tq = st.tile_q, tk = st.tile_kv;
@@ -572,9 +531,9 @@ START_TEST(empty_tiles_are_skipped)
     if (kind == K_NONE) ck_assert_int_eq(st.tiles_full, st.tiles_total);
     /* the backward skips the same tiles */
     bk_attn_stats sb;
-    float *delta = xcalloc((size_t)n * 2, sizeof *delta);
-    float *dQ = xcalloc(qsize(&p.g), sizeof *dQ), *dK = xcalloc(ksize(&p.g), sizeof *dK),
-          *dV = xcalloc(ksize(&p.g), sizeof *dV);
+    float *delta = test_alloc((size_t)n * 2, sizeof *delta);
+    float *dQ = test_alloc(qsize(&p.g), sizeof *dQ), *dK = test_alloc(ksize(&p.g), sizeof *dK),
+          *dV = test_alloc(ksize(&p.g), sizeof *dV);
     ck_assert_int_eq(bk_attn_bwd(&q, &p.g, p.Q, p.K, p.V, p.dO, lse, delta, dQ, dK, dV, &sb),
                      BK_OK);
     ck_assert_int_eq(sb.tiles_skipped, st.tiles_skipped);
@@ -588,7 +547,8 @@ END_TEST
 static double ref_loss(const bk_attn_geom *g, const double *Q, const double *K, const double *V,
                        const double *W)
 {
-    double *O = xcalloc(qsize(g), sizeof *O), *lse = xcalloc((size_t)g->n_q * g->h_q, sizeof *lse);
+    double *O = test_alloc(qsize(g), sizeof *O),
+           *lse = test_alloc((size_t)g->n_q * g->h_q, sizeof *lse);
     ref_attn_fwd(g, Q, K, V, O, lse);
     double s = 0;
     for (size_t i = 0; i < qsize(g); i++) s += O[i] * W[i];
@@ -598,7 +558,7 @@ static double ref_loss(const bk_attn_geom *g, const double *Q, const double *K, 
 
 /* Small problem for finite differences: 2 query heads sharing 1 key head, a
  * causal window so that some scores are masked and one query row is empty. */
-static problem fd_problem(rng_t *r, mask_spec *ms)
+static problem fd_problem(uint64_t *r, mask_spec *ms)
 {
     problem p = make_problem(r, 4, 5, 2, 1, 8, 0, K_WINDOW_CAUSAL, ms);
     p.g.mask = bk_attn_mask_window(2, 0);
@@ -610,14 +570,14 @@ static problem fd_problem(rng_t *r, mask_spec *ms)
 
 START_TEST(reference_gradient_matches_finite_differences)
 {
-    rng_t r = rng(31);
+    uint64_t r = test_rng(31);
     mask_spec ms;
     problem p = fd_problem(&r, &ms);
     const bk_attn_geom *g = &p.g;
-    double *X[3] = {to_double(p.Q, qsize(g)), to_double(p.K, ksize(g)), to_double(p.V, ksize(g))};
-    double *W = to_double(p.dO, qsize(g));
-    double *G[3] = {xcalloc(qsize(g), sizeof(double)), xcalloc(ksize(g), sizeof(double)),
-                    xcalloc(ksize(g), sizeof(double))};
+    double *X[3] = {test_to_d(p.Q, qsize(g)), test_to_d(p.K, ksize(g)), test_to_d(p.V, ksize(g))};
+    double *W = test_to_d(p.dO, qsize(g));
+    double *G[3] = {test_alloc(qsize(g), sizeof(double)), test_alloc(ksize(g), sizeof(double)),
+                    test_alloc(ksize(g), sizeof(double))};
     ref_attn_bwd(g, X[0], X[1], X[2], W, G[0], G[1], G[2]);
     size_t sizes[3] = {qsize(g), ksize(g), ksize(g)};
     const double h = 1e-5;
@@ -642,16 +602,16 @@ END_TEST
 
 START_TEST(kernel_gradient_matches_finite_differences)
 {
-    rng_t r = rng(32);
+    uint64_t r = test_rng(32);
     mask_spec ms;
     problem p = fd_problem(&r, &ms);
     const bk_attn_geom *g = &p.g;
     bk_queue q = bk_host_queue();
     size_t nr = (size_t)g->n_q * g->h_q;
-    float *O = xcalloc(qsize(g), sizeof *O), *lse = xcalloc(nr, sizeof *lse),
-          *delta = xcalloc(nr, sizeof *delta);
-    float *G[3] = {xcalloc(qsize(g), sizeof(float)), xcalloc(ksize(g), sizeof(float)),
-                   xcalloc(ksize(g), sizeof(float))};
+    float *O = test_alloc(qsize(g), sizeof *O), *lse = test_alloc(nr, sizeof *lse),
+          *delta = test_alloc(nr, sizeof *delta);
+    float *G[3] = {test_alloc(qsize(g), sizeof(float)), test_alloc(ksize(g), sizeof(float)),
+                   test_alloc(ksize(g), sizeof(float))};
     kernel_fwd(&q, g, p.Q, p.K, p.V, O, lse, NULL);
     ck_assert_int_eq(bk_attn_delta(&q, g->n_q, g->h_q, g->d, p.dO, O, delta), BK_OK);
     ck_assert_int_eq(bk_attn_bwd(&q, g, p.Q, p.K, p.V, p.dO, lse, delta, G[0], G[1], G[2], NULL),
@@ -761,25 +721,18 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("attention");
-    TCase *tc = tcase_create("attention");
-    tcase_set_timeout(tc, 120);
+    TCase *tc = check_tcase(s, "attention", 120);
     tcase_add_test(tc, mask_predicate_matches_reference);
-    tcase_add_loop_test(tc, forward_matches_reference, 0, 4 * N_KINDS);
-    tcase_add_loop_test(tc, backward_matches_reference, 0, 4 * N_KINDS);
-    tcase_add_loop_test(tc, split_blocks_equal_whole, 0, 4 * N_KINDS);
+    check_add_loop_tests(tc, 0, 4 * N_KINDS, forward_matches_reference, backward_matches_reference,
+                         split_blocks_equal_whole);
     tcase_add_test(tc, fully_masked_rows_and_blocks);
     tcase_add_loop_test(tc, empty_tiles_are_skipped, 0, N_KINDS);
-    tcase_add_test(tc, reference_gradient_matches_finite_differences);
-    tcase_add_test(tc, kernel_gradient_matches_finite_differences);
+    check_add_tests(tc, reference_gradient_matches_finite_differences,
+                    kernel_gradient_matches_finite_differences);
 #ifdef BURST_DEBUG
     tcase_add_loop_test_raise_signal(tc, invalid_arguments_are_refused, SIGABRT, 0, N_INVALID);
 #else
     tcase_add_loop_test(tc, invalid_arguments_are_refused, 0, N_INVALID);
 #endif
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

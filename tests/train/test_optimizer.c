@@ -1,6 +1,6 @@
 /* test_optimizer.c: the learning-rate schedule (single process) and the ZeRO-1
  * AdamW against a serial double-precision reference on P = 1..4 real ranks:
- * tests/optimizer_worker under `burst run`, which checks its own results
+ * tests/train/optimizer_worker under `burst run`, which checks its own results
  * (parameters, norms, clipping, shards, a NaN gradient) and exits 0 or 1. */
 #include <check.h>
 #include <math.h>
@@ -8,7 +8,8 @@
 #include <stdlib.h>
 
 #include "src/train/optimizer.h"
-#include "tests/testutil.h"
+#include "tests/lib/check_main.h"
+#include "tests/lib/testutil.h"
 
 static char worker[4096];
 
@@ -46,7 +47,7 @@ START_TEST(zero1_matches_serial_adamw)
     int P = _i;
     char n[16];
     snprintf(n, sizeof n, "%d", P);
-    char *prog = (char *)test_program_path("optimizer_worker", worker, sizeof worker);
+    char *prog = (char *)test_program_path("tests/train/optimizer_worker", worker, sizeof worker);
     char *argv[] = {(char *)test_burst_path(), "run", "-n", n, "--", prog, NULL};
     test_run_result r = test_run(argv, NULL);
     char want[64];
@@ -60,16 +61,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("optimizer");
-    TCase *sched = tcase_create("schedule");
+    TCase *sched = check_tcase(s, "schedule", 0);
     tcase_add_test(sched, schedule_warmup_then_cosine);
-    suite_add_tcase(s, sched);
-    TCase *z = tcase_create("zero1");
-    tcase_set_timeout(z, 300);
+    TCase *z = check_tcase(s, "zero1", 300);
     tcase_add_loop_test(z, zero1_matches_serial_adamw, 1, 5);
-    suite_add_tcase(s, z);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

@@ -26,43 +26,22 @@
 #include <hdf5.h>
 
 #include "io/checkpoint.h"
+#include "tests/lib/check_main.h"
+#include "tests/lib/testutil.h"
+#include "util/rng.h"
 
 static char tmpdir[256];
 static char ckdir[320]; /* tmpdir/ckpt: the checkpoint directory (created by begin) */
 
-static void rm_rf(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0) return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        if (d) {
-            struct dirent *e;
-            while ((e = readdir(d)) != NULL) {
-                if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-                char child[1024];
-                snprintf(child, sizeof child, "%s/%s", path, e->d_name);
-                rm_rf(child);
-            }
-            closedir(d);
-        }
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
 static void setup(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/burst-ckpt-XXXXXX", base && *base ? base : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    ck_assert_ptr_nonnull(test_make_tmpdir(tmpdir, sizeof tmpdir, "burst-ckpt"));
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", tmpdir);
 }
 
 static void teardown(void)
 {
-    rm_rf(tmpdir);
+    test_remove_tree(tmpdir);
 }
 
 static int exists(const char *fmt, const char *a, long long b)
@@ -77,12 +56,9 @@ static int exists(const char *fmt, const char *a, long long b)
  * values among them, different for every (step, salt). */
 static void fill(float *x, int64_t n, int64_t step, uint32_t salt)
 {
-    uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(step + 1) + salt;
+    uint64_t s = bu_splitmix64(((uint64_t)step << 32) ^ salt); /* unrelated streams */
     for (int64_t i = 0; i < n; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        uint32_t bits = (uint32_t)(s >> 16);
+        uint32_t bits = (uint32_t)(bu_rng_next(&s) >> 32);
         if (((bits >> 23) & 0xff) == 0xff) bits &= ~(1u << 23); /* no Inf/NaN */
         if (i == 1) bits = 0x80000000u;                         /* -0.0 */
         if (i == 2) bits = 0x00000001u;                         /* smallest denormal */
@@ -300,7 +276,9 @@ static void run_killed_child(void (*fn)(void))
 
 static const int64_t N_ATOM = 5000;
 
-static void die_before_commit(void)
+/* In a child: step 2 written by both ranks, not committed (exits 2, 3, 4 when
+ * that fails). */
+static void write_step_2(void)
 {
     char err[512];
     float *p = calloc((size_t)N_ATOM, sizeof *p);
@@ -312,6 +290,12 @@ static void die_before_commit(void)
                                  sizeof err) != 0 ||
         io_checkpoint_write_rank(ckdir, 2, 0, &meta, p, 0, h, p, p, err, sizeof err) != 0)
         _exit(4);
+    free(p);
+}
+
+static void die_before_commit(void)
+{
+    write_step_2();
     raise(SIGKILL);
 }
 
@@ -343,16 +327,8 @@ static void die_inside_model_h5(void)
  * half a line and latest is untouched. */
 static void die_inside_commit(void)
 {
-    char err[512], from[1024], to[1024];
-    float *p = calloc((size_t)N_ATOM, sizeof *p);
-    if (!p) _exit(2);
-    io_ckpt_meta meta = {.step = 2, .world_size = 2, .n_params = N_ATOM, .config_text = "x"};
-    if (io_checkpoint_begin(ckdir, 2, err, sizeof err) != 0) _exit(3);
-    int64_t h = N_ATOM / 2;
-    if (io_checkpoint_write_rank(ckdir, 2, 1, NULL, NULL, h, N_ATOM - h, p + h, p + h, err,
-                                 sizeof err) != 0 ||
-        io_checkpoint_write_rank(ckdir, 2, 0, &meta, p, 0, h, p, p, err, sizeof err) != 0)
-        _exit(4);
+    char from[1024], to[1024];
+    write_step_2();
     snprintf(from, sizeof from, "%s/step-2.tmp", ckdir);
     snprintf(to, sizeof to, "%s/step-2", ckdir);
     if (rename(from, to) != 0) _exit(5);
@@ -628,23 +604,12 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("checkpoint");
-    TCase *tc = tcase_create("checkpoint");
+    TCase *tc = check_tcase(s, "checkpoint", 120);
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, round_trip_is_bitwise);
-    tcase_add_test(tc, one_rank_and_small_shards);
-    tcase_add_test(tc, keep_last_keeps_the_newest);
-    tcase_add_test(tc, killed_writer_leaves_previous_checkpoint);
-    tcase_add_test(tc, killed_commit_then_same_step_again);
-    tcase_add_test(tc, same_step_written_again);
-    tcase_add_test(tc, killed_at_a_random_moment);
-    tcase_add_test(tc, mismatches_are_refused);
-    tcase_add_test(tc, missing_or_bad_latest);
-    tcase_add_test(tc, corrupt_files_give_clean_errors);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    check_add_tests(tc, round_trip_is_bitwise, one_rank_and_small_shards,
+                    keep_last_keeps_the_newest, killed_writer_leaves_previous_checkpoint,
+                    killed_commit_then_same_step_again, same_step_written_again,
+                    killed_at_a_random_moment, mismatches_are_refused, missing_or_bad_latest,
+                    corrupt_files_give_clean_errors);
+    return check_run(s);
 }
