@@ -575,7 +575,7 @@ static void print_table(const bench_opts *bo, const config_results *res, int all
     printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (int c = 0; c < N_CONFIGS; c++) {
         const bench_config *cf = &configs[c];
-        /* per step: Q-side 3*Hq*d + 2*Hq values, KV-side 4*Hkv*d (DESIGN 4.2) */
+        /* per step: Q-side 3*Hq*d + 2*Hq values, KV-side 4*Hkv*d (src/attn/ring_plan.h) */
         double formula = (3.0 * cf->h_q * bo->d + 2.0 * cf->h_q) / (4.0 * cf->h_kv * bo->d);
         for (int k = 0; k < bo->n_ranks; k++) {
             const pass_result *x = res[c].dist[k];

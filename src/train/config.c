@@ -678,8 +678,8 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
     if (plan_source(c->source) == SOURCE_HDF5 && !c->path[0])
         return fail(err, err_len, "[data] source = hdf5 needs [data] path (corpus files)");
 
-    int window = strcmp(c->mask, "window") == 0;
-    if (window && c->window < 1)
+    bk_attn_mask mask = plan_mask(c->mask, c->window);
+    if ((mask.flags & BK_ATTN_WINDOW) && c->window < 1)
         return fail(err, err_len,
                     "[parallel] window = %" PRId64 " must be at least 1 for mask = window",
                     c->window);
@@ -696,7 +696,6 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
         return fail(err, err_len, "[data] seq_len = %" PRId64 " exceeds [model] max_seq = %" PRId64,
                     c->seq_len, c->max_seq);
 
-    bk_attn_mask mask = plan_mask(c->mask, c->window);
     if (plan_keep(c->ckpt_fraction) == KEEP_HALF && !plan_keep_half_allowed(kind, &mask))
         return fail(err, err_len,
                     "[memory] ckpt_fraction = 0.5 needs the causal mask with the zigzag layout "

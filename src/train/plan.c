@@ -36,6 +36,11 @@ train_source_kind plan_source(const char *source)
     return strcmp(source, "hdf5") == 0 ? SOURCE_HDF5 : SOURCE_SYNTHETIC;
 }
 
+int plan_shuffled(const char *sampling)
+{
+    return strcmp(sampling, "shuffled") == 0;
+}
+
 train_nonfinite plan_on_nonfinite(const char *on_nonfinite)
 {
     return strcmp(on_nonfinite, "skip") == 0 ? NONFINITE_SKIP : NONFINITE_STOP;

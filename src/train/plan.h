@@ -38,6 +38,8 @@ bk_attn_mask plan_mask(const char *mask, int64_t window);
 ring_bwd_choice plan_backward(const char *backward);
 train_ring_choice plan_ring(const char *ring);
 train_source_kind plan_source(const char *source);
+/* [data] sampling: 1 for shuffled (a seeded permutation of the windows). */
+int plan_shuffled(const char *sampling);
 train_nonfinite plan_on_nonfinite(const char *on_nonfinite);
 /* [memory] ckpt_fraction 0, 0.5 or 1. */
 train_keep plan_keep(double ckpt_fraction);

@@ -53,7 +53,7 @@ static void make_plan(trainer *t)
     p->backward = plan_backward(c->backward);
     p->ring = plan_ring(c->ring);
     p->source = plan_source(c->source);
-    p->shuffled = strcmp(c->sampling, "shuffled") == 0;
+    p->shuffled = plan_shuffled(c->sampling);
     p->on_nonfinite = plan_on_nonfinite(c->on_nonfinite);
     p->keep = plan_keep(c->ckpt_fraction);
 }
