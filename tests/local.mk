@@ -124,6 +124,13 @@ tests_train_test_train_config_SOURCES = tests/train/test_train_config.c
 tests_train_test_train_config_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_train_config_LDADD = $(SUITE_LIBS) $(LDADD)
 
+# The associative recall task and the evaluation's choice and count of queries.
+check_PROGRAMS += tests/train/test_recall
+TESTS += tests/train/test_recall
+tests_train_test_recall_SOURCES = tests/train/test_recall.c
+tests_train_test_recall_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_recall_LDADD = $(SUITE_LIBS) $(LDADD)
+
 # Training end to end, and the gradients against finite differences
 # (tests/train/train_gradcheck, on one rank or a ring).
 check_PROGRAMS += tests/train/train_gradcheck tests/train/test_train

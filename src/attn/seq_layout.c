@@ -47,6 +47,21 @@ int seq_layout_chunks(const seq_layout *l, int rank, seq_chunk chunks[2])
     return 2;
 }
 
+int seq_layout_owner(const seq_layout *l, int64_t pos, int64_t *row)
+{
+    if (l->kind == LAYOUT_CONTIGUOUS) {
+        *row = pos % l->n;
+        return (int)(pos / l->n);
+    }
+    int64_t half = l->n / 2, chunk = pos / half, offset = pos - chunk * half;
+    if (chunk < l->P) { /* the early chunk comes first in local order */
+        *row = offset;
+        return (int)chunk;
+    }
+    *row = half + offset;
+    return (int)(2 * l->P - 1 - chunk);
+}
+
 void seq_layout_positions(const seq_layout *l, int rank, int64_t *pos)
 {
     seq_chunk c[2];

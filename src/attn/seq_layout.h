@@ -35,6 +35,9 @@ int seq_layout_parse(const char *name, seq_layout_kind *kind);
 
 /* The chunks of a rank, in local order (1 or 2); returns their count. */
 int seq_layout_chunks(const seq_layout *l, int rank, seq_chunk chunks[2]);
+/* The rank holding global position pos (0 <= pos < N), and in *row the
+ * position's row in that rank's local order (as seq_layout_positions lists it). */
+int seq_layout_owner(const seq_layout *l, int64_t pos, int64_t *row);
 /* pos [n]: the global position of each local token of rank. */
 void seq_layout_positions(const seq_layout *l, int rank, int64_t *pos);
 /* local [n rows] = the rows of global [N rows] that rank holds (row_bytes each). */

@@ -92,6 +92,10 @@ void train_config_default(train_config *c)
     set_string(c->source, sizeof c->source, "synthetic");
     set_string(c->task, sizeof c->task, "copy");
     set_string(c->sampling, sizeof c->sampling, "sequential");
+    c->recall_pairs = 8;
+    c->recall_queries = 128;
+    c->recall_keys = 8;
+    c->recall_values = 16;
     c->eval_samples = 64;
     c->keep_checkpoints = 3;
     c->seq_len = 4096;
@@ -141,7 +145,7 @@ typedef struct {
 static const char *const preset_names[] = {"tiny", "small",     "7b",     "13b",
                                            "70b",  "llama3-8b", "custom", NULL};
 static const char *const source_names[] = {"synthetic", "hdf5", NULL};
-static const char *const task_names[] = {"copy", "counting", NULL};
+static const char *const task_names[] = {"copy", "counting", "recall", NULL};
 static const char *const sampling_names[] = {"sequential", "shuffled", NULL};
 static const char *const layout_names[] = {"auto", "zigzag", "contiguous", NULL};
 static const char *const mask_names[] = {"causal", "window", NULL};
@@ -177,6 +181,10 @@ static const field fields[] = {
     DBL("model", norm_eps, 0, 1, INFINITY, 0),
     ENUM("data", source, source_names),
     ENUM("data", task, task_names),
+    INT("data", recall_pairs, 1),
+    INT("data", recall_queries, 1),
+    INT("data", recall_keys, 1),
+    INT("data", recall_values, 1),
     STR("data", path),
     ENUM("data", sampling, sampling_names),
     I64("data", seq_len, 1),
@@ -207,6 +215,7 @@ static const field fields[] = {
     INT("train", keep_checkpoints, 0),
     STR("eval", eval_path),
     I64("eval", eval_samples, 1),
+    DBL("eval", min_accuracy, 0, 0, 1, 0),
     {"memory", "ckpt_fraction", F_CKPT, AT(ckpt_fraction), 0, 0, 0, 0, 0, 0, NULL},
     BOOL("memory", fused_head),
     I64("memory", head_chunk, 1),
@@ -633,6 +642,13 @@ int train_config_set(train_config *c, const char *assignment, char *err, size_t 
 
 /* ---- the configuration as a whole ------------------------------------- */
 
+recall_shape train_config_recall(const train_config *c)
+{
+    return (recall_shape){.seq_len = c->seq_len, .pairs = c->recall_pairs,
+                          .queries = c->recall_queries, .keys = c->recall_keys,
+                          .values = c->recall_values};
+}
+
 static int fail(char *err, size_t err_len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t err_len, const char *fmt, ...)
@@ -677,6 +693,9 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
 
     if (plan_source(c->source) == SOURCE_HDF5 && !c->path[0])
         return fail(err, err_len, "[data] source = hdf5 needs [data] path (corpus files)");
+    recall_shape recall = train_config_recall(c);
+    if (plan_recall(c->source, c->task) && recall_check(&recall, c->vocab, err, err_len) != 0)
+        return -1;
 
     bk_attn_mask mask = plan_mask(c->mask, c->window);
     if ((mask.flags & BK_ATTN_WINDOW) && c->window < 1)

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "src/train/data/recall.h"
+
 typedef struct {
     /* [model] */
     char preset[32];        /* tiny | small | 7b | 13b | 70b | llama3-8b | custom */
@@ -26,7 +28,11 @@ typedef struct {
     double norm_eps;
     /* [data] */
     char source[16];        /* synthetic (in memory) | hdf5 (corpus files) */
-    char task[16];          /* synthetic task: copy | counting */
+    char task[16];          /* synthetic task: copy | counting | recall */
+    int recall_pairs;       /* recall: key-value pairs in the first half of a sample */
+    int recall_queries;     /* recall: keys asked again in the second half */
+    int recall_keys;        /* recall: key tokens */
+    int recall_values;      /* recall: values of each key */
     char path[180];         /* hdf5: corpus files, comma-separated */
     char sampling[16];      /* hdf5: sequential | shuffled */
     int64_t seq_len;        /* tokens per sequence (global, split over cp ranks) */
@@ -55,6 +61,7 @@ typedef struct {
     /* [eval] */
     char eval_path[180];    /* corpus with "/answers" (passkey): retrieval accuracy after training */
     int64_t eval_samples;
+    double min_accuracy;    /* a held-out accuracy below this fails the run (0: never) */
     /* [memory] */
     double ckpt_fraction;   /* share of local tokens whose attention O, lse are kept: 0, 0.5, 1 */
     int fused_head;         /* LM head fused with the loss, chunked (1) or the reference (0) */
@@ -81,6 +88,8 @@ int train_config_set(train_config *c, const char *assignment, char *err, size_t 
  * dp * cp = world, sequence length compatible with the layout and the ranks,
  * and so on. Returns 0 or -1 with a message naming the key. */
 int train_config_validate(const train_config *c, int world_size, char *err, size_t err_len);
+/* The shape of the recall task ([data] recall_* and seq_len). */
+recall_shape train_config_recall(const train_config *c);
 /* The effective configuration as INI text (loads back to the same values). */
 void train_config_print(FILE *out, const train_config *c);
 

@@ -225,11 +225,6 @@ void model_runner_free(model_runner *r)
     free(r);
 }
 
-const int64_t *model_runner_positions(const model_runner *r)
-{
-    return r->pos;
-}
-
 size_t model_runner_stored_bytes(const model_runner *r)
 {
     size_t per_layer = (size_t)(r->n * r->D + r->n_kept * (r->QD + r->Hq));

@@ -89,10 +89,6 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *params, f
 bt_status model_predict(model_runner *r, const float *params, const int64_t *tokens,
                         const int64_t *rows, int n_rows, int64_t *predicted);
 
-/* The global positions [n] of this rank's tokens, in local order (asked of
- * the layout once, when the runner is made). */
-const int64_t *model_runner_positions(const model_runner *r);
-
 /* Bytes this runner keeps per micro-batch between forward and backward
  * (layer inputs and the kept part of O and lse), and its largest transient
  * working set (layer workspace, ring buffers, logits chunk). */

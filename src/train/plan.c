@@ -36,6 +36,11 @@ train_source_kind plan_source(const char *source)
     return strcmp(source, "hdf5") == 0 ? SOURCE_HDF5 : SOURCE_SYNTHETIC;
 }
 
+int plan_recall(const char *source, const char *task)
+{
+    return plan_source(source) == SOURCE_SYNTHETIC && strcmp(task, "recall") == 0;
+}
+
 int plan_shuffled(const char *sampling)
 {
     return strcmp(sampling, "shuffled") == 0;

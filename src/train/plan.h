@@ -24,6 +24,7 @@ typedef struct {
     train_ring_choice ring;
     train_source_kind source;
     int shuffled;               /* hdf5 sampling: a seeded permutation of the windows */
+    int recall;                 /* the synthetic recall task: evaluated after training */
     train_nonfinite on_nonfinite;
     train_keep keep;            /* from [memory] ckpt_fraction */
 } train_plan;
@@ -38,6 +39,9 @@ bk_attn_mask plan_mask(const char *mask, int64_t window);
 ring_bwd_choice plan_backward(const char *backward);
 train_ring_choice plan_ring(const char *ring);
 train_source_kind plan_source(const char *source);
+/* 1 when the data are the synthetic recall task (which the evaluation knows
+ * how to ask). */
+int plan_recall(const char *source, const char *task);
 /* [data] sampling: 1 for shuffled (a seeded permutation of the windows). */
 int plan_shuffled(const char *sampling);
 train_nonfinite plan_on_nonfinite(const char *on_nonfinite);

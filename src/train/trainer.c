@@ -54,6 +54,7 @@ static void make_plan(trainer *t)
     p->ring = plan_ring(c->ring);
     p->source = plan_source(c->source);
     p->shuffled = plan_shuffled(c->sampling);
+    p->recall = plan_recall(c->source, c->task);
     p->on_nonfinite = plan_on_nonfinite(c->on_nonfinite);
     p->keep = plan_keep(c->ckpt_fraction);
 }
@@ -86,8 +87,11 @@ static int make_source(trainer *t, char *err, size_t err_len)
     if (t->plan.source == SOURCE_HDF5)
         t->data = hdf5_source_create(c->path, c->vocab, t->plan.shuffled, c->data_seed, &t->shard,
                                      err, err_len);
-    else
-        t->data = synthetic_source_create(c->task, c->vocab, c->data_seed, &t->shard, err, err_len);
+    else {
+        recall_shape recall = train_config_recall(c);
+        t->data = synthetic_source_create(c->task, &recall, c->vocab, c->data_seed, &t->shard, err,
+                                          err_len);
+    }
     return t->data ? 0 : -1;
 }
 
@@ -174,20 +178,49 @@ static int checkpoint_if_due(trainer *t, int64_t step)
     return 0;
 }
 
-static int evaluate_and_report(trainer *t)
+/* Rank 0's line of one evaluation, and the verdict of [eval] min_accuracy on
+ * every rank (the counts are the same everywhere): 0 or STOP_AGREED. */
+static int report_accuracy(const trainer *t, const char *what, const char *counted,
+                           const eval_counts *e, double chance)
 {
-    int64_t correct, total;
+    double min = t->cfg.min_accuracy, accuracy = e->total ? (double)e->correct / (double)e->total : 0;
+    if (t->rank == 0)
+        printf("eval: %s accuracy %.1f%% over %lld %s (chance %.1f%%)\n", what, 100.0 * accuracy,
+               (long long)e->total, counted, 100.0 * chance);
+    fflush(stdout); /* the line above comes before the verdict below */
+    if (min <= 0 || (e->total > 0 && accuracy >= min)) return 0;
+    if (t->rank == 0)
+        fprintf(stderr, "burst train: eval: %s accuracy %.1f%% over %lld %s is below [eval] "
+                        "min_accuracy = %g%%\n",
+                what, 100.0 * accuracy, (long long)e->total, counted, 100.0 * min);
+    return STOP_AGREED;
+}
+
+typedef int (*eval_fn)(trainer *t, eval_counts *out, char *err, size_t err_len);
+
+/* One evaluation and its report: 0 or STOP_AGREED. */
+static int evaluate(trainer *t, eval_fn run, const char *what, const char *counted, double chance)
+{
+    eval_counts e;
     char err[512];
-    if (trainer_evaluate(t, &correct, &total, err, sizeof err) != 0) {
+    if (run(t, &e, err, sizeof err) != 0) {
         fprintf(stderr, "burst train: rank %d: evaluation: %s\n", t->rank, err);
         return STOP_AGREED;
     }
-    if (t->rank == 0)
-        printf("passkey retrieval accuracy: %.1f%% (%lld of %lld held-out samples; chance "
-               "about %.1f%%)\n",
-               total ? 100.0 * (double)correct / (double)total : 0.0, (long long)correct,
-               (long long)total, 100.0 / t->cfg.vocab);
-    return 0;
+    return report_accuracy(t, what, counted, &e, chance);
+}
+
+static int evaluate_and_report(trainer *t)
+{
+    const train_config *c = &t->cfg;
+    int status = 0;
+    if (c->eval_path[0])
+        status = evaluate(t, trainer_eval_passkey, "passkey retrieval", "held-out samples",
+                          1.0 / c->vocab);
+    if (status == 0 && t->plan.recall)
+        status = evaluate(t, trainer_eval_recall, "recall", "cross-rank queries",
+                          1.0 / c->recall_values);
+    return status;
 }
 
 int trainer_run(trainer *t)
@@ -215,7 +248,8 @@ int trainer_run(trainer *t)
     }
     if (t->metrics) fclose(t->metrics);
     t->metrics = NULL;
-    if (status == 0 && c->eval_path[0]) status = evaluate_and_report(t);
+    if (status == 0 && step - 1 == c->steps) /* not after --stop-after: training goes on */
+        status = evaluate_and_report(t);
     if (status == 0 && t->rank == 0) {
         double peak = trainer_peak_rss_bytes(), est = trainer_estimated_bytes(t);
         char p[32], e[32];

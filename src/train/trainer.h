@@ -8,7 +8,7 @@
  *
  * The trainer lives in five files: trainer.c (setup, the loop, teardown),
  * trainer_step.c (one optimizer step), trainer_ckpt.c (checkpoints and
- * resume), trainer_eval.c (passkey evaluation) and trainer_report.c (memory,
+ * resume), trainer_eval.c (held-out accuracy: passkey, recall) and trainer_report.c (memory,
  * progress and metrics). */
 #ifndef BURST_TRAIN_TRAINER_H
 #define BURST_TRAIN_TRAINER_H
@@ -78,8 +78,23 @@ int trainer_any_rank(trainer *t, int failed);
 int trainer_save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len);
 /* The latest checkpoint's step, loaded; or -1 with err. */
 int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len);
-/* Passkey retrieval over [eval] eval_path: counts over all ranks; 0 or -1. */
-int trainer_evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, size_t err_len);
+/* Correct answers of total asked, summed over all ranks. */
+typedef struct {
+    int64_t correct, total;
+} eval_counts;
+/* Passkey retrieval over [eval] eval_path; 0 or -1 with err. */
+int trainer_eval_passkey(trainer *t, eval_counts *out, char *err, size_t err_len);
+/* Recall over [eval] eval_samples held-out samples of the recall task (the
+ * seed synthetic_heldout_seed([data] data_seed)), counting only queries whose
+ * key another rank holds; 0 or -1 with err. */
+int trainer_eval_recall(trainer *t, eval_counts *out, char *err, size_t err_len);
+/* Of a sample's queries [n], those whose query position rank holds and whose
+ * key position another rank of layout holds: their local rows and answers
+ * [at most n each], in query order; returns how many. */
+int trainer_recall_select(const seq_layout *l, int rank, const recall_query *queries, int n,
+                          int64_t *rows, int64_t *answers);
+/* How many of predicted [n] equal answers [n]. */
+int64_t trainer_count_correct(const int64_t *predicted, const int64_t *answers, int64_t n);
 
 /* Memory of this process now and at its peak, and the machine's free memory. */
 double trainer_rss_bytes(void);

@@ -1,17 +1,65 @@
-/* trainer_eval.c: passkey retrieval after training (trainer.h). For each
- * held-out sample of [eval] eval_path, the most likely token at the answer
- * position is compared with the answer; DP groups share the samples, the CP
- * group of a sample runs its forward together. */
+/* trainer_eval.c: held-out accuracy after training (trainer.h). DP groups
+ * share the samples; the CP group of a sample runs its forward together, and
+ * each rank predicts the answer rows it holds.
+ *   passkey: for each sample of [eval] eval_path, the most likely token at the
+ *            answer position against the stored answer;
+ *   recall:  samples of the recall task from the held-out seed; only queries
+ *            whose pair's key another rank holds are counted, so every counted
+ *            answer travelled through the ring. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "io/dataset_int64.h"
 #include "src/train/trainer.h"
 
+/* The local row of global position pos on this rank, or -1 when another rank
+ * holds it. */
+static int64_t local_row(const trainer *t, int64_t pos)
+{
+    int64_t row;
+    return seq_layout_owner(&t->layout, pos, &row) == t->cp_rank ? row : -1;
+}
+
+int64_t trainer_count_correct(const int64_t *predicted, const int64_t *answers, int64_t n)
+{
+    int64_t correct = 0;
+    for (int64_t i = 0; i < n; i++) correct += predicted[i] == answers[i];
+    return correct;
+}
+
+/* Predicts rows [n] of the sample in t->tokens (collective over the CP group:
+ * every rank calls, n may be 0) and adds the correct answers [n] and n into
+ * counts. 0, or -1 with err. */
+static int predict_and_count(trainer *t, const int64_t *rows, const int64_t *answers, int n,
+                             eval_counts *counts, char *err, size_t err_len)
+{
+    int64_t *predicted = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+    int failed = model_predict(t->runner, t->params, t->tokens, rows, n, predicted) != BT_OK;
+    if (failed)
+        snprintf(err, err_len, "%s", bt_world_error(t->world));
+    else
+        counts->correct += trainer_count_correct(predicted, answers, n), counts->total += n;
+    free(predicted);
+    return failed ? -1 : 0;
+}
+
+/* The counts summed over all ranks into *out, once every rank got this far. */
+static int sum_counts(trainer *t, int failed, const eval_counts *local, eval_counts *out)
+{
+    int64_t sums[2] = {local->correct, local->total};
+    if (trainer_any_rank(t, failed) ||
+        bt_allreduce(bt_world_comm(t->world), sums, 2, BT_I64, BT_SUM) != BT_OK)
+        return -1;
+    *out = (eval_counts){.correct = sums[0], .total = sums[1]};
+    return 0;
+}
+
+/* ---- passkey ---------------------------------------------------------- */
+
 /* The answers table [rows, 3] and a source over the eval corpus, on every
  * rank or on none. */
-static int open_eval(trainer *t, int64_t **answers, int64_t *rows, int64_t *cols,
-                     token_source **src, char *err, size_t err_len)
+static int open_passkey(trainer *t, int64_t **answers, int64_t *rows, int64_t *cols,
+                        token_source **src, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     int failed = io_read_int64_dataset(c->eval_path, "/answers", answers, rows, cols, err, err_len) != 0;
@@ -29,22 +77,13 @@ static int open_eval(trainer *t, int64_t **answers, int64_t *rows, int64_t *cols
     return -1;
 }
 
-/* The local row of global position pos, or -1 when another rank holds it. */
-static int64_t local_row(const trainer *t, int64_t pos)
-{
-    const int64_t *positions = model_runner_positions(t->runner);
-    for (int64_t i = 0; i < t->layout.n; i++)
-        if (positions[i] == pos) return i;
-    return -1;
-}
-
-int trainer_evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, size_t err_len)
+int trainer_eval_passkey(trainer *t, eval_counts *out, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
-    int64_t *answers = NULL, rows = 0, cols = 0, counts[2] = {0, 0};
+    int64_t *answers = NULL, rows = 0, cols = 0;
+    eval_counts counts = {0, 0};
     token_source *src = NULL;
-    *correct = *total = 0;
-    if (open_eval(t, &answers, &rows, &cols, &src, err, err_len) != 0) return -1;
+    if (open_passkey(t, &answers, &rows, &cols, &src, err, err_len) != 0) return -1;
     int failed = 0;
     int64_t samples = rows < c->eval_samples ? rows : c->eval_samples;
     for (int64_t s = t->dp_rank; s < samples && !failed; s += c->dp) {
@@ -57,23 +96,48 @@ int trainer_evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, si
             break;
         }
         failed = src->read(src, s, t->tokens, t->labels) != 0;
-        int64_t row = local_row(t, a[1] - 1), predicted = -1;
-        if (!failed &&
-            model_predict(t->runner, t->params, t->tokens, &row, row >= 0, &predicted) != BT_OK) {
-            snprintf(err, err_len, "%s", bt_world_error(t->world));
-            failed = 1;
-        }
-        if (row >= 0) {
-            counts[0] += predicted == a[2];
-            counts[1]++;
-        }
+        int64_t row = local_row(t, a[1] - 1);
+        if (!failed) failed = predict_and_count(t, &row, &a[2], row >= 0, &counts, err, err_len);
     }
     free(answers);
     src->free(src);
-    if (trainer_any_rank(t, failed) ||
-        bt_allreduce(bt_world_comm(t->world), counts, 2, BT_I64, BT_SUM) != BT_OK)
-        return -1;
-    *correct = counts[0];
-    *total = counts[1];
-    return 0;
+    return sum_counts(t, failed, &counts, out);
+}
+
+/* ---- recall ----------------------------------------------------------- */
+
+int trainer_recall_select(const seq_layout *l, int rank, const recall_query *queries, int n,
+                          int64_t *rows, int64_t *answers)
+{
+    int selected = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t row, other;
+        if (seq_layout_owner(l, queries[i].query_pos, &row) != rank ||
+            seq_layout_owner(l, queries[i].key_pos, &other) == rank ||
+            seq_layout_owner(l, queries[i].key_pos + 1, &other) == rank)
+            continue;
+        rows[selected] = row;
+        answers[selected++] = queries[i].answer;
+    }
+    return selected;
+}
+
+int trainer_eval_recall(trainer *t, eval_counts *out, char *err, size_t err_len)
+{
+    const train_config *c = &t->cfg;
+    recall_shape shape = train_config_recall(c);
+    uint64_t seed = synthetic_heldout_seed(c->data_seed);
+    int64_t *sample = malloc((size_t)c->seq_len * sizeof(int64_t));
+    int64_t *rows = malloc(2 * (size_t)shape.queries * sizeof(int64_t)), *answers = rows + shape.queries;
+    recall_query *queries = malloc((size_t)shape.queries * sizeof(recall_query));
+    eval_counts counts = {0, 0};
+    int failed = 0;
+    for (int64_t s = t->dp_rank; s < c->eval_samples && !failed; s += c->dp) {
+        recall_sample(&shape, seed, s, sample, NULL, queries);
+        seq_layout_scatter(&t->layout, t->cp_rank, sample, t->tokens, sizeof(int64_t));
+        int n = trainer_recall_select(&t->layout, t->cp_rank, queries, shape.queries, rows, answers);
+        failed = predict_and_count(t, rows, answers, n, &counts, err, err_len);
+    }
+    free(sample), free(rows), free(queries);
+    return sum_counts(t, failed, &counts, out);
 }

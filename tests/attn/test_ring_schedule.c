@@ -5,7 +5,7 @@
  * holder in step order and ends at home; the byte counts follow the formulas
  * (Q-side vs KV-side per step, auto never worse, a sliding window sends only
  * ceil(W/n) blocks). The block-level mask decisions are checked against the
- * kernels' per-element rule. */
+ * kernels' per-element rule; the layouts' positions and owners agree. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,6 +321,19 @@ START_TEST(layouts_give_true_global_positions)
         seq_layout_gather(&l, r, local, back, sizeof(int));
     }
     for (int i = 0; i < 32; i++) ck_assert_int_eq(back[i], global[i]);
+    /* the owner of a position, and its row, are where the positions put it */
+    for (int kind = 0; kind < 2; kind++)
+        for (int P = 1; P <= 4; P++) {
+            ck_assert(seq_layout_init(&l, kind ? LAYOUT_ZIGZAG : LAYOUT_CONTIGUOUS, P, 8 * P, err,
+                                      sizeof err) == 0);
+            for (int r = 0; r < P; r++) {
+                seq_layout_positions(&l, r, pos);
+                for (int64_t i = 0, row; i < l.n; i++) {
+                    ck_assert_int_eq(seq_layout_owner(&l, pos[i], &row), r);
+                    ck_assert_int_eq(row, i);
+                }
+            }
+        }
     ck_assert(seq_layout_init(&l, LAYOUT_ZIGZAG, 4, 36, err, sizeof err) != 0);
     ck_assert(strstr(err, "multiple of 8") != NULL);
 }

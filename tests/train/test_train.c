@@ -4,7 +4,9 @@
  * losses step by step; checkpoint fractions 0, 1/2, 1 and the fused and
  * reference LM heads give the same losses and gradient norms; an injected NaN
  * stops every rank naming the step and the rank; the loss falls on a learnable
- * task; bad settings exit 2 before any work. Losses are read from the JSON-lines
+ * task; bad settings exit 2 before any work; the recall task is evaluated on
+ * exactly the held-out queries whose pair another rank holds, and an accuracy
+ * below [eval] min_accuracy fails the run. Losses are read from the JSON-lines
  * metrics each run writes. */
 #define _GNU_SOURCE
 #include <check.h>
@@ -14,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "src/train/data/token_source.h"
+#include "src/train/trainer.h"
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
 
@@ -277,8 +281,8 @@ START_TEST(trains_from_an_hdf5_corpus)
     curve c;
     test_run_result r = train_args(2, 1, sets, NULL, &c, NULL, 0);
     ck_assert_msg(r.exit_code == 0 && c.n == 6 && isfinite(c.loss[5]), "%s", r.out);
-    ck_assert_msg(test_output_has(&r, "passkey retrieval accuracy: "), "%s", r.out);
-    ck_assert_msg(test_output_has(&r, "of 8 held-out samples"), "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "eval: passkey retrieval accuracy "), "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "over 8 held-out samples"), "%s", r.out);
     test_run_free(&r);
     /* a file that is not a corpus is refused before any work, and named */
     char bad[512], bad_set[600];
@@ -295,6 +299,51 @@ START_TEST(trains_from_an_hdf5_corpus)
 }
 END_TEST
 
+/* How many held-out queries of samples [0, samples) the evaluation of a 4-rank
+ * zigzag run must count: those whose pair another rank holds. */
+static int64_t cross_rank_queries(const recall_shape *shape, uint64_t data_seed, int samples)
+{
+    seq_layout l;
+    char err[128];
+    ck_assert(seq_layout_init(&l, LAYOUT_ZIGZAG, 4, shape->seq_len, err, sizeof err) == 0);
+    recall_query q[64];
+    int64_t rows[64], answers[64], total = 0;
+    for (int s = 0; s < samples; s++) {
+        recall_sample(shape, synthetic_heldout_seed(data_seed), s, NULL, NULL, q);
+        for (int r = 0; r < 4; r++) total += trainer_recall_select(&l, r, q, shape->queries, rows, answers);
+    }
+    return total;
+}
+
+START_TEST(recall_is_evaluated_on_cross_rank_queries)
+{
+    const recall_shape shape = {.seq_len = 64, .pairs = 8, .queries = 32, .keys = 8, .values = 16};
+    char want[128];
+    const char *sets[] = {"parallel.cp=4", "data.task=recall", "data.seq_len=64",
+                          "data.recall_queries=32", "eval.eval_samples=5", NULL};
+    test_run_result r = train(4, 2, sets, NULL, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    snprintf(want, sizeof want, "over %lld cross-rank queries (chance 6.2%%)",
+             (long long)cross_rank_queries(&shape, 1, 5));
+    ck_assert_msg(test_output_has(&r, "eval: recall accuracy ") && test_output_has(&r, want),
+                  "expected '%s':\n%s", want, r.out);
+    test_run_free(&r);
+    /* six steps are far from [eval] min_accuracy = 1: every rank fails, saying so */
+    const char *strict[] = {"parallel.cp=4", "data.task=recall", "data.seq_len=64",
+                            "data.recall_queries=32", "eval.eval_samples=5", "eval.min_accuracy=1",
+                            NULL};
+    r = train(4, 2, strict, NULL, NULL);
+    ck_assert_msg(r.exit_code == 1 && test_output_has(&r, "below [eval] min_accuracy = 100%"), "%s",
+                  r.out);
+    test_run_free(&r);
+    /* a run stopped early is not evaluated: training goes on after --resume */
+    const char *stop[] = {"--stop-after", "3", NULL};
+    r = train_args(4, 2, strict, stop, NULL, NULL, 0);
+    ck_assert_msg(r.exit_code == 0 && !test_output_has(&r, "eval: "), "%s", r.out);
+    test_run_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     if (!test_make_tmpdir(tmpdir, sizeof tmpdir, "burst-train")) return 1;
@@ -304,7 +353,8 @@ int main(void)
         tc, gradients_match_finite_differences, same_losses_whatever_the_number_of_ranks,
         checkpoint_fraction_and_head_fusion_change_nothing, nonfinite_gradient_stops_every_rank,
         loss_falls_on_a_learnable_task, bad_settings_exit_2_before_work,
-        resume_continues_bit_for_bit, trains_from_an_hdf5_corpus);
+        resume_continues_bit_for_bit, trains_from_an_hdf5_corpus,
+        recall_is_evaluated_on_cross_rank_queries);
     int status = check_run(s);
     test_remove_tree(tmpdir);
     return status;

@@ -5,8 +5,8 @@
  * error fails with a message naming the key and the file's line; `--set`
  * applies and refuses the same way; the printed configuration loads back to
  * the same struct; and the whole-configuration checks (heads dividing, world
- * size, sequence length and layout, checkpoint fraction, data source) catch
- * what they should. Files are written in a fresh temporary directory. */
+ * size, sequence length and layout, checkpoint fraction, data source, the
+ * recall task's shape) catch what they should. Files are written in a fresh temporary directory. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,6 +389,7 @@ START_TEST(printed_configuration_loads_back_the_same)
                           "parallel.ring=double",    "parallel.backward=kv",
                           "train.beta2=0.999",       "train.seed=42",
                           "train.on_nonfinite=skip", "train.metrics=/tmp/x y/metrics.jsonl",
+                          "data.recall_pairs=3",     "eval.min_accuracy=0.25",
                           "memory.ckpt_fraction=0",  "memory.fused_head=no",
                           "memory.z_loss=0.0001",    "transport.intra=ucx",
                           "transport.timeout=2.5"};
@@ -444,6 +445,9 @@ static const bad_whole bad_wholes[] = {
      "[parallel] window"},
     {{"train.min_lr=0.1"}, 1, "[train] min_lr"},
     {{"train.warmup_steps=101"}, 1, "[train] warmup_steps"},
+    {{"data.task=recall", "data.recall_pairs=9"}, 1, "[data] recall_pairs = 9"}, /* 8 keys */
+    {{"data.task=recall", "data.recall_values=64"}, 1, "[model] vocab = 256"},  /* 521 tokens */
+    {{"data.task=recall", "data.seq_len=128", "data.recall_queries=65"}, 1, "[data] recall_queries"},
 };
 enum { N_BAD_WHOLES = sizeof bad_wholes / sizeof bad_wholes[0] };
 
@@ -468,8 +472,11 @@ START_TEST(validate_accepts_consistent_configurations)
         {"parallel.mask=window", "memory.ckpt_fraction=1", "parallel.cp=4", "data.seq_len=4100"},
         {"parallel.ring=double", "parallel.cp=4", "memory.ckpt_fraction=0"},
         {"memory.head_chunk=1", "train.warmup_steps=100", "train.min_lr=0.003"},
+        {"data.task=recall", "eval.min_accuracy=0.9"},
+        /* the recall keys matter only for the synthetic task */
+        {"data.task=recall", "data.recall_pairs=100", "data.source=hdf5", "data.path=a.h5"},
     };
-    static const int worlds[] = {4, 3, 4, 4, 1};
+    static const int worlds[] = {4, 3, 4, 4, 1, 1, 1};
     for (size_t i = 0; i < sizeof worlds / sizeof worlds[0]; i++) {
         train_config c;
         char err[512] = "";

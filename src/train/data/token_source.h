@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "src/attn/seq_layout.h"
+#include "src/train/data/recall.h"
 
 enum { TOKEN_IGNORE = -100 };
 
@@ -46,9 +47,15 @@ struct token_source {
 /* Synthetic tasks over a vocabulary of `vocab` tokens, seeded per sample:
  *   copy:     a random first half, then the same tokens again; only the second
  *             half is predicted, and only by attending half a sequence back;
- *   counting: each token is the previous plus one (mod vocab), from a random start. */
-token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed,
-                                      const token_shard *shard, char *err, size_t err_len);
+ *   counting: each token is the previous plus one (mod vocab), from a random start;
+ *   recall:   multi-query associative recall (recall.h) of the given shape
+ *             (its seq_len is taken from the shard; NULL for the other tasks). */
+token_source *synthetic_source_create(const char *task, const recall_shape *recall, int vocab,
+                                      uint64_t seed, const token_shard *shard, char *err,
+                                      size_t err_len);
+/* The seed of held-out samples of a run whose training samples come from
+ * seed: another seed, so evaluation never sees a training sample. */
+uint64_t synthetic_heldout_seed(uint64_t seed);
 
 /* Corpora in HDF5 (io/corpus.h): paths is a comma-separated list of files;
  * sample i is a window of seq_len + 1 tokens (stride seq_len + 1) inside one
