@@ -1,0 +1,16 @@
+/* simt_types.h: the CUDA built-in vector types the SIMT emulator needs
+ * (dim3, uint3), in the global namespace as in CUDA, so that launcher code
+ * compiles unchanged with nvcc and with the host C++ compiler. */
+#ifndef BURST_KERNELS_EMU_SIMT_TYPES_H
+#define BURST_KERNELS_EMU_SIMT_TYPES_H
+
+struct uint3 {
+    unsigned x, y, z;
+};
+
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+};
+
+#endif
