@@ -9,8 +9,32 @@
 AM_CXXFLAGS = -std=gnu++17 -pthread -fno-exceptions -fno-rtti -fno-strict-aliasing \
 	$(WARN_CXXFLAGS) $(OPT_CFLAGS) $(SAN_CFLAGS)
 
-libburst_kernels_a_SOURCES += kernels/bf16.h
-EXTRA_DIST += kernels/cuda/bk_cuda.cuh
+# The kernel sources (kernels/cuda/*.cu) and the headers they include.
+BK_CU_SRC = kernels/cuda/device_memory.cu kernels/cuda/device_checks.cu \
+	kernels/cuda/device_table.cu kernels/cuda/gemm.cu kernels/cuda/norm.cu \
+	kernels/cuda/rope.cu kernels/cuda/swiglu.cu kernels/cuda/embedding.cu \
+	kernels/cuda/adamw.cu kernels/cuda/grad_norm.cu kernels/cuda/cross_entropy.cu \
+	kernels/cuda/attention_state.cu kernels/cuda/attention_fwd.cu kernels/cuda/attention_bwd.cu
+BK_CU_HDRS = kernels/cuda/bk_cuda.cuh kernels/cuda/dev_common.cuh kernels/cuda/attention_tile.cuh \
+	kernels/attention_tile.h \
+	kernels/bf16.h kernels/device.h kernels/device_ops.h kernels/kernels_common.h \
+	kernels/shared_math.h kernels/ops_math.h kernels/attention_math.h kernels/attention.h \
+	kernels/ops.h
+EXTRA_DIST += $(BK_CU_SRC) kernels/cuda/bk_cuda.cuh kernels/cuda/dev_common.cuh \
+	kernels/cuda/attention_tile.cuh
+
+# The entry points' side of the device backend (kernels/device_ops.h): which
+# backend a BK_DEVICE queue reaches is chosen by what is linked.
+libburst_kernels_a_SOURCES += kernels/bf16.h kernels/device.h kernels/device_ops.h \
+	kernels/attention_tile.h \
+	kernels/device.c kernels/cpu/bf16_widen.c kernels/cpu/attention_merge.c
+if HAVE_CUDA
+libburst_kernels_a_SOURCES += kernels/cuda/select_cuda.c $(BK_CU_SRC)
+BK_CU_NVCC_OBJS = $(BK_CU_SRC:.cu=.$(OBJEXT))
+$(BK_CU_NVCC_OBJS): $(BK_CU_HDRS)
+else
+libburst_kernels_a_SOURCES += kernels/device_none.c
+endif
 
 # ---------------------------------------------------------------- the emulator
 SIMT_EMU_HDRS = kernels/emu/simt.h kernels/emu/simt_types.h kernels/emu/simt_internal.h \
@@ -20,6 +44,19 @@ noinst_LIBRARIES += libburst_kernels_emu.a
 libburst_kernels_emu_a_SOURCES = $(SIMT_EMU_HDRS) kernels/emu/simt_fiber.cc \
 	kernels/emu/simt_runtime.cc kernels/emu/simt_shared.cc kernels/emu/simt_warp.cc \
 	kernels/emu/simt_mma.cc
+# The kernel sources compiled as C++ for the emulator: the same text nvcc
+# compiles, with -DBK_EMULATOR (kernels/emu/simt.h), as .eo objects.
+BK_CU_EMU_OBJS = $(BK_CU_SRC:.cu=.eo)
+libburst_kernels_emu_a_LIBADD = $(BK_CU_EMU_OBJS)
+libburst_kernels_emu_a_DEPENDENCIES = $(BK_CU_EMU_OBJS)
+SUFFIXES += .eo
+BK_EMU_CXXCOMPILE = $(CXX) -x c++ -DBK_EMULATOR $(DEFS) $(DEFAULT_INCLUDES) $(INCLUDES) \
+	$(AM_CPPFLAGS) $(CPPFLAGS) $(AM_CXXFLAGS) -Wno-unknown-pragmas $(CXXFLAGS)
+.cu.eo:
+	@$(MKDIR_P) $(@D)
+	$(AM_V_CXX)$(BK_EMU_CXXCOMPILE) -c -o $@ $<
+$(BK_CU_EMU_OBJS): $(BK_CU_HDRS) $(SIMT_EMU_HDRS)
+CLEANFILES = $(BK_CU_EMU_OBJS)
 
 # ---------------------------------------------------------------- tests
 EMU_TEST_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMULATOR $(CHECK_CFLAGS)
@@ -38,3 +75,50 @@ EXTRA_DIST += tests/kernels/test_simt_wrong_layout.sh
 tests_kernels_test_simt_wrong_layout_SOURCES = tests/kernels/test_simt.cc kernels/emu/simt_mma.cc
 tests_kernels_test_simt_wrong_layout_CPPFLAGS = $(EMU_TEST_CPPFLAGS) -DBK_EMU_MMA_WRONG_LAYOUT
 tests_kernels_test_simt_wrong_layout_LDADD = libburst_kernels_emu.a $(CHECK_LIBS) -lm
+
+# The kernels of kernels/cuda/ on a device queue, one test source linked twice:
+# with the emulator (select_emu.c ahead of the libraries: every build), and
+# with the CUDA backend (CUDA builds; skips without a GPU).
+DEV_TEST_LDADD_EMU = libburst_kernels_emu.a libburst_kernels.a $(EXTERNAL_LIBS) $(CHECK_LIBS) -lstdc++
+DEV_TEST_LDADD_CUDA = libburst_kernels.a $(EXTERNAL_LIBS) $(CHECK_LIBS)
+DEV_TEST_UTIL = tests/kernels/dev_util.h tests/kernels/dev_util.c
+
+check_PROGRAMS += tests/kernels/test_dev_ops_emu
+TESTS += tests/kernels/test_dev_ops_emu
+tests_kernels_test_dev_ops_emu_SOURCES = tests/kernels/test_dev_ops.c $(DEV_TEST_UTIL) \
+	kernels/emu/select_emu.c
+tests_kernels_test_dev_ops_emu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_kernels_test_dev_ops_emu_LDADD = $(DEV_TEST_LDADD_EMU)
+if HAVE_CUDA
+check_PROGRAMS += tests/kernels/test_dev_ops_cuda
+TESTS += tests/kernels/test_dev_ops_cuda
+tests_kernels_test_dev_ops_cuda_SOURCES = tests/kernels/test_dev_ops.c $(DEV_TEST_UTIL)
+tests_kernels_test_dev_ops_cuda_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_kernels_test_dev_ops_cuda_LDADD = $(DEV_TEST_LDADD_CUDA)
+endif
+
+TESTS += tests/kernels/test_emu_reverse_order.sh
+EXTRA_DIST += tests/kernels/test_emu_reverse_order.sh
+
+check_PROGRAMS += tests/kernels/test_dev_attention_emu
+TESTS += tests/kernels/test_dev_attention_emu
+# The attention test again, against the deliberately wrong mma layout
+# (tests/kernels/test_simt_wrong_layout.sh expects its sweep to fail).
+check_PROGRAMS += tests/kernels/test_dev_attention_wrong_layout
+tests_kernels_test_dev_attention_wrong_layout_SOURCES = tests/kernels/test_dev_attention.c \
+	$(DEV_TEST_UTIL) kernels/emu/select_emu.c kernels/emu/simt_mma.cc
+tests_kernels_test_dev_attention_wrong_layout_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMULATOR \
+	-DBK_EMU_MMA_WRONG_LAYOUT
+tests_kernels_test_dev_attention_wrong_layout_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_kernels_test_dev_attention_wrong_layout_LDADD = $(DEV_TEST_LDADD_EMU)
+tests_kernels_test_dev_attention_emu_SOURCES = tests/kernels/test_dev_attention.c $(DEV_TEST_UTIL) \
+	kernels/emu/select_emu.c
+tests_kernels_test_dev_attention_emu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_kernels_test_dev_attention_emu_LDADD = $(DEV_TEST_LDADD_EMU)
+if HAVE_CUDA
+check_PROGRAMS += tests/kernels/test_dev_attention_cuda
+TESTS += tests/kernels/test_dev_attention_cuda
+tests_kernels_test_dev_attention_cuda_SOURCES = tests/kernels/test_dev_attention.c $(DEV_TEST_UTIL)
+tests_kernels_test_dev_attention_cuda_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_kernels_test_dev_attention_cuda_LDADD = $(DEV_TEST_LDADD_CUDA)
+endif

@@ -6,14 +6,18 @@
  *   BK_DEV_FN(name)     a launcher's external name: bk_cuda_name / bk_emu_name
  *   BK_LAUNCH(k, grid, block, smem, stream, args...)
  *                       launches kernel k; evaluates to a bk_status
+ *   BK_LAUNCH_NAMED(name, k, ...)  the same, k a pointer to a kernel (a template
+ *                       instance), name what the emulator's messages call it
  *   BK_SHARED(T, a, n)  a __shared__ array T a[n] (bounds-checked in the emulator)
  *   BK_SHARED_DYN(T, a) the launch's dynamic shared memory as T a[]
- *   BK_SPTR(T)          a pointer into shared memory; BK_SPTR_CAST(U, p)
+ *   BK_SPTR(T)          a pointer into shared memory (one declarator per
+ *                       declaration: under nvcc it is `T *`); BK_SPTR_CAST(U, p)
  *   bk_mma_bf16_16816, bk_ldmatrix_x{1,2,4}[_trans], bk_cp_async16,
  *   bk_cp_async_commit, bk_cp_async_wait(N)
  *                       inline PTX under nvcc, emulated per lane otherwise.
  *
- * Everything else in a kernel source is plain CUDA C. */
+ * Everything else in a kernel source is plain CUDA C (#pragma unroll
+ * included: the emulator build ignores it). */
 #ifndef BURST_KERNELS_CUDA_BK_CUDA_CUH
 #define BURST_KERNELS_CUDA_BK_CUDA_CUH
 
@@ -35,7 +39,11 @@ static inline bk_status bk_launch_status(int rc)
     return rc == 0 ? BK_OK : BK_ERR_DEVICE;
 }
 #define BK_LAUNCH(kernel, grid, block, smem, stream, ...)                                          \
-    bk_launch_status(bk_emu::launch(#kernel, (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))
+    bk_launch_status(                                                                              \
+        bk_emu::launch(#kernel, (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))
+#define BK_LAUNCH_NAMED(name, kernel, grid, block, smem, stream, ...)                              \
+    bk_launch_status(                                                                              \
+        bk_emu::launch((name), (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))
 #else
 #define BK_DEV_FN(name) bk_cuda_##name
 static inline bk_status bk_launch_status(void)
@@ -45,6 +53,8 @@ static inline bk_status bk_launch_status(void)
 #define BK_LAUNCH(kernel, grid, block, smem, stream, ...)                                          \
     (kernel<<<(grid), (block), (smem), static_cast<cudaStream_t>(stream)>>>(__VA_ARGS__),          \
      bk_launch_status())
+#define BK_LAUNCH_NAMED(name, kernel, grid, block, smem, stream, ...)                              \
+    ((void)(name), BK_LAUNCH(kernel, grid, block, smem, stream, __VA_ARGS__))
 #endif
 
 /* ---------------------------------------------------------------- shared memory */
@@ -53,23 +63,23 @@ static inline bk_status bk_launch_status(void)
 #define BK_SHARED_DYN(T, name)                                                                     \
     extern __shared__ __align__(16) unsigned char bk_dyn_smem_[];                                  \
     T *name = reinterpret_cast<T *>(bk_dyn_smem_)
-#define BK_SPTR(T) T *
+#define BK_SPTR(T)         T *
 #define BK_SPTR_CAST(U, p) reinterpret_cast<U *>(p)
 #endif
 
 /* ---------------------------------------------------------------- tensor cores */
 #ifdef BK_EMULATOR
 #define bk_mma_bf16_16816(d, a, b, c) bk_emu::mma_bf16_m16n8k16(__FILE__, __LINE__, d, a, b, c)
-#define bk_ldmatrix_x1(r, p) bk_emu::ldmatrix(__FILE__, __LINE__, 1, 0, r, p)
-#define bk_ldmatrix_x2(r, p) bk_emu::ldmatrix(__FILE__, __LINE__, 2, 0, r, p)
-#define bk_ldmatrix_x4(r, p) bk_emu::ldmatrix(__FILE__, __LINE__, 4, 0, r, p)
-#define bk_ldmatrix_x1_trans(r, p) bk_emu::ldmatrix(__FILE__, __LINE__, 1, 1, r, p)
-#define bk_ldmatrix_x2_trans(r, p) bk_emu::ldmatrix(__FILE__, __LINE__, 2, 1, r, p)
-#define bk_ldmatrix_x4_trans(r, p) bk_emu::ldmatrix(__FILE__, __LINE__, 4, 1, r, p)
+#define bk_ldmatrix_x1(r, p)          bk_emu::ldmatrix(__FILE__, __LINE__, 1, 0, r, p)
+#define bk_ldmatrix_x2(r, p)          bk_emu::ldmatrix(__FILE__, __LINE__, 2, 0, r, p)
+#define bk_ldmatrix_x4(r, p)          bk_emu::ldmatrix(__FILE__, __LINE__, 4, 0, r, p)
+#define bk_ldmatrix_x1_trans(r, p)    bk_emu::ldmatrix(__FILE__, __LINE__, 1, 1, r, p)
+#define bk_ldmatrix_x2_trans(r, p)    bk_emu::ldmatrix(__FILE__, __LINE__, 2, 1, r, p)
+#define bk_ldmatrix_x4_trans(r, p)    bk_emu::ldmatrix(__FILE__, __LINE__, 4, 1, r, p)
 #define bk_cp_async16(dst, src, src_bytes)                                                         \
     bk_emu::cp_async_to(__FILE__, __LINE__, (dst), (src), 16, (src_bytes))
 #define bk_cp_async_commit() bk_emu::cp_async_commit()
-#define bk_cp_async_wait(n) bk_emu::cp_async_wait(n)
+#define bk_cp_async_wait(n)  bk_emu::cp_async_wait(n)
 #else
 /* d = a * b + c, m16n8k16, a row-major bf16, b column-major bf16, fp32 c and d */
 static __device__ __forceinline__ void bk_mma_bf16_16816(float d[4], const uint32_t a[4],

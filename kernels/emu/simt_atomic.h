@@ -9,7 +9,8 @@
 
 #include <string.h>
 
-namespace bk_emu {
+namespace bk_emu
+{
 
 template <class T> T atomic_fetch_add(T *p, T v)
 {

@@ -23,7 +23,8 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-namespace bk_emu {
+namespace bk_emu
+{
 
 static __thread fiber *t_main;     /* this OS thread's main fiber */
 static __thread fiber *t_creating; /* the fiber being started */

@@ -15,13 +15,14 @@
 #include <setjmp.h>
 #include <stddef.h>
 
-namespace bk_emu {
+namespace bk_emu
+{
 
 struct fiber {
-    jmp_buf jb;          /* where to resume this fiber */
-    char *stack;         /* usable stack (above a guard page); NULL for main */
-    size_t stack_size;   /* bytes of usable stack */
-    char *mapping;       /* the whole mapping, guard page included */
+    jmp_buf jb;        /* where to resume this fiber */
+    char *stack;       /* usable stack (above a guard page); NULL for main */
+    size_t stack_size; /* bytes of usable stack */
+    char *mapping;     /* the whole mapping, guard page included */
     size_t mapping_size;
     void (*entry)(void *); /* run when first resumed; must never return */
     void *arg;

@@ -16,7 +16,8 @@
 #include "kernels/emu/simt_fiber.h"
 #include "kernels/emu/simt_types.h"
 
-namespace bk_emu {
+namespace bk_emu
+{
 
 enum thread_run_state {
     T_RUN = 0, /* runnable */
@@ -71,7 +72,7 @@ struct thread_state {
     int state;
     const char *bar_file; /* the __syncthreads waited in (T_BARRIER) */
     int bar_line;
-    collective c; /* the warp collective waited in (T_WARP) */
+    collective c;         /* the warp collective waited in (T_WARP) */
     pending_copy *copies; /* [MAX_PENDING_COPIES], allocated on first use */
     int n_copies;
     int next_group;

@@ -28,7 +28,8 @@
 #include "kernels/bf16.h"
 #include "kernels/emu/simt_internal.h"
 
-namespace bk_emu {
+namespace bk_emu
+{
 
 /* ---------------------------------------------------------------- layouts */
 
@@ -204,8 +205,10 @@ void cp_async(const char *file, int line, void *dst, const void *src, int bytes,
     if (bytes != 4 && bytes != 8 && bytes != 16)
         fail_thread("cp.async at %s:%d: %d bytes (4, 8 or 16 only)", file, line, bytes);
     if (src_bytes < 0 || src_bytes > bytes)
-        fail_thread("cp.async at %s:%d: source size %d outside [0, %d]", file, line, src_bytes, bytes);
-    if ((uintptr_t)dst % (uintptr_t)bytes != 0 || (src_bytes > 0 && (uintptr_t)src % (uintptr_t)bytes != 0))
+        fail_thread("cp.async at %s:%d: source size %d outside [0, %d]", file, line, src_bytes,
+                    bytes);
+    if ((uintptr_t)dst % (uintptr_t)bytes != 0 ||
+        (src_bytes > 0 && (uintptr_t)src % (uintptr_t)bytes != 0))
         fail_thread("cp.async at %s:%d: addresses not aligned to the %d bytes copied", file, line,
                     bytes);
     if (t->copies == NULL) {

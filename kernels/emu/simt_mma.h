@@ -20,7 +20,8 @@
 
 #include "kernels/emu/simt_shared.h"
 
-namespace bk_emu {
+namespace bk_emu
+{
 
 /* d = a * b + c for the warp's 16 x 16 (row) by 16 x 8 (col) bf16 tile. */
 void mma_bf16_m16n8k16(const char *file, int line, float d[4], const uint32_t a[4],
@@ -37,8 +38,9 @@ void cp_async(const char *file, int line, void *dst, const void *src, int bytes,
 void cp_async_commit(void);
 void cp_async_wait(int n);
 
-template <class T> void cp_async_to(const char *file, int line, const sptr<T> &dst,
-                                    const void *src, int bytes, int src_bytes)
+template <class T>
+void cp_async_to(const char *file, int line, const sptr<T> &dst, const void *src, int bytes,
+                 int src_bytes)
 {
     cp_async(file, line, dst.range(bytes / (int64_t)sizeof(T)), src, bytes, src_bytes);
 }

@@ -16,7 +16,8 @@
 
 #include "kernels/emu/simt_internal.h"
 
-namespace bk_emu {
+namespace bk_emu
+{
 
 __thread launch_state *t_launch;
 __thread const uint3 *t_thread_idx;
@@ -64,10 +65,13 @@ void reset_stats(void)
 
 const char *collective_name(int kind)
 {
-    static const char *names[C_N_KINDS] = {"__shfl_sync",      "__shfl_up_sync",
-                                           "__shfl_down_sync", "__shfl_xor_sync",
+    static const char *names[C_N_KINDS] = {"__shfl_sync",
+                                           "__shfl_up_sync",
+                                           "__shfl_down_sync",
+                                           "__shfl_xor_sync",
                                            "vote (__ballot_sync, __any_sync, __all_sync)",
-                                           "__syncwarp",       "mma.sync",
+                                           "__syncwarp",
+                                           "mma.sync",
                                            "ldmatrix"};
     return kind >= 0 && kind < C_N_KINDS ? names[kind] : "?";
 }
@@ -261,17 +265,19 @@ static void report_deadlock(launch_state *L)
         exited += t->state == T_EXITED;
         if (shown >= 4 || (t->state != T_BARRIER && t->state != T_WARP)) continue;
         if (t->state == T_BARRIER)
-            n += (size_t)snprintf(detail + n, sizeof detail - n, "; thread %d in __syncthreads at %s:%d",
-                                  i, t->bar_file, t->bar_line);
+            n += (size_t)snprintf(detail + n, sizeof detail - n,
+                                  "; thread %d in __syncthreads at %s:%d", i, t->bar_file,
+                                  t->bar_line);
         else
-            n += (size_t)snprintf(detail + n, sizeof detail - n, "; thread %d in %s at %s:%d mask 0x%08x",
-                                  i, collective_name(t->c.kind), t->c.file, t->c.line, t->c.mask);
+            n += (size_t)snprintf(detail + n, sizeof detail - n,
+                                  "; thread %d in %s at %s:%d mask 0x%08x", i,
+                                  collective_name(t->c.kind), t->c.file, t->c.line, t->c.mask);
         shown++;
         if (n >= sizeof detail) n = sizeof detail - 1;
     }
     detail[n] = '\0';
-    fail_block(L, "deadlock: %d threads wait in __syncthreads, %d in warp collectives, %d exited%s", bar,
-               warp, exited, detail);
+    fail_block(L, "deadlock: %d threads wait in __syncthreads, %d in warp collectives, %d exited%s",
+               bar, warp, exited, detail);
 }
 
 static uint3 thread_coord(const dim3 &b, int i)
@@ -367,6 +373,12 @@ int launch_raw(const char *name, dim3 grid, dim3 block, size_t dyn_smem, void (*
     L->dyn_smem = dyn_smem;
     L->body = body;
     L->ctx = ctx;
+    static int env_read = 0;
+    if (!env_read) {
+        const char *order = getenv("BK_EMU_ORDER"); /* "reverse": set_order(1) */
+        if (order != NULL && strcmp(order, "reverse") == 0) g_reverse = 1;
+        env_read = 1;
+    }
     launch_state *outer = t_launch;
     if (outer != NULL) {
         fprintf(stderr, "bk_emu: kernel %s launched from inside kernel %s\n", name, outer->name);

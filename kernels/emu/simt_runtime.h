@@ -22,7 +22,8 @@
 
 #include "kernels/emu/simt_types.h"
 
-namespace bk_emu {
+namespace bk_emu
+{
 
 /* Runs body(ctx) as every thread of every block; 0 on success, -1 on an error
  * (when not fatal). */
@@ -43,8 +44,9 @@ void set_fatal(int fatal);
 const char *last_error(void);
 
 /* Order in which the scheduler resumes the runnable threads of a block:
- * 0 by increasing thread index (the default), 1 by decreasing index. Results
- * that differ between the two orders reveal a missing barrier. */
+ * 0 by increasing thread index (the default), 1 by decreasing index (also
+ * chosen by BK_EMU_ORDER=reverse in the environment). Results that differ
+ * between the two orders reveal a missing barrier. */
 void set_order(int reverse);
 
 /* Built-in variables of the running thread. GNU __thread rather than C++
@@ -66,11 +68,11 @@ void reset_stats(void);
 
 } // namespace bk_emu
 
-#define threadIdx (*bk_emu::t_thread_idx)
-#define blockIdx (static_cast<const uint3 &>(bk_emu::t_block_idx))
-#define blockDim (dim3(bk_emu::t_block_dim.x, bk_emu::t_block_dim.y, bk_emu::t_block_dim.z))
-#define gridDim (dim3(bk_emu::t_grid_dim.x, bk_emu::t_grid_dim.y, bk_emu::t_grid_dim.z))
-#define warpSize 32
+#define threadIdx       (*bk_emu::t_thread_idx)
+#define blockIdx        (static_cast<const uint3 &>(bk_emu::t_block_idx))
+#define blockDim        (dim3(bk_emu::t_block_dim.x, bk_emu::t_block_dim.y, bk_emu::t_block_dim.z))
+#define gridDim         (dim3(bk_emu::t_grid_dim.x, bk_emu::t_grid_dim.y, bk_emu::t_grid_dim.z))
+#define warpSize        32
 #define __syncthreads() bk_emu::syncthreads(__FILE__, __LINE__)
 
 #endif

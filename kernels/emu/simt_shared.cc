@@ -10,7 +10,8 @@
 
 #include "kernels/emu/simt_internal.h"
 
-namespace bk_emu {
+namespace bk_emu
+{
 
 /* sm_80's limits (the smaller of the architectures built): 48 KiB of static
  * shared memory per block, 163 KiB in all with the dynamic opt-in. */
@@ -98,8 +99,8 @@ void shared_oob(const char *name, int64_t index, int64_t count, int64_t n, size_
 
 void shared_misaligned(const char *name, int64_t byte_offset, size_t elem)
 {
-    fail_thread("shared memory: %s at byte offset %lld seen as %zu-byte elements (misaligned)", name,
-                (long long)byte_offset, elem);
+    fail_thread("shared memory: %s at byte offset %lld seen as %zu-byte elements (misaligned)",
+                name, (long long)byte_offset, elem);
 }
 
 } // namespace bk_emu

@@ -20,7 +20,8 @@
 
 #include <type_traits>
 
-namespace bk_emu {
+namespace bk_emu
+{
 
 /* The running block's array declared at `site` (first call allocates it). */
 void *shared_array(const void *site, const char *name, size_t bytes);
@@ -50,26 +51,11 @@ template <class T> struct sptr {
         return base + i;
     }
     /* checks [off, off + count) and returns the raw address of element off */
-    T *range(int64_t count) const
-    {
-        return at(off, count);
-    }
-    T &operator[](int64_t i) const
-    {
-        return *at(off + i);
-    }
-    T &operator*() const
-    {
-        return *at(off);
-    }
-    sptr operator+(int64_t i) const
-    {
-        return sptr(base, n, off + i, name);
-    }
-    sptr operator-(int64_t i) const
-    {
-        return sptr(base, n, off - i, name);
-    }
+    T *range(int64_t count) const { return at(off, count); }
+    T &operator[](int64_t i) const { return *at(off + i); }
+    T &operator*() const { return *at(off); }
+    sptr operator+(int64_t i) const { return sptr(base, n, off + i, name); }
+    sptr operator-(int64_t i) const { return sptr(base, n, off - i, name); }
     sptr &operator+=(int64_t i)
     {
         off += i;
@@ -85,10 +71,7 @@ template <class T> struct sptr {
         off++;
         return *this;
     }
-    int64_t operator-(const sptr &o) const
-    {
-        return off - o.off;
-    }
+    int64_t operator-(const sptr &o) const { return off - o.off; }
 };
 
 /* The same bytes seen as U: the offset must fall on a U boundary. */
@@ -111,12 +94,12 @@ template <class T> sptr<T> shared_dyn(const char *name)
 
 #define BK_SHARED(T, name, count)                                                                  \
     static char name##_bk_site;                                                                    \
-    const bk_emu::sptr<T> name(                                                                    \
-        static_cast<T *>(bk_emu::shared_array(&name##_bk_site, #name, sizeof(T) * (size_t)(count))), \
-        (int64_t)(count), 0, #name)
+    const bk_emu::sptr<T> name(static_cast<T *>(bk_emu::shared_array(                              \
+                                   &name##_bk_site, #name, sizeof(T) * (size_t)(count))),          \
+                               (int64_t)(count), 0, #name)
 #define BK_SHARED_DYN(T, name) const bk_emu::sptr<T> name = bk_emu::shared_dyn<T>(#name)
-#define BK_SPTR(T) bk_emu::sptr<T>
-#define BK_SPTR_CAST(U, p) bk_emu::sptr_cast<U>(p)
-#define __shared__ bk_emu_shared_memory_must_be_declared_with_BK_SHARED
+#define BK_SPTR(T)             bk_emu::sptr<T>
+#define BK_SPTR_CAST(U, p)     bk_emu::sptr_cast<U>(p)
+#define __shared__             bk_emu_shared_memory_must_be_declared_with_BK_SHARED
 
 #endif

@@ -13,7 +13,8 @@
 
 #include "kernels/emu/simt_internal.h"
 
-namespace bk_emu {
+namespace bk_emu
+{
 
 thread_state *warp_lane(int warp, int lane)
 {

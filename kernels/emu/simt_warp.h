@@ -17,7 +17,8 @@
 
 #include <type_traits>
 
-namespace bk_emu {
+namespace bk_emu
+{
 
 /* kind: C_SHFL_IDX, C_SHFL_UP, C_SHFL_DOWN or C_SHFL_XOR; returns the bits
  * of the source lane's value. */
@@ -27,8 +28,8 @@ uint64_t shfl_bits(const char *file, int line, int kind, unsigned mask, uint64_t
 unsigned ballot(const char *file, int line, unsigned mask, int pred);
 void syncwarp(const char *file, int line, unsigned mask);
 
-template <class T> T shfl(const char *file, int line, int kind, unsigned mask, T v, int arg,
-                          int width = 32)
+template <class T>
+T shfl(const char *file, int line, int kind, unsigned mask, T v, int arg, int width = 32)
 {
     static_assert(std::is_arithmetic<T>::value && sizeof(T) <= 8, "shuffle of a scalar");
     uint64_t bits = 0;
@@ -42,22 +43,22 @@ template <class T> T shfl(const char *file, int line, int kind, unsigned mask, T
 } // namespace bk_emu
 
 /* The values of kind, as in simt_internal.h's collective_kind. */
-#define BK_EMU_SHFL_IDX 0
-#define BK_EMU_SHFL_UP 1
+#define BK_EMU_SHFL_IDX  0
+#define BK_EMU_SHFL_UP   1
 #define BK_EMU_SHFL_DOWN 2
-#define BK_EMU_SHFL_XOR 3
+#define BK_EMU_SHFL_XOR  3
 
-#define __shfl_sync(mask, v, ...) \
+#define __shfl_sync(mask, v, ...)                                                                  \
     bk_emu::shfl(__FILE__, __LINE__, BK_EMU_SHFL_IDX, (mask), (v), __VA_ARGS__)
-#define __shfl_up_sync(mask, v, ...) \
+#define __shfl_up_sync(mask, v, ...)                                                               \
     bk_emu::shfl(__FILE__, __LINE__, BK_EMU_SHFL_UP, (mask), (v), __VA_ARGS__)
-#define __shfl_down_sync(mask, v, ...) \
+#define __shfl_down_sync(mask, v, ...)                                                             \
     bk_emu::shfl(__FILE__, __LINE__, BK_EMU_SHFL_DOWN, (mask), (v), __VA_ARGS__)
-#define __shfl_xor_sync(mask, v, ...) \
+#define __shfl_xor_sync(mask, v, ...)                                                              \
     bk_emu::shfl(__FILE__, __LINE__, BK_EMU_SHFL_XOR, (mask), (v), __VA_ARGS__)
 #define __ballot_sync(mask, pred) bk_emu::ballot(__FILE__, __LINE__, (mask), (pred))
-#define __any_sync(mask, pred) ((int)(bk_emu::ballot(__FILE__, __LINE__, (mask), (pred)) != 0u))
-#define __all_sync(mask, pred) \
+#define __any_sync(mask, pred)    ((int)(bk_emu::ballot(__FILE__, __LINE__, (mask), (pred)) != 0u))
+#define __all_sync(mask, pred)                                                                     \
     ((int)(bk_emu::ballot(__FILE__, __LINE__, (mask), (pred)) == (unsigned)(mask)))
 #define __syncwarp(...) bk_emu::syncwarp(__FILE__, __LINE__, bk_emu_syncwarp_mask(__VA_ARGS__))
 
