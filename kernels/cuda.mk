@@ -6,6 +6,7 @@
 # with -DBK_EMULATOR into libburst_kernels_emu.a (every build), which the
 # tests in tests/kernels/ link. See doc/KERNELS.md, "Device kernels".
 
+CLEANFILES =
 AM_CXXFLAGS = -std=gnu++17 -pthread -fno-exceptions -fno-rtti -fno-strict-aliasing \
 	$(WARN_CXXFLAGS) $(OPT_CFLAGS) $(SAN_CFLAGS)
 
@@ -32,6 +33,48 @@ if HAVE_CUDA
 libburst_kernels_a_SOURCES += kernels/cuda/select_cuda.c $(BK_CU_SRC)
 BK_CU_NVCC_OBJS = $(BK_CU_SRC:.cu=.$(OBJEXT))
 $(BK_CU_NVCC_OBJS): $(BK_CU_HDRS)
+# Each kernel object is compiled with ptxas's resource report (-Xptxas -v:
+# registers, stack frame, spills, shared memory per kernel and architecture),
+# kept beside it as OBJECT.ptxas; anything else nvcc prints is shown.
+# kernels/cuda/resource-usage.txt gathers them for
+# tests/kernels/test_cuda_resources.sh.
+BK_NVCC_REPORT = $(NVCC_COMPILE) -Xptxas -v -c -o $@ $< 2>$@.ptxas; st=$$?; \
+	grep -v -e '^ptxas info' -e 'bytes stack frame' $@.ptxas >&2; exit $$st
+kernels/cuda/device_memory.$(OBJEXT): kernels/cuda/device_memory.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/device_checks.$(OBJEXT): kernels/cuda/device_checks.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/device_table.$(OBJEXT): kernels/cuda/device_table.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/gemm.$(OBJEXT): kernels/cuda/gemm.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/norm.$(OBJEXT): kernels/cuda/norm.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/rope.$(OBJEXT): kernels/cuda/rope.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/swiglu.$(OBJEXT): kernels/cuda/swiglu.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/embedding.$(OBJEXT): kernels/cuda/embedding.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/adamw.$(OBJEXT): kernels/cuda/adamw.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/grad_norm.$(OBJEXT): kernels/cuda/grad_norm.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/cross_entropy.$(OBJEXT): kernels/cuda/cross_entropy.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/attention_state.$(OBJEXT): kernels/cuda/attention_state.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/attention_fwd.$(OBJEXT): kernels/cuda/attention_fwd.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/attention_bwd.$(OBJEXT): kernels/cuda/attention_bwd.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+noinst_DATA = kernels/cuda/resource-usage.txt
+kernels/cuda/resource-usage.txt: $(BK_CU_NVCC_OBJS)
+	@for o in $(BK_CU_NVCC_OBJS); do \
+	    test -f $$o.ptxas || { rm -f $$o && $(MAKE) $(AM_MAKEFLAGS) $$o; } || exit 1; \
+	done
+	$(AM_V_GEN)cat $(BK_CU_NVCC_OBJS:=.ptxas) > $@.tmp && mv $@.tmp $@
+CLEANFILES += $(BK_CU_NVCC_OBJS:=.ptxas) kernels/cuda/resource-usage.txt
 else
 libburst_kernels_a_SOURCES += kernels/device_none.c
 endif
@@ -56,7 +99,7 @@ BK_EMU_CXXCOMPILE = $(CXX) -x c++ -DBK_EMULATOR $(DEFS) $(DEFAULT_INCLUDES) $(IN
 	@$(MKDIR_P) $(@D)
 	$(AM_V_CXX)$(BK_EMU_CXXCOMPILE) -c -o $@ $<
 $(BK_CU_EMU_OBJS): $(BK_CU_HDRS) $(SIMT_EMU_HDRS)
-CLEANFILES = $(BK_CU_EMU_OBJS)
+CLEANFILES += $(BK_CU_EMU_OBJS)
 
 # ---------------------------------------------------------------- tests
 EMU_TEST_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMULATOR $(CHECK_CFLAGS)
@@ -122,3 +165,8 @@ tests_kernels_test_dev_attention_cuda_SOURCES = tests/kernels/test_dev_attention
 tests_kernels_test_dev_attention_cuda_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_kernels_test_dev_attention_cuda_LDADD = $(DEV_TEST_LDADD_CUDA)
 endif
+
+# Resource budgets of the kernels and tensor cores in the attention kernels'
+# SASS (CUDA builds; both skip, exit 77, without CUDA or without cuobjdump).
+TESTS += tests/kernels/test_cuda_resources.sh tests/kernels/test_cuda_sass.sh
+EXTRA_DIST += tests/kernels/test_cuda_resources.sh tests/kernels/test_cuda_sass.sh
