@@ -19,7 +19,7 @@
  * mask elementwise on PARTIAL tiles and past the ragged ends; a row with
  * lse = -inf (no allowed key) has offset +inf (bk_attn_bwd_offset), so its
  * probabilities and gradient contributions are exactly 0. All four tiles of a
- * block live in dynamic shared memory ([64][D + 8] bf16 each: 69 KiB at
+ * block live in dynamic shared memory ([64][D + 8] bf16 each: 68 KiB at
  * D = 128) and fragments are reloaded with ldmatrix, which keeps the
  * accumulators (dK and dV, or dQ) in registers without spilling. */
 #include "kernels/cuda/attention_tile.cuh"

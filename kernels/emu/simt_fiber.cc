@@ -1,7 +1,9 @@
 /* simt_fiber.cc: fibers on one OS thread (see simt_fiber.h). The first switch
- * into a new fiber goes through swapcontext (the only portable way to start
- * running on a fresh stack); the fiber then records a jmp_buf and jumps back,
- * and from then on every switch is a _setjmp/_longjmp pair. */
+ * into a new fiber goes through makecontext/setcontext (the portable way to
+ * start running on a fresh stack; setcontext rather than swapcontext, which
+ * ASan warns about, since the way back is a jmp_buf anyway); the fiber then
+ * records a jmp_buf and jumps back, and from then on every switch is a
+ * _setjmp/_longjmp pair. */
 #include "kernels/emu/simt_fiber.h"
 
 #include <stdio.h>
@@ -114,7 +116,7 @@ int fiber_create(fiber *f, size_t stack_size, void (*entry)(void *), void *arg)
     f->asan_bottom = f->stack;
     f->asan_size = size;
 
-    ucontext_t uc, old;
+    ucontext_t uc;
     if (getcontext(&uc) != 0) return -1;
     uc.uc_stack.ss_sp = f->stack;
     uc.uc_stack.ss_size = size;
@@ -124,7 +126,7 @@ int fiber_create(fiber *f, size_t stack_size, void (*entry)(void *), void *arg)
     void *fake = NULL;
     if (_setjmp(t_create_jb) == 0) {
         asan_start(&fake, f);
-        swapcontext(&old, &uc);
+        setcontext(&uc); /* the trampoline comes back through t_create_jb */
     }
     asan_finish(fake, NULL, NULL);
     return 0;

@@ -1,9 +1,10 @@
 /* simt_fiber.h: the fibers the SIMT emulator runs CUDA threads on: a stack
- * each, started once with ucontext (makecontext/swapcontext), then switched
- * with _setjmp/_longjmp, which costs no system call (swapcontext saves the
- * signal mask with one). Under AddressSanitizer every switch is announced with
- * __sanitizer_start_switch_fiber / __sanitizer_finish_switch_fiber, so ASan
- * knows which stack is live and reports no false stack overflows.
+ * each, started once with ucontext (makecontext/setcontext), then switched
+ * with _setjmp/_longjmp, which costs no system call (the ucontext calls save
+ * or restore the signal mask with one). Under AddressSanitizer every switch is
+ * announced with __sanitizer_start_switch_fiber and
+ * __sanitizer_finish_switch_fiber, so ASan knows which stack is live and
+ * reports no false stack overflows.
  *
  * One OS thread owns a set of fibers and a "main" fiber (its own stack); the
  * emulator's scheduler runs on main and switches to a CUDA thread's fiber,
