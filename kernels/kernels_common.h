@@ -17,6 +17,8 @@ typedef enum {
     BK_OK = 0,
     BK_ERR_ARG,         /* NULL buffer, negative size, heads not dividing, ... */
     BK_ERR_UNSUPPORTED, /* a shape or location this backend does not handle */
+    BK_ERR_DEVICE,      /* a device kernel, copy or library call failed (CUDA error, or an
+                           error the SIMT emulator found in a kernel) */
 } bk_status;
 
 typedef struct {

@@ -26,7 +26,7 @@ list-test-results:
 # SUITE_CFLAGS and links SUITE_LIBS before the libraries it tests.
 check_LIBRARIES = tests/lib/libburst_tests.a
 tests_lib_libburst_tests_a_SOURCES = tests/lib/check_main.h tests/lib/check_main.c \
-	tests/lib/arrays.h tests/lib/arrays.c tests/lib/rng.h tests/lib/testutil.h \
+	tests/lib/arrays.h tests/lib/arrays.c tests/lib/close.h tests/lib/close.c tests/lib/rng.h tests/lib/testutil.h \
 	tests/lib/testutil.c tests/lib/worker_util.h
 SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_lib_libburst_tests_a_CFLAGS = $(SUITE_CFLAGS)
@@ -51,6 +51,86 @@ TESTS += tests/kernels/test_ops
 tests_kernels_test_ops_SOURCES = tests/kernels/test_ops.c
 tests_kernels_test_ops_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_ops_LDADD = $(SUITE_LIBS) libburst_kernels.a $(EXTERNAL_LIBS)
+
+# The device kernels (kernels/cuda/) on the CPU: the SIMT emulator's own
+# primitives, then the kernels on an emulated device queue against the
+# double-precision references. tests/kernels/dev_util is what the device suites
+# add to tests/lib (device buffers; a main that skips without a device).
+EMU_SUITE_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMULATOR $(CHECK_CFLAGS)
+check_PROGRAMS += tests/kernels/test_simt
+TESTS += tests/kernels/test_simt
+tests_kernels_test_simt_SOURCES = tests/kernels/test_simt.cc
+tests_kernels_test_simt_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
+tests_kernels_test_simt_LDADD = libburst_kernels_emu.a $(SUITE_LIBS) -lm
+
+# The emulator's mma test, built against an mma whose A-fragment layout is
+# deliberately wrong, and the attention sweep on it: the script expects both
+# to fail.
+check_PROGRAMS += tests/kernels/test_simt_wrong_layout
+TESTS += tests/kernels/test_simt_wrong_layout.sh
+EXTRA_DIST += tests/kernels/test_simt_wrong_layout.sh
+tests_kernels_test_simt_wrong_layout_SOURCES = tests/kernels/test_simt.cc kernels/emu/simt_mma.cc
+tests_kernels_test_simt_wrong_layout_CPPFLAGS = $(EMU_SUITE_CPPFLAGS) -DBK_EMU_MMA_WRONG_LAYOUT
+tests_kernels_test_simt_wrong_layout_LDADD = libburst_kernels_emu.a $(SUITE_LIBS) -lm
+
+# One test source per device suite, linked twice: with the emulator
+# (kernels/emu/select_emu.c ahead of the libraries; every build) and with the
+# CUDA backend (CUDA builds; skips, exit 77, without a GPU).
+DEV_SUITE_LIBS_EMU = $(SUITE_LIBS) libburst_kernels_emu.a libburst_kernels.a $(EXTERNAL_LIBS) -lstdc++
+DEV_SUITE_LIBS_CUDA = $(SUITE_LIBS) libburst_kernels.a $(EXTERNAL_LIBS)
+DEV_SUITE_UTIL = tests/kernels/dev_util.h tests/kernels/dev_util.c
+
+check_PROGRAMS += tests/kernels/test_dev_ops_emu
+TESTS += tests/kernels/test_dev_ops_emu
+tests_kernels_test_dev_ops_emu_SOURCES = tests/kernels/test_dev_ops.c $(DEV_SUITE_UTIL) \
+	kernels/emu/select_emu.c
+tests_kernels_test_dev_ops_emu_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_ops_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
+
+check_PROGRAMS += tests/kernels/test_dev_attention_emu
+TESTS += tests/kernels/test_dev_attention_emu
+tests_kernels_test_dev_attention_emu_SOURCES = tests/kernels/test_dev_attention.c \
+	$(DEV_SUITE_UTIL) kernels/emu/select_emu.c
+tests_kernels_test_dev_attention_emu_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_attention_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
+
+check_PROGRAMS += tests/kernels/test_dev_attention_wrong_layout
+tests_kernels_test_dev_attention_wrong_layout_SOURCES = tests/kernels/test_dev_attention.c \
+	$(DEV_SUITE_UTIL) kernels/emu/select_emu.c kernels/emu/simt_mma.cc
+tests_kernels_test_dev_attention_wrong_layout_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMULATOR \
+	-DBK_EMU_MMA_WRONG_LAYOUT
+tests_kernels_test_dev_attention_wrong_layout_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_attention_wrong_layout_LDADD = $(DEV_SUITE_LIBS_EMU)
+
+# The device kernels' benchmark (src/bench/bench_kernels_device.c) run to the
+# end on the emulated device at tiny sizes.
+check_PROGRAMS += tests/kernels/test_bench_device_emu
+TESTS += tests/kernels/test_bench_device_emu
+tests_kernels_test_bench_device_emu_SOURCES = tests/kernels/test_bench_device_emu.c \
+	src/bench/bench_kernels_device.c $(DEV_SUITE_UTIL) kernels/emu/select_emu.c
+tests_kernels_test_bench_device_emu_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_bench_device_emu_LDADD = $(DEV_SUITE_LIBS_EMU) libburst_util.a
+
+# The emulator runs a block's fibers in reverse order too: a kernel that
+# depends on the order threads run in fails there.
+TESTS += tests/kernels/test_emu_reverse_order.sh
+EXTRA_DIST += tests/kernels/test_emu_reverse_order.sh
+
+if HAVE_CUDA
+check_PROGRAMS += tests/kernels/test_dev_ops_cuda tests/kernels/test_dev_attention_cuda
+TESTS += tests/kernels/test_dev_ops_cuda tests/kernels/test_dev_attention_cuda
+tests_kernels_test_dev_ops_cuda_SOURCES = tests/kernels/test_dev_ops.c $(DEV_SUITE_UTIL)
+tests_kernels_test_dev_ops_cuda_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_ops_cuda_LDADD = $(DEV_SUITE_LIBS_CUDA)
+tests_kernels_test_dev_attention_cuda_SOURCES = tests/kernels/test_dev_attention.c $(DEV_SUITE_UTIL)
+tests_kernels_test_dev_attention_cuda_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_attention_cuda_LDADD = $(DEV_SUITE_LIBS_CUDA)
+endif
+
+# Resource budgets of the kernels, and tensor cores in the attention kernels'
+# SASS (CUDA builds; both skip, exit 77, without CUDA or without cuobjdump).
+TESTS += tests/kernels/test_cuda_resources.sh tests/kernels/test_cuda_sass.sh
+EXTRA_DIST += tests/kernels/test_cuda_resources.sh tests/kernels/test_cuda_sass.sh
 
 # ------------------------------------------------------------------ transport
 # Point-to-point, collectives, sub-communicators, failures and the launcher,
