@@ -1,6 +1,7 @@
 # kernels/local.mk: math on buffers local to one rank (CPU backend, CUDA backend).
 # Attention and the other ops keep their file lists in their own fragments.
-libburst_kernels_a_SOURCES += kernels/kernels_common.h kernels/status.c kernels/shared_math.h
+libburst_kernels_a_SOURCES += kernels/kernels_common.h kernels/status.c kernels/shared_math.h \
+	kernels/arena.h kernels/arena.c
 if HAVE_CUDA
 libburst_kernels_a_SOURCES += kernels/cuda/shared_math.cu
 endif

@@ -102,6 +102,14 @@ tests_kernels_test_dev_attention_wrong_layout_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMU
 tests_kernels_test_dev_attention_wrong_layout_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_dev_attention_wrong_layout_LDADD = $(DEV_SUITE_LIBS_EMU)
 
+# The caching arena in host memory and in emulated device memory.
+check_PROGRAMS += tests/kernels/test_arena
+TESTS += tests/kernels/test_arena
+tests_kernels_test_arena_SOURCES = tests/kernels/test_arena.c $(DEV_SUITE_UTIL) \
+	kernels/emu/select_emu.c
+tests_kernels_test_arena_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_arena_LDADD = $(DEV_SUITE_LIBS_EMU)
+
 # The device kernels' benchmark (src/bench/bench_kernels_device.c) run to the
 # end on the emulated device at tiny sizes.
 check_PROGRAMS += tests/kernels/test_bench_device_emu

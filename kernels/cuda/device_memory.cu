@@ -22,7 +22,8 @@ extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)
     if (p == NULL) return BK_ERR_ARG;
     *p = NULL;
     if (bytes == 0) return BK_OK;
-    *p = malloc(bytes);
+    /* cudaMalloc's alignment (256 bytes), so that code relying on it is tested */
+    *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
     return *p ? BK_OK : BK_ERR_DEVICE;
 }
 
