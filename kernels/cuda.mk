@@ -12,7 +12,7 @@ AM_CXXFLAGS = -std=gnu++17 -pthread -fno-exceptions -fno-rtti -fno-strict-aliasi
 	$(WARN_CXXFLAGS) $(OPT_CFLAGS) $(SAN_CFLAGS)
 
 # The kernel sources (kernels/cuda/*.cu) and the headers they include.
-BK_CU_SRC = kernels/cuda/device_memory.cu kernels/cuda/device_checks.cu \
+BK_CU_SRC = kernels/cuda/device_memory.cu kernels/cuda/device_streams.cu kernels/cuda/device_checks.cu \
 	kernels/cuda/device_table.cu kernels/cuda/gemm.cu kernels/cuda/norm.cu \
 	kernels/cuda/rope.cu kernels/cuda/swiglu.cu kernels/cuda/embedding.cu \
 	kernels/cuda/adamw.cu kernels/cuda/grad_norm.cu kernels/cuda/cross_entropy.cu \
@@ -42,6 +42,8 @@ $(BK_CU_NVCC_OBJS): $(BK_CU_HDRS)
 BK_NVCC_REPORT = $(NVCC_COMPILE) -Xptxas -v -c -o $@ $< 2>$@.ptxas; st=$$?; \
 	grep -v -e '^ptxas info' -e 'bytes stack frame' $@.ptxas >&2; exit $$st
 kernels/cuda/device_memory.$(OBJEXT): kernels/cuda/device_memory.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/device_streams.$(OBJEXT): kernels/cuda/device_streams.cu
 	$(AM_V_GEN)$(BK_NVCC_REPORT)
 kernels/cuda/device_checks.$(OBJEXT): kernels/cuda/device_checks.cu
 	$(AM_V_GEN)$(BK_NVCC_REPORT)
@@ -83,11 +85,12 @@ endif
 # ---------------------------------------------------------------- the emulator
 SIMT_EMU_HDRS = kernels/emu/simt.h kernels/emu/simt_types.h kernels/emu/simt_internal.h \
 	kernels/emu/simt_fiber.h kernels/emu/simt_runtime.h kernels/emu/simt_shared.h \
-	kernels/emu/simt_warp.h kernels/emu/simt_atomic.h kernels/emu/simt_mma.h
+	kernels/emu/simt_warp.h kernels/emu/simt_atomic.h kernels/emu/simt_mma.h \
+	kernels/emu/simt_stream.h
 noinst_LIBRARIES += libburst_kernels_emu.a
 libburst_kernels_emu_a_SOURCES = $(SIMT_EMU_HDRS) kernels/emu/simt_fiber.cc \
 	kernels/emu/simt_runtime.cc kernels/emu/simt_shared.cc kernels/emu/simt_warp.cc \
-	kernels/emu/simt_mma.cc
+	kernels/emu/simt_mma.cc kernels/emu/simt_stream.cc
 # The kernel sources compiled as C++ for the emulator: the same text nvcc
 # compiles, with -DBK_EMULATOR (kernels/emu/simt.h), as .eo objects.
 BK_CU_EMU_OBJS = $(BK_CU_SRC:.cu=.eo)

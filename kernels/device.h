@@ -52,6 +52,37 @@ bk_status bk_device_copy(const bk_queue *q, void *dst, const void *src, size_t b
 /* Waits until everything queued on q has run. */
 bk_status bk_device_sync(const bk_queue *q);
 
+/* ---------------------------------------------------------------- streams and events */
+/* A queue's stream runs its work in order; work on different streams may
+ * overlap (compute on one, copies and communication on others). An event marks
+ * a point in a stream: another stream can be told to wait for it, or the host
+ * can. In the emulator, queued copies run as late as the program allows
+ * (kernels/emu/simt_stream.h), so a missing wait shows as stale data there.
+ * Destroying a stream runs what it still has queued first; an event recorded
+ * on a stream is not used after that stream is destroyed. */
+/* A new stream, not ordered with the default stream (NULL). */
+bk_status bk_device_stream_create(void **stream);
+bk_status bk_device_stream_destroy(void *stream);
+bk_status bk_device_event_create(void **event);
+bk_status bk_device_event_destroy(void *event);
+/* The event now stands for everything queued on q's stream so far. */
+bk_status bk_device_event_record(void *event, const bk_queue *q);
+/* Work queued on q after this call runs after the event's work; the host does
+ * not wait. An event never recorded is complete. */
+bk_status bk_device_stream_wait_event(const bk_queue *q, void *event);
+/* The host waits until the event's work has run. */
+bk_status bk_device_event_sync(void *event);
+/* Copies queued on q's stream; they return at once. The host buffer must stay
+ * as it is (source) or untouched (destination) until the stream has run the
+ * copy; page-locked host memory (bk_host_pinned_malloc) lets the copy overlap
+ * other work. */
+bk_status bk_device_upload_async(const bk_queue *q, void *dst, const void *src, size_t bytes);
+bk_status bk_device_download_async(const bk_queue *q, void *dst, const void *src, size_t bytes);
+/* Page-locked host memory of `bytes` bytes (*p = NULL when bytes == 0), and
+ * its release; plain host memory in the emulator. */
+bk_status bk_host_pinned_malloc(size_t bytes, void **p);
+bk_status bk_host_pinned_free(void *p);
+
 /* ---------------------------------------------------------------- GEMM */
 /* C[m, n] = alpha op(A) op(B) + beta C, row-major as bk_gemm, with A and B in
  * bf16 and C in c_type (BK_F32 or BK_BF16), accumulated in fp32. On a device

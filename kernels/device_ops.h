@@ -32,6 +32,17 @@ typedef struct bk_device_ops {
     bk_status (*free_)(void *p);
     bk_status (*copy)(const bk_queue *q, void *dst, const void *src, size_t bytes, int dir);
     bk_status (*sync)(const bk_queue *q);
+    /* streams and events (device.h); copy_async queues a copy in any direction */
+    bk_status (*copy_async)(const bk_queue *q, void *dst, const void *src, size_t bytes, int dir);
+    bk_status (*stream_create)(void **stream);
+    bk_status (*stream_destroy)(void *stream);
+    bk_status (*event_create)(void **event);
+    bk_status (*event_destroy)(void *event);
+    bk_status (*event_record)(void *event, const bk_queue *q);
+    bk_status (*stream_wait_event)(const bk_queue *q, void *event);
+    bk_status (*event_sync)(void *event);
+    bk_status (*host_malloc)(size_t bytes, void **p); /* page-locked host memory */
+    bk_status (*host_free)(void *p);
 
     /* ops.h */
     bk_status (*gemm)(const bk_queue *q, bk_transpose ta, bk_transpose tb, int64_t m, int64_t n,

@@ -102,6 +102,14 @@ tests_kernels_test_dev_attention_wrong_layout_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMU
 tests_kernels_test_dev_attention_wrong_layout_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_dev_attention_wrong_layout_LDADD = $(DEV_SUITE_LIBS_EMU)
 
+# Streams, events, queued copies (emulator here; the GPU below).
+check_PROGRAMS += tests/kernels/test_dev_streams_emu
+TESTS += tests/kernels/test_dev_streams_emu
+tests_kernels_test_dev_streams_emu_SOURCES = tests/kernels/test_dev_streams.c $(DEV_SUITE_UTIL) \
+	kernels/emu/select_emu.c
+tests_kernels_test_dev_streams_emu_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_streams_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
+
 # The caching arena in host memory and in emulated device memory.
 check_PROGRAMS += tests/kernels/test_arena
 TESTS += tests/kernels/test_arena
@@ -125,8 +133,13 @@ TESTS += tests/kernels/test_emu_reverse_order.sh
 EXTRA_DIST += tests/kernels/test_emu_reverse_order.sh
 
 if HAVE_CUDA
-check_PROGRAMS += tests/kernels/test_dev_ops_cuda tests/kernels/test_dev_attention_cuda
-TESTS += tests/kernels/test_dev_ops_cuda tests/kernels/test_dev_attention_cuda
+check_PROGRAMS += tests/kernels/test_dev_ops_cuda tests/kernels/test_dev_attention_cuda \
+	tests/kernels/test_dev_streams_cuda
+TESTS += tests/kernels/test_dev_ops_cuda tests/kernels/test_dev_attention_cuda \
+	tests/kernels/test_dev_streams_cuda
+tests_kernels_test_dev_streams_cuda_SOURCES = tests/kernels/test_dev_streams.c $(DEV_SUITE_UTIL)
+tests_kernels_test_dev_streams_cuda_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_streams_cuda_LDADD = $(DEV_SUITE_LIBS_CUDA)
 tests_kernels_test_dev_ops_cuda_SOURCES = tests/kernels/test_dev_ops.c $(DEV_SUITE_UTIL)
 tests_kernels_test_dev_ops_cuda_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_dev_ops_cuda_LDADD = $(DEV_SUITE_LIBS_CUDA)

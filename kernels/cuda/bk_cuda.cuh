@@ -27,6 +27,7 @@
 
 #ifdef BK_EMULATOR
 #include "kernels/emu/simt.h"
+#include "kernels/emu/simt_stream.h"
 #else
 #include <cuda_runtime.h>
 #endif
@@ -38,12 +39,15 @@ static inline bk_status bk_launch_status(int rc)
 {
     return rc == 0 ? BK_OK : BK_ERR_DEVICE;
 }
+/* A launch runs what its stream still has queued first (simt_stream.h). */
 #define BK_LAUNCH(kernel, grid, block, smem, stream, ...)                                          \
-    bk_launch_status(                                                                              \
-        bk_emu::launch(#kernel, (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))
+    (bk_emu::stream_flush(stream),                                                                 \
+     bk_launch_status(                                                                             \
+         bk_emu::launch(#kernel, (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); })))
 #define BK_LAUNCH_NAMED(name, kernel, grid, block, smem, stream, ...)                              \
-    bk_launch_status(                                                                              \
-        bk_emu::launch((name), (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))
+    (bk_emu::stream_flush(stream),                                                                 \
+     bk_launch_status(                                                                             \
+         bk_emu::launch((name), (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); })))
 #else
 #define BK_DEV_FN(name) bk_cuda_##name
 static inline bk_status bk_launch_status(void)

@@ -23,6 +23,17 @@ bk_status BK_DEV_FN(malloc)(size_t bytes, void **p);
 bk_status BK_DEV_FN(free)(void *p);
 bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *src, size_t bytes, int dir);
 bk_status BK_DEV_FN(sync)(const bk_queue *q);
+bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const void *src, size_t bytes,
+                                int dir);
+bk_status BK_DEV_FN(stream_create)(void **stream);
+bk_status BK_DEV_FN(stream_destroy)(void *stream);
+bk_status BK_DEV_FN(event_create)(void **event);
+bk_status BK_DEV_FN(event_destroy)(void *event);
+bk_status BK_DEV_FN(event_record)(void *event, const bk_queue *q);
+bk_status BK_DEV_FN(stream_wait_event)(const bk_queue *q, void *event);
+bk_status BK_DEV_FN(event_sync)(void *event);
+bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p);
+bk_status BK_DEV_FN(host_free)(void *p);
 /* Scratch memory ordered on q's stream (freed with scratch_free on the same
  * stream, after the kernels that use it). */
 bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **p);

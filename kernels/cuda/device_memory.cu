@@ -3,8 +3,10 @@
  * check that buffers given with a device queue are device memory.
  *
  * Under nvcc these are the CUDA runtime's calls; in the SIMT emulator device
- * memory is host memory (malloc, memcpy) and every launch has finished when it
- * returns, so there is nothing to wait for. */
+ * memory is host memory, every launch has finished when it returns, and copies
+ * wait in their stream's queue until something needs them
+ * (kernels/emu/simt_stream.h). Streams, events and page-locked host memory are
+ * in device_streams.cu. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,17 +35,19 @@ extern "C" bk_status BK_DEV_FN(free)(void *p)
     return BK_OK;
 }
 
+/* Copies are queued on the stream (simt_stream.h); one to or from the host
+ * then runs the queue, itself included, as the GPU's blocking copy waits. */
 extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *src, size_t bytes,
                                      int dir)
 {
-    (void)q, (void)dir;
-    if (bytes) memmove(dst, src, bytes);
+    if (bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes) != 0) return BK_ERR_DEVICE;
+    if (dir != BK_COPY_DEVICE_TO_DEVICE) bk_emu::stream_flush(q->stream);
     return BK_OK;
 }
 
 extern "C" bk_status BK_DEV_FN(sync)(const bk_queue *q)
 {
-    (void)q;
+    bk_emu::stream_flush(q->stream);
     return BK_OK;
 }
 
