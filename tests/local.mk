@@ -218,6 +218,13 @@ tests_train_test_optimizer_SOURCES = tests/train/test_optimizer.c
 tests_train_test_optimizer_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_optimizer_LDADD = $(SUITE_LIBS) $(LDADD)
 
+# The order of the HDF5 source's windows: a bijection for every seed and size.
+check_PROGRAMS += tests/train/test_window_order
+TESTS += tests/train/test_window_order
+tests_train_test_window_order_SOURCES = tests/train/test_window_order.c
+tests_train_test_window_order_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_window_order_LDADD = $(SUITE_LIBS) $(LDADD)
+
 # The configuration of `burst train`.
 check_PROGRAMS += tests/train/test_train_config
 TESTS += tests/train/test_train_config

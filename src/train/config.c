@@ -447,7 +447,8 @@ void train_config_print(FILE *out, const train_config *c)
 
 typedef struct {
     FILE *file;
-    const char *path;
+    const char *path; /* the file, or the name of text in messages */
+    const char *text; /* the configuration itself, or NULL to read path */
     train_config *c;
     int pass;          /* 1: only [model] preset; 2: every key */
     int lineno;        /* the line inih is parsing */
@@ -540,7 +541,7 @@ static int load_handler(void *user, const char *section, const char *name, const
 /* 0, -1 when the file cannot be opened or read, -2 for an error in it. */
 static int load_pass(load_state *st, char *err, size_t err_len)
 {
-    st->file = fopen(st->path, "r");
+    st->file = st->text ? fmemopen((void *)st->text, strlen(st->text), "r") : fopen(st->path, "r");
     if (!st->file) {
         snprintf(err, err_len, "%s: %s", st->path, strerror(errno));
         return -1;
@@ -568,16 +569,29 @@ static int load_pass(load_state *st, char *err, size_t err_len)
     return 0;
 }
 
-int train_config_load(train_config *c, const char *path, char *err, size_t err_len)
+/* Loads path, or text under the name path, over c. */
+static int load(train_config *c, const char *path, const char *text, char *err, size_t err_len)
 {
     train_config work = *c;
-    load_state st = {.path = path, .c = &work, .pass = 1};
+    load_state st = {.path = path, .text = text, .c = &work, .pass = 1};
     if (load_pass(&st, err, err_len) == -1) return -1; /* errors of content: see pass 2 */
     if (st.preset[0]) train_config_preset(&work, st.preset);
     st.pass = 2;
     if (load_pass(&st, err, err_len) != 0) return -1;
     *c = work;
     return 0;
+}
+
+int train_config_load(train_config *c, const char *path, char *err, size_t err_len)
+{
+    return load(c, path, NULL, err, err_len);
+}
+
+int train_config_load_text(train_config *c, const char *text, const char *name, char *err,
+                           size_t err_len)
+{
+    if (!text[0]) return 0; /* nothing to read (fmemopen refuses an empty buffer) */
+    return load(c, name, text, err, err_len);
 }
 
 /* ---- --set ------------------------------------------------------------ */
@@ -711,5 +725,45 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
     if (c->head_chunk < 1)
         return fail(err, err_len, "[memory] head_chunk = %" PRId64 " must be at least 1",
                     c->head_chunk);
+    return 0;
+}
+
+/* ---- what a resumed run must share with its checkpoint ----------------- */
+
+/* The keys whose value changes the numbers a run computes from a checkpoint:
+ * the model's shape and arithmetic, the data stream (source, files, order,
+ * seed, sequence length), which sequences a step takes and which rank holds
+ * which tokens (dp, cp, layout, mask, window, micro_batches), the optimizer
+ * and its schedule (steps included: the cosine decays to step `steps`), the
+ * loss. The other keys choose how the same numbers are computed or reported
+ * (memory, ring, transport, logging, checkpoints) or only the initialisation
+ * the checkpoint replaces (seed, init_std); preset only names the dimensions. */
+static const char *const resume_keys[][2] = {
+    {"model", "layers"},     {"model", "d_model"},       {"model", "n_heads"},
+    {"model", "n_kv_heads"}, {"model", "d_ff"},          {"model", "vocab"},
+    {"model", "rope_theta"}, {"model", "rope_scaling"},  {"model", "tied_embeddings"},
+    {"model", "norm_eps"},   {"data", "source"},         {"data", "task"},
+    {"data", "path"},        {"data", "sampling"},       {"data", "seq_len"},
+    {"data", "data_seed"},   {"parallel", "dp"},         {"parallel", "cp"},
+    {"parallel", "layout"},  {"parallel", "mask"},       {"parallel", "window"},
+    {"train", "steps"},      {"train", "micro_batches"}, {"train", "lr"},
+    {"train", "min_lr"},     {"train", "warmup_steps"},  {"train", "weight_decay"},
+    {"train", "beta1"},      {"train", "beta2"},         {"train", "adam_eps"},
+    {"train", "grad_clip"},  {"memory", "z_loss"},
+};
+
+int train_config_resume_check(const train_config *was, const train_config *now, char *err,
+                              size_t err_len)
+{
+    for (size_t i = 0; i < sizeof resume_keys / sizeof resume_keys[0]; i++) {
+        const field *f = find_field(resume_keys[i][0], resume_keys[i][1]);
+        char a[512], b[512];
+        format_field(was, f, a, sizeof a);
+        format_field(now, f, b, sizeof b);
+        if (strcmp(a, b) == 0) continue;
+        const char *q = f->type == F_STR ? "'" : "";
+        return fail(err, err_len, "[%s] %s = %s%s%s, this run has %s%s%s", f->section, f->key, q, a,
+                    q, q, b, q);
+    }
     return 0;
 }

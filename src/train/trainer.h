@@ -4,7 +4,8 @@
  * reduce-scattered over the world into AdamW shards (ZeRO-1). Rank 0 prints a
  * memory report, a progress line per log step and the final peak memory, and
  * writes JSON-lines metrics. A non-finite loss or gradient stops (or skips the
- * update on) every rank, naming the step and the first rank that saw it.
+ * update on) every rank, naming the step and the first rank that saw it, or
+ * saying that the gradient became non-finite in the sum over the ranks.
  *
  * The trainer lives in five files: trainer.c (setup, the loop, teardown),
  * trainer_step.c (one optimizer step), trainer_ckpt.c (checkpoints and
@@ -25,6 +26,8 @@
 /* What the command line adds to the configuration. */
 typedef struct {
     int inject_step, inject_rank; /* testing aid: a NaN gradient at this step on this rank */
+    int64_t overflow_step;        /* testing aid: at this step every rank's first gradient is
+                                     FLT_MAX, finite locally, infinite once summed */
     int resume;                   /* continue from the latest checkpoint */
     int64_t stop_after;           /* stop (checkpointed) after this step; 0 = run to the end */
 } trainer_opts;
@@ -76,7 +79,9 @@ int trainer_step(trainer *t, int64_t step, double *loss, double *gnorm, int *ski
 int trainer_any_rank(trainer *t, int failed);
 /* Checkpoint of a completed step, written by every rank; 0 or -1 with err. */
 int trainer_save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len);
-/* The latest checkpoint's step, loaded; or -1 with err. */
+/* The latest checkpoint's step, loaded; or -1 with err, also when this run
+ * would not continue it bit for bit (a key that changes the numbers differs,
+ * or the sampler position or RNG state recorded is not this run's). */
 int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len);
 /* Passkey retrieval over [eval] eval_path: counts over all ranks; 0 or -1. */
 int trainer_evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, size_t err_len);

@@ -1,6 +1,7 @@
 /* trainer_report.c: what a rank tells the user (trainer.h): the memory report
  * at start and its estimate, this machine's sgemm rate as the reference for
  * achieved GFLOP/s, the progress line of a step and the metrics file. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -127,13 +128,23 @@ void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
     fflush(stdout);
 }
 
+/* A JSON number: v with every digit, or null where JSON has no number (the
+ * loss or norm of a non-finite step). */
+static const char *json_number(double v, char *buf, size_t len)
+{
+    if (!isfinite(v)) return "null";
+    snprintf(buf, len, "%.17g", v);
+    return buf;
+}
+
 void trainer_report_metrics(trainer *t, int64_t step, double loss, double gnorm, int skipped,
                             double step_s)
 {
     if (!t->metrics) return;
+    char l[32], g[32];
     fprintf(t->metrics,
-            "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"skipped\": %d, "
+            "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"skipped\": %d, "
             "\"tokens_per_s\": %.6g, \"gflops\": %.6g, \"seconds\": %.6g}\n",
-            (long long)step, loss, gnorm, skipped, step_tokens(t) / step_s,
-            step_flops(t) / step_s / 1e9, step_s);
+            (long long)step, json_number(loss, l, sizeof l), json_number(gnorm, g, sizeof g),
+            skipped, step_tokens(t) / step_s, step_flops(t) / step_s / 1e9, step_s);
 }

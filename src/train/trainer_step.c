@@ -1,7 +1,9 @@
 /* trainer_step.c: one optimizer step (trainer.h): read the step's samples,
  * forward and backward every micro-batch, agree across ranks on a non-finite
- * loss or gradient, then the ZeRO-1 update. The loss is a mean over every
- * valid token of the step on all ranks. */
+ * loss or gradient, then the ZeRO-1 update, whose gradient norm (taken after
+ * the reduction, the same on every rank) may still be non-finite. The loss is
+ * a mean over every valid token of the step on all ranks. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -67,19 +69,20 @@ static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_ba
     return 0;
 }
 
-/* A non-finite step: skipped (0, *skipped = 1) or every rank stops. */
-static int nonfinite(trainer *t, int64_t step, int64_t first_bad, int *skipped)
+/* A non-finite step (what: where it was seen): skipped (0, *skipped = 1) or
+ * every rank stops. Every rank calls it on the same step, having agreed. */
+static int nonfinite(trainer *t, int64_t step, const char *what, int *skipped)
 {
     if (t->plan.on_nonfinite == NONFINITE_SKIP) {
         if (t->rank == 0)
-            fprintf(stderr, "burst train: step %lld: non-finite loss or gradient on rank %lld; "
-                            "skipping the update ([train] on_nonfinite = skip)\n",
-                    (long long)step, (long long)first_bad);
+            fprintf(stderr, "burst train: step %lld: %s; skipping the update ([train] "
+                            "on_nonfinite = skip)\n",
+                    (long long)step, what);
         *skipped = 1;
         return 0;
     }
-    fprintf(stderr, "burst train: rank %d: step %lld: non-finite loss or gradient seen on rank %lld; stopping\n",
-            t->rank, (long long)step, (long long)first_bad);
+    fprintf(stderr, "burst train: rank %d: step %lld: %s; stopping\n", t->rank, (long long)step,
+            what);
     return STOP_AGREED;
 }
 
@@ -89,15 +92,26 @@ int trainer_step(trainer *t, int64_t step, double *loss, double *gnorm, int *ski
     int64_t valid = 0, counted = 0, first_bad;
     double loss_sum = 0;
     *skipped = 0;
+    *gnorm = NAN; /* until the optimizer measures it */
     int status = read_samples(t, step, &valid);
     if (status == 0)
         status = forward_backward(t, valid > 0 ? 1.0f / (float)valid : 0.0f, &loss_sum, &counted);
     if (status != 0) return status;
     if (t->opts.inject_step == step && t->opts.inject_rank == t->rank) t->grads[0] = NAN;
+    if (t->opts.overflow_step == step) t->grads[0] = FLT_MAX;
     if ((status = agree(t, loss_sum, counted, &first_bad, loss)) != 0) return status;
-    if (first_bad != INT64_MAX) return nonfinite(t, step, first_bad, skipped);
+    char what[96];
+    if (first_bad != INT64_MAX) {
+        snprintf(what, sizeof what, "non-finite loss or gradient seen on rank %lld",
+                 (long long)first_bad);
+        return nonfinite(t, step, what, skipped);
+    }
     double lr = lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step);
     if (zero1_step(t->opt, t->params, t->grads, lr, step, gnorm) != BT_OK)
         return fail(bt_world_error(t->world));
+    /* Finite gradients everywhere can still sum to an infinite one: the norm is
+     * all-reduced, so every rank sees it, and the optimizer updated nothing. */
+    if (!isfinite(*gnorm))
+        return nonfinite(t, step, "non-finite gradient norm after the reduction", skipped);
     return 0;
 }

@@ -2,10 +2,13 @@
  * gradients against finite differences (tests/train/train_gradcheck); the same tiny
  * run on P = 1, 2, 4 ranks, DP x CP = 2 x 2 and the double ring gives the same
  * losses step by step; checkpoint fractions 0, 1/2, 1 and the fused and
- * reference LM heads give the same losses and gradient norms; an injected NaN
- * stops every rank naming the step and the rank; the loss falls on a learnable
- * task; bad settings exit 2 before any work. Losses are read from the JSON-lines
- * metrics each run writes. */
+ * reference LM heads give the same losses and gradient norms; an injected NaN,
+ * and gradients that overflow only in their sum over the ranks, stop (or skip)
+ * every rank naming the step; the loss falls on a learnable task; bad settings
+ * exit 2 before any work, and --print-config refuses them alike; a resume
+ * continues bit for bit (synthetic data, a shuffled corpus) and refuses a
+ * checkpoint of another configuration or sampler, naming what differs. Losses
+ * are read from the JSON-lines metrics each run writes. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <math.h>
@@ -13,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <hdf5.h>
 
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
@@ -158,6 +163,29 @@ START_TEST(checkpoint_fraction_and_head_fusion_change_nothing)
 }
 END_TEST
 
+/* The record of one step in a metrics file, as text (empty when missing). */
+static void step_record(const char *metrics, int step, char *out, size_t len)
+{
+    char head[32];
+    snprintf(head, sizeof head, "{\"step\": %d,", step);
+    const char *l = strstr(metrics, head), *end = l ? strchr(l, '\n') : NULL;
+    snprintf(out, len, "%.*s", l && end ? (int)(end - l) : 0, l ? l : "");
+}
+
+/* Under on_nonfinite = skip, 6 steps are logged and only step 2 is marked
+ * skipped, with no gradient norm (JSON null). */
+static void expect_only_step_2_skipped(const char *metrics)
+{
+    char rec[1024];
+    for (int step = 1; step <= 6; step++) {
+        step_record(metrics, step, rec, sizeof rec);
+        ck_assert_msg(rec[0], "no record of step %d:\n%s", step, metrics);
+        int skipped = strstr(rec, "\"skipped\": 1") != NULL;
+        int no_norm = strstr(rec, "\"grad_norm\": null") != NULL;
+        ck_assert_msg(skipped == (step == 2) && no_norm == skipped, "step %d: %s", step, rec);
+    }
+}
+
 START_TEST(nonfinite_gradient_stops_every_rank)
 {
     const char *sets[] = {"parallel.cp=2", NULL};
@@ -172,10 +200,43 @@ START_TEST(nonfinite_gradient_stops_every_rank)
     }
     test_run_free(&r);
     const char *skip[] = {"parallel.cp=2", "train.on_nonfinite=skip", NULL};
-    curve c;
-    r = train(2, 1, skip, "2:1", &c);
-    ck_assert_msg(r.exit_code == 0 && c.n == 6, "skip: exit %d, %d steps:\n%s", r.exit_code, c.n, r.out);
-    ck_assert(test_output_has(&r, "step 2: non-finite loss or gradient on rank 1; skipping"));
+    char metrics[8192];
+    const char *nan_args[] = {"--inject-nan", "2:1", NULL};
+    r = train_args(2, 1, skip, nan_args, NULL, metrics, sizeof metrics);
+    ck_assert_msg(r.exit_code == 0, "skip: exit %d:\n%s", r.exit_code, r.out);
+    ck_assert(test_output_has(&r, "step 2: non-finite loss or gradient seen on rank 1; skipping"));
+    expect_only_step_2_skipped(metrics);
+    test_run_free(&r);
+}
+END_TEST
+
+/* Gradients finite on every rank whose sum is not: the norm after the
+ * reduction is infinite on every rank, which stops or skips like a NaN. */
+START_TEST(gradient_infinite_only_after_the_reduction)
+{
+    const char *args[] = {"--inject-overflow", "2", NULL};
+    for (int dp = 1; dp <= 2; dp++) {
+        const char *sets[] = {dp == 1 ? "parallel.cp=2" : "parallel.dp=2", NULL};
+        test_run_result r = train_args(2, 1, sets, args, NULL, NULL, 0);
+        ck_assert_msg(r.exit_code == 1, "dp %d: exit %d:\n%s", dp, r.exit_code, r.out);
+        for (int k = 0; k < 2; k++) {
+            char want[160];
+            snprintf(want, sizeof want,
+                     "[%d] burst train: rank %d: step 2: non-finite gradient norm after the "
+                     "reduction; stopping",
+                     k, k);
+            ck_assert_msg(test_output_has(&r, want), "missing '%s':\n%s", want, r.out);
+        }
+        ck_assert_msg(!test_output_has(&r, "step     3/"), "a rank went on:\n%s", r.out);
+        test_run_free(&r);
+    }
+    const char *skip[] = {"parallel.cp=2", "train.on_nonfinite=skip", NULL};
+    char metrics[8192];
+    test_run_result r = train_args(2, 1, skip, args, NULL, metrics, sizeof metrics);
+    ck_assert_msg(r.exit_code == 0, "skip: exit %d:\n%s", r.exit_code, r.out);
+    const char *said = "step 2: non-finite gradient norm after the reduction; skipping";
+    ck_assert_msg(test_output_has(&r, said), "%s", r.out);
+    expect_only_step_2_skipped(metrics);
     test_run_free(&r);
 }
 END_TEST
@@ -198,18 +259,50 @@ START_TEST(loss_falls_on_a_learnable_task)
 }
 END_TEST
 
+/* burst train --print-config with the settings given, in one process. */
+static test_run_result print_config(const char *const *sets)
+{
+    char *argv[16];
+    int a = 0;
+    argv[a++] = (char *)test_burst_path();
+    argv[a++] = "train";
+    for (int i = 0; sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
+    argv[a++] = "--print-config";
+    argv[a] = NULL;
+    return test_run(argv, NULL);
+}
+
 START_TEST(bad_settings_exit_2_before_work)
 {
     const char *cases[][2] = {{"model.n_heads=3", "n_heads"},
                               {"parallel.cp=3", "[parallel]"},
                               {"data.seq_len=250", "seq_len"},
-                              {"model.n_head=4", "n_head"}};
-    for (int i = 0; i < 4; i++) {
+                              {"model.n_head=4", "n_head"},
+                              {"train.warmup_steps=7", "warmup_steps"}};
+    for (int i = 0; i < 5; i++) {
         const char *sets[] = {i == 1 ? "parallel.dp=1" : "parallel.cp=2", cases[i][0], NULL};
         test_run_result r = train(2, 1, sets, NULL, NULL);
         ck_assert_msg(r.exit_code == 2 && test_output_has(&r, cases[i][1]),
                       "--set %s: exit %d:\n%s", cases[i][0], r.exit_code, r.out);
         ck_assert_msg(!test_output_has(&r, "step "), "--set %s: training started:\n%s", cases[i][0], r.out);
+        /* --print-config refuses it with the run's message; but it checks
+         * cp = 3 for 3 ranks, which the run's world of 2 does not reach */
+        const char *base[] = {"data.seq_len=256", "train.steps=6", "train.warmup_steps=2",
+                              "train.lr=1e-2", sets[0], sets[1], NULL};
+        test_run_result p = print_config(base);
+        if (i == 1) {
+            ck_assert_msg(p.exit_code == 2 && test_output_has(&p, "[parallel] cp = 3)"), "%s",
+                          p.out);
+        } else {
+            const char *msg = strstr(p.out, "burst train: "), *end = msg ? strchr(msg, '\n') : NULL;
+            char line[512];
+            snprintf(line, sizeof line, "%.*s", msg && end ? (int)(end - msg) : 0, msg ? msg : "");
+            ck_assert_msg(p.exit_code == 2 && line[0] && test_output_has(&r, line) &&
+                              !test_output_has(&p, "effective configuration"),
+                          "--print-config --set %s: exit %d:\n%s\nthe run said:\n%s", cases[i][0],
+                          p.exit_code, p.out, r.out);
+        }
+        test_run_free(&p);
         test_run_free(&r);
     }
 }
@@ -227,31 +320,101 @@ static void loss_lines(const char *metrics, int from, int to, char *out, size_t 
     }
 }
 
-START_TEST(resume_continues_bit_for_bit)
+/* Swaps the 8-byte attribute `name` of file (of HDF5 type `type`) with *value. */
+static void swap_attribute(const char *file, const char *name, hid_t type, void *value)
 {
-    char dir[512], dir_set[600], whole[8192], first[8192], second[8192], a[2048], b[2048];
-    snprintf(dir, sizeof dir, "%s/ckpt", tmpdir);
-    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
-    const char *plain[] = {"parallel.cp=2", NULL};
-    test_run_result r = train_args(2, 1, plain, NULL, NULL, whole, sizeof whole);
+    hid_t f = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
+    ck_assert_msg(f >= 0, "cannot open %s", file);
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    ck_assert_msg(a >= 0, "%s has no attribute %s", file, name);
+    unsigned char old[8];
+    ck_assert(H5Aread(a, type, old) >= 0 && H5Awrite(a, type, value) >= 0);
+    memcpy(value, old, sizeof old);
+    ck_assert(H5Aclose(a) >= 0 && H5Fclose(f) >= 0);
+}
+
+/* Resuming with sets (and the checkpoint of dir) on `ranks` ranks is refused
+ * with exit 2 and a message containing want. */
+static void expect_resume_refused(int ranks, const char *const *sets, const char *want)
+{
+    const char *resume[] = {"--resume", NULL};
+    test_run_result r = train_args(ranks, 1, sets, resume, NULL, NULL, 0);
+    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, want), "wanted exit 2 and '%s':\n%s",
+                  want, r.out);
+    ck_assert_msg(!test_output_has(&r, "resumed from"), "%s", r.out);
+    test_run_free(&r);
+}
+
+/* 6 steps in one go, and 3 steps, a stop and a resume to 6 with sets (which
+ * name the checkpoint directory dir), log the same losses for steps 4..6, to
+ * the last bit; refused lists [settings, expected message] pairs (NULL-ended)
+ * that a resume must refuse before the good one. */
+static void expect_resume_bit_for_bit(int ranks, const char *const *sets, const char *dir,
+                                      const char *const (*refused)[2])
+{
+    char whole[8192], first[8192], second[8192], a[2048], b[2048];
+    const char *plain[16], *changed[16];
+    int n = 0;
+    for (; sets[n]; n++) plain[n] = sets[n];
+    plain[n] = NULL;
+    test_run_result r = train_args(ranks, 1, plain, NULL, NULL, whole, sizeof whole);
     ck_assert_msg(r.exit_code == 0, "%s", r.out);
     test_run_free(&r);
-    const char *ckpt[] = {"parallel.cp=2", dir_set, "train.keep_checkpoints=1", NULL};
     const char *stop[] = {"--stop-after", "3", NULL}, *resume[] = {"--resume", NULL};
-    r = train_args(2, 1, ckpt, stop, NULL, first, sizeof first);
+    r = train_args(ranks, 1, sets, stop, NULL, first, sizeof first);
     ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "checkpoint: "), "%s", r.out);
     test_run_free(&r);
-    r = train_args(2, 1, ckpt, resume, NULL, second, sizeof second);
+    for (int k = 0; refused && refused[k][0]; k++) {
+        memcpy(changed, plain, sizeof changed);
+        changed[n] = refused[k][0], changed[n + 1] = NULL;
+        char want[1024];
+        snprintf(want, sizeof want, "checkpoint %s/step-3 %s", dir, refused[k][1]);
+        expect_resume_refused(ranks, changed, want);
+    }
+    r = train_args(ranks, 1, sets, resume, NULL, second, sizeof second);
     ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "resumed from"), "%s", r.out);
     test_run_free(&r);
     loss_lines(whole, 4, 6, a, sizeof a);
     loss_lines(second, 4, 6, b, sizeof b);
     ck_assert_msg(strlen(a) > 0 && strcmp(a, b) == 0, "uninterrupted:\n%s\nresumed:\n%s", a, b);
-    /* a checkpoint of 2 ranks is refused by a world of 1 */
+}
+
+START_TEST(resume_continues_bit_for_bit)
+{
+    char dir[512], dir_set[600], model[600];
+    snprintf(dir, sizeof dir, "%s/ckpt", tmpdir);
+    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    snprintf(model, sizeof model, "%s/step-3/model.h5", dir);
+    /* keys that change the numbers are refused, each named with both values;
+     * the checkpoint is left whole by every refusal */
+    const char *const refused[][2] = {
+        {"model.d_model=128", "was written with [model] d_model = 64, this run has 128"},
+        {"data.data_seed=7", "was written with [data] data_seed = 1, this run has 7"},
+        {"train.steps=8", "was written with [train] steps = 6, this run has 8"},
+        {"train.lr=0.02", "was written with [train] lr = 0.01, this run has 0.02"},
+        {NULL, NULL}};
+    const char *sets[] = {"parallel.cp=2", dir_set, "train.keep_checkpoints=1", NULL};
+    expect_resume_bit_for_bit(2, sets, dir, refused);
+    /* another split of the world, and another world */
+    const char *contiguous[] = {"parallel.cp=2", dir_set, "parallel.layout=contiguous",
+                                "memory.ckpt_fraction=1", NULL};
+    expect_resume_refused(2, contiguous, "[parallel] layout = auto, this run has contiguous");
     const char *one[] = {"parallel.cp=1", dir_set, NULL};
-    r = train_args(1, 1, one, resume, NULL, NULL, 0);
-    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, "2 ranks"), "%s", r.out);
-    test_run_free(&r);
+    expect_resume_refused(1, one, "was written with [parallel] cp = 2, this run has 1");
+    /* a sampler position or an RNG state that this configuration does not
+     * reach after step 6 is refused, naming it */
+    int64_t position = 0;
+    uint64_t state = 99;
+    snprintf(model, sizeof model, "%s/step-6/model.h5", dir);
+    swap_attribute(model, "sample_position", H5T_NATIVE_INT64, &position);
+    ck_assert_int_eq(position, 6); /* (step 7 - 1) * dp 1 * micro-batches 1 */
+    const char *again[] = {"parallel.cp=2", dir_set, "train.steps=6", NULL};
+    expect_resume_refused(2, again, "sample_position = 0, this run continues at sample 6");
+    swap_attribute(model, "sample_position", H5T_NATIVE_INT64, &position);
+    swap_attribute(model, "rng_state", H5T_NATIVE_UINT64, &state);
+    ck_assert_uint_eq(state, 1); /* [data] data_seed */
+    expect_resume_refused(2, again, "rng_state = 99, this run has [data] data_seed = 1");
+    swap_attribute(model, "rng_state", H5T_NATIVE_UINT64, &state);
     ck_assert_int_eq(test_remove_tree(dir), 0);
 }
 END_TEST
@@ -295,6 +458,37 @@ START_TEST(trains_from_an_hdf5_corpus)
 }
 END_TEST
 
+/* Shuffled windows of a corpus, two data-parallel groups of two micro-batches:
+ * the resumed run reads the samples the uninterrupted one read at steps 4..6
+ * (a sampler restarted at sample 0 would not), and a resume under another
+ * sampling or data seed is refused. */
+START_TEST(resume_continues_a_shuffled_corpus_bit_for_bit)
+{
+    char corpus[512], path_set[600], dir[512], dir_set[600];
+    snprintf(corpus, sizeof corpus, "%s/resume.h5", tmpdir);
+    char *argv[] = {(char *)test_burst_path(), "data", "synth", "--task", "passkey", "--seq-len",
+                    "256", "--samples", "40", "--seed", "3", "-o", corpus, NULL};
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    test_run_free(&r);
+    snprintf(path_set, sizeof path_set, "data.path=%s", corpus);
+    snprintf(dir, sizeof dir, "%s/ckpt-corpus", tmpdir);
+    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    const char *const refused[][2] = {
+        {"data.sampling=sequential", "was written with [data] sampling = shuffled, this run has "
+                                     "sequential"},
+        {"data.data_seed=1", "was written with [data] data_seed = 123456789, this run has 1"},
+        {"train.micro_batches=1", "was written with [train] micro_batches = 2, this run has 1"},
+        {NULL, NULL}};
+    const char *sets[] = {"parallel.dp=2", "parallel.cp=1", "train.micro_batches=2",
+                          "data.source=hdf5", path_set, "data.sampling=shuffled",
+                          "data.data_seed=123456789", dir_set, NULL};
+    expect_resume_bit_for_bit(2, sets, dir, refused);
+    ck_assert_int_eq(test_remove_tree(dir), 0);
+    unlink(corpus);
+}
+END_TEST
+
 int main(void)
 {
     if (!test_make_tmpdir(tmpdir, sizeof tmpdir, "burst-train")) return 1;
@@ -303,8 +497,9 @@ int main(void)
     check_add_tests(
         tc, gradients_match_finite_differences, same_losses_whatever_the_number_of_ranks,
         checkpoint_fraction_and_head_fusion_change_nothing, nonfinite_gradient_stops_every_rank,
-        loss_falls_on_a_learnable_task, bad_settings_exit_2_before_work,
-        resume_continues_bit_for_bit, trains_from_an_hdf5_corpus);
+        gradient_infinite_only_after_the_reduction, loss_falls_on_a_learnable_task,
+        bad_settings_exit_2_before_work, resume_continues_bit_for_bit,
+        resume_continues_a_shuffled_corpus_bit_for_bit, trains_from_an_hdf5_corpus);
     int status = check_run(s);
     test_remove_tree(tmpdir);
     return status;

@@ -6,7 +6,9 @@
  * applies and refuses the same way; the printed configuration loads back to
  * the same struct; and the whole-configuration checks (heads dividing, world
  * size, sequence length and layout, checkpoint fraction, data source) catch
- * what they should. Files are written in a fresh temporary directory. */
+ * what they should; configuration text in memory loads as a file does; a
+ * resumed run is refused exactly the keys that change the numbers, with both
+ * values. Files are written in a fresh temporary directory. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -493,6 +495,83 @@ START_TEST(validate_accepts_consistent_configurations)
 }
 END_TEST
 
+START_TEST(configuration_text_loads_like_a_file)
+{
+    train_config c, back;
+    char err[512] = "";
+    train_config_default(&c);
+    ck_assert_int_eq(train_config_set(&c, "model.d_model=128", err, sizeof err), 0);
+    ck_assert_int_eq(train_config_set(&c, "data.path=a.h5,b.h5", err, sizeof err), 0);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    train_config_print(m, &c);
+    fclose(m);
+    train_config_default(&back);
+    ck_assert_msg(train_config_load_text(&back, text, "ck/model.h5:/config", err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert(memcmp(&c, &back, sizeof c) == 0);
+    free(text);
+    /* errors name the text's name and line; the struct is left as it was */
+    ck_assert_int_eq(train_config_load_text(&back, "[model]\nlayers = x\n", "ck/model.h5:/config",
+                                            err, sizeof err),
+                     -1);
+    ck_assert_str_eq(err, "ck/model.h5:/config:2: [model] layers = 'x': not an integer");
+    ck_assert(memcmp(&c, &back, sizeof c) == 0);
+    /* empty text changes nothing */
+    ck_assert_int_eq(train_config_load_text(&back, "", "empty", err, sizeof err), 0);
+    ck_assert(memcmp(&c, &back, sizeof c) == 0);
+}
+END_TEST
+
+START_TEST(resume_refuses_keys_that_change_the_numbers)
+{
+    static const char *const refused[][2] = {
+        {"model.d_model=128", "[model] d_model = 64, this run has 128"},
+        {"model.tied_embeddings=false", "[model] tied_embeddings = true, this run has false"},
+        {"data.path=b.h5", "[data] path = '', this run has 'b.h5'"},
+        {"data.sampling=shuffled", "[data] sampling = sequential, this run has shuffled"},
+        {"data.seq_len=8192", "[data] seq_len = 4096, this run has 8192"},
+        {"data.data_seed=7", "[data] data_seed = 1, this run has 7"},
+        {"parallel.dp=2", "[parallel] dp = 1, this run has 2"},
+        {"parallel.layout=contiguous", "[parallel] layout = auto, this run has contiguous"},
+        {"parallel.mask=window", "[parallel] mask = causal, this run has window"},
+        {"parallel.window=512", "[parallel] window = 1024, this run has 512"},
+        {"train.steps=200", "[train] steps = 100, this run has 200"},
+        {"train.micro_batches=2", "[train] micro_batches = 1, this run has 2"},
+        {"train.lr=0.001", "[train] lr = 0.003, this run has 0.001"},
+        {"train.grad_clip=0", "[train] grad_clip = 1, this run has 0"},
+        {"memory.z_loss=0.0001", "[memory] z_loss = 0, this run has 0.0001"},
+    };
+    static const char *const allowed[] = {"model.preset=custom",      "model.max_seq=8192",
+                                          "model.init_std=0.01",      "train.seed=7",
+                                          "train.on_nonfinite=skip",  "train.log_every=5",
+                                          "train.metrics=m.jsonl",    "train.checkpoint_dir=ck",
+                                          "train.checkpoint_every=2", "train.keep_checkpoints=0",
+                                          "eval.eval_samples=8",      "memory.ckpt_fraction=1",
+                                          "memory.fused_head=no",     "memory.head_chunk=64",
+                                          "parallel.backward=kv",     "parallel.ring=flat",
+                                          "transport.intra=ucx",      "transport.timeout=5"};
+    train_config was, now;
+    char err[512] = "";
+    train_config_default(&was);
+    ck_assert_int_eq(train_config_resume_check(&was, &was, err, sizeof err), 0);
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        now = was;
+        ck_assert_msg(train_config_set(&now, refused[i][0], err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(train_config_resume_check(&was, &now, err, sizeof err) == -1,
+                      "%s accepted on resume", refused[i][0]);
+        ck_assert_str_eq(err, refused[i][1]);
+    }
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) {
+        now = was;
+        ck_assert_msg(train_config_set(&now, allowed[i], err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(train_config_resume_check(&was, &now, err, sizeof err) == 0,
+                      "%s refused on resume: %s", allowed[i], err);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train_config");
@@ -505,5 +584,7 @@ int main(void)
                     set_errors_name_the_assignment, printed_configuration_loads_back_the_same);
     tcase_add_loop_test(tc, validate_catches_inconsistent_configurations, 0, N_BAD_WHOLES);
     tcase_add_test(tc, validate_accepts_consistent_configurations);
+    check_add_tests(tc, configuration_text_loads_like_a_file,
+                    resume_refuses_keys_that_change_the_numbers);
     return check_run(s);
 }

@@ -1,12 +1,12 @@
 /* hdf5_source.c: the token source over HDF5 corpora (io/corpus.h). Sample i is
  * a window of seq_len + 1 tokens inside one file: windows follow each other
  * with a stride of seq_len + 1, in file order (sequential) or in a seeded
- * permutation (shuffled). A rank reads by hyperslab only its layout's chunks,
- * each with one extra token for the last label, never a whole file. A
- * background thread reads the sample the engine announces next
- * (token_source.prefetch) while the step computes; the time the engine still
- * had to wait is counted. (HDF5 here is built thread-safe with one global lock,
- * so one reader thread is all that helps.) */
+ * permutation (shuffled), both from window_order.h. A rank reads by hyperslab
+ * only its layout's chunks, each with one extra token for the last label,
+ * never a whole file. A background thread reads the sample the engine
+ * announces next (token_source.prefetch) while the step computes; the time
+ * the engine still had to wait is counted. (HDF5 here is built thread-safe
+ * with one global lock, so one reader thread is all that helps.) */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +14,7 @@
 
 #include "io/corpus.h"
 #include "src/train/data/token_source.h"
+#include "src/train/data/window_order.h"
 #include "util/clock.h"
 
 typedef struct {
@@ -21,9 +22,7 @@ typedef struct {
     io_corpus **files;
     int n_files;
     int64_t *first_window; /* [n_files + 1]: cumulative window counts */
-    int64_t n_windows;
-    int shuffled;
-    uint64_t seed, multiplier;
+    window_order order; /* over all files' windows */
     token_shard shard;
     /* prefetch: one slot, filled by the thread */
     pthread_t thread;
@@ -38,28 +37,10 @@ typedef struct {
     double wait_s;
 } hdf5_source;
 
-static uint64_t gcd(uint64_t a, uint64_t b)
-{
-    while (b) {
-        uint64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-/* Window of sample index: a bijection of [0, n_windows) when shuffled. */
-static int64_t window_of(const hdf5_source *s, int64_t index)
-{
-    uint64_t n = (uint64_t)s->n_windows, i = (uint64_t)index % n;
-    if (!s->shuffled) return (int64_t)i;
-    return (int64_t)((s->multiplier * i + s->seed % n) % n);
-}
-
 static int read_sample(hdf5_source *s, int64_t index, int64_t *tokens, int64_t *labels, char *err,
                        size_t err_len)
 {
-    int64_t w = window_of(s, index);
+    int64_t w = (int64_t)window_order_at(&s->order, (uint64_t)index);
     int f = 0;
     while (w >= s->first_window[f + 1]) f++;
     const token_shard *sh = &s->shard;
@@ -176,8 +157,6 @@ token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uin
     s->base.prefetch = source_prefetch;
     s->base.wait_seconds = source_wait;
     s->base.vocab = vocab;
-    s->shuffled = shuffled;
-    s->seed = seed;
     s->shard = *shard;
     int64_t seq_len = shard->seq_len;
     char *list = strdup(paths), *save = NULL;
@@ -208,13 +187,7 @@ token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uin
         snprintf(err, err_len, "[data] path names no corpus file");
         goto fail;
     }
-    s->n_windows = s->first_window[s->n_files];
-    s->multiplier = 1;
-    if (shuffled) { /* an odd multiplier coprime with the window count */
-        s->multiplier = (seed * 2654435761ull) | 1;
-        while (gcd(s->multiplier % (uint64_t)s->n_windows, (uint64_t)s->n_windows) != 1)
-            s->multiplier += 2;
-    }
+    s->order = window_order_make((uint64_t)s->first_window[s->n_files], shuffled, seed);
     s->have_tokens = malloc((size_t)s->shard.n * sizeof(int64_t));
     s->have_labels = malloc((size_t)s->shard.n * sizeof(int64_t));
     pthread_mutex_init(&s->lock, NULL);
