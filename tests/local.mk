@@ -141,6 +141,13 @@ tests_cli_test_cli_SOURCES = tests/cli/test_cli.c
 tests_cli_test_cli_CFLAGS = $(SUITE_CFLAGS)
 tests_cli_test_cli_LDADD = $(SUITE_LIBS) $(LDADD)
 
+# Each rank's share of the cores: `burst run`, OMP_NUM_THREADS, srun tasks.
+check_PROGRAMS += tests/cli/test_placement
+TESTS += tests/cli/test_placement
+tests_cli_test_placement_SOURCES = tests/cli/test_placement.c
+tests_cli_test_placement_CFLAGS = $(SUITE_CFLAGS)
+tests_cli_test_placement_LDADD = $(SUITE_LIBS)
+
 # `burst data`: import, synthesise, describe and validate HDF5 corpora.
 TESTS += tests/cli/test_data.sh
 EXTRA_DIST += tests/cli/test_data.sh
