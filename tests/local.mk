@@ -36,6 +36,9 @@ SUITE_LIBS = tests/lib/libburst_tests.a $(CHECK_LIBS)
 # configure names the package to install when a dependency is missing.
 TESTS += tests/build/test_configure.sh
 EXTRA_DIST += tests/build/test_configure.sh
+# tests/run.sh's summary: a skip is no pass; CI must not skip the real Slurm.
+TESTS += tests/build/test_check_summary.sh
+EXTRA_DIST += tests/build/test_check_summary.sh tests/lib/check_summary.sh
 
 # ------------------------------------------------------------------ kernels
 # The tiled attention against the double-precision reference.
