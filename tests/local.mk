@@ -36,6 +36,9 @@ SUITE_LIBS = tests/lib/libburst_tests.a $(CHECK_LIBS)
 # configure names the package to install when a dependency is missing.
 TESTS += tests/build/test_configure.sh
 EXTRA_DIST += tests/build/test_configure.sh
+# tests/run.sh's summary: a skip is no pass; CI must not skip the real Slurm.
+TESTS += tests/build/test_check_summary.sh
+EXTRA_DIST += tests/build/test_check_summary.sh tests/lib/check_summary.sh
 
 # ------------------------------------------------------------------ kernels
 # The tiled attention against the double-precision reference.
@@ -248,6 +251,13 @@ TESTS += tests/cli/test_cli
 tests_cli_test_cli_SOURCES = tests/cli/test_cli.c
 tests_cli_test_cli_CFLAGS = $(SUITE_CFLAGS)
 tests_cli_test_cli_LDADD = $(SUITE_LIBS) $(LDADD)
+
+# Each rank's share of the cores: `burst run`, OMP_NUM_THREADS, srun tasks.
+check_PROGRAMS += tests/cli/test_placement
+TESTS += tests/cli/test_placement
+tests_cli_test_placement_SOURCES = tests/cli/test_placement.c
+tests_cli_test_placement_CFLAGS = $(SUITE_CFLAGS)
+tests_cli_test_placement_LDADD = $(SUITE_LIBS)
 
 # `burst data`: import, synthesise, describe and validate HDF5 corpora.
 TESTS += tests/cli/test_data.sh

@@ -193,7 +193,7 @@ static int evaluate_and_report(trainer *t)
 int trainer_run(trainer *t)
 {
     const train_config *c = &t->cfg;
-    trainer_report_start(t);
+    if (trainer_report_start(t) != 0) return EXIT_RUN_FAILURE;
     int64_t first = first_step(t), step;
     if (first < 0) return EXIT_USAGE;
     double t_start = bu_now(), loss = 0, gnorm = 0;

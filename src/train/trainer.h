@@ -51,7 +51,7 @@ typedef struct {
     bk_queue queue;
     FILE *metrics;
     double baseline_bytes;        /* the process before the model was made */
-    double sgemm_gflops;          /* this machine's reference rate (rank 0) */
+    double sgemm_gflops;          /* one rank's sgemm rate, measured by rank 0 alone */
 } trainer;
 
 /* Every rank decided to stop together (a non-finite loss, a failed checkpoint). */
@@ -92,8 +92,9 @@ double trainer_peak_rss_bytes(void);
 double trainer_available_bytes(void);
 /* The estimate of this rank's memory that the report prints and the end compares. */
 double trainer_estimated_bytes(const trainer *t);
-/* Rank 0's report at start: the model, the grid, memory, the sgemm rate. */
-void trainer_report_start(trainer *t);
+/* The report at start (collective): rank 0 measures sgemm alone, then prints
+ * the model, the grid, memory and that rate. 0, or an exit status. */
+int trainer_report_start(trainer *t);
 /* Rank 0's progress line of a step (every [train] log_every steps and the last). */
 void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step, double loss,
                              double gnorm, double step_s, double elapsed_s);

@@ -66,6 +66,10 @@ START_TEST(version_names_optional_parts)
     ck_assert(test_output_has(&r, "pmix:"));
     ck_assert(test_output_has(&r, "blas:"));
     test_run_free(&r);
+    r = burst("version", "--verbos");
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert(test_output_has(&r, "unexpected argument '--verbos'"));
+    test_run_free(&r);
 }
 END_TEST
 

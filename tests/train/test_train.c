@@ -4,11 +4,12 @@
  * losses step by step; checkpoint fractions 0, 1/2, 1 and the fused and
  * reference LM heads give the same losses and gradient norms; an injected NaN,
  * and gradients that overflow only in their sum over the ranks, stop (or skip)
- * every rank naming the step; the loss falls on a learnable task; bad settings
- * exit 2 before any work, and --print-config refuses them alike; a resume
- * continues bit for bit (synthetic data, a shuffled corpus) and refuses a
- * checkpoint of another configuration or sampler, naming what differs. Losses
- * are read from the JSON-lines metrics each run writes. */
+ * every rank naming the step; the loss falls on a learnable task (and the start
+ * report names whose sgemm rate it measured); bad settings exit 2 before any
+ * work, and --print-config refuses them alike; a resume continues bit for bit
+ * (synthetic data, a shuffled corpus) and refuses a checkpoint of another
+ * configuration or sampler, naming what differs. Losses are read from the
+ * JSON-lines metrics each run writes. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <math.h>
@@ -255,6 +256,17 @@ START_TEST(loss_falls_on_a_learnable_task)
         last = v;
     }
     ck_assert_msg(first > 0 && last < first - 1.0, "loss %.4f -> %.4f:\n%s", first, last, r.out);
+    /* The sgemm reference says whose rate it is: one rank's, in its own threads
+     * (OMP_NUM_THREADS when set, as make check does). */
+    const char *omp = getenv("OMP_NUM_THREADS");
+    char want[96] = "(rank 0 alone, ";
+    if (omp)
+        snprintf(want, sizeof want, "(rank 0 alone, %s OpenMP thread%s)", omp,
+                 strcmp(omp, "1") == 0 ? "" : "s");
+    const char *sgemm = strstr(r.out, "sgemm");
+    ck_assert_msg(test_output_has(&r, "sgemm per rank: ") && test_output_has(&r, want),
+                  "no 'sgemm per rank: ... %s' but: %.120s", want, sgemm ? sgemm : "no sgemm");
+    ck_assert_msg(test_output_has(&r, " of sgemm x P)"), "progress fraction not of sgemm x P");
     test_run_free(&r);
 }
 END_TEST
