@@ -93,6 +93,10 @@ void trainer_report_start(trainer *t)
            (long long)t->model.n_params, c->layers, c->d_model, c->n_heads, c->n_kv_heads,
            c->vocab, t->world_size, c->dp, c->cp, (long long)c->seq_len, (long long)t->layout.n,
            seq_layout_name(t->layout.kind), c->ckpt_fraction, c->fused_head ? "fused" : "unfused");
+    printf("attention: mask %s; %s; kernel pieces of %lld query rows\n", c->mask,
+           ring_pass_name(ring_choose_backward(t->plan.backward, c->n_heads, c->n_kv_heads,
+                                               c->d_model / c->n_heads)),
+           (long long)c->piece_rows);
     memory_report(t);
     printf("sgemm on this machine: %.1f GFLOP/s\n", t->sgemm_gflops);
     fflush(stdout);
@@ -110,8 +114,8 @@ static double step_tokens(const trainer *t)
     return (double)t->cfg.seq_len * t->cfg.dp * t->cfg.micro_batches;
 }
 
-void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step, double loss,
-                             double gnorm, double step_s, double elapsed_s)
+void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
+                             const trainer_step_result *res, double step_s, double elapsed_s)
 {
     const train_config *c = &t->cfg;
     if (t->rank != 0 || (step % c->log_every != 0 && step != c->steps)) return;
@@ -120,20 +124,21 @@ void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
     double eta = elapsed_s / (double)(step - first_step + 1) * (double)(c->steps - step);
     printf("step %5lld/%lld  loss %.4f  grad-norm %.3g  lr %.3g  %.0f tokens/s  %.2f GFLOP/s "
            "(%.2f of sgemm)  mem %s  ETA %.0f s\n",
-           (long long)step, (long long)c->steps, loss, gnorm,
+           (long long)step, (long long)c->steps, res->loss, res->grad_norm,
            lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step), step_tokens(t) / step_s,
            gflops, t->sgemm_gflops > 0 ? gflops / t->sgemm_gflops : 0,
            bu_human_bytes(trainer_rss_bytes(), mem, sizeof mem), eta);
     fflush(stdout);
 }
 
-void trainer_report_metrics(trainer *t, int64_t step, double loss, double gnorm, int skipped,
+void trainer_report_metrics(trainer *t, int64_t step, const trainer_step_result *res,
                             double step_s)
 {
     if (!t->metrics) return;
     fprintf(t->metrics,
             "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"skipped\": %d, "
-            "\"tokens_per_s\": %.6g, \"gflops\": %.6g, \"seconds\": %.6g}\n",
-            (long long)step, loss, gnorm, skipped, step_tokens(t) / step_s,
-            step_flops(t) / step_s / 1e9, step_s);
+            "\"tokens\": %lld, \"attn_bytes\": %.0f, \"tokens_per_s\": %.6g, \"gflops\": %.6g, "
+            "\"seconds\": %.6g}\n",
+            (long long)step, res->loss, res->grad_norm, res->skipped, (long long)res->tokens,
+            res->attn_bytes, step_tokens(t) / step_s, step_flops(t) / step_s / 1e9, step_s);
 }
