@@ -205,6 +205,13 @@ tests_attn_test_ring_SOURCES = tests/attn/test_ring.c
 tests_attn_test_ring_CFLAGS = $(SUITE_CFLAGS)
 tests_attn_test_ring_LDADD = $(SUITE_LIBS) $(LDADD)
 
+# Block-sparse patterns written as text, and their bitmaps.
+check_PROGRAMS += tests/attn/test_sparse_pattern
+TESTS += tests/attn/test_sparse_pattern
+tests_attn_test_sparse_pattern_SOURCES = tests/attn/test_sparse_pattern.c
+tests_attn_test_sparse_pattern_CFLAGS = $(SUITE_CFLAGS)
+tests_attn_test_sparse_pattern_LDADD = $(SUITE_LIBS) $(LDADD)
+
 # ------------------------------------------------------------------ train
 # The LM head fused with the cross-entropy loss, chunked along the sequence.
 check_PROGRAMS += tests/train/test_lm_head

@@ -16,7 +16,9 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: burst train [--config FILE] [--set section.key=value ...] [--print-config]\n\n"
             "Trains a LLaMA-style model on sequences split across ranks. Launch it on every\n"
-            "rank: `burst run -n 4 -- burst train ...`, or `srun -n 16 burst train ...`.\n\n"
+            "rank: `burst run -n 4 -- burst train ...`, or `srun -n 16 burst train ...`.\n"
+            "Attention: [parallel] mask = causal, window, document or sparse (every key is\n"
+            "described in doc/TRAINING.md; --print-config lists them with their values).\n\n"
             "  --config FILE        INI configuration; every key is checked (unknown keys,\n"
             "                       types and ranges are errors naming the key)\n"
             "  --set S.K=V          override one key after the file (repeatable, in order)\n"

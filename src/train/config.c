@@ -21,6 +21,7 @@
 
 #include <ini.h>
 
+#include "src/attn/ring.h"
 #include "src/train/config.h"
 #include "src/train/plan.h"
 #include "util/parse.h"
@@ -101,6 +102,9 @@ void train_config_default(train_config *c)
     set_string(c->layout, sizeof c->layout, "auto");
     set_string(c->mask, sizeof c->mask, "causal");
     c->window = 1024;
+    c->sparse_block = 512;
+    set_string(c->sparse_pattern, sizeof c->sparse_pattern, "local:4+global:1");
+    c->piece_rows = RING_PIECE_ROWS;
     set_string(c->backward, sizeof c->backward, "auto");
     set_string(c->ring, sizeof c->ring, "auto");
     c->steps = 100;
@@ -144,7 +148,7 @@ static const char *const source_names[] = {"synthetic", "hdf5", NULL};
 static const char *const task_names[] = {"copy", "counting", NULL};
 static const char *const sampling_names[] = {"sequential", "shuffled", NULL};
 static const char *const layout_names[] = {"auto", "zigzag", "contiguous", NULL};
-static const char *const mask_names[] = {"causal", "window", NULL};
+static const char *const mask_names[] = {"causal", "window", "document", "sparse", NULL};
 static const char *const backward_names[] = {"auto", "q", "kv", NULL};
 static const char *const ring_names[] = {"auto", "flat", "double", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
@@ -180,14 +184,18 @@ static const field fields[] = {
     STR("data", path),
     ENUM("data", sampling, sampling_names),
     I64("data", seq_len, 1),
+    I64("data", doc_len, 0),
     U64("data", data_seed),
     INT("parallel", dp, 1),
     INT("parallel", cp, 1),
     ENUM("parallel", layout, layout_names),
     ENUM("parallel", mask, mask_names),
     I64("parallel", window, 0),
+    I64("parallel", sparse_block, 1),
+    STR("parallel", sparse_pattern),
     ENUM("parallel", backward, backward_names),
     ENUM("parallel", ring, ring_names),
+    I64("parallel", piece_rows, 1),
     I64("train", steps, 1),
     INT("train", micro_batches, 1),
     DBL("train", lr, 0, 1, INFINITY, 0),
@@ -658,6 +666,30 @@ static int fail(char *err, size_t err_len, const char *fmt, ...)
     return -1;
 }
 
+/* Where the documents of mask = document come from: [data] doc_len for the
+ * synthetic source, the corpus's own boundaries for hdf5. */
+static int validate_documents(const train_config *c, const bk_attn_mask *mask, char *err,
+                              size_t err_len)
+{
+    int documents = (mask->flags & BK_ATTN_DOCUMENT) != 0;
+    int synthetic = plan_source(c->source) == SOURCE_SYNTHETIC;
+    if (documents && synthetic && c->doc_len == 0)
+        return fail(err, err_len,
+                    "[parallel] mask = document with [data] source = synthetic needs [data] "
+                    "doc_len (the mean tokens per document)");
+    if (c->doc_len != 0 && !documents)
+        return fail(err, err_len,
+                    "[data] doc_len = %" PRId64 " is only used with [parallel] mask = document "
+                    "(here mask = %s)",
+                    c->doc_len, c->mask);
+    if (c->doc_len != 0 && !synthetic)
+        return fail(err, err_len,
+                    "[data] doc_len = %" PRId64 " is for the synthetic source: an hdf5 corpus "
+                    "brings its documents (/doc_offsets); set doc_len = 0",
+                    c->doc_len);
+    return 0;
+}
+
 int train_config_validate(const train_config *c, int world_size, char *err, size_t err_len)
 {
     /* Every field on its own, with the parser's rules (for structs filled in code). */
@@ -697,6 +729,11 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
         return fail(err, err_len,
                     "[parallel] window = %" PRId64 " must be at least 1 for mask = window",
                     c->window);
+    if (validate_documents(c, &mask, err, err_len) != 0) return -1;
+    if ((mask.flags & BK_ATTN_BLOCK_SPARSE) &&
+        plan_sparse_mask(c->sparse_pattern, c->sparse_block, c->seq_len, &mask, NULL, err,
+                         err_len) != 0)
+        return -1;
     seq_layout_kind kind = plan_layout(c->layout, c->mask);
     const char *layout = seq_layout_name(kind);
     int zigzag = kind == LAYOUT_ZIGZAG;

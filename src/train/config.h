@@ -30,14 +30,18 @@ typedef struct {
     char path[180];         /* hdf5: corpus files, comma-separated */
     char sampling[16];      /* hdf5: sequential | shuffled */
     int64_t seq_len;        /* tokens per sequence (global, split over cp ranks) */
+    int64_t doc_len;        /* synthetic, mask = document: mean tokens per document (0: none) */
     uint64_t data_seed;
     /* [parallel] */
     int dp, cp;             /* world = dp * cp, node-major */
     char layout[16];        /* auto | zigzag | contiguous */
-    char mask[16];          /* causal | window */
+    char mask[16];          /* causal | window | document | sparse */
     int64_t window;         /* tokens, for mask = window */
+    int64_t sparse_block;   /* tokens per block, for mask = sparse */
+    char sparse_pattern[64]; /* mask = sparse: e.g. local:4+global:1 (src/attn/sparse_pattern.h) */
     char backward[8];       /* auto | q | kv */
     char ring[8];           /* auto | flat | double */
+    int64_t piece_rows;     /* query rows per attention kernel call between transport polls */
     /* [train] */
     int64_t steps;
     int micro_batches;      /* gradient accumulation: sequences per rank per step */

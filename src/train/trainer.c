@@ -44,18 +44,23 @@ static void make_model_layout(trainer *t)
     model_layout_init(&t->model, &dims);
 }
 
-static void make_plan(trainer *t)
+static int make_plan(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     train_plan *p = &t->plan;
     p->layout = plan_layout(c->layout, c->mask);
     p->mask = plan_mask(c->mask, c->window);
+    if ((p->mask.flags & BK_ATTN_BLOCK_SPARSE) &&
+        plan_sparse_mask(c->sparse_pattern, c->sparse_block, c->seq_len, &p->mask,
+                         &t->sparse_bits, err, err_len) != 0)
+        return -1;
     p->backward = plan_backward(c->backward);
     p->ring = plan_ring(c->ring);
     p->source = plan_source(c->source);
     p->shuffled = plan_shuffled(c->sampling);
     p->on_nonfinite = plan_on_nonfinite(c->on_nonfinite);
     p->keep = plan_keep(c->ckpt_fraction);
+    return 0;
 }
 
 /* The model runner over this rank's CP group, on the planned ring. */
@@ -72,7 +77,8 @@ static int make_runner(trainer *t, char *err, size_t err_len)
     }
     model_runner_config rc = {
         .model = &t->model, .cp = t->cp_comm, .layout = t->layout, .topo = topo, .nodes = cp_nodes,
-        .mask = t->plan.mask, .backward = t->plan.backward, .keep = t->plan.keep,
+        .mask = t->plan.mask, .backward = t->plan.backward, .piece_rows = c->piece_rows,
+        .keep = t->plan.keep,
         .micro_batches = c->micro_batches, .fused_head = c->fused_head,
         .head = {.chunk_tokens = c->head_chunk, .z_loss = (float)c->z_loss, .ignore_index = TOKEN_IGNORE},
         .queue = &t->queue};
@@ -83,11 +89,13 @@ static int make_runner(trainer *t, char *err, size_t err_len)
 static int make_source(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
+    int documents = (t->plan.mask.flags & BK_ATTN_DOCUMENT) != 0;
     if (t->plan.source == SOURCE_HDF5)
-        t->data = hdf5_source_create(c->path, c->vocab, t->plan.shuffled, c->data_seed, &t->shard,
-                                     err, err_len);
+        t->data = hdf5_source_create(c->path, c->vocab, t->plan.shuffled, c->data_seed, documents,
+                                     &t->shard, err, err_len);
     else
-        t->data = synthetic_source_create(c->task, c->vocab, c->data_seed, &t->shard, err, err_len);
+        t->data = synthetic_source_create(c->task, c->vocab, c->data_seed, c->doc_len, &t->shard,
+                                          err, err_len);
     return t->data ? 0 : -1;
 }
 
@@ -108,6 +116,8 @@ static void make_state(trainer *t)
     size_t n = (size_t)t->layout.n * (size_t)c->micro_batches;
     t->tokens = malloc(n * sizeof(int64_t));
     t->labels = malloc(n * sizeof(int64_t));
+    if (t->plan.mask.flags & BK_ATTN_DOCUMENT)
+        t->segments = malloc((size_t)(c->seq_len + 1) * (size_t)c->micro_batches * sizeof(int32_t));
 }
 
 int trainer_setup(trainer *t, char *err, size_t err_len)
@@ -126,7 +136,7 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     }
     t->dp_rank = bt_comm_rank(t->dp_comm);
     t->cp_rank = bt_comm_rank(t->cp_comm);
-    make_plan(t);
+    if (make_plan(t, err, err_len) != 0) return EXIT_USAGE;
     if (seq_layout_init(&t->layout, t->plan.layout, c->cp, c->seq_len, err, err_len) != 0)
         return EXIT_USAGE;
     t->shard = token_shard_of(&t->layout, t->cp_rank);
@@ -196,18 +206,18 @@ int trainer_run(trainer *t)
     if (trainer_report_start(t) != 0) return EXIT_RUN_FAILURE;
     int64_t first = first_step(t), step;
     if (first < 0) return EXIT_USAGE;
-    double t_start = bu_now(), loss = 0, gnorm = 0;
+    double t_start = bu_now();
+    trainer_step_result res = {0};
     int status = 0;
     for (step = first; step <= c->steps && status == 0; step++) {
         double t0 = bu_now();
-        int skipped = 0;
-        status = trainer_step(t, step, &loss, &gnorm, &skipped);
+        status = trainer_step(t, step, &res);
         if (status != 0) break;
         double dt = bu_now() - t0;
-        trainer_report_progress(t, step, first, loss, gnorm, dt, bu_now() - t_start);
+        trainer_report_progress(t, step, first, &res, dt, bu_now() - t_start);
         status = checkpoint_if_due(t, step);
         if (status != 0) break;
-        trainer_report_metrics(t, step, loss, gnorm, skipped, dt);
+        trainer_report_metrics(t, step, &res, dt);
         if (step == t->opts.stop_after) {
             step++;
             break;
@@ -221,7 +231,8 @@ int trainer_run(trainer *t)
         char p[32], e[32];
         printf("done: step %lld of %lld, final loss %.4f; peak memory rank 0 %s (estimated %s, "
                "ratio %.2f)\n",
-               (long long)(step - 1), (long long)c->steps, loss, bu_human_bytes(peak, p, sizeof p),
+               (long long)(step - 1), (long long)c->steps, res.loss,
+               bu_human_bytes(peak, p, sizeof p),
                bu_human_bytes(est, e, sizeof e), peak / est);
     }
     return status;
@@ -236,6 +247,7 @@ void trainer_free(trainer *t)
     bt_comm_free(t->dp_comm);
     bt_comm_free(t->cp_comm);
     free(t->params), free(t->grads), free(t->tokens), free(t->labels);
+    free(t->segments), free(t->sparse_bits);
     if (t->metrics) fclose(t->metrics);
     memset(t, 0, sizeof *t);
 }

@@ -48,6 +48,8 @@ typedef struct {
     token_shard shard;            /* this rank's positions of every sample */
     float *params, *grads;
     int64_t *tokens, *labels;     /* [micro_batches][n] */
+    int32_t *segments;            /* [micro_batches][seq_len + 1] document ids (mask = document) */
+    uint64_t *sparse_bits;        /* the bitmap of mask = sparse (plan.mask points at it) */
     bk_queue queue;
     FILE *metrics;
     double baseline_bytes;        /* the process before the model was made */
@@ -71,9 +73,17 @@ void trainer_free(trainer *t);
  * one formula for reading, prefetching and the checkpoint's sample position. */
 int64_t trainer_sample_index(const train_config *c, int64_t step, int dp_rank, int mb);
 
+/* What one step did, the same on every rank. */
+typedef struct {
+    double loss, grad_norm;
+    int skipped;        /* non-finite, and [train] on_nonfinite = skip */
+    int64_t tokens;     /* tokens with a label (not ignored), all ranks */
+    double attn_bytes;  /* bytes the attention rings sent, all ranks */
+} trainer_step_result;
+
 /* One optimizer step: all micro-batches, then ZeRO-1. 0, STOP_AGREED, or the
  * exit status after a failure. */
-int trainer_step(trainer *t, int64_t step, double *loss, double *gnorm, int *skipped);
+int trainer_step(trainer *t, int64_t step, trainer_step_result *res);
 
 /* 1 on every rank when any rank passes failed != 0: ranks stop together. */
 int trainer_any_rank(trainer *t, int failed);
@@ -96,10 +106,10 @@ double trainer_estimated_bytes(const trainer *t);
  * the model, the grid, memory and that rate. 0, or an exit status. */
 int trainer_report_start(trainer *t);
 /* Rank 0's progress line of a step (every [train] log_every steps and the last). */
-void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step, double loss,
-                             double gnorm, double step_s, double elapsed_s);
+void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
+                             const trainer_step_result *res, double step_s, double elapsed_s);
 /* The step's line in the [train] metrics file, if any. */
-void trainer_report_metrics(trainer *t, int64_t step, double loss, double gnorm, int skipped,
+void trainer_report_metrics(trainer *t, int64_t step, const trainer_step_result *res,
                             double step_s);
 
 #endif

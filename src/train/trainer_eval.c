@@ -1,7 +1,8 @@
 /* trainer_eval.c: passkey retrieval after training (trainer.h). For each
  * held-out sample of [eval] eval_path, the most likely token at the answer
  * position is compared with the answer; DP groups share the samples, the CP
- * group of a sample runs its forward together. */
+ * group of a sample runs its forward together (under a document mask, within
+ * the eval corpus's documents). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -21,7 +22,8 @@ static int open_eval(trainer *t, int64_t **answers, int64_t *rows, int64_t *cols
         failed = 1;
     }
     if (!failed)
-        *src = hdf5_source_create(c->eval_path, c->vocab, 0, 0, &t->shard, err, err_len);
+        *src = hdf5_source_create(c->eval_path, c->vocab, 0, 0, t->segments != NULL, &t->shard,
+                                  err, err_len);
     failed |= !*src;
     if (!trainer_any_rank(t, failed)) return 0;
     free(*answers);
@@ -56,7 +58,10 @@ int trainer_evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, si
             failed = 1;
             break;
         }
-        failed = src->read(src, s, t->tokens, t->labels) != 0;
+        failed = src->read(src, s, t->tokens, t->labels) != 0 ||
+                 (t->segments && (src->documents(src, s, t->segments) != 0 ||
+                                  model_runner_set_documents(t->runner, t->segments, err,
+                                                             err_len) != 0));
         int64_t row = local_row(t, a[1] - 1), predicted = -1;
         if (!failed &&
             model_predict(t->runner, t->params, t->tokens, &row, row >= 0, &predicted) != BT_OK) {

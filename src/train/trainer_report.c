@@ -110,6 +110,10 @@ int trainer_report_start(trainer *t)
            (long long)t->model.n_params, c->layers, c->d_model, c->n_heads, c->n_kv_heads,
            c->vocab, t->world_size, c->dp, c->cp, (long long)c->seq_len, (long long)t->layout.n,
            seq_layout_name(t->layout.kind), c->ckpt_fraction, c->fused_head ? "fused" : "unfused");
+    printf("attention: mask %s; %s; kernel pieces of %lld query rows\n", c->mask,
+           ring_pass_name(ring_choose_backward(t->plan.backward, c->n_heads, c->n_kv_heads,
+                                               c->d_model / c->n_heads)),
+           (long long)c->piece_rows);
     memory_report(t);
     printf("sgemm per rank: %.1f GFLOP/s (rank 0 alone, %d OpenMP thread%s)\n", t->sgemm_gflops,
            omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
@@ -129,8 +133,8 @@ static double step_tokens(const trainer *t)
     return (double)t->cfg.seq_len * t->cfg.dp * t->cfg.micro_batches;
 }
 
-void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step, double loss,
-                             double gnorm, double step_s, double elapsed_s)
+void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
+                             const trainer_step_result *res, double step_s, double elapsed_s)
 {
     const train_config *c = &t->cfg;
     if (t->rank != 0 || (step % c->log_every != 0 && step != c->steps)) return;
@@ -139,7 +143,7 @@ void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
     double eta = elapsed_s / (double)(step - first_step + 1) * (double)(c->steps - step);
     printf("step %5lld/%lld  loss %.4f  grad-norm %.3g  lr %.3g  %.0f tokens/s  %.2f GFLOP/s "
            "(%.2f of sgemm x P)  mem %s  ETA %.0f s\n",
-           (long long)step, (long long)c->steps, loss, gnorm,
+           (long long)step, (long long)c->steps, res->loss, res->grad_norm,
            lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step), step_tokens(t) / step_s,
            gflops, sgemm_world > 0 ? gflops / sgemm_world : 0,
            bu_human_bytes(trainer_rss_bytes(), mem, sizeof mem), eta);
@@ -155,14 +159,16 @@ static const char *json_number(double v, char *buf, size_t len)
     return buf;
 }
 
-void trainer_report_metrics(trainer *t, int64_t step, double loss, double gnorm, int skipped,
+void trainer_report_metrics(trainer *t, int64_t step, const trainer_step_result *res,
                             double step_s)
 {
     if (!t->metrics) return;
     char l[32], g[32];
     fprintf(t->metrics,
             "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"skipped\": %d, "
-            "\"tokens_per_s\": %.6g, \"gflops\": %.6g, \"seconds\": %.6g}\n",
-            (long long)step, json_number(loss, l, sizeof l), json_number(gnorm, g, sizeof g),
-            skipped, step_tokens(t) / step_s, step_flops(t) / step_s / 1e9, step_s);
+            "\"tokens\": %lld, \"attn_bytes\": %.0f, \"tokens_per_s\": %.6g, \"gflops\": %.6g, "
+            "\"seconds\": %.6g}\n",
+            (long long)step, json_number(res->loss, l, sizeof l),
+            json_number(res->grad_norm, g, sizeof g), res->skipped, (long long)res->tokens,
+            res->attn_bytes, step_tokens(t) / step_s, step_flops(t) / step_s / 1e9, step_s);
 }

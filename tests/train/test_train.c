@@ -1,15 +1,22 @@
 /* test_train.c: the training engine, with real ranks under `burst run`:
- * gradients against finite differences (tests/train/train_gradcheck); the same tiny
- * run on P = 1, 2, 4 ranks, DP x CP = 2 x 2 and the double ring gives the same
- * losses step by step; checkpoint fractions 0, 1/2, 1 and the fused and
- * reference LM heads give the same losses and gradient norms; an injected NaN,
- * and gradients that overflow only in their sum over the ranks, stop (or skip)
- * every rank naming the step; the loss falls on a learnable task (and the start
- * report names whose sgemm rate it measured); bad settings exit 2 before any
- * work, and --print-config refuses them alike; a resume continues bit for bit
- * (synthetic data, a shuffled corpus) and refuses a checkpoint of another
- * configuration or sampler, naming what differs. Losses are read from the
- * JSON-lines metrics each run writes. */
+ * gradients against finite differences and what each mask isolates
+ * (tests/train/train_gradcheck); the same tiny run on P = 1, 2, 4 ranks,
+ * DP x CP = 2 x 2 and the double ring gives the same losses step by step, and
+ * so do document masks (synthetic and HDF5 documents), block-sparse masks,
+ * the sliding window, the Q-side backward (forced, and chosen by auto for
+ * multi-head attention) and the kernels called on several pieces of a block;
+ * documents and sparse blocks make the rings send fewer bytes; checkpoint
+ * fractions 0, 1/2, 1 and the fused and reference LM heads give the same
+ * losses and gradient norms; an injected NaN, and gradients that overflow only
+ * in their sum over the ranks, stop (or skip) every rank naming the step; the
+ * loss falls on a learnable task (and the start report names whose sgemm rate
+ * it measured); bad settings exit 2 before any work, and --print-config
+ * refuses them alike; a resume continues bit for bit (synthetic data, a
+ * shuffled corpus) and refuses a checkpoint of another configuration or
+ * sampler, naming what differs. Losses, labelled tokens and ring bytes are
+ * read from the JSON-lines metrics each run writes. Every rank runs one OpenMP
+ * thread: more threads than cores, spinning, would make a multi-rank run
+ * crawl. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <math.h>
@@ -28,7 +35,19 @@ enum { MAX_STEPS = 64 };
 typedef struct {
     int n;
     double loss[MAX_STEPS], grad_norm[MAX_STEPS];
+    double tokens[MAX_STEPS], attn_bytes[MAX_STEPS]; /* labelled tokens, ring bytes sent */
 } curve;
+
+static char *one_thread[] = {"OMP_NUM_THREADS=1", NULL};
+
+/* The number after "key": in a metrics line, or -1 when absent. */
+static double metric(const char *line, const char *key)
+{
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\": ", key);
+    const char *at = strstr(line, quoted);
+    return at ? atof(at + strlen(quoted)) : -1;
+}
 
 static char tmpdir[256];
 
@@ -58,7 +77,7 @@ static test_run_result train_args(int ranks, int nodes, const char *const *sets,
     argv[a++] = "--set", argv[a++] = metrics_set;
     for (int i = 0; args && args[i]; i++) argv[a++] = (char *)args[i];
     argv[a] = NULL;
-    test_run_result r = test_run(argv, NULL);
+    test_run_result r = test_run(argv, one_thread);
     if (metrics_text) {
         metrics_text[0] = '\0';
         FILE *f = fopen(metrics, "r");
@@ -71,10 +90,11 @@ static test_run_result train_args(int ranks, int nodes, const char *const *sets,
         FILE *f = fopen(metrics, "r");
         char line[1024];
         while (f && fgets(line, sizeof line, f) && out->n < MAX_STEPS) {
-            char *l = strstr(line, "\"loss\": "), *g = strstr(line, "\"grad_norm\": ");
-            if (!l || !g) continue;
-            out->loss[out->n] = atof(l + 8);
-            out->grad_norm[out->n] = atof(g + 13);
+            if (!strstr(line, "\"loss\": ") || !strstr(line, "\"grad_norm\": ")) continue;
+            out->loss[out->n] = metric(line, "loss");
+            out->grad_norm[out->n] = metric(line, "grad_norm");
+            out->tokens[out->n] = metric(line, "tokens");
+            out->attn_bytes[out->n] = metric(line, "attn_bytes");
             out->n++;
         }
         if (f) fclose(f);
@@ -94,6 +114,9 @@ static void expect_same(const curve *a, const curve *b, double tol, const char *
 {
     ck_assert_msg(a->n == 6 && b->n == 6, "%s: %d and %d steps logged", what, a->n, b->n);
     for (int i = 0; i < a->n; i++) {
+        ck_assert_msg(a->tokens[i] > 0 && a->tokens[i] == b->tokens[i],
+                      "%s: step %d labelled tokens %.0f vs %.0f", what, i + 1, a->tokens[i],
+                      b->tokens[i]);
         ck_assert_msg(fabs(a->loss[i] - b->loss[i]) <= tol * fabs(a->loss[i]),
                       "%s: step %d loss %.9g vs %.9g", what, i + 1, a->loss[i], b->loss[i]);
         ck_assert_msg(fabs(a->grad_norm[i] - b->grad_norm[i]) <= 10 * tol * fabs(a->grad_norm[i]),
@@ -102,25 +125,71 @@ static void expect_same(const curve *a, const curve *b, double tol, const char *
     }
 }
 
-static void run_ok(int ranks, int nodes, const char *const *sets, curve *c)
+/* A run that must succeed; its output must hold `says` when given. */
+static void run_saying(int ranks, int nodes, const char *const *sets, const char *says, curve *c)
 {
     test_run_result r = train(ranks, nodes, sets, NULL, c);
     ck_assert_msg(r.exit_code == 0, "burst train on %d ranks exited %d:\n%s", ranks, r.exit_code, r.out);
+    ck_assert_msg(!says || test_output_has(&r, says), "no '%s' in:\n%s", says, r.out);
     test_run_free(&r);
+}
+
+static void run_ok(int ranks, int nodes, const char *const *sets, curve *c)
+{
+    run_saying(ranks, nodes, sets, NULL, c);
+}
+
+/* The sets of a run: base (NULL-terminated) followed by more (idem). */
+static const char *const *with(const char *const *base, const char *const *more)
+{
+    static const char *all[32];
+    int n = 0;
+    for (int i = 0; base[i]; i++) all[n++] = base[i];
+    for (int i = 0; more[i]; i++) all[n++] = more[i];
+    all[n] = NULL;
+    return all;
+}
+
+/* On every step, run a sent fewer ring bytes than run b (both on the same ranks). */
+static void expect_fewer_bytes(const curve *a, const curve *b, const char *what)
+{
+    for (int i = 0; i < a->n && i < b->n; i++)
+        ck_assert_msg(a->attn_bytes[i] > 0 && a->attn_bytes[i] < b->attn_bytes[i],
+                      "%s: step %d sent %.0f ring bytes, the causal mask %.0f", what, i + 1,
+                      a->attn_bytes[i], b->attn_bytes[i]);
 }
 
 START_TEST(gradients_match_finite_differences)
 {
     char path[4096];
     test_program_path("tests/train/train_gradcheck", path, sizeof path);
-    const char *cases[][3] = {{"1", "1", "1"}, {"1", "0", "0"}, {"2", "0.5", "1"}, {"4", "1", "0"}};
-    for (int i = 0; i < 4; i++) {
-        char *argv[] = {(char *)test_burst_path(), "run", "-n", (char *)cases[i][0], "--", path,
-                        (char *)cases[i][1], (char *)cases[i][2], NULL};
-        test_run_result r = test_run(argv, NULL);
+    /* ranks, then the worker's options */
+    const char *cases[][9] = {
+        {"1", "--mask", "causal", "--fraction", "1", "--fused", "1", NULL},
+        {"1", "--mask", "causal", "--fraction", "0", "--fused", "0", NULL},
+        {"2", "--mask", "causal", "--fraction", "0.5", "--fused", "1", NULL},
+        {"4", "--mask", "causal", "--fraction", "1", "--fused", "0", NULL},
+        {"2", "--mask", "causal", "--fraction", "0", "--bwd", "q", NULL},
+        {"2", "--mask", "window", "--fraction", "1", "--piece-rows", "5", NULL},
+        {"4", "--mask", "window", "--fraction", "0", "--bwd", "q", NULL},
+        {"2", "--mask", "document", "--fraction", "1", NULL},
+        {"4", "--mask", "document", "--bwd", "q", "--piece-rows", "3", NULL},
+        {"2", "--mask", "sparse", "--fraction", "1", NULL},
+        {"4", "--mask", "sparse", "--fraction", "0", "--bwd", "q", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[16] = {(char *)test_burst_path(), "run", "-n", (char *)cases[i][0], "--", path};
+        char options[160] = "";
+        int a = 6;
+        for (int k = 1; cases[i][k]; k++) {
+            argv[a++] = (char *)cases[i][k];
+            snprintf(options + strlen(options), sizeof options - strlen(options), " %s",
+                     cases[i][k]);
+        }
+        argv[a] = NULL;
+        test_run_result r = test_run(argv, one_thread);
         ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "ok gradcheck"),
-                      "gradcheck P=%s fraction %s fused %s:\n%s", cases[i][0], cases[i][1],
-                      cases[i][2], r.out);
+                      "gradcheck P=%s%s:\n%s", cases[i][0], options, r.out);
         test_run_free(&r);
     }
 }
@@ -144,6 +213,121 @@ START_TEST(same_losses_whatever_the_number_of_ranks)
     const char *dbl[] = {"parallel.cp=4", "train.micro_batches=2", "parallel.ring=double", NULL};
     run_ok(4, 2, dbl, &other);
     expect_same(&one, &other, 1e-4, "double ring on 2 nodes x 2 vs P=1");
+}
+END_TEST
+
+/* Under mask (sets, two samples a step), runs on P = 2 and 4 ranks (zigzag
+ * with the Q-side backward, and contiguous) give the losses of P = 1, and on 4
+ * contiguous ranks the rings send fewer bytes than the causal mask's; *four
+ * and *causal are those two runs on 4 contiguous ranks. */
+static void mask_matches_single_rank(const char *const *mask, const char *name, curve *four,
+                                     curve *causal)
+{
+    static const char *const splits[][4] = {
+        {"parallel.cp=2", NULL},
+        {"parallel.cp=4", "parallel.layout=zigzag", "parallel.backward=q", NULL},
+        {"parallel.cp=4", "parallel.layout=contiguous", NULL},
+    };
+    static const int ranks[] = {2, 4, 4};
+    char says[64], what[128];
+    curve one;
+    snprintf(says, sizeof says, "attention: mask %s", name);
+    run_saying(1, 1, with(mask, (const char *[]){"parallel.cp=1", NULL}), says, &one);
+    for (int i = 0; i < 3; i++) {
+        run_ok(ranks[i], 1, with(mask, splits[i]), four);
+        snprintf(what, sizeof what, "%s mask, %s %s %s vs P=1", name, splits[i][0],
+                 splits[i][1] ? splits[i][1] : "", splits[i][1] ? splits[i][2] : "");
+        expect_same(&one, four, 1e-4, what);
+    }
+    const char *plain[] = {"parallel.cp=4", "parallel.layout=contiguous", "memory.ckpt_fraction=1",
+                           "train.micro_batches=2", NULL};
+    run_ok(4, 1, plain, causal);
+    expect_fewer_bytes(four, causal, name);
+}
+
+/* Documents of 24 tokens on average, other ones in each sample: the last
+ * token of each document is not a label, and a block is not sent to a rank
+ * whose tokens share no document with it. */
+START_TEST(document_masks_match_single_rank)
+{
+    const char *docs[] = {"parallel.mask=document", "data.doc_len=24", "memory.ckpt_fraction=1",
+                          "train.micro_batches=2", NULL};
+    curve four, causal;
+    mask_matches_single_rank(docs, "document", &four, &causal);
+    for (int i = 0; i < causal.n; i++) /* each document's last token went unlabelled */
+        ck_assert_msg(four.tokens[i] < causal.tokens[i],
+                      "step %d: %.0f labels with documents, %.0f without", i + 1, four.tokens[i],
+                      causal.tokens[i]);
+}
+END_TEST
+
+/* Blocks of 16 tokens, each seeing itself, the one before and the first. */
+START_TEST(block_sparse_masks_match_single_rank)
+{
+    const char *sparse[] = {"parallel.mask=sparse", "parallel.sparse_block=16",
+                            "parallel.sparse_pattern=local:2+global:1", "memory.ckpt_fraction=1",
+                            "train.micro_batches=2", NULL};
+    curve four, causal;
+    mask_matches_single_rank(sparse, "sparse", &four, &causal);
+}
+END_TEST
+
+/* A window of 40 tokens, shorter than a rank's share: recomputed (fraction 0)
+ * or kept (1), contiguous or zigzag, either backward direction. */
+START_TEST(sliding_window_matches_single_rank)
+{
+    const char *window[] = {"parallel.mask=window", "parallel.window=40", NULL};
+    curve one, other;
+    run_ok(1, 1, with(window, (const char *[]){"memory.ckpt_fraction=1", NULL}), &one);
+    const char *p2[] = {"parallel.cp=2", "memory.ckpt_fraction=0", NULL};
+    run_ok(2, 1, with(window, p2), &other);
+    expect_same(&one, &other, 1e-4, "window, fraction 0, P=2 vs P=1");
+    const char *p4[] = {"parallel.cp=4", "memory.ckpt_fraction=1", "parallel.backward=q", NULL};
+    run_ok(4, 1, with(window, p4), &other);
+    expect_same(&one, &other, 1e-4, "window, Q-side backward, P=4 vs P=1");
+    const char *zigzag[] = {"parallel.cp=4", "memory.ckpt_fraction=0", "parallel.layout=zigzag",
+                            NULL};
+    run_ok(4, 1, with(window, zigzag), &other);
+    expect_same(&one, &other, 1e-4, "window, zigzag, P=4 vs P=1");
+}
+END_TEST
+
+/* The tiny preset has grouped-query attention, where auto sends K and V; the
+ * Q-side backward forced, and multi-head attention, where auto takes it. */
+START_TEST(q_side_backward_matches_single_rank)
+{
+    curve one, other;
+    run_saying(1, 1, (const char *[]){"parallel.cp=1", NULL}, "backward (KV-side", &one);
+    const char *q2[] = {"parallel.cp=2", "parallel.backward=q", NULL};
+    run_saying(2, 1, q2, "backward (Q-side", &other);
+    expect_same(&one, &other, 1e-4, "GQA, Q-side forced, P=2 vs P=1");
+    const char *q4[] = {"parallel.cp=4", "parallel.backward=q", "memory.ckpt_fraction=0", NULL};
+    run_saying(4, 1, q4, "backward (Q-side", &other);
+    expect_same(&one, &other, 1e-4, "GQA, Q-side forced, P=4 vs P=1");
+    const char *mha1[] = {"model.n_kv_heads=4", "parallel.cp=1", NULL};
+    run_saying(1, 1, mha1, "backward (Q-side", &one);
+    const char *mha4[] = {"model.n_kv_heads=4", "parallel.cp=4", NULL};
+    run_saying(4, 1, mha4, "backward (Q-side", &other);
+    expect_same(&one, &other, 1e-4, "MHA, auto (Q-side), P=4 vs P=1");
+    const char *mha_double[] = {"model.n_kv_heads=4", "parallel.cp=4", "parallel.ring=double",
+                                NULL};
+    run_saying(4, 2, mha_double, "backward (Q-side", &other);
+    expect_same(&one, &other, 1e-4, "MHA, auto (Q-side), double ring on 2 nodes x 2 vs P=1");
+}
+END_TEST
+
+/* Pieces of 24 query rows: 128 rows per rank in five whole pieces and one of 8. */
+START_TEST(ring_in_several_kernel_pieces_matches_single_rank)
+{
+    curve one, other;
+    run_ok(1, 1, (const char *[]){"parallel.cp=1", NULL}, &one);
+    const char *pieces[] = {"parallel.cp=2", "parallel.piece_rows=24", NULL};
+    run_saying(2, 1, pieces, "kernel pieces of 24 query rows", &other);
+    expect_same(&one, &other, 1e-4, "pieces of 24 rows, P=2 vs P=1");
+    const char *q_pieces[] = {"parallel.cp=2", "parallel.piece_rows=24", "parallel.backward=q",
+                              "memory.ckpt_fraction=0", NULL};
+    run_ok(2, 1, q_pieces, &other);
+    expect_same(&one, &other, 1e-4, "pieces of 24 rows, Q-side backward, P=2 vs P=1");
 }
 END_TEST
 
@@ -257,12 +441,8 @@ START_TEST(loss_falls_on_a_learnable_task)
     }
     ck_assert_msg(first > 0 && last < first - 1.0, "loss %.4f -> %.4f:\n%s", first, last, r.out);
     /* The sgemm reference says whose rate it is: one rank's, in its own threads
-     * (OMP_NUM_THREADS when set, as make check does). */
-    const char *omp = getenv("OMP_NUM_THREADS");
-    char want[96] = "(rank 0 alone, ";
-    if (omp)
-        snprintf(want, sizeof want, "(rank 0 alone, %s OpenMP thread%s)", omp,
-                 strcmp(omp, "1") == 0 ? "" : "s");
+     * (the one thread every rank of these runs is given). */
+    const char *want = "(rank 0 alone, 1 OpenMP thread)";
     const char *sgemm = strstr(r.out, "sgemm");
     ck_assert_msg(test_output_has(&r, "sgemm per rank: ") && test_output_has(&r, want),
                   "no 'sgemm per rank: ... %s' but: %.120s", want, sgemm ? sgemm : "no sgemm");
@@ -431,20 +611,25 @@ START_TEST(resume_continues_bit_for_bit)
 }
 END_TEST
 
+/* burst data synth --task TASK --seq-len N --samples S --seed SEED -o OUT */
+static void synth(const char *task, const char *seq_len, const char *samples, const char *seed,
+                  const char *out)
+{
+    char *argv[] = {(char *)test_burst_path(), "data", "synth", "--task", (char *)task,
+                    "--seq-len", (char *)seq_len, "--samples", (char *)samples, "--seed",
+                    (char *)seed, "-o", (char *)out, NULL};
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    test_run_free(&r);
+}
+
 START_TEST(trains_from_an_hdf5_corpus)
 {
     char corpus[512], eval[512], path_set[600], eval_set[600];
     snprintf(corpus, sizeof corpus, "%s/train.h5", tmpdir);
     snprintf(eval, sizeof eval, "%s/eval.h5", tmpdir);
-    const char *outs[2] = {corpus, eval}, *seeds[2] = {"1", "2"};
-    for (int i = 0; i < 2; i++) {
-        char *argv[] = {(char *)test_burst_path(), "data", "synth", "--task", "passkey",
-                        "--seq-len", "256", "--samples", "12", "--seed", (char *)seeds[i], "-o",
-                        (char *)outs[i], NULL};
-        test_run_result r = test_run(argv, NULL);
-        ck_assert_msg(r.exit_code == 0, "%s", r.out);
-        test_run_free(&r);
-    }
+    synth("passkey", "256", "12", "1", corpus);
+    synth("passkey", "256", "12", "2", eval);
     snprintf(path_set, sizeof path_set, "data.path=%s", corpus);
     snprintf(eval_set, sizeof eval_set, "eval.eval_path=%s", eval);
     const char *sets[] = {"parallel.cp=2", "data.source=hdf5", path_set, eval_set,
@@ -501,6 +686,55 @@ START_TEST(resume_continues_a_shuffled_corpus_bit_for_bit)
 }
 END_TEST
 
+/* A corpus of 32-token documents (samples of --seq-len 31): every window of
+ * 257 tokens holds 8 document starts after its first token, so 248 of its 256
+ * tokens have a label. Two ranks give the single rank's losses, evaluation
+ * (within the eval corpus's documents) included; a corpus without document
+ * boundaries is refused, and named. */
+START_TEST(documents_from_an_hdf5_corpus)
+{
+    char corpus[512], eval[512], text[512], flat[512], path_set[600], eval_set[600], flat_set[600];
+    snprintf(corpus, sizeof corpus, "%s/docs.h5", tmpdir);
+    snprintf(eval, sizeof eval, "%s/docs-eval.h5", tmpdir);
+    synth("copy", "31", "64", "1", corpus);
+    synth("passkey", "256", "4", "2", eval);
+    snprintf(path_set, sizeof path_set, "data.path=%s", corpus);
+    snprintf(eval_set, sizeof eval_set, "eval.eval_path=%s", eval);
+    const char *docs[] = {"data.source=hdf5", path_set, "parallel.mask=document",
+                          "memory.ckpt_fraction=1", eval_set, "eval.eval_samples=4", NULL};
+    curve one, other;
+    run_saying(1, 1, with(docs, (const char *[]){"parallel.cp=1", NULL}), "of 4 held-out samples",
+               &one);
+    for (int i = 0; i < one.n; i++)
+        ck_assert_msg(one.tokens[i] == 248, "step %d: %.0f labelled tokens, not 256 - 8", i + 1,
+                      one.tokens[i]);
+    run_saying(2, 1, with(docs, (const char *[]){"parallel.cp=2", NULL}), "of 4 held-out samples",
+               &other);
+    expect_same(&one, &other, 1e-4, "HDF5 documents, P=2 vs P=1");
+
+    snprintf(text, sizeof text, "%s/plain.txt", tmpdir);
+    snprintf(flat, sizeof flat, "%s/plain.h5", tmpdir);
+    FILE *f = fopen(text, "w");
+    for (int i = 0; i < 40; i++) fputs("no documents here\n", f);
+    fclose(f);
+    char *import[] = {(char *)test_burst_path(), "data", "import", "--from", "text", text, "-o",
+                      flat, NULL};
+    test_run_result r = test_run(import, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    test_run_free(&r);
+    snprintf(flat_set, sizeof flat_set, "data.path=%s", flat);
+    const char *flat_sets[] = {"data.source=hdf5", flat_set, "parallel.mask=document",
+                               "memory.ckpt_fraction=1", NULL};
+    r = train(1, 1, flat_sets, NULL, NULL);
+    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, flat) &&
+                      test_output_has(&r, "no /doc_offsets"),
+                  "exit %d:\n%s", r.exit_code, r.out);
+    ck_assert_msg(!test_output_has(&r, "step "), "training started:\n%s", r.out);
+    test_run_free(&r);
+    unlink(corpus), unlink(eval), unlink(text), unlink(flat);
+}
+END_TEST
+
 int main(void)
 {
     if (!test_make_tmpdir(tmpdir, sizeof tmpdir, "burst-train")) return 1;
@@ -508,10 +742,14 @@ int main(void)
     TCase *tc = check_tcase(s, "train", 900);
     check_add_tests(
         tc, gradients_match_finite_differences, same_losses_whatever_the_number_of_ranks,
+        document_masks_match_single_rank, block_sparse_masks_match_single_rank,
+        sliding_window_matches_single_rank, q_side_backward_matches_single_rank,
+        ring_in_several_kernel_pieces_matches_single_rank,
         checkpoint_fraction_and_head_fusion_change_nothing, nonfinite_gradient_stops_every_rank,
         gradient_infinite_only_after_the_reduction, loss_falls_on_a_learnable_task,
         bad_settings_exit_2_before_work, resume_continues_bit_for_bit,
-        resume_continues_a_shuffled_corpus_bit_for_bit, trains_from_an_hdf5_corpus);
+        resume_continues_a_shuffled_corpus_bit_for_bit, trains_from_an_hdf5_corpus,
+        documents_from_an_hdf5_corpus);
     int status = check_run(s);
     test_remove_tree(tmpdir);
     return status;

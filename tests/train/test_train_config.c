@@ -5,7 +5,8 @@
  * error fails with a message naming the key and the file's line; `--set`
  * applies and refuses the same way; the printed configuration loads back to
  * the same struct; and the whole-configuration checks (heads dividing, world
- * size, sequence length and layout, checkpoint fraction, data source) catch
+ * size, sequence length and layout, checkpoint fraction, data source, where
+ * documents come from, the sparse pattern and its number of blocks) catch
  * what they should; configuration text in memory loads as a file does; a
  * resumed run is refused exactly the keys that change the numbers, with both
  * values. Files are written in a fresh temporary directory. */
@@ -192,7 +193,7 @@ static const bad_file bad_files[] = {
     {"[data]\ndata_seed = -1\n", "run.ini:2:", "[data] data_seed"},
     {"[model]\ntied_embeddings = maybe\n", "run.ini:2:", "[model] tied_embeddings = 'maybe'"},
     {"[model]\npreset = huge\n", "run.ini:2:", "[model] preset = 'huge'"},
-    {"[parallel]\nmask = document\n", "run.ini:2:", "[parallel] mask = 'document'"},
+    {"[parallel]\nmask = full\n", "run.ini:2:", "[parallel] mask = 'full'"},
     {"[parallel]\ndp = 0\n", "run.ini:2:", "[parallel] dp"},
     {"[train]\nlr = fast\n", "run.ini:2:", "[train] lr = 'fast': not a number"},
     {"[train]\nlr = 0\n", "run.ini:2:", "[train] lr"},
@@ -292,6 +293,9 @@ START_TEST(set_errors_name_the_assignment)
         {"memory.ckpt_fraction=2", "--set memory.ckpt_fraction=2: must be 0, 0.5"},
         {"model.preset=huge", "--set model.preset=huge: not one of"},
         {"memory.fused_head=2", "--set memory.fused_head=2: not a boolean"},
+        {"parallel.piece_rows=0", "--set parallel.piece_rows=0: out of range"},
+        {"parallel.mask=full", "--set parallel.mask=full: not one of causal, window, document, "
+                               "sparse"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         train_config c, before;
@@ -326,14 +330,18 @@ static void assert_same(const train_config *a, const train_config *b)
     SAME_STR(source);
     SAME_STR(task);
     SAME_NUM(seq_len);
+    SAME_NUM(doc_len);
     SAME_NUM(data_seed);
     SAME_NUM(dp);
     SAME_NUM(cp);
     SAME_STR(layout);
     SAME_STR(mask);
     SAME_NUM(window);
+    SAME_NUM(sparse_block);
+    SAME_STR(sparse_pattern);
     SAME_STR(backward);
     SAME_STR(ring);
+    SAME_NUM(piece_rows);
     SAME_NUM(steps);
     SAME_NUM(micro_batches);
     SAME_NUM(lr);
@@ -389,6 +397,8 @@ START_TEST(printed_configuration_loads_back_the_same)
                           "data.seq_len=131072",     "data.data_seed=18446744073709551615",
                           "parallel.dp=2",           "parallel.cp=4",
                           "parallel.ring=double",    "parallel.backward=kv",
+                          "parallel.mask=sparse",    "parallel.sparse_pattern=strided:3+local:2",
+                          "parallel.sparse_block=96", "parallel.piece_rows=100",
                           "train.beta2=0.999",       "train.seed=42",
                           "train.on_nonfinite=skip", "train.metrics=/tmp/x y/metrics.jsonl",
                           "memory.ckpt_fraction=0",  "memory.fused_head=no",
@@ -444,6 +454,25 @@ static const bad_whole bad_wholes[] = {
     {{"parallel.mask=window", "parallel.window=0", "memory.ckpt_fraction=1"},
      1,
      "[parallel] window"},
+    {{"parallel.mask=document", "memory.ckpt_fraction=1"}, 1, "needs [data] doc_len"},
+    {{"parallel.mask=document", "data.doc_len=64"}, 1, "[memory] ckpt_fraction"},
+    {{"data.doc_len=64"}, 1, "[data] doc_len = 64 is only used with [parallel] mask = document"},
+    {{"parallel.mask=document", "data.doc_len=64", "data.source=hdf5", "data.path=c.h5"},
+     1,
+     "brings its documents (/doc_offsets)"},
+    {{"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_pattern=local:0"},
+     1,
+     "[parallel] sparse_pattern = 'local:0'"},
+    {{"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_pattern=banded:2"},
+     1,
+     "unknown component 'banded'"},
+    {{"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_pattern=local:2+local:3"},
+     1,
+     "'local' is given twice"},
+    {{"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_block=1",
+      "data.seq_len=65536"},
+     1,
+     "[parallel] sparse_block = 1 cuts [data] seq_len = 65536 into 65536 blocks"},
     {{"train.min_lr=0.1"}, 1, "[train] min_lr"},
     {{"train.warmup_steps=101"}, 1, "[train] warmup_steps"},
 };
@@ -470,8 +499,13 @@ START_TEST(validate_accepts_consistent_configurations)
         {"parallel.mask=window", "memory.ckpt_fraction=1", "parallel.cp=4", "data.seq_len=4100"},
         {"parallel.ring=double", "parallel.cp=4", "memory.ckpt_fraction=0"},
         {"memory.head_chunk=1", "train.warmup_steps=100", "train.min_lr=0.003"},
+        {"parallel.mask=document", "data.doc_len=100", "memory.ckpt_fraction=0", "parallel.cp=2"},
+        {"parallel.mask=document", "data.source=hdf5", "data.path=c.h5", "memory.ckpt_fraction=1"},
+        {"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_block=1"},
+        {"parallel.mask=sparse", "memory.ckpt_fraction=1",
+         "parallel.sparse_pattern=global:2+strided:4+local:8"},
     };
-    static const int worlds[] = {4, 3, 4, 4, 1};
+    static const int worlds[] = {4, 3, 4, 4, 1, 2, 1, 1, 1};
     for (size_t i = 0; i < sizeof worlds / sizeof worlds[0]; i++) {
         train_config c;
         char err[512] = "";

@@ -1,6 +1,6 @@
 /* synthetic_source.c: the in-memory token source of synthetic tasks; see
- * token_source.h. Each sample is a pure function of (seed, index), so every
- * rank sees the same sequence without communicating. */
+ * token_source.h. Each sample, and its documents, are a pure function of
+ * (seed, index), so every rank sees the same sequence without communicating. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +12,7 @@ typedef struct {
     token_source base;
     int copy; /* 1: copy task, 0: counting */
     uint64_t seed;
+    int64_t doc_len; /* mean tokens per document; 0: no documents */
     token_shard shard;
 } synthetic;
 
@@ -40,9 +41,28 @@ static int synthetic_read(token_source *base, int64_t index, int64_t *tokens, in
     return 0;
 }
 
+/* Document lengths uniform in [1, 2 doc_len - 1], drawn in order from a
+ * stream of the sample's own (another stream than its tokens'). */
+static int synthetic_documents(token_source *base, int64_t index, int32_t *segments)
+{
+    const synthetic *s = (const synthetic *)base;
+    uint64_t stream = bu_splitmix64(s->seed ^ bu_splitmix64((uint64_t)index)) ^ 0x646f63ull;
+    uint64_t span = 2 * (uint64_t)s->doc_len - 1;
+    int32_t doc = -1;
+    int64_t left = 0; /* tokens of the current document still to come */
+    for (int64_t p = 0; p <= s->shard.seq_len; p++, left--) {
+        if (left == 0) {
+            doc++;
+            left = 1 + (int64_t)(bu_rng_next(&stream) % span);
+        }
+        segments[p] = doc;
+    }
+    return 0;
+}
+
 static void synthetic_free(token_source *s) { free(s); }
 
-token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed,
+token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed, int64_t doc_len,
                                       const token_shard *shard, char *err, size_t err_len)
 {
     int copy = strcmp(task, "copy") == 0;
@@ -60,6 +80,8 @@ token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed
     s->base.vocab = vocab;
     s->copy = copy;
     s->seed = seed;
+    s->doc_len = doc_len;
     s->shard = *shard;
+    if (doc_len > 0) s->base.documents = synthetic_documents;
     return &s->base;
 }
