@@ -208,18 +208,32 @@ static void *client_thread(void *arg)
     return NULL;
 }
 
+/* Rank 0 decides what a rank learned of a lost rank: a rank that sees a data
+ * connection fail reports it and waits (a little over one heartbeat) for rank
+ * 0's word, because the peer it sees failing may only be leaving after rank 0
+ * announced another rank's loss, and that announcement is the truth to name.
+ * Rank 0 itself announces at once. Only without a word from rank 0 does this
+ * rank name the peer itself. */
 bt_status bt_control_link_lost(bt_world *w, int peer, const char *detail)
 {
     if (atomic_load(&w->failed)) return (bt_status)atomic_load(&w->failed);
-    bt_status st = bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s: %s)", peer,
-                           lost_reason(BT_LOST_LINK), detail);
     if (w->rank == 0 && w->ctl_fds) {
+        bt_status st = bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s: %s)", peer,
+                               lost_reason(BT_LOST_LINK), detail);
         for (int q = 1; q < w->size; q++)
             if (q != peer) ctl_send(w->ctl_fds[q], BT_CTL_LOST, peer, BT_LOST_LINK);
-    } else if (w->ctl_fd >= 0) {
-        ctl_send(w->ctl_fd, BT_CTL_LINK_LOST, w->rank, peer);
+        return st;
     }
-    return st;
+    if (w->ctl_fd >= 0 && w->ctl_started) {
+        ctl_send(w->ctl_fd, BT_CTL_LINK_LOST, w->rank, peer);
+        double until = bt_now() + 2 * heartbeat_interval(w) + 0.5;
+        while (!atomic_load(&w->failed) && bt_now() < until) {
+            struct timespec nap = {0, 1000 * 1000};
+            nanosleep(&nap, NULL);
+        }
+    }
+    return bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s: %s)", peer, lost_reason(BT_LOST_LINK),
+                   detail);
 }
 
 bt_status bt_control_start(bt_world *w)
