@@ -71,6 +71,13 @@ bk_status bk_attn_fwd_init(const bk_queue *q, int64_t n_q, int h_q, int d, float
 bk_status bk_attn_fwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, const float *K,
                       const float *V, float *O, float *lse, bk_attn_stats *stats);
 
+/* Merges a block's normalised result (O_blk [n_q, h_q, d], lse_blk [n_q, h_q])
+ * into the running (O, lse) in place: lse = logaddexp(lse, lse_blk),
+ * O = O e^(lse_old - lse) + O_blk e^(lse_blk - lse); two empty sides (-inf)
+ * stay O = 0, lse = -inf. For ring steps whose block was computed elsewhere. */
+bk_status bk_attn_merge(const bk_queue *q, int64_t n_q, int h_q, int d, float *O, float *lse,
+                        const float *O_blk, const float *lse_blk);
+
 /* Turns the running accumulator into the output: O = 0 on rows with lse = -inf
  * (O is otherwise already normalised on this backend). */
 bk_status bk_attn_fwd_finalize(const bk_queue *q, int64_t n_q, int h_q, int d, float *O,

@@ -17,6 +17,9 @@ typedef enum {
     BK_OK = 0,
     BK_ERR_ARG,         /* NULL buffer, negative size, heads not dividing, ... */
     BK_ERR_UNSUPPORTED, /* a shape or location this backend does not handle */
+    BK_ERR_DEVICE,      /* a device kernel, copy or library call failed (CUDA error, or an
+                           error the SIMT emulator found in a kernel) */
+    BK_ERR_NOMEM,       /* memory could not be had (host or device) */
 } bk_status;
 
 typedef struct {

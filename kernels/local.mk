@@ -1,6 +1,7 @@
 # kernels/local.mk: math on buffers local to one rank (CPU backend, CUDA backend).
 # Attention and the other ops keep their file lists in their own fragments.
-libburst_kernels_a_SOURCES += kernels/kernels_common.h kernels/status.c kernels/shared_math.h
+libburst_kernels_a_SOURCES += kernels/kernels_common.h kernels/status.c kernels/shared_math.h \
+	kernels/arena.h kernels/arena.c
 if HAVE_CUDA
 libburst_kernels_a_SOURCES += kernels/cuda/shared_math.cu
 endif
@@ -10,3 +11,5 @@ libburst_kernels_a_SOURCES += kernels/ref/attention_ref.h kernels/ref/attention_
 	kernels/ref/ops_ref.h kernels/ref/ops_ref.c
 include kernels/attention.mk
 include kernels/ops.mk
+# The CUDA kernels, the SIMT emulator that runs them on the CPU, their tests.
+include kernels/cuda.mk

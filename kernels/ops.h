@@ -23,6 +23,10 @@
 #include "kernels/kernels_common.h"
 #include "kernels/ops_math.h" /* bk_clip_scale, bk_adamw_coefs */
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---------------------------------------------------------------- GEMM */
 typedef enum { BK_NO_TRANS = 0, BK_TRANS = 1 } bk_transpose;
 
@@ -131,5 +135,9 @@ bk_status bk_cross_entropy_fwd_bwd(const bk_queue *q, int64_t rows, int64_t V, f
                                    int64_t ld, const int64_t *labels, int64_t ignore_index,
                                    float scale, float z_loss, float *loss, float *lse,
                                    int64_t *n_valid);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -29,17 +29,6 @@
  * built from exponent bits in two halves so that k = 128 needs no special case.
  * Results below FLT_MIN (x < -87.34) flush to 0; x > 88.72 gives +inf; NaN
  * stays NaN. */
-BK_HOSTDEV float bk_bits_to_float(uint32_t u)
-{
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-#endif
-}
-
 BK_HOSTDEV float bk_expf(float x)
 {
     const float lo = -87.33654f, hi = 88.72283f;

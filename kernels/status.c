@@ -7,6 +7,8 @@ const char *bk_status_name(bk_status st)
     case BK_OK: return "ok";
     case BK_ERR_ARG: return "invalid argument";
     case BK_ERR_UNSUPPORTED: return "unsupported";
+    case BK_ERR_DEVICE: return "device error";
+    case BK_ERR_NOMEM: return "out of memory";
     }
     return "unknown status";
 }

@@ -26,7 +26,7 @@ list-test-results:
 # SUITE_CFLAGS and links SUITE_LIBS before the libraries it tests.
 check_LIBRARIES = tests/lib/libburst_tests.a
 tests_lib_libburst_tests_a_SOURCES = tests/lib/check_main.h tests/lib/check_main.c \
-	tests/lib/arrays.h tests/lib/arrays.c tests/lib/rng.h tests/lib/testutil.h \
+	tests/lib/arrays.h tests/lib/arrays.c tests/lib/close.h tests/lib/close.c tests/lib/rng.h tests/lib/testutil.h \
 	tests/lib/testutil.c tests/lib/worker_util.h
 SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_lib_libburst_tests_a_CFLAGS = $(SUITE_CFLAGS)
@@ -36,6 +36,9 @@ SUITE_LIBS = tests/lib/libburst_tests.a $(CHECK_LIBS)
 # configure names the package to install when a dependency is missing.
 TESTS += tests/build/test_configure.sh
 EXTRA_DIST += tests/build/test_configure.sh
+# tests/run.sh's summary: a skip is no pass; CI must not skip the real Slurm.
+TESTS += tests/build/test_check_summary.sh
+EXTRA_DIST += tests/build/test_check_summary.sh tests/lib/check_summary.sh
 
 # ------------------------------------------------------------------ kernels
 # The tiled attention against the double-precision reference.
@@ -51,6 +54,107 @@ TESTS += tests/kernels/test_ops
 tests_kernels_test_ops_SOURCES = tests/kernels/test_ops.c
 tests_kernels_test_ops_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_ops_LDADD = $(SUITE_LIBS) libburst_kernels.a $(EXTERNAL_LIBS)
+
+# The device kernels (kernels/cuda/) on the CPU: the SIMT emulator's own
+# primitives, then the kernels on an emulated device queue against the
+# double-precision references. tests/kernels/dev_util is what the device suites
+# add to tests/lib (device buffers; a main that skips without a device).
+EMU_SUITE_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMULATOR $(CHECK_CFLAGS)
+check_PROGRAMS += tests/kernels/test_simt
+TESTS += tests/kernels/test_simt
+tests_kernels_test_simt_SOURCES = tests/kernels/test_simt.cc
+tests_kernels_test_simt_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
+tests_kernels_test_simt_LDADD = libburst_kernels_emu.a $(SUITE_LIBS) -lm
+
+# The emulator's mma test, built against an mma whose A-fragment layout is
+# deliberately wrong, and the attention sweep on it: the script expects both
+# to fail.
+check_PROGRAMS += tests/kernels/test_simt_wrong_layout
+TESTS += tests/kernels/test_simt_wrong_layout.sh
+EXTRA_DIST += tests/kernels/test_simt_wrong_layout.sh
+tests_kernels_test_simt_wrong_layout_SOURCES = tests/kernels/test_simt.cc kernels/emu/simt_mma.cc
+tests_kernels_test_simt_wrong_layout_CPPFLAGS = $(EMU_SUITE_CPPFLAGS) -DBK_EMU_MMA_WRONG_LAYOUT
+tests_kernels_test_simt_wrong_layout_LDADD = libburst_kernels_emu.a $(SUITE_LIBS) -lm
+
+# One test source per device suite, linked twice: with the emulator
+# (kernels/emu/select_emu.c ahead of the libraries; every build) and with the
+# CUDA backend (CUDA builds; skips, exit 77, without a GPU).
+DEV_SUITE_LIBS_EMU = $(SUITE_LIBS) libburst_kernels_emu.a libburst_kernels.a $(EXTERNAL_LIBS) -lstdc++
+DEV_SUITE_LIBS_CUDA = $(SUITE_LIBS) libburst_kernels.a $(EXTERNAL_LIBS)
+DEV_SUITE_UTIL = tests/kernels/dev_util.h tests/kernels/dev_util.c
+
+check_PROGRAMS += tests/kernels/test_dev_ops_emu
+TESTS += tests/kernels/test_dev_ops_emu
+tests_kernels_test_dev_ops_emu_SOURCES = tests/kernels/test_dev_ops.c $(DEV_SUITE_UTIL) \
+	kernels/emu/select_emu.c
+tests_kernels_test_dev_ops_emu_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_ops_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
+
+check_PROGRAMS += tests/kernels/test_dev_attention_emu
+TESTS += tests/kernels/test_dev_attention_emu
+tests_kernels_test_dev_attention_emu_SOURCES = tests/kernels/test_dev_attention.c \
+	$(DEV_SUITE_UTIL) kernels/emu/select_emu.c
+tests_kernels_test_dev_attention_emu_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_attention_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
+
+check_PROGRAMS += tests/kernels/test_dev_attention_wrong_layout
+tests_kernels_test_dev_attention_wrong_layout_SOURCES = tests/kernels/test_dev_attention.c \
+	$(DEV_SUITE_UTIL) kernels/emu/select_emu.c kernels/emu/simt_mma.cc
+tests_kernels_test_dev_attention_wrong_layout_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMULATOR \
+	-DBK_EMU_MMA_WRONG_LAYOUT
+tests_kernels_test_dev_attention_wrong_layout_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_attention_wrong_layout_LDADD = $(DEV_SUITE_LIBS_EMU)
+
+# Streams, events, queued copies (emulator here; the GPU below).
+check_PROGRAMS += tests/kernels/test_dev_streams_emu
+TESTS += tests/kernels/test_dev_streams_emu
+tests_kernels_test_dev_streams_emu_SOURCES = tests/kernels/test_dev_streams.c $(DEV_SUITE_UTIL) \
+	kernels/emu/select_emu.c
+tests_kernels_test_dev_streams_emu_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_streams_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
+
+# The caching arena in host memory and in emulated device memory.
+check_PROGRAMS += tests/kernels/test_arena
+TESTS += tests/kernels/test_arena
+tests_kernels_test_arena_SOURCES = tests/kernels/test_arena.c $(DEV_SUITE_UTIL) \
+	kernels/emu/select_emu.c
+tests_kernels_test_arena_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_arena_LDADD = $(DEV_SUITE_LIBS_EMU)
+
+# The device kernels' benchmark (src/bench/bench_kernels_device.c) run to the
+# end on the emulated device at tiny sizes.
+check_PROGRAMS += tests/kernels/test_bench_device_emu
+TESTS += tests/kernels/test_bench_device_emu
+tests_kernels_test_bench_device_emu_SOURCES = tests/kernels/test_bench_device_emu.c \
+	src/bench/bench_kernels_device.c $(DEV_SUITE_UTIL) kernels/emu/select_emu.c
+tests_kernels_test_bench_device_emu_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_bench_device_emu_LDADD = $(DEV_SUITE_LIBS_EMU) libburst_util.a
+
+# The emulator runs a block's fibers in reverse order too: a kernel that
+# depends on the order threads run in fails there.
+TESTS += tests/kernels/test_emu_reverse_order.sh
+EXTRA_DIST += tests/kernels/test_emu_reverse_order.sh
+
+if HAVE_CUDA
+check_PROGRAMS += tests/kernels/test_dev_ops_cuda tests/kernels/test_dev_attention_cuda \
+	tests/kernels/test_dev_streams_cuda
+TESTS += tests/kernels/test_dev_ops_cuda tests/kernels/test_dev_attention_cuda \
+	tests/kernels/test_dev_streams_cuda
+tests_kernels_test_dev_streams_cuda_SOURCES = tests/kernels/test_dev_streams.c $(DEV_SUITE_UTIL)
+tests_kernels_test_dev_streams_cuda_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_streams_cuda_LDADD = $(DEV_SUITE_LIBS_CUDA)
+tests_kernels_test_dev_ops_cuda_SOURCES = tests/kernels/test_dev_ops.c $(DEV_SUITE_UTIL)
+tests_kernels_test_dev_ops_cuda_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_ops_cuda_LDADD = $(DEV_SUITE_LIBS_CUDA)
+tests_kernels_test_dev_attention_cuda_SOURCES = tests/kernels/test_dev_attention.c $(DEV_SUITE_UTIL)
+tests_kernels_test_dev_attention_cuda_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_attention_cuda_LDADD = $(DEV_SUITE_LIBS_CUDA)
+endif
+
+# Resource budgets of the kernels, and tensor cores in the attention kernels'
+# SASS (CUDA builds; both skip, exit 77, without CUDA or without cuobjdump).
+TESTS += tests/kernels/test_cuda_resources.sh tests/kernels/test_cuda_sass.sh
+EXTRA_DIST += tests/kernels/test_cuda_resources.sh tests/kernels/test_cuda_sass.sh
 
 # ------------------------------------------------------------------ transport
 # Point-to-point, collectives, sub-communicators, failures and the launcher,
@@ -101,6 +205,13 @@ tests_attn_test_ring_SOURCES = tests/attn/test_ring.c
 tests_attn_test_ring_CFLAGS = $(SUITE_CFLAGS)
 tests_attn_test_ring_LDADD = $(SUITE_LIBS) $(LDADD)
 
+# Block-sparse patterns written as text, and their bitmaps.
+check_PROGRAMS += tests/attn/test_sparse_pattern
+TESTS += tests/attn/test_sparse_pattern
+tests_attn_test_sparse_pattern_SOURCES = tests/attn/test_sparse_pattern.c
+tests_attn_test_sparse_pattern_CFLAGS = $(SUITE_CFLAGS)
+tests_attn_test_sparse_pattern_LDADD = $(SUITE_LIBS) $(LDADD)
+
 # ------------------------------------------------------------------ train
 # The LM head fused with the cross-entropy loss, chunked along the sequence.
 check_PROGRAMS += tests/train/test_lm_head
@@ -116,6 +227,13 @@ tests_train_optimizer_worker_SOURCES = tests/train/optimizer_worker.c
 tests_train_test_optimizer_SOURCES = tests/train/test_optimizer.c
 tests_train_test_optimizer_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_optimizer_LDADD = $(SUITE_LIBS) $(LDADD)
+
+# The order of the HDF5 source's windows: a bijection for every seed and size.
+check_PROGRAMS += tests/train/test_window_order
+TESTS += tests/train/test_window_order
+tests_train_test_window_order_SOURCES = tests/train/test_window_order.c
+tests_train_test_window_order_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_window_order_LDADD = $(SUITE_LIBS) $(LDADD)
 
 # The configuration of `burst train`.
 check_PROGRAMS += tests/train/test_train_config
@@ -147,6 +265,13 @@ TESTS += tests/cli/test_cli
 tests_cli_test_cli_SOURCES = tests/cli/test_cli.c
 tests_cli_test_cli_CFLAGS = $(SUITE_CFLAGS)
 tests_cli_test_cli_LDADD = $(SUITE_LIBS) $(LDADD)
+
+# Each rank's share of the cores: `burst run`, OMP_NUM_THREADS, srun tasks.
+check_PROGRAMS += tests/cli/test_placement
+TESTS += tests/cli/test_placement
+tests_cli_test_placement_SOURCES = tests/cli/test_placement.c
+tests_cli_test_placement_CFLAGS = $(SUITE_CFLAGS)
+tests_cli_test_placement_LDADD = $(SUITE_LIBS)
 
 # `burst data`: import, synthesise, describe and validate HDF5 corpora.
 TESTS += tests/cli/test_data.sh

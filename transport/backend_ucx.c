@@ -2,7 +2,14 @@
  * picks the wire: shared memory between ranks of a node, TCP or verbs between
  * nodes. One worker per process, progressed only by the thread that calls the
  * transport (UCS_THREAD_MODE_SINGLE); endpoints are created on first use so a
- * large world does not pay for peers it never talks to. */
+ * large world does not pay for peers it never talks to.
+ *
+ * Endpoints handle peer failure (UCP_ERR_HANDLING_MODE_PEER): without it, UCX
+ * treats a transport error on a dead peer (a shared-memory read from a process
+ * that is gone) as fatal and aborts this rank with its own message, where the
+ * transport's promise is an error naming the lost rank. With it, UCX keeps to
+ * the wires that can report a failed peer, and the failure reaches us as the
+ * endpoint's error callback and as errors of its requests. */
 #include "config.h"
 
 #include <stdio.h>
@@ -13,12 +20,19 @@
 
 #include "transport/internal.h"
 
+/* What an endpoint's error callback needs to name its peer. */
+typedef struct {
+    bt_world *world;
+    int peer;
+} ucx_peer;
+
 typedef struct {
     ucp_context_h context;
     ucp_worker_h worker;
     ucp_address_t *address;
     size_t address_len;
-    ucp_ep_h *eps; /* [world size], NULL until first use */
+    ucp_ep_h *eps;    /* [world size], NULL until first use */
+    ucx_peer *peers;  /* [world size], the error callbacks' arguments */
 } ucx_state;
 
 /* A receive keeps UCX's request and where UCX reports the matched length. */
@@ -32,14 +46,40 @@ static bt_status ucx_error(bt_world *w, const char *what, ucs_status_t st)
     return bt_fail(w, BT_ERR_SYS, "UCX %s failed: %s", what, ucs_status_string(st));
 }
 
+/* The failure of a request to or from peer: a failed connection names the
+ * peer as lost, anything else is UCX's own error. */
+static bt_status peer_error(bt_world *w, int peer, const char *what, ucs_status_t st)
+{
+    switch (st) {
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+        return bt_control_link_lost(w, peer, ucs_status_string(st));
+    default: return ucx_error(w, what, st);
+    }
+}
+
+static void on_endpoint_error(void *arg, ucp_ep_h ep, ucs_status_t st)
+{
+    (void)ep;
+    ucx_peer *p = arg;
+    peer_error(p->world, p->peer, "endpoint", st);
+}
+
 static ucp_ep_h endpoint(bt_backend *b, int peer, bt_status *st)
 {
     ucx_state *s = b->impl;
     if (s->eps[peer]) return s->eps[peer];
     ucp_ep_params_t p;
     memset(&p, 0, sizeof p);
-    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = (const ucp_address_t *)b->world->peers[peer].addr;
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    s->peers[peer] = (ucx_peer){b->world, peer};
+    p.err_handler.cb = on_endpoint_error;
+    p.err_handler.arg = &s->peers[peer];
     ucs_status_t us = ucp_ep_create(s->worker, &p, &s->eps[peer]);
     if (us != UCS_OK) {
         *st = ucx_error(b->world, "endpoint creation", us);
@@ -60,7 +100,7 @@ static bt_status ucx_isend(bt_backend *b, bt_request *req, const void *buf)
         req->done = 1;
         req->status = BT_OK;
     } else if (UCS_PTR_IS_ERR(sp)) {
-        return ucx_error(b->world, "tag send", UCS_PTR_STATUS(sp));
+        return peer_error(b->world, req->world_peer, "tag send", UCS_PTR_STATUS(sp));
     } else {
         req->impl = sp;
     }
@@ -99,7 +139,7 @@ static void finish_recv(bt_backend *b, bt_request *req, ucs_status_t us)
                               "bytes, got %zu",
                               req->world_peer, req->channel, req->bytes, (size_t)rv->info.length);
     else
-        req->status = ucx_error(b->world, "receive", us);
+        req->status = peer_error(b->world, req->world_peer, "receive", us);
     if (rv->ucx_req) ucp_request_free(rv->ucx_req);
     free(rv);
     req->impl = NULL;
@@ -114,7 +154,7 @@ static void ucx_test(bt_backend *b, bt_request *req)
         ucp_request_free(req->impl);
         req->impl = NULL;
         req->done = 1;
-        req->status = us == UCS_OK ? BT_OK : ucx_error(b->world, "send", us);
+        req->status = us == UCS_OK ? BT_OK : peer_error(b->world, req->world_peer, "send", us);
         return;
     }
     ucx_recv *rv = req->impl;
@@ -187,6 +227,7 @@ static void ucx_finalize(bt_backend *b)
         }
     }
     free(s->eps);
+    free(s->peers);
     if (s->address) ucp_worker_release_address(s->worker, s->address);
     if (s->worker) ucp_worker_destroy(s->worker);
     if (s->context) ucp_cleanup(s->context);
@@ -248,5 +289,7 @@ bt_status bt_backend_ucx_connect(bt_backend *b)
 {
     ucx_state *s = b->impl;
     s->eps = calloc((size_t)b->world->size, sizeof *s->eps);
+    s->peers = calloc((size_t)b->world->size, sizeof *s->peers);
+    if (!s->eps || !s->peers) return bt_fail(b->world, BT_ERR_SYS, "out of memory for UCX endpoints");
     return BT_OK;
 }

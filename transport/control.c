@@ -30,6 +30,7 @@ static const char *lost_reason(int why)
     case BT_LOST_CLOSED: return "its connection closed: the process exited or was killed";
     case BT_LOST_SILENT: return "it stopped answering";
     case BT_LOST_ABORTED: return "it aborted after an error";
+    case BT_LOST_LINK: return "its data connection failed";
     }
     return "unknown reason";
 }
@@ -73,6 +74,14 @@ static void drain_wake(bt_world *w)
     while (read(w->ctl_wake[0], buf, sizeof buf) > 0) {}
 }
 
+/* Rank 0 tells every rank still connected that rank `lost` is gone.
+ * closed: [size], the ranks not to tell (closed[0] is always set). */
+static void announce_lost(bt_world *w, const char *closed, int lost, int why)
+{
+    for (int q = 1; q < w->size; q++)
+        if (!closed[q] && q != lost) ctl_send(w->ctl_fds[q], BT_CTL_LOST, lost, why);
+}
+
 static void *root_thread(void *arg)
 {
     bt_world *w = arg;
@@ -113,12 +122,16 @@ static void *root_thread(void *arg)
             } else if (f.type == BT_CTL_ABORT) {
                 closed[r] = 1;
                 why = BT_LOST_ABORTED;
+            } else if (f.type == BT_CTL_LINK_LOST && f.arg > 0 && f.arg < size && !closed[f.arg]) {
+                closed[f.arg] = 1; /* reported by r: announce the rank that is gone */
+                bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s; reported by rank %d)", f.arg,
+                        lost_reason(BT_LOST_LINK), r);
+                announce_lost(w, closed, f.arg, BT_LOST_LINK);
             }
             last_seen[r] = now;
             if (why >= 0) {
                 bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s)", r, lost_reason(why));
-                for (int q = 1; q < size; q++)
-                    if (!closed[q]) ctl_send(w->ctl_fds[q], BT_CTL_LOST, r, why);
+                announce_lost(w, closed, r, why);
             }
         }
         for (int r = 1; r < size; r++)
@@ -126,8 +139,7 @@ static void *root_thread(void *arg)
                 closed[r] = 1;
                 bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s for %.0f s)", r,
                         lost_reason(BT_LOST_SILENT), now - last_seen[r]);
-                for (int q = 1; q < size; q++)
-                    if (!closed[q]) ctl_send(w->ctl_fds[q], BT_CTL_LOST, r, BT_LOST_SILENT);
+                announce_lost(w, closed, r, BT_LOST_SILENT);
             }
         if (now - last_beat >= interval) {
             for (int r = 1; r < size; r++)
@@ -194,6 +206,34 @@ static void *client_thread(void *arg)
         watchdog(w);
     }
     return NULL;
+}
+
+/* Rank 0 decides what a rank learned of a lost rank: a rank that sees a data
+ * connection fail reports it and waits (a little over one heartbeat) for rank
+ * 0's word, because the peer it sees failing may only be leaving after rank 0
+ * announced another rank's loss, and that announcement is the truth to name.
+ * Rank 0 itself announces at once. Only without a word from rank 0 does this
+ * rank name the peer itself. */
+bt_status bt_control_link_lost(bt_world *w, int peer, const char *detail)
+{
+    if (atomic_load(&w->failed)) return (bt_status)atomic_load(&w->failed);
+    if (w->rank == 0 && w->ctl_fds) {
+        bt_status st = bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s: %s)", peer,
+                               lost_reason(BT_LOST_LINK), detail);
+        for (int q = 1; q < w->size; q++)
+            if (q != peer) ctl_send(w->ctl_fds[q], BT_CTL_LOST, peer, BT_LOST_LINK);
+        return st;
+    }
+    if (w->ctl_fd >= 0 && w->ctl_started) {
+        ctl_send(w->ctl_fd, BT_CTL_LINK_LOST, w->rank, peer);
+        double until = bt_now() + 2 * heartbeat_interval(w) + 0.5;
+        while (!atomic_load(&w->failed) && bt_now() < until) {
+            struct timespec nap = {0, 1000 * 1000};
+            nanosleep(&nap, NULL);
+        }
+    }
+    return bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s: %s)", peer, lost_reason(BT_LOST_LINK),
+                   detail);
 }
 
 bt_status bt_control_start(bt_world *w)

@@ -128,6 +128,12 @@ bt_status bt_rendezvous(bt_world *w, const unsigned char *my_addr, size_t my_add
 bt_status bt_control_start(bt_world *w);
 bt_status bt_control_finalize(bt_world *w); /* waits for every rank's "done" */
 void bt_control_stop(bt_world *w, int abort);
+/* A backend found its connection to peer failed (detail: the backend's words).
+ * Rank 0 announces PEER lost to every rank; another rank reports it to rank 0
+ * and takes rank 0's word when it comes within about a heartbeat (the failing
+ * peer may only be leaving after another rank's loss was announced), else
+ * names PEER itself. Returns the world's (sticky) failure status. */
+bt_status bt_control_link_lost(bt_world *w, int peer, const char *detail);
 
 /* A TCP socket listening on port (0: any free port); returns the fd or -1. */
 int bt_tcp_listen(int port, int *bound_port, char *err, size_t err_len);

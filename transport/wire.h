@@ -14,8 +14,9 @@ enum {
     BT_CTL_FINISH = 3,    /* 0 -> rank: every rank reached finalize, you may leave */
     BT_CTL_LOST = 4,      /* 0 -> rank: rank `rank` is lost, for reason `arg` */
     BT_CTL_ABORT = 5,     /* rank -> 0: I am failing with status `arg` */
+    BT_CTL_LINK_LOST = 6, /* rank -> 0: my data connection to rank `arg` failed */
 };
-enum { BT_LOST_CLOSED = 0, BT_LOST_SILENT = 1, BT_LOST_ABORTED = 2 };
+enum { BT_LOST_CLOSED = 0, BT_LOST_SILENT = 1, BT_LOST_ABORTED = 2, BT_LOST_LINK = 3 };
 
 typedef struct {
     uint32_t type;

@@ -9,7 +9,7 @@
 bk_status bk_adamw_step(const bk_queue *q, int64_t n, float *param, const float *grad, float *m,
                         float *v, const bk_adamw_params *hp, int64_t step, float grad_scale)
 {
-    BK_CPU_QUEUE_CHECK(q);
+    BK_CPU_OR_DEVICE(q, adamw_step, (q, n, param, grad, m, v, hp, step, grad_scale, NULL));
     BK_CHECK_ARG(n >= 0 && step >= 1);
     BK_CHECK_ARG(param != NULL && grad != NULL && m != NULL && v != NULL && hp != NULL);
     BK_CHECK_ARG(hp->lr >= 0.0f && hp->eps >= 0.0f && hp->weight_decay >= 0.0f);

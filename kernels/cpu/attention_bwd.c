@@ -226,6 +226,8 @@ bk_status bk_attn_bwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, 
                       const float *V, const float *dO, const float *lse, const float *delta,
                       float *dQ, float *dK, float *dV, bk_attn_stats *stats)
 {
+    BK_CHECK_ARG(q != NULL);
+    BK_DEVICE_DISPATCH(q, attn_bwd, (q, g, Q, K, V, dO, BK_F32, lse, delta, dQ, dK, dV, stats));
     bk_status status = bk_attn_check_geom(q, g);
     if (status != BK_OK) return status;
     if (g->n_q > 0)
@@ -341,6 +343,7 @@ bk_status bk_attn_delta(const bk_queue *q, int64_t n_q, int h_q, int d, const fl
 {
     BK_CHECK_ARG(q != NULL && n_q >= 0 && h_q > 0 && d > 0 && d % 8 == 0);
     BK_CHECK_ARG(n_q == 0 || (dO != NULL && O != NULL && delta != NULL));
+    BK_DEVICE_DISPATCH(q, attn_delta, (q, n_q, h_q, d, dO, O, delta));
     if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED;
 #pragma omp parallel for num_threads(bk_attn_threads(q)) schedule(static)
     for (int64_t r = 0; r < n_q * h_q; r++) {

@@ -9,6 +9,8 @@
 #include <stdint.h>
 
 #include "kernels/attention.h"
+#include "kernels/attention_tile.h"
+#include "kernels/device_ops.h"
 
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -24,13 +26,8 @@ enum { BK_ATTN_TQ = 64, BK_ATTN_TK = 64 };
  * once a head's K/V no longer fits in the caches (long blocks, many heads). */
 enum { BK_ATTN_QGROUP = 4 };
 
-/* Summary of the rows of one tile: range of positions and of segment ids. */
-typedef struct {
-    int64_t pmin, pmax;
-    int32_t smin, smax;
-} bk_attn_range;
-
-enum { BK_ATTN_TILE_SKIP = 0, BK_ATTN_TILE_FULL = 1, BK_ATTN_TILE_PARTIAL = 2 };
+/* bk_attn_range and the tile classes: kernels/attention_tile.h (shared with
+ * the CUDA kernels). */
 
 /* Ranges of the n_tiles = ceil(n / tile) tiles of rows [n]; pos and seg may be
  * NULL (treated as 0). */

@@ -207,6 +207,8 @@ static void fwd_unit(const fwd_args *a, const fwd_scratch *ws, float *st, int h,
 bk_status bk_attn_fwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, const float *K,
                       const float *V, float *O, float *lse, bk_attn_stats *stats)
 {
+    BK_CHECK_ARG(q != NULL);
+    BK_DEVICE_DISPATCH(q, attn_fwd, (q, g, Q, K, V, BK_F32, O, lse, stats));
     bk_status status = bk_attn_check_geom(q, g);
     if (status != BK_OK) return status;
     if (g->n_q > 0) BK_CHECK_ARG(Q != NULL && O != NULL && lse != NULL);
@@ -273,6 +275,7 @@ bk_status bk_attn_fwd_init(const bk_queue *q, int64_t n_q, int h_q, int d, float
 {
     BK_CHECK_ARG(q != NULL && n_q >= 0 && h_q > 0 && d > 0 && d % 8 == 0);
     BK_CHECK_ARG(n_q == 0 || (O != NULL && lse != NULL));
+    BK_DEVICE_DISPATCH(q, attn_fwd_init, (q, n_q, h_q, d, O, lse));
     if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED;
 #pragma omp parallel for num_threads(bk_attn_threads(q)) schedule(static)
     for (int64_t i = 0; i < n_q; i++) {
@@ -287,6 +290,7 @@ bk_status bk_attn_fwd_finalize(const bk_queue *q, int64_t n_q, int h_q, int d, f
 {
     BK_CHECK_ARG(q != NULL && n_q >= 0 && h_q > 0 && d > 0 && d % 8 == 0);
     BK_CHECK_ARG(n_q == 0 || (O != NULL && lse != NULL));
+    BK_DEVICE_DISPATCH(q, attn_fwd_finalize, (q, n_q, h_q, d, O, lse));
     if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED;
 #pragma omp parallel for num_threads(bk_attn_threads(q)) schedule(static)
     for (int64_t i = 0; i < n_q; i++)

@@ -95,59 +95,9 @@ void bk_attn_ranges(const int64_t *pos, const int32_t *seg, int64_t n, int tile,
     }
 }
 
-/* Block-sparse part of the classification: scans the bitmap over the block
- * rectangle the tiles span when it is small; PARTIAL when it is not. */
-static int block_sparse_class(const bk_attn_mask *m, const bk_attn_range *qr,
-                              const bk_attn_range *kr)
-{
-    int64_t bs = m->block_size, nb = m->n_blocks, lim = nb * bs;
-    /* clip the position ranges to the bitmap; positions outside are masked */
-    int64_t q0 = qr->pmin < 0 ? 0 : qr->pmin, q1 = qr->pmax >= lim ? lim - 1 : qr->pmax;
-    int64_t k0 = kr->pmin < 0 ? 0 : kr->pmin, k1 = kr->pmax >= lim ? lim - 1 : kr->pmax;
-    if (q0 > q1 || k0 > k1) return BK_ATTN_TILE_SKIP;
-    int clipped = q0 != qr->pmin || q1 != qr->pmax || k0 != kr->pmin || k1 != kr->pmax;
-    int64_t qb0 = q0 / bs, qb1 = q1 / bs, kb0 = k0 / bs, kb1 = k1 / bs;
-    if ((qb1 - qb0 + 1) * (kb1 - kb0 + 1) > 256) return BK_ATTN_TILE_PARTIAL;
-    int64_t set = 0, all = 0;
-    for (int64_t qb = qb0; qb <= qb1; qb++)
-        for (int64_t kb = kb0; kb <= kb1; kb++) {
-            int64_t bit = qb * nb + kb;
-            set += (int64_t)((m->block_bits[bit >> 6] >> (bit & 63)) & 1u);
-            all++;
-        }
-    if (set == 0) return BK_ATTN_TILE_SKIP;
-    return (set == all && !clipped) ? BK_ATTN_TILE_FULL : BK_ATTN_TILE_PARTIAL;
-}
-
 int bk_attn_tile_class(const bk_attn_mask *m, const bk_attn_range *qr, const bk_attn_range *kr)
 {
-    unsigned f = m->flags;
-    int full = 1;
-    if (f & BK_ATTN_CAUSAL) {
-        if (kr->pmin > qr->pmax) return BK_ATTN_TILE_SKIP; /* every key after every query */
-        if (kr->pmax > qr->pmin) full = 0;
-    }
-    if (f & BK_ATTN_WINDOW) {
-        int64_t left = m->window_left, right = m->window_right;
-        if (left >= 0) {
-            if (qr->pmin - kr->pmax > left) return BK_ATTN_TILE_SKIP;
-            if (qr->pmax - kr->pmin > left) full = 0;
-        }
-        if (right >= 0) {
-            if (kr->pmin - qr->pmax > right) return BK_ATTN_TILE_SKIP;
-            if (kr->pmax - qr->pmin > right) full = 0;
-        }
-    }
-    if (f & BK_ATTN_DOCUMENT) {
-        if (qr->smax < kr->smin || kr->smax < qr->smin) return BK_ATTN_TILE_SKIP;
-        if (!(qr->smin == qr->smax && kr->smin == kr->smax && qr->smin == kr->smin)) full = 0;
-    }
-    if (f & BK_ATTN_BLOCK_SPARSE) {
-        int c = block_sparse_class(m, qr, kr);
-        if (c == BK_ATTN_TILE_SKIP) return c;
-        if (c == BK_ATTN_TILE_PARTIAL) full = 0;
-    }
-    return full ? BK_ATTN_TILE_FULL : BK_ATTN_TILE_PARTIAL;
+    return bk_attn_classify_tiles(m, qr, kr);
 }
 
 void bk_attn_tile_mask(const bk_attn_geom *g, int64_t i0, int64_t bq, int64_t j0, int64_t bk,

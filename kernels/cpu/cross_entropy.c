@@ -23,7 +23,9 @@ bk_status bk_cross_entropy_fwd_bwd(const bk_queue *q, int64_t rows, int64_t V, f
                                    float scale, float z_loss, float *loss, float *lse,
                                    int64_t *n_valid)
 {
-    BK_CPU_QUEUE_CHECK(q);
+    BK_CPU_OR_DEVICE(
+        q, cross_entropy,
+        (q, rows, V, logits, ld, labels, ignore_index, scale, z_loss, loss, lse, n_valid));
     BK_CHECK_ARG(rows >= 0 && V > 0 && ld >= V);
     BK_CHECK_ARG(logits != NULL && labels != NULL && loss != NULL);
     BK_CHECK_ARG(z_loss >= 0.0f);

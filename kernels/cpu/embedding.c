@@ -23,7 +23,7 @@ static int tokens_valid(int64_t n, int64_t V, const int64_t *tokens)
 bk_status bk_embedding_gather(const bk_queue *q, int64_t n, int64_t V, int64_t D,
                               const int64_t *tokens, const float *table, float *out)
 {
-    BK_CPU_QUEUE_CHECK(q);
+    BK_CPU_OR_DEVICE(q, embedding_gather, (q, n, V, D, tokens, table, out));
     BK_CHECK_ARG(n >= 0 && V > 0 && D > 0);
     BK_CHECK_ARG(tokens != NULL && table != NULL && out != NULL);
     BK_CHECK_ARG(tokens_valid(n, V, tokens));
@@ -37,7 +37,7 @@ bk_status bk_embedding_gather(const bk_queue *q, int64_t n, int64_t V, int64_t D
 bk_status bk_embedding_scatter_add(const bk_queue *q, int64_t n, int64_t V, int64_t D,
                                    const int64_t *tokens, const float *dout, float *dtable)
 {
-    BK_CPU_QUEUE_CHECK(q);
+    BK_CPU_OR_DEVICE(q, embedding_scatter_add, (q, n, V, D, tokens, dout, dtable));
     BK_CHECK_ARG(n >= 0 && V > 0 && D > 0);
     BK_CHECK_ARG(tokens != NULL && dout != NULL && dtable != NULL);
     BK_CHECK_ARG(tokens_valid(n, V, tokens));

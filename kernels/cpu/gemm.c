@@ -287,6 +287,8 @@ bk_status bk_gemm(const bk_queue *q, bk_transpose ta, bk_transpose tb, int64_t m
                   int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                   float beta, float *c, int64_t ldc)
 {
+    BK_CHECK_ARG(q != NULL);
+    BK_DEVICE_DISPATCH(q, gemm, (q, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));
 #ifdef HAVE_CBLAS
     bk_status st = bk_gemm_cblas(q, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (st != BK_ERR_UNSUPPORTED) return st;

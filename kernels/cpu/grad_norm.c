@@ -16,7 +16,7 @@
 bk_status bk_grad_sqnorm(const bk_queue *q, int n_bufs, const float *const *bufs,
                          const int64_t *counts, double *sqnorm)
 {
-    BK_CPU_QUEUE_CHECK(q);
+    BK_CPU_OR_DEVICE(q, grad_sqnorm, (q, n_bufs, bufs, counts, sqnorm));
     BK_CHECK_ARG(n_bufs >= 0 && sqnorm != NULL);
     BK_CHECK_ARG(n_bufs == 0 || (bufs != NULL && counts != NULL));
     for (int b = 0; b < n_bufs; b++) BK_CHECK_ARG(bufs[b] != NULL && counts[b] >= 0);
@@ -45,7 +45,7 @@ bk_status bk_grad_sqnorm(const bk_queue *q, int n_bufs, const float *const *bufs
 
 bk_status bk_scale(const bk_queue *q, int64_t n, float *x, float alpha)
 {
-    BK_CPU_QUEUE_CHECK(q);
+    BK_CPU_OR_DEVICE(q, scale, (q, n, x, alpha));
     BK_CHECK_ARG(n >= 0 && x != NULL);
     int nt = bk_cpu_threads(q);
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= 16384)

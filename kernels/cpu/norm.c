@@ -13,7 +13,7 @@
 bk_status bk_rmsnorm_fwd(const bk_queue *q, int64_t n, int64_t d, const float *x, const float *w,
                          float eps, float *y, float *rstd)
 {
-    BK_CPU_QUEUE_CHECK(q);
+    BK_CPU_OR_DEVICE(q, rmsnorm_fwd, (q, n, d, x, w, eps, y, rstd));
     BK_CHECK_ARG(n >= 0 && d > 0);
     BK_CHECK_ARG(x != NULL && w != NULL && y != NULL);
     BK_CHECK_ARG(eps >= 0.0f);
@@ -41,7 +41,7 @@ bk_status bk_rmsnorm_fwd(const bk_queue *q, int64_t n, int64_t d, const float *x
 bk_status bk_rmsnorm_bwd(const bk_queue *q, int64_t n, int64_t d, const float *x, const float *w,
                          const float *rstd, const float *dy, float *dx, float *dw)
 {
-    BK_CPU_QUEUE_CHECK(q);
+    BK_CPU_OR_DEVICE(q, rmsnorm_bwd, (q, n, d, x, w, rstd, dy, dx, dw));
     BK_CHECK_ARG(n >= 0 && d > 0);
     BK_CHECK_ARG(x != NULL && w != NULL && rstd != NULL && dy != NULL && dx != NULL && dw != NULL);
     int nt = bk_cpu_threads(q);

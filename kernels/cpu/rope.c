@@ -15,7 +15,7 @@
 static bk_status rope_apply(const bk_queue *q, int64_t n, int64_t H, int64_t d, const int64_t *pos,
                             float theta, float factor, const float *x, float *out, float sign)
 {
-    BK_CPU_QUEUE_CHECK(q);
+    BK_CPU_OR_DEVICE(q, rope, (q, n, H, d, pos, theta, factor, x, out, sign));
     BK_CHECK_ARG(n >= 0 && H > 0 && d > 0 && d % 2 == 0);
     BK_CHECK_ARG(pos != NULL && x != NULL && out != NULL);
     BK_CHECK_ARG(theta > 0.0f && factor > 0.0f);

@@ -9,7 +9,7 @@
 bk_status bk_swiglu_fwd(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
                         const float *up, int64_t ld_in, float *out)
 {
-    BK_CPU_QUEUE_CHECK(q);
+    BK_CPU_OR_DEVICE(q, swiglu_fwd, (q, rows, cols, gate, up, ld_in, out));
     BK_CHECK_ARG(rows >= 0 && cols >= 0 && ld_in >= cols);
     BK_CHECK_ARG(gate != NULL && up != NULL && out != NULL);
     int nt = bk_cpu_threads(q);
@@ -26,7 +26,7 @@ bk_status bk_swiglu_fwd(const bk_queue *q, int64_t rows, int64_t cols, const flo
 bk_status bk_swiglu_bwd(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
                         const float *up, int64_t ld_in, const float *dout, float *dgate, float *dup)
 {
-    BK_CPU_QUEUE_CHECK(q);
+    BK_CPU_OR_DEVICE(q, swiglu_bwd, (q, rows, cols, gate, up, ld_in, dout, dgate, dup));
     BK_CHECK_ARG(rows >= 0 && cols >= 0 && ld_in >= cols);
     BK_CHECK_ARG(gate != NULL && up != NULL && dout != NULL && dgate != NULL && dup != NULL);
     int nt = bk_cpu_threads(q);

@@ -24,6 +24,11 @@ void ring_buffers_free(ring_buffers *b);
 /* Bytes held by b (what a memory report counts for the ring). */
 size_t ring_buffers_bytes(const ring_buffers *b);
 
+/* Query rows per kernel call unless a ring_exec_ctx says otherwise: small
+ * enough that the transport is polled often, large enough for the kernel's
+ * tiles. */
+enum { RING_PIECE_ROWS = 512 };
+
 typedef struct {
     bt_comm *comm;               /* the context-parallel group */
     const ring_schedule *sched;  /* the pass to run */
@@ -32,6 +37,8 @@ typedef struct {
     bk_attn_mask mask;           /* the kernel mask, the one the schedule was planned with */
     const int32_t *segments;     /* [N] global document ids (document mask), else NULL */
     ring_buffers *buffers;       /* made for sched by ring_buffers_create; NULL: made for this call */
+    int64_t piece_rows;          /* query rows per kernel call between transport polls;
+                                  * 0: RING_PIECE_ROWS */
 } ring_exec_ctx;
 
 typedef struct {

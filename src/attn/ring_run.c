@@ -9,8 +9,6 @@
 #include "src/attn/ring_run.h"
 #include "util/clock.h"
 
-enum { PIECE_ROWS = 512 }; /* query rows per kernel call between transport polls */
-
 ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_scheds)
 {
     ring_buffers *b = calloc(1, sizeof *b);
@@ -179,10 +177,11 @@ void ring_run_count_tiles(ring_run *run, const bk_attn_stats *ks)
 bt_status ring_run_pieces(ring_run *run, ring_piece_fn fn, void *arg)
 {
     int64_t n = run->s->layout.n;
+    int64_t piece = run->c->piece_rows > 0 ? run->c->piece_rows : RING_PIECE_ROWS;
     double t0 = bu_now();
     bt_status st = BT_OK;
-    for (int64_t r0 = 0; r0 < n && st == BT_OK; r0 += PIECE_ROWS) {
-        st = fn(run, r0, n - r0 < PIECE_ROWS ? n - r0 : PIECE_ROWS, arg);
+    for (int64_t r0 = 0; r0 < n && st == BT_OK; r0 += piece) {
+        st = fn(run, r0, n - r0 < piece ? n - r0 : piece, arg);
         if (st == BT_OK) st = bt_progress(run->world);
     }
     run->stats->compute_s += bu_now() - t0;

@@ -9,7 +9,24 @@ int bench_train(int argc, char **argv);
 
 /* The per-op part of `burst bench kernels` (RMSNorm, RoPE, SwiGLU, ... in GB/s),
  * printed to out; quick = 1 runs small sizes only. Returns 0 on success. */
+#include <stdint.h>
 #include <stdio.h>
 int bench_kernels_ops(FILE *out, int quick);
+
+/* `burst bench kernels --device cuda`, as parsed by bench_kernels. */
+typedef struct {
+    int64_t seqs[16]; /* attention block sizes in tokens */
+    int n_seq;
+    int hq;                 /* query heads */
+    int only_d, only_hkv;   /* 0: every head dim (64, 128), every Hkv (hq, hq / 4) */
+    int only_mask;          /* -1: full and causal; 0: full; 1: causal */
+    int64_t gemm_n;         /* side of the reference bf16 GEMM */
+    int64_t op_bytes;       /* bytes of each per-op buffer */
+    int ops;                /* run the per-op part */
+    int reps;               /* batches per measurement, the best kept */
+    double min_ms;          /* shortest batch that counts */
+} bench_device_opts;
+/* 0 on success, 1 when there is no device or a kernel failed. */
+int bench_kernels_device(const bench_device_opts *o);
 
 #endif

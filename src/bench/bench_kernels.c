@@ -1,8 +1,9 @@
-/* bench_kernels.c: `burst bench kernels`: attention forward and backward
- * GFLOP/s against cblas_sgemm measured in the same run (speed is reported as
- * a ratio to a reference, never as an absolute pass/fail), then the per-op
- * kernels (bench_kernels_ops). A benchmark, not a test: nothing here fails on
- * slowness. */
+/* bench_kernels.c: `burst bench kernels`: its options, and on the CPU the
+ * attention forward and backward GFLOP/s against cblas_sgemm measured in the
+ * same run (speed is reported as a ratio to a reference, never as an absolute
+ * pass/fail), then the per-op kernels (bench_kernels_ops). `--device cuda`
+ * runs bench_kernels_device instead. A benchmark, not a test: nothing here
+ * fails on slowness. */
 #include "config.h"
 
 #include <math.h>
@@ -25,7 +26,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: burst bench kernels [OPTIONS]\n\n"
+            "usage: burst bench kernels [--device cpu|cuda] [OPTIONS]\n\n"
             "Attention forward and backward GFLOP/s on one block (query and key/value rows of\n"
             "the same SEQ tokens, Hq = 8 query heads), for full and causal masks, head dims 64\n"
             "and 128, Hkv = 8 and 2, each as a ratio to cblas_sgemm GFLOP/s measured in the\n"
@@ -38,7 +39,7 @@ static void usage(FILE *out)
             "  --seq N        block size in tokens (repeatable; default 4096 8192 16384;\n"
             "                 32768 is accepted but takes minutes per configuration)\n"
             "  --d N          only head dim N (64 or 128 are the fast ones; any multiple of 8)\n"
-            "  --hkv N        only Hkv = N (must divide 8)\n"
+            "  --hkv N        only Hkv = N (must divide Hq: 8 on the CPU)\n"
             "  --mask M       only M = full or causal\n"
             "  --reps N       runs per measurement, best kept (default 2; 1 with --quick)\n"
             "  --cpu-time     time with the process CPU clock instead of the wall clock:\n"
@@ -46,7 +47,18 @@ static void usage(FILE *out)
             "                 the cores (meant for OMP_NUM_THREADS=1 on a shared machine;\n"
             "                 with more threads, spinning OpenMP threads count too)\n"
             "  --no-ops       skip the per-op kernels\n"
-            "  -h, --help     this help\n");
+            "  -h, --help     this help\n\n"
+            "--device cuda: the device kernels on the GPU (CUDA builds). Attention forward and\n"
+            "backward TFLOP/s with bf16 Q/K/V on tensor cores (fp32 accumulation), Hq = 16,\n"
+            "Hkv = Hq and Hq / 4, each as a ratio to the cuBLASLt bf16 GEMM rate measured\n"
+            "right before it; then each op's GB/s as a ratio to device-to-device copy\n"
+            "bandwidth measured in the same run. Defaults: SEQ 4096 8192 16384 32768,\n"
+            "best of 3 batches of calls, each batch at least 20 ms. --quick: SEQ = 1024,\n"
+            "GEMM side 2048, 64 MiB op buffers, one batch. Besides the options above:\n"
+            "  --hq N         query heads (default 16)\n"
+            "  --gemm N       side of the reference GEMM (default 8192)\n"
+            "  --op-mib N     MiB of each per-op buffer (default 1024)\n"
+            "  --min-ms X     shortest batch that counts, in ms (default 20)\n");
 }
 
 /* The clock all timings use: wall (default) or process CPU time (--cpu-time). */
@@ -169,10 +181,27 @@ static int parse_int(const char *opt, const char *s, long lo, long hi, long *out
     return 0;
 }
 
+/* --device cuda: fills the defaults o left at 0, then runs the device bench. */
+static int run_on_device(bench_device_opts *o, int quick)
+{
+    static const int64_t seqs[] = {4096, 8192, 16384, 32768};
+    if (o->n_seq == 0 && quick) o->seqs[o->n_seq++] = 1024;
+    for (int i = 0; o->n_seq == 0 && i < 4; i++) o->seqs[i] = seqs[i];
+    if (o->n_seq == 0) o->n_seq = 4;
+    if (!o->hq) o->hq = 16;
+    if (!o->gemm_n) o->gemm_n = quick ? 2048 : 8192;
+    if (!o->op_bytes) o->op_bytes = (quick ? 64 : 1024) << 20;
+    if (!o->reps) o->reps = quick ? 1 : 3;
+    if (o->min_ms <= 0) o->min_ms = 20;
+    return bench_kernels_device(o) ? EXIT_RUN_FAILURE : 0;
+}
+
 int bench_kernels(int argc, char **argv)
 {
     int quick = 0, ops = 1, reps = 0, only_d = 0, only_hkv = 0, only_mask = -1, n_seq = 0;
+    int on_device = 0, device_only_opt = 0;
     int64_t seqs[16];
+    bench_device_opts dev = {.only_mask = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v;
@@ -181,6 +210,25 @@ int bench_kernels(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--quick")) {
             quick = 1;
+        } else if (!strcmp(a, "--device")) {
+            const char *d = ++i < argc ? argv[i] : "";
+            if (strcmp(d, "cpu") && strcmp(d, "cuda")) {
+                fprintf(stderr, "burst bench kernels: --device must be cpu or cuda, not '%s'\n", d);
+                return EXIT_USAGE;
+            }
+            on_device = !strcmp(d, "cuda");
+        } else if (!strcmp(a, "--hq")) {
+            if (parse_int(a, ++i < argc ? argv[i] : NULL, 1, 128, &v)) return EXIT_USAGE;
+            dev.hq = (int)v, device_only_opt = 1;
+        } else if (!strcmp(a, "--gemm")) {
+            if (parse_int(a, ++i < argc ? argv[i] : NULL, 16, 65536, &v)) return EXIT_USAGE;
+            dev.gemm_n = v, device_only_opt = 1;
+        } else if (!strcmp(a, "--op-mib")) {
+            if (parse_int(a, ++i < argc ? argv[i] : NULL, 1, 65536, &v)) return EXIT_USAGE;
+            dev.op_bytes = (int64_t)v << 20, device_only_opt = 1;
+        } else if (!strcmp(a, "--min-ms")) {
+            if (parse_int(a, ++i < argc ? argv[i] : NULL, 0, 60000, &v)) return EXIT_USAGE;
+            dev.min_ms = (double)v, device_only_opt = 1;
         } else if (!strcmp(a, "--cpu-time")) {
             use_cpu_time = 1;
         } else if (!strcmp(a, "--no-ops")) {
@@ -199,11 +247,8 @@ int bench_kernels(int argc, char **argv)
             }
             only_d = (int)v;
         } else if (!strcmp(a, "--hkv")) {
-            if (parse_int(a, ++i < argc ? argv[i] : NULL, 1, 8, &v) || 8 % v) {
-                fprintf(stderr, "burst bench kernels: --hkv must divide 8\n");
-                return EXIT_USAGE;
-            }
-            only_hkv = (int)v;
+            if (parse_int(a, ++i < argc ? argv[i] : NULL, 1, 128, &v)) return EXIT_USAGE;
+            only_hkv = (int)v; /* checked against Hq below */
         } else if (!strcmp(a, "--reps")) {
             if (parse_int(a, ++i < argc ? argv[i] : NULL, 1, 100, &v)) return EXIT_USAGE;
             reps = (int)v;
@@ -222,6 +267,26 @@ int bench_kernels(int argc, char **argv)
             usage(stderr);
             return EXIT_USAGE;
         }
+    }
+    int hq = on_device ? (dev.hq ? dev.hq : 16) : 8;
+    if (only_hkv && hq % only_hkv) {
+        fprintf(stderr, "burst bench kernels: --hkv %d does not divide Hq = %d\n", only_hkv, hq);
+        return EXIT_USAGE;
+    }
+    if (on_device) {
+        if (use_cpu_time) {
+            fprintf(stderr, "burst bench kernels: --cpu-time applies to --device cpu only\n");
+            return EXIT_USAGE;
+        }
+        memcpy(dev.seqs, seqs, sizeof seqs);
+        dev.n_seq = n_seq, dev.only_d = only_d, dev.only_hkv = only_hkv;
+        dev.only_mask = only_mask, dev.ops = ops, dev.reps = reps;
+        return run_on_device(&dev, quick);
+    }
+    if (device_only_opt) {
+        fprintf(stderr, "burst bench kernels: --hq, --gemm, --op-mib and --min-ms apply to "
+                        "--device cuda only\n");
+        return EXIT_USAGE;
     }
     if (n_seq == 0) {
         if (quick) {

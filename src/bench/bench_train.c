@@ -144,7 +144,7 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
         const char *peak = strstr(body, "peak memory rank 0 ");
         char pu[8], eu[8];
         double pv, ev;
-        if (sscanf(body, "sgemm on this machine: %lf", &r->sgemm) == 1) continue;
+        if (sscanf(body, "sgemm per rank: %lf", &r->sgemm) == 1) continue;
         if (strncmp(body, "done:", 5) == 0 && peak &&
             sscanf(peak, "peak memory rank 0 %lf %7s (estimated %lf %7[^,], ratio %lf)", &pv, pu,
                    &ev, eu, &r->ratio) == 5) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "src/cli/cli.h"
+#include "src/cli/placement.h"
 
 struct subcommand {
     const char *name;
@@ -36,6 +37,7 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    cli_place_slurm_task(); /* before OpenMP starts its threads */
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;

@@ -9,7 +9,8 @@
 static void usage(FILE *out)
 {
     fprintf(out, "usage: burst bench WHAT [OPTIONS]\n\n"
-                 "  kernels    attention and per-op kernels against cblas_sgemm\n"
+                 "  kernels    attention and per-op kernels against cblas_sgemm (--device cuda:\n"
+                 "             the GPU kernels against the cuBLASLt bf16 GEMM and copies)\n"
                  "  transport  ring bandwidth/latency and all-reduce against ucx_perftest\n"
                  "  attention  distributed attention (ring Q-side, KV-side, all-gather) against\n"
                  "             the single-rank kernels\n"

@@ -2,6 +2,7 @@
  * joins the world and runs the trainer (src/train/trainer.h) on this rank.
  * Exit status: 0 done, 1 a failure while training, 2 a bad configuration
  * (found before any rank works). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,16 +16,23 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: burst train [--config FILE] [--set section.key=value ...] [--print-config]\n\n"
             "Trains a LLaMA-style model on sequences split across ranks. Launch it on every\n"
-            "rank: `burst run -n 4 -- burst train ...`, or `srun -n 16 burst train ...`.\n\n"
+            "rank: `burst run -n 4 -- burst train ...`, or `srun -n 16 burst train ...`.\n"
+            "Attention: [parallel] mask = causal, window, document or sparse (every key is\n"
+            "described in doc/TRAINING.md; --print-config lists them with their values).\n\n"
             "  --config FILE        INI configuration; every key is checked (unknown keys,\n"
             "                       types and ranges are errors naming the key)\n"
             "  --set S.K=V          override one key after the file (repeatable, in order)\n"
-            "  --print-config       print the effective configuration with defaults and exit\n"
+            "  --print-config       check the configuration as a run on dp x cp ranks would,\n"
+            "                       print it with defaults and exit (2 when it is not valid)\n"
             "  --resume             continue from the latest checkpoint in [train] checkpoint_dir\n"
-            "                       (bit for bit: the losses equal those of an uninterrupted run)\n"
+            "                       (bit for bit: the losses equal those of an uninterrupted\n"
+            "                       run); refused, naming the key, when the configuration\n"
+            "                       differs in a key that changes the numbers\n"
             "  --stop-after S       stop after step S (checkpointed when checkpoint_dir is set),\n"
             "                       e.g. to fit a job's time limit; --resume continues it\n"
-            "  --inject-nan S[:R]   testing aid: make rank R's (default 0) gradient NaN at step S\n\n"
+            "  --inject-nan S[:R]   testing aid: make rank R's (default 0) gradient NaN at step S\n"
+            "  --inject-overflow S  testing aid: make every rank's first gradient the largest\n"
+            "                       float at step S, so that only their sum is infinite\n\n"
             "Output: a progress line on rank 0 (step, loss, tokens/s, achieved GFLOP/s and its\n"
             "fraction of this machine's sgemm rate, memory, ETA); [train] metrics names a\n"
             "JSON-lines file; [train] checkpoint_dir and checkpoint_every write checkpoints;\n"
@@ -65,6 +73,12 @@ static int parse_args(int argc, char **argv, train_config *c, train_args *a)
                 fprintf(stderr, "burst train: --stop-after '%s': expected a step >= 1\n", argv[i]);
                 return EXIT_USAGE;
             }
+        } else if (strcmp(argv[i], "--inject-overflow") == 0 && i + 1 < argc) {
+            if (bu_parse_i64_min(argv[++i], 1, &a->opts.overflow_step) != 0) {
+                fprintf(stderr, "burst train: --inject-overflow '%s': expected a step >= 1\n",
+                        argv[i]);
+                return EXIT_USAGE;
+            }
         } else if (strcmp(argv[i], "--inject-nan") == 0 && i + 1 < argc) {
             if (sscanf(argv[++i], "%d:%d", &a->opts.inject_step, &a->opts.inject_rank) < 1) {
                 fprintf(stderr, "burst train: --inject-nan '%s': expected STEP or STEP:RANK\n", argv[i]);
@@ -77,6 +91,20 @@ static int parse_args(int argc, char **argv, train_config *c, train_args *a)
         }
     }
     return -1; /* go on */
+}
+
+/* --print-config: the configuration validated as a run on the dp x cp ranks it
+ * names would validate it, printed only when valid. */
+static int print_config(const train_config *c)
+{
+    char err[512];
+    int64_t world = (int64_t)c->dp * c->cp;
+    if (train_config_validate(c, world <= INT_MAX ? (int)world : INT_MAX, err, sizeof err) != 0) {
+        fprintf(stderr, "burst train: %s\n", err);
+        return EXIT_USAGE;
+    }
+    train_config_print(stdout, c);
+    return 0;
 }
 
 /* Leaves the world: in order after a run every rank finished or stopped
@@ -100,14 +128,11 @@ int cmd_train(int argc, char **argv)
 {
     trainer t;
     memset(&t, 0, sizeof t);
-    train_args a = {.opts = {.inject_step = -1, .inject_rank = 0}};
+    train_args a = {.opts = {.inject_step = -1, .inject_rank = 0, .overflow_step = -1}};
     train_config_default(&t.cfg);
     int status = parse_args(argc, argv, &t.cfg, &a);
     if (status >= 0) return status;
-    if (a.print_config) {
-        train_config_print(stdout, &t.cfg);
-        return 0;
-    }
+    if (a.print_config) return print_config(&t.cfg);
     t.opts = a.opts;
     char err[512];
     bt_options opt;

@@ -1,7 +1,8 @@
 /* launcher.c: `burst run`, the local launcher. It forks N ranks of a program,
  * tells each who it is through the variables of transport/launch.h (with a
  * listening socket that rank 0 inherits and a fresh secret, so no port is
- * raced for and no stranger can join), prefixes every output line with the
+ * raced for and no stranger can join), gives each rank its share of this
+ * machine's CPUs (src/cli/placement.h), prefixes every output line with the
  * rank, forwards SIGINT/SIGTERM, and when a rank fails stops the others and
  * exits with that rank's status. */
 #define _GNU_SOURCE
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "src/cli/cli.h"
+#include "src/cli/placement.h"
 #include "transport/launch.h"
 
 typedef struct {
@@ -48,6 +50,10 @@ static void usage(FILE *out)
             "                    (sets BURST_TIMEOUT; default 60)\n"
             "  --no-kill         when a rank fails, let the others find out by themselves\n"
             "                    instead of stopping them (for testing failure handling)\n\n"
+            "Each rank gets an equal share of the CPUs this launcher may use (its affinity\n"
+            "mask): it is pinned to them and OMP_NUM_THREADS is set to their number; with\n"
+            "more ranks than CPUs, every rank runs one thread on all of them. When\n"
+            "OMP_NUM_THREADS is set, every rank runs that many threads and is not pinned.\n\n"
             "Each output line is prefixed with [rank]. SIGINT and SIGTERM are forwarded to\n"
             "every rank. Exit status: 0 when every rank succeeded, else the status of the\n"
             "first rank that failed (128 + signal for a rank killed by a signal), 2 for bad\n"
@@ -89,7 +95,8 @@ static void forward(rank_proc *p, int rank, int stream, const char *data, size_t
 }
 
 static pid_t start_rank(int rank, int n, int nodes, int listen_fd, int port, const char *secret,
-                        const char *timeout, char **argv, int *out_fd, int *err_fd)
+                        const char *timeout, const bu_cpus *cpus, char **argv, int *out_fd,
+                        int *err_fd)
 {
     int out_pipe[2], err_pipe[2];
     if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return -1;
@@ -110,6 +117,7 @@ static pid_t start_rank(int rank, int n, int nodes, int listen_fd, int port, con
             setenv(BURST_ENV_NODE_ID, buf, 1);
         }
         if (timeout) setenv(BURST_ENV_TIMEOUT, timeout, 1);
+        cli_place_launched_rank(cpus, n, rank);
         if (rank == 0) {
             /* Rank 0 inherits the listening socket, so no other process can
              * take the port between the launcher choosing it and rank 0 using it. */
@@ -218,9 +226,11 @@ int cmd_run(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    static bu_cpus cpus; /* the CPUs the ranks share out (none: no placement) */
+    if (bu_cpus_allowed(&cpus) != 0) cpus.n = 0;
     rank_proc *procs = calloc((size_t)n, sizeof *procs);
     for (int r = 0; r < n; r++) {
-        procs[r].pid = start_rank(r, n, nodes, listen_fd, port, secret, timeout, prog,
+        procs[r].pid = start_rank(r, n, nodes, listen_fd, port, secret, timeout, &cpus, prog,
                                   &procs[r].out_fd, &procs[r].err_fd);
         if (procs[r].pid < 0) {
             fprintf(stderr, "burst run: cannot start rank %d: %s\n", r, strerror(errno));

@@ -21,6 +21,7 @@
 
 #include <ini.h>
 
+#include "src/attn/ring.h"
 #include "src/train/config.h"
 #include "src/train/plan.h"
 #include "util/parse.h"
@@ -105,6 +106,9 @@ void train_config_default(train_config *c)
     set_string(c->layout, sizeof c->layout, "auto");
     set_string(c->mask, sizeof c->mask, "causal");
     c->window = 1024;
+    c->sparse_block = 512;
+    set_string(c->sparse_pattern, sizeof c->sparse_pattern, "local:4+global:1");
+    c->piece_rows = RING_PIECE_ROWS;
     set_string(c->backward, sizeof c->backward, "auto");
     set_string(c->ring, sizeof c->ring, "auto");
     c->steps = 100;
@@ -148,7 +152,7 @@ static const char *const source_names[] = {"synthetic", "hdf5", NULL};
 static const char *const task_names[] = {"copy", "counting", "recall", NULL};
 static const char *const sampling_names[] = {"sequential", "shuffled", NULL};
 static const char *const layout_names[] = {"auto", "zigzag", "contiguous", NULL};
-static const char *const mask_names[] = {"causal", "window", NULL};
+static const char *const mask_names[] = {"causal", "window", "document", "sparse", NULL};
 static const char *const backward_names[] = {"auto", "q", "kv", NULL};
 static const char *const ring_names[] = {"auto", "flat", "double", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
@@ -188,14 +192,18 @@ static const field fields[] = {
     STR("data", path),
     ENUM("data", sampling, sampling_names),
     I64("data", seq_len, 1),
+    I64("data", doc_len, 0),
     U64("data", data_seed),
     INT("parallel", dp, 1),
     INT("parallel", cp, 1),
     ENUM("parallel", layout, layout_names),
     ENUM("parallel", mask, mask_names),
     I64("parallel", window, 0),
+    I64("parallel", sparse_block, 1),
+    STR("parallel", sparse_pattern),
     ENUM("parallel", backward, backward_names),
     ENUM("parallel", ring, ring_names),
+    I64("parallel", piece_rows, 1),
     I64("train", steps, 1),
     INT("train", micro_batches, 1),
     DBL("train", lr, 0, 1, INFINITY, 0),
@@ -456,7 +464,8 @@ void train_config_print(FILE *out, const train_config *c)
 
 typedef struct {
     FILE *file;
-    const char *path;
+    const char *path; /* the file, or the name of text in messages */
+    const char *text; /* the configuration itself, or NULL to read path */
     train_config *c;
     int pass;          /* 1: only [model] preset; 2: every key */
     int lineno;        /* the line inih is parsing */
@@ -549,7 +558,7 @@ static int load_handler(void *user, const char *section, const char *name, const
 /* 0, -1 when the file cannot be opened or read, -2 for an error in it. */
 static int load_pass(load_state *st, char *err, size_t err_len)
 {
-    st->file = fopen(st->path, "r");
+    st->file = st->text ? fmemopen((void *)st->text, strlen(st->text), "r") : fopen(st->path, "r");
     if (!st->file) {
         snprintf(err, err_len, "%s: %s", st->path, strerror(errno));
         return -1;
@@ -577,16 +586,29 @@ static int load_pass(load_state *st, char *err, size_t err_len)
     return 0;
 }
 
-int train_config_load(train_config *c, const char *path, char *err, size_t err_len)
+/* Loads path, or text under the name path, over c. */
+static int load(train_config *c, const char *path, const char *text, char *err, size_t err_len)
 {
     train_config work = *c;
-    load_state st = {.path = path, .c = &work, .pass = 1};
+    load_state st = {.path = path, .text = text, .c = &work, .pass = 1};
     if (load_pass(&st, err, err_len) == -1) return -1; /* errors of content: see pass 2 */
     if (st.preset[0]) train_config_preset(&work, st.preset);
     st.pass = 2;
     if (load_pass(&st, err, err_len) != 0) return -1;
     *c = work;
     return 0;
+}
+
+int train_config_load(train_config *c, const char *path, char *err, size_t err_len)
+{
+    return load(c, path, NULL, err, err_len);
+}
+
+int train_config_load_text(train_config *c, const char *text, const char *name, char *err,
+                           size_t err_len)
+{
+    if (!text[0]) return 0; /* nothing to read (fmemopen refuses an empty buffer) */
+    return load(c, name, text, err, err_len);
 }
 
 /* ---- --set ------------------------------------------------------------ */
@@ -660,6 +682,44 @@ static int fail(char *err, size_t err_len, const char *fmt, ...)
     return -1;
 }
 
+/* Where the documents of mask = document come from: [data] doc_len for the
+ * synthetic source, the corpus's own boundaries for hdf5. */
+static int validate_documents(const train_config *c, const bk_attn_mask *mask, char *err,
+                              size_t err_len)
+{
+    int documents = (mask->flags & BK_ATTN_DOCUMENT) != 0;
+    int synthetic = plan_source(c->source) == SOURCE_SYNTHETIC;
+    if (documents && synthetic && c->doc_len == 0)
+        return fail(err, err_len,
+                    "[parallel] mask = document with [data] source = synthetic needs [data] "
+                    "doc_len (the mean tokens per document)");
+    if (c->doc_len != 0 && !documents)
+        return fail(err, err_len,
+                    "[data] doc_len = %" PRId64 " is only used with [parallel] mask = document "
+                    "(here mask = %s)",
+                    c->doc_len, c->mask);
+    if (c->doc_len != 0 && !synthetic)
+        return fail(err, err_len,
+                    "[data] doc_len = %" PRId64 " is for the synthetic source: an hdf5 corpus "
+                    "brings its documents (/doc_offsets); set doc_len = 0",
+                    c->doc_len);
+    return 0;
+}
+
+/* The recall task's shape against the vocabulary; its pairs and queries
+ * belong to one sequence, so no documents cut it. */
+static int validate_recall(const train_config *c, char *err, size_t err_len)
+{
+    if (!plan_recall(c->source, c->task)) return 0;
+    recall_shape recall = train_config_recall(c);
+    if (recall_check(&recall, c->vocab, err, err_len) != 0) return -1;
+    if (plan_mask(c->mask, c->window).flags & BK_ATTN_DOCUMENT)
+        return fail(err, err_len,
+                    "[data] task = recall asks each query of a pair of the same sequence: "
+                    "[parallel] mask = document would cut them apart");
+    return 0;
+}
+
 int train_config_validate(const train_config *c, int world_size, char *err, size_t err_len)
 {
     /* Every field on its own, with the parser's rules (for structs filled in code). */
@@ -693,15 +753,18 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
 
     if (plan_source(c->source) == SOURCE_HDF5 && !c->path[0])
         return fail(err, err_len, "[data] source = hdf5 needs [data] path (corpus files)");
-    recall_shape recall = train_config_recall(c);
-    if (plan_recall(c->source, c->task) && recall_check(&recall, c->vocab, err, err_len) != 0)
-        return -1;
+    if (validate_recall(c, err, err_len) != 0) return -1;
 
     bk_attn_mask mask = plan_mask(c->mask, c->window);
     if ((mask.flags & BK_ATTN_WINDOW) && c->window < 1)
         return fail(err, err_len,
                     "[parallel] window = %" PRId64 " must be at least 1 for mask = window",
                     c->window);
+    if (validate_documents(c, &mask, err, err_len) != 0) return -1;
+    if ((mask.flags & BK_ATTN_BLOCK_SPARSE) &&
+        plan_sparse_mask(c->sparse_pattern, c->sparse_block, c->seq_len, &mask, NULL, err,
+                         err_len) != 0)
+        return -1;
     seq_layout_kind kind = plan_layout(c->layout, c->mask);
     const char *layout = seq_layout_name(kind);
     int zigzag = kind == LAYOUT_ZIGZAG;
@@ -730,5 +793,46 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
     if (c->head_chunk < 1)
         return fail(err, err_len, "[memory] head_chunk = %" PRId64 " must be at least 1",
                     c->head_chunk);
+    return 0;
+}
+
+/* ---- what a resumed run must share with its checkpoint ----------------- */
+
+/* The keys whose value changes the numbers a run computes from a checkpoint:
+ * the model's shape and arithmetic, the data stream (source, task and its
+ * shape, files, order, seed, sequence length), which sequences a step takes and which rank holds
+ * which tokens (dp, cp, layout, mask, window, micro_batches), the optimizer
+ * and its schedule (steps included: the cosine decays to step `steps`), the
+ * loss. The other keys choose how the same numbers are computed or reported
+ * (memory, ring, transport, logging, checkpoints) or only the initialisation
+ * the checkpoint replaces (seed, init_std); preset only names the dimensions. */
+static const char *const resume_keys[][2] = {
+    {"model", "layers"},       {"model", "d_model"},       {"model", "n_heads"},
+    {"model", "n_kv_heads"},   {"model", "d_ff"},          {"model", "vocab"},
+    {"model", "rope_theta"},   {"model", "rope_scaling"},  {"model", "tied_embeddings"},
+    {"model", "norm_eps"},     {"data", "source"},         {"data", "task"},
+    {"data", "recall_pairs"},  {"data", "recall_queries"}, {"data", "recall_keys"},
+    {"data", "recall_values"}, {"data", "path"},           {"data", "sampling"},
+    {"data", "seq_len"},       {"data", "data_seed"},      {"parallel", "dp"},
+    {"parallel", "cp"},        {"parallel", "layout"},     {"parallel", "mask"},
+    {"parallel", "window"},    {"train", "steps"},         {"train", "micro_batches"},
+    {"train", "lr"},           {"train", "min_lr"},        {"train", "warmup_steps"},
+    {"train", "weight_decay"}, {"train", "beta1"},         {"train", "beta2"},
+    {"train", "adam_eps"},     {"train", "grad_clip"},     {"memory", "z_loss"},
+};
+
+int train_config_resume_check(const train_config *was, const train_config *now, char *err,
+                              size_t err_len)
+{
+    for (size_t i = 0; i < sizeof resume_keys / sizeof resume_keys[0]; i++) {
+        const field *f = find_field(resume_keys[i][0], resume_keys[i][1]);
+        char a[512], b[512];
+        format_field(was, f, a, sizeof a);
+        format_field(now, f, b, sizeof b);
+        if (strcmp(a, b) == 0) continue;
+        const char *q = f->type == F_STR ? "'" : "";
+        return fail(err, err_len, "[%s] %s = %s%s%s, this run has %s%s%s", f->section, f->key, q, a,
+                    q, q, b, q);
+    }
     return 0;
 }

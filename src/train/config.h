@@ -36,14 +36,18 @@ typedef struct {
     char path[180];         /* hdf5: corpus files, comma-separated */
     char sampling[16];      /* hdf5: sequential | shuffled */
     int64_t seq_len;        /* tokens per sequence (global, split over cp ranks) */
+    int64_t doc_len;        /* synthetic, mask = document: mean tokens per document (0: none) */
     uint64_t data_seed;
     /* [parallel] */
     int dp, cp;             /* world = dp * cp, node-major */
     char layout[16];        /* auto | zigzag | contiguous */
-    char mask[16];          /* causal | window */
+    char mask[16];          /* causal | window | document | sparse */
     int64_t window;         /* tokens, for mask = window */
+    int64_t sparse_block;   /* tokens per block, for mask = sparse */
+    char sparse_pattern[64]; /* mask = sparse: e.g. local:4+global:1 (src/attn/sparse_pattern.h) */
     char backward[8];       /* auto | q | kv */
     char ring[8];           /* auto | flat | double */
+    int64_t piece_rows;     /* query rows per attention kernel call between transport polls */
     /* [train] */
     int64_t steps;
     int micro_batches;      /* gradient accumulation: sequences per rank per step */
@@ -80,6 +84,10 @@ int train_config_preset(train_config *c, const char *name);
  * the wrong type and out-of-range values are errors naming file, line and
  * section.key. Returns 0 or -1 with the message in err. */
 int train_config_load(train_config *c, const char *path, char *err, size_t err_len);
+/* The same as train_config_load for configuration text held in memory (e.g. a
+ * checkpoint's); messages name it `name`. Empty text changes nothing. */
+int train_config_load_text(train_config *c, const char *text, const char *name, char *err,
+                           size_t err_len);
 /* Applies one "section.key=value" override, with the same checks. Overrides
  * apply in the order given: "model.preset=NAME" sets all the preset's model
  * dimensions, replacing any model key set before it, so put it first. */
@@ -92,5 +100,13 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
 recall_shape train_config_recall(const train_config *c);
 /* The effective configuration as INI text (loads back to the same values). */
 void train_config_print(FILE *out, const train_config *c);
+/* Whether a run configured as `now` continues the numbers of a checkpoint
+ * written under `was`: 0 when every key that changes them is equal (the model's
+ * dimensions, the data, dp, cp, layout, mask and window, micro-batches, the
+ * optimizer and its schedule, the loss; the list and why is in config.c), or -1
+ * with the first that differs named with both values, as
+ * "[model] d_model = 64, this run has 128". */
+int train_config_resume_check(const train_config *was, const train_config *now, char *err,
+                              size_t err_len);
 
 #endif

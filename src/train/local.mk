@@ -7,4 +7,4 @@ libburst_train_a_SOURCES += src/train/model.h src/train/model.c \
 	src/train/trainer_eval.c src/train/trainer_report.c \
 	src/train/data/token_source.h src/train/data/synthetic_source.c \
 	src/train/data/recall.h src/train/data/recall.c \
-	src/train/data/hdf5_source.c
+	src/train/data/hdf5_source.c src/train/data/window_order.h src/train/data/window_order.c

@@ -109,6 +109,8 @@ struct model_runner {
     const model_layout *m;
     int64_t n, D, QD, KD, F, V, Hq, n_kept;
     int64_t *pos;                    /* [n] global positions */
+    int32_t *segments;               /* [N] document ids (document mask), else NULL */
+    ring_plan_config plan;           /* the rings' plan, without the segments */
     ring_schedule *fwd, *bwd, *half; /* half: recompute of the early chunks */
     ring_exec_ctx ring;
     stored_layer *store;             /* [layers * micro_batches] */
@@ -123,6 +125,43 @@ static float *alloc_floats(model_runner *r, int64_t count)
 {
     r->workspace_floats += (size_t)count;
     return calloc((size_t)count, sizeof(float));
+}
+
+/* The forward and the backward ring for the current documents. The buffers
+ * made for the first plan hold every later one: what travels depends on the
+ * layout and the heads, not on the documents. */
+static int plan_rings(model_runner *r, char *err, size_t err_len)
+{
+    const model_dims *d = &r->m->dims;
+    ring_plan_config pc = r->plan;
+    pc.need.segments = r->segments;
+    ring_schedule *fwd = ring_plan(&pc, RING_FORWARD, err, err_len);
+    ring_schedule *bwd = fwd ? ring_plan(&pc, ring_choose_backward(r->cfg.backward, d->n_heads,
+                                                                   d->n_kv_heads, d->head_dim),
+                                         err, err_len)
+                             : NULL;
+    if (!bwd) {
+        ring_schedule_free(fwd);
+        return -1;
+    }
+    ring_schedule_free(r->fwd);
+    ring_schedule_free(r->bwd);
+    r->fwd = fwd;
+    r->bwd = bwd;
+    return 0;
+}
+
+int model_runner_set_documents(model_runner *r, const int32_t *segments, char *err,
+                               size_t err_len)
+{
+    if (!r->segments) return 0;
+    size_t bytes = (size_t)r->plan.layout.N * sizeof(int32_t);
+    if (memcmp(r->segments, segments, bytes) == 0) return 0; /* the rings planned already */
+    attn_need_ctx need = r->plan.need;
+    need.segments = segments;
+    if (attn_need_validate(&need, err, err_len) != 0) return -1; /* keep the last documents */
+    memcpy(r->segments, segments, bytes);
+    return plan_rings(r, err, err_len);
 }
 
 model_runner *model_runner_create(const model_runner_config *cfg, char *err, size_t err_len)
@@ -151,12 +190,10 @@ model_runner *model_runner_create(const model_runner_config *cfg, char *err, siz
     ring_plan_config pc = {.topo = cfg->topo, .nodes = cfg->nodes, .layout = cfg->layout,
                            .need = {.mask = cfg->mask, .N = cfg->layout.N}, .h_q = d->n_heads,
                            .h_kv = d->n_kv_heads, .d = d->head_dim};
-    r->fwd = ring_plan(&pc, RING_FORWARD, err, err_len);
-    r->bwd = r->fwd ? ring_plan(&pc, ring_choose_backward(cfg->backward, d->n_heads,
-                                                          d->n_kv_heads, d->head_dim),
-                                err, err_len)
-                    : NULL;
-    if (r->bwd && half) {
+    r->plan = pc;
+    if (cfg->mask.flags & BK_ATTN_DOCUMENT) /* one document until told otherwise */
+        r->segments = calloc((size_t)cfg->layout.N, sizeof(int32_t));
+    if (plan_rings(r, err, err_len) == 0 && half) {
         /* The early chunks of the zigzag layout are the first half of the
          * sequence, laid out contiguously: chunk r on rank r. */
         ring_plan_config hc = pc;
@@ -178,7 +215,8 @@ model_runner *model_runner_create(const model_runner_config *cfg, char *err, siz
     }
     r->ring = (ring_exec_ctx){.comm = cfg->cp, .queue = cfg->queue,
                               .scale = 1.0f / sqrtf((float)d->head_dim), .mask = cfg->mask,
-                              .buffers = rb};
+                              .segments = r->segments, .buffers = rb,
+                              .piece_rows = cfg->piece_rows};
 
     int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, F = r->F;
     r->x = alloc_floats(r, n * D), r->a = alloc_floats(r, n * D), r->rstd1 = alloc_floats(r, n);
@@ -222,6 +260,7 @@ void model_runner_free(model_runner *r)
     }
     free(r->store);
     free(r->pos);
+    free(r->segments);
     free(r);
 }
 

@@ -58,8 +58,10 @@ typedef struct {
     seq_layout layout;           /* of the sequence over the cp group */
     ring_topology topo;
     int nodes;                   /* for the double ring */
-    bk_attn_mask mask;           /* causal or window (positions are global) */
+    bk_attn_mask mask;           /* plan_mask's (positions are global); a block-sparse
+                                  * bitmap must outlive the runner */
     ring_bwd_choice backward;
+    int64_t piece_rows;          /* query rows per kernel call in the ring; 0: the default */
     train_keep keep;             /* attention outputs kept: none, half (zigzag + causal), all */
     int micro_batches;           /* stored activations are keyed by (layer, micro-batch) */
     int fused_head;
@@ -69,6 +71,15 @@ typedef struct {
 
 model_runner *model_runner_create(const model_runner_config *cfg, char *err, size_t err_len);
 void model_runner_free(model_runner *r);
+
+/* Under a document mask: the document ids [N] of the global positions of the
+ * sequence the next forward (and backward) computes, the same on every rank
+ * of the CP group. The rings are planned again for them, so a K/V or query
+ * block is only sent to the ranks whose tokens share a document with it. A
+ * runner starts with one document. Without a document mask: nothing to do.
+ * 0, or -1 with a message (ids that decrease along the sequence). */
+int model_runner_set_documents(model_runner *r, const int32_t *segments, char *err,
+                               size_t err_len);
 
 typedef struct {
     double attn_fwd_s, attn_bwd_s, attn_recompute_s; /* wall time in the ring */

@@ -1,7 +1,9 @@
 /* plan.c: see plan.h. The names compared here are the ones config.c accepts
  * (its table lists them), so an unknown name cannot reach these functions. */
+#include <stdio.h>
 #include <string.h>
 
+#include "src/attn/sparse_pattern.h"
 #include "src/train/plan.h"
 
 seq_layout_kind plan_layout(const char *layout, const char *mask)
@@ -13,10 +15,44 @@ seq_layout_kind plan_layout(const char *layout, const char *mask)
 
 bk_attn_mask plan_mask(const char *mask, int64_t window)
 {
-    if (strcmp(mask, "window") != 0) return bk_attn_mask_causal();
-    bk_attn_mask m = bk_attn_mask_window(window - 1, 0);
-    m.flags |= BK_ATTN_CAUSAL;
+    if (strcmp(mask, "document") == 0) return bk_attn_mask_document(1);
+    bk_attn_mask m = bk_attn_mask_causal();
+    if (strcmp(mask, "window") == 0) {
+        m = bk_attn_mask_window(window - 1, 0);
+        m.flags |= BK_ATTN_CAUSAL;
+    } else if (strcmp(mask, "sparse") == 0) {
+        m.flags |= BK_ATTN_BLOCK_SPARSE; /* the bitmap: plan_sparse_mask */
+    }
     return m;
+}
+
+int plan_sparse_mask(const char *pattern, int64_t sparse_block, int64_t seq_len,
+                     bk_attn_mask *mask, uint64_t **bits, char *err, size_t err_len)
+{
+    sparse_pattern p;
+    char why[160];
+    if (sparse_pattern_parse(pattern, &p, why, sizeof why) != 0) {
+        snprintf(err, err_len, "[parallel] sparse_pattern = '%s': %s", pattern, why);
+        return -1;
+    }
+    int64_t n_blocks = seq_len / sparse_block + (seq_len % sparse_block != 0);
+    if (n_blocks > PLAN_SPARSE_MAX_BLOCKS) {
+        snprintf(err, err_len,
+                 "[parallel] sparse_block = %lld cuts [data] seq_len = %lld into %lld blocks; at "
+                 "most %d are supported: use sparse_block >= %lld",
+                 (long long)sparse_block, (long long)seq_len, (long long)n_blocks,
+                 PLAN_SPARSE_MAX_BLOCKS,
+                 (long long)((seq_len + PLAN_SPARSE_MAX_BLOCKS - 1) / PLAN_SPARSE_MAX_BLOCKS));
+        return -1;
+    }
+    if (!bits) return 0;
+    if (!(*bits = sparse_pattern_bitmap(&p, n_blocks))) {
+        snprintf(err, err_len, "out of memory for the bitmap of [parallel] sparse_pattern");
+        return -1;
+    }
+    *mask = bk_attn_mask_block_sparse(*bits, sparse_block, n_blocks);
+    mask->flags |= BK_ATTN_CAUSAL;
+    return 0;
 }
 
 ring_bwd_choice plan_backward(const char *backward)

@@ -33,9 +33,18 @@ typedef struct {
  * causal work), contiguous under a window (the work is already balanced and
  * blocks meet fewer neighbours). */
 seq_layout_kind plan_layout(const char *layout, const char *mask);
-/* [parallel] mask: causal, or causal within a window of `window` tokens
- * (the query included). */
+/* [parallel] mask: causal; causal within a window of `window` tokens (the
+ * query included); causal within documents (the document ids come with every
+ * sample: model_runner_set_documents); or causal and block-sparse, whose
+ * bitmap plan_sparse_mask adds. */
 bk_attn_mask plan_mask(const char *mask, int64_t window);
+/* mask = sparse: [parallel] sparse_pattern over blocks of sparse_block tokens
+ * of a seq_len sequence. Checks both (at most PLAN_SPARSE_MAX_BLOCKS blocks);
+ * with bits given, also makes the bitmap (*bits, the caller's to free) and
+ * points mask at it. 0, or -1 with a message naming the key. */
+enum { PLAN_SPARSE_MAX_BLOCKS = 16384 }; /* a bitmap of 32 MiB */
+int plan_sparse_mask(const char *pattern, int64_t sparse_block, int64_t seq_len,
+                     bk_attn_mask *mask, uint64_t **bits, char *err, size_t err_len);
 ring_bwd_choice plan_backward(const char *backward);
 train_ring_choice plan_ring(const char *ring);
 train_source_kind plan_source(const char *source);

@@ -44,12 +44,16 @@ static void make_model_layout(trainer *t)
     model_layout_init(&t->model, &dims);
 }
 
-static void make_plan(trainer *t)
+static int make_plan(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     train_plan *p = &t->plan;
     p->layout = plan_layout(c->layout, c->mask);
     p->mask = plan_mask(c->mask, c->window);
+    if ((p->mask.flags & BK_ATTN_BLOCK_SPARSE) &&
+        plan_sparse_mask(c->sparse_pattern, c->sparse_block, c->seq_len, &p->mask,
+                         &t->sparse_bits, err, err_len) != 0)
+        return -1;
     p->backward = plan_backward(c->backward);
     p->ring = plan_ring(c->ring);
     p->source = plan_source(c->source);
@@ -57,6 +61,7 @@ static void make_plan(trainer *t)
     p->recall = plan_recall(c->source, c->task);
     p->on_nonfinite = plan_on_nonfinite(c->on_nonfinite);
     p->keep = plan_keep(c->ckpt_fraction);
+    return 0;
 }
 
 /* The model runner over this rank's CP group, on the planned ring. */
@@ -73,7 +78,8 @@ static int make_runner(trainer *t, char *err, size_t err_len)
     }
     model_runner_config rc = {
         .model = &t->model, .cp = t->cp_comm, .layout = t->layout, .topo = topo, .nodes = cp_nodes,
-        .mask = t->plan.mask, .backward = t->plan.backward, .keep = t->plan.keep,
+        .mask = t->plan.mask, .backward = t->plan.backward, .piece_rows = c->piece_rows,
+        .keep = t->plan.keep,
         .micro_batches = c->micro_batches, .fused_head = c->fused_head,
         .head = {.chunk_tokens = c->head_chunk, .z_loss = (float)c->z_loss, .ignore_index = TOKEN_IGNORE},
         .queue = &t->queue};
@@ -84,13 +90,14 @@ static int make_runner(trainer *t, char *err, size_t err_len)
 static int make_source(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
+    int documents = (t->plan.mask.flags & BK_ATTN_DOCUMENT) != 0;
     if (t->plan.source == SOURCE_HDF5)
-        t->data = hdf5_source_create(c->path, c->vocab, t->plan.shuffled, c->data_seed, &t->shard,
-                                     err, err_len);
+        t->data = hdf5_source_create(c->path, c->vocab, t->plan.shuffled, c->data_seed, documents,
+                                     &t->shard, err, err_len);
     else {
-        recall_shape recall = train_config_recall(c);
-        t->data = synthetic_source_create(c->task, &recall, c->vocab, c->data_seed, &t->shard, err,
-                                          err_len);
+        synthetic_spec spec = {.task = c->task, .doc_len = c->doc_len,
+                               .recall = train_config_recall(c)};
+        t->data = synthetic_source_create(&spec, c->vocab, c->data_seed, &t->shard, err, err_len);
     }
     return t->data ? 0 : -1;
 }
@@ -112,6 +119,8 @@ static void make_state(trainer *t)
     size_t n = (size_t)t->layout.n * (size_t)c->micro_batches;
     t->tokens = malloc(n * sizeof(int64_t));
     t->labels = malloc(n * sizeof(int64_t));
+    if (t->plan.mask.flags & BK_ATTN_DOCUMENT)
+        t->segments = malloc((size_t)(c->seq_len + 1) * (size_t)c->micro_batches * sizeof(int32_t));
 }
 
 int trainer_setup(trainer *t, char *err, size_t err_len)
@@ -130,7 +139,7 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     }
     t->dp_rank = bt_comm_rank(t->dp_comm);
     t->cp_rank = bt_comm_rank(t->cp_comm);
-    make_plan(t);
+    if (make_plan(t, err, err_len) != 0) return EXIT_USAGE;
     if (seq_layout_init(&t->layout, t->plan.layout, c->cp, c->seq_len, err, err_len) != 0)
         return EXIT_USAGE;
     t->shard = token_shard_of(&t->layout, t->cp_rank);
@@ -178,69 +187,24 @@ static int checkpoint_if_due(trainer *t, int64_t step)
     return 0;
 }
 
-/* Rank 0's line of one evaluation, and the verdict of [eval] min_accuracy on
- * every rank (the counts are the same everywhere): 0 or STOP_AGREED. */
-static int report_accuracy(const trainer *t, const char *what, const char *counted,
-                           const eval_counts *e, double chance)
-{
-    double min = t->cfg.min_accuracy, accuracy = e->total ? (double)e->correct / (double)e->total : 0;
-    if (t->rank == 0)
-        printf("eval: %s accuracy %.1f%% over %lld %s (chance %.1f%%)\n", what, 100.0 * accuracy,
-               (long long)e->total, counted, 100.0 * chance);
-    fflush(stdout); /* the line above comes before the verdict below */
-    if (min <= 0 || (e->total > 0 && accuracy >= min)) return 0;
-    if (t->rank == 0)
-        fprintf(stderr, "burst train: eval: %s accuracy %.1f%% over %lld %s is below [eval] "
-                        "min_accuracy = %g%%\n",
-                what, 100.0 * accuracy, (long long)e->total, counted, 100.0 * min);
-    return STOP_AGREED;
-}
-
-typedef int (*eval_fn)(trainer *t, eval_counts *out, char *err, size_t err_len);
-
-/* One evaluation and its report: 0 or STOP_AGREED. */
-static int evaluate(trainer *t, eval_fn run, const char *what, const char *counted, double chance)
-{
-    eval_counts e;
-    char err[512];
-    if (run(t, &e, err, sizeof err) != 0) {
-        fprintf(stderr, "burst train: rank %d: evaluation: %s\n", t->rank, err);
-        return STOP_AGREED;
-    }
-    return report_accuracy(t, what, counted, &e, chance);
-}
-
-static int evaluate_and_report(trainer *t)
-{
-    const train_config *c = &t->cfg;
-    int status = 0;
-    if (c->eval_path[0])
-        status = evaluate(t, trainer_eval_passkey, "passkey retrieval", "held-out samples",
-                          1.0 / c->vocab);
-    if (status == 0 && t->plan.recall)
-        status = evaluate(t, trainer_eval_recall, "recall", "cross-rank queries",
-                          1.0 / c->recall_values);
-    return status;
-}
-
 int trainer_run(trainer *t)
 {
     const train_config *c = &t->cfg;
-    trainer_report_start(t);
+    if (trainer_report_start(t) != 0) return EXIT_RUN_FAILURE;
     int64_t first = first_step(t), step;
     if (first < 0) return EXIT_USAGE;
-    double t_start = bu_now(), loss = 0, gnorm = 0;
+    double t_start = bu_now();
+    trainer_step_result res = {0};
     int status = 0;
     for (step = first; step <= c->steps && status == 0; step++) {
         double t0 = bu_now();
-        int skipped = 0;
-        status = trainer_step(t, step, &loss, &gnorm, &skipped);
+        status = trainer_step(t, step, &res);
         if (status != 0) break;
         double dt = bu_now() - t0;
-        trainer_report_progress(t, step, first, loss, gnorm, dt, bu_now() - t_start);
+        trainer_report_progress(t, step, first, &res, dt, bu_now() - t_start);
         status = checkpoint_if_due(t, step);
         if (status != 0) break;
-        trainer_report_metrics(t, step, loss, gnorm, skipped, dt);
+        trainer_report_metrics(t, step, &res, dt);
         if (step == t->opts.stop_after) {
             step++;
             break;
@@ -249,13 +213,14 @@ int trainer_run(trainer *t)
     if (t->metrics) fclose(t->metrics);
     t->metrics = NULL;
     if (status == 0 && step - 1 == c->steps) /* not after --stop-after: training goes on */
-        status = evaluate_and_report(t);
+        status = trainer_evaluate(t);
     if (status == 0 && t->rank == 0) {
         double peak = trainer_peak_rss_bytes(), est = trainer_estimated_bytes(t);
         char p[32], e[32];
         printf("done: step %lld of %lld, final loss %.4f; peak memory rank 0 %s (estimated %s, "
                "ratio %.2f)\n",
-               (long long)(step - 1), (long long)c->steps, loss, bu_human_bytes(peak, p, sizeof p),
+               (long long)(step - 1), (long long)c->steps, res.loss,
+               bu_human_bytes(peak, p, sizeof p),
                bu_human_bytes(est, e, sizeof e), peak / est);
     }
     return status;
@@ -270,6 +235,7 @@ void trainer_free(trainer *t)
     bt_comm_free(t->dp_comm);
     bt_comm_free(t->cp_comm);
     free(t->params), free(t->grads), free(t->tokens), free(t->labels);
+    free(t->segments), free(t->sparse_bits);
     if (t->metrics) fclose(t->metrics);
     memset(t, 0, sizeof *t);
 }

@@ -4,12 +4,13 @@
  * reduce-scattered over the world into AdamW shards (ZeRO-1). Rank 0 prints a
  * memory report, a progress line per log step and the final peak memory, and
  * writes JSON-lines metrics. A non-finite loss or gradient stops (or skips the
- * update on) every rank, naming the step and the first rank that saw it.
+ * update on) every rank, naming the step and the first rank that saw it, or
+ * saying that the gradient became non-finite in the sum over the ranks.
  *
  * The trainer lives in five files: trainer.c (setup, the loop, teardown),
  * trainer_step.c (one optimizer step), trainer_ckpt.c (checkpoints and
- * resume), trainer_eval.c (held-out accuracy: passkey, recall) and trainer_report.c (memory,
- * progress and metrics). */
+ * resume), trainer_eval.c (held-out accuracy: passkey, recall) and
+ * trainer_report.c (memory, progress and metrics). */
 #ifndef BURST_TRAIN_TRAINER_H
 #define BURST_TRAIN_TRAINER_H
 
@@ -25,6 +26,8 @@
 /* What the command line adds to the configuration. */
 typedef struct {
     int inject_step, inject_rank; /* testing aid: a NaN gradient at this step on this rank */
+    int64_t overflow_step;        /* testing aid: at this step every rank's first gradient is
+                                     FLT_MAX, finite locally, infinite once summed */
     int resume;                   /* continue from the latest checkpoint */
     int64_t stop_after;           /* stop (checkpointed) after this step; 0 = run to the end */
 } trainer_opts;
@@ -45,10 +48,12 @@ typedef struct {
     token_shard shard;            /* this rank's positions of every sample */
     float *params, *grads;
     int64_t *tokens, *labels;     /* [micro_batches][n] */
+    int32_t *segments;            /* [micro_batches][seq_len + 1] document ids (mask = document) */
+    uint64_t *sparse_bits;        /* the bitmap of mask = sparse (plan.mask points at it) */
     bk_queue queue;
     FILE *metrics;
     double baseline_bytes;        /* the process before the model was made */
-    double sgemm_gflops;          /* this machine's reference rate (rank 0) */
+    double sgemm_gflops;          /* one rank's sgemm rate, measured by rank 0 alone */
 } trainer;
 
 /* Every rank decided to stop together (a non-finite loss, a failed checkpoint). */
@@ -68,29 +73,43 @@ void trainer_free(trainer *t);
  * one formula for reading, prefetching and the checkpoint's sample position. */
 int64_t trainer_sample_index(const train_config *c, int64_t step, int dp_rank, int mb);
 
+/* What one step did, the same on every rank. */
+typedef struct {
+    double loss, grad_norm;
+    int skipped;        /* non-finite, and [train] on_nonfinite = skip */
+    int64_t tokens;     /* tokens with a label (not ignored), all ranks */
+    double attn_bytes;  /* bytes the attention rings sent, all ranks */
+} trainer_step_result;
+
 /* One optimizer step: all micro-batches, then ZeRO-1. 0, STOP_AGREED, or the
  * exit status after a failure. */
-int trainer_step(trainer *t, int64_t step, double *loss, double *gnorm, int *skipped);
+int trainer_step(trainer *t, int64_t step, trainer_step_result *res);
 
 /* 1 on every rank when any rank passes failed != 0: ranks stop together. */
 int trainer_any_rank(trainer *t, int failed);
 /* Checkpoint of a completed step, written by every rank; 0 or -1 with err. */
 int trainer_save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len);
-/* The latest checkpoint's step, loaded; or -1 with err. */
+/* The latest checkpoint's step, loaded; or -1 with err, also when this run
+ * would not continue it bit for bit (a key that changes the numbers differs,
+ * or the sampler position or RNG state recorded is not this run's). */
 int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len);
 /* Correct answers of total asked, summed over all ranks. */
 typedef struct {
     int64_t correct, total;
 } eval_counts;
+/* The evaluations the configuration asks for after training, each reported
+ * by rank 0 with its chance level: 0, or STOP_AGREED when one failed or fell
+ * below [eval] min_accuracy. */
+int trainer_evaluate(trainer *t);
 /* Passkey retrieval over [eval] eval_path; 0 or -1 with err. */
 int trainer_eval_passkey(trainer *t, eval_counts *out, char *err, size_t err_len);
 /* Recall over [eval] eval_samples held-out samples of the recall task (the
  * seed synthetic_heldout_seed([data] data_seed)), counting only queries whose
- * key another rank holds; 0 or -1 with err. */
+ * pair (key and value) other ranks hold; 0 or -1 with err. */
 int trainer_eval_recall(trainer *t, eval_counts *out, char *err, size_t err_len);
 /* Of a sample's queries [n], those whose query position rank holds and whose
- * key position another rank of layout holds: their local rows and answers
- * [at most n each], in query order; returns how many. */
+ * pair's key and value positions other ranks of layout hold: their local rows
+ * and answers [at most n each], in query order; returns how many. */
 int trainer_recall_select(const seq_layout *l, int rank, const recall_query *queries, int n,
                           int64_t *rows, int64_t *answers);
 /* How many of predicted [n] equal answers [n]. */
@@ -102,13 +121,14 @@ double trainer_peak_rss_bytes(void);
 double trainer_available_bytes(void);
 /* The estimate of this rank's memory that the report prints and the end compares. */
 double trainer_estimated_bytes(const trainer *t);
-/* Rank 0's report at start: the model, the grid, memory, the sgemm rate. */
-void trainer_report_start(trainer *t);
+/* The report at start (collective): rank 0 measures sgemm alone, then prints
+ * the model, the grid, memory and that rate. 0, or an exit status. */
+int trainer_report_start(trainer *t);
 /* Rank 0's progress line of a step (every [train] log_every steps and the last). */
-void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step, double loss,
-                             double gnorm, double step_s, double elapsed_s);
+void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
+                             const trainer_step_result *res, double step_s, double elapsed_s);
 /* The step's line in the [train] metrics file, if any. */
-void trainer_report_metrics(trainer *t, int64_t step, double loss, double gnorm, int skipped,
+void trainer_report_metrics(trainer *t, int64_t step, const trainer_step_result *res,
                             double step_s);
 
 #endif

@@ -2,7 +2,9 @@
  * Saving is three collective phases: rank 0 opens the step's directory, every
  * rank writes its part (the model on rank 0, each rank's optimizer shard),
  * rank 0 commits; ranks agree after each phase, so a failure anywhere leaves
- * the previous checkpoint whole and every rank stops. */
+ * the previous checkpoint whole and every rank stops. Resuming refuses a
+ * checkpoint whose configuration, sampler position or RNG state this run would
+ * not continue, naming the key and both values. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +56,48 @@ int trainer_save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len)
     return any ? -1 : 0;
 }
 
+/* Refuses a checkpoint this run would not continue bit for bit: one written
+ * under a configuration that changes the numbers (config.h), or whose sampler
+ * position or RNG state is not the one this configuration reaches after the
+ * checkpoint's step (the sampler and the data RNG are functions of the step and
+ * [data] data_seed, so restoring the step restores them; what the checkpoint
+ * recorded must agree). */
+static int check_resumable(const trainer *t, const io_ckpt_meta *meta, char *err, size_t err_len)
+{
+    const train_config *c = &t->cfg;
+    char ck[256], name[300], why[512];
+    snprintf(ck, sizeof ck, "%s/step-%lld", c->checkpoint_dir, (long long)meta->step);
+    if (!meta->config_text || !meta->config_text[0]) {
+        snprintf(err, err_len, "checkpoint %s records no configuration to compare with", ck);
+        return -1;
+    }
+    train_config was;
+    train_config_default(&was);
+    snprintf(name, sizeof name, "%s/model.h5:/config", ck);
+    if (train_config_load_text(&was, meta->config_text, name, why, sizeof why) != 0) {
+        snprintf(err, err_len, "checkpoint %s: its configuration does not load: %s", ck, why);
+        return -1;
+    }
+    if (train_config_resume_check(&was, c, why, sizeof why) != 0) {
+        snprintf(err, err_len, "checkpoint %s was written with %s", ck, why);
+        return -1;
+    }
+    int64_t next = trainer_sample_index(c, meta->step + 1, 0, 0);
+    if (meta->sample_position != next) {
+        snprintf(err, err_len,
+                 "checkpoint %s: sample_position = %lld, this run continues at sample %lld", ck,
+                 (long long)meta->sample_position, (long long)next);
+        return -1;
+    }
+    if (meta->rng_state != c->data_seed) {
+        snprintf(err, err_len,
+                 "checkpoint %s: rng_state = %llu, this run has [data] data_seed = %llu", ck,
+                 (unsigned long long)meta->rng_state, (unsigned long long)c->data_seed);
+        return -1;
+    }
+    return 0;
+}
+
 int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len)
 {
     train_config *c = &t->cfg;
@@ -61,8 +105,14 @@ int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len)
     int failed = step < 0;
     io_ckpt_meta expect = {.world_size = t->world_size, .n_params = t->model.n_params}, meta;
     memset(&meta, 0, sizeof meta);
+    /* The metadata first, so that a different configuration is named before
+     * the parameter count or the world size would differ. */
     if (!failed)
-        failed = io_checkpoint_read_model(c->checkpoint_dir, step, &expect, &meta, t->params, err,
+        failed = io_checkpoint_read_model(c->checkpoint_dir, step, NULL, &meta, NULL, err,
+                                          err_len) != 0 ||
+                 check_resumable(t, &meta, err, err_len) != 0;
+    if (!failed)
+        failed = io_checkpoint_read_model(c->checkpoint_dir, step, &expect, NULL, t->params, err,
                                           err_len) != 0;
     int64_t begin, end;
     zero1_shard(t->opt, &begin, &end);

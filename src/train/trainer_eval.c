@@ -1,11 +1,15 @@
 /* trainer_eval.c: held-out accuracy after training (trainer.h). DP groups
- * share the samples; the CP group of a sample runs its forward together, and
- * each rank predicts the answer rows it holds.
+ * share the samples; the CP group of a sample runs its forward together (under
+ * a document mask, within the sample's documents), and each rank predicts the
+ * answer rows it holds.
  *   passkey: for each sample of [eval] eval_path, the most likely token at the
  *            answer position against the stored answer;
  *   recall:  samples of the recall task from the held-out seed; only queries
- *            whose pair's key another rank holds are counted, so every counted
- *            answer travelled through the ring. */
+ *            whose pair other ranks hold are counted, so every counted answer
+ *            travelled through the ring.
+ * Rank 0 prints each accuracy with its chance level; one below [eval]
+ * min_accuracy fails the run on every rank (the counts are summed over all
+ * ranks, so every rank takes the same decision). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -62,14 +66,16 @@ static int open_passkey(trainer *t, int64_t **answers, int64_t *rows, int64_t *c
                         token_source **src, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
-    int failed = io_read_int64_dataset(c->eval_path, "/answers", answers, rows, cols, err, err_len) != 0;
+    int failed =
+        io_read_int64_dataset(c->eval_path, "/answers", answers, rows, cols, err, err_len) != 0;
     if (!failed && *cols < 3) {
         snprintf(err, err_len, "%s: /answers must have 3 columns (start, answer position, answer)",
                  c->eval_path);
         failed = 1;
     }
     if (!failed)
-        *src = hdf5_source_create(c->eval_path, c->vocab, 0, 0, &t->shard, err, err_len);
+        *src = hdf5_source_create(c->eval_path, c->vocab, 0, 0, t->segments != NULL, &t->shard, err,
+                                  err_len);
     failed |= !*src;
     if (!trainer_any_rank(t, failed)) return 0;
     free(*answers);
@@ -89,13 +95,17 @@ int trainer_eval_passkey(trainer *t, eval_counts *out, char *err, size_t err_len
     for (int64_t s = t->dp_rank; s < samples && !failed; s += c->dp) {
         const int64_t *a = answers + s * cols; /* start, answer position, answer */
         if (a[0] != s * (c->seq_len + 1)) {
-            snprintf(err, err_len, "%s: sample %lld starts at %lld, not at a multiple of [data] "
-                                   "seq_len + 1: the eval corpus was made for another seq_len",
+            snprintf(err, err_len,
+                     "%s: sample %lld starts at %lld, not at a multiple of [data] "
+                     "seq_len + 1: the eval corpus was made for another seq_len",
                      c->eval_path, (long long)s, (long long)a[0]);
             failed = 1;
             break;
         }
-        failed = src->read(src, s, t->tokens, t->labels) != 0;
+        failed = src->read(src, s, t->tokens, t->labels) != 0 ||
+                 (t->segments &&
+                  (src->documents(src, s, t->segments) != 0 ||
+                   model_runner_set_documents(t->runner, t->segments, err, err_len) != 0));
         int64_t row = local_row(t, a[1] - 1);
         if (!failed) failed = predict_and_count(t, &row, &a[2], row >= 0, &counts, err, err_len);
     }
@@ -128,16 +138,67 @@ int trainer_eval_recall(trainer *t, eval_counts *out, char *err, size_t err_len)
     recall_shape shape = train_config_recall(c);
     uint64_t seed = synthetic_heldout_seed(c->data_seed);
     int64_t *sample = malloc((size_t)c->seq_len * sizeof(int64_t));
-    int64_t *rows = malloc(2 * (size_t)shape.queries * sizeof(int64_t)), *answers = rows + shape.queries;
+    int64_t *rows = malloc(2 * (size_t)shape.queries * sizeof(int64_t)),
+            *answers = rows + shape.queries;
     recall_query *queries = malloc((size_t)shape.queries * sizeof(recall_query));
     eval_counts counts = {0, 0};
     int failed = 0;
     for (int64_t s = t->dp_rank; s < c->eval_samples && !failed; s += c->dp) {
         recall_sample(&shape, seed, s, sample, NULL, queries);
         seq_layout_scatter(&t->layout, t->cp_rank, sample, t->tokens, sizeof(int64_t));
-        int n = trainer_recall_select(&t->layout, t->cp_rank, queries, shape.queries, rows, answers);
+        int n =
+            trainer_recall_select(&t->layout, t->cp_rank, queries, shape.queries, rows, answers);
         failed = predict_and_count(t, rows, answers, n, &counts, err, err_len);
     }
     free(sample), free(rows), free(queries);
     return sum_counts(t, failed, &counts, out);
+}
+
+/* ---- the report ------------------------------------------------------- */
+
+/* Rank 0's line of one evaluation, and the verdict of [eval] min_accuracy on
+ * every rank (the counts are the same everywhere): 0 or STOP_AGREED. */
+static int report_accuracy(const trainer *t, const char *what, const char *counted,
+                           const eval_counts *e, double chance)
+{
+    double min = t->cfg.min_accuracy,
+           accuracy = e->total ? (double)e->correct / (double)e->total : 0;
+    if (t->rank == 0)
+        printf("eval: %s accuracy %.1f%% over %lld %s (chance %.1f%%)\n", what, 100.0 * accuracy,
+               (long long)e->total, counted, 100.0 * chance);
+    fflush(stdout); /* the line above comes before the verdict below */
+    if (min <= 0 || (e->total > 0 && accuracy >= min)) return 0;
+    if (t->rank == 0)
+        fprintf(stderr,
+                "burst train: eval: %s accuracy %.1f%% over %lld %s is below [eval] "
+                "min_accuracy = %g%%\n",
+                what, 100.0 * accuracy, (long long)e->total, counted, 100.0 * min);
+    return STOP_AGREED;
+}
+
+typedef int (*eval_fn)(trainer *t, eval_counts *out, char *err, size_t err_len);
+
+/* One evaluation and its report: 0 or STOP_AGREED. */
+static int evaluate(trainer *t, eval_fn run, const char *what, const char *counted, double chance)
+{
+    eval_counts e;
+    char err[512];
+    if (run(t, &e, err, sizeof err) != 0) {
+        fprintf(stderr, "burst train: rank %d: evaluation: %s\n", t->rank, err);
+        return STOP_AGREED;
+    }
+    return report_accuracy(t, what, counted, &e, chance);
+}
+
+int trainer_evaluate(trainer *t)
+{
+    const train_config *c = &t->cfg;
+    int status = 0;
+    if (c->eval_path[0])
+        status = evaluate(t, trainer_eval_passkey, "passkey retrieval", "held-out samples",
+                          1.0 / c->vocab);
+    if (status == 0 && t->plan.recall)
+        status = evaluate(t, trainer_eval_recall, "recall", "cross-rank queries",
+                          1.0 / c->recall_values);
+    return status;
 }

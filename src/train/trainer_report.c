@@ -1,6 +1,9 @@
 /* trainer_report.c: what a rank tells the user (trainer.h): the memory report
- * at start and its estimate, this machine's sgemm rate as the reference for
- * achieved GFLOP/s, the progress line of a step and the metrics file. */
+ * at start and its estimate, one rank's sgemm rate (times the world size, the
+ * reference for achieved GFLOP/s), the progress line of a step and the
+ * metrics file. */
+#include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -8,6 +11,7 @@
 #include "kernels/ops.h"
 #include "src/train/trainer.h"
 #include "util/clock.h"
+#include "util/exit_codes.h"
 #include "util/parse.h"
 
 double trainer_peak_rss_bytes(void)
@@ -39,7 +43,7 @@ double trainer_available_bytes(void)
     return kb * 1024.0;
 }
 
-/* sgemm rate of this machine (GFLOP/s), measured for 0.3 s. */
+/* sgemm rate of this rank's threads (GFLOP/s), measured for 0.3 s. */
 static double measure_sgemm(const bk_queue *q)
 {
     const int64_t n = 768;
@@ -82,20 +86,39 @@ static void memory_report(const trainer *t)
            bu_human_bytes(trainer_estimated_bytes(t), b[0], 32));
 }
 
-void trainer_report_start(trainer *t)
+/* Rank 0 measures sgemm while the others wait in a barrier, so the rate is
+ * that of one rank in its own thread setting rather than of ranks contending. */
+static int measure_sgemm_alone(trainer *t)
 {
-    if (t->rank != 0) return;
+    bt_comm *world = bt_world_comm(t->world);
+    if (bt_barrier(world) != BT_OK) return -1;
+    if (t->rank == 0) t->sgemm_gflops = measure_sgemm(&t->queue);
+    return bt_barrier(world) == BT_OK ? 0 : -1;
+}
+
+int trainer_report_start(trainer *t)
+{
+    if (measure_sgemm_alone(t) != 0) {
+        fprintf(stderr, "burst train: %s\n", bt_world_error(t->world));
+        return EXIT_RUN_FAILURE;
+    }
+    if (t->rank != 0) return 0;
     const train_config *c = &t->cfg;
-    t->sgemm_gflops = measure_sgemm(&t->queue);
     printf("burst train: %lld parameters (%d layers, d_model %d, heads %d/%d, vocab %d); "
            "world %d = dp %d x cp %d; sequence %lld tokens (%lld per rank, %s layout); "
            "checkpoint fraction %g; %s head\n",
            (long long)t->model.n_params, c->layers, c->d_model, c->n_heads, c->n_kv_heads,
            c->vocab, t->world_size, c->dp, c->cp, (long long)c->seq_len, (long long)t->layout.n,
            seq_layout_name(t->layout.kind), c->ckpt_fraction, c->fused_head ? "fused" : "unfused");
+    printf("attention: mask %s; %s; kernel pieces of %lld query rows\n", c->mask,
+           ring_pass_name(ring_choose_backward(t->plan.backward, c->n_heads, c->n_kv_heads,
+                                               c->d_model / c->n_heads)),
+           (long long)c->piece_rows);
     memory_report(t);
-    printf("sgemm on this machine: %.1f GFLOP/s\n", t->sgemm_gflops);
+    printf("sgemm per rank: %.1f GFLOP/s (rank 0 alone, %d OpenMP thread%s)\n", t->sgemm_gflops,
+           omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
     fflush(stdout);
+    return 0;
 }
 
 /* FLOPs of one step: 3 x the forward of every sequence of the step. */
@@ -110,30 +133,42 @@ static double step_tokens(const trainer *t)
     return (double)t->cfg.seq_len * t->cfg.dp * t->cfg.micro_batches;
 }
 
-void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step, double loss,
-                             double gnorm, double step_s, double elapsed_s)
+void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
+                             const trainer_step_result *res, double step_s, double elapsed_s)
 {
     const train_config *c = &t->cfg;
     if (t->rank != 0 || (step % c->log_every != 0 && step != c->steps)) return;
     char mem[32];
-    double gflops = step_flops(t) / step_s / 1e9;
+    double gflops = step_flops(t) / step_s / 1e9, sgemm_world = t->sgemm_gflops * t->world_size;
     double eta = elapsed_s / (double)(step - first_step + 1) * (double)(c->steps - step);
     printf("step %5lld/%lld  loss %.4f  grad-norm %.3g  lr %.3g  %.0f tokens/s  %.2f GFLOP/s "
-           "(%.2f of sgemm)  mem %s  ETA %.0f s\n",
-           (long long)step, (long long)c->steps, loss, gnorm,
+           "(%.2f of sgemm x P)  mem %s  ETA %.0f s\n",
+           (long long)step, (long long)c->steps, res->loss, res->grad_norm,
            lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step), step_tokens(t) / step_s,
-           gflops, t->sgemm_gflops > 0 ? gflops / t->sgemm_gflops : 0,
+           gflops, sgemm_world > 0 ? gflops / sgemm_world : 0,
            bu_human_bytes(trainer_rss_bytes(), mem, sizeof mem), eta);
     fflush(stdout);
 }
 
-void trainer_report_metrics(trainer *t, int64_t step, double loss, double gnorm, int skipped,
+/* A JSON number: v with every digit, or null where JSON has no number (the
+ * loss or norm of a non-finite step). */
+static const char *json_number(double v, char *buf, size_t len)
+{
+    if (!isfinite(v)) return "null";
+    snprintf(buf, len, "%.17g", v);
+    return buf;
+}
+
+void trainer_report_metrics(trainer *t, int64_t step, const trainer_step_result *res,
                             double step_s)
 {
     if (!t->metrics) return;
+    char l[32], g[32];
     fprintf(t->metrics,
-            "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"skipped\": %d, "
-            "\"tokens_per_s\": %.6g, \"gflops\": %.6g, \"seconds\": %.6g}\n",
-            (long long)step, loss, gnorm, skipped, step_tokens(t) / step_s,
-            step_flops(t) / step_s / 1e9, step_s);
+            "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"skipped\": %d, "
+            "\"tokens\": %lld, \"attn_bytes\": %.0f, \"tokens_per_s\": %.6g, \"gflops\": %.6g, "
+            "\"seconds\": %.6g}\n",
+            (long long)step, json_number(res->loss, l, sizeof l),
+            json_number(res->grad_norm, g, sizeof g), res->skipped, (long long)res->tokens,
+            res->attn_bytes, step_tokens(t) / step_s, step_flops(t) / step_s / 1e9, step_s);
 }

@@ -4,7 +4,9 @@
  * of the inputs under the layout; it runs the ring forward and both backward
  * directions for MHA and GQA and compares O, lse, dQ, dK, dV with the
  * reference rows at its global positions, and the transport's byte counters
- * with the schedule. Rank 0 prints "ok ..." when every rank agreed. */
+ * with the schedule. --piece-rows R calls the kernels on pieces of R query
+ * rows (several pieces per block when R < N/P). Rank 0 prints "ok ..." when
+ * every rank agreed. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <signal.h>
@@ -25,6 +27,7 @@ typedef struct {
     int nodes;
     ring_topology topo;
     int kill_rank;
+    int64_t piece_rows; /* 0: the executor's default */
 } options;
 
 static bk_attn_mask make_mask(const char *name, int64_t N, int P, uint64_t **bits_out)
@@ -159,7 +162,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
                            .h_q = h_q, .h_kv = h_kv, .d = d, .count_pairs = 0};
     bk_queue queue = bk_host_queue();
     ring_exec_ctx ctx = {.comm = bt_world_comm(world), .queue = &queue, .scale = scale,
-                         .mask = mask, .segments = segments};
+                         .mask = mask, .segments = segments, .piece_rows = o->piece_rows};
     ring_exec_stats stats;
     bt_counter before[RING_N_CHANNELS];
 
@@ -202,13 +205,14 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
 
 int main(int argc, char **argv)
 {
-    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1};
+    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--mask") == 0) o.mask_name = argv[i + 1];
         else if (strcmp(argv[i], "--layout") == 0 && seq_layout_parse(argv[i + 1], &o.layout) == 0) {}
         else if (strcmp(argv[i], "--n") == 0) o.N = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--double-ring") == 0) o.topo = TOPO_DOUBLE, o.nodes = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--kill-rank") == 0) o.kill_rank = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--piece-rows") == 0) o.piece_rows = atoll(argv[i + 1]);
         else {
             fprintf(stderr, "ring_worker: bad option '%s'\n", argv[i]);
             return WORKER_USAGE;
@@ -220,7 +224,7 @@ int main(int argc, char **argv)
     run_heads(&o, 4, 2, 16); /* GQA */
     int64_t total = worker_finish();
     if (rank == 0 && total == 0)
-        printf("ok ring %s/%s on %d ranks%s\n", o.mask_name, seq_layout_name(o.layout), size,
-               o.topo == TOPO_DOUBLE ? " (double ring)" : "");
+        printf("ok ring %s/%s on %d ranks%s%s\n", o.mask_name, seq_layout_name(o.layout), size,
+               o.topo == TOPO_DOUBLE ? " (double ring)" : "", o.piece_rows ? " in pieces" : "");
     return total ? WORKER_FAILED : 0;
 }

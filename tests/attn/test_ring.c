@@ -1,9 +1,10 @@
 /* test_ring.c: distributed attention against the single-rank double-precision
  * reference, with real processes under `burst run`: O, lse, dQ, dK, dV for
  * P = 1..4 (and 5, 6), every mask, MHA and GQA, both backward directions, the
- * flat ring and the double ring on emulated nodes; the byte counters against
- * the schedule; a rank killed between the forward and the backward ring. The
- * ranks are tests/attn/ring_worker, which checks its own rows. */
+ * flat ring and the double ring on emulated nodes; the kernels called on
+ * several pieces of a block's rows; the byte counters against the schedule;
+ * a rank killed between the forward and the backward ring. The ranks are
+ * tests/attn/ring_worker, which checks its own rows. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,20 +19,31 @@ static char *ring_worker(void)
     return (char *)test_program_path("tests/attn/ring_worker", path, sizeof path);
 }
 
-static void expect_ok(int ranks, int nodes, const char *mask, const char *layout)
+/* The ranks' kernels run on pieces of piece_rows query rows (NULL: the default). */
+static void expect_ok_pieces(int ranks, int nodes, const char *mask, const char *layout,
+                             const char *piece_rows)
 {
     char n[16], m[16];
     snprintf(n, sizeof n, "%d", ranks);
     snprintf(m, sizeof m, "%d", nodes);
-    char *argv[] = {(char *)test_burst_path(), "run", "-n", n, "--nodes", m, "--", ring_worker(),
-                    "--mask", (char *)mask, "--layout", (char *)layout,
-                    nodes > 1 ? "--double-ring" : NULL, m, NULL};
+    char *argv[20] = {(char *)test_burst_path(), "run", "-n", n, "--nodes", m, "--", ring_worker(),
+                      "--mask", (char *)mask, "--layout", (char *)layout};
+    int a = 12;
+    if (nodes > 1) argv[a++] = "--double-ring", argv[a++] = m;
+    if (piece_rows) argv[a++] = "--piece-rows", argv[a++] = (char *)piece_rows;
+    argv[a] = NULL;
     test_run_result r = test_run(argv, NULL);
     char want[128];
-    snprintf(want, sizeof want, "ok ring %s/%s on %d ranks", mask, layout, ranks);
+    snprintf(want, sizeof want, "ok ring %s/%s on %d ranks%s%s", mask, layout, ranks,
+             nodes > 1 ? " (double ring)" : "", piece_rows ? " in pieces" : "");
     ck_assert_msg(r.exit_code == 0 && test_output_has(&r, want), "%s/%s P=%d nodes=%d: exit %d\n%s",
                   mask, layout, ranks, nodes, r.exit_code, r.out);
     test_run_free(&r);
+}
+
+static void expect_ok(int ranks, int nodes, const char *mask, const char *layout)
+{
+    expect_ok_pieces(ranks, nodes, mask, layout, NULL);
 }
 
 static const char *masks[][2] = {{"none", "contiguous"},   {"causal", "zigzag"},
@@ -55,6 +67,16 @@ START_TEST(odd_and_larger_worlds)
     expect_ok(5, 1, "causal", "zigzag");
     expect_ok(6, 3, "causal", "zigzag"); /* 3 nodes x 2 ranks */
     expect_ok(6, 2, "document", "zigzag"); /* 2 nodes x 3 ranks */
+}
+END_TEST
+
+/* 48 rows per rank in pieces of 7: six whole pieces and one of 6, in every
+ * pass, on both sides of the backward. */
+START_TEST(several_kernel_pieces_per_block)
+{
+    expect_ok_pieces(3, 1, "causal", "zigzag", "7");
+    expect_ok_pieces(2, 1, "document", "contiguous", "7");
+    expect_ok_pieces(4, 2, "sparse", "contiguous", "7"); /* 2 nodes x 2 ranks */
 }
 END_TEST
 
@@ -82,6 +104,7 @@ int main(void)
     Suite *s = suite_create("ring");
     TCase *tc = check_tcase(s, "ring", 600);
     check_add_loop_tests(tc, 0, 6, flat_ring_equals_single_rank, double_ring_equals_single_rank);
-    check_add_tests(tc, odd_and_larger_worlds, rank_lost_during_the_ring_is_named);
+    check_add_tests(tc, odd_and_larger_worlds, several_kernel_pieces_per_block,
+                    rank_lost_during_the_ring_is_named);
     return check_run(s);
 }

@@ -14,27 +14,10 @@
 #include "kernels/ref/ops_ref.h"
 #include "tests/lib/arrays.h"
 #include "tests/lib/check_main.h"
+#include "tests/lib/close.h"
 #include "tests/lib/rng.h"
 
 /* ---------------------------------------------------------------- helpers */
-/* |got - ref| <= atol + rtol |ref| everywhere; reports the worst element. */
-static void assert_close(const char *what, const float *got, const double *ref, int64_t n,
-                         double atol, double rtol)
-{
-    int64_t worst = -1;
-    double worst_excess = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double err = fabs((double)got[i] - ref[i]), tol = atol + rtol * fabs(ref[i]);
-        if (!(err <= tol) && (worst < 0 || !(err - tol <= worst_excess))) {
-            worst = i;
-            worst_excess = err - tol;
-        }
-    }
-    ck_assert_msg(worst < 0, "%s: element %lld of %lld is %.9g, reference %.9g", what,
-                  (long long)worst, (long long)n, worst >= 0 ? (double)got[worst] : 0.0,
-                  worst >= 0 ? ref[worst] : 0.0);
-}
-
 static void assert_close_d(const char *what, const double *got, const double *ref, int64_t n,
                            double atol, double rtol)
 {
@@ -159,7 +142,7 @@ static void check_gemm(gemm_fn fn, const char *name)
                 char what[128];
                 snprintf(what, sizeof what, "%s m=%lld n=%lld k=%lld ta=%d tb=%d", name,
                          (long long)m, (long long)n, (long long)k, ta, tb);
-                assert_close(what, got, ref, m * n, 2e-6 * (double)k + 1e-6, 1e-5);
+                test_assert_close(what, got, ref, m * n, 2e-6 * (double)k + 1e-6, 1e-5);
                 free(a);
                 free(b);
                 free(c);
@@ -240,19 +223,19 @@ START_TEST(rmsnorm_matches_reference)
         ref_rmsnorm_bwd(n, d, xd, wd, eps, dyd, dxr, dwr);
         for (int64_t j = 0; j < d; j++) dwr[j] += dw0[j]; /* the kernel accumulates */
         ck_assert_int_eq(bk_rmsnorm_fwd(&q, n, d, x, w, eps, y, rstd), BK_OK);
-        assert_close("rmsnorm y", y, yr, n * d, 1e-6, 1e-5);
-        assert_close("rmsnorm rstd", rstd, rr, n, 0, 1e-5);
+        test_assert_close("rmsnorm y", y, yr, n * d, 1e-6, 1e-5);
+        test_assert_close("rmsnorm rstd", rstd, rr, n, 0, 1e-5);
         ck_assert_int_eq(bk_rmsnorm_bwd(&q, n, d, x, w, rstd, dy, dx, dw), BK_OK);
-        assert_close("rmsnorm dx", dx, dxr, n * d, 1e-5, 1e-4);
-        assert_close("rmsnorm dw", dw, dwr, d, 1e-5, 1e-4);
+        test_assert_close("rmsnorm dx", dx, dxr, n * d, 1e-5, 1e-4);
+        test_assert_close("rmsnorm dw", dw, dwr, d, 1e-5, 1e-4);
         /* in place: y = x, dx = dy */
         float *xi = test_copy_f(x, n * d), *dyi = test_copy_f(dy, n * d),
               *dwi = test_copy_f(dw0, d);
         ck_assert_int_eq(bk_rmsnorm_fwd(&q, n, d, xi, w, eps, xi, NULL), BK_OK);
-        assert_close("rmsnorm in place", xi, yr, n * d, 1e-6, 1e-5);
+        test_assert_close("rmsnorm in place", xi, yr, n * d, 1e-6, 1e-5);
         ck_assert_int_eq(bk_rmsnorm_bwd(&q, n, d, x, w, rstd, dyi, dyi, dwi), BK_OK);
-        assert_close("rmsnorm dx in place", dyi, dxr, n * d, 1e-5, 1e-4);
-        assert_close("rmsnorm dw in place", dwi, dwr, d, 1e-5, 1e-4);
+        test_assert_close("rmsnorm dx in place", dyi, dxr, n * d, 1e-5, 1e-4);
+        test_assert_close("rmsnorm dw in place", dwi, dwr, d, 1e-5, 1e-4);
         free(x), free(w), free(dy), free(y), free(rstd), free(dx), free(dw), free(dw0);
         free(xd), free(wd), free(dyd), free(yr), free(rr), free(dxr), free(dwr);
         free(xi), free(dyi), free(dwi);
@@ -330,8 +313,8 @@ START_TEST(rmsnorm_backward_finite_differences)
     assert_close_d("ref rmsnorm dw vs fd", dwr, gw, d, 1e-7, 1e-6);
     ck_assert_int_eq(bk_rmsnorm_fwd(&q, n, d, x, w, eps, y, rstd), BK_OK);
     ck_assert_int_eq(bk_rmsnorm_bwd(&q, n, d, x, w, rstd, dy, dx, dw), BK_OK);
-    assert_close("rmsnorm dx vs fd", dx, gx, n * d, 1e-5, 1e-4);
-    assert_close("rmsnorm dw vs fd", dw, gw, d, 1e-5, 1e-4);
+    test_assert_close("rmsnorm dx vs fd", dx, gx, n * d, 1e-5, 1e-4);
+    test_assert_close("rmsnorm dw vs fd", dw, gw, d, 1e-5, 1e-4);
     free(x), free(w), free(dy), free(rstd), free(y), free(dx), free(dw);
     free(xd), free(wd), free(rd), free(gx), free(gw), free(dxr), free(dwr);
 }
@@ -357,15 +340,15 @@ START_TEST(rope_matches_reference)
         ref_rope(n, H, d, pos, theta, factor, xd, 1.0, yr);
         ref_rope(n, H, d, pos, theta, factor, xd, -1.0, dxr);
         ck_assert_int_eq(bk_rope_fwd(&q, n, H, d, pos, theta, factor, x, y), BK_OK);
-        assert_close("rope fwd", y, yr, len, 2e-6, 1e-5);
+        test_assert_close("rope fwd", y, yr, len, 2e-6, 1e-5);
         ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, pos, theta, factor, x, dx), BK_OK);
-        assert_close("rope bwd", dx, dxr, len, 2e-6, 1e-5);
+        test_assert_close("rope bwd", dx, dxr, len, 2e-6, 1e-5);
         /* in place, and backward undoes forward */
         float *xi = test_copy_f(x, len);
         ck_assert_int_eq(bk_rope_fwd(&q, n, H, d, pos, theta, factor, xi, xi), BK_OK);
-        assert_close("rope fwd in place", xi, yr, len, 2e-6, 1e-5);
+        test_assert_close("rope fwd in place", xi, yr, len, 2e-6, 1e-5);
         ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, pos, theta, factor, xi, xi), BK_OK);
-        assert_close("rope bwd(fwd(x))", xi, xd, len, 4e-6, 1e-5);
+        test_assert_close("rope bwd(fwd(x))", xi, xd, len, 4e-6, 1e-5);
         free(pos), free(x), free(y), free(dx), free(xd), free(yr), free(dxr), free(xi);
     }
 }
@@ -414,7 +397,7 @@ START_TEST(rope_backward_finite_differences)
     rope_ctx c = {n, H, d, pos, 10000.0, 2.0, rd};
     fd_grad(rope_loss, &c, xd, len, g);
     ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, pos, 10000.0f, 2.0f, dy, dx), BK_OK);
-    assert_close("rope dx vs fd", dx, g, len, 1e-5, 1e-4);
+    test_assert_close("rope dx vs fd", dx, g, len, 1e-5, 1e-4);
     free(x), free(dy), free(dx), free(xd), free(rd), free(g);
 }
 END_TEST
@@ -443,23 +426,23 @@ START_TEST(swiglu_matches_reference)
         ref_swiglu_fwd(len, g, u, outr);
         ref_swiglu_bwd(len, g, u, dod, dgr, dur);
         ck_assert_int_eq(bk_swiglu_fwd(&q, rows, F, gu, gu + F, 2 * F, out), BK_OK);
-        assert_close("swiglu out", out, outr, len, 1e-6, 1e-5);
+        test_assert_close("swiglu out", out, outr, len, 1e-6, 1e-5);
         ck_assert_int_eq(bk_swiglu_bwd(&q, rows, F, gu, gu + F, 2 * F, dout, dgu, dgu + F), BK_OK);
         float *dg = malloc((size_t)len * sizeof(float)), *du = malloc((size_t)len * sizeof(float));
         for (int64_t r = 0; r < rows; r++) {
             memcpy(dg + r * F, dgu + r * 2 * F, (size_t)F * sizeof(float));
             memcpy(du + r * F, dgu + r * 2 * F + F, (size_t)F * sizeof(float));
         }
-        assert_close("swiglu dgate", dg, dgr, len, 1e-6, 1e-5);
-        assert_close("swiglu dup", du, dur, len, 1e-6, 1e-5);
+        test_assert_close("swiglu dgate", dg, dgr, len, 1e-6, 1e-5);
+        test_assert_close("swiglu dup", du, dur, len, 1e-6, 1e-5);
         /* in place: gradients over the inputs */
         ck_assert_int_eq(bk_swiglu_bwd(&q, rows, F, gu, gu + F, 2 * F, dout, gu, gu + F), BK_OK);
         for (int64_t r = 0; r < rows; r++) {
             memcpy(dg + r * F, gu + r * 2 * F, (size_t)F * sizeof(float));
             memcpy(du + r * F, gu + r * 2 * F + F, (size_t)F * sizeof(float));
         }
-        assert_close("swiglu dgate in place", dg, dgr, len, 1e-6, 1e-5);
-        assert_close("swiglu dup in place", du, dur, len, 1e-6, 1e-5);
+        test_assert_close("swiglu dgate in place", dg, dgr, len, 1e-6, 1e-5);
+        test_assert_close("swiglu dup in place", du, dur, len, 1e-6, 1e-5);
         free(gu), free(dout), free(out), free(dgu), free(g), free(u), free(dod);
         free(outr), free(dgr), free(dur), free(dg), free(du);
     }
@@ -499,8 +482,8 @@ START_TEST(swiglu_backward_finite_differences)
     fd_grad(swiglu_loss, &cg, gd, n, fg);
     fd_grad(swiglu_loss, &cu, ud, n, fu);
     ck_assert_int_eq(bk_swiglu_bwd(&q, 1, n, g, u, n, dout, dg, du), BK_OK);
-    assert_close("swiglu dgate vs fd", dg, fg, n, 1e-5, 1e-4);
-    assert_close("swiglu dup vs fd", du, fu, n, 1e-5, 1e-4);
+    test_assert_close("swiglu dgate vs fd", dg, fg, n, 1e-5, 1e-4);
+    test_assert_close("swiglu dup vs fd", du, fu, n, 1e-5, 1e-4);
     free(g), free(u), free(dout), free(dg), free(du), free(gd), free(ud), free(rd), free(fg),
         free(fu);
 }
@@ -526,10 +509,10 @@ START_TEST(embedding_matches_reference)
         ref_embedding_scatter_add(n, D, tok, dod, dtr);
         bk_queue q1 = host_q(1), q2 = host_q(2);
         ck_assert_int_eq(bk_embedding_gather(&q2, n, V, D, tok, table, out), BK_OK);
-        assert_close("embedding gather", out, outr, n * D, 0, 0);
+        test_assert_close("embedding gather", out, outr, n * D, 0, 0);
         ck_assert_int_eq(bk_embedding_scatter_add(&q1, n, V, D, tok, dout, dt1), BK_OK);
         ck_assert_int_eq(bk_embedding_scatter_add(&q2, n, V, D, tok, dout, dt2), BK_OK);
-        assert_close("embedding scatter-add", dt2, dtr, V * D, 1e-6, 1e-5);
+        test_assert_close("embedding scatter-add", dt2, dtr, V * D, 1e-6, 1e-5);
         /* deterministic: bitwise the same for 1 and 2 threads */
         ck_assert(memcmp(dt1, dt2, (size_t)(V * D) * sizeof(float)) == 0);
         free(tok), free(table), free(out), free(dout), free(dt1), free(dt2);
@@ -565,7 +548,7 @@ START_TEST(embedding_backward_finite_differences)
     emb_ctx c = {n, D, tok, rd};
     fd_grad(emb_loss, &c, td, V * D, g);
     ck_assert_int_eq(bk_embedding_scatter_add(&q, n, V, D, tok, dout, dt), BK_OK);
-    assert_close("embedding dtable vs fd", dt, g, V * D, 1e-6, 1e-5);
+    test_assert_close("embedding dtable vs fd", dt, g, V * D, 1e-6, 1e-5);
     free(table), free(dout), free(dt), free(td), free(rd), free(g);
 }
 END_TEST
@@ -588,9 +571,9 @@ START_TEST(adamw_matches_reference_over_steps)
         ref_adamw_step(n, pr, mr, vr, gd, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, step,
                        scale);
         ck_assert_int_eq(bk_adamw_step(&q, n, p, g, m, v, &hp, step, scale), BK_OK);
-        assert_close("adamw param", p, pr, n, 1e-6, 1e-5);
-        assert_close("adamw m", m, mr, n, 1e-7, 1e-5);
-        assert_close("adamw v", v, vr, n, 1e-7, 1e-5);
+        test_assert_close("adamw param", p, pr, n, 1e-6, 1e-5);
+        test_assert_close("adamw m", m, mr, n, 1e-7, 1e-5);
+        test_assert_close("adamw v", v, vr, n, 1e-7, 1e-5);
         free(g), free(gd);
     }
     free(p), free(m), free(v), free(pr), free(mr), free(vr);
@@ -669,15 +652,15 @@ START_TEST(cross_entropy_matches_reference)
             snprintf(what, sizeof what, "ce rows=%lld V=%lld variant %d", (long long)rows,
                      (long long)V, variant);
             /* lse is fp32: relative error eps32 of |lse| ~ offset */
-            assert_close(what, lse, er, rows, 1e-6, 2e-7 * (z > 0 ? 10 : 1) + 1e-6);
-            assert_close(what, loss, lr, rows, 2e-5 + 4e-7 * offset, 1e-5);
+            test_assert_close(what, lse, er, rows, 1e-6, 2e-7 * (z > 0 ? 10 : 1) + 1e-6);
+            test_assert_close(what, loss, lr, rows, 2e-5 + 4e-7 * offset, 1e-5);
             float *d = malloc((size_t)(rows * V) * sizeof(float));
             for (int64_t r = 0; r < rows; r++) {
                 memcpy(d + r * V, lg + r * ld, (size_t)V * sizeof(float));
                 for (int64_t j = V; j < ld; j++)
                     ck_assert(memcmp(&lg[r * ld + j], &pad[r * ld + j], 4) == 0);
             }
-            assert_close(what, d, dr, rows * V, 1e-6, 1e-4);
+            test_assert_close(what, d, dr, rows * V, 1e-6, 1e-4);
             free(lg), free(lab), free(x), free(lr), free(er), free(dr), free(loss), free(lse);
             free(pad), free(d);
         }
@@ -737,7 +720,7 @@ START_TEST(cross_entropy_backward_finite_differences)
         ck_assert_int_eq(bk_cross_entropy_fwd_bwd(&q, rows, V, lg, V, lab, -100, (float)scale,
                                                   (float)z, loss, NULL, NULL),
                          BK_OK);
-        assert_close(zi ? "ce dlogits vs fd (z-loss)" : "ce dlogits vs fd", lg, g, rows * V, 1e-6,
+        test_assert_close(zi ? "ce dlogits vs fd (z-loss)" : "ce dlogits vs fd", lg, g, rows * V, 1e-6,
                      1e-4);
         free(lg), free(x), free(g), free(dr);
     }

@@ -11,6 +11,10 @@
 #error "the check suites need check 0.13 or later (START_TEST defining a TTest)"
 #endif
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* A new test case NAME added to suite s; timeout_s > 0 replaces check's default
  * timeout (4 s, or CK_DEFAULT_TIMEOUT). */
 TCase *check_tcase(Suite *s, const char *name, double timeout_s);
@@ -23,5 +27,9 @@ void check_add_test_list(TCase *tc, int start, int end, const TTest *const *test
 /* Runs every test of s and frees s: EXIT_SUCCESS when none failed, else
  * EXIT_FAILURE. */
 int check_run(Suite *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

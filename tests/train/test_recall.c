@@ -5,14 +5,20 @@
  * held-out samples differ from training ones; every rank's share read through
  * the synthetic source reassembles the sample; the evaluation keeps exactly
  * the queries whose pair another rank holds, for a hand-made layout, and
- * counts correct answers; bad shapes are refused naming the key. */
+ * counts correct answers; bad shapes are refused naming the key. End to end,
+ * under `burst run` on 4 ranks over 2 emulated nodes: a short training run
+ * prints the accuracy over exactly the held-out queries whose pair other ranks
+ * hold, with the chance level; below [eval] min_accuracy it exits 1, saying
+ * so; a run stopped early by --stop-after is not evaluated. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/train/data/token_source.h"
 #include "src/train/trainer.h"
 #include "tests/lib/check_main.h"
+#include "tests/lib/testutil.h"
 
 enum { N = 64, MAX_Q = 32 };
 
@@ -103,13 +109,15 @@ START_TEST(source_shards_reassemble_the_sample)
     char err[256];
     for (int kind = 0; kind < 2; kind++) {
         seq_layout l;
-        ck_assert(seq_layout_init(&l, kind ? LAYOUT_ZIGZAG : LAYOUT_CONTIGUOUS, 4, N, err, sizeof err) == 0);
+        ck_assert(seq_layout_init(&l, kind ? LAYOUT_ZIGZAG : LAYOUT_CONTIGUOUS, 4, N, err,
+                                  sizeof err) == 0);
         int64_t want[N], want_labels[N], got[N], got_labels[N], local[N], local_labels[N];
         recall_query q[MAX_Q];
+        const synthetic_spec spec = {.task = "recall", .recall = shape};
         recall_sample(&shape, 3, 5, want, want_labels, q);
         for (int r = 0; r < 4; r++) {
             token_shard sh = token_shard_of(&l, r);
-            token_source *src = synthetic_source_create("recall", &shape, 256, 3, &sh, err, sizeof err);
+            token_source *src = synthetic_source_create(&spec, 256, 3, &sh, err, sizeof err);
             ck_assert_msg(src != NULL, "%s", err);
             ck_assert_int_eq(src->read(src, 5, local, local_labels), 0);
             seq_layout_gather(&l, r, local, got, sizeof(int64_t));
@@ -160,10 +168,13 @@ START_TEST(evaluation_keeps_only_cross_rank_queries)
     /* zigzag: chunks of 4, rank r holds chunks r and 7 - r
      *   rank 0: 0-3, 28-31   rank 1: 4-7, 24-27   rank 2: 8-11, 20-23   rank 3: 12-15, 16-19
      * dropped: 18 (pair 14-15 on rank 3), 30 (key 3 on rank 0), 25 (value 4 on rank 1) */
-    const kept zigzag[4] = {{1, {5}, {102}}, {0, {0}, {0}}, {2, {4, 5}, {103, 106}}, {1, {5}, {100}}};
+    const kept zigzag[4] = {
+        {1, {5}, {102}}, {0, {0}, {0}}, {2, {4, 5}, {103, 106}}, {1, {5}, {100}}};
     expect_kept(LAYOUT_ZIGZAG, zigzag);
     /* contiguous: rank r holds 8r..8r+7; every pair is on rank 0 or 1, every query on 2 or 3 */
-    const kept contiguous[4] = {{0, {0}, {0}}, {0, {0}, {0}}, {4, {1, 2, 4, 5}, {100, 101, 103, 106}},
+    const kept contiguous[4] = {{0, {0}, {0}},
+                                {0, {0}, {0}},
+                                {4, {1, 2, 4, 5}, {100, 101, 103, 106}},
                                 {3, {5, 6, 1}, {102, 104, 105}}};
     expect_kept(LAYOUT_CONTIGUOUS, contiguous);
 }
@@ -185,10 +196,18 @@ START_TEST(bad_shapes_are_refused_naming_the_key)
         int vocab;
         const char *names;
     } cases[] = {
-        {{.seq_len = 64, .pairs = 10, .queries = 4, .keys = 9, .values = 5}, 256, "recall_pairs = 10"},
-        {{.seq_len = 32, .pairs = 9, .queries = 4, .keys = 9, .values = 5}, 256, "recall_pairs = 9"},
-        {{.seq_len = 32, .pairs = 4, .queries = 17, .keys = 9, .values = 5}, 256, "recall_queries = 17"},
-        {{.seq_len = 64, .pairs = 4, .queries = 4, .keys = 9, .values = 5}, 54, "[model] vocab = 54"},
+        {{.seq_len = 64, .pairs = 10, .queries = 4, .keys = 9, .values = 5},
+         256,
+         "recall_pairs = 10"},
+        {{.seq_len = 32, .pairs = 9, .queries = 4, .keys = 9, .values = 5},
+         256,
+         "recall_pairs = 9"},
+        {{.seq_len = 32, .pairs = 4, .queries = 17, .keys = 9, .values = 5},
+         256,
+         "recall_queries = 17"},
+        {{.seq_len = 64, .pairs = 4, .queries = 4, .keys = 9, .values = 5},
+         54,
+         "[model] vocab = 54"},
     };
     char err[256];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -201,12 +220,91 @@ START_TEST(bad_shapes_are_refused_naming_the_key)
 }
 END_TEST
 
+/* ---- end to end ------------------------------------------------------- */
+
+/* The shape the runs below train on, and their fixed settings. */
+static const recall_shape small = {
+    .seq_len = 64, .pairs = 8, .queries = 32, .keys = 8, .values = 16};
+static const char *const small_sets[] = {
+    "parallel.cp=4",          "data.task=recall",    "data.seq_len=64",
+    "data.recall_queries=32", "train.steps=6",       "train.warmup_steps=2",
+    "train.lr=1e-2",          "eval.eval_samples=5", NULL};
+
+/* burst run -n 4 --nodes 2 -- burst train (small_sets, then sets, then args) */
+static test_run_result train_small(const char *const *sets, const char *const *args)
+{
+    char *argv[64];
+    int a = 0;
+    argv[a++] = (char *)test_burst_path();
+    argv[a++] = "run", argv[a++] = "-n", argv[a++] = "4", argv[a++] = "--nodes", argv[a++] = "2";
+    argv[a++] = "--no-kill", argv[a++] = "--", argv[a++] = (char *)test_burst_path();
+    argv[a++] = "train";
+    for (int i = 0; small_sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)small_sets[i];
+    for (int i = 0; sets && sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
+    for (int i = 0; args && args[i]; i++) argv[a++] = (char *)args[i];
+    argv[a] = NULL;
+    static char *one_thread[] = {"OMP_NUM_THREADS=1", NULL};
+    return test_run(argv, one_thread);
+}
+
+/* How many queries of held-out samples [0, samples) a 4-rank zigzag run must
+ * count: those whose pair other ranks hold. */
+static int64_t cross_rank_queries(const recall_shape *s, uint64_t data_seed, int samples)
+{
+    seq_layout l;
+    char err[128];
+    ck_assert(seq_layout_init(&l, LAYOUT_ZIGZAG, 4, s->seq_len, err, sizeof err) == 0);
+    recall_query q[MAX_Q];
+    int64_t rows[MAX_Q], answers[MAX_Q], total = 0;
+    for (int i = 0; i < samples; i++) {
+        recall_sample(s, synthetic_heldout_seed(data_seed), i, NULL, NULL, q);
+        for (int r = 0; r < 4; r++)
+            total += trainer_recall_select(&l, r, q, s->queries, rows, answers);
+    }
+    return total;
+}
+
+START_TEST(training_reports_accuracy_over_cross_rank_queries)
+{
+    char want[128];
+    test_run_result r = train_small(NULL, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "eval: recall accuracy "), "%s", r.out);
+    snprintf(want, sizeof want, "over %lld cross-rank queries (chance 6.2%%)",
+             (long long)cross_rank_queries(&small, 1, 5));
+    ck_assert_msg(test_output_has(&r, want), "no '%s' in:\n%s", want, r.out);
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(accuracy_below_the_minimum_fails_the_run)
+{
+    /* six steps are far from 100%: every rank stops with exit 1, rank 0 says why */
+    const char *strict[] = {"eval.min_accuracy=1", NULL};
+    test_run_result r = train_small(strict, NULL);
+    ck_assert_msg(r.exit_code == 1, "exit %d:\n%s", r.exit_code, r.out);
+    ck_assert_msg(test_output_has(&r, "eval: recall accuracy ") &&
+                      test_output_has(&r, "is below [eval] min_accuracy = 100%"),
+                  "%s", r.out);
+    test_run_free(&r);
+    /* a run stopped early is not evaluated: its training goes on after --resume */
+    const char *stop[] = {"--stop-after", "3", NULL};
+    r = train_small(strict, stop);
+    ck_assert_msg(r.exit_code == 0 && !test_output_has(&r, "eval: "), "%s", r.out);
+    test_run_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("recall");
     TCase *tc = check_tcase(s, "recall", 30);
     check_add_tests(tc, sample_keeps_its_promises, heldout_samples_are_not_training_samples,
                     source_shards_reassemble_the_sample, evaluation_keeps_only_cross_rank_queries,
-                    counting_compares_predictions_with_answers, bad_shapes_are_refused_naming_the_key);
+                    counting_compares_predictions_with_answers,
+                    bad_shapes_are_refused_naming_the_key);
+    TCase *runs = check_tcase(s, "runs", 120);
+    check_add_tests(runs, training_reports_accuracy_over_cross_rank_queries,
+                    accuracy_below_the_minimum_fails_the_run);
     return check_run(s);
 }

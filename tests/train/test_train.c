@@ -1,13 +1,22 @@
 /* test_train.c: the training engine, with real ranks under `burst run`:
- * gradients against finite differences (tests/train/train_gradcheck); the same tiny
- * run on P = 1, 2, 4 ranks, DP x CP = 2 x 2 and the double ring gives the same
- * losses step by step; checkpoint fractions 0, 1/2, 1 and the fused and
- * reference LM heads give the same losses and gradient norms; an injected NaN
- * stops every rank naming the step and the rank; the loss falls on a learnable
- * task; bad settings exit 2 before any work; the recall task is evaluated on
- * exactly the held-out queries whose pair another rank holds, and an accuracy
- * below [eval] min_accuracy fails the run. Losses are read from the JSON-lines
- * metrics each run writes. */
+ * gradients against finite differences and what each mask isolates
+ * (tests/train/train_gradcheck); the same tiny run on P = 1, 2, 4 ranks,
+ * DP x CP = 2 x 2 and the double ring gives the same losses step by step, and
+ * so do document masks (synthetic and HDF5 documents), block-sparse masks,
+ * the sliding window, the Q-side backward (forced, and chosen by auto for
+ * multi-head attention) and the kernels called on several pieces of a block;
+ * documents and sparse blocks make the rings send fewer bytes; checkpoint
+ * fractions 0, 1/2, 1 and the fused and reference LM heads give the same
+ * losses and gradient norms; an injected NaN, and gradients that overflow only
+ * in their sum over the ranks, stop (or skip) every rank naming the step; the
+ * loss falls on a learnable task (and the start report names whose sgemm rate
+ * it measured); bad settings exit 2 before any work, and --print-config
+ * refuses them alike; a resume continues bit for bit (synthetic data, a
+ * shuffled corpus) and refuses a checkpoint of another configuration or
+ * sampler, naming what differs. Losses, labelled tokens and ring bytes are
+ * read from the JSON-lines metrics each run writes. Every rank runs one OpenMP
+ * thread: more threads than cores, spinning, would make a multi-rank run
+ * crawl. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <math.h>
@@ -16,8 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "src/train/data/token_source.h"
-#include "src/train/trainer.h"
+#include <hdf5.h>
+
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
 
@@ -26,7 +35,19 @@ enum { MAX_STEPS = 64 };
 typedef struct {
     int n;
     double loss[MAX_STEPS], grad_norm[MAX_STEPS];
+    double tokens[MAX_STEPS], attn_bytes[MAX_STEPS]; /* labelled tokens, ring bytes sent */
 } curve;
+
+static char *one_thread[] = {"OMP_NUM_THREADS=1", NULL};
+
+/* The number after "key": in a metrics line, or -1 when absent. */
+static double metric(const char *line, const char *key)
+{
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\": ", key);
+    const char *at = strstr(line, quoted);
+    return at ? atof(at + strlen(quoted)) : -1;
+}
 
 static char tmpdir[256];
 
@@ -56,7 +77,7 @@ static test_run_result train_args(int ranks, int nodes, const char *const *sets,
     argv[a++] = "--set", argv[a++] = metrics_set;
     for (int i = 0; args && args[i]; i++) argv[a++] = (char *)args[i];
     argv[a] = NULL;
-    test_run_result r = test_run(argv, NULL);
+    test_run_result r = test_run(argv, one_thread);
     if (metrics_text) {
         metrics_text[0] = '\0';
         FILE *f = fopen(metrics, "r");
@@ -69,10 +90,11 @@ static test_run_result train_args(int ranks, int nodes, const char *const *sets,
         FILE *f = fopen(metrics, "r");
         char line[1024];
         while (f && fgets(line, sizeof line, f) && out->n < MAX_STEPS) {
-            char *l = strstr(line, "\"loss\": "), *g = strstr(line, "\"grad_norm\": ");
-            if (!l || !g) continue;
-            out->loss[out->n] = atof(l + 8);
-            out->grad_norm[out->n] = atof(g + 13);
+            if (!strstr(line, "\"loss\": ") || !strstr(line, "\"grad_norm\": ")) continue;
+            out->loss[out->n] = metric(line, "loss");
+            out->grad_norm[out->n] = metric(line, "grad_norm");
+            out->tokens[out->n] = metric(line, "tokens");
+            out->attn_bytes[out->n] = metric(line, "attn_bytes");
             out->n++;
         }
         if (f) fclose(f);
@@ -92,6 +114,9 @@ static void expect_same(const curve *a, const curve *b, double tol, const char *
 {
     ck_assert_msg(a->n == 6 && b->n == 6, "%s: %d and %d steps logged", what, a->n, b->n);
     for (int i = 0; i < a->n; i++) {
+        ck_assert_msg(a->tokens[i] > 0 && a->tokens[i] == b->tokens[i],
+                      "%s: step %d labelled tokens %.0f vs %.0f", what, i + 1, a->tokens[i],
+                      b->tokens[i]);
         ck_assert_msg(fabs(a->loss[i] - b->loss[i]) <= tol * fabs(a->loss[i]),
                       "%s: step %d loss %.9g vs %.9g", what, i + 1, a->loss[i], b->loss[i]);
         ck_assert_msg(fabs(a->grad_norm[i] - b->grad_norm[i]) <= 10 * tol * fabs(a->grad_norm[i]),
@@ -100,25 +125,71 @@ static void expect_same(const curve *a, const curve *b, double tol, const char *
     }
 }
 
-static void run_ok(int ranks, int nodes, const char *const *sets, curve *c)
+/* A run that must succeed; its output must hold `says` when given. */
+static void run_saying(int ranks, int nodes, const char *const *sets, const char *says, curve *c)
 {
     test_run_result r = train(ranks, nodes, sets, NULL, c);
     ck_assert_msg(r.exit_code == 0, "burst train on %d ranks exited %d:\n%s", ranks, r.exit_code, r.out);
+    ck_assert_msg(!says || test_output_has(&r, says), "no '%s' in:\n%s", says, r.out);
     test_run_free(&r);
+}
+
+static void run_ok(int ranks, int nodes, const char *const *sets, curve *c)
+{
+    run_saying(ranks, nodes, sets, NULL, c);
+}
+
+/* The sets of a run: base (NULL-terminated) followed by more (idem). */
+static const char *const *with(const char *const *base, const char *const *more)
+{
+    static const char *all[32];
+    int n = 0;
+    for (int i = 0; base[i]; i++) all[n++] = base[i];
+    for (int i = 0; more[i]; i++) all[n++] = more[i];
+    all[n] = NULL;
+    return all;
+}
+
+/* On every step, run a sent fewer ring bytes than run b (both on the same ranks). */
+static void expect_fewer_bytes(const curve *a, const curve *b, const char *what)
+{
+    for (int i = 0; i < a->n && i < b->n; i++)
+        ck_assert_msg(a->attn_bytes[i] > 0 && a->attn_bytes[i] < b->attn_bytes[i],
+                      "%s: step %d sent %.0f ring bytes, the causal mask %.0f", what, i + 1,
+                      a->attn_bytes[i], b->attn_bytes[i]);
 }
 
 START_TEST(gradients_match_finite_differences)
 {
     char path[4096];
     test_program_path("tests/train/train_gradcheck", path, sizeof path);
-    const char *cases[][3] = {{"1", "1", "1"}, {"1", "0", "0"}, {"2", "0.5", "1"}, {"4", "1", "0"}};
-    for (int i = 0; i < 4; i++) {
-        char *argv[] = {(char *)test_burst_path(), "run", "-n", (char *)cases[i][0], "--", path,
-                        (char *)cases[i][1], (char *)cases[i][2], NULL};
-        test_run_result r = test_run(argv, NULL);
+    /* ranks, then the worker's options */
+    const char *cases[][9] = {
+        {"1", "--mask", "causal", "--fraction", "1", "--fused", "1", NULL},
+        {"1", "--mask", "causal", "--fraction", "0", "--fused", "0", NULL},
+        {"2", "--mask", "causal", "--fraction", "0.5", "--fused", "1", NULL},
+        {"4", "--mask", "causal", "--fraction", "1", "--fused", "0", NULL},
+        {"2", "--mask", "causal", "--fraction", "0", "--bwd", "q", NULL},
+        {"2", "--mask", "window", "--fraction", "1", "--piece-rows", "5", NULL},
+        {"4", "--mask", "window", "--fraction", "0", "--bwd", "q", NULL},
+        {"2", "--mask", "document", "--fraction", "1", NULL},
+        {"4", "--mask", "document", "--bwd", "q", "--piece-rows", "3", NULL},
+        {"2", "--mask", "sparse", "--fraction", "1", NULL},
+        {"4", "--mask", "sparse", "--fraction", "0", "--bwd", "q", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[16] = {(char *)test_burst_path(), "run", "-n", (char *)cases[i][0], "--", path};
+        char options[160] = "";
+        int a = 6;
+        for (int k = 1; cases[i][k]; k++) {
+            argv[a++] = (char *)cases[i][k];
+            snprintf(options + strlen(options), sizeof options - strlen(options), " %s",
+                     cases[i][k]);
+        }
+        argv[a] = NULL;
+        test_run_result r = test_run(argv, one_thread);
         ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "ok gradcheck"),
-                      "gradcheck P=%s fraction %s fused %s:\n%s", cases[i][0], cases[i][1],
-                      cases[i][2], r.out);
+                      "gradcheck P=%s%s:\n%s", cases[i][0], options, r.out);
         test_run_free(&r);
     }
 }
@@ -145,6 +216,121 @@ START_TEST(same_losses_whatever_the_number_of_ranks)
 }
 END_TEST
 
+/* Under mask (sets, two samples a step), runs on P = 2 and 4 ranks (zigzag
+ * with the Q-side backward, and contiguous) give the losses of P = 1, and on 4
+ * contiguous ranks the rings send fewer bytes than the causal mask's; *four
+ * and *causal are those two runs on 4 contiguous ranks. */
+static void mask_matches_single_rank(const char *const *mask, const char *name, curve *four,
+                                     curve *causal)
+{
+    static const char *const splits[][4] = {
+        {"parallel.cp=2", NULL},
+        {"parallel.cp=4", "parallel.layout=zigzag", "parallel.backward=q", NULL},
+        {"parallel.cp=4", "parallel.layout=contiguous", NULL},
+    };
+    static const int ranks[] = {2, 4, 4};
+    char says[64], what[128];
+    curve one;
+    snprintf(says, sizeof says, "attention: mask %s", name);
+    run_saying(1, 1, with(mask, (const char *[]){"parallel.cp=1", NULL}), says, &one);
+    for (int i = 0; i < 3; i++) {
+        run_ok(ranks[i], 1, with(mask, splits[i]), four);
+        snprintf(what, sizeof what, "%s mask, %s %s %s vs P=1", name, splits[i][0],
+                 splits[i][1] ? splits[i][1] : "", splits[i][1] ? splits[i][2] : "");
+        expect_same(&one, four, 1e-4, what);
+    }
+    const char *plain[] = {"parallel.cp=4", "parallel.layout=contiguous", "memory.ckpt_fraction=1",
+                           "train.micro_batches=2", NULL};
+    run_ok(4, 1, plain, causal);
+    expect_fewer_bytes(four, causal, name);
+}
+
+/* Documents of 24 tokens on average, other ones in each sample: the last
+ * token of each document is not a label, and a block is not sent to a rank
+ * whose tokens share no document with it. */
+START_TEST(document_masks_match_single_rank)
+{
+    const char *docs[] = {"parallel.mask=document", "data.doc_len=24", "memory.ckpt_fraction=1",
+                          "train.micro_batches=2", NULL};
+    curve four, causal;
+    mask_matches_single_rank(docs, "document", &four, &causal);
+    for (int i = 0; i < causal.n; i++) /* each document's last token went unlabelled */
+        ck_assert_msg(four.tokens[i] < causal.tokens[i],
+                      "step %d: %.0f labels with documents, %.0f without", i + 1, four.tokens[i],
+                      causal.tokens[i]);
+}
+END_TEST
+
+/* Blocks of 16 tokens, each seeing itself, the one before and the first. */
+START_TEST(block_sparse_masks_match_single_rank)
+{
+    const char *sparse[] = {"parallel.mask=sparse", "parallel.sparse_block=16",
+                            "parallel.sparse_pattern=local:2+global:1", "memory.ckpt_fraction=1",
+                            "train.micro_batches=2", NULL};
+    curve four, causal;
+    mask_matches_single_rank(sparse, "sparse", &four, &causal);
+}
+END_TEST
+
+/* A window of 40 tokens, shorter than a rank's share: recomputed (fraction 0)
+ * or kept (1), contiguous or zigzag, either backward direction. */
+START_TEST(sliding_window_matches_single_rank)
+{
+    const char *window[] = {"parallel.mask=window", "parallel.window=40", NULL};
+    curve one, other;
+    run_ok(1, 1, with(window, (const char *[]){"memory.ckpt_fraction=1", NULL}), &one);
+    const char *p2[] = {"parallel.cp=2", "memory.ckpt_fraction=0", NULL};
+    run_ok(2, 1, with(window, p2), &other);
+    expect_same(&one, &other, 1e-4, "window, fraction 0, P=2 vs P=1");
+    const char *p4[] = {"parallel.cp=4", "memory.ckpt_fraction=1", "parallel.backward=q", NULL};
+    run_ok(4, 1, with(window, p4), &other);
+    expect_same(&one, &other, 1e-4, "window, Q-side backward, P=4 vs P=1");
+    const char *zigzag[] = {"parallel.cp=4", "memory.ckpt_fraction=0", "parallel.layout=zigzag",
+                            NULL};
+    run_ok(4, 1, with(window, zigzag), &other);
+    expect_same(&one, &other, 1e-4, "window, zigzag, P=4 vs P=1");
+}
+END_TEST
+
+/* The tiny preset has grouped-query attention, where auto sends K and V; the
+ * Q-side backward forced, and multi-head attention, where auto takes it. */
+START_TEST(q_side_backward_matches_single_rank)
+{
+    curve one, other;
+    run_saying(1, 1, (const char *[]){"parallel.cp=1", NULL}, "backward (KV-side", &one);
+    const char *q2[] = {"parallel.cp=2", "parallel.backward=q", NULL};
+    run_saying(2, 1, q2, "backward (Q-side", &other);
+    expect_same(&one, &other, 1e-4, "GQA, Q-side forced, P=2 vs P=1");
+    const char *q4[] = {"parallel.cp=4", "parallel.backward=q", "memory.ckpt_fraction=0", NULL};
+    run_saying(4, 1, q4, "backward (Q-side", &other);
+    expect_same(&one, &other, 1e-4, "GQA, Q-side forced, P=4 vs P=1");
+    const char *mha1[] = {"model.n_kv_heads=4", "parallel.cp=1", NULL};
+    run_saying(1, 1, mha1, "backward (Q-side", &one);
+    const char *mha4[] = {"model.n_kv_heads=4", "parallel.cp=4", NULL};
+    run_saying(4, 1, mha4, "backward (Q-side", &other);
+    expect_same(&one, &other, 1e-4, "MHA, auto (Q-side), P=4 vs P=1");
+    const char *mha_double[] = {"model.n_kv_heads=4", "parallel.cp=4", "parallel.ring=double",
+                                NULL};
+    run_saying(4, 2, mha_double, "backward (Q-side", &other);
+    expect_same(&one, &other, 1e-4, "MHA, auto (Q-side), double ring on 2 nodes x 2 vs P=1");
+}
+END_TEST
+
+/* Pieces of 24 query rows: 128 rows per rank in five whole pieces and one of 8. */
+START_TEST(ring_in_several_kernel_pieces_matches_single_rank)
+{
+    curve one, other;
+    run_ok(1, 1, (const char *[]){"parallel.cp=1", NULL}, &one);
+    const char *pieces[] = {"parallel.cp=2", "parallel.piece_rows=24", NULL};
+    run_saying(2, 1, pieces, "kernel pieces of 24 query rows", &other);
+    expect_same(&one, &other, 1e-4, "pieces of 24 rows, P=2 vs P=1");
+    const char *q_pieces[] = {"parallel.cp=2", "parallel.piece_rows=24", "parallel.backward=q",
+                              "memory.ckpt_fraction=0", NULL};
+    run_ok(2, 1, q_pieces, &other);
+    expect_same(&one, &other, 1e-4, "pieces of 24 rows, Q-side backward, P=2 vs P=1");
+}
+END_TEST
+
 START_TEST(checkpoint_fraction_and_head_fusion_change_nothing)
 {
     curve base, other;
@@ -162,6 +348,29 @@ START_TEST(checkpoint_fraction_and_head_fusion_change_nothing)
 }
 END_TEST
 
+/* The record of one step in a metrics file, as text (empty when missing). */
+static void step_record(const char *metrics, int step, char *out, size_t len)
+{
+    char head[32];
+    snprintf(head, sizeof head, "{\"step\": %d,", step);
+    const char *l = strstr(metrics, head), *end = l ? strchr(l, '\n') : NULL;
+    snprintf(out, len, "%.*s", l && end ? (int)(end - l) : 0, l ? l : "");
+}
+
+/* Under on_nonfinite = skip, 6 steps are logged and only step 2 is marked
+ * skipped, with no gradient norm (JSON null). */
+static void expect_only_step_2_skipped(const char *metrics)
+{
+    char rec[1024];
+    for (int step = 1; step <= 6; step++) {
+        step_record(metrics, step, rec, sizeof rec);
+        ck_assert_msg(rec[0], "no record of step %d:\n%s", step, metrics);
+        int skipped = strstr(rec, "\"skipped\": 1") != NULL;
+        int no_norm = strstr(rec, "\"grad_norm\": null") != NULL;
+        ck_assert_msg(skipped == (step == 2) && no_norm == skipped, "step %d: %s", step, rec);
+    }
+}
+
 START_TEST(nonfinite_gradient_stops_every_rank)
 {
     const char *sets[] = {"parallel.cp=2", NULL};
@@ -176,10 +385,43 @@ START_TEST(nonfinite_gradient_stops_every_rank)
     }
     test_run_free(&r);
     const char *skip[] = {"parallel.cp=2", "train.on_nonfinite=skip", NULL};
-    curve c;
-    r = train(2, 1, skip, "2:1", &c);
-    ck_assert_msg(r.exit_code == 0 && c.n == 6, "skip: exit %d, %d steps:\n%s", r.exit_code, c.n, r.out);
-    ck_assert(test_output_has(&r, "step 2: non-finite loss or gradient on rank 1; skipping"));
+    char metrics[8192];
+    const char *nan_args[] = {"--inject-nan", "2:1", NULL};
+    r = train_args(2, 1, skip, nan_args, NULL, metrics, sizeof metrics);
+    ck_assert_msg(r.exit_code == 0, "skip: exit %d:\n%s", r.exit_code, r.out);
+    ck_assert(test_output_has(&r, "step 2: non-finite loss or gradient seen on rank 1; skipping"));
+    expect_only_step_2_skipped(metrics);
+    test_run_free(&r);
+}
+END_TEST
+
+/* Gradients finite on every rank whose sum is not: the norm after the
+ * reduction is infinite on every rank, which stops or skips like a NaN. */
+START_TEST(gradient_infinite_only_after_the_reduction)
+{
+    const char *args[] = {"--inject-overflow", "2", NULL};
+    for (int dp = 1; dp <= 2; dp++) {
+        const char *sets[] = {dp == 1 ? "parallel.cp=2" : "parallel.dp=2", NULL};
+        test_run_result r = train_args(2, 1, sets, args, NULL, NULL, 0);
+        ck_assert_msg(r.exit_code == 1, "dp %d: exit %d:\n%s", dp, r.exit_code, r.out);
+        for (int k = 0; k < 2; k++) {
+            char want[160];
+            snprintf(want, sizeof want,
+                     "[%d] burst train: rank %d: step 2: non-finite gradient norm after the "
+                     "reduction; stopping",
+                     k, k);
+            ck_assert_msg(test_output_has(&r, want), "missing '%s':\n%s", want, r.out);
+        }
+        ck_assert_msg(!test_output_has(&r, "step     3/"), "a rank went on:\n%s", r.out);
+        test_run_free(&r);
+    }
+    const char *skip[] = {"parallel.cp=2", "train.on_nonfinite=skip", NULL};
+    char metrics[8192];
+    test_run_result r = train_args(2, 1, skip, args, NULL, metrics, sizeof metrics);
+    ck_assert_msg(r.exit_code == 0, "skip: exit %d:\n%s", r.exit_code, r.out);
+    const char *said = "step 2: non-finite gradient norm after the reduction; skipping";
+    ck_assert_msg(test_output_has(&r, said), "%s", r.out);
+    expect_only_step_2_skipped(metrics);
     test_run_free(&r);
 }
 END_TEST
@@ -198,22 +440,61 @@ START_TEST(loss_falls_on_a_learnable_task)
         last = v;
     }
     ck_assert_msg(first > 0 && last < first - 1.0, "loss %.4f -> %.4f:\n%s", first, last, r.out);
+    /* The sgemm reference says whose rate it is: one rank's, in its own threads
+     * (the one thread every rank of these runs is given). */
+    const char *want = "(rank 0 alone, 1 OpenMP thread)";
+    const char *sgemm = strstr(r.out, "sgemm");
+    ck_assert_msg(test_output_has(&r, "sgemm per rank: ") && test_output_has(&r, want),
+                  "no 'sgemm per rank: ... %s' but: %.120s", want, sgemm ? sgemm : "no sgemm");
+    ck_assert_msg(test_output_has(&r, " of sgemm x P)"), "progress fraction not of sgemm x P");
     test_run_free(&r);
 }
 END_TEST
+
+/* burst train --print-config with the settings given, in one process. */
+static test_run_result print_config(const char *const *sets)
+{
+    char *argv[16];
+    int a = 0;
+    argv[a++] = (char *)test_burst_path();
+    argv[a++] = "train";
+    for (int i = 0; sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
+    argv[a++] = "--print-config";
+    argv[a] = NULL;
+    return test_run(argv, NULL);
+}
 
 START_TEST(bad_settings_exit_2_before_work)
 {
     const char *cases[][2] = {{"model.n_heads=3", "n_heads"},
                               {"parallel.cp=3", "[parallel]"},
                               {"data.seq_len=250", "seq_len"},
-                              {"model.n_head=4", "n_head"}};
-    for (int i = 0; i < 4; i++) {
+                              {"model.n_head=4", "n_head"},
+                              {"train.warmup_steps=7", "warmup_steps"}};
+    for (int i = 0; i < 5; i++) {
         const char *sets[] = {i == 1 ? "parallel.dp=1" : "parallel.cp=2", cases[i][0], NULL};
         test_run_result r = train(2, 1, sets, NULL, NULL);
         ck_assert_msg(r.exit_code == 2 && test_output_has(&r, cases[i][1]),
                       "--set %s: exit %d:\n%s", cases[i][0], r.exit_code, r.out);
         ck_assert_msg(!test_output_has(&r, "step "), "--set %s: training started:\n%s", cases[i][0], r.out);
+        /* --print-config refuses it with the run's message; but it checks
+         * cp = 3 for 3 ranks, which the run's world of 2 does not reach */
+        const char *base[] = {"data.seq_len=256", "train.steps=6", "train.warmup_steps=2",
+                              "train.lr=1e-2", sets[0], sets[1], NULL};
+        test_run_result p = print_config(base);
+        if (i == 1) {
+            ck_assert_msg(p.exit_code == 2 && test_output_has(&p, "[parallel] cp = 3)"), "%s",
+                          p.out);
+        } else {
+            const char *msg = strstr(p.out, "burst train: "), *end = msg ? strchr(msg, '\n') : NULL;
+            char line[512];
+            snprintf(line, sizeof line, "%.*s", msg && end ? (int)(end - msg) : 0, msg ? msg : "");
+            ck_assert_msg(p.exit_code == 2 && line[0] && test_output_has(&r, line) &&
+                              !test_output_has(&p, "effective configuration"),
+                          "--print-config --set %s: exit %d:\n%s\nthe run said:\n%s", cases[i][0],
+                          p.exit_code, p.out, r.out);
+        }
+        test_run_free(&p);
         test_run_free(&r);
     }
 }
@@ -231,49 +512,124 @@ static void loss_lines(const char *metrics, int from, int to, char *out, size_t 
     }
 }
 
-START_TEST(resume_continues_bit_for_bit)
+/* Swaps the 8-byte attribute `name` of file (of HDF5 type `type`) with *value. */
+static void swap_attribute(const char *file, const char *name, hid_t type, void *value)
 {
-    char dir[512], dir_set[600], whole[8192], first[8192], second[8192], a[2048], b[2048];
-    snprintf(dir, sizeof dir, "%s/ckpt", tmpdir);
-    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
-    const char *plain[] = {"parallel.cp=2", NULL};
-    test_run_result r = train_args(2, 1, plain, NULL, NULL, whole, sizeof whole);
+    hid_t f = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
+    ck_assert_msg(f >= 0, "cannot open %s", file);
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    ck_assert_msg(a >= 0, "%s has no attribute %s", file, name);
+    unsigned char old[8];
+    ck_assert(H5Aread(a, type, old) >= 0 && H5Awrite(a, type, value) >= 0);
+    memcpy(value, old, sizeof old);
+    ck_assert(H5Aclose(a) >= 0 && H5Fclose(f) >= 0);
+}
+
+/* Resuming with sets (and the checkpoint of dir) on `ranks` ranks is refused
+ * with exit 2 and a message containing want. */
+static void expect_resume_refused(int ranks, const char *const *sets, const char *want)
+{
+    const char *resume[] = {"--resume", NULL};
+    test_run_result r = train_args(ranks, 1, sets, resume, NULL, NULL, 0);
+    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, want), "wanted exit 2 and '%s':\n%s",
+                  want, r.out);
+    ck_assert_msg(!test_output_has(&r, "resumed from"), "%s", r.out);
+    test_run_free(&r);
+}
+
+/* 6 steps in one go, and 3 steps, a stop and a resume to 6 with sets (which
+ * name the checkpoint directory dir), log the same losses for steps 4..6, to
+ * the last bit; refused lists [settings, expected message] pairs (NULL-ended)
+ * that a resume must refuse before the good one. */
+static void expect_resume_bit_for_bit(int ranks, const char *const *sets, const char *dir,
+                                      const char *const (*refused)[2])
+{
+    char whole[8192], first[8192], second[8192], a[2048], b[2048];
+    const char *plain[16], *changed[16];
+    int n = 0;
+    for (; sets[n]; n++) plain[n] = sets[n];
+    plain[n] = NULL;
+    test_run_result r = train_args(ranks, 1, plain, NULL, NULL, whole, sizeof whole);
     ck_assert_msg(r.exit_code == 0, "%s", r.out);
     test_run_free(&r);
-    const char *ckpt[] = {"parallel.cp=2", dir_set, "train.keep_checkpoints=1", NULL};
     const char *stop[] = {"--stop-after", "3", NULL}, *resume[] = {"--resume", NULL};
-    r = train_args(2, 1, ckpt, stop, NULL, first, sizeof first);
+    r = train_args(ranks, 1, sets, stop, NULL, first, sizeof first);
     ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "checkpoint: "), "%s", r.out);
     test_run_free(&r);
-    r = train_args(2, 1, ckpt, resume, NULL, second, sizeof second);
+    for (int k = 0; refused && refused[k][0]; k++) {
+        memcpy(changed, plain, sizeof changed);
+        changed[n] = refused[k][0], changed[n + 1] = NULL;
+        char want[1024];
+        snprintf(want, sizeof want, "checkpoint %s/step-3 %s", dir, refused[k][1]);
+        expect_resume_refused(ranks, changed, want);
+    }
+    r = train_args(ranks, 1, sets, resume, NULL, second, sizeof second);
     ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "resumed from"), "%s", r.out);
     test_run_free(&r);
     loss_lines(whole, 4, 6, a, sizeof a);
     loss_lines(second, 4, 6, b, sizeof b);
     ck_assert_msg(strlen(a) > 0 && strcmp(a, b) == 0, "uninterrupted:\n%s\nresumed:\n%s", a, b);
-    /* a checkpoint of 2 ranks is refused by a world of 1 */
+}
+
+START_TEST(resume_continues_bit_for_bit)
+{
+    char dir[512], dir_set[600], model[600];
+    snprintf(dir, sizeof dir, "%s/ckpt", tmpdir);
+    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    snprintf(model, sizeof model, "%s/step-3/model.h5", dir);
+    /* keys that change the numbers are refused, each named with both values;
+     * the checkpoint is left whole by every refusal */
+    const char *const refused[][2] = {
+        {"model.d_model=128", "was written with [model] d_model = 64, this run has 128"},
+        {"data.data_seed=7", "was written with [data] data_seed = 1, this run has 7"},
+        {"train.steps=8", "was written with [train] steps = 6, this run has 8"},
+        {"train.lr=0.02", "was written with [train] lr = 0.01, this run has 0.02"},
+        {NULL, NULL}};
+    const char *sets[] = {"parallel.cp=2", dir_set, "train.keep_checkpoints=1", NULL};
+    expect_resume_bit_for_bit(2, sets, dir, refused);
+    /* another split of the world, and another world */
+    const char *contiguous[] = {"parallel.cp=2", dir_set, "parallel.layout=contiguous",
+                                "memory.ckpt_fraction=1", NULL};
+    expect_resume_refused(2, contiguous, "[parallel] layout = auto, this run has contiguous");
     const char *one[] = {"parallel.cp=1", dir_set, NULL};
-    r = train_args(1, 1, one, resume, NULL, NULL, 0);
-    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, "2 ranks"), "%s", r.out);
-    test_run_free(&r);
+    expect_resume_refused(1, one, "was written with [parallel] cp = 2, this run has 1");
+    /* a sampler position or an RNG state that this configuration does not
+     * reach after step 6 is refused, naming it */
+    int64_t position = 0;
+    uint64_t state = 99;
+    snprintf(model, sizeof model, "%s/step-6/model.h5", dir);
+    swap_attribute(model, "sample_position", H5T_NATIVE_INT64, &position);
+    ck_assert_int_eq(position, 6); /* (step 7 - 1) * dp 1 * micro-batches 1 */
+    const char *again[] = {"parallel.cp=2", dir_set, "train.steps=6", NULL};
+    expect_resume_refused(2, again, "sample_position = 0, this run continues at sample 6");
+    swap_attribute(model, "sample_position", H5T_NATIVE_INT64, &position);
+    swap_attribute(model, "rng_state", H5T_NATIVE_UINT64, &state);
+    ck_assert_uint_eq(state, 1); /* [data] data_seed */
+    expect_resume_refused(2, again, "rng_state = 99, this run has [data] data_seed = 1");
+    swap_attribute(model, "rng_state", H5T_NATIVE_UINT64, &state);
     ck_assert_int_eq(test_remove_tree(dir), 0);
 }
 END_TEST
+
+/* burst data synth --task TASK --seq-len N --samples S --seed SEED -o OUT */
+static void synth(const char *task, const char *seq_len, const char *samples, const char *seed,
+                  const char *out)
+{
+    char *argv[] = {(char *)test_burst_path(), "data", "synth", "--task", (char *)task,
+                    "--seq-len", (char *)seq_len, "--samples", (char *)samples, "--seed",
+                    (char *)seed, "-o", (char *)out, NULL};
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    test_run_free(&r);
+}
 
 START_TEST(trains_from_an_hdf5_corpus)
 {
     char corpus[512], eval[512], path_set[600], eval_set[600];
     snprintf(corpus, sizeof corpus, "%s/train.h5", tmpdir);
     snprintf(eval, sizeof eval, "%s/eval.h5", tmpdir);
-    const char *outs[2] = {corpus, eval}, *seeds[2] = {"1", "2"};
-    for (int i = 0; i < 2; i++) {
-        char *argv[] = {(char *)test_burst_path(), "data", "synth", "--task", "passkey",
-                        "--seq-len", "256", "--samples", "12", "--seed", (char *)seeds[i], "-o",
-                        (char *)outs[i], NULL};
-        test_run_result r = test_run(argv, NULL);
-        ck_assert_msg(r.exit_code == 0, "%s", r.out);
-        test_run_free(&r);
-    }
+    synth("passkey", "256", "12", "1", corpus);
+    synth("passkey", "256", "12", "2", eval);
     snprintf(path_set, sizeof path_set, "data.path=%s", corpus);
     snprintf(eval_set, sizeof eval_set, "eval.eval_path=%s", eval);
     const char *sets[] = {"parallel.cp=2", "data.source=hdf5", path_set, eval_set,
@@ -299,48 +655,83 @@ START_TEST(trains_from_an_hdf5_corpus)
 }
 END_TEST
 
-/* How many held-out queries of samples [0, samples) the evaluation of a 4-rank
- * zigzag run must count: those whose pair another rank holds. */
-static int64_t cross_rank_queries(const recall_shape *shape, uint64_t data_seed, int samples)
+/* Shuffled windows of a corpus, two data-parallel groups of two micro-batches:
+ * the resumed run reads the samples the uninterrupted one read at steps 4..6
+ * (a sampler restarted at sample 0 would not), and a resume under another
+ * sampling or data seed is refused. */
+START_TEST(resume_continues_a_shuffled_corpus_bit_for_bit)
 {
-    seq_layout l;
-    char err[128];
-    ck_assert(seq_layout_init(&l, LAYOUT_ZIGZAG, 4, shape->seq_len, err, sizeof err) == 0);
-    recall_query q[64];
-    int64_t rows[64], answers[64], total = 0;
-    for (int s = 0; s < samples; s++) {
-        recall_sample(shape, synthetic_heldout_seed(data_seed), s, NULL, NULL, q);
-        for (int r = 0; r < 4; r++) total += trainer_recall_select(&l, r, q, shape->queries, rows, answers);
-    }
-    return total;
-}
-
-START_TEST(recall_is_evaluated_on_cross_rank_queries)
-{
-    const recall_shape shape = {.seq_len = 64, .pairs = 8, .queries = 32, .keys = 8, .values = 16};
-    char want[128];
-    const char *sets[] = {"parallel.cp=4", "data.task=recall", "data.seq_len=64",
-                          "data.recall_queries=32", "eval.eval_samples=5", NULL};
-    test_run_result r = train(4, 2, sets, NULL, NULL);
+    char corpus[512], path_set[600], dir[512], dir_set[600];
+    snprintf(corpus, sizeof corpus, "%s/resume.h5", tmpdir);
+    char *argv[] = {(char *)test_burst_path(), "data", "synth", "--task", "passkey", "--seq-len",
+                    "256", "--samples", "40", "--seed", "3", "-o", corpus, NULL};
+    test_run_result r = test_run(argv, NULL);
     ck_assert_msg(r.exit_code == 0, "%s", r.out);
-    snprintf(want, sizeof want, "over %lld cross-rank queries (chance 6.2%%)",
-             (long long)cross_rank_queries(&shape, 1, 5));
-    ck_assert_msg(test_output_has(&r, "eval: recall accuracy ") && test_output_has(&r, want),
-                  "expected '%s':\n%s", want, r.out);
     test_run_free(&r);
-    /* six steps are far from [eval] min_accuracy = 1: every rank fails, saying so */
-    const char *strict[] = {"parallel.cp=4", "data.task=recall", "data.seq_len=64",
-                            "data.recall_queries=32", "eval.eval_samples=5", "eval.min_accuracy=1",
-                            NULL};
-    r = train(4, 2, strict, NULL, NULL);
-    ck_assert_msg(r.exit_code == 1 && test_output_has(&r, "below [eval] min_accuracy = 100%"), "%s",
-                  r.out);
+    snprintf(path_set, sizeof path_set, "data.path=%s", corpus);
+    snprintf(dir, sizeof dir, "%s/ckpt-corpus", tmpdir);
+    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    const char *const refused[][2] = {
+        {"data.sampling=sequential", "was written with [data] sampling = shuffled, this run has "
+                                     "sequential"},
+        {"data.data_seed=1", "was written with [data] data_seed = 123456789, this run has 1"},
+        {"train.micro_batches=1", "was written with [train] micro_batches = 2, this run has 1"},
+        {NULL, NULL}};
+    const char *sets[] = {"parallel.dp=2", "parallel.cp=1", "train.micro_batches=2",
+                          "data.source=hdf5", path_set, "data.sampling=shuffled",
+                          "data.data_seed=123456789", dir_set, NULL};
+    expect_resume_bit_for_bit(2, sets, dir, refused);
+    ck_assert_int_eq(test_remove_tree(dir), 0);
+    unlink(corpus);
+}
+END_TEST
+
+/* A corpus of 32-token documents (samples of --seq-len 31): every window of
+ * 257 tokens holds 8 document starts after its first token, so 248 of its 256
+ * tokens have a label. Two ranks give the single rank's losses, evaluation
+ * (within the eval corpus's documents) included; a corpus without document
+ * boundaries is refused, and named. */
+START_TEST(documents_from_an_hdf5_corpus)
+{
+    char corpus[512], eval[512], text[512], flat[512], path_set[600], eval_set[600], flat_set[600];
+    snprintf(corpus, sizeof corpus, "%s/docs.h5", tmpdir);
+    snprintf(eval, sizeof eval, "%s/docs-eval.h5", tmpdir);
+    synth("copy", "31", "64", "1", corpus);
+    synth("passkey", "256", "4", "2", eval);
+    snprintf(path_set, sizeof path_set, "data.path=%s", corpus);
+    snprintf(eval_set, sizeof eval_set, "eval.eval_path=%s", eval);
+    const char *docs[] = {"data.source=hdf5", path_set, "parallel.mask=document",
+                          "memory.ckpt_fraction=1", eval_set, "eval.eval_samples=4", NULL};
+    curve one, other;
+    run_saying(1, 1, with(docs, (const char *[]){"parallel.cp=1", NULL}), "over 4 held-out samples",
+               &one);
+    for (int i = 0; i < one.n; i++)
+        ck_assert_msg(one.tokens[i] == 248, "step %d: %.0f labelled tokens, not 256 - 8", i + 1,
+                      one.tokens[i]);
+    run_saying(2, 1, with(docs, (const char *[]){"parallel.cp=2", NULL}), "over 4 held-out samples",
+               &other);
+    expect_same(&one, &other, 1e-4, "HDF5 documents, P=2 vs P=1");
+
+    snprintf(text, sizeof text, "%s/plain.txt", tmpdir);
+    snprintf(flat, sizeof flat, "%s/plain.h5", tmpdir);
+    FILE *f = fopen(text, "w");
+    for (int i = 0; i < 40; i++) fputs("no documents here\n", f);
+    fclose(f);
+    char *import[] = {(char *)test_burst_path(), "data", "import", "--from", "text", text, "-o",
+                      flat, NULL};
+    test_run_result r = test_run(import, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
     test_run_free(&r);
-    /* a run stopped early is not evaluated: training goes on after --resume */
-    const char *stop[] = {"--stop-after", "3", NULL};
-    r = train_args(4, 2, strict, stop, NULL, NULL, 0);
-    ck_assert_msg(r.exit_code == 0 && !test_output_has(&r, "eval: "), "%s", r.out);
+    snprintf(flat_set, sizeof flat_set, "data.path=%s", flat);
+    const char *flat_sets[] = {"data.source=hdf5", flat_set, "parallel.mask=document",
+                               "memory.ckpt_fraction=1", NULL};
+    r = train(1, 1, flat_sets, NULL, NULL);
+    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, flat) &&
+                      test_output_has(&r, "no /doc_offsets"),
+                  "exit %d:\n%s", r.exit_code, r.out);
+    ck_assert_msg(!test_output_has(&r, "step "), "training started:\n%s", r.out);
     test_run_free(&r);
+    unlink(corpus), unlink(eval), unlink(text), unlink(flat);
 }
 END_TEST
 
@@ -351,10 +742,14 @@ int main(void)
     TCase *tc = check_tcase(s, "train", 900);
     check_add_tests(
         tc, gradients_match_finite_differences, same_losses_whatever_the_number_of_ranks,
+        document_masks_match_single_rank, block_sparse_masks_match_single_rank,
+        sliding_window_matches_single_rank, q_side_backward_matches_single_rank,
+        ring_in_several_kernel_pieces_matches_single_rank,
         checkpoint_fraction_and_head_fusion_change_nothing, nonfinite_gradient_stops_every_rank,
-        loss_falls_on_a_learnable_task, bad_settings_exit_2_before_work,
-        resume_continues_bit_for_bit, trains_from_an_hdf5_corpus,
-        recall_is_evaluated_on_cross_rank_queries);
+        gradient_infinite_only_after_the_reduction, loss_falls_on_a_learnable_task,
+        bad_settings_exit_2_before_work, resume_continues_bit_for_bit,
+        resume_continues_a_shuffled_corpus_bit_for_bit, trains_from_an_hdf5_corpus,
+        documents_from_an_hdf5_corpus);
     int status = check_run(s);
     test_remove_tree(tmpdir);
     return status;

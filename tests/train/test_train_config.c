@@ -5,8 +5,11 @@
  * error fails with a message naming the key and the file's line; `--set`
  * applies and refuses the same way; the printed configuration loads back to
  * the same struct; and the whole-configuration checks (heads dividing, world
- * size, sequence length and layout, checkpoint fraction, data source, the
- * recall task's shape) catch what they should. Files are written in a fresh temporary directory. */
+ * size, sequence length and layout, checkpoint fraction, data source, where
+ * documents come from, the sparse pattern and its number of blocks, the recall
+ * task's shape) catch what they should; configuration text in memory loads as
+ * a file does; a resumed run is refused exactly the keys that change the
+ * numbers, with both values. Files are written in a fresh temporary directory. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,7 +193,7 @@ static const bad_file bad_files[] = {
     {"[data]\ndata_seed = -1\n", "run.ini:2:", "[data] data_seed"},
     {"[model]\ntied_embeddings = maybe\n", "run.ini:2:", "[model] tied_embeddings = 'maybe'"},
     {"[model]\npreset = huge\n", "run.ini:2:", "[model] preset = 'huge'"},
-    {"[parallel]\nmask = document\n", "run.ini:2:", "[parallel] mask = 'document'"},
+    {"[parallel]\nmask = full\n", "run.ini:2:", "[parallel] mask = 'full'"},
     {"[parallel]\ndp = 0\n", "run.ini:2:", "[parallel] dp"},
     {"[train]\nlr = fast\n", "run.ini:2:", "[train] lr = 'fast': not a number"},
     {"[train]\nlr = 0\n", "run.ini:2:", "[train] lr"},
@@ -290,6 +293,9 @@ START_TEST(set_errors_name_the_assignment)
         {"memory.ckpt_fraction=2", "--set memory.ckpt_fraction=2: must be 0, 0.5"},
         {"model.preset=huge", "--set model.preset=huge: not one of"},
         {"memory.fused_head=2", "--set memory.fused_head=2: not a boolean"},
+        {"parallel.piece_rows=0", "--set parallel.piece_rows=0: out of range"},
+        {"parallel.mask=full", "--set parallel.mask=full: not one of causal, window, document, "
+                               "sparse"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         train_config c, before;
@@ -324,14 +330,18 @@ static void assert_same(const train_config *a, const train_config *b)
     SAME_STR(source);
     SAME_STR(task);
     SAME_NUM(seq_len);
+    SAME_NUM(doc_len);
     SAME_NUM(data_seed);
     SAME_NUM(dp);
     SAME_NUM(cp);
     SAME_STR(layout);
     SAME_STR(mask);
     SAME_NUM(window);
+    SAME_NUM(sparse_block);
+    SAME_STR(sparse_pattern);
     SAME_STR(backward);
     SAME_STR(ring);
+    SAME_NUM(piece_rows);
     SAME_NUM(steps);
     SAME_NUM(micro_batches);
     SAME_NUM(lr);
@@ -387,6 +397,8 @@ START_TEST(printed_configuration_loads_back_the_same)
                           "data.seq_len=131072",     "data.data_seed=18446744073709551615",
                           "parallel.dp=2",           "parallel.cp=4",
                           "parallel.ring=double",    "parallel.backward=kv",
+                          "parallel.mask=sparse",    "parallel.sparse_pattern=strided:3+local:2",
+                          "parallel.sparse_block=96", "parallel.piece_rows=100",
                           "train.beta2=0.999",       "train.seed=42",
                           "train.on_nonfinite=skip", "train.metrics=/tmp/x y/metrics.jsonl",
                           "data.recall_pairs=3",     "eval.min_accuracy=0.25",
@@ -443,11 +455,33 @@ static const bad_whole bad_wholes[] = {
     {{"parallel.mask=window", "parallel.window=0", "memory.ckpt_fraction=1"},
      1,
      "[parallel] window"},
+    {{"parallel.mask=document", "memory.ckpt_fraction=1"}, 1, "needs [data] doc_len"},
+    {{"parallel.mask=document", "data.doc_len=64"}, 1, "[memory] ckpt_fraction"},
+    {{"data.doc_len=64"}, 1, "[data] doc_len = 64 is only used with [parallel] mask = document"},
+    {{"parallel.mask=document", "data.doc_len=64", "data.source=hdf5", "data.path=c.h5"},
+     1,
+     "brings its documents (/doc_offsets)"},
+    {{"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_pattern=local:0"},
+     1,
+     "[parallel] sparse_pattern = 'local:0'"},
+    {{"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_pattern=banded:2"},
+     1,
+     "unknown component 'banded'"},
+    {{"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_pattern=local:2+local:3"},
+     1,
+     "'local' is given twice"},
+    {{"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_block=1",
+      "data.seq_len=65536"},
+     1,
+     "[parallel] sparse_block = 1 cuts [data] seq_len = 65536 into 65536 blocks"},
     {{"train.min_lr=0.1"}, 1, "[train] min_lr"},
     {{"train.warmup_steps=101"}, 1, "[train] warmup_steps"},
     {{"data.task=recall", "data.recall_pairs=9"}, 1, "[data] recall_pairs = 9"}, /* 8 keys */
     {{"data.task=recall", "data.recall_values=64"}, 1, "[model] vocab = 256"},  /* 521 tokens */
     {{"data.task=recall", "data.seq_len=128", "data.recall_queries=65"}, 1, "[data] recall_queries"},
+    {{"data.task=recall", "parallel.mask=document", "data.doc_len=64", "memory.ckpt_fraction=1"},
+     1,
+     "[data] task = recall"},
 };
 enum { N_BAD_WHOLES = sizeof bad_wholes / sizeof bad_wholes[0] };
 
@@ -472,11 +506,16 @@ START_TEST(validate_accepts_consistent_configurations)
         {"parallel.mask=window", "memory.ckpt_fraction=1", "parallel.cp=4", "data.seq_len=4100"},
         {"parallel.ring=double", "parallel.cp=4", "memory.ckpt_fraction=0"},
         {"memory.head_chunk=1", "train.warmup_steps=100", "train.min_lr=0.003"},
+        {"parallel.mask=document", "data.doc_len=100", "memory.ckpt_fraction=0", "parallel.cp=2"},
+        {"parallel.mask=document", "data.source=hdf5", "data.path=c.h5", "memory.ckpt_fraction=1"},
+        {"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_block=1"},
+        {"parallel.mask=sparse", "memory.ckpt_fraction=1",
+         "parallel.sparse_pattern=global:2+strided:4+local:8"},
         {"data.task=recall", "eval.min_accuracy=0.9"},
         /* the recall keys matter only for the synthetic task */
         {"data.task=recall", "data.recall_pairs=100", "data.source=hdf5", "data.path=a.h5"},
     };
-    static const int worlds[] = {4, 3, 4, 4, 1, 1, 1};
+    static const int worlds[] = {4, 3, 4, 4, 1, 2, 1, 1, 1, 1, 1};
     for (size_t i = 0; i < sizeof worlds / sizeof worlds[0]; i++) {
         train_config c;
         char err[512] = "";
@@ -500,6 +539,85 @@ START_TEST(validate_accepts_consistent_configurations)
 }
 END_TEST
 
+START_TEST(configuration_text_loads_like_a_file)
+{
+    train_config c, back;
+    char err[512] = "";
+    train_config_default(&c);
+    ck_assert_int_eq(train_config_set(&c, "model.d_model=128", err, sizeof err), 0);
+    ck_assert_int_eq(train_config_set(&c, "data.path=a.h5,b.h5", err, sizeof err), 0);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    train_config_print(m, &c);
+    fclose(m);
+    train_config_default(&back);
+    ck_assert_msg(train_config_load_text(&back, text, "ck/model.h5:/config", err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert(memcmp(&c, &back, sizeof c) == 0);
+    free(text);
+    /* errors name the text's name and line; the struct is left as it was */
+    ck_assert_int_eq(train_config_load_text(&back, "[model]\nlayers = x\n", "ck/model.h5:/config",
+                                            err, sizeof err),
+                     -1);
+    ck_assert_str_eq(err, "ck/model.h5:/config:2: [model] layers = 'x': not an integer");
+    ck_assert(memcmp(&c, &back, sizeof c) == 0);
+    /* empty text changes nothing */
+    ck_assert_int_eq(train_config_load_text(&back, "", "empty", err, sizeof err), 0);
+    ck_assert(memcmp(&c, &back, sizeof c) == 0);
+}
+END_TEST
+
+START_TEST(resume_refuses_keys_that_change_the_numbers)
+{
+    static const char *const refused[][2] = {
+        {"model.d_model=128", "[model] d_model = 64, this run has 128"},
+        {"model.tied_embeddings=false", "[model] tied_embeddings = true, this run has false"},
+        {"data.path=b.h5", "[data] path = '', this run has 'b.h5'"},
+        {"data.sampling=shuffled", "[data] sampling = sequential, this run has shuffled"},
+        {"data.seq_len=8192", "[data] seq_len = 4096, this run has 8192"},
+        {"data.data_seed=7", "[data] data_seed = 1, this run has 7"},
+        {"data.recall_values=4", "[data] recall_values = 16, this run has 4"},
+        {"parallel.dp=2", "[parallel] dp = 1, this run has 2"},
+        {"parallel.layout=contiguous", "[parallel] layout = auto, this run has contiguous"},
+        {"parallel.mask=window", "[parallel] mask = causal, this run has window"},
+        {"parallel.window=512", "[parallel] window = 1024, this run has 512"},
+        {"train.steps=200", "[train] steps = 100, this run has 200"},
+        {"train.micro_batches=2", "[train] micro_batches = 1, this run has 2"},
+        {"train.lr=0.001", "[train] lr = 0.003, this run has 0.001"},
+        {"train.grad_clip=0", "[train] grad_clip = 1, this run has 0"},
+        {"memory.z_loss=0.0001", "[memory] z_loss = 0, this run has 0.0001"},
+    };
+    static const char *const allowed[] = {"model.preset=custom",      "model.max_seq=8192",
+                                          "model.init_std=0.01",      "train.seed=7",
+                                          "train.on_nonfinite=skip",  "train.log_every=5",
+                                          "train.metrics=m.jsonl",    "train.checkpoint_dir=ck",
+                                          "train.checkpoint_every=2", "train.keep_checkpoints=0",
+                                          "eval.eval_samples=8",      "eval.min_accuracy=0.5",
+                                          "memory.ckpt_fraction=1",   "memory.fused_head=no",
+                                          "memory.head_chunk=64",     "parallel.backward=kv",
+                                          "parallel.ring=flat",       "transport.intra=ucx",
+                                          "transport.timeout=5"};
+    train_config was, now;
+    char err[512] = "";
+    train_config_default(&was);
+    ck_assert_int_eq(train_config_resume_check(&was, &was, err, sizeof err), 0);
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        now = was;
+        ck_assert_msg(train_config_set(&now, refused[i][0], err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(train_config_resume_check(&was, &now, err, sizeof err) == -1,
+                      "%s accepted on resume", refused[i][0]);
+        ck_assert_str_eq(err, refused[i][1]);
+    }
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) {
+        now = was;
+        ck_assert_msg(train_config_set(&now, allowed[i], err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(train_config_resume_check(&was, &now, err, sizeof err) == 0,
+                      "%s refused on resume: %s", allowed[i], err);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train_config");
@@ -512,5 +630,7 @@ int main(void)
                     set_errors_name_the_assignment, printed_configuration_loads_back_the_same);
     tcase_add_loop_test(tc, validate_catches_inconsistent_configurations, 0, N_BAD_WHOLES);
     tcase_add_test(tc, validate_accepts_consistent_configurations);
+    check_add_tests(tc, configuration_text_loads_like_a_file,
+                    resume_refuses_keys_that_change_the_numbers);
     return check_run(s);
 }

@@ -2,8 +2,8 @@
 # test_slurm.sh: launches burst through a real Slurm that the test starts on
 # this machine (tests/lib/slurm/start.sh): the transport self-test under
 # `srun --mpi=pmix` and under plain `srun` (Slurm's environment + TCP
-# rendezvous), a rank killed under srun named by the survivors, and training
-# from an HDF5 corpus.
+# rendezvous), a rank killed under srun named by the survivors, training
+# from an HDF5 corpus, and the OpenMP threads of a task (SLURM_CPUS_PER_TASK).
 # Skips (exit 77) where Slurm cannot be started (not root, not installed).
 set -u
 src=${BURST_TEST_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -52,6 +52,12 @@ check "plain srun uses Slurm's environment" "bootstrap: slurm" \
 check "srun: killed rank named by survivors" "rank 1: .*lost rank 2 (" \
     timeout 120 srun -n 3 --mpi=pmix "$build/tests/transport/transport_worker" kill
 
+# A task runs as many OpenMP threads as srun -c gives it (src/cli/placement.c).
+check "srun -c 1: one OpenMP thread" "openmp: 1 thread on CPUs" \
+    env -u OMP_NUM_THREADS timeout 60 srun -n 1 -c 1 "$burst" version --verbose
+check "srun -c 2: two OpenMP threads" "openmp: 2 threads on CPUs" \
+    env -u OMP_NUM_THREADS timeout 60 srun -n 1 -c 2 "$burst" version --verbose
+
 # Training from an HDF5 corpus, ranks launched by srun.
 corpus="$dir/corpus.h5"
 "$burst" data synth --task copy --seq-len 256 --samples 8 -o "$corpus" >/dev/null
@@ -60,5 +66,5 @@ check "srun: training from an HDF5 corpus" "done: step 3 of 3" \
     --set data.source=hdf5 --set "data.path=$corpus" --set data.seq_len=256 \
     --set train.steps=3 --set train.warmup_steps=1
 
-echo "$((7 - failures)) passed, $failures failed"
+echo "$((9 - failures)) passed, $failures failed"
 [ $failures -eq 0 ]

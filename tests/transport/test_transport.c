@@ -130,6 +130,22 @@ START_TEST(killed_rank_is_named_by_every_survivor)
 }
 END_TEST
 
+/* A failed data connection reported by one rank: every other rank names the
+ * lost rank (through rank 0), though its heartbeats go on. */
+START_TEST(failed_link_is_announced_to_every_rank)
+{
+    test_run_result r = run_worker(4, 2, "--no-kill", NULL, "link-lost");
+    ck_assert_msg(r.exit_code != 0, "launcher exited 0:\n%s", r.out);
+    for (int k = 0; k < 3; k++) {
+        char want[96];
+        snprintf(want, sizeof want, "rank %d: lost rank 3 (", k); /* wherever it was */
+        ck_assert_msg(test_output_has(&r, want), "rank %d did not name rank 3:\n%s", k, r.out);
+    }
+    ck_assert_msg(test_output_has(&r, "its data connection failed"), "%s", r.out);
+    test_run_free(&r);
+}
+END_TEST
+
 START_TEST(silent_rank_is_declared_lost_after_timeout)
 {
     test_run_result r = run_worker(3, 1, "--timeout", "3", "hang");
@@ -284,7 +300,8 @@ int main(void)
                     launcher_numbers_ranks_node_major, selftest_on_two_emulated_nodes);
     TCase *fail = check_tcase(s, "failures", 120);
     tcase_add_loop_test(fail, killed_rank_is_named_by_every_survivor, 2, 5);
-    check_add_tests(fail, silent_rank_is_declared_lost_after_timeout,
+    check_add_tests(fail, failed_link_is_announced_to_every_rank,
+                    silent_rank_is_declared_lost_after_timeout,
                     wait_times_out_and_says_what_it_waited_for, peer_with_wrong_secret_is_refused,
                     launcher_stops_the_others_when_a_rank_fails, launcher_forwards_sigterm,
                     launcher_rejects_bad_usage, bad_transport_settings_exit_2_before_work);

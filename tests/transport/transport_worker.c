@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "transport/internal.h"
 #include "transport/transport.h"
 #include "tests/lib/worker_util.h"
 
@@ -275,6 +276,20 @@ static void scenario_kill(void)
     wait_for_lost(victim);
 }
 
+/* Rank 1's data connection to the last rank fails while the last rank stays
+ * alive on the control plane (it sleeps; its heartbeats go on): only the
+ * report through rank 0 can tell the others that it is lost. The sleeper
+ * leaves when its control thread sees rank 0 gone. */
+static void scenario_link_lost(void)
+{
+    bt_comm *c = bt_world_comm(world);
+    int victim = size - 1;
+    must(bt_barrier(c), "barrier");
+    if (rank == victim) sleep(60);
+    if (rank == 1) bt_control_link_lost(world, victim, "a data connection failed in a test");
+    wait_for_lost(victim);
+}
+
 /* The last rank stops (SIGSTOP): no heartbeats, no exit; the others must
  * declare it lost after the timeout. */
 static void scenario_hang(void)
@@ -313,7 +328,7 @@ static void scenario_whoami(void)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: transport_worker p2p|collectives|split|kill|hang|timeout|whoami\n");
+        fprintf(stderr, "usage: transport_worker p2p|collectives|split|kill|hang|link-lost|timeout|whoami\n");
         return WORKER_USAGE;
     }
     worker_init("transport_worker");
@@ -323,6 +338,7 @@ int main(int argc, char **argv)
     else if (strcmp(s, "split") == 0) scenario_split();
     else if (strcmp(s, "kill") == 0) scenario_kill();
     else if (strcmp(s, "hang") == 0) scenario_hang();
+    else if (strcmp(s, "link-lost") == 0) scenario_link_lost();
     else if (strcmp(s, "timeout") == 0) scenario_timeout();
     else if (strcmp(s, "whoami") == 0) scenario_whoami();
     else {

@@ -1,12 +1,14 @@
 /* hdf5_source.c: the token source over HDF5 corpora (io/corpus.h). Sample i is
  * a window of seq_len + 1 tokens inside one file: windows follow each other
  * with a stride of seq_len + 1, in file order (sequential) or in a seeded
- * permutation (shuffled). A rank reads by hyperslab only its layout's chunks,
- * each with one extra token for the last label, never a whole file. A
- * background thread reads the sample the engine announces next
- * (token_source.prefetch) while the step computes; the time the engine still
- * had to wait is counted. (HDF5 here is built thread-safe with one global lock,
- * so one reader thread is all that helps.) */
+ * permutation (shuffled), both from window_order.h. A rank reads by hyperslab
+ * only its layout's chunks, each with one extra token for the last label,
+ * never a whole file. A background thread reads the sample the engine
+ * announces next (token_source.prefetch) while the step computes; the time
+ * the engine still had to wait is counted. (HDF5 here is built thread-safe
+ * with one global lock, so one reader thread is all that helps.) With
+ * documents, each file's /doc_offsets are read once at the start and a
+ * window's document ids are computed from them in memory. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 
 #include "io/corpus.h"
 #include "src/train/data/token_source.h"
+#include "src/train/data/window_order.h"
 #include "util/clock.h"
 
 typedef struct {
@@ -21,9 +24,9 @@ typedef struct {
     io_corpus **files;
     int n_files;
     int64_t *first_window; /* [n_files + 1]: cumulative window counts */
-    int64_t n_windows;
-    int shuffled;
-    uint64_t seed, multiplier;
+    window_order order;    /* over all files' windows */
+    int64_t **doc_offsets; /* [n_files][n_docs[f]] document starts, when documents are asked */
+    int64_t *n_docs;       /* [n_files] */
     token_shard shard;
     /* prefetch: one slot, filled by the thread */
     pthread_t thread;
@@ -38,32 +41,22 @@ typedef struct {
     double wait_s;
 } hdf5_source;
 
-static uint64_t gcd(uint64_t a, uint64_t b)
+/* The file of sample index and the offset of its window in that file. */
+static int locate(const hdf5_source *s, int64_t index, int64_t *start)
 {
-    while (b) {
-        uint64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-/* Window of sample index: a bijection of [0, n_windows) when shuffled. */
-static int64_t window_of(const hdf5_source *s, int64_t index)
-{
-    uint64_t n = (uint64_t)s->n_windows, i = (uint64_t)index % n;
-    if (!s->shuffled) return (int64_t)i;
-    return (int64_t)((s->multiplier * i + s->seed % n) % n);
+    int64_t w = (int64_t)window_order_at(&s->order, (uint64_t)index);
+    int f = 0;
+    while (w >= s->first_window[f + 1]) f++;
+    *start = (w - s->first_window[f]) * (s->shard.seq_len + 1);
+    return f;
 }
 
 static int read_sample(hdf5_source *s, int64_t index, int64_t *tokens, int64_t *labels, char *err,
                        size_t err_len)
 {
-    int64_t w = window_of(s, index);
-    int f = 0;
-    while (w >= s->first_window[f + 1]) f++;
     const token_shard *sh = &s->shard;
-    int64_t start = (w - s->first_window[f]) * (sh->seq_len + 1), i = 0;
+    int64_t start, i = 0;
+    int f = locate(s, index, &start);
     int64_t *buf = malloc((size_t)(sh->n + 2) * sizeof(int64_t));
     for (int c = 0; c < sh->n_chunks; c++) {
         int64_t len = sh->chunks[c].end - sh->chunks[c].begin;
@@ -149,6 +142,52 @@ static int source_read(token_source *base, int64_t index, int64_t *tokens, int64
 
 static double source_wait(token_source *base) { return ((hdf5_source *)base)->wait_s; }
 
+/* Document ids of the window: how many documents start after its first token
+ * and at or before each position. */
+static int source_documents(token_source *base, int64_t index, int32_t *segments)
+{
+    const hdf5_source *s = (const hdf5_source *)base;
+    int64_t start;
+    int f = locate(s, index, &start);
+    const int64_t *offsets = s->doc_offsets[f], n = s->n_docs[f];
+    int64_t lo = 0, hi = n; /* the first offset after start */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (offsets[mid] <= start) lo = mid + 1;
+        else hi = mid;
+    }
+    int32_t doc = 0;
+    for (int64_t p = 0; p <= s->shard.seq_len; p++) {
+        for (; lo < n && offsets[lo] <= start + p; lo++) doc++;
+        segments[p] = doc;
+    }
+    return 0;
+}
+
+/* Every file's document starts, for source_documents. */
+static int load_documents(hdf5_source *s, char *err, size_t err_len)
+{
+    s->doc_offsets = calloc((size_t)s->n_files, sizeof *s->doc_offsets);
+    s->n_docs = calloc((size_t)s->n_files, sizeof *s->n_docs);
+    for (int f = 0; f < s->n_files; f++) {
+        int64_t n = io_corpus_n_docs(s->files[f]);
+        if (n == 0) {
+            snprintf(err, err_len, "%s: no /doc_offsets (document boundaries), which [parallel] "
+                                   "mask = document needs", io_corpus_path(s->files[f]));
+            return -1;
+        }
+        if (!(s->doc_offsets[f] = malloc((size_t)n * sizeof(int64_t)))) {
+            snprintf(err, err_len, "%s: out of memory for %lld document offsets",
+                     io_corpus_path(s->files[f]), (long long)n);
+            return -1;
+        }
+        if (io_corpus_doc_offsets(s->files[f], s->doc_offsets[f], err, err_len) != 0) return -1;
+        s->n_docs[f] = n;
+    }
+    s->base.documents = source_documents;
+    return 0;
+}
+
 static void source_free(token_source *base)
 {
     hdf5_source *s = (hdf5_source *)base;
@@ -159,7 +198,12 @@ static void source_free(token_source *base)
         pthread_mutex_unlock(&s->lock);
         pthread_join(s->thread, NULL);
     }
-    for (int f = 0; f < s->n_files; f++) io_corpus_close(s->files[f]);
+    for (int f = 0; f < s->n_files; f++) {
+        io_corpus_close(s->files[f]);
+        if (s->doc_offsets) free(s->doc_offsets[f]);
+    }
+    free(s->doc_offsets);
+    free(s->n_docs);
     free(s->files);
     free(s->first_window);
     free(s->have_tokens);
@@ -168,7 +212,8 @@ static void source_free(token_source *base)
 }
 
 token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uint64_t seed,
-                                 const token_shard *shard, char *err, size_t err_len)
+                                 int documents, const token_shard *shard, char *err,
+                                 size_t err_len)
 {
     hdf5_source *s = calloc(1, sizeof *s);
     s->base.read = source_read;
@@ -176,8 +221,6 @@ token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uin
     s->base.prefetch = source_prefetch;
     s->base.wait_seconds = source_wait;
     s->base.vocab = vocab;
-    s->shuffled = shuffled;
-    s->seed = seed;
     s->shard = *shard;
     int64_t seq_len = shard->seq_len;
     char *list = strdup(paths), *save = NULL;
@@ -208,13 +251,8 @@ token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uin
         snprintf(err, err_len, "[data] path names no corpus file");
         goto fail;
     }
-    s->n_windows = s->first_window[s->n_files];
-    s->multiplier = 1;
-    if (shuffled) { /* an odd multiplier coprime with the window count */
-        s->multiplier = (seed * 2654435761ull) | 1;
-        while (gcd(s->multiplier % (uint64_t)s->n_windows, (uint64_t)s->n_windows) != 1)
-            s->multiplier += 2;
-    }
+    if (documents && load_documents(s, err, err_len) != 0) goto fail;
+    s->order = window_order_make((uint64_t)s->first_window[s->n_files], shuffled, seed);
     s->have_tokens = malloc((size_t)s->shard.n * sizeof(int64_t));
     s->have_labels = malloc((size_t)s->shard.n * sizeof(int64_t));
     pthread_mutex_init(&s->lock, NULL);

@@ -9,25 +9,37 @@
 
 /* The pairs stand in two-token slots of the first half [0, half); queries
  * anywhere in the second half [half, seq_len). */
-static int64_t first_half(const recall_shape *s) { return s->seq_len / 2; }
-static int64_t pair_slots(const recall_shape *s) { return first_half(s) / 2; }
+static int64_t first_half(const recall_shape *s)
+{
+    return s->seq_len / 2;
+}
+static int64_t pair_slots(const recall_shape *s)
+{
+    return first_half(s) / 2;
+}
 
 int recall_check(const recall_shape *s, int vocab, char *err, size_t err_len)
 {
     int64_t tokens = 1 + (int64_t)s->keys * (1 + (int64_t)s->values);
     if (s->pairs > s->keys)
-        snprintf(err, err_len, "[data] recall_pairs = %d exceeds [data] recall_keys = %d: the pairs "
-                               "of a sample have distinct keys", s->pairs, s->keys);
+        snprintf(err, err_len,
+                 "[data] recall_pairs = %d exceeds [data] recall_keys = %d: the pairs "
+                 "of a sample have distinct keys",
+                 s->pairs, s->keys);
     else if (s->pairs > pair_slots(s))
-        snprintf(err, err_len, "[data] recall_pairs = %d: the first half of [data] seq_len = %" PRId64
-                               " holds at most %" PRId64 " pairs", s->pairs, s->seq_len, pair_slots(s));
+        snprintf(err, err_len,
+                 "[data] recall_pairs = %d: the first half of [data] seq_len = %" PRId64
+                 " holds at most %" PRId64 " pairs",
+                 s->pairs, s->seq_len, pair_slots(s));
     else if (s->queries > s->seq_len - first_half(s))
-        snprintf(err, err_len, "[data] recall_queries = %d: the second half of [data] seq_len = %" PRId64
-                               " holds at most %" PRId64 " queries", s->queries, s->seq_len,
-                 s->seq_len - first_half(s));
+        snprintf(err, err_len,
+                 "[data] recall_queries = %d: the second half of [data] seq_len = %" PRId64
+                 " holds at most %" PRId64 " queries",
+                 s->queries, s->seq_len, s->seq_len - first_half(s));
     else if (tokens > vocab)
-        snprintf(err, err_len, "[data] recall_keys = %d with recall_values = %d each needs %" PRId64
-                               " tokens (the filler, the keys, their values), more than [model] vocab = %d",
+        snprintf(err, err_len,
+                 "[data] recall_keys = %d with recall_values = %d each needs %" PRId64
+                 " tokens (the filler, the keys, their values), more than [model] vocab = %d",
                  s->keys, s->values, tokens, vocab);
     else
         return 0;
@@ -65,7 +77,8 @@ void recall_sample(const recall_shape *s, uint64_t seed, int64_t index, int64_t 
     choose_sorted(&st, pair_slots(s), P, slot);
     choose_sorted(&st, s->seq_len - half, Q, query_at);
     shuffle_prefix(&st, key, K, P);
-    for (int64_t p = 0; p < P; p++) value[p] = recall_value_token(s, key[p], bu_rng_range(&st, 0, V - 1));
+    for (int64_t p = 0; p < P; p++)
+        value[p] = recall_value_token(s, key[p], bu_rng_range(&st, 0, V - 1));
 
     for (int64_t i = 0; tokens && i < s->seq_len; i++) tokens[i] = RECALL_FILLER;
     for (int64_t i = 0; labels && i < s->seq_len; i++) labels[i] = TOKEN_IGNORE;

@@ -26,10 +26,10 @@ enum { RECALL_FILLER = 0 };
 
 typedef struct {
     int64_t seq_len;
-    int pairs;           /* per sample, distinct keys: pairs <= keys */
-    int queries;         /* per sample, each asking one of the pairs (repeats allowed) */
-    int keys;            /* key tokens */
-    int values;          /* values of each key */
+    int pairs;   /* per sample, distinct keys: pairs <= keys */
+    int queries; /* per sample, each asking one of the pairs (repeats allowed) */
+    int keys;    /* key tokens */
+    int values;  /* values of each key */
 } recall_shape;
 
 /* One query of a sample: where its key is asked, where its pair starts (the
@@ -39,7 +39,10 @@ typedef struct {
 } recall_query;
 
 /* The token of key k (0 <= k < keys) and of its value v (0 <= v < values). */
-static inline int64_t recall_key_token(int64_t k) { return 1 + k; }
+static inline int64_t recall_key_token(int64_t k)
+{
+    return 1 + k;
+}
 static inline int64_t recall_value_token(const recall_shape *s, int64_t k, int64_t v)
 {
     return 1 + s->keys + k * s->values + v;

@@ -1,8 +1,8 @@
 /* synthetic_source.c: the in-memory token source of synthetic tasks; see
- * token_source.h. Each sample is a pure function of (seed, index), so every
- * rank sees the same sequence without communicating. Copy and counting give
- * the token at any position directly; a recall sample (recall.h) is made
- * whole and this rank's positions taken from it. */
+ * token_source.h. Each sample, and its documents, are a pure function of
+ * (seed, index), so every rank sees the same sequence without communicating.
+ * Copy and counting give the token at any position directly; a recall sample
+ * (recall.h) is made whole and this rank's positions taken from it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +16,7 @@ typedef struct {
     token_source base;
     synthetic_task task;
     uint64_t seed;
+    int64_t doc_len; /* mean tokens per document; 0: no documents */
     token_shard shard;
     recall_shape recall;
     int64_t *sample_tokens, *sample_labels; /* recall: the whole sample [seq_len] each */
@@ -30,27 +31,57 @@ static int64_t token_at(const synthetic *s, int64_t index, int64_t seq_len, int6
     if (s->task == TASK_COUNTING) return (int64_t)((sample + (uint64_t)p) % (uint64_t)V);
     int64_t half = (seq_len + 1) / 2;
     if (p >= half) p -= half;
-    return 2 + (int64_t)(bu_splitmix64(sample ^ (uint64_t)p) % (uint64_t)(V - 2)); /* 0, 1 reserved */
+    return 2 +
+           (int64_t)(bu_splitmix64(sample ^ (uint64_t)p) % (uint64_t)(V - 2)); /* 0, 1 reserved */
+}
+
+/* A recall sample is made whole; this rank's positions are taken from it. */
+static void read_recall(synthetic *s, int64_t index, int64_t *tokens, int64_t *labels)
+{
+    const token_shard *sh = &s->shard;
+    recall_sample(&s->recall, s->seed, index, s->sample_tokens, s->sample_labels, s->queries);
+    int64_t i = 0;
+    for (int c = 0; c < sh->n_chunks; c++)
+        for (int64_t p = sh->chunks[c].begin; p < sh->chunks[c].end; p++, i++) {
+            tokens[i] = s->sample_tokens[p];
+            labels[i] = s->sample_labels[p];
+        }
 }
 
 static int synthetic_read(token_source *base, int64_t index, int64_t *tokens, int64_t *labels)
 {
     synthetic *s = (synthetic *)base;
+    if (s->task == TASK_RECALL) {
+        read_recall(s, index, tokens, labels);
+        return 0;
+    }
     const token_shard *sh = &s->shard;
     int64_t seq_len = sh->seq_len, half = (seq_len + 1) / 2, i = 0;
-    if (s->task == TASK_RECALL)
-        recall_sample(&s->recall, s->seed, index, s->sample_tokens, s->sample_labels, s->queries);
     for (int c = 0; c < sh->n_chunks; c++)
         for (int64_t p = sh->chunks[c].begin; p < sh->chunks[c].end; p++, i++) {
-            if (s->task == TASK_RECALL) {
-                tokens[i] = s->sample_tokens[p];
-                labels[i] = s->sample_labels[p];
-                continue;
-            }
             tokens[i] = token_at(s, index, seq_len, p);
             int predictable = s->task == TASK_COUNTING || p + 1 >= half;
             labels[i] = predictable ? token_at(s, index, seq_len, p + 1) : TOKEN_IGNORE;
         }
+    return 0;
+}
+
+/* Document lengths uniform in [1, 2 doc_len - 1], drawn in order from a
+ * stream of the sample's own (another stream than its tokens'). */
+static int synthetic_documents(token_source *base, int64_t index, int32_t *segments)
+{
+    const synthetic *s = (const synthetic *)base;
+    uint64_t stream = bu_splitmix64(s->seed ^ bu_splitmix64((uint64_t)index)) ^ 0x646f63ull;
+    uint64_t span = 2 * (uint64_t)s->doc_len - 1;
+    int32_t doc = -1;
+    int64_t left = 0; /* tokens of the current document still to come */
+    for (int64_t p = 0; p <= s->shard.seq_len; p++, left--) {
+        if (left == 0) {
+            doc++;
+            left = 1 + (int64_t)(bu_rng_next(&stream) % span);
+        }
+        segments[p] = doc;
+    }
     return 0;
 }
 
@@ -66,33 +97,41 @@ uint64_t synthetic_heldout_seed(uint64_t seed)
     return seed ^ 0x5bd1e9955bd1e995ull; /* never seed itself */
 }
 
-token_source *synthetic_source_create(const char *task, const recall_shape *recall, int vocab,
-                                      uint64_t seed, const token_shard *shard, char *err,
-                                      size_t err_len)
+/* The task of a name, or -1 with err. */
+static int parse_task(const char *task, synthetic_task *kind, char *err, size_t err_len)
 {
-    synthetic_task kind = strcmp(task, "copy") == 0     ? TASK_COPY
-                          : strcmp(task, "recall") == 0 ? TASK_RECALL
-                                                        : TASK_COUNTING;
-    if (kind == TASK_COUNTING && strcmp(task, "counting") != 0) {
+    if (strcmp(task, "copy") == 0)
+        *kind = TASK_COPY;
+    else if (strcmp(task, "counting") == 0)
+        *kind = TASK_COUNTING;
+    else if (strcmp(task, "recall") == 0)
+        *kind = TASK_RECALL;
+    else {
         snprintf(err, err_len, "[data] task = '%s': expected copy, counting or recall", task);
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+token_source *synthetic_source_create(const synthetic_spec *spec, int vocab, uint64_t seed,
+                                      const token_shard *shard, char *err, size_t err_len)
+{
+    synthetic_task kind;
+    if (parse_task(spec->task, &kind, err, err_len) != 0) return NULL;
     if (vocab < 3) {
         snprintf(err, err_len, "[model] vocab = %d: synthetic tasks need at least 3 tokens", vocab);
         return NULL;
     }
-    recall_shape shape = {0};
-    if (kind == TASK_RECALL) {
-        shape = *recall;
-        shape.seq_len = shard->seq_len;
-        if (recall_check(&shape, vocab, err, err_len) != 0) return NULL;
-    }
+    recall_shape shape = spec->recall;
+    shape.seq_len = shard->seq_len;
+    if (kind == TASK_RECALL && recall_check(&shape, vocab, err, err_len) != 0) return NULL;
     synthetic *s = calloc(1, sizeof *s);
     s->base.read = synthetic_read;
     s->base.free = synthetic_free;
     s->base.vocab = vocab;
     s->task = kind;
     s->seed = seed;
+    s->doc_len = spec->doc_len;
     s->shard = *shard;
     if (kind == TASK_RECALL) {
         s->recall = shape;
@@ -100,5 +139,6 @@ token_source *synthetic_source_create(const char *task, const recall_shape *reca
         s->sample_labels = malloc((size_t)shard->seq_len * sizeof(int64_t));
         s->queries = malloc((size_t)shape.queries * sizeof(recall_query));
     }
+    if (spec->doc_len > 0) s->base.documents = synthetic_documents;
     return &s->base;
 }

@@ -41,18 +41,41 @@ struct token_source {
     void (*prefetch)(token_source *s, int64_t index);
     /* Optional: seconds read() made the engine wait so far. */
     double (*wait_seconds)(token_source *s);
+    /* Present when the source was made with documents: the document ids
+     * [seq_len + 1] of sample `index` at every global position 0..seq_len (the
+     * last is the token after the sequence, which the last label predicts).
+     * They start at 0 and never decrease; every rank computes the same ids
+     * without communicating. 0, or -1 with a message on stderr. */
+    int (*documents)(token_source *s, int64_t index, int32_t *segments);
     int vocab;
 };
+
+/* The last token of a document predicts nothing: labels [n] (in the shard's
+ * order) whose next token starts another document become TOKEN_IGNORE.
+ * segments [seq_len + 1] as token_source.documents gives them. */
+static inline void token_shard_end_documents(const token_shard *sh, const int32_t *segments,
+                                             int64_t *labels)
+{
+    int64_t i = 0;
+    for (int c = 0; c < sh->n_chunks; c++)
+        for (int64_t p = sh->chunks[c].begin; p < sh->chunks[c].end; p++, i++)
+            if (segments[p + 1] != segments[p]) labels[i] = TOKEN_IGNORE;
+}
 
 /* Synthetic tasks over a vocabulary of `vocab` tokens, seeded per sample:
  *   copy:     a random first half, then the same tokens again; only the second
  *             half is predicted, and only by attending half a sequence back;
  *   counting: each token is the previous plus one (mod vocab), from a random start;
- *   recall:   multi-query associative recall (recall.h) of the given shape
- *             (its seq_len is taken from the shard; NULL for the other tasks). */
-token_source *synthetic_source_create(const char *task, const recall_shape *recall, int vocab,
-                                      uint64_t seed, const token_shard *shard, char *err,
-                                      size_t err_len);
+ *   recall:   multi-query associative recall (recall.h) of the given shape.
+ * doc_len > 0 gives the source documents: each sample is cut into documents of
+ * seeded lengths, uniform in [1, 2 doc_len - 1] (doc_len on average). */
+typedef struct {
+    const char *task;    /* copy | counting | recall */
+    int64_t doc_len;     /* mean tokens per document; 0: no documents */
+    recall_shape recall; /* recall only; its seq_len is taken from the shard */
+} synthetic_spec;
+token_source *synthetic_source_create(const synthetic_spec *spec, int vocab, uint64_t seed,
+                                      const token_shard *shard, char *err, size_t err_len);
 /* The seed of held-out samples of a run whose training samples come from
  * seed: another seed, so evaluation never sees a training sample. */
 uint64_t synthetic_heldout_seed(uint64_t seed);
@@ -61,9 +84,12 @@ uint64_t synthetic_heldout_seed(uint64_t seed);
  * sample i is a window of seq_len + 1 tokens (stride seq_len + 1) inside one
  * file, taken in order or in a seeded permutation; a rank reads only the
  * chunks of its shard, and a thread reads the announced next sample ahead.
- * Errors (a file that is not a corpus, a vocabulary larger than the model's,
- * fewer tokens than one sequence) name the file. */
+ * With documents != 0 every rank keeps each file's /doc_offsets (8 bytes per
+ * document) and the source gives the documents of each window. Errors (a file
+ * that is not a corpus, a vocabulary larger than the model's, fewer tokens
+ * than one sequence, no /doc_offsets when documents are asked) name the file. */
 token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uint64_t seed,
-                                 const token_shard *shard, char *err, size_t err_len);
+                                 int documents, const token_shard *shard, char *err,
+                                 size_t err_len);
 
 #endif

@@ -1,0 +1,106 @@
+# kernels/cuda.mk: the device (CUDA) side of the kernels, and the SIMT emulator
+# that runs the same kernel sources on the CPU (their tests are listed in
+# tests/local.mk).
+#
+# Every kernels/cuda/*.cu file is compiled twice: by nvcc for the GPU into
+# libburst_kernels.a (CUDA builds only), and by the host C++ compiler as C++
+# with -DBK_EMULATOR into libburst_kernels_emu.a (every build), which the
+# device kernel tests link. See doc/KERNELS.md, "Device kernels".
+
+CLEANFILES =
+AM_CXXFLAGS = -std=gnu++17 -pthread -fno-exceptions -fno-rtti -fno-strict-aliasing \
+	$(WARN_CXXFLAGS) $(OPT_CFLAGS) $(SAN_CFLAGS)
+
+# The kernel sources (kernels/cuda/*.cu) and the headers they include.
+BK_CU_SRC = kernels/cuda/device_memory.cu kernels/cuda/device_streams.cu kernels/cuda/device_checks.cu \
+	kernels/cuda/device_table.cu kernels/cuda/gemm.cu kernels/cuda/norm.cu \
+	kernels/cuda/rope.cu kernels/cuda/swiglu.cu kernels/cuda/embedding.cu \
+	kernels/cuda/adamw.cu kernels/cuda/grad_norm.cu kernels/cuda/cross_entropy.cu \
+	kernels/cuda/attention_state.cu kernels/cuda/attention_fwd.cu kernels/cuda/attention_bwd.cu
+BK_CU_HDRS = kernels/cuda/bk_cuda.cuh kernels/cuda/dev_common.cuh kernels/cuda/attention_tile.cuh \
+	kernels/attention_tile.h \
+	kernels/bf16.h kernels/device.h kernels/device_ops.h kernels/kernels_common.h \
+	kernels/shared_math.h kernels/ops_math.h kernels/attention_math.h kernels/attention.h \
+	kernels/ops.h
+EXTRA_DIST += $(BK_CU_SRC) kernels/cuda/bk_cuda.cuh kernels/cuda/dev_common.cuh \
+	kernels/cuda/attention_tile.cuh
+
+# The entry points' side of the device backend (kernels/device_ops.h): which
+# backend a BK_DEVICE queue reaches is chosen by what is linked.
+libburst_kernels_a_SOURCES += kernels/bf16.h kernels/device.h kernels/device_ops.h \
+	kernels/attention_tile.h \
+	kernels/device.c kernels/cpu/bf16_widen.c kernels/cpu/attention_merge.c
+if HAVE_CUDA
+libburst_kernels_a_SOURCES += kernels/cuda/select_cuda.c $(BK_CU_SRC)
+BK_CU_NVCC_OBJS = $(BK_CU_SRC:.cu=.$(OBJEXT))
+$(BK_CU_NVCC_OBJS): $(BK_CU_HDRS)
+# Each kernel object is compiled with ptxas's resource report (-Xptxas -v:
+# registers, stack frame, spills, shared memory per kernel and architecture),
+# kept beside it as OBJECT.ptxas; anything else nvcc prints is shown.
+# kernels/cuda/resource-usage.txt gathers them for
+# tests/kernels/test_cuda_resources.sh.
+BK_NVCC_REPORT = $(NVCC_COMPILE) -Xptxas -v -c -o $@ $< 2>$@.ptxas; st=$$?; \
+	grep -v -e '^ptxas info' -e 'bytes stack frame' $@.ptxas >&2; exit $$st
+kernels/cuda/device_memory.$(OBJEXT): kernels/cuda/device_memory.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/device_streams.$(OBJEXT): kernels/cuda/device_streams.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/device_checks.$(OBJEXT): kernels/cuda/device_checks.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/device_table.$(OBJEXT): kernels/cuda/device_table.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/gemm.$(OBJEXT): kernels/cuda/gemm.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/norm.$(OBJEXT): kernels/cuda/norm.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/rope.$(OBJEXT): kernels/cuda/rope.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/swiglu.$(OBJEXT): kernels/cuda/swiglu.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/embedding.$(OBJEXT): kernels/cuda/embedding.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/adamw.$(OBJEXT): kernels/cuda/adamw.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/grad_norm.$(OBJEXT): kernels/cuda/grad_norm.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/cross_entropy.$(OBJEXT): kernels/cuda/cross_entropy.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/attention_state.$(OBJEXT): kernels/cuda/attention_state.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/attention_fwd.$(OBJEXT): kernels/cuda/attention_fwd.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/attention_bwd.$(OBJEXT): kernels/cuda/attention_bwd.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+noinst_DATA = kernels/cuda/resource-usage.txt
+kernels/cuda/resource-usage.txt: $(BK_CU_NVCC_OBJS)
+	@for o in $(BK_CU_NVCC_OBJS); do \
+	    test -f $$o.ptxas || { rm -f $$o && $(MAKE) $(AM_MAKEFLAGS) $$o; } || exit 1; \
+	done
+	$(AM_V_GEN)cat $(BK_CU_NVCC_OBJS:=.ptxas) > $@.tmp && mv $@.tmp $@
+CLEANFILES += $(BK_CU_NVCC_OBJS:=.ptxas) kernels/cuda/resource-usage.txt
+else
+libburst_kernels_a_SOURCES += kernels/device_none.c
+endif
+
+# ---------------------------------------------------------------- the emulator
+SIMT_EMU_HDRS = kernels/emu/simt.h kernels/emu/simt_types.h kernels/emu/simt_internal.h \
+	kernels/emu/simt_fiber.h kernels/emu/simt_runtime.h kernels/emu/simt_shared.h \
+	kernels/emu/simt_warp.h kernels/emu/simt_atomic.h kernels/emu/simt_mma.h \
+	kernels/emu/simt_stream.h
+noinst_LIBRARIES += libburst_kernels_emu.a
+libburst_kernels_emu_a_SOURCES = $(SIMT_EMU_HDRS) kernels/emu/simt_fiber.cc \
+	kernels/emu/simt_runtime.cc kernels/emu/simt_shared.cc kernels/emu/simt_warp.cc \
+	kernels/emu/simt_mma.cc kernels/emu/simt_stream.cc
+# The kernel sources compiled as C++ for the emulator: the same text nvcc
+# compiles, with -DBK_EMULATOR (kernels/emu/simt.h), as .eo objects.
+BK_CU_EMU_OBJS = $(BK_CU_SRC:.cu=.eo)
+libburst_kernels_emu_a_LIBADD = $(BK_CU_EMU_OBJS)
+libburst_kernels_emu_a_DEPENDENCIES = $(BK_CU_EMU_OBJS)
+SUFFIXES += .eo
+BK_EMU_CXXCOMPILE = $(CXX) -x c++ -DBK_EMULATOR $(DEFS) $(DEFAULT_INCLUDES) $(INCLUDES) \
+	$(AM_CPPFLAGS) $(CPPFLAGS) $(AM_CXXFLAGS) -Wno-unknown-pragmas $(CXXFLAGS)
+.cu.eo:
+	@$(MKDIR_P) $(@D)
+	$(AM_V_CXX)$(BK_EMU_CXXCOMPILE) -c -o $@ $<
+$(BK_CU_EMU_OBJS): $(BK_CU_HDRS) $(SIMT_EMU_HDRS)
+CLEANFILES += $(BK_CU_EMU_OBJS)

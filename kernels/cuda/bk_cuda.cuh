@@ -1,0 +1,154 @@
+/* bk_cuda.cuh: the one header every kernel source of kernels/cuda/ includes,
+ * so that the same text compiles with nvcc (for the GPU) and with the host
+ * C++ compiler for the SIMT emulator (-x c++ -DBK_EMULATOR, see
+ * kernels/emu/simt.h). What differs between the two lives here and only here:
+ *
+ *   BK_DEV_FN(name)     a launcher's external name: bk_cuda_name / bk_emu_name
+ *   BK_LAUNCH(k, grid, block, smem, stream, args...)
+ *                       launches kernel k; evaluates to a bk_status
+ *   BK_LAUNCH_NAMED(name, k, ...)  the same, k a pointer to a kernel (a template
+ *                       instance), name what the emulator's messages call it
+ *   BK_SHARED(T, a, n)  a __shared__ array T a[n] (bounds-checked in the emulator)
+ *   BK_SHARED_DYN(T, a) the launch's dynamic shared memory as T a[]
+ *   BK_SPTR(T)          a pointer into shared memory (one declarator per
+ *                       declaration: under nvcc it is `T *`); BK_SPTR_CAST(U, p)
+ *   bk_mma_bf16_16816, bk_ldmatrix_x{1,2,4}[_trans], bk_cp_async16,
+ *   bk_cp_async_commit, bk_cp_async_wait(N)
+ *                       inline PTX under nvcc, emulated per lane otherwise.
+ *
+ * Everything else in a kernel source is plain CUDA C (#pragma unroll
+ * included: the emulator build ignores it). */
+#ifndef BURST_KERNELS_CUDA_BK_CUDA_CUH
+#define BURST_KERNELS_CUDA_BK_CUDA_CUH
+
+#include <stdint.h>
+
+#include "kernels/kernels_common.h"
+
+#ifdef BK_EMULATOR
+#include "kernels/emu/simt.h"
+#include "kernels/emu/simt_stream.h"
+#else
+#include <cuda_runtime.h>
+#endif
+
+/* ---------------------------------------------------------------- names, launch */
+#ifdef BK_EMULATOR
+#define BK_DEV_FN(name) bk_emu_##name
+static inline bk_status bk_launch_status(int rc)
+{
+    return rc == 0 ? BK_OK : BK_ERR_DEVICE;
+}
+/* A launch runs what its stream still has queued first (simt_stream.h). */
+#define BK_LAUNCH(kernel, grid, block, smem, stream, ...)                                          \
+    (bk_emu::stream_flush(stream),                                                                 \
+     bk_launch_status(                                                                             \
+         bk_emu::launch(#kernel, (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); })))
+#define BK_LAUNCH_NAMED(name, kernel, grid, block, smem, stream, ...)                              \
+    (bk_emu::stream_flush(stream),                                                                 \
+     bk_launch_status(                                                                             \
+         bk_emu::launch((name), (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); })))
+#else
+#define BK_DEV_FN(name) bk_cuda_##name
+static inline bk_status bk_launch_status(void)
+{
+    return cudaGetLastError() == cudaSuccess ? BK_OK : BK_ERR_DEVICE;
+}
+#define BK_LAUNCH(kernel, grid, block, smem, stream, ...)                                          \
+    (kernel<<<(grid), (block), (smem), static_cast<cudaStream_t>(stream)>>>(__VA_ARGS__),          \
+     bk_launch_status())
+#define BK_LAUNCH_NAMED(name, kernel, grid, block, smem, stream, ...)                              \
+    ((void)(name), BK_LAUNCH(kernel, grid, block, smem, stream, __VA_ARGS__))
+#endif
+
+/* ---------------------------------------------------------------- shared memory */
+#ifndef BK_EMULATOR
+#define BK_SHARED(T, name, count) __shared__ T name[count]
+#define BK_SHARED_DYN(T, name)                                                                     \
+    extern __shared__ __align__(16) unsigned char bk_dyn_smem_[];                                  \
+    T *name = reinterpret_cast<T *>(bk_dyn_smem_)
+#define BK_SPTR(T)         T *
+#define BK_SPTR_CAST(U, p) reinterpret_cast<U *>(p)
+#endif
+
+/* ---------------------------------------------------------------- tensor cores */
+#ifdef BK_EMULATOR
+#define bk_mma_bf16_16816(d, a, b, c) bk_emu::mma_bf16_m16n8k16(__FILE__, __LINE__, d, a, b, c)
+#define bk_ldmatrix_x1(r, p)          bk_emu::ldmatrix(__FILE__, __LINE__, 1, 0, r, p)
+#define bk_ldmatrix_x2(r, p)          bk_emu::ldmatrix(__FILE__, __LINE__, 2, 0, r, p)
+#define bk_ldmatrix_x4(r, p)          bk_emu::ldmatrix(__FILE__, __LINE__, 4, 0, r, p)
+#define bk_ldmatrix_x1_trans(r, p)    bk_emu::ldmatrix(__FILE__, __LINE__, 1, 1, r, p)
+#define bk_ldmatrix_x2_trans(r, p)    bk_emu::ldmatrix(__FILE__, __LINE__, 2, 1, r, p)
+#define bk_ldmatrix_x4_trans(r, p)    bk_emu::ldmatrix(__FILE__, __LINE__, 4, 1, r, p)
+#define bk_cp_async16(dst, src, src_bytes)                                                         \
+    bk_emu::cp_async_to(__FILE__, __LINE__, (dst), (src), 16, (src_bytes))
+#define bk_cp_async_commit() bk_emu::cp_async_commit()
+#define bk_cp_async_wait(n)  bk_emu::cp_async_wait(n)
+#else
+/* d = a * b + c, m16n8k16, a row-major bf16, b column-major bf16, fp32 c and d */
+static __device__ __forceinline__ void bk_mma_bf16_16816(float d[4], const uint32_t a[4],
+                                                         const uint32_t b[2], const float c[4])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),
+                   "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+static __device__ __forceinline__ unsigned bk_smem_addr(const void *p)
+{
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+static __device__ __forceinline__ void bk_ldmatrix_x1(uint32_t r[1], const uint16_t *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+                 : "=r"(r[0])
+                 : "r"(bk_smem_addr(p)));
+}
+static __device__ __forceinline__ void bk_ldmatrix_x2(uint32_t r[2], const uint16_t *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(bk_smem_addr(p)));
+}
+static __device__ __forceinline__ void bk_ldmatrix_x4(uint32_t r[4], const uint16_t *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(bk_smem_addr(p)));
+}
+static __device__ __forceinline__ void bk_ldmatrix_x1_trans(uint32_t r[1], const uint16_t *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
+                 : "=r"(r[0])
+                 : "r"(bk_smem_addr(p)));
+}
+static __device__ __forceinline__ void bk_ldmatrix_x2_trans(uint32_t r[2], const uint16_t *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(bk_smem_addr(p)));
+}
+static __device__ __forceinline__ void bk_ldmatrix_x4_trans(uint32_t r[4], const uint16_t *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(bk_smem_addr(p)));
+}
+
+/* 16 bytes global -> shared, of which src_bytes are read and the rest zeroed */
+static __device__ __forceinline__ void bk_cp_async16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(bk_smem_addr(dst)),
+                 "l"(src), "r"(src_bytes));
+}
+static __device__ __forceinline__ void bk_cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+#define bk_cp_async_wait(n) asm volatile("cp.async.wait_group %0;\n" ::"n"(n))
+#endif
+
+#endif

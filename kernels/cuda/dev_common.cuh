@@ -1,0 +1,180 @@
+/* dev_common.cuh: what the device launchers of kernels/cuda/ share: the
+ * backend's memory and checking helpers (device_memory.cu, device_checks.cu),
+ * the launchers' prototypes (device_table.cu puts them in the table), and
+ * warp and block reductions.
+ *
+ * Names: a launcher is BK_DEV_FN(op), i.e. bk_cuda_op under nvcc and bk_emu_op
+ * in the emulator, with C linkage, taking the arguments of the public entry
+ * point (kernels/device_ops.h). Kernels are `__global__ void bk_..._kernel`,
+ * device helpers `static __device__ __forceinline__`. */
+#ifndef BURST_KERNELS_CUDA_DEV_COMMON_CUH
+#define BURST_KERNELS_CUDA_DEV_COMMON_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cuda/bk_cuda.cuh"
+#include "kernels/device_ops.h"
+
+extern "C" {
+/* ---------------------------------------------------------------- memory (device_memory.cu) */
+int BK_DEV_FN(available)(void);
+bk_status BK_DEV_FN(malloc)(size_t bytes, void **p);
+bk_status BK_DEV_FN(free)(void *p);
+bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *src, size_t bytes, int dir);
+bk_status BK_DEV_FN(sync)(const bk_queue *q);
+bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const void *src, size_t bytes,
+                                int dir);
+bk_status BK_DEV_FN(stream_create)(void **stream);
+bk_status BK_DEV_FN(stream_destroy)(void *stream);
+bk_status BK_DEV_FN(event_create)(void **event);
+bk_status BK_DEV_FN(event_destroy)(void *event);
+bk_status BK_DEV_FN(event_record)(void *event, const bk_queue *q);
+bk_status BK_DEV_FN(stream_wait_event)(const bk_queue *q, void *event);
+bk_status BK_DEV_FN(event_sync)(void *event);
+bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p);
+bk_status BK_DEV_FN(host_free)(void *p);
+/* Scratch memory ordered on q's stream (freed with scratch_free on the same
+ * stream, after the kernels that use it). */
+bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **p);
+void BK_DEV_FN(scratch_free)(const bk_queue *q, void *p);
+/* BK_OK when every non-NULL pointer of ptrs[n] is device memory the kernels
+ * can use; BK_ERR_UNSUPPORTED for host memory or without a device. */
+bk_status BK_DEV_FN(check_ptrs)(const void *const *ptrs, int n);
+
+/* ---------------------------------------------------------------- checks (device_checks.cu) */
+/* *count = how many of v[n] lie outside [lo, hi) and differ from skip (when
+ * use_skip); runs on q's stream and waits for the result. */
+bk_status BK_DEV_FN(count_outside)(const bk_queue *q, const int64_t *v, int64_t n, int64_t lo,
+                                   int64_t hi, int64_t skip, int use_skip, int64_t *count);
+
+/* ---------------------------------------------------------------- the launchers */
+bk_status BK_DEV_FN(gemm)(const bk_queue *q, bk_transpose ta, bk_transpose tb, int64_t m, int64_t n,
+                          int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                          int64_t ldb, float beta, float *c, int64_t ldc);
+bk_status BK_DEV_FN(gemm_bf16)(const bk_queue *q, bk_transpose ta, bk_transpose tb, int64_t m,
+                               int64_t n, int64_t k, float alpha, const uint16_t *a, int64_t lda,
+                               const uint16_t *b, int64_t ldb, float beta, void *c, bk_dtype c_type,
+                               int64_t ldc);
+bk_status BK_DEV_FN(rmsnorm_fwd)(const bk_queue *q, int64_t n, int64_t d, const float *x,
+                                 const float *w, float eps, float *y, float *rstd);
+bk_status BK_DEV_FN(rmsnorm_bwd)(const bk_queue *q, int64_t n, int64_t d, const float *x,
+                                 const float *w, const float *rstd, const float *dy, float *dx,
+                                 float *dw);
+bk_status BK_DEV_FN(rope)(const bk_queue *q, int64_t n, int64_t H, int64_t d, const int64_t *pos,
+                          float theta, float factor, const float *x, float *out, float sign);
+bk_status BK_DEV_FN(swiglu_fwd)(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
+                                const float *up, int64_t ld_in, float *out);
+bk_status BK_DEV_FN(swiglu_bwd)(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
+                                const float *up, int64_t ld_in, const float *dout, float *dgate,
+                                float *dup);
+bk_status BK_DEV_FN(embedding_gather)(const bk_queue *q, int64_t n, int64_t V, int64_t D,
+                                      const int64_t *tokens, const float *table, float *out);
+bk_status BK_DEV_FN(embedding_scatter_add)(const bk_queue *q, int64_t n, int64_t V, int64_t D,
+                                           const int64_t *tokens, const float *dout, float *dtable);
+bk_status BK_DEV_FN(adamw_step)(const bk_queue *q, int64_t n, float *param, const float *grad,
+                                float *m, float *v, const bk_adamw_params *hp, int64_t step,
+                                float grad_scale, uint16_t *param_bf16);
+bk_status BK_DEV_FN(grad_sqnorm)(const bk_queue *q, int n_bufs, const float *const *bufs,
+                                 const int64_t *counts, double *sqnorm);
+bk_status BK_DEV_FN(scale)(const bk_queue *q, int64_t n, float *x, float alpha);
+bk_status BK_DEV_FN(cross_entropy)(const bk_queue *q, int64_t rows, int64_t V, float *logits,
+                                   int64_t ld, const int64_t *labels, int64_t ignore_index,
+                                   float scale, float z_loss, float *loss, float *lse,
+                                   int64_t *n_valid);
+bk_status BK_DEV_FN(attn_fwd_init)(const bk_queue *q, int64_t n_q, int h_q, int d, float *O,
+                                   float *lse);
+bk_status BK_DEV_FN(attn_fwd)(const bk_queue *q, const bk_attn_geom *g, const void *Q,
+                              const void *K, const void *V, bk_dtype in_type, float *O, float *lse,
+                              bk_attn_stats *stats);
+bk_status BK_DEV_FN(attn_fwd_finalize)(const bk_queue *q, int64_t n_q, int h_q, int d, float *O,
+                                       const float *lse);
+bk_status BK_DEV_FN(attn_delta)(const bk_queue *q, int64_t n_q, int h_q, int d, const float *dO,
+                                const float *O, float *delta);
+bk_status BK_DEV_FN(attn_bwd)(const bk_queue *q, const bk_attn_geom *g, const void *Q,
+                              const void *K, const void *V, const void *dO, bk_dtype in_type,
+                              const float *lse, const float *delta, float *dQ, float *dK, float *dV,
+                              bk_attn_stats *stats);
+bk_status BK_DEV_FN(attn_merge)(const bk_queue *q, int64_t n_q, int h_q, int d, float *O,
+                                float *lse, const float *O_blk, const float *lse_blk);
+}
+
+/* Returns from the launcher unless every listed pointer is usable device memory. */
+#define BK_DEV_PTRS(...)                                                                           \
+    do {                                                                                           \
+        const void *bk_ptrs_[] = {__VA_ARGS__};                                                    \
+        bk_status bk_st_ =                                                                         \
+            BK_DEV_FN(check_ptrs)(bk_ptrs_, (int)(sizeof bk_ptrs_ / sizeof bk_ptrs_[0]));          \
+        if (bk_st_ != BK_OK) return bk_st_;                                                        \
+    } while (0)
+
+/* Blocks for a grid-stride loop over n items with `threads` per block. */
+static inline unsigned bk_grid_for(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : (b > 65535 ? 65535 : b));
+}
+
+/* ---------------------------------------------------------------- reductions */
+static __device__ __forceinline__ float bk_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ double bk_warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* max as the CPU kernels take it: a > b ? a : b */
+static __device__ __forceinline__ float bk_warp_max(float v)
+{
+    for (int o = 16; o > 0; o /= 2) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+
+/* Sum (is_max = 0) or max (is_max = 1) of v over the block, returned to every
+ * thread. blockDim.x is a multiple of 32; red holds 32 floats of shared memory
+ * and may be reused as soon as this returns. */
+static __device__ __forceinline__ float bk_block_reduce(float v, BK_SPTR(float) red, int is_max)
+{
+    int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32;
+    int n_warps = (int)blockDim.x / 32;
+    v = is_max ? bk_warp_max(v) : bk_warp_sum(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float w = lane < n_warps ? red[lane] : (is_max ? -INFINITY : 0.0f);
+        w = is_max ? bk_warp_max(w) : bk_warp_sum(w);
+        if (lane == 0) red[0] = w;
+    }
+    __syncthreads();
+    v = red[0];
+    __syncthreads();
+    return v;
+}
+
+static __device__ __forceinline__ double bk_block_sum_d(double v, BK_SPTR(double) red)
+{
+    int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32;
+    int n_warps = (int)blockDim.x / 32;
+    v = bk_warp_sum_d(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        double w = lane < n_warps ? red[lane] : 0.0;
+        w = bk_warp_sum_d(w);
+        if (lane == 0) red[0] = w;
+    }
+    __syncthreads();
+    v = red[0];
+    __syncthreads();
+    return v;
+}
+
+#endif

@@ -1,0 +1,153 @@
+/* device_streams.cu: the device backend's streams, events, queued copies and
+ * page-locked host memory (kernels/device.h, "streams and events").
+ *
+ * Under nvcc these are the CUDA runtime's calls: streams are non-blocking (no
+ * implicit ordering with the default stream), events have timing disabled
+ * (cheaper to record and wait for). In the SIMT emulator they are the ordered
+ * queues of kernels/emu/simt_stream.h, where queued copies run as late as the
+ * program allows, and page-locked memory is plain host memory. */
+#include <stdlib.h>
+
+#include "kernels/cuda/dev_common.cuh"
+
+#ifdef BK_EMULATOR
+
+extern "C" bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const void *src,
+                                           size_t bytes, int dir)
+{
+    (void)dir;
+    return bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes) == 0 ? BK_OK : BK_ERR_DEVICE;
+}
+
+extern "C" bk_status BK_DEV_FN(stream_create)(void **stream)
+{
+    *stream = bk_emu::stream_create();
+    return *stream ? BK_OK : BK_ERR_DEVICE;
+}
+
+extern "C" bk_status BK_DEV_FN(stream_destroy)(void *stream)
+{
+    bk_emu::stream_destroy(stream);
+    return BK_OK;
+}
+
+extern "C" bk_status BK_DEV_FN(event_create)(void **event)
+{
+    *event = bk_emu::event_create();
+    return *event ? BK_OK : BK_ERR_DEVICE;
+}
+
+extern "C" bk_status BK_DEV_FN(event_destroy)(void *event)
+{
+    bk_emu::event_destroy(event);
+    return BK_OK;
+}
+
+extern "C" bk_status BK_DEV_FN(event_record)(void *event, const bk_queue *q)
+{
+    bk_emu::event_record(event, q->stream);
+    return BK_OK;
+}
+
+/* What q runs next may need what the event covers: run it now (the latest
+ * moment the program allows, since q's next work may be a launch, which runs
+ * at once). */
+extern "C" bk_status BK_DEV_FN(stream_wait_event)(const bk_queue *q, void *event)
+{
+    (void)q;
+    bk_emu::event_flush(event);
+    return BK_OK;
+}
+
+extern "C" bk_status BK_DEV_FN(event_sync)(void *event)
+{
+    bk_emu::event_flush(event);
+    return BK_OK;
+}
+
+extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
+{
+    *p = bytes ? malloc(bytes) : NULL;
+    return *p || bytes == 0 ? BK_OK : BK_ERR_NOMEM;
+}
+
+extern "C" bk_status BK_DEV_FN(host_free)(void *p)
+{
+    free(p);
+    return BK_OK;
+}
+
+#else /* CUDA */
+
+static bk_status status_of(cudaError_t e)
+{
+    if (e == cudaSuccess) return BK_OK;
+    (void)cudaGetLastError();
+    return e == cudaErrorMemoryAllocation ? BK_ERR_NOMEM : BK_ERR_DEVICE;
+}
+
+extern "C" bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const void *src,
+                                           size_t bytes, int dir)
+{
+    if (bytes == 0) return BK_OK;
+    cudaMemcpyKind kind = dir == BK_COPY_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
+                          : dir == BK_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
+                                                          : cudaMemcpyDeviceToDevice;
+    return status_of(cudaMemcpyAsync(dst, src, bytes, kind, static_cast<cudaStream_t>(q->stream)));
+}
+
+extern "C" bk_status BK_DEV_FN(stream_create)(void **stream)
+{
+    cudaStream_t s = NULL;
+    bk_status st = status_of(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *stream = s;
+    return st;
+}
+
+extern "C" bk_status BK_DEV_FN(stream_destroy)(void *stream)
+{
+    return stream ? status_of(cudaStreamDestroy(static_cast<cudaStream_t>(stream))) : BK_OK;
+}
+
+extern "C" bk_status BK_DEV_FN(event_create)(void **event)
+{
+    cudaEvent_t e = NULL;
+    bk_status st = status_of(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *event = e;
+    return st;
+}
+
+extern "C" bk_status BK_DEV_FN(event_destroy)(void *event)
+{
+    return event ? status_of(cudaEventDestroy(static_cast<cudaEvent_t>(event))) : BK_OK;
+}
+
+extern "C" bk_status BK_DEV_FN(event_record)(void *event, const bk_queue *q)
+{
+    return status_of(
+        cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(q->stream)));
+}
+
+extern "C" bk_status BK_DEV_FN(stream_wait_event)(const bk_queue *q, void *event)
+{
+    return status_of(cudaStreamWaitEvent(static_cast<cudaStream_t>(q->stream),
+                                         static_cast<cudaEvent_t>(event), 0));
+}
+
+extern "C" bk_status BK_DEV_FN(event_sync)(void *event)
+{
+    return status_of(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
+{
+    *p = NULL;
+    return bytes ? status_of(cudaMallocHost(p, bytes)) : BK_OK;
+}
+
+extern "C" bk_status BK_DEV_FN(host_free)(void *p)
+{
+    return p ? status_of(cudaFreeHost(p)) : BK_OK;
+}
+
+#endif

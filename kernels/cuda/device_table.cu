@@ -1,0 +1,46 @@
+/* device_table.cu: the device backend's table of functions
+ * (kernels/device_ops.h): bk_cuda_ops under nvcc, bk_emu_ops in the SIMT
+ * emulator, one entry per launcher of kernels/cuda/. */
+#include "kernels/cuda/dev_common.cuh"
+
+extern "C" const bk_device_ops BK_DEV_FN(ops) = {
+#ifdef BK_EMULATOR
+    "emulator",
+#else
+    "cuda",
+#endif
+    BK_DEV_FN(available),
+    BK_DEV_FN(malloc),
+    BK_DEV_FN(free),
+    BK_DEV_FN(copy),
+    BK_DEV_FN(sync),
+    BK_DEV_FN(copy_async),
+    BK_DEV_FN(stream_create),
+    BK_DEV_FN(stream_destroy),
+    BK_DEV_FN(event_create),
+    BK_DEV_FN(event_destroy),
+    BK_DEV_FN(event_record),
+    BK_DEV_FN(stream_wait_event),
+    BK_DEV_FN(event_sync),
+    BK_DEV_FN(host_malloc),
+    BK_DEV_FN(host_free),
+    BK_DEV_FN(gemm),
+    BK_DEV_FN(gemm_bf16),
+    BK_DEV_FN(rmsnorm_fwd),
+    BK_DEV_FN(rmsnorm_bwd),
+    BK_DEV_FN(rope),
+    BK_DEV_FN(swiglu_fwd),
+    BK_DEV_FN(swiglu_bwd),
+    BK_DEV_FN(embedding_gather),
+    BK_DEV_FN(embedding_scatter_add),
+    BK_DEV_FN(adamw_step),
+    BK_DEV_FN(grad_sqnorm),
+    BK_DEV_FN(scale),
+    BK_DEV_FN(cross_entropy),
+    BK_DEV_FN(attn_fwd_init),
+    BK_DEV_FN(attn_fwd),
+    BK_DEV_FN(attn_fwd_finalize),
+    BK_DEV_FN(attn_delta),
+    BK_DEV_FN(attn_bwd),
+    BK_DEV_FN(attn_merge),
+};

@@ -1,0 +1,124 @@
+/* device.c: device memory, streams and events for callers of the kernels
+ * (kernels/device.h), forwarded to the program's device backend; without one,
+ * nothing is available and every call answers BK_ERR_UNSUPPORTED. */
+#include "kernels/device_ops.h"
+
+/* The backend's function `op` called with `args`, or BK_ERR_UNSUPPORTED. */
+#define BK_FORWARD(op, args)                                                                       \
+    do {                                                                                           \
+        const bk_device_ops *d_ = bk_device_backend();                                             \
+        return d_ != NULL ? d_->op args : BK_ERR_UNSUPPORTED;                                      \
+    } while (0)
+
+int bk_device_available(void)
+{
+    const bk_device_ops *d = bk_device_backend();
+    return d != NULL && d->available();
+}
+
+const char *bk_device_backend_name(void)
+{
+    const bk_device_ops *d = bk_device_backend();
+    return d ? d->name : "none";
+}
+
+bk_status bk_device_malloc(size_t bytes, void **p)
+{
+    BK_CHECK_ARG(p != NULL);
+    BK_FORWARD(malloc_, (bytes, p));
+}
+
+bk_status bk_device_free(void *p)
+{
+    BK_FORWARD(free_, (p));
+}
+
+bk_status bk_device_upload(const bk_queue *q, void *dst, const void *src, size_t bytes)
+{
+    BK_CHECK_ARG(q != NULL && (bytes == 0 || (dst != NULL && src != NULL)));
+    BK_FORWARD(copy, (q, dst, src, bytes, BK_COPY_HOST_TO_DEVICE));
+}
+
+bk_status bk_device_download(const bk_queue *q, void *dst, const void *src, size_t bytes)
+{
+    BK_CHECK_ARG(q != NULL && (bytes == 0 || (dst != NULL && src != NULL)));
+    BK_FORWARD(copy, (q, dst, src, bytes, BK_COPY_DEVICE_TO_HOST));
+}
+
+bk_status bk_device_copy(const bk_queue *q, void *dst, const void *src, size_t bytes)
+{
+    BK_CHECK_ARG(q != NULL && (bytes == 0 || (dst != NULL && src != NULL)));
+    BK_FORWARD(copy, (q, dst, src, bytes, BK_COPY_DEVICE_TO_DEVICE));
+}
+
+bk_status bk_device_sync(const bk_queue *q)
+{
+    BK_CHECK_ARG(q != NULL);
+    BK_FORWARD(sync, (q));
+}
+
+bk_status bk_device_stream_create(void **stream)
+{
+    BK_CHECK_ARG(stream != NULL);
+    *stream = NULL;
+    BK_FORWARD(stream_create, (stream));
+}
+
+bk_status bk_device_stream_destroy(void *stream)
+{
+    BK_FORWARD(stream_destroy, (stream));
+}
+
+bk_status bk_device_event_create(void **event)
+{
+    BK_CHECK_ARG(event != NULL);
+    *event = NULL;
+    BK_FORWARD(event_create, (event));
+}
+
+bk_status bk_device_event_destroy(void *event)
+{
+    BK_FORWARD(event_destroy, (event));
+}
+
+bk_status bk_device_event_record(void *event, const bk_queue *q)
+{
+    BK_CHECK_ARG(event != NULL && q != NULL && q->where == BK_DEVICE);
+    BK_FORWARD(event_record, (event, q));
+}
+
+bk_status bk_device_stream_wait_event(const bk_queue *q, void *event)
+{
+    BK_CHECK_ARG(event != NULL && q != NULL && q->where == BK_DEVICE);
+    BK_FORWARD(stream_wait_event, (q, event));
+}
+
+bk_status bk_device_event_sync(void *event)
+{
+    BK_CHECK_ARG(event != NULL);
+    BK_FORWARD(event_sync, (event));
+}
+
+bk_status bk_device_upload_async(const bk_queue *q, void *dst, const void *src, size_t bytes)
+{
+    BK_CHECK_ARG(q != NULL && (bytes == 0 || (dst != NULL && src != NULL)));
+    BK_FORWARD(copy_async, (q, dst, src, bytes, BK_COPY_HOST_TO_DEVICE));
+}
+
+bk_status bk_device_download_async(const bk_queue *q, void *dst, const void *src, size_t bytes)
+{
+    BK_CHECK_ARG(q != NULL && (bytes == 0 || (dst != NULL && src != NULL)));
+    BK_FORWARD(copy_async, (q, dst, src, bytes, BK_COPY_DEVICE_TO_HOST));
+}
+
+bk_status bk_host_pinned_malloc(size_t bytes, void **p)
+{
+    BK_CHECK_ARG(p != NULL);
+    *p = NULL;
+    BK_FORWARD(host_malloc, (bytes, p));
+}
+
+bk_status bk_host_pinned_free(void *p)
+{
+    BK_FORWARD(host_free, (p));
+}

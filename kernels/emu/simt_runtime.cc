@@ -1,0 +1,416 @@
+/* simt_runtime.cc: the SIMT emulator's launch loop and block scheduler, the
+ * CUDA threads' fibers, __syncthreads, and the error path (simt_runtime.h).
+ *
+ * Per block: every thread starts runnable; the scheduler sweeps the threads in
+ * index order (or reverse) and resumes each runnable one, which runs until it
+ * blocks or exits. A barrier or a warp collective is released by the last
+ * thread to arrive, which then keeps running; the others run at the next
+ * sweep. A sweep that finds nothing runnable while some threads still wait is
+ * a deadlock, reported with what each waiting thread waits for. */
+#include "kernels/emu/simt_runtime.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/emu/simt_internal.h"
+
+namespace bk_emu
+{
+
+__thread launch_state *t_launch;
+__thread const uint3 *t_thread_idx;
+__thread uint3 t_block_idx, t_block_dim, t_grid_dim;
+
+static int g_fatal = 1;
+static int g_reverse = 0;
+static __thread char t_last_error[1024];
+static __thread stats t_stats;
+
+/* The fibers of this OS thread, kept from launch to launch (creating a fiber
+ * costs a system call or two); dropped after an error, since an abandoned
+ * fiber's stack cannot be reused safely. */
+struct pool {
+    fiber main;
+    thread_state *threads;
+    int n;
+};
+static __thread pool t_pool;
+
+void set_fatal(int fatal)
+{
+    g_fatal = fatal;
+}
+
+void set_order(int reverse)
+{
+    g_reverse = reverse;
+}
+
+const char *last_error(void)
+{
+    return t_last_error;
+}
+
+stats get_stats(void)
+{
+    return t_stats;
+}
+
+void reset_stats(void)
+{
+    memset(&t_stats, 0, sizeof t_stats);
+}
+
+const char *collective_name(int kind)
+{
+    static const char *names[C_N_KINDS] = {"__shfl_sync",
+                                           "__shfl_up_sync",
+                                           "__shfl_down_sync",
+                                           "__shfl_xor_sync",
+                                           "vote (__ballot_sync, __any_sync, __all_sync)",
+                                           "__syncwarp",
+                                           "mma.sync",
+                                           "ldmatrix"};
+    return kind >= 0 && kind < C_N_KINDS ? names[kind] : "?";
+}
+
+/* ---------------------------------------------------------------- errors */
+
+static int where_prefix(launch_state *L, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "bk_emu: kernel %s block (%u,%u,%u)", L->name, L->block_idx.x,
+                     L->block_idx.y, L->block_idx.z);
+    if (L->current)
+        n += snprintf(buf + n, len - (size_t)n, " thread (%u,%u,%u)", L->current->tid.x,
+                      L->current->tid.y, L->current->tid.z);
+    n += snprintf(buf + n, len - (size_t)n, ": ");
+    return n;
+}
+
+static void vfail(launch_state *L, const char *fmt, va_list ap)
+{
+    if (L->failed) return; /* keep the first error */
+    int n = where_prefix(L, L->msg, sizeof L->msg);
+    vsnprintf(L->msg + n, sizeof L->msg - (size_t)n, fmt, ap);
+    L->failed = 1;
+}
+
+/* An error found by the scheduler (no thread running). */
+static void fail_block(launch_state *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_block(launch_state *L, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(L, fmt, ap);
+    va_end(ap);
+}
+
+void fail_thread(const char *fmt, ...)
+{
+    launch_state *L = t_launch;
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(L, fmt, ap);
+    va_end(ap);
+    thread_state *t = L->current;
+    fiber_switch(&t->f, &t_pool.main); /* never resumed */
+    abort();
+}
+
+/* ---------------------------------------------------------------- fibers */
+
+static void thread_exit(launch_state *L, thread_state *t);
+
+/* The life of a CUDA thread's fiber: run the kernel body for the current block,
+ * then hand back to the scheduler, which resumes it for the next block. */
+static void thread_main(void *arg)
+{
+    thread_state *t = static_cast<thread_state *>(arg);
+    for (;;) {
+        launch_state *L = t_launch;
+        L->body(L->ctx);
+        thread_exit(L, t);
+        fiber_switch(&t->f, &t_pool.main);
+    }
+}
+
+static void pool_drop(void)
+{
+    for (int i = 0; i < t_pool.n; i++) {
+        fiber_destroy(&t_pool.threads[i].f);
+        free(t_pool.threads[i].copies);
+    }
+    free(t_pool.threads);
+    t_pool.threads = NULL;
+    t_pool.n = 0;
+}
+
+/* At least n thread slots with fibers; 0 on success. The slots are allocated
+ * once at their maximum (1024) and never move: a suspended fiber keeps
+ * pointers to its slot. */
+static int pool_reserve(int n)
+{
+    if (t_pool.n >= n) return 0;
+    if (t_pool.threads == NULL) {
+        fiber_main_init(&t_pool.main);
+        t_pool.threads = static_cast<thread_state *>(calloc(1024, sizeof(thread_state)));
+        if (t_pool.threads == NULL) return -1;
+    }
+    for (int i = t_pool.n; i < n; i++) {
+        thread_state *t = &t_pool.threads[i];
+        memset(t, 0, sizeof *t);
+        if (fiber_create(&t->f, fiber_default_stack(), thread_main, t) != 0) return -1;
+        t_pool.n = i + 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- barriers */
+
+static void release_barrier(launch_state *L)
+{
+    const char *file = NULL;
+    int line = 0, first = -1;
+    for (int i = 0; i < L->n_threads; i++) {
+        thread_state *t = &L->threads[i];
+        if (t->state != T_BARRIER) continue;
+        if (first < 0) {
+            first = i;
+            file = t->bar_file;
+            line = t->bar_line;
+        } else if (t->bar_line != line || strcmp(t->bar_file, file) != 0) {
+            fail_thread("threads wait at different __syncthreads: thread %d at %s:%d, thread %d at "
+                        "%s:%d",
+                        first, file, line, i, t->bar_file, t->bar_line);
+        }
+    }
+    for (int i = 0; i < L->n_threads; i++)
+        if (L->threads[i].state == T_BARRIER) L->threads[i].state = T_RUN;
+    L->n_barrier = 0;
+}
+
+/* Index of a thread that has exited, or -1. */
+static int first_exited(launch_state *L)
+{
+    for (int i = 0; i < L->n_threads; i++)
+        if (L->threads[i].state == T_EXITED) return i;
+    return -1;
+}
+
+void syncthreads(const char *file, int line)
+{
+    launch_state *L = t_launch;
+    thread_state *t = L->current;
+    t->state = T_BARRIER;
+    t->bar_file = file;
+    t->bar_line = line;
+    L->n_barrier++;
+    if (L->n_barrier == L->n_live) {
+        int ex = first_exited(L);
+        if (ex >= 0)
+            fail_thread("__syncthreads at %s:%d is not reached by every thread of the block: "
+                        "thread %d exited before it",
+                        file, line, ex);
+        release_barrier(L);
+        t->state = T_RUN;
+        return;
+    }
+    scheduler_yield(t);
+}
+
+void scheduler_yield(thread_state *t)
+{
+    t_stats.switches++;
+    fiber_switch(&t->f, &t_pool.main);
+}
+
+/* ---------------------------------------------------------------- exits */
+
+static void thread_exit(launch_state *L, thread_state *t)
+{
+    copies_flush(t);
+    t->state = T_EXITED;
+    L->n_live--;
+    /* a lane waiting in a collective whose mask names this lane now waits forever */
+    for (int l = 0; l < 32; l++) {
+        thread_state *o = warp_lane(t->warp, l);
+        if (o->state == T_WARP && ((o->c.mask >> t->lane) & 1u))
+            fail_thread("lane %d exits while lane %d waits in %s at %s:%d with mask 0x%08x naming "
+                        "it",
+                        t->lane, l, collective_name(o->c.kind), o->c.file, o->c.line, o->c.mask);
+    }
+    if (L->n_barrier > 0 && L->n_barrier == L->n_live) {
+        thread_state *w = NULL;
+        for (int i = 0; i < L->n_threads && !w; i++)
+            if (L->threads[i].state == T_BARRIER) w = &L->threads[i];
+        fail_thread("exits without reaching the __syncthreads at %s:%d where %d other threads wait",
+                    w->bar_file, w->bar_line, L->n_barrier);
+    }
+}
+
+/* ---------------------------------------------------------------- scheduler */
+
+/* Nothing is runnable yet some threads wait: say who waits for what. */
+static void report_deadlock(launch_state *L)
+{
+    char detail[640];
+    size_t n = 0;
+    int shown = 0, bar = 0, warp = 0, exited = 0;
+    for (int i = 0; i < L->n_threads; i++) {
+        thread_state *t = &L->threads[i];
+        bar += t->state == T_BARRIER;
+        warp += t->state == T_WARP;
+        exited += t->state == T_EXITED;
+        if (shown >= 4 || (t->state != T_BARRIER && t->state != T_WARP)) continue;
+        if (t->state == T_BARRIER)
+            n += (size_t)snprintf(detail + n, sizeof detail - n,
+                                  "; thread %d in __syncthreads at %s:%d", i, t->bar_file,
+                                  t->bar_line);
+        else
+            n += (size_t)snprintf(detail + n, sizeof detail - n,
+                                  "; thread %d in %s at %s:%d mask 0x%08x", i,
+                                  collective_name(t->c.kind), t->c.file, t->c.line, t->c.mask);
+        shown++;
+        if (n >= sizeof detail) n = sizeof detail - 1;
+    }
+    detail[n] = '\0';
+    fail_block(L, "deadlock: %d threads wait in __syncthreads, %d in warp collectives, %d exited%s",
+               bar, warp, exited, detail);
+}
+
+static uint3 thread_coord(const dim3 &b, int i)
+{
+    uint3 u;
+    u.x = (unsigned)i % b.x;
+    u.y = ((unsigned)i / b.x) % b.y;
+    u.z = (unsigned)i / (b.x * b.y);
+    return u;
+}
+
+static void block_begin(launch_state *L)
+{
+    for (int i = 0; i < L->n_slots; i++) {
+        thread_state *t = &L->threads[i];
+        t->index = i;
+        t->lane = i % 32;
+        t->warp = i / 32;
+        t->tid = thread_coord(L->block, i);
+        t->state = i < L->n_threads ? T_RUN : T_ABSENT;
+        t->n_copies = 0;
+        t->next_group = 0;
+    }
+    L->n_live = L->n_threads;
+    L->n_barrier = 0;
+    L->current = NULL;
+    shared_block_begin(L);
+}
+
+/* Runs one block to completion; 0 on success, -1 when L->failed. */
+static int run_block(launch_state *L)
+{
+    block_begin(L);
+    t_block_idx = L->block_idx;
+    for (;;) {
+        int ran = 0;
+        for (int k = 0; k < L->n_threads; k++) {
+            thread_state *t = &L->threads[g_reverse ? L->n_threads - 1 - k : k];
+            if (t->state != T_RUN) continue;
+            L->current = t;
+            t_thread_idx = &t->tid;
+            t_stats.switches++;
+            fiber_switch(&t_pool.main, &t->f);
+            L->current = NULL;
+            ran = 1;
+            if (L->failed) return -1;
+        }
+        if (L->n_live == 0) break;
+        if (!ran) {
+            report_deadlock(L);
+            return -1;
+        }
+    }
+    shared_block_end(L);
+    return 0;
+}
+
+static int check_config(launch_state *L)
+{
+    const dim3 &g = L->grid, &b = L->block;
+    long long nt = (long long)b.x * b.y * b.z;
+    if (b.x == 0 || b.y == 0 || b.z == 0 || g.x == 0 || g.y == 0 || g.z == 0)
+        fail_block(L, "launch with a zero grid or block dimension");
+    else if (nt > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64)
+        fail_block(L, "block of %u x %u x %u threads exceeds CUDA's limits (1024 threads, z <= 64)",
+                   b.x, b.y, b.z);
+    else if (g.x > 2147483647u || g.y > 65535 || g.z > 65535)
+        fail_block(L, "grid of %u x %u x %u blocks exceeds CUDA's limits", g.x, g.y, g.z);
+    return L->failed ? -1 : 0;
+}
+
+static int finish(launch_state *L, int rc)
+{
+    if (rc == 0) return 0;
+    snprintf(t_last_error, sizeof t_last_error, "%s", L->msg);
+    shared_block_end(L);
+    pool_drop();
+    if (g_fatal) {
+        fprintf(stderr, "%s\n", L->msg);
+        abort();
+    }
+    return -1;
+}
+
+int launch_raw(const char *name, dim3 grid, dim3 block, size_t dyn_smem, void (*body)(void *),
+               void *ctx)
+{
+    launch_state *L = static_cast<launch_state *>(calloc(1, sizeof(launch_state)));
+    if (L == NULL) return -1;
+    L->name = name;
+    L->grid = grid;
+    L->block = block;
+    L->dyn_smem = dyn_smem;
+    L->body = body;
+    L->ctx = ctx;
+    static int env_read = 0;
+    if (!env_read) {
+        const char *order = getenv("BK_EMU_ORDER"); /* "reverse": set_order(1) */
+        if (order != NULL && strcmp(order, "reverse") == 0) g_reverse = 1;
+        env_read = 1;
+    }
+    launch_state *outer = t_launch;
+    if (outer != NULL) {
+        fprintf(stderr, "bk_emu: kernel %s launched from inside kernel %s\n", name, outer->name);
+        abort();
+    }
+    t_launch = L;
+    t_stats.launches++;
+    int rc = check_config(L);
+    if (rc == 0) {
+        L->n_threads = (int)(block.x * block.y * block.z);
+        L->n_slots = (L->n_threads + 31) / 32 * 32;
+        if (pool_reserve(L->n_slots) != 0) {
+            fail_block(L, "cannot create %d fibers (out of memory)", L->n_slots);
+            rc = -1;
+        }
+        L->threads = t_pool.threads;
+    }
+    t_block_dim.x = block.x, t_block_dim.y = block.y, t_block_dim.z = block.z;
+    t_grid_dim.x = grid.x, t_grid_dim.y = grid.y, t_grid_dim.z = grid.z;
+    for (unsigned z = 0; rc == 0 && z < grid.z; z++)
+        for (unsigned y = 0; rc == 0 && y < grid.y; y++)
+            for (unsigned x = 0; rc == 0 && x < grid.x; x++) {
+                L->block_idx.x = x;
+                L->block_idx.y = y;
+                L->block_idx.z = z;
+                t_stats.blocks++;
+                rc = run_block(L);
+            }
+    rc = finish(L, rc);
+    t_launch = NULL;
+    free(L);
+    return rc;
+}
+
+} // namespace bk_emu

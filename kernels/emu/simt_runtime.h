@@ -1,0 +1,78 @@
+/* simt_runtime.h: launching a kernel in the SIMT emulator, the built-in
+ * variables (threadIdx, blockIdx, blockDim, gridDim), __syncthreads, and how
+ * errors are reported.
+ *
+ * A launch runs the grid's blocks one after another on the calling OS thread;
+ * the threads of a block are fibers (simt_fiber.h) resumed round-robin, each
+ * until it blocks in __syncthreads or a warp collective or returns. A launch
+ * is synchronous: when it returns, the kernel has finished.
+ *
+ * Errors found during a launch (a barrier that not every thread reaches, a
+ * shared-memory access out of bounds, a warp collective whose lane mask names
+ * an exited lane, ...) stop the launch with a message naming the kernel, the
+ * block and the thread. By default the message goes to stderr and the process
+ * aborts; bk_emu::set_fatal(0) makes the launch return -1 instead, with the
+ * message in bk_emu::last_error() (the emulator's own tests use this). */
+#ifndef BURST_KERNELS_EMU_SIMT_RUNTIME_H
+#define BURST_KERNELS_EMU_SIMT_RUNTIME_H
+
+#include <stddef.h>
+
+#include <type_traits>
+
+#include "kernels/emu/simt_types.h"
+
+namespace bk_emu
+{
+
+/* Runs body(ctx) as every thread of every block; 0 on success, -1 on an error
+ * (when not fatal). */
+int launch_raw(const char *name, dim3 grid, dim3 block, size_t dyn_smem, void (*body)(void *),
+               void *ctx);
+
+template <class F> int launch(const char *name, dim3 grid, dim3 block, size_t dyn_smem, F &&f)
+{
+    typedef typename std::remove_reference<F>::type fn_type;
+    return launch_raw(
+        name, grid, block, dyn_smem, [](void *p) { (*static_cast<fn_type *>(p))(); },
+        static_cast<void *>(&f));
+}
+
+/* 1 (the default): an error prints its message and aborts the process.
+ * 0: launch returns -1 and last_error() holds the message. */
+void set_fatal(int fatal);
+const char *last_error(void);
+
+/* Order in which the scheduler resumes the runnable threads of a block:
+ * 0 by increasing thread index (the default), 1 by decreasing index (also
+ * chosen by BK_EMU_ORDER=reverse in the environment). Results that differ
+ * between the two orders reveal a missing barrier. */
+void set_order(int reverse);
+
+/* Built-in variables of the running thread. GNU __thread rather than C++
+ * thread_local: POD variables need no TLS wrapper functions (through which
+ * GCC 12's UBSan reports false null-pointer loads). */
+extern __thread const uint3 *t_thread_idx;
+extern __thread uint3 t_block_idx, t_block_dim, t_grid_dim;
+
+/* __syncthreads() of the running thread, called from file:line. */
+void syncthreads(const char *file, int line);
+
+/* Statistics of this OS thread since the last reset: launches, blocks and
+ * fiber switches (for measuring the emulator's cost). */
+struct stats {
+    long long launches, blocks, switches;
+};
+stats get_stats(void);
+void reset_stats(void);
+
+} // namespace bk_emu
+
+#define threadIdx       (*bk_emu::t_thread_idx)
+#define blockIdx        (static_cast<const uint3 &>(bk_emu::t_block_idx))
+#define blockDim        (dim3(bk_emu::t_block_dim.x, bk_emu::t_block_dim.y, bk_emu::t_block_dim.z))
+#define gridDim         (dim3(bk_emu::t_grid_dim.x, bk_emu::t_grid_dim.y, bk_emu::t_grid_dim.z))
+#define warpSize        32
+#define __syncthreads() bk_emu::syncthreads(__FILE__, __LINE__)
+
+#endif

@@ -1,0 +1,43 @@
+/* dev_util.c: helpers of the device kernel tests (dev_util.h). */
+#include "tests/kernels/dev_util.h"
+#include "tests/lib/check_main.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+bk_queue dev_queue(void)
+{
+    bk_queue q = {BK_DEVICE, NULL, 0};
+    return q;
+}
+
+void *dev_put(const void *host, size_t bytes)
+{
+    void *d = NULL;
+    bk_queue q = dev_queue();
+    ck_assert_int_eq(bk_device_malloc(bytes ? bytes : 16, &d), BK_OK);
+    ck_assert_int_eq(bk_device_upload(&q, d, host, bytes), BK_OK);
+    return d;
+}
+
+void dev_get(void *host, const void *dev, size_t bytes)
+{
+    bk_queue q = dev_queue();
+    ck_assert_int_eq(bk_device_download(&q, host, dev, bytes), BK_OK);
+}
+
+void dev_free(void *dev)
+{
+    ck_assert_int_eq(bk_device_free(dev), BK_OK);
+}
+
+int dev_test_main(Suite *s)
+{
+    if (!bk_device_available()) {
+        printf("SKIP: no device for backend \"%s\"\n", bk_device_backend_name());
+        srunner_free(srunner_create(s));
+        return 77;
+    }
+    printf("device backend: %s\n", bk_device_backend_name());
+    return check_run(s);
+}

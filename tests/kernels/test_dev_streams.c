@@ -1,0 +1,156 @@
+/* test_dev_streams.c: streams, events, queued copies and page-locked memory
+ * (kernels/device.h). On any device: work on one stream runs in order, and a
+ * wait for an event orders two streams. In the emulator also what makes it a
+ * useful check of the engine: queued copies run as late as allowed, so a
+ * missing wait reads old data and a host buffer changed before its copy ran is
+ * what the device gets (kernels/emu/simt_stream.h). */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/kernels/dev_util.h"
+#include "tests/lib/arrays.h"
+#include "tests/lib/check_main.h"
+
+#define N 1000
+
+/* h[i] = i + 1 */
+static float *counting(void)
+{
+    float *h = test_zeros_f(N);
+    for (int i = 0; i < N; i++) h[i] = (float)(i + 1);
+    return h;
+}
+
+static bk_queue queue_on(void *stream)
+{
+    bk_queue q = {BK_DEVICE, stream, 0};
+    return q;
+}
+
+static void assert_scaled(const float *got, const float *h, float by)
+{
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(got[i] == by * h[i], "element %d is %g, expected %g", i, got[i], by * h[i]);
+}
+
+START_TEST(one_stream_runs_in_order)
+{
+    void *s, *ev;
+    ck_assert_int_eq(bk_device_stream_create(&s), BK_OK);
+    ck_assert_int_eq(bk_device_event_create(&ev), BK_OK);
+    bk_queue q = queue_on(s);
+    float *h = counting(), *out = NULL, *x = NULL;
+    ck_assert_int_eq(bk_host_pinned_malloc(N * sizeof *out, (void **)&out), BK_OK);
+    memset(out, 0, N * sizeof *out);
+    ck_assert_int_eq(bk_device_malloc(N * sizeof *x, (void **)&x), BK_OK);
+    ck_assert_int_eq(bk_device_upload_async(&q, x, h, N * sizeof *x), BK_OK);
+    ck_assert_int_eq(bk_scale(&q, N, x, 2.0f), BK_OK);
+    ck_assert_int_eq(bk_device_download_async(&q, out, x, N * sizeof *x), BK_OK);
+    ck_assert_int_eq(bk_device_event_record(ev, &q), BK_OK);
+    if (!strcmp(bk_device_backend_name(), "emulator"))
+        ck_assert_msg(out[0] == 0.0f, "the emulator ran a queued download before it was needed");
+    ck_assert_int_eq(bk_device_event_sync(ev), BK_OK);
+    assert_scaled(out, h, 2.0f);
+    ck_assert_int_eq(bk_device_free(x), BK_OK);
+    ck_assert_int_eq(bk_host_pinned_free(out), BK_OK);
+    ck_assert_int_eq(bk_device_event_destroy(ev), BK_OK);
+    ck_assert_int_eq(bk_device_stream_destroy(s), BK_OK);
+    free(h);
+}
+END_TEST
+
+/* A copy on stream a, a kernel on stream b after waiting for a's event. */
+START_TEST(an_event_orders_two_streams)
+{
+    void *sa, *sb, *ev;
+    ck_assert_int_eq(bk_device_stream_create(&sa), BK_OK);
+    ck_assert_int_eq(bk_device_stream_create(&sb), BK_OK);
+    ck_assert_int_eq(bk_device_event_create(&ev), BK_OK);
+    bk_queue a = queue_on(sa), b = queue_on(sb);
+    float *h = counting(), *out = test_zeros_f(N), *x = dev_put(out, N * sizeof *out);
+    ck_assert_int_eq(bk_device_upload_async(&a, x, h, N * sizeof *x), BK_OK);
+    ck_assert_int_eq(bk_device_event_record(ev, &a), BK_OK);
+    ck_assert_int_eq(bk_device_stream_wait_event(&b, ev), BK_OK);
+    ck_assert_int_eq(bk_scale(&b, N, x, 3.0f), BK_OK);
+    ck_assert_int_eq(bk_device_download(&b, out, x, N * sizeof *x), BK_OK);
+    assert_scaled(out, h, 3.0f);
+    dev_free(x);
+    ck_assert_int_eq(bk_device_event_destroy(ev), BK_OK);
+    ck_assert_int_eq(bk_device_stream_destroy(sa), BK_OK);
+    ck_assert_int_eq(bk_device_stream_destroy(sb), BK_OK);
+    free(h), free(out);
+}
+END_TEST
+
+/* Emulator only: without the wait, stream b's kernel sees x before a's copy;
+ * the copy lands when a is waited for. */
+START_TEST(a_missing_wait_reads_old_data)
+{
+    void *sa, *sb;
+    ck_assert_int_eq(bk_device_stream_create(&sa), BK_OK);
+    ck_assert_int_eq(bk_device_stream_create(&sb), BK_OK);
+    bk_queue a = queue_on(sa), b = queue_on(sb);
+    float *h = counting(), *out = test_zeros_f(N), *x = dev_put(out, N * sizeof *out);
+    ck_assert_int_eq(bk_device_upload_async(&a, x, h, N * sizeof *x), BK_OK);
+    ck_assert_int_eq(bk_scale(&b, N, x, 3.0f), BK_OK); /* no wait for a */
+    ck_assert_int_eq(bk_device_download(&b, out, x, N * sizeof *x), BK_OK);
+    for (int i = 0; i < N; i++) ck_assert_float_eq(out[i], 0.0f);
+    ck_assert_int_eq(bk_device_sync(&a), BK_OK);
+    ck_assert_int_eq(bk_device_download(&b, out, x, N * sizeof *x), BK_OK);
+    assert_scaled(out, h, 1.0f);
+    dev_free(x);
+    ck_assert_int_eq(bk_device_stream_destroy(sa), BK_OK);
+    ck_assert_int_eq(bk_device_stream_destroy(sb), BK_OK);
+    free(h), free(out);
+}
+END_TEST
+
+/* Emulator only: a queued upload reads its host buffer when it runs. */
+START_TEST(a_queued_upload_reads_the_host_buffer_late)
+{
+    void *s;
+    ck_assert_int_eq(bk_device_stream_create(&s), BK_OK);
+    bk_queue q = queue_on(s);
+    float *h = counting(), *out = test_zeros_f(N), *x = dev_put(out, N * sizeof *out);
+    ck_assert_int_eq(bk_device_upload_async(&q, x, h, N * sizeof *x), BK_OK);
+    h[0] = -7.0f; /* changed before the stream ran the copy */
+    ck_assert_int_eq(bk_device_download(&q, out, x, N * sizeof *x), BK_OK);
+    ck_assert_float_eq(out[0], -7.0f);
+    dev_free(x);
+    ck_assert_int_eq(bk_device_stream_destroy(s), BK_OK);
+    free(h), free(out);
+}
+END_TEST
+
+START_TEST(bad_calls_are_refused)
+{
+    void *ev, *p = &ev;
+    bk_queue host = bk_host_queue(), dev = queue_on(NULL);
+    ck_assert_int_eq(bk_device_event_create(NULL), BK_ERR_ARG);
+    ck_assert_int_eq(bk_device_stream_create(NULL), BK_ERR_ARG);
+    ck_assert_int_eq(bk_device_event_create(&ev), BK_OK);
+    ck_assert_int_eq(bk_device_event_record(ev, &host), BK_ERR_ARG);
+    ck_assert_int_eq(bk_device_event_record(NULL, &dev), BK_ERR_ARG);
+    ck_assert_int_eq(bk_device_stream_wait_event(&dev, NULL), BK_ERR_ARG);
+    ck_assert_int_eq(bk_device_event_sync(ev), BK_OK); /* never recorded: complete */
+    ck_assert_int_eq(bk_device_upload_async(&dev, NULL, ev, 4), BK_ERR_ARG);
+    ck_assert_int_eq(bk_host_pinned_malloc(0, &p), BK_OK);
+    ck_assert_ptr_null(p);
+    ck_assert_int_eq(bk_host_pinned_malloc(16, NULL), BK_ERR_ARG);
+    ck_assert_int_eq(bk_device_event_destroy(ev), BK_OK);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("dev_streams");
+    TCase *tc = check_tcase(s, "streams", 120);
+    check_add_tests(tc, one_stream_runs_in_order, an_event_orders_two_streams,
+                    bad_calls_are_refused);
+    /* what only the emulator promises (on a GPU these are races) */
+    if (!strcmp(bk_device_backend_name(), "emulator"))
+        check_add_tests(check_tcase(s, "emulator", 120), a_missing_wait_reads_old_data,
+                        a_queued_upload_reads_the_host_buffer_late);
+    return dev_test_main(s);
+}
