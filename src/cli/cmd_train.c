@@ -36,8 +36,10 @@ static void usage(FILE *out)
             "Output: a progress line on rank 0 (step, loss, tokens/s, achieved GFLOP/s and its\n"
             "fraction of this machine's sgemm rate, memory, ETA); [train] metrics names a\n"
             "JSON-lines file; [train] checkpoint_dir and checkpoint_every write checkpoints;\n"
-            "[eval] eval_path measures passkey retrieval accuracy after training. Exit status: 0 done, 1 a failure while training (a lost rank,\n"
-            "a non-finite loss), 2 a bad configuration (found before any rank works).\n");
+            "[eval] eval_path (a passkey corpus) or [data] task = recall measure held-out\n"
+            "accuracy after training, printed with the chance level. Exit status: 0 done,\n"
+            "1 a failure while training (a lost rank, a non-finite loss) or an accuracy\n"
+            "below [eval] min_accuracy, 2 a bad configuration (found before any rank works).\n");
 }
 
 typedef struct {
