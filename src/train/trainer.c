@@ -174,13 +174,15 @@ static int checkpoint_if_due(trainer *t, int64_t step)
     return 0;
 }
 
+/* 0, STOP_AGREED, or EXIT_RUN_FAILURE when this rank alone failed. */
 static int evaluate_and_report(trainer *t)
 {
     int64_t correct, total;
-    char err[512];
-    if (trainer_evaluate(t, &correct, &total, err, sizeof err) != 0) {
+    char err[512] = "";
+    int status = trainer_evaluate(t, &correct, &total, err, sizeof err);
+    if (status != 0) {
         fprintf(stderr, "burst train: rank %d: evaluation: %s\n", t->rank, err);
-        return STOP_AGREED;
+        return status == EXIT_RUN_FAILURE ? status : STOP_AGREED;
     }
     if (t->rank == 0)
         printf("passkey retrieval accuracy: %.1f%% (%lld of %lld held-out samples; chance "

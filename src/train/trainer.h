@@ -78,7 +78,10 @@ int trainer_any_rank(trainer *t, int failed);
 int trainer_save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len);
 /* The latest checkpoint's step, loaded; or -1 with err. */
 int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len);
-/* Passkey retrieval over [eval] eval_path: counts over all ranks; 0 or -1. */
+/* Passkey retrieval over [eval] eval_path: counts over all ranks. 0; -1 with
+ * err when the ranks stopped together; or EXIT_RUN_FAILURE with err when this
+ * rank alone could not read a sample: it must leave the world by abort, so
+ * that the others, waiting for it in the ring, stop naming it. */
 int trainer_evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, size_t err_len);
 
 /* Memory of this process now and at its peak, and the machine's free memory. */
