@@ -29,6 +29,16 @@ typedef struct {
     int64_t stop_after;           /* stop (checkpointed) after this step; 0 = run to the end */
 } trainer_opts;
 
+/* The bytes of one rank's training state, by part, known before any of it is
+ * allocated: what the memory report prints and the pre-check compares. */
+typedef struct {
+    size_t params, grads; /* [n_params] fp32 each */
+    size_t optimizer;     /* moments of the shard, reduce buffers (zero1_bytes) */
+    size_t tokens;        /* tokens and labels [micro_batches][n] */
+    model_memory model;   /* stored activations, workspace, ring buffers, head logits */
+    size_t reduce_copy;   /* the optimizer step's reduce-scatter (zero1_step_bytes) */
+} trainer_memory;
+
 /* Everything one rank needs during the run. */
 typedef struct {
     train_config cfg;
@@ -47,6 +57,7 @@ typedef struct {
     int64_t *tokens, *labels;     /* [micro_batches][n] */
     bk_queue queue;
     FILE *metrics;
+    trainer_memory mem;
     double baseline_bytes;        /* the process before the model was made */
     double sgemm_gflops;          /* this machine's reference rate (rank 0) */
 } trainer;
@@ -54,9 +65,14 @@ typedef struct {
 /* Every rank decided to stop together (a non-finite loss, a failed checkpoint). */
 enum { STOP_AGREED = -1 };
 
-/* Validates the configuration against the world and makes the model, the
- * optimizer, the data source and the buffers. 0, or an exit status with the
- * message in err. t->cfg, t->opts and t->world are set by the caller. */
+/* Validates the configuration against the world, refuses a run that does not
+ * fit in memory ([memory] limit_bytes, or the node's available memory), then
+ * makes the model, the optimizer, the data source and the buffers. 0, or an
+ * exit status (EXIT_USAGE for all of these, on every rank) with the message
+ * in err for rank 0 to print. Where the ranks agreed on a failure (the memory
+ * check, an allocation, a file one rank cannot open), the ranks with something
+ * to say have printed it before any rank returns, and err is empty. t->cfg,
+ * t->opts and t->world are set by the caller. */
 int trainer_setup(trainer *t, char *err, size_t err_len);
 /* Trains from the first step (or the checkpoint), checkpoints, evaluates.
  * 0, STOP_AGREED or an exit status. */
@@ -74,6 +90,9 @@ int trainer_step(trainer *t, int64_t step, double *loss, double *gnorm, int *ski
 
 /* 1 on every rank when any rank passes failed != 0: ranks stop together. */
 int trainer_any_rank(trainer *t, int failed);
+/* The lowest rank that passes failed != 0, the same on every rank; -1 when
+ * none did (this rank's own number when the ranks could not agree). */
+int trainer_failed_rank(trainer *t, int failed);
 /* Checkpoint of a completed step, written by every rank; 0 or -1 with err. */
 int trainer_save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len);
 /* The latest checkpoint's step, loaded; or -1 with err. */
@@ -88,7 +107,14 @@ int trainer_evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, si
 double trainer_rss_bytes(void);
 double trainer_peak_rss_bytes(void);
 double trainer_available_bytes(void);
-/* The estimate of this rank's memory that the report prints and the end compares. */
+/* The most m holds at once: every part, but only the larger of the two
+ * transients, which live at different times of a step (the reference head's
+ * logits in the forward, the reduce-scatter's copy in the optimizer). */
+size_t trainer_memory_total(const trainer_memory *m);
+/* The parts of m, named, as one line of text ("parameters 1.2 MiB, ..."). */
+void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len);
+/* The estimate of this rank's memory that the report prints and the end
+ * compares: the process baseline and the training state. */
 double trainer_estimated_bytes(const trainer *t);
 /* Rank 0's report at start: the model, the grid, memory, the sgemm rate. */
 void trainer_report_start(trainer *t);
