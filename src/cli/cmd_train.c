@@ -1,7 +1,7 @@
 /* cmd_train.c: `burst train`: reads the command line and the configuration,
  * joins the world and runs the trainer (src/train/trainer.h) on this rank.
- * Exit status: 0 done, 1 a failure while training, 2 a bad configuration
- * (found before any rank works). */
+ * Exit status: 0 done, 1 a failure while training, 2 a bad configuration or
+ * a run that does not fit in memory (found before any rank works). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,8 +36,11 @@ static void usage(FILE *out)
             "Output: a progress line on rank 0 (step, loss, tokens/s, achieved GFLOP/s and its\n"
             "fraction of this machine's sgemm rate, memory, ETA); [train] metrics names a\n"
             "JSON-lines file; [train] checkpoint_dir and checkpoint_every write checkpoints;\n"
-            "[eval] eval_path measures passkey retrieval accuracy after training. Exit status: 0 done, 1 a failure while training (a lost rank,\n"
-            "a non-finite loss), 2 a bad configuration (found before any rank works).\n");
+            "[eval] eval_path measures passkey retrieval accuracy after training.\n\n"
+            "Exit status: 0 done, 1 a failure while training (a lost rank, a non-finite loss,\n"
+            "a read error), 2 a bad configuration or a run that does not fit in memory\n"
+            "([memory] limit_bytes, or the node's available memory), found before any rank\n"
+            "works.\n");
 }
 
 typedef struct {
@@ -145,7 +148,7 @@ int cmd_train(int argc, char **argv)
     }
     status = trainer_setup(&t, err, sizeof err);
     if (status != 0) {
-        if (t.rank == 0) fprintf(stderr, "burst train: %s\n", err);
+        if (t.rank == 0 && err[0]) fprintf(stderr, "burst train: %s\n", err);
         bt_world_abort(t.world);
         trainer_free(&t);
         return status;

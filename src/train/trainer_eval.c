@@ -5,9 +5,11 @@
  * the eval corpus's documents). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "io/dataset_int64.h"
 #include "src/train/trainer.h"
+#include "util/exit_codes.h"
 
 /* The answers table [rows, 3] and a source over the eval corpus, on every
  * rank or on none. */
@@ -26,9 +28,18 @@ static int open_eval(trainer *t, int64_t **answers, int64_t *rows, int64_t *cols
                                   err, err_len);
     failed |= !*src;
     if (!trainer_any_rank(t, failed)) return 0;
+    if (!failed) snprintf(err, err_len, "%s: another rank could not open it", c->eval_path);
     free(*answers);
     if (*src) (*src)->free(*src);
     return -1;
+}
+
+/* The transport's error without the "rank R: " it starts with (the caller
+ * names this rank). */
+static const char *world_reason(trainer *t)
+{
+    const char *e = bt_world_error(t->world), *colon = strstr(e, ": ");
+    return strncmp(e, "rank ", 5) == 0 && colon ? colon + 2 : e;
 }
 
 /* The local row of global position pos, or -1 when another rank holds it. */
@@ -38,6 +49,19 @@ static int64_t local_row(const trainer *t, int64_t pos)
     for (int64_t i = 0; i < t->layout.n; i++)
         if (positions[i] == pos) return i;
     return -1;
+}
+
+/* Sample s of the eval corpus into t's buffers, with its documents under a
+ * document mask; 0, or -1 with err. */
+static int read_eval_sample(trainer *t, token_source *src, int64_t s, char *err, size_t err_len)
+{
+    if (src->read(src, s, t->tokens, t->labels) != 0 ||
+        (t->segments && src->documents(src, s, t->segments) != 0)) {
+        snprintf(err, err_len, "%s: cannot read sample %lld (the reason is above)",
+                 t->cfg.eval_path, (long long)s);
+        return -1;
+    }
+    return t->segments ? model_runner_set_documents(t->runner, t->segments, err, err_len) : 0;
 }
 
 int trainer_evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, size_t err_len)
@@ -58,14 +82,16 @@ int trainer_evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, si
             failed = 1;
             break;
         }
-        failed = src->read(src, s, t->tokens, t->labels) != 0 ||
-                 (t->segments && (src->documents(src, s, t->segments) != 0 ||
-                                  model_runner_set_documents(t->runner, t->segments, err,
-                                                             err_len) != 0));
+        if (read_eval_sample(t, src, s, err, err_len) != 0) {
+            /* This rank alone: the others of its CP group already wait for it
+             * in the ring. As in training, it stops and leaves by abort. */
+            free(answers);
+            src->free(src);
+            return EXIT_RUN_FAILURE;
+        }
         int64_t row = local_row(t, a[1] - 1), predicted = -1;
-        if (!failed &&
-            model_predict(t->runner, t->params, t->tokens, &row, row >= 0, &predicted) != BT_OK) {
-            snprintf(err, err_len, "%s", bt_world_error(t->world));
+        if (model_predict(t->runner, t->params, t->tokens, &row, row >= 0, &predicted) != BT_OK) {
+            snprintf(err, err_len, "%s: %s", c->eval_path, world_reason(t));
             failed = 1;
         }
         if (row >= 0) {
@@ -76,8 +102,10 @@ int trainer_evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, si
     free(answers);
     src->free(src);
     if (trainer_any_rank(t, failed) ||
-        bt_allreduce(bt_world_comm(t->world), counts, 2, BT_I64, BT_SUM) != BT_OK)
+        bt_allreduce(bt_world_comm(t->world), counts, 2, BT_I64, BT_SUM) != BT_OK) {
+        if (!failed) snprintf(err, err_len, "%s: evaluation failed on another rank", c->eval_path);
         return -1;
+    }
     *correct = counts[0];
     *total = counts[1];
     return 0;

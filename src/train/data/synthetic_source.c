@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "src/train/data/token_source.h"
+#include "util/alloc.h"
 #include "util/rng.h"
 
 typedef struct {
@@ -74,7 +75,8 @@ token_source *synthetic_source_create(const char *task, int vocab, uint64_t seed
         snprintf(err, err_len, "[model] vocab = %d: synthetic tasks need at least 3 tokens", vocab);
         return NULL;
     }
-    synthetic *s = calloc(1, sizeof *s);
+    synthetic *s = bu_calloc(sizeof *s, "the synthetic source", err, err_len);
+    if (!s) return NULL;
     s->base.read = synthetic_read;
     s->base.free = synthetic_free;
     s->base.vocab = vocab;
