@@ -258,6 +258,18 @@ tests_train_test_train_SOURCES = tests/train/test_train.c
 tests_train_test_train_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_train_LDADD = $(SUITE_LIBS) $(LDADD)
 
+# The memory the trainer reports and checks against what it allocates, counted
+# by tests/train/train_memory with the allocator wrapped; allocations that
+# fail; a run over [memory] limit_bytes.
+check_PROGRAMS += tests/train/train_memory tests/train/test_memory
+TESTS += tests/train/test_memory
+tests_train_train_memory_SOURCES = tests/train/train_memory.c
+tests_train_train_memory_LDFLAGS = -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
+	-Wl,--wrap=aligned_alloc -Wl,--wrap=free
+tests_train_test_memory_SOURCES = tests/train/test_memory.c
+tests_train_test_memory_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_memory_LDADD = $(SUITE_LIBS) $(LDADD)
+
 # ------------------------------------------------------------------ cli
 # The command line's promises (help, usage errors, version).
 check_PROGRAMS += tests/cli/test_cli

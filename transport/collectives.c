@@ -107,6 +107,13 @@ static void reduce_into(void *acc, const void *in, size_t count, bt_dtype t, bt_
 #undef REDUCE
 }
 
+/* A collective's buffer that could not be allocated: the world's error. */
+static bt_status no_memory(bt_comm *c, size_t bytes)
+{
+    return bt_fail(c->world, BT_ERR_SYS, "out of memory: cannot allocate %zu bytes for a collective",
+                   bytes);
+}
+
 /* Ring reduce-scatter over `work` ([size * count_per_rank] elements, reduced in
  * place): afterwards block `rank` of work holds the full reduction. */
 static bt_status ring_reduce_scatter(bt_comm *c, unsigned char *work, size_t count_per_rank,
@@ -115,6 +122,7 @@ static bt_status ring_reduce_scatter(bt_comm *c, unsigned char *work, size_t cou
     int size = c->size, rank = c->rank;
     size_t block_bytes = count_per_rank * bt_dtype_size(t);
     unsigned char *incoming = malloc(block_bytes ? block_bytes : 1);
+    if (!incoming) return no_memory(c, block_bytes);
     int next = (rank + 1) % size, prev = (rank - 1 + size) % size;
     bt_status st = BT_OK;
     for (int s = 0; s < size - 1 && st == BT_OK; s++) {
@@ -135,12 +143,19 @@ bt_status bt_reduce_scatter(bt_comm *c, const void *send, void *recv, size_t cou
     size_t block_bytes = count_per_rank * bt_dtype_size(t);
     size_t total = block_bytes * (size_t)c->size;
     unsigned char *work = malloc(total ? total : 1);
+    if (!work) return no_memory(c, total);
     if (total) memcpy(work, send, total);
     bt_status st = ring_reduce_scatter(c, work, count_per_rank, t, op);
     if (st == BT_OK && block_bytes)
         memcpy(recv, work + (size_t)c->rank * block_bytes, block_bytes);
     free(work);
     return st;
+}
+
+size_t bt_reduce_scatter_bytes(int size, size_t count_per_rank, bt_dtype t)
+{
+    /* bt_reduce_scatter's copy of send and ring_reduce_scatter's incoming block */
+    return ((size_t)size + 1) * count_per_rank * bt_dtype_size(t);
 }
 
 bt_status bt_allreduce(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_op op)
@@ -151,6 +166,7 @@ bt_status bt_allreduce(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_op op
     size_t per_rank = (count + size - 1) / size;
     /* Pad to a whole number of blocks; the padding is reduced and discarded. */
     unsigned char *work = calloc(per_rank * size, elem);
+    if (!work) return no_memory(c, per_rank * size * elem);
     memcpy(work, buf, count * elem);
     bt_status st = ring_reduce_scatter(c, work, per_rank, t, op);
     if (st == BT_OK)
@@ -172,6 +188,7 @@ bt_status bt_allreduce_hier(bt_world *w, void *buf, size_t count, bt_dtype t, bt
     size_t elem = bt_dtype_size(t), local = (size_t)w->local_size;
     size_t per_rank = (count + local - 1) / local;
     unsigned char *work = calloc(per_rank * local, elem);
+    if (!work) return no_memory(w->world_comm, per_rank * local * elem);
     memcpy(work, buf, count * elem);
     unsigned char *shard = work + (size_t)w->local_rank * per_rank * elem;
     st = ring_reduce_scatter(w->intra_comm, work, per_rank, t, op);

@@ -115,6 +115,9 @@ bt_status bt_allreduce(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_op op
 /* send holds count_per_rank * size elements; recv gets this rank's reduced block. */
 bt_status bt_reduce_scatter(bt_comm *c, const void *send, void *recv, size_t count_per_rank,
                             bt_dtype t, bt_op op);
+/* The bytes bt_reduce_scatter allocates while it runs on a communicator of size
+ * ranks (a copy of send and one incoming block), for memory estimates. */
+size_t bt_reduce_scatter_bytes(int size, size_t count_per_rank, bt_dtype t);
 /* send holds bytes_per_rank; recv gets size * bytes_per_rank, in rank order. */
 bt_status bt_allgather(bt_comm *c, const void *send, void *recv, size_t bytes_per_rank);
 /* Two-level all-reduce over the world: reduce-scatter inside each node, all-reduce

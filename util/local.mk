@@ -1,5 +1,5 @@
 # util/local.mk: what every wing may use and that uses nothing of ours: the
 # clock, the random-number generator, number parsing, exit codes, the CPUs a
-# process may run on.
+# process may run on, checked allocation.
 libburst_util_a_SOURCES += util/clock.h util/clock.c util/rng.h util/parse.h util/parse.c \
-	util/exit_codes.h util/cores.h util/cores.c
+	util/exit_codes.h util/cores.h util/cores.c util/alloc.h util/alloc.c

@@ -21,8 +21,9 @@ typedef struct ring_buffers ring_buffers;
 /* Buffers large enough for each of scheds[n_scheds]; NULL when out of memory. */
 ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_scheds);
 void ring_buffers_free(ring_buffers *b);
-/* Bytes held by b (what a memory report counts for the ring). */
-size_t ring_buffers_bytes(const ring_buffers *b);
+/* Bytes ring_buffers_create allocates for scheds[n_scheds], known before
+ * allocating (what a memory report and its pre-check count for the ring). */
+size_t ring_buffers_bytes(const ring_schedule *const *scheds, int n_scheds);
 
 /* Query rows per kernel call unless a ring_exec_ctx says otherwise: small
  * enough that the transport is polled often, large enough for the kernel's

@@ -9,10 +9,12 @@
 #include "src/attn/ring_run.h"
 #include "util/clock.h"
 
-ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_scheds)
+/* The slots, then 4 trailing accumulators, the home accumulator, delta and 4 tables. */
+enum { N_BUFFERS = RING_N_SLOTS + 10 };
+
+/* The capacities b needs for each of scheds[n_scheds]: the largest of each. */
+static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, ring_buffers *b)
 {
-    ring_buffers *b = calloc(1, sizeof *b);
-    if (!b) return NULL;
     for (int i = 0; i < n_scheds; i++) {
         const ring_schedule *s = scheds[i];
         if (s->input_bytes > b->input_bytes) b->input_bytes = s->input_bytes;
@@ -20,23 +22,44 @@ ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_sche
         if (s->layout.n > b->n) b->n = s->layout.n;
         if (s->layout.n * s->h_q > b->rows) b->rows = s->layout.n * s->h_q;
     }
-    int ok = 1;
-    for (int k = 0; k < RING_N_SLOTS; k++) ok &= (b->slot[k] = malloc(b->input_bytes)) != NULL;
-    for (int k = 0; k < 2 && b->acc_bytes; k++) {
-        ok &= (b->acc_out[k] = malloc(b->acc_bytes)) != NULL;
-        ok &= (b->acc_in[k] = malloc(b->acc_bytes)) != NULL;
-    }
+}
+
+/* The bytes of each buffer of b, in the order ring_buffers_create allocates
+ * them (slots, accumulators out and in, home accumulator, delta, positions,
+ * document ids); returns their count. */
+static int buffer_sizes(const ring_buffers *b, size_t sizes[N_BUFFERS])
+{
+    int k = 0;
     size_t n = (size_t)b->n;
-    ok &= (b->home_acc = malloc(b->acc_bytes ? b->acc_bytes : 1)) != NULL;
-    ok &= (b->delta = malloc(((size_t)b->rows + 1) * sizeof(float))) != NULL;
-    ok &= (b->home_pos = malloc(n * sizeof(int64_t))) != NULL;
-    ok &= (b->block_pos = malloc(n * sizeof(int64_t))) != NULL;
-    ok &= (b->home_seg = calloc(n, sizeof(int32_t))) != NULL;
-    ok &= (b->block_seg = calloc(n, sizeof(int32_t))) != NULL;
+    for (int i = 0; i < RING_N_SLOTS; i++) sizes[k++] = b->input_bytes;
+    for (int i = 0; i < 4; i++) sizes[k++] = b->acc_bytes;
+    sizes[k++] = b->acc_bytes ? b->acc_bytes : 1;
+    sizes[k++] = ((size_t)b->rows + 1) * sizeof(float);
+    sizes[k++] = n * sizeof(int64_t), sizes[k++] = n * sizeof(int64_t);
+    sizes[k++] = n * sizeof(int32_t), sizes[k++] = n * sizeof(int32_t);
+    return k;
+}
+
+ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_scheds)
+{
+    ring_buffers *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    buffer_capacities(scheds, n_scheds, b);
+    size_t sizes[N_BUFFERS];
+    int count = buffer_sizes(b, sizes), ok = 1;
+    void *p[N_BUFFERS] = {NULL};
+    /* zeroed: the document ids stay 0 when the mask has no segments */
+    for (int i = 0; i < count; i++) ok &= !sizes[i] || (p[i] = calloc(1, sizes[i])) != NULL;
     if (!ok) {
-        ring_buffers_free(b);
+        for (int i = 0; i < count; i++) free(p[i]);
+        free(b);
         return NULL;
     }
+    int k = 0;
+    for (int i = 0; i < RING_N_SLOTS; i++) b->slot[i] = p[k++];
+    b->acc_out[0] = p[k++], b->acc_out[1] = p[k++], b->acc_in[0] = p[k++], b->acc_in[1] = p[k++];
+    b->home_acc = p[k++], b->delta = p[k++];
+    b->home_pos = p[k++], b->block_pos = p[k++], b->home_seg = p[k++], b->block_seg = p[k++];
     return b;
 }
 
@@ -50,11 +73,14 @@ void ring_buffers_free(ring_buffers *b)
     free(b);
 }
 
-size_t ring_buffers_bytes(const ring_buffers *b)
+size_t ring_buffers_bytes(const ring_schedule *const *scheds, int n_scheds)
 {
-    size_t n = (size_t)b->n;
-    return RING_N_SLOTS * b->input_bytes + 5 * b->acc_bytes + (size_t)b->rows * sizeof(float) +
-           n * 2 * (sizeof(int64_t) + sizeof(int32_t));
+    ring_buffers b = {0};
+    buffer_capacities(scheds, n_scheds, &b);
+    size_t sizes[N_BUFFERS], total = 0;
+    int k = buffer_sizes(&b, sizes);
+    for (int i = 0; i < k; i++) total += sizes[i];
+    return total;
 }
 
 bt_status ring_run_wait(ring_run *run, bt_request **req)

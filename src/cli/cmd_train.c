@@ -1,7 +1,7 @@
 /* cmd_train.c: `burst train`: reads the command line and the configuration,
  * joins the world and runs the trainer (src/train/trainer.h) on this rank.
- * Exit status: 0 done, 1 a failure while training, 2 a bad configuration
- * (found before any rank works). */
+ * Exit status: 0 done, 1 a failure while training, 2 a bad configuration or
+ * a run that does not fit in memory (found before any rank works). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,9 +37,11 @@ static void usage(FILE *out)
             "fraction of this machine's sgemm rate, memory, ETA); [train] metrics names a\n"
             "JSON-lines file; [train] checkpoint_dir and checkpoint_every write checkpoints;\n"
             "[eval] eval_path (a passkey corpus) or [data] task = recall measure held-out\n"
-            "accuracy after training, printed with the chance level. Exit status: 0 done,\n"
-            "1 a failure while training (a lost rank, a non-finite loss) or an accuracy\n"
-            "below [eval] min_accuracy, 2 a bad configuration (found before any rank works).\n");
+            "accuracy after training, printed with the chance level.\n\n"
+            "Exit status: 0 done, 1 a failure while training (a lost rank, a non-finite loss,\n"
+            "a read error) or an accuracy below [eval] min_accuracy, 2 a bad configuration\n"
+            "or a run that does not fit in memory ([memory] limit_bytes, or the node's\n"
+            "available memory), found before any rank works.\n");
 }
 
 typedef struct {
@@ -147,7 +149,7 @@ int cmd_train(int argc, char **argv)
     }
     status = trainer_setup(&t, err, sizeof err);
     if (status != 0) {
-        if (t.rank == 0) fprintf(stderr, "burst train: %s\n", err);
+        if (t.rank == 0 && err[0]) fprintf(stderr, "burst train: %s\n", err);
         bt_world_abort(t.world);
         trainer_free(&t);
         return status;

@@ -228,6 +228,7 @@ static const field fields[] = {
     BOOL("memory", fused_head),
     I64("memory", head_chunk, 1),
     DBL("memory", z_loss, 0, 0, INFINITY, 0),
+    I64("memory", limit_bytes, 0),
     ENUM("transport", intra, intra_names),
     DBL("transport", timeout, 0, 1, INFINITY, 0),
 };

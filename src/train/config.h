@@ -71,6 +71,7 @@ typedef struct {
     int fused_head;         /* LM head fused with the loss, chunked (1) or the reference (0) */
     int64_t head_chunk;     /* tokens per chunk of logits */
     double z_loss;
+    int64_t limit_bytes;    /* most bytes the training state of one rank may take; 0 = none */
     /* [transport] */
     char intra[8];          /* auto | ucx | nccl */
     double timeout;         /* seconds */

@@ -7,6 +7,7 @@
 
 #include "kernels/ops.h"
 #include "src/train/model.h"
+#include "util/alloc.h"
 #include "util/rng.h"
 
 /* ------------------------------------------------------------------ parameters */
@@ -20,6 +21,7 @@ int model_layout_init(model_layout *m, const model_dims *d)
     m->embed = at;
     at += V * D;
     m->layer = calloc((size_t)d->layers, sizeof *m->layer);
+    if (!m->layer) return -1;
     for (int l = 0; l < d->layers; l++) {
         layer_offsets *o = &m->layer[l];
         o->attn_norm = at, at += D;
@@ -113,18 +115,25 @@ struct model_runner {
     ring_plan_config plan;           /* the rings' plan, without the segments */
     ring_schedule *fwd, *bwd, *half; /* half: recompute of the early chunks */
     ring_exec_ctx ring;
-    stored_layer *store;             /* [layers * micro_batches] */
+    /* [layers]: one micro-batch's forward and backward run back to back, so
+     * only the set of the micro-batch in flight is ever live */
+    stored_layer *store;
     /* workspace, [n, ...] each */
     float *x, *a, *rstd1, *q, *k, *v, *o, *lse, *x1, *b, *rstd2, *g, *s;
     float *dx, *dx1, *dtmp, *d_o, *dq, *dk, *dv, *ds, *dg, *hn, *dhn, *rstd_f;
-    float *head_scratch;
-    size_t workspace_floats;
+    float *head_scratch; /* fused head: its chunk scratch; else the logits [V] of a prediction */
+    model_memory mem;    /* what the buffers below take, counted as they are made */
+    int allocate;        /* make the buffers (1) or only count them (0) */
+    char failed[160];    /* the first allocation that failed */
 };
 
-static float *alloc_floats(model_runner *r, int64_t count)
+/* A zeroed buffer of bytes, counted into *part; made only when allocating,
+ * and never after a failure (the first one is named in r->failed). */
+static void *take(model_runner *r, size_t bytes, size_t *part, const char *what)
 {
-    r->workspace_floats += (size_t)count;
-    return calloc((size_t)count, sizeof(float));
+    *part += bytes;
+    if (!r->allocate || r->failed[0]) return NULL;
+    return bu_calloc(bytes, what, r->failed, sizeof r->failed);
 }
 
 /* The forward and the backward ring for the current documents. The buffers
@@ -164,10 +173,65 @@ int model_runner_set_documents(model_runner *r, const int32_t *segments, char *e
     return plan_rings(r, err, err_len);
 }
 
-model_runner *model_runner_create(const model_runner_config *cfg, char *err, size_t err_len)
+static size_t floats(int64_t count)
+{
+    return (size_t)count * sizeof(float);
+}
+
+/* The layer's work buffers, the positions and the head's buffer. */
+static void take_workspace(model_runner *r)
+{
+    int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, F = r->F;
+    const lm_head_opts *ho = &r->cfg.head;
+    int64_t head = r->cfg.fused_head ? (int64_t)lm_head_scratch_floats(ho, r->V) : 0;
+    float **bufs[] = {&r->x,   &r->a,  &r->rstd1, &r->q,   &r->k,    &r->v,   &r->o,
+                      &r->lse, &r->x1, &r->b,     &r->rstd2, &r->g,  &r->s,   &r->dx,
+                      &r->dx1, &r->dtmp, &r->d_o, &r->dq,  &r->dk,   &r->dv,  &r->ds,
+                      &r->dg,  &r->hn, &r->dhn,   &r->rstd_f, &r->head_scratch};
+    const int64_t counts[] = {n * D,  n * D,  n,     n * QD, n * KD, n * KD, n * QD,
+                              n * r->Hq, n * D, n * D, n,    n * 2 * F, n * F, n * D,
+                              n * D,  n * D,  n * QD, n * QD, n * KD, n * KD, n * F,
+                              n * 2 * F, n * D, n * D, n,    head > r->V ? head : r->V};
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
+        *bufs[i] = take(r, floats(counts[i]), &r->mem.workspace, "the layer workspace");
+    r->pos = take(r, (size_t)n * sizeof(int64_t), &r->mem.workspace, "the token positions");
+    /* the reference head makes its logits [n, V] and losses [n] at every step */
+    r->mem.head_logits = r->cfg.fused_head ? 0 : floats(n * r->V + n);
+}
+
+/* One set of stored activations: per layer its input and the kept O, lse. */
+static void take_store(model_runner *r)
+{
+    int layers = r->m->dims.layers;
+    const char *what = "the stored activations";
+    r->store = take(r, (size_t)layers * sizeof *r->store, &r->mem.stored, what);
+    for (int l = 0; l < layers; l++) {
+        stored_layer e = {.layer = -1};
+        e.x_in = take(r, floats(r->n * r->D), &r->mem.stored, what);
+        e.o_kept = take(r, floats(r->n_kept * r->QD + 1), &r->mem.stored, what);
+        e.lse_kept = take(r, floats(r->n_kept * r->Hq + 1), &r->mem.stored, what);
+        if (r->store) r->store[l] = e;
+    }
+}
+
+/* The ring's buffers, sized for every pass the runner makes. */
+static void take_ring(model_runner *r)
+{
+    const ring_schedule *passes[3] = {r->fwd, r->bwd, r->half};
+    int n_passes = r->half ? 3 : 2;
+    size_t bytes = ring_buffers_bytes(passes, n_passes);
+    r->mem.ring += bytes;
+    if (!r->allocate || r->failed[0]) return;
+    if (!(r->ring.buffers = ring_buffers_create(passes, n_passes)))
+        bu_no_memory(r->failed, sizeof r->failed, bytes, "the ring's buffers");
+}
+
+/* The runner's dimensions and its planned ring passes; nothing large yet. */
+static model_runner *runner_plan(const model_runner_config *cfg, char *err, size_t err_len)
 {
     const model_dims *d = &cfg->model->dims;
-    model_runner *r = calloc(1, sizeof *r);
+    model_runner *r = bu_calloc(sizeof *r, "the model runner", err, err_len);
+    if (!r) return NULL;
     r->cfg = *cfg;
     r->m = cfg->model;
     r->n = cfg->layout.n;
@@ -184,15 +248,21 @@ model_runner *model_runner_create(const model_runner_config *cfg, char *err, siz
         return NULL;
     }
     r->n_kept = cfg->keep == KEEP_ALL ? r->n : half ? r->n / 2 : 0;
-    r->pos = malloc((size_t)r->n * sizeof(int64_t));
-    seq_layout_positions(&cfg->layout, bt_comm_rank(cfg->cp), r->pos);
+    /* a chunk of the fused head never spans more than this rank's tokens */
+    if (r->cfg.head.chunk_tokens > r->n && r->n > 0) r->cfg.head.chunk_tokens = r->n;
 
     ring_plan_config pc = {.topo = cfg->topo, .nodes = cfg->nodes, .layout = cfg->layout,
                            .need = {.mask = cfg->mask, .N = cfg->layout.N}, .h_q = d->n_heads,
                            .h_kv = d->n_kv_heads, .d = d->head_dim};
     r->plan = pc;
-    if (cfg->mask.flags & BK_ATTN_DOCUMENT) /* one document until told otherwise */
-        r->segments = calloc((size_t)cfg->layout.N, sizeof(int32_t));
+    if (cfg->mask.flags & BK_ATTN_DOCUMENT) { /* one document until told otherwise */
+        size_t seg_bytes = (size_t)cfg->layout.N * sizeof(int32_t);
+        r->mem.workspace += seg_bytes;
+        if (!(r->segments = bu_calloc(seg_bytes, "the document ids", err, err_len))) {
+            free(r);
+            return NULL;
+        }
+    }
     if (plan_rings(r, err, err_len) == 0 && half) {
         /* The early chunks of the zigzag layout are the first half of the
          * sequence, laid out contiguously: chunk r on rank r. */
@@ -206,39 +276,42 @@ model_runner *model_runner_create(const model_runner_config *cfg, char *err, siz
         model_runner_free(r);
         return NULL;
     }
-    const ring_schedule *passes[3] = {r->fwd, r->bwd, r->half};
-    ring_buffers *rb = ring_buffers_create(passes, half ? 3 : 2);
-    if (!rb) {
-        snprintf(err, err_len, "out of memory for the ring's buffers");
+    r->ring = (ring_exec_ctx){.comm = cfg->cp, .queue = cfg->queue,
+                              .scale = 1.0f / sqrtf((float)d->head_dim), .mask = cfg->mask,
+                              .segments = r->segments, .piece_rows = cfg->piece_rows};
+    return r;
+}
+
+/* Counts (and with r->allocate, makes) every buffer of the runner. */
+static void take_buffers(model_runner *r)
+{
+    take_ring(r);
+    take_workspace(r);
+    take_store(r);
+}
+
+int model_runner_memory(const model_runner_config *cfg, model_memory *mem, char *err, size_t err_len)
+{
+    model_runner *r = runner_plan(cfg, err, err_len);
+    if (!r) return -1;
+    take_buffers(r);
+    *mem = r->mem;
+    model_runner_free(r);
+    return 0;
+}
+
+model_runner *model_runner_create(const model_runner_config *cfg, char *err, size_t err_len)
+{
+    model_runner *r = runner_plan(cfg, err, err_len);
+    if (!r) return NULL;
+    r->allocate = 1;
+    take_buffers(r);
+    if (r->failed[0]) {
+        snprintf(err, err_len, "%s", r->failed);
         model_runner_free(r);
         return NULL;
     }
-    r->ring = (ring_exec_ctx){.comm = cfg->cp, .queue = cfg->queue,
-                              .scale = 1.0f / sqrtf((float)d->head_dim), .mask = cfg->mask,
-                              .segments = r->segments, .buffers = rb,
-                              .piece_rows = cfg->piece_rows};
-
-    int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, F = r->F;
-    r->x = alloc_floats(r, n * D), r->a = alloc_floats(r, n * D), r->rstd1 = alloc_floats(r, n);
-    r->q = alloc_floats(r, n * QD), r->k = alloc_floats(r, n * KD), r->v = alloc_floats(r, n * KD);
-    r->o = alloc_floats(r, n * QD), r->lse = alloc_floats(r, n * r->Hq);
-    r->x1 = alloc_floats(r, n * D), r->b = alloc_floats(r, n * D), r->rstd2 = alloc_floats(r, n);
-    r->g = alloc_floats(r, n * 2 * F), r->s = alloc_floats(r, n * F);
-    r->dx = alloc_floats(r, n * D), r->dx1 = alloc_floats(r, n * D), r->dtmp = alloc_floats(r, n * D);
-    r->d_o = alloc_floats(r, n * QD), r->dq = alloc_floats(r, n * QD);
-    r->dk = alloc_floats(r, n * KD), r->dv = alloc_floats(r, n * KD);
-    r->ds = alloc_floats(r, n * F), r->dg = alloc_floats(r, n * 2 * F);
-    r->hn = alloc_floats(r, n * D), r->dhn = alloc_floats(r, n * D), r->rstd_f = alloc_floats(r, n);
-    r->head_scratch = alloc_floats(r, cfg->fused_head ? (int64_t)lm_head_scratch_floats(&cfg->head, r->V) : 1);
-
-    int entries = d->layers * cfg->micro_batches;
-    r->store = calloc((size_t)entries, sizeof *r->store);
-    for (int e = 0; e < entries; e++) {
-        r->store[e].layer = -1;
-        r->store[e].x_in = malloc((size_t)(n * D) * sizeof(float));
-        r->store[e].o_kept = malloc((size_t)(r->n_kept * QD + 1) * sizeof(float));
-        r->store[e].lse_kept = malloc((size_t)(r->n_kept * r->Hq + 1) * sizeof(float));
-    }
+    seq_layout_positions(&cfg->layout, bt_comm_rank(cfg->cp), r->pos);
     return r;
 }
 
@@ -253,7 +326,7 @@ void model_runner_free(model_runner *r)
                      r->g, r->s, r->dx, r->dx1, r->dtmp, r->d_o, r->dq, r->dk, r->dv, r->ds,
                      r->dg, r->hn, r->dhn, r->rstd_f, r->head_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
-    for (int e = 0; r->store && e < r->m->dims.layers * r->cfg.micro_batches; e++) {
+    for (int e = 0; r->store && e < r->m->dims.layers; e++) {
         free(r->store[e].x_in);
         free(r->store[e].o_kept);
         free(r->store[e].lse_kept);
@@ -262,17 +335,6 @@ void model_runner_free(model_runner *r)
     free(r->pos);
     free(r->segments);
     free(r);
-}
-
-size_t model_runner_stored_bytes(const model_runner *r)
-{
-    size_t per_layer = (size_t)(r->n * r->D + r->n_kept * (r->QD + r->Hq));
-    return per_layer * (size_t)r->m->dims.layers * (size_t)r->cfg.micro_batches * sizeof(float);
-}
-
-size_t model_runner_transient_bytes(const model_runner *r)
-{
-    return r->workspace_floats * sizeof(float) + ring_buffers_bytes(r->ring.buffers);
 }
 
 /* ------------------------------------------------------------------ math helpers */
@@ -305,9 +367,9 @@ static bk_status mm_grad_input(const bk_queue *q, const float *dY, int64_t m, in
                    dA, k);
 }
 
-static stored_layer *stored(model_runner *r, int layer, int mb)
+static stored_layer *stored(model_runner *r, int layer)
 {
-    return &r->store[layer * r->cfg.micro_batches + mb];
+    return &r->store[layer];
 }
 
 /* a = RMSNorm(x_in), q, k, v = a W, RoPE on q and k at the global positions. */
@@ -389,7 +451,7 @@ static bt_status forward_layers(model_runner *r, const float *P, const int64_t *
     CHECK_KERNEL(bk_embedding_gather(r->cfg.queue, n, r->V, D, tokens, P + r->m->embed, r->x));
     for (int l = 0; l < d->layers && st == BT_OK; l++) {
         if (mb >= 0) {
-            stored_layer *e = stored(r, l, mb);
+            stored_layer *e = stored(r, l);
             e->layer = l;
             e->micro_batch = mb;
             memcpy(e->x_in, r->x, (size_t)(n * D) * sizeof(float));
@@ -399,7 +461,7 @@ static bt_status forward_layers(model_runner *r, const float *P, const int64_t *
             st = ring_fwd_timed(r, r->fwd, r->q, r->k, r->v, r->o, r->lse, &stats->attn_fwd_s, stats);
         if (st != BT_OK) break;
         if (mb >= 0) {
-            stored_layer *e = stored(r, l, mb);
+            stored_layer *e = stored(r, l);
             memcpy(e->o_kept, r->o + first_kept * QD, (size_t)(r->n_kept * QD) * sizeof(float));
             memcpy(e->lse_kept, r->lse + first_kept * r->Hq,
                    (size_t)(r->n_kept * r->Hq) * sizeof(float));
@@ -418,7 +480,7 @@ bt_status model_predict(model_runner *r, const float *P, const int64_t *tokens,
     int64_t D = r->D, V = r->V;
     CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, r->n, D, r->x, P + r->m->final_norm,
                                 r->m->dims.norm_eps, r->hn, r->rstd_f));
-    float *logits = malloc((size_t)V * sizeof(float));
+    float *logits = r->head_scratch; /* [V] */
     for (int i = 0; i < n_rows; i++) {
         const float *h = r->hn + rows[i] * D;
         CHECK_KERNEL(bk_gemm(r->cfg.queue, BK_NO_TRANS, BK_TRANS, 1, V, D, 1.0f, h, D,
@@ -428,7 +490,6 @@ bt_status model_predict(model_runner *r, const float *P, const int64_t *tokens,
             if (logits[v] > logits[best]) best = v;
         predicted[i] = best;
     }
-    free(logits);
     return BT_OK;
 }
 
@@ -460,7 +521,7 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *P, float 
     /* ---- backward, layer by layer, recomputing what was not kept */
     for (int l = d->layers - 1; l >= 0 && st == BT_OK; l--) {
         const layer_offsets *o = &r->m->layer[l];
-        stored_layer *e = stored(r, l, mb);
+        stored_layer *e = stored(r, l);
         if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
         st = attention_inputs(r, P, l, e->x_in);
         if (st == BT_OK) st = attention_output_for_backward(r, e, stats);

@@ -6,10 +6,12 @@
  *
  * Activation memory follows the checkpoint policy: each layer keeps its input
  * and the attention output O and lse of a fraction of the local tokens, keyed
- * by (layer, micro-batch); norms, projections and the MLP are recomputed in the
- * backward, and so is the attention of the tokens not kept (with zigzag and
- * fraction 1/2: the early chunk, through a ring over the first half of the
- * sequence only — a quarter of the causal FLOPs, half of the K/V traffic). */
+ * by (layer, micro-batch) and checked on retrieval; a micro-batch's forward and
+ * backward run back to back, so one set is kept, that of the micro-batch in
+ * flight. Norms, projections and the MLP are recomputed in the backward, and
+ * so is the attention of the tokens not kept (with zigzag and fraction 1/2:
+ * the early chunk, through a ring over the first half of the sequence only —
+ * a quarter of the causal FLOPs, half of the K/V traffic). */
 #ifndef BURST_MODEL_H
 #define BURST_MODEL_H
 
@@ -39,6 +41,7 @@ typedef struct {
     layer_offsets *layer; /* [layers] */
 } model_layout;
 
+/* 0, or -1 when the table of layers cannot be allocated. */
 int model_layout_init(model_layout *m, const model_dims *d);
 void model_layout_free(model_layout *m);
 /* Seeded and counter-based: parameter i gets the same value whatever the
@@ -63,12 +66,26 @@ typedef struct {
     ring_bwd_choice backward;
     int64_t piece_rows;          /* query rows per kernel call in the ring; 0: the default */
     train_keep keep;             /* attention outputs kept: none, half (zigzag + causal), all */
-    int micro_batches;           /* stored activations are keyed by (layer, micro-batch) */
+    int micro_batches;           /* micro-batches of a step: mb in [0, micro_batches) */
     int fused_head;
     lm_head_opts head;
     const bk_queue *queue;
 } model_runner_config;
 
+/* The bytes a runner holds, by part. */
+typedef struct {
+    size_t stored;      /* per layer its input [n, D] and the kept O [n_kept, Hq*hd], lse [n_kept, Hq] */
+    size_t workspace;   /* the layer's work buffers [n, ...], positions [n], the head's scratch */
+    size_t ring;        /* the ring's slots, accumulators and position tables */
+    size_t head_logits; /* the reference head's logits [n, V] + losses [n], made at each step
+                           (0 with the fused head) */
+} model_memory;
+
+/* What model_runner_create(cfg) allocates, known before allocating anything
+ * large: 0, or -1 with err for a configuration the runner refuses. */
+int model_runner_memory(const model_runner_config *cfg, model_memory *mem, char *err, size_t err_len);
+/* Plans the ring and allocates every buffer; NULL with err for a refused
+ * configuration or an allocation that failed (err names its size). */
 model_runner *model_runner_create(const model_runner_config *cfg, char *err, size_t err_len);
 void model_runner_free(model_runner *r);
 
@@ -99,11 +116,5 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *params, f
  * most likely next token at local rows[n_rows] of this rank's tokens [n]. */
 bt_status model_predict(model_runner *r, const float *params, const int64_t *tokens,
                         const int64_t *rows, int n_rows, int64_t *predicted);
-
-/* Bytes this runner keeps per micro-batch between forward and backward
- * (layer inputs and the kept part of O and lse), and its largest transient
- * working set (layer workspace, ring buffers, logits chunk). */
-size_t model_runner_stored_bytes(const model_runner *r);
-size_t model_runner_transient_bytes(const model_runner *r);
 
 #endif

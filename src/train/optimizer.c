@@ -53,6 +53,32 @@ static void *zalloc(int64_t count, size_t elem)
     return calloc(count > 0 ? (size_t)count : 1, elem);
 }
 
+/* The shard, the padded length and the owned range of rank of size ranks. */
+static void shard_of(int64_t n_params, int size, int rank, zero1 *z)
+{
+    z->shard = (n_params + size - 1) / size;
+    z->padded = z->shard * size;
+    int64_t b = (int64_t)rank * z->shard, e = b + z->shard;
+    z->begin = b < n_params ? b : n_params;
+    z->end = e < n_params ? e : n_params;
+}
+
+size_t zero1_bytes(int64_t n_params, int size, int rank)
+{
+    zero1 z = {0};
+    shard_of(n_params, size, rank, &z);
+    int64_t own = z.end - z.begin, floats = 2 * (own > 0 ? own : 1) + (z.shard > 0 ? z.shard : 1);
+    if (z.padded != n_params) floats += z.padded;
+    return (size_t)floats * sizeof(float);
+}
+
+size_t zero1_step_bytes(int64_t n_params, int size)
+{
+    zero1 z = {0};
+    shard_of(n_params, size, 0, &z);
+    return bt_reduce_scatter_bytes(size, (size_t)z.shard, BT_F32);
+}
+
 void zero1_free(zero1 *z)
 {
     if (!z) return;
@@ -110,11 +136,7 @@ zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
         z->rank = bt_comm_rank(comm);
         z->size = bt_comm_size(comm);
         z->n = n_params;
-        z->shard = (n_params + z->size - 1) / z->size;
-        z->padded = z->shard * z->size;
-        int64_t b = (int64_t)z->rank * z->shard, e = b + z->shard;
-        z->begin = b < n_params ? b : n_params;
-        z->end = e < n_params ? e : n_params;
+        shard_of(n_params, z->size, z->rank, z);
         z->hp = *hp;
         int64_t own = z->end - z->begin;
         z->m = zalloc(own, sizeof(float));

@@ -36,6 +36,12 @@ bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t s
 void zero1_shard(const zero1 *z, int64_t *begin, int64_t *end);
 /* Bytes of optimizer state on this rank (two fp32 moments of its shard). */
 size_t zero1_state_bytes(const zero1 *z);
+/* Bytes zero1_create allocates on rank of size ranks, known before creating
+ * it: the two moments of the shard, the reduce-scatter block and, when
+ * n_params is not a multiple of size, the padded work buffer. */
+size_t zero1_bytes(int64_t n_params, int size, int rank);
+/* Bytes a step allocates while it runs (the transport's reduce-scatter). */
+size_t zero1_step_bytes(int64_t n_params, int size);
 /* Moments of this rank's shard, for checkpoints: [shard size] each. */
 float *zero1_moment1(zero1 *z);
 float *zero1_moment2(zero1 *z);

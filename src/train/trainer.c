@@ -1,12 +1,17 @@
 /* trainer.c: setting a rank up, the training loop and the teardown; see
  * trainer.h. Setup refuses everything it can before allocating: a bad
- * configuration, a model that cannot fit in the node's memory, a data source
- * that cannot be opened. */
+ * configuration, a run that does not fit in memory (every part the memory
+ * report names, against [memory] limit_bytes and the node's available
+ * memory). Then each rank makes its own part (data source, model runner,
+ * buffers; every allocation checked) and the ranks agree after each part, so
+ * that a failure on any rank ends every rank with exit 2. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/train/trainer.h"
+#include "util/alloc.h"
 #include "util/clock.h"
 #include "util/exit_codes.h"
 #include "util/parse.h"
@@ -16,24 +21,70 @@ int64_t trainer_sample_index(const train_config *c, int64_t step, int dp_rank, i
     return ((step - 1) * c->dp + dp_rank) * c->micro_batches + mb;
 }
 
-/* Parameters, gradients, the reduce buffer and the moments, for every rank of
- * this node: refuse a model that cannot fit before allocating it. */
-static int check_model_fits(trainer *t, char *err, size_t err_len)
+/* Ends a setup that every rank knows has failed: each rank with something to
+ * say prints it (err emptied), then the ranks wait for each other, so that
+ * none leaves, and no launcher stops the others, before every message is out. */
+static int fail_together(trainer *t, int says, int name_rank, char *err, size_t err_len)
 {
-    int local = bt_world_local_size(t->world);
-    double need = 4.0 * (double)t->model.n_params * sizeof(float) * (local > 0 ? local : 1);
-    double avail = trainer_available_bytes();
-    if (avail <= 0 || need <= avail) return 0;
-    char need_text[32], avail_text[32];
-    snprintf(err, err_len, "[model] preset = %s: %lld parameters need at least %s on this node "
-                           "(%d ranks), it has %s available",
-             t->cfg.preset, (long long)t->model.n_params,
-             bu_human_bytes(need, need_text, sizeof need_text), local,
-             bu_human_bytes(avail, avail_text, sizeof avail_text));
-    return -1;
+    if (says && name_rank) fprintf(stderr, "burst train: rank %d: %s\n", t->rank, err);
+    else if (says) fprintf(stderr, "burst train: %s\n", err);
+    if (err_len) err[0] = '\0';
+    bt_barrier(bt_world_comm(t->world)); /* a failed wait changes nothing: every rank fails */
+    return EXIT_USAGE;
 }
 
-static void make_model_layout(trainer *t)
+/* Every part of this rank's memory, from the configuration alone. */
+static int plan_memory(trainer *t, const model_runner_config *rc, char *err, size_t err_len)
+{
+    trainer_memory *m = &t->mem;
+    if (model_runner_memory(rc, &m->model, err, err_len) != 0) return -1;
+    m->params = m->grads = (size_t)t->model.n_params * sizeof(float);
+    m->optimizer = zero1_bytes(t->model.n_params, t->world_size, t->rank);
+    m->reduce_copy = zero1_step_bytes(t->model.n_params, t->world_size);
+    size_t mb = (size_t)t->cfg.micro_batches;
+    m->tokens = 2 * (size_t)t->layout.n * mb * sizeof(int64_t);
+    /* the recall source makes each sample whole (tokens, labels) first */
+    if (t->plan.recall) m->tokens += 2 * (size_t)t->cfg.seq_len * sizeof(int64_t);
+    /* the document ids of each micro-batch's whole sequence */
+    m->segments = t->plan.mask.flags & BK_ATTN_DOCUMENT
+                      ? (size_t)(t->cfg.seq_len + 1) * mb * sizeof(int32_t)
+                      : 0;
+    return 0;
+}
+
+/* Refuses, before anything large is allocated and on every rank alike, a run
+ * whose largest rank needs more than [memory] limit_bytes, or more than the
+ * share of its node's available memory of the node with the least; 0 or an
+ * exit status. */
+static int check_memory_fits(trainer *t, char *err, size_t err_len)
+{
+    const train_config *c = &t->cfg;
+    int local = bt_world_local_size(t->world);
+    double avail = trainer_available_bytes(), share = avail / (local > 0 ? local : 1);
+    /* [largest need, -smallest share], reduced with MAX */
+    double v[2] = {(double)trainer_memory_total(&t->mem), avail > 0 ? -share : -INFINITY};
+    if (bt_allreduce(bt_world_comm(t->world), v, 2, BT_F64, BT_MAX) != BT_OK) {
+        snprintf(err, err_len, "%s", bt_world_error(t->world));
+        return EXIT_RUN_FAILURE;
+    }
+    double need = v[0];
+    share = -v[1];
+    int over_limit = c->limit_bytes > 0 && need > (double)c->limit_bytes;
+    if (!over_limit && need <= share) return 0;
+    char parts[512], h_need[32], h_have[32], have[160];
+    trainer_memory_parts(&t->mem, parts, sizeof parts);
+    if (over_limit)
+        snprintf(have, sizeof have, "more than [memory] limit_bytes = %lld (%s)",
+                 (long long)c->limit_bytes, bu_human_bytes((double)c->limit_bytes, h_have, 32));
+    else
+        snprintf(have, sizeof have, "more than a node has available for each of its ranks (%s)",
+                 bu_human_bytes(share, h_have, sizeof h_have));
+    snprintf(err, err_len, "a rank needs %.0f bytes (%s), %s: %s", need,
+             bu_human_bytes(need, h_need, sizeof h_need), have, parts);
+    return fail_together(t, t->rank == 0, 0, err, err_len);
+}
+
+static int make_model_layout(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     model_dims dims = {.layers = c->layers, .d_model = c->d_model, .n_heads = c->n_heads,
@@ -41,7 +92,9 @@ static void make_model_layout(trainer *t)
                        .d_ff = c->d_ff, .vocab = c->vocab, .tied = c->tied_embeddings,
                        .rope_theta = (float)c->rope_theta, .rope_scaling = (float)c->rope_scaling,
                        .norm_eps = (float)c->norm_eps};
-    model_layout_init(&t->model, &dims);
+    if (model_layout_init(&t->model, &dims) == 0) return 0;
+    bu_no_memory(err, err_len, (size_t)c->layers * sizeof(layer_offsets), "the model's layer table");
+    return -1;
 }
 
 static int make_plan(trainer *t, char *err, size_t err_len)
@@ -64,8 +117,8 @@ static int make_plan(trainer *t, char *err, size_t err_len)
     return 0;
 }
 
-/* The model runner over this rank's CP group, on the planned ring. */
-static int make_runner(trainer *t, char *err, size_t err_len)
+/* The model runner's configuration: this rank's CP group, the planned ring. */
+static int runner_config(trainer *t, model_runner_config *rc, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     ring_topology topo;
@@ -76,15 +129,14 @@ static int make_runner(trainer *t, char *err, size_t err_len)
                                "several nodes with the same number of ranks each", c->cp);
         return -1;
     }
-    model_runner_config rc = {
+    *rc = (model_runner_config){
         .model = &t->model, .cp = t->cp_comm, .layout = t->layout, .topo = topo, .nodes = cp_nodes,
         .mask = t->plan.mask, .backward = t->plan.backward, .piece_rows = c->piece_rows,
         .keep = t->plan.keep,
         .micro_batches = c->micro_batches, .fused_head = c->fused_head,
         .head = {.chunk_tokens = c->head_chunk, .z_loss = (float)c->z_loss, .ignore_index = TOKEN_IGNORE},
         .queue = &t->queue};
-    t->runner = model_runner_create(&rc, err, err_len);
-    return t->runner ? 0 : -1;
+    return 0;
 }
 
 static int make_source(trainer *t, char *err, size_t err_len)
@@ -102,37 +154,71 @@ static int make_source(trainer *t, char *err, size_t err_len)
     return t->data ? 0 : -1;
 }
 
-/* Parameters (initialised), gradients, the optimizer and the token buffers. */
-static void make_state(trainer *t)
+/* The parameters (initialised), gradients and token buffers, the metrics
+ * file: this rank's own, 0 or -1 with err. */
+static int make_buffers(trainer *t, char *err, size_t err_len)
+{
+    const train_config *c = &t->cfg;
+    const trainer_memory *m = &t->mem;
+    if (!(t->params = bu_calloc(m->params, "the parameters", err, err_len)) ||
+        !(t->grads = bu_calloc(m->grads, "the gradients", err, err_len)) ||
+        !(t->tokens = bu_calloc(m->tokens / 2, "the tokens", err, err_len)) ||
+        !(t->labels = bu_calloc(m->tokens / 2, "the labels", err, err_len)) ||
+        (m->segments && !(t->segments = bu_calloc(m->segments, "the document ids", err, err_len))))
+        return -1;
+    model_init_params(&t->model, t->params, c->seed, c->init_std);
+    if (t->rank == 0 && c->metrics[0] && !(t->metrics = fopen(c->metrics, "w"))) {
+        snprintf(err, err_len, "[train] metrics: cannot write %s", c->metrics);
+        return -1;
+    }
+    return 0;
+}
+
+/* The ZeRO-1 optimizer, made together by every rank (before the parameters,
+ * so that its decay mask [n_params] is gone before they come). */
+static int make_optimizer(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     size_t np = (size_t)t->model.n_params;
-    t->params = malloc(np * sizeof(float));
-    t->grads = malloc(np * sizeof(float));
-    model_init_params(&t->model, t->params, c->seed, c->init_std);
-    uint8_t *decay = malloc(np);
-    model_decay_mask(&t->model, decay);
+    uint8_t *decay = malloc(np ? np : 1);
+    if (decay) model_decay_mask(&t->model, decay);
     zero1_hparams hp = {.beta1 = c->beta1, .beta2 = c->beta2, .eps = c->adam_eps,
                         .weight_decay = c->weight_decay, .grad_clip = c->grad_clip};
-    t->opt = zero1_create(bt_world_comm(t->world), t->model.n_params, decay, &hp);
+    /* collective: a rank without its mask still takes part (with a size
+     * zero1_create refuses), so that every rank fails together */
+    t->opt = zero1_create(bt_world_comm(t->world), decay ? t->model.n_params : -1, decay, &hp);
     free(decay);
-    size_t n = (size_t)t->layout.n * (size_t)c->micro_batches;
-    t->tokens = malloc(n * sizeof(int64_t));
-    t->labels = malloc(n * sizeof(int64_t));
-    if (t->plan.mask.flags & BK_ATTN_DOCUMENT)
-        t->segments = malloc((size_t)(c->seq_len + 1) * (size_t)c->micro_batches * sizeof(int32_t));
+    if (t->opt) return 0;
+    if (bt_world_error(t->world)[0]) {
+        snprintf(err, err_len, "%s", bt_world_error(t->world));
+        return EXIT_RUN_FAILURE;
+    }
+    bu_no_memory(err, err_len, t->mem.optimizer + np, "the optimizer (on this rank or another)");
+    return fail_together(t, t->rank == 0, 0, err, err_len);
+}
+
+/* After a part of the setup that is each rank's own: 0, or EXIT_USAGE on
+ * every rank when any failed, each rank that did naming itself and why. */
+static int agree_on_own_part(trainer *t, int failed, char *err, size_t err_len)
+{
+    if (trainer_failed_rank(t, failed) < 0) return 0;
+    return fail_together(t, failed, 1, err, err_len);
 }
 
 int trainer_setup(trainer *t, char *err, size_t err_len)
 {
     train_config *c = &t->cfg;
+    if (err_len) err[0] = '\0';
     t->rank = bt_world_rank(t->world);
     t->world_size = bt_world_size(t->world);
     t->queue = bk_host_queue();
     t->baseline_bytes = trainer_rss_bytes();
     if (train_config_validate(c, t->world_size, err, err_len) != 0) return EXIT_USAGE;
-    make_model_layout(t);
-    if (check_model_fits(t, err, err_len) != 0) return EXIT_USAGE;
+    if (t->opts.resume && !c->checkpoint_dir[0]) {
+        snprintf(err, err_len, "--resume needs [train] checkpoint_dir");
+        return EXIT_USAGE;
+    }
+    if (make_model_layout(t, err, err_len) != 0) return EXIT_USAGE;
     if (bt_comm_grid(t->world, c->dp, c->cp, &t->dp_comm, &t->cp_comm) != BT_OK) {
         snprintf(err, err_len, "%s", bt_world_error(t->world));
         return EXIT_RUN_FAILURE;
@@ -143,17 +229,17 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     if (seq_layout_init(&t->layout, t->plan.layout, c->cp, c->seq_len, err, err_len) != 0)
         return EXIT_USAGE;
     t->shard = token_shard_of(&t->layout, t->cp_rank);
-    if (make_runner(t, err, err_len) != 0 || make_source(t, err, err_len) != 0) return EXIT_USAGE;
-    if (t->opts.resume && !c->checkpoint_dir[0]) {
-        snprintf(err, err_len, "--resume needs [train] checkpoint_dir");
+    model_runner_config rc;
+    if (runner_config(t, &rc, err, err_len) != 0 || plan_memory(t, &rc, err, err_len) != 0)
         return EXIT_USAGE;
-    }
-    make_state(t);
-    if (t->rank == 0 && c->metrics[0] && !(t->metrics = fopen(c->metrics, "w"))) {
-        snprintf(err, err_len, "[train] metrics: cannot write %s", c->metrics);
-        return EXIT_USAGE;
-    }
-    return 0;
+    int status = check_memory_fits(t, err, err_len);
+    if (status != 0) return status;
+    int failed = make_source(t, err, err_len) != 0 ||
+                 !(t->runner = model_runner_create(&rc, err, err_len));
+    status = agree_on_own_part(t, failed, err, err_len);
+    if (status == 0) status = make_optimizer(t, err, err_len);
+    if (status == 0) status = agree_on_own_part(t, make_buffers(t, err, err_len) != 0, err, err_len);
+    return status;
 }
 
 /* The first step to run: 1, or the one after the checkpoint resumed from. */

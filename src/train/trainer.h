@@ -32,6 +32,17 @@ typedef struct {
     int64_t stop_after;           /* stop (checkpointed) after this step; 0 = run to the end */
 } trainer_opts;
 
+/* The bytes of one rank's training state, by part, known before any of it is
+ * allocated: what the memory report prints and the pre-check compares. */
+typedef struct {
+    size_t params, grads; /* [n_params] fp32 each */
+    size_t optimizer;     /* moments of the shard, reduce buffers (zero1_bytes) */
+    size_t tokens;        /* tokens and labels [micro_batches][n] */
+    size_t segments;      /* document ids [micro_batches][seq_len + 1] (document mask) */
+    model_memory model;   /* stored activations, workspace, ring buffers, head logits */
+    size_t reduce_copy;   /* the optimizer step's reduce-scatter (zero1_step_bytes) */
+} trainer_memory;
+
 /* Everything one rank needs during the run. */
 typedef struct {
     train_config cfg;
@@ -52,6 +63,7 @@ typedef struct {
     uint64_t *sparse_bits;        /* the bitmap of mask = sparse (plan.mask points at it) */
     bk_queue queue;
     FILE *metrics;
+    trainer_memory mem;
     double baseline_bytes;        /* the process before the model was made */
     double sgemm_gflops;          /* one rank's sgemm rate, measured by rank 0 alone */
 } trainer;
@@ -59,9 +71,14 @@ typedef struct {
 /* Every rank decided to stop together (a non-finite loss, a failed checkpoint). */
 enum { STOP_AGREED = -1 };
 
-/* Validates the configuration against the world and makes the model, the
- * optimizer, the data source and the buffers. 0, or an exit status with the
- * message in err. t->cfg, t->opts and t->world are set by the caller. */
+/* Validates the configuration against the world, refuses a run that does not
+ * fit in memory ([memory] limit_bytes, or the node's available memory), then
+ * makes the model, the optimizer, the data source and the buffers. 0, or an
+ * exit status (EXIT_USAGE for all of these, on every rank) with the message
+ * in err for rank 0 to print. Where the ranks agreed on a failure (the memory
+ * check, an allocation, a file one rank cannot open), the ranks with something
+ * to say have printed it before any rank returns, and err is empty. t->cfg,
+ * t->opts and t->world are set by the caller. */
 int trainer_setup(trainer *t, char *err, size_t err_len);
 /* Trains from the first step (or the checkpoint), checkpoints, evaluates.
  * 0, STOP_AGREED or an exit status. */
@@ -87,6 +104,9 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res);
 
 /* 1 on every rank when any rank passes failed != 0: ranks stop together. */
 int trainer_any_rank(trainer *t, int failed);
+/* The lowest rank that passes failed != 0, the same on every rank; -1 when
+ * none did (this rank's own number when the ranks could not agree). */
+int trainer_failed_rank(trainer *t, int failed);
 /* Checkpoint of a completed step, written by every rank; 0 or -1 with err. */
 int trainer_save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len);
 /* The latest checkpoint's step, loaded; or -1 with err, also when this run
@@ -98,14 +118,18 @@ typedef struct {
     int64_t correct, total;
 } eval_counts;
 /* The evaluations the configuration asks for after training, each reported
- * by rank 0 with its chance level: 0, or STOP_AGREED when one failed or fell
- * below [eval] min_accuracy. */
+ * by rank 0 with its chance level: 0; STOP_AGREED when one failed on every
+ * rank or fell below [eval] min_accuracy; or EXIT_RUN_FAILURE when this rank
+ * alone could not read a sample: it must leave the world by abort, so that
+ * the others, waiting for it in the ring, stop naming it. */
 int trainer_evaluate(trainer *t);
-/* Passkey retrieval over [eval] eval_path; 0 or -1 with err. */
+/* Passkey retrieval over [eval] eval_path: 0; -1 with err when the ranks
+ * stopped together; or EXIT_RUN_FAILURE with err (this rank alone). */
 int trainer_eval_passkey(trainer *t, eval_counts *out, char *err, size_t err_len);
 /* Recall over [eval] eval_samples held-out samples of the recall task (the
  * seed synthetic_heldout_seed([data] data_seed)), counting only queries whose
- * pair (key and value) other ranks hold; 0 or -1 with err. */
+ * pair (key and value) other ranks hold; 0, -1 or EXIT_RUN_FAILURE with err,
+ * as trainer_eval_passkey. */
 int trainer_eval_recall(trainer *t, eval_counts *out, char *err, size_t err_len);
 /* Of a sample's queries [n], those whose query position rank holds and whose
  * pair's key and value positions other ranks of layout hold: their local rows
@@ -119,7 +143,14 @@ int64_t trainer_count_correct(const int64_t *predicted, const int64_t *answers, 
 double trainer_rss_bytes(void);
 double trainer_peak_rss_bytes(void);
 double trainer_available_bytes(void);
-/* The estimate of this rank's memory that the report prints and the end compares. */
+/* The most m holds at once: every part, but only the larger of the two
+ * transients, which live at different times of a step (the reference head's
+ * logits in the forward, the reduce-scatter's copy in the optimizer). */
+size_t trainer_memory_total(const trainer_memory *m);
+/* The parts of m, named, as one line of text ("parameters 1.2 MiB, ..."). */
+void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len);
+/* The estimate of this rank's memory that the report prints and the end
+ * compares: the process baseline and the training state. */
 double trainer_estimated_bytes(const trainer *t);
 /* The report at start (collective): rank 0 measures sgemm alone, then prints
  * the model, the grid, memory and that rate. 0, or an exit status. */

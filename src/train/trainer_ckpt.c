@@ -13,11 +13,16 @@
 #include "io/checkpoint.h"
 #include "src/train/trainer.h"
 
+int trainer_failed_rank(trainer *t, int failed)
+{
+    int64_t first = failed ? t->rank : INT64_MAX;
+    if (bt_allreduce(bt_world_comm(t->world), &first, 1, BT_I64, BT_MIN) != BT_OK) return t->rank;
+    return first == INT64_MAX ? -1 : (int)first;
+}
+
 int trainer_any_rank(trainer *t, int failed)
 {
-    int64_t v = failed != 0;
-    if (bt_allreduce(bt_world_comm(t->world), &v, 1, BT_I64, BT_MAX) != BT_OK) return 1;
-    return v != 0;
+    return trainer_failed_rank(t, failed) >= 0;
 }
 
 /* After a phase: 1 when any rank failed; a rank that did not fail says why. */

@@ -12,9 +12,20 @@
  * ranks, so every rank takes the same decision). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "io/dataset_int64.h"
 #include "src/train/trainer.h"
+#include "util/alloc.h"
+#include "util/exit_codes.h"
+
+/* The transport's error without the "rank R: " it starts with (the caller
+ * names this rank). */
+static const char *world_reason(trainer *t)
+{
+    const char *e = bt_world_error(t->world), *colon = strstr(e, ": ");
+    return strncmp(e, "rank ", 5) == 0 && colon ? colon + 2 : e;
+}
 
 /* The local row of global position pos on this rank, or -1 when another rank
  * holds it. */
@@ -31,29 +42,33 @@ int64_t trainer_count_correct(const int64_t *predicted, const int64_t *answers, 
     return correct;
 }
 
-/* Predicts rows [n] of the sample in t->tokens (collective over the CP group:
- * every rank calls, n may be 0) and adds the correct answers [n] and n into
- * counts. 0, or -1 with err. */
+/* Predicts rows [n] of the sample in t->tokens into predicted [n] (collective
+ * over the CP group: every rank calls, n may be 0) and adds the correct
+ * answers [n] and n into counts. 0, or -1 with err naming `what`. */
 static int predict_and_count(trainer *t, const int64_t *rows, const int64_t *answers, int n,
-                             eval_counts *counts, char *err, size_t err_len)
+                             int64_t *predicted, eval_counts *counts, const char *what, char *err,
+                             size_t err_len)
 {
-    int64_t *predicted = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
-    int failed = model_predict(t->runner, t->params, t->tokens, rows, n, predicted) != BT_OK;
-    if (failed)
-        snprintf(err, err_len, "%s", bt_world_error(t->world));
-    else
-        counts->correct += trainer_count_correct(predicted, answers, n), counts->total += n;
-    free(predicted);
-    return failed ? -1 : 0;
+    if (model_predict(t->runner, t->params, t->tokens, rows, n, predicted) != BT_OK) {
+        snprintf(err, err_len, "%s: %s", what, world_reason(t));
+        return -1;
+    }
+    counts->correct += trainer_count_correct(predicted, answers, n);
+    counts->total += n;
+    return 0;
 }
 
-/* The counts summed over all ranks into *out, once every rank got this far. */
-static int sum_counts(trainer *t, int failed, const eval_counts *local, eval_counts *out)
+/* The counts summed over all ranks into *out, once every rank got this far;
+ * 0, or -1 with err (this rank's, or naming another rank). */
+static int sum_counts(trainer *t, int failed, const eval_counts *local, eval_counts *out,
+                      const char *what, char *err, size_t err_len)
 {
     int64_t sums[2] = {local->correct, local->total};
     if (trainer_any_rank(t, failed) ||
-        bt_allreduce(bt_world_comm(t->world), sums, 2, BT_I64, BT_SUM) != BT_OK)
+        bt_allreduce(bt_world_comm(t->world), sums, 2, BT_I64, BT_SUM) != BT_OK) {
+        if (!failed) snprintf(err, err_len, "%s: evaluation failed on another rank", what);
         return -1;
+    }
     *out = (eval_counts){.correct = sums[0], .total = sums[1]};
     return 0;
 }
@@ -66,21 +81,34 @@ static int open_passkey(trainer *t, int64_t **answers, int64_t *rows, int64_t *c
                         token_source **src, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
-    int failed =
-        io_read_int64_dataset(c->eval_path, "/answers", answers, rows, cols, err, err_len) != 0;
+    int failed = io_read_int64_dataset(c->eval_path, "/answers", answers, rows, cols, err, err_len) != 0;
     if (!failed && *cols < 3) {
         snprintf(err, err_len, "%s: /answers must have 3 columns (start, answer position, answer)",
                  c->eval_path);
         failed = 1;
     }
     if (!failed)
-        *src = hdf5_source_create(c->eval_path, c->vocab, 0, 0, t->segments != NULL, &t->shard, err,
-                                  err_len);
+        *src = hdf5_source_create(c->eval_path, c->vocab, 0, 0, t->segments != NULL, &t->shard,
+                                  err, err_len);
     failed |= !*src;
     if (!trainer_any_rank(t, failed)) return 0;
+    if (!failed) snprintf(err, err_len, "%s: another rank could not open it", c->eval_path);
     free(*answers);
     if (*src) (*src)->free(*src);
     return -1;
+}
+
+/* Sample s of the eval corpus into t's buffers, with its documents under a
+ * document mask; 0, or -1 with err. */
+static int read_eval_sample(trainer *t, token_source *src, int64_t s, char *err, size_t err_len)
+{
+    if (src->read(src, s, t->tokens, t->labels) != 0 ||
+        (t->segments && src->documents(src, s, t->segments) != 0)) {
+        snprintf(err, err_len, "%s: cannot read sample %lld (the reason is above)",
+                 t->cfg.eval_path, (long long)s);
+        return -1;
+    }
+    return t->segments ? model_runner_set_documents(t->runner, t->segments, err, err_len) : 0;
 }
 
 int trainer_eval_passkey(trainer *t, eval_counts *out, char *err, size_t err_len)
@@ -95,23 +123,26 @@ int trainer_eval_passkey(trainer *t, eval_counts *out, char *err, size_t err_len
     for (int64_t s = t->dp_rank; s < samples && !failed; s += c->dp) {
         const int64_t *a = answers + s * cols; /* start, answer position, answer */
         if (a[0] != s * (c->seq_len + 1)) {
-            snprintf(err, err_len,
-                     "%s: sample %lld starts at %lld, not at a multiple of [data] "
-                     "seq_len + 1: the eval corpus was made for another seq_len",
+            snprintf(err, err_len, "%s: sample %lld starts at %lld, not at a multiple of [data] "
+                                   "seq_len + 1: the eval corpus was made for another seq_len",
                      c->eval_path, (long long)s, (long long)a[0]);
             failed = 1;
             break;
         }
-        failed = src->read(src, s, t->tokens, t->labels) != 0 ||
-                 (t->segments &&
-                  (src->documents(src, s, t->segments) != 0 ||
-                   model_runner_set_documents(t->runner, t->segments, err, err_len) != 0));
-        int64_t row = local_row(t, a[1] - 1);
-        if (!failed) failed = predict_and_count(t, &row, &a[2], row >= 0, &counts, err, err_len);
+        if (read_eval_sample(t, src, s, err, err_len) != 0) {
+            /* This rank alone: the others of its CP group already wait for it
+             * in the ring. As in training, it stops and leaves by abort. */
+            free(answers);
+            src->free(src);
+            return EXIT_RUN_FAILURE;
+        }
+        int64_t row = local_row(t, a[1] - 1), predicted = -1;
+        failed = predict_and_count(t, &row, &a[2], row >= 0, &predicted, &counts, c->eval_path,
+                                   err, err_len) != 0;
     }
     free(answers);
     src->free(src);
-    return sum_counts(t, failed, &counts, out);
+    return sum_counts(t, failed, &counts, out, c->eval_path, err, err_len);
 }
 
 /* ---- recall ----------------------------------------------------------- */
@@ -132,26 +163,59 @@ int trainer_recall_select(const seq_layout *l, int rank, const recall_query *que
     return selected;
 }
 
+/* What the recall evaluation works in: a whole sample, its queries, and the
+ * selected rows, their answers and predictions. */
+typedef struct {
+    int64_t *sample, *rows, *answers, *predicted;
+    recall_query *queries;
+} recall_buffers;
+
+static void free_recall_buffers(recall_buffers *b)
+{
+    free(b->sample), free(b->rows), free(b->queries);
+}
+
+/* The buffers on every rank, or -1 with err on every rank. */
+static int alloc_recall_buffers(trainer *t, const recall_shape *shape, recall_buffers *b,
+                                char *err, size_t err_len)
+{
+    size_t Q = (size_t)shape->queries;
+    *b = (recall_buffers){0};
+    int failed =
+        !(b->sample = bu_calloc((size_t)shape->seq_len * sizeof(int64_t), "a recall sample", err,
+                                err_len)) ||
+        !(b->rows = bu_calloc(3 * Q * sizeof(int64_t), "the recall answers", err, err_len)) ||
+        !(b->queries = bu_calloc(Q * sizeof(recall_query), "the recall queries", err, err_len));
+    if (!failed) b->answers = b->rows + Q, b->predicted = b->answers + Q;
+    if (!trainer_any_rank(t, failed)) return 0;
+    if (!failed) snprintf(err, err_len, "recall: another rank is out of memory");
+    free_recall_buffers(b);
+    return -1;
+}
+
 int trainer_eval_recall(trainer *t, eval_counts *out, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     recall_shape shape = train_config_recall(c);
+    recall_buffers b;
+    if (alloc_recall_buffers(t, &shape, &b, err, err_len) != 0) return -1;
     uint64_t seed = synthetic_heldout_seed(c->data_seed);
-    int64_t *sample = malloc((size_t)c->seq_len * sizeof(int64_t));
-    int64_t *rows = malloc(2 * (size_t)shape.queries * sizeof(int64_t)),
-            *answers = rows + shape.queries;
-    recall_query *queries = malloc((size_t)shape.queries * sizeof(recall_query));
     eval_counts counts = {0, 0};
     int failed = 0;
     for (int64_t s = t->dp_rank; s < c->eval_samples && !failed; s += c->dp) {
-        recall_sample(&shape, seed, s, sample, NULL, queries);
-        seq_layout_scatter(&t->layout, t->cp_rank, sample, t->tokens, sizeof(int64_t));
-        int n =
-            trainer_recall_select(&t->layout, t->cp_rank, queries, shape.queries, rows, answers);
-        failed = predict_and_count(t, rows, answers, n, &counts, err, err_len);
+        if (recall_sample(&shape, seed, s, b.sample, NULL, b.queries) != 0) {
+            snprintf(err, err_len, "recall: sample %lld: out of memory", (long long)s);
+            free_recall_buffers(&b);
+            return EXIT_RUN_FAILURE; /* this rank alone, as a passkey read failure */
+        }
+        seq_layout_scatter(&t->layout, t->cp_rank, b.sample, t->tokens, sizeof(int64_t));
+        int n = trainer_recall_select(&t->layout, t->cp_rank, b.queries, shape.queries, b.rows,
+                                      b.answers);
+        failed = predict_and_count(t, b.rows, b.answers, n, b.predicted, &counts, "recall", err,
+                                   err_len) != 0;
     }
-    free(sample), free(rows), free(queries);
-    return sum_counts(t, failed, &counts, out);
+    free_recall_buffers(&b);
+    return sum_counts(t, failed, &counts, out, "recall", err, err_len);
 }
 
 /* ---- the report ------------------------------------------------------- */
@@ -161,8 +225,7 @@ int trainer_eval_recall(trainer *t, eval_counts *out, char *err, size_t err_len)
 static int report_accuracy(const trainer *t, const char *what, const char *counted,
                            const eval_counts *e, double chance)
 {
-    double min = t->cfg.min_accuracy,
-           accuracy = e->total ? (double)e->correct / (double)e->total : 0;
+    double min = t->cfg.min_accuracy, accuracy = e->total ? (double)e->correct / (double)e->total : 0;
     if (t->rank == 0)
         printf("eval: %s accuracy %.1f%% over %lld %s (chance %.1f%%)\n", what, 100.0 * accuracy,
                (long long)e->total, counted, 100.0 * chance);
@@ -178,14 +241,16 @@ static int report_accuracy(const trainer *t, const char *what, const char *count
 
 typedef int (*eval_fn)(trainer *t, eval_counts *out, char *err, size_t err_len);
 
-/* One evaluation and its report: 0 or STOP_AGREED. */
+/* One evaluation and its report: 0, STOP_AGREED, or EXIT_RUN_FAILURE when
+ * this rank alone failed. */
 static int evaluate(trainer *t, eval_fn run, const char *what, const char *counted, double chance)
 {
     eval_counts e;
-    char err[512];
-    if (run(t, &e, err, sizeof err) != 0) {
+    char err[512] = "";
+    int status = run(t, &e, err, sizeof err);
+    if (status != 0) {
         fprintf(stderr, "burst train: rank %d: evaluation: %s\n", t->rank, err);
-        return STOP_AGREED;
+        return status == EXIT_RUN_FAILURE ? status : STOP_AGREED;
     }
     return report_accuracy(t, what, counted, &e, chance);
 }

@@ -1,7 +1,7 @@
 /* trainer_report.c: what a rank tells the user (trainer.h): the memory report
- * at start and its estimate, one rank's sgemm rate (times the world size, the
- * reference for achieved GFLOP/s), the progress line of a step and the
- * metrics file. */
+ * at start (the parts the setup's pre-check counts) and its estimate, one
+ * rank's sgemm rate (times the world size, the reference for achieved
+ * GFLOP/s), the progress line of a step and the metrics file. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -48,6 +48,10 @@ static double measure_sgemm(const bk_queue *q)
 {
     const int64_t n = 768;
     float *a = calloc((size_t)(n * n), 4), *b = calloc((size_t)(n * n), 4), *c = calloc((size_t)(n * n), 4);
+    if (!a || !b || !c) { /* out of memory: no reference rate (0) */
+        free(a), free(b), free(c);
+        return 0;
+    }
     for (int64_t i = 0; i < n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
     bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n);
     double t0 = bu_now();
@@ -61,29 +65,54 @@ static double measure_sgemm(const bk_queue *q)
     return 2.0 * (double)n * n * n * reps / t / 1e9;
 }
 
-/* Parameters, gradients and the optimizer's padded gradient work buffer (3 x),
- * the optimizer shard, stored activations, the largest transient. */
+size_t trainer_memory_total(const trainer_memory *m)
+{
+    const model_memory *r = &m->model;
+    size_t transient = r->head_logits > m->reduce_copy ? r->head_logits : m->reduce_copy;
+    return m->params + m->grads + m->optimizer + m->tokens + m->segments + r->stored + r->workspace + r->ring +
+           transient;
+}
+
+void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len)
+{
+    const model_memory *r = &m->model;
+    const struct {
+        const char *name;
+        size_t bytes;
+    } parts[] = {{"parameters", m->params},
+                 {"gradients", m->grads},
+                 {"optimizer", m->optimizer},
+                 {"stored activations", r->stored},
+                 {"layer workspace", r->workspace},
+                 {"ring buffers", r->ring},
+                 {"tokens", m->tokens + m->segments}, /* with their document ids */
+                 {"head logits", r->head_logits}, /* the two transients, last */
+                 {"reduce-scatter copy", m->reduce_copy}};
+    const size_t n = sizeof parts / sizeof *parts;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && used < len; i++) {
+        char h[32];
+        const char *sep = i == 0 ? "" : i == n - 2 ? "; the larger of " : i == n - 1 ? " or " : ", ";
+        int w = snprintf(buf + used, len - used, "%s%s %s", sep, parts[i].name,
+                         bu_human_bytes((double)parts[i].bytes, h, sizeof h));
+        used += w > 0 ? (size_t)w : 0;
+    }
+}
+
 double trainer_estimated_bytes(const trainer *t)
 {
-    size_t np = (size_t)t->model.n_params * sizeof(float);
-    return t->baseline_bytes + (double)(3 * np + zero1_state_bytes(t->opt) +
-                                        model_runner_stored_bytes(t->runner) +
-                                        model_runner_transient_bytes(t->runner));
+    return t->baseline_bytes + (double)trainer_memory_total(&t->mem);
 }
 
 static void memory_report(const trainer *t)
 {
-    char b[7][32];
-    double np = (double)t->model.n_params * sizeof(float);
-    printf("memory per rank: parameters %s, gradients %s (+ %s reduce buffer), optimizer shard %s, "
-           "stored activations %s, largest transient %s, process baseline %s\n",
-           bu_human_bytes(np, b[0], 32), bu_human_bytes(np, b[1], 32), bu_human_bytes(np, b[2], 32),
-           bu_human_bytes((double)zero1_state_bytes(t->opt), b[3], 32),
-           bu_human_bytes((double)model_runner_stored_bytes(t->runner), b[4], 32),
-           bu_human_bytes((double)model_runner_transient_bytes(t->runner), b[5], 32),
-           bu_human_bytes(t->baseline_bytes, b[6], 32));
+    char parts[512], b[2][32];
+    trainer_memory_parts(&t->mem, parts, sizeof parts);
+    printf("memory per rank: %s; process baseline %s\n", parts,
+           bu_human_bytes(t->baseline_bytes, b[0], 32));
     printf("memory per rank, estimated total: %s\n",
-           bu_human_bytes(trainer_estimated_bytes(t), b[0], 32));
+           bu_human_bytes(trainer_estimated_bytes(t), b[1], 32));
 }
 
 /* Rank 0 measures sgemm while the others wait in a barrier, so the rate is

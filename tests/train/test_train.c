@@ -13,12 +13,14 @@
  * it measured); bad settings exit 2 before any work, and --print-config
  * refuses them alike; a resume continues bit for bit (synthetic data, a
  * shuffled corpus) and refuses a checkpoint of another configuration or
- * sampler, naming what differs. Losses, labelled tokens and ring bytes are
- * read from the JSON-lines metrics each run writes. Every rank runs one OpenMP
- * thread: more threads than cores, spinning, would make a multi-rank run
- * crawl. */
+ * sampler, naming what differs; a sample of the eval corpus that one rank
+ * cannot read ends every rank with an error naming the file. Losses,
+ * labelled tokens and ring bytes are read from the JSON-lines metrics each
+ * run writes. Every rank runs one OpenMP thread: more threads than cores,
+ * spinning, would make a multi-rank run crawl. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -735,6 +737,57 @@ START_TEST(documents_from_an_hdf5_corpus)
 }
 END_TEST
 
+/* Overwrites token pos of the corpus at path with value, through HDF5 itself
+ * (the corpus writer refuses a token beyond the vocabulary). */
+static void poke_token(const char *path, hsize_t pos, unsigned value)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t d = f < 0 ? -1 : H5Dopen2(f, "tokens", H5P_DEFAULT);
+    hid_t fs = d < 0 ? -1 : H5Dget_space(d);
+    hsize_t one = 1;
+    hid_t ms = H5Screate_simple(1, &one, NULL);
+    ck_assert_msg(fs >= 0 && H5Sselect_hyperslab(fs, H5S_SELECT_SET, &pos, NULL, &one, NULL) >= 0 &&
+                      H5Dwrite(d, H5T_NATIVE_UINT, ms, fs, H5P_DEFAULT, &value) >= 0,
+                  "cannot write token %llu of %s", (unsigned long long)pos, path);
+    H5Sclose(ms), H5Sclose(fs), H5Dclose(d), H5Fclose(f);
+}
+
+START_TEST(eval_read_failure_on_one_rank_stops_every_rank)
+{
+    char eval[512], eval_set[600];
+    snprintf(eval, sizeof eval, "%s/eval-bad.h5", tmpdir);
+    char *argv[] = {(char *)test_burst_path(), "data", "synth", "--task", "passkey", "--seq-len",
+                    "256", "--samples", "4", "-o", eval, NULL};
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    test_run_free(&r);
+    /* zigzag over 2 ranks: rank 0 reads tokens [0, 65) and [192, 257) of a
+     * sample, rank 1 [64, 193); token 100 of sample 0 is rank 1's alone */
+    poke_token(eval, 100, 256);
+    snprintf(eval_set, sizeof eval_set, "eval.eval_path=%s", eval);
+    const char *sets[] = {"parallel.cp=2", "parallel.layout=zigzag", eval_set, NULL};
+    r = train(2, 1, sets, NULL, NULL);
+    ck_assert_msg(r.exit_code == 1, "exit %d:\n%s", r.exit_code, r.out);
+    ck_assert_msg(test_output_has(&r, "[1] burst train: ") && test_output_has(&r, "beyond vocab_size"),
+                  "rank 1 does not say why it could not read:\n%s", r.out);
+    /* every rank ends with an error naming the file; rank 0 names rank 1 */
+    for (int k = 0; k < 2; k++) {
+        char want[700];
+        snprintf(want, sizeof want, "[%d] burst train: rank %d: evaluation: %s: ", k, k, eval);
+        const char *line = strstr(r.out, want);
+        ck_assert_msg(line, "missing '%s':\n%s", want, r.out);
+        if (k == 0) {
+            const char *end = strchr(line, '\n');
+            ck_assert_msg(end && memmem(line, (size_t)(end - line), "rank 1 ", 7),
+                          "rank 0 does not name rank 1:\n%s", r.out);
+        }
+    }
+    ck_assert_msg(!test_output_has(&r, "timed out"), "a transport timeout:\n%s", r.out);
+    test_run_free(&r);
+    unlink(eval);
+}
+END_TEST
+
 int main(void)
 {
     if (!test_make_tmpdir(tmpdir, sizeof tmpdir, "burst-train")) return 1;
@@ -749,7 +802,7 @@ int main(void)
         gradient_infinite_only_after_the_reduction, loss_falls_on_a_learnable_task,
         bad_settings_exit_2_before_work, resume_continues_bit_for_bit,
         resume_continues_a_shuffled_corpus_bit_for_bit, trains_from_an_hdf5_corpus,
-        documents_from_an_hdf5_corpus);
+        documents_from_an_hdf5_corpus, eval_read_failure_on_one_rank_stops_every_rank);
     int status = check_run(s);
     test_remove_tree(tmpdir);
     return status;

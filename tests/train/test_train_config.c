@@ -360,6 +360,7 @@ static void assert_same(const train_config *a, const train_config *b)
     SAME_NUM(fused_head);
     SAME_NUM(head_chunk);
     SAME_NUM(z_loss);
+    SAME_NUM(limit_bytes);
     SAME_STR(intra);
     SAME_NUM(timeout);
 #undef SAME_STR
@@ -403,8 +404,8 @@ START_TEST(printed_configuration_loads_back_the_same)
                           "train.on_nonfinite=skip", "train.metrics=/tmp/x y/metrics.jsonl",
                           "data.recall_pairs=3",     "eval.min_accuracy=0.25",
                           "memory.ckpt_fraction=0",  "memory.fused_head=no",
-                          "memory.z_loss=0.0001",    "transport.intra=ucx",
-                          "transport.timeout=2.5"};
+                          "memory.z_loss=0.0001",    "memory.limit_bytes=8589934592",
+                          "transport.intra=ucx",     "transport.timeout=2.5"};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
         ck_assert_msg(train_config_set(&c, sets[i], err, sizeof err) == 0, "%s", err);
     c.lr = 0.1 + 0.2; /* 0.30000000000000004 */

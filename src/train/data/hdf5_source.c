@@ -17,6 +17,7 @@
 #include "io/corpus.h"
 #include "src/train/data/token_source.h"
 #include "src/train/data/window_order.h"
+#include "util/alloc.h"
 #include "util/clock.h"
 
 typedef struct {
@@ -57,7 +58,8 @@ static int read_sample(hdf5_source *s, int64_t index, int64_t *tokens, int64_t *
     const token_shard *sh = &s->shard;
     int64_t start, i = 0;
     int f = locate(s, index, &start);
-    int64_t *buf = malloc((size_t)(sh->n + 2) * sizeof(int64_t));
+    int64_t *buf = bu_calloc((size_t)(sh->n + 2) * sizeof(int64_t), "a sample's tokens", err, err_len);
+    if (!buf) return -1;
     for (int c = 0; c < sh->n_chunks; c++) {
         int64_t len = sh->chunks[c].end - sh->chunks[c].begin;
         pthread_mutex_lock(&s->io_lock);
@@ -167,8 +169,11 @@ static int source_documents(token_source *base, int64_t index, int32_t *segments
 /* Every file's document starts, for source_documents. */
 static int load_documents(hdf5_source *s, char *err, size_t err_len)
 {
-    s->doc_offsets = calloc((size_t)s->n_files, sizeof *s->doc_offsets);
-    s->n_docs = calloc((size_t)s->n_files, sizeof *s->n_docs);
+    size_t files = (size_t)s->n_files;
+    if (!(s->doc_offsets = bu_calloc(files * sizeof *s->doc_offsets, "the document lists", err,
+                                     err_len)) ||
+        !(s->n_docs = bu_calloc(files * sizeof *s->n_docs, "the document lists", err, err_len)))
+        return -1;
     for (int f = 0; f < s->n_files; f++) {
         int64_t n = io_corpus_n_docs(s->files[f]);
         if (n == 0) {
@@ -176,11 +181,9 @@ static int load_documents(hdf5_source *s, char *err, size_t err_len)
                                    "mask = document needs", io_corpus_path(s->files[f]));
             return -1;
         }
-        if (!(s->doc_offsets[f] = malloc((size_t)n * sizeof(int64_t)))) {
-            snprintf(err, err_len, "%s: out of memory for %lld document offsets",
-                     io_corpus_path(s->files[f]), (long long)n);
+        if (!(s->doc_offsets[f] = bu_calloc((size_t)n * sizeof(int64_t), "the document offsets",
+                                            err, err_len)))
             return -1;
-        }
         if (io_corpus_doc_offsets(s->files[f], s->doc_offsets[f], err, err_len) != 0) return -1;
         s->n_docs[f] = n;
     }
@@ -211,11 +214,26 @@ static void source_free(token_source *base)
     free(s);
 }
 
+/* Room for one more file in s->files and s->first_window; 0 or -1 with err. */
+static int grow_lists(hdf5_source *s, char *err, size_t err_len)
+{
+    size_t files = (size_t)(s->n_files + 1) * sizeof *s->files,
+           windows = (size_t)(s->n_files + 2) * sizeof(int64_t);
+    io_corpus **f = realloc(s->files, files);
+    if (f) s->files = f;
+    int64_t *w = f ? realloc(s->first_window, windows) : NULL;
+    if (w) s->first_window = w;
+    if (f && w) return 0;
+    bu_no_memory(err, err_len, f ? windows : files, "the corpus list");
+    return -1;
+}
+
 token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uint64_t seed,
                                  int documents, const token_shard *shard, char *err,
                                  size_t err_len)
 {
-    hdf5_source *s = calloc(1, sizeof *s);
+    hdf5_source *s = bu_calloc(sizeof *s, "the corpus source", err, err_len);
+    if (!s) return NULL;
     s->base.read = source_read;
     s->base.free = source_free;
     s->base.prefetch = source_prefetch;
@@ -223,8 +241,11 @@ token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uin
     s->base.vocab = vocab;
     s->shard = *shard;
     int64_t seq_len = shard->seq_len;
-    char *list = strdup(paths), *save = NULL;
-    s->first_window = calloc(1, sizeof(int64_t));
+    size_t list_len = strlen(paths) + 1;
+    char *list = bu_calloc(list_len, "the corpus list", err, err_len), *save = NULL;
+    if (!list || !(s->first_window = bu_calloc(sizeof(int64_t), "the corpus list", err, err_len)))
+        goto fail;
+    memcpy(list, paths, list_len);
     for (char *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
         io_corpus *c;
         if (io_corpus_open(p, &c, err, err_len) != 0) goto fail;
@@ -241,8 +262,10 @@ token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uin
             io_corpus_close(c);
             goto fail;
         }
-        s->files = realloc(s->files, (size_t)(s->n_files + 1) * sizeof *s->files);
-        s->first_window = realloc(s->first_window, (size_t)(s->n_files + 2) * sizeof(int64_t));
+        if (grow_lists(s, err, err_len) != 0) {
+            io_corpus_close(c);
+            goto fail;
+        }
         s->files[s->n_files] = c;
         s->first_window[s->n_files + 1] = s->first_window[s->n_files] + windows;
         s->n_files++;
@@ -253,13 +276,18 @@ token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uin
     }
     if (documents && load_documents(s, err, err_len) != 0) goto fail;
     s->order = window_order_make((uint64_t)s->first_window[s->n_files], shuffled, seed);
-    s->have_tokens = malloc((size_t)s->shard.n * sizeof(int64_t));
-    s->have_labels = malloc((size_t)s->shard.n * sizeof(int64_t));
+    size_t sample_bytes = (size_t)s->shard.n * sizeof(int64_t);
+    if (!(s->have_tokens = bu_calloc(sample_bytes, "the prefetched tokens", err, err_len)) ||
+        !(s->have_labels = bu_calloc(sample_bytes, "the prefetched labels", err, err_len)))
+        goto fail;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->io_lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     s->running = 1;
-    pthread_create(&s->thread, NULL, prefetch_thread, s);
+    if (pthread_create(&s->thread, NULL, prefetch_thread, s) != 0) {
+        s->running = 0;
+        s->base.prefetch = NULL; /* no reader thread: every sample is read when asked */
+    }
     free(list);
     return &s->base;
 fail:

@@ -65,14 +65,26 @@ static void shuffle_prefix(uint64_t *st, int64_t *a, int64_t n, int64_t k)
     }
 }
 
-void recall_sample(const recall_shape *s, uint64_t seed, int64_t index, int64_t *tokens,
-                   int64_t *labels, recall_query *queries)
+/* Pair p (key key[p], value value[p]) at slot[p], into tokens. */
+static void write_pairs(const recall_shape *s, const int64_t *slot, const int64_t *key,
+                        const int64_t *value, int64_t *tokens)
+{
+    for (int64_t i = 0; i < s->seq_len; i++) tokens[i] = RECALL_FILLER;
+    for (int64_t p = 0; p < s->pairs; p++) {
+        tokens[2 * slot[p]] = recall_key_token(key[p]);
+        tokens[2 * slot[p] + 1] = value[p];
+    }
+}
+
+int recall_sample(const recall_shape *s, uint64_t seed, int64_t index, int64_t *tokens,
+                  int64_t *labels, recall_query *queries)
 {
     uint64_t st = bu_splitmix64(seed ^ bu_splitmix64((uint64_t)index));
     int64_t P = s->pairs, Q = s->queries, K = s->keys, V = s->values, half = first_half(s);
     /* scratch: pair slots [P], query offsets into the second half [Q], key
      * permutation [K] (pair p has key key[p]), values [P] */
     int64_t *slot = malloc((size_t)(2 * P + Q + K) * sizeof(int64_t));
+    if (!slot) return -1;
     int64_t *query_at = slot + P, *key = query_at + Q, *value = key + K;
     choose_sorted(&st, pair_slots(s), P, slot);
     choose_sorted(&st, s->seq_len - half, Q, query_at);
@@ -80,12 +92,8 @@ void recall_sample(const recall_shape *s, uint64_t seed, int64_t index, int64_t 
     for (int64_t p = 0; p < P; p++)
         value[p] = recall_value_token(s, key[p], bu_rng_range(&st, 0, V - 1));
 
-    for (int64_t i = 0; tokens && i < s->seq_len; i++) tokens[i] = RECALL_FILLER;
+    if (tokens) write_pairs(s, slot, key, value, tokens);
     for (int64_t i = 0; labels && i < s->seq_len; i++) labels[i] = TOKEN_IGNORE;
-    for (int64_t p = 0; tokens && p < P; p++) {
-        tokens[2 * slot[p]] = recall_key_token(key[p]);
-        tokens[2 * slot[p] + 1] = value[p];
-    }
     for (int64_t q = 0; q < Q; q++) {
         int64_t p = bu_rng_range(&st, 0, P - 1), pos = half + query_at[q];
         queries[q] = (recall_query){.query_pos = pos, .key_pos = 2 * slot[p], .answer = value[p]};
@@ -93,4 +101,5 @@ void recall_sample(const recall_shape *s, uint64_t seed, int64_t index, int64_t 
         if (labels) labels[pos] = value[p];
     }
     free(slot);
+    return 0;
 }

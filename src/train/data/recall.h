@@ -54,8 +54,9 @@ int recall_check(const recall_shape *s, int vocab, char *err, size_t err_len);
 
 /* Sample `index` of seed: tokens [seq_len] and labels [seq_len] (label =
  * value at a query, TOKEN_IGNORE elsewhere; either may be NULL), and its
- * queries [queries] in order of position. */
-void recall_sample(const recall_shape *s, uint64_t seed, int64_t index, int64_t *tokens,
-                   int64_t *labels, recall_query *queries);
+ * queries [queries] in order of position. 0, or -1 when its scratch (2 pairs
+ * + queries + keys integers) could not be allocated. */
+int recall_sample(const recall_shape *s, uint64_t seed, int64_t index, int64_t *tokens,
+                  int64_t *labels, recall_query *queries);
 
 #endif

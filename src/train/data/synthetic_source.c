@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "src/train/data/token_source.h"
+#include "util/alloc.h"
 #include "util/rng.h"
 
 typedef enum { TASK_COUNTING, TASK_COPY, TASK_RECALL } synthetic_task;
@@ -31,30 +32,32 @@ static int64_t token_at(const synthetic *s, int64_t index, int64_t seq_len, int6
     if (s->task == TASK_COUNTING) return (int64_t)((sample + (uint64_t)p) % (uint64_t)V);
     int64_t half = (seq_len + 1) / 2;
     if (p >= half) p -= half;
-    return 2 +
-           (int64_t)(bu_splitmix64(sample ^ (uint64_t)p) % (uint64_t)(V - 2)); /* 0, 1 reserved */
+    return 2 + (int64_t)(bu_splitmix64(sample ^ (uint64_t)p) % (uint64_t)(V - 2)); /* 0, 1 reserved */
 }
 
-/* A recall sample is made whole; this rank's positions are taken from it. */
-static void read_recall(synthetic *s, int64_t index, int64_t *tokens, int64_t *labels)
+/* A recall sample is made whole; this rank's positions are taken from it.
+ * 0, or -1 saying so on stderr. */
+static int read_recall(synthetic *s, int64_t index, int64_t *tokens, int64_t *labels)
 {
     const token_shard *sh = &s->shard;
-    recall_sample(&s->recall, s->seed, index, s->sample_tokens, s->sample_labels, s->queries);
+    if (recall_sample(&s->recall, s->seed, index, s->sample_tokens, s->sample_labels,
+                      s->queries) != 0) {
+        fprintf(stderr, "burst train: recall sample %lld: out of memory\n", (long long)index);
+        return -1;
+    }
     int64_t i = 0;
     for (int c = 0; c < sh->n_chunks; c++)
         for (int64_t p = sh->chunks[c].begin; p < sh->chunks[c].end; p++, i++) {
             tokens[i] = s->sample_tokens[p];
             labels[i] = s->sample_labels[p];
         }
+    return 0;
 }
 
 static int synthetic_read(token_source *base, int64_t index, int64_t *tokens, int64_t *labels)
 {
     synthetic *s = (synthetic *)base;
-    if (s->task == TASK_RECALL) {
-        read_recall(s, index, tokens, labels);
-        return 0;
-    }
+    if (s->task == TASK_RECALL) return read_recall(s, index, tokens, labels);
     const token_shard *sh = &s->shard;
     int64_t seq_len = sh->seq_len, half = (seq_len + 1) / 2, i = 0;
     for (int c = 0; c < sh->n_chunks; c++)
@@ -125,7 +128,8 @@ token_source *synthetic_source_create(const synthetic_spec *spec, int vocab, uin
     recall_shape shape = spec->recall;
     shape.seq_len = shard->seq_len;
     if (kind == TASK_RECALL && recall_check(&shape, vocab, err, err_len) != 0) return NULL;
-    synthetic *s = calloc(1, sizeof *s);
+    synthetic *s = bu_calloc(sizeof *s, "the synthetic source", err, err_len);
+    if (!s) return NULL;
     s->base.read = synthetic_read;
     s->base.free = synthetic_free;
     s->base.vocab = vocab;
@@ -133,12 +137,16 @@ token_source *synthetic_source_create(const synthetic_spec *spec, int vocab, uin
     s->seed = seed;
     s->doc_len = spec->doc_len;
     s->shard = *shard;
-    if (kind == TASK_RECALL) {
-        s->recall = shape;
-        s->sample_tokens = malloc((size_t)shard->seq_len * sizeof(int64_t));
-        s->sample_labels = malloc((size_t)shard->seq_len * sizeof(int64_t));
-        s->queries = malloc((size_t)shape.queries * sizeof(recall_query));
-    }
     if (spec->doc_len > 0) s->base.documents = synthetic_documents;
+    if (kind != TASK_RECALL) return &s->base;
+    s->recall = shape;
+    size_t sample_bytes = (size_t)shard->seq_len * sizeof(int64_t);
+    if (!(s->sample_tokens = bu_calloc(sample_bytes, "a recall sample", err, err_len)) ||
+        !(s->sample_labels = bu_calloc(sample_bytes, "a recall sample", err, err_len)) ||
+        !(s->queries = bu_calloc((size_t)shape.queries * sizeof(recall_query),
+                                 "a recall sample's queries", err, err_len))) {
+        synthetic_free(&s->base);
+        return NULL;
+    }
     return &s->base;
 }
