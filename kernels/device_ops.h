@@ -76,6 +76,8 @@ typedef struct bk_device_ops {
     bk_status (*grad_sqnorm)(const bk_queue *q, int n_bufs, const float *const *bufs,
                              const int64_t *counts, double *sqnorm);
     bk_status (*scale)(const bk_queue *q, int64_t n, float *x, float alpha);
+    bk_status (*fill)(const bk_queue *q, int64_t n, float *x, float value);
+    bk_status (*axpy)(const bk_queue *q, int64_t n, float alpha, const float *x, float *y);
     bk_status (*cross_entropy)(const bk_queue *q, int64_t rows, int64_t V, float *logits,
                                int64_t ld, const int64_t *labels, int64_t ignore_index, float scale,
                                float z_loss, float *loss, float *lse, int64_t *n_valid);

@@ -78,6 +78,8 @@ bk_status BK_DEV_FN(adamw_step)(const bk_queue *q, int64_t n, float *param, cons
 bk_status BK_DEV_FN(grad_sqnorm)(const bk_queue *q, int n_bufs, const float *const *bufs,
                                  const int64_t *counts, double *sqnorm);
 bk_status BK_DEV_FN(scale)(const bk_queue *q, int64_t n, float *x, float alpha);
+bk_status BK_DEV_FN(fill)(const bk_queue *q, int64_t n, float *x, float value);
+bk_status BK_DEV_FN(axpy)(const bk_queue *q, int64_t n, float alpha, const float *x, float *y);
 bk_status BK_DEV_FN(cross_entropy)(const bk_queue *q, int64_t rows, int64_t V, float *logits,
                                    int64_t ld, const int64_t *labels, int64_t ignore_index,
                                    float scale, float z_loss, float *loss, float *lse,

@@ -36,6 +36,8 @@ extern "C" const bk_device_ops BK_DEV_FN(ops) = {
     BK_DEV_FN(adamw_step),
     BK_DEV_FN(grad_sqnorm),
     BK_DEV_FN(scale),
+    BK_DEV_FN(fill),
+    BK_DEV_FN(axpy),
     BK_DEV_FN(cross_entropy),
     BK_DEV_FN(attn_fwd_init),
     BK_DEV_FN(attn_fwd),
