@@ -22,6 +22,18 @@ const char *bk_device_backend_name(void)
     return d ? d->name : "none";
 }
 
+bk_status bk_device_use(int index, int *count)
+{
+    BK_CHECK_ARG(index >= 0 && count != NULL);
+    BK_FORWARD(use, (index, count));
+}
+
+bk_status bk_device_memory(size_t *free_bytes, size_t *total_bytes)
+{
+    BK_CHECK_ARG(free_bytes != NULL && total_bytes != NULL);
+    BK_FORWARD(mem_info, (free_bytes, total_bytes));
+}
+
 bk_status bk_device_malloc(size_t bytes, void **p)
 {
     BK_CHECK_ARG(p != NULL);

@@ -39,6 +39,12 @@ typedef enum { BK_F32 = 0, BK_BF16 = 1 } bk_dtype;
 int bk_device_available(void);
 /* "cuda", "emulator" or "none". */
 const char *bk_device_backend_name(void);
+/* Makes device index % count the calling thread's device (the GPU a rank
+ * drives; *count: how many the node has); the emulator has one. */
+bk_status bk_device_use(int index, int *count);
+/* Free and total bytes of the device in use; BK_ERR_UNSUPPORTED in the
+ * emulator, whose device memory is the host's. */
+bk_status bk_device_memory(size_t *free_bytes, size_t *total_bytes);
 /* Device memory of `bytes` bytes (*p = NULL when bytes == 0). */
 bk_status bk_device_malloc(size_t bytes, void **p);
 bk_status bk_device_free(void *p);

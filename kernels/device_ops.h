@@ -27,6 +27,8 @@ enum { BK_COPY_HOST_TO_DEVICE = 0, BK_COPY_DEVICE_TO_HOST = 1, BK_COPY_DEVICE_TO
 typedef struct bk_device_ops {
     const char *name;
     int (*available)(void);
+    bk_status (*use)(int index, int *count);
+    bk_status (*mem_info)(size_t *free_bytes, size_t *total_bytes);
     /* memory; dir: a BK_COPY_* direction */
     bk_status (*malloc_)(size_t bytes, void **p);
     bk_status (*free_)(void *p);

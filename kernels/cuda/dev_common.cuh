@@ -19,6 +19,8 @@
 extern "C" {
 /* ---------------------------------------------------------------- memory (device_memory.cu) */
 int BK_DEV_FN(available)(void);
+bk_status BK_DEV_FN(use)(int index, int *count);
+bk_status BK_DEV_FN(mem_info)(size_t *free_bytes, size_t *total_bytes);
 bk_status BK_DEV_FN(malloc)(size_t bytes, void **p);
 bk_status BK_DEV_FN(free)(void *p);
 bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *src, size_t bytes, int dir);

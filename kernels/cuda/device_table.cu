@@ -10,6 +10,8 @@ extern "C" const bk_device_ops BK_DEV_FN(ops) = {
     "cuda",
 #endif
     BK_DEV_FN(available),
+    BK_DEV_FN(use),
+    BK_DEV_FN(mem_info),
     BK_DEV_FN(malloc),
     BK_DEV_FN(free),
     BK_DEV_FN(copy),

@@ -427,6 +427,22 @@ START_TEST(vector_helpers_match_host)
 }
 END_TEST
 
+/* A GEMM runs after what its stream holds: C accumulated onto a queued copy. */
+START_TEST(gemm_runs_after_queued_copies)
+{
+    bk_queue q = dev_queue();
+    float a[4] = {1, 2, 3, 4}, id[4] = {1, 0, 0, 1}, c0[4] = {10, 20, 30, 40}, got[4];
+    float *da = PUT(a, 4), *di = PUT(id, 4), *dc0 = PUT(c0, 4), *dc = PUT(a, 4);
+    ck_assert_int_eq(bk_device_copy(&q, dc, dc0, sizeof c0), BK_OK);
+    ck_assert_int_eq(bk_gemm(&q, BK_NO_TRANS, BK_NO_TRANS, 2, 2, 2, 1.0f, da, 2, di, 2, 1.0f, dc, 2),
+                     BK_OK);
+    ck_assert_int_eq(bk_device_sync(&q), BK_OK);
+    dev_get(got, dc, sizeof got);
+    for (int i = 0; i < 4; i++) ck_assert_float_eq(got[i], c0[i] + a[i]);
+    dev_free(da), dev_free(di), dev_free(dc0), dev_free(dc);
+}
+END_TEST
+
 START_TEST(gemm_matches_reference)
 {
     static const int64_t sizes[][3] = {{1, 1, 1}, {17, 33, 65}, {64, 40, 128}};
@@ -579,6 +595,7 @@ static Suite *dev_ops_suite(void)
                     grad_norm_and_clipping, cross_entropy_matches_reference,
                     cross_entropy_edge_rows_and_invalid_labels, gemm_matches_reference,
                     attention_state_kernels, device_to_device_copy, vector_helpers_match_host,
+                    gemm_runs_after_queued_copies,
                     invalid_arguments_are_refused);
     return s;
 }

@@ -142,12 +142,33 @@ START_TEST(bad_calls_are_refused)
 }
 END_TEST
 
+/* A rank picks its GPU by its local index: any index is valid (taken modulo
+ * the count); the emulator has one device and no memory of its own. */
+START_TEST(a_device_is_chosen_by_index)
+{
+    int count = 0;
+    ck_assert_int_eq(bk_device_use(5, &count), BK_OK);
+    ck_assert_int_ge(count, 1);
+    ck_assert_int_eq(bk_device_use(-1, &count), BK_ERR_ARG);
+    size_t free_bytes = 0, total = 0;
+    bk_status st = bk_device_memory(&free_bytes, &total);
+    if (!strcmp(bk_device_backend_name(), "emulator")) {
+        ck_assert_int_eq(count, 1);
+        ck_assert_int_eq(st, BK_ERR_UNSUPPORTED);
+    } else {
+        ck_assert_int_eq(st, BK_OK);
+        ck_assert(total > 0 && free_bytes <= total);
+    }
+    ck_assert_int_eq(bk_device_memory(NULL, &total), BK_ERR_ARG);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dev_streams");
     TCase *tc = check_tcase(s, "streams", 120);
     check_add_tests(tc, one_stream_runs_in_order, an_event_orders_two_streams,
-                    bad_calls_are_refused);
+                    bad_calls_are_refused, a_device_is_chosen_by_index);
     /* what only the emulator promises (on a GPU these are races) */
     if (!strcmp(bk_device_backend_name(), "emulator"))
         check_add_tests(check_tcase(s, "emulator", 120), a_missing_wait_reads_old_data,
