@@ -111,6 +111,13 @@ bk_status bk_device_event_sync(void *event)
     BK_FORWARD(event_sync, (event));
 }
 
+int bk_device_event_query(void *event)
+{
+    if (event == NULL) return -(int)BK_ERR_ARG;
+    const bk_device_ops *d = bk_device_backend();
+    return d != NULL ? d->event_query(event) : -(int)BK_ERR_UNSUPPORTED;
+}
+
 bk_status bk_device_upload_async(const bk_queue *q, void *dst, const void *src, size_t bytes)
 {
     BK_CHECK_ARG(q != NULL && (bytes == 0 || (dst != NULL && src != NULL)));

@@ -78,6 +78,13 @@ bk_status bk_device_event_record(void *event, const bk_queue *q);
 bk_status bk_device_stream_wait_event(const bk_queue *q, void *event);
 /* The host waits until the event's work has run. */
 bk_status bk_device_event_sync(void *event);
+/* Asks without waiting whether the event's work has run: 1 when it has (or the
+ * event was never recorded), 0 while it is pending, -BK_ERR_* (negative) on an
+ * error. What polls instead of waiting (the transport's staging pipeline)
+ * needs it. In the emulator a query of work not yet run answers 0 once and
+ * runs nothing; the next query runs the work up to the event and answers 1: a
+ * caller that takes 0 for done reads the old data, a caller that polls ends. */
+int bk_device_event_query(void *event);
 /* Copies queued on q's stream; they return at once. The host buffer must stay
  * as it is (source) or untouched (destination) until the stream has run the
  * copy; page-locked host memory (bk_host_pinned_malloc) lets the copy overlap

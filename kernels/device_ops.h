@@ -43,6 +43,7 @@ typedef struct bk_device_ops {
     bk_status (*event_record)(void *event, const bk_queue *q);
     bk_status (*stream_wait_event)(const bk_queue *q, void *event);
     bk_status (*event_sync)(void *event);
+    int (*event_query)(void *event); /* 1 done, 0 pending, -BK_ERR_* */
     bk_status (*host_malloc)(size_t bytes, void **p); /* page-locked host memory */
     bk_status (*host_free)(void *p);
 

@@ -167,6 +167,19 @@ tests_transport_test_transport_SOURCES = tests/transport/test_transport.c
 tests_transport_test_transport_CFLAGS = $(SUITE_CFLAGS)
 tests_transport_test_transport_LDADD = $(SUITE_LIBS) libburst_transport.a $(EXTERNAL_LIBS)
 
+# The transport on device memory: staging, self copies, device collectives and
+# refusals, with real ranks whose device is the SIMT emulator
+# (tests/transport/transport_dev_worker, linked like the device suites).
+check_PROGRAMS += tests/transport/transport_dev_worker tests/transport/test_transport_device
+TESTS += tests/transport/test_transport_device
+tests_transport_transport_dev_worker_SOURCES = tests/transport/transport_dev_worker.c \
+	tests/transport/dev_hooks.h tests/transport/dev_hooks.c kernels/emu/select_emu.c
+tests_transport_transport_dev_worker_LDADD = libburst_transport.a libburst_kernels_emu.a \
+	libburst_kernels.a $(EXTERNAL_LIBS) -lstdc++
+tests_transport_test_transport_device_SOURCES = tests/transport/test_transport_device.c
+tests_transport_test_transport_device_CFLAGS = $(SUITE_CFLAGS)
+tests_transport_test_transport_device_LDADD = $(SUITE_LIBS) libburst_transport.a $(EXTERNAL_LIBS)
+
 # A real single-node Slurm started by the test itself (skips where not root).
 TESTS += tests/transport/test_slurm.sh
 EXTRA_DIST += tests/transport/test_slurm.sh tests/lib/slurm/start.sh tests/lib/slurm/stop.sh \

@@ -34,6 +34,7 @@ bk_status BK_DEV_FN(event_destroy)(void *event);
 bk_status BK_DEV_FN(event_record)(void *event, const bk_queue *q);
 bk_status BK_DEV_FN(stream_wait_event)(const bk_queue *q, void *event);
 bk_status BK_DEV_FN(event_sync)(void *event);
+int BK_DEV_FN(event_query)(void *event);
 bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p);
 bk_status BK_DEV_FN(host_free)(void *p);
 /* Scratch memory ordered on q's stream (freed with scratch_free on the same

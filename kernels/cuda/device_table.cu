@@ -24,6 +24,7 @@ extern "C" const bk_device_ops BK_DEV_FN(ops) = {
     BK_DEV_FN(event_record),
     BK_DEV_FN(stream_wait_event),
     BK_DEV_FN(event_sync),
+    BK_DEV_FN(event_query),
     BK_DEV_FN(host_malloc),
     BK_DEV_FN(host_free),
     BK_DEV_FN(gemm),

@@ -27,6 +27,7 @@ struct emu_stream {
 struct emu_event {
     emu_stream *stream; /* NULL: never recorded */
     uint64_t point;     /* the stream's enqueued count when recorded */
+    int asked;          /* a query answered "pending" since the record */
 };
 
 pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -108,6 +109,7 @@ void event_record(void *event, void *stream)
     emu_event *e = static_cast<emu_event *>(event);
     e->stream = stream_of(stream);
     e->point = e->stream->enqueued;
+    e->asked = 0;
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -117,6 +119,20 @@ void event_flush(void *event)
     emu_event *e = static_cast<emu_event *>(event);
     if (e->stream != NULL) run_until(e->stream, e->point);
     pthread_mutex_unlock(&g_lock);
+}
+
+int event_query(void *event)
+{
+    pthread_mutex_lock(&g_lock);
+    emu_event *e = static_cast<emu_event *>(event);
+    int done = e->stream == NULL || e->stream->done >= e->point;
+    if (!done && e->asked) {
+        run_until(e->stream, e->point);
+        done = 1;
+    }
+    e->asked = !done;
+    pthread_mutex_unlock(&g_lock);
+    return done;
 }
 
 } // namespace bk_emu

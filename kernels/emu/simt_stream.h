@@ -34,6 +34,10 @@ void event_record(void *event, void *stream);
 /* Runs the recorded stream's queue up to the event (nothing if never
  * recorded). */
 void event_flush(void *event);
+/* 1 when the stream ran the event's work (or it was never recorded); else 0
+ * the first time it is asked since it was recorded, and the work up to the
+ * event is run and 1 returned the next time (kernels/device.h). */
+int event_query(void *event);
 
 } // namespace bk_emu
 
