@@ -43,8 +43,10 @@ extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)
     return *p ? BK_OK : BK_ERR_DEVICE;
 }
 
+/* As cudaFree, which waits for the device: no queued copy may touch p after. */
 extern "C" bk_status BK_DEV_FN(free)(void *p)
 {
+    if (p != NULL) bk_emu::flush_all();
     free(p);
     return BK_OK;
 }
@@ -71,9 +73,10 @@ extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **
     return BK_DEV_FN(malloc)(bytes, p);
 }
 
+/* As cudaFreeAsync: after what q's stream holds. */
 extern "C" void BK_DEV_FN(scratch_free)(const bk_queue *q, void *p)
 {
-    (void)q;
+    bk_emu::stream_flush(q->stream);
     free(p);
 }
 

@@ -76,8 +76,10 @@ extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
     return *p || bytes == 0 ? BK_OK : BK_ERR_NOMEM;
 }
 
+/* As cudaFreeHost, which waits for the device's copies from or to p. */
 extern "C" bk_status BK_DEV_FN(host_free)(void *p)
 {
+    if (p != NULL) bk_emu::flush_all();
     free(p);
     return BK_OK;
 }

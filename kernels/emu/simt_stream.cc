@@ -17,11 +17,13 @@ struct queued_copy {
     size_t bytes;
 };
 
-/* A stream: copies [done, enqueued) wait in ops[done - base ...]. */
+/* A stream: copies [done, enqueued) wait in ops[done - base ...]. Every
+ * stream is on the list that starts at the default stream. */
 struct emu_stream {
     queued_copy *ops;
     size_t cap;
     uint64_t base, done, enqueued; /* ops[0] is copy number base */
+    emu_stream *next;
 };
 
 struct emu_event {
@@ -53,16 +55,33 @@ void run_until(emu_stream *s, uint64_t point)
 
 void *stream_create(void)
 {
-    return calloc(1, sizeof(emu_stream));
+    emu_stream *s = static_cast<emu_stream *>(calloc(1, sizeof(emu_stream)));
+    if (s == NULL) return NULL;
+    pthread_mutex_lock(&g_lock);
+    s->next = g_default_stream.next;
+    g_default_stream.next = s;
+    pthread_mutex_unlock(&g_lock);
+    return s;
 }
 
 void stream_destroy(void *stream)
 {
     if (stream == NULL) return;
-    stream_flush(stream);
+    pthread_mutex_lock(&g_lock);
     emu_stream *s = static_cast<emu_stream *>(stream);
+    run_until(s, s->enqueued);
+    for (emu_stream *p = &g_default_stream; p != NULL; p = p->next)
+        if (p->next == s) p->next = s->next;
+    pthread_mutex_unlock(&g_lock);
     free(s->ops);
     free(s);
+}
+
+void flush_all(void)
+{
+    pthread_mutex_lock(&g_lock);
+    for (emu_stream *s = &g_default_stream; s != NULL; s = s->next) run_until(s, s->enqueued);
+    pthread_mutex_unlock(&g_lock);
 }
 
 int stream_enqueue_copy(void *stream, void *dst, const void *src, size_t bytes)

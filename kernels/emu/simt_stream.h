@@ -26,6 +26,9 @@ void stream_destroy(void *stream);
 int stream_enqueue_copy(void *stream, void *dst, const void *src, size_t bytes);
 /* Runs everything queued on the stream. */
 void stream_flush(void *stream);
+/* Runs everything queued on every stream (what freeing device memory does:
+ * cudaFree waits for the device). */
+void flush_all(void);
 
 void *event_create(void);
 void event_destroy(void *event);
