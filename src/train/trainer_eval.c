@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "io/dataset_int64.h"
+#include "kernels/device.h"
 #include "src/train/trainer.h"
 #include "util/exit_codes.h"
 
@@ -61,6 +62,11 @@ static int read_eval_sample(trainer *t, token_source *src, int64_t s, char *err,
                  t->cfg.eval_path, (long long)s);
         return -1;
     }
+    size_t bytes = (size_t)t->layout.n * sizeof(int64_t);
+    if (t->plan.on_device && bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) != BK_OK) {
+        snprintf(err, err_len, "cannot copy sample %lld to the device", (long long)s);
+        return -1;
+    }
     return t->segments ? model_runner_set_documents(t->runner, t->segments, err, err_len) : 0;
 }
 
@@ -90,7 +96,8 @@ int trainer_evaluate(trainer *t, int64_t *correct, int64_t *total, char *err, si
             return EXIT_RUN_FAILURE;
         }
         int64_t row = local_row(t, a[1] - 1), predicted = -1;
-        if (model_predict(t->runner, t->params, t->tokens, &row, row >= 0, &predicted) != BT_OK) {
+        const int64_t *tokens = t->plan.on_device ? t->dev_tokens : t->tokens;
+        if (model_predict(t->runner, t->params, tokens, &row, row >= 0, &predicted) != BT_OK) {
             snprintf(err, err_len, "%s: %s", c->eval_path, world_reason(t));
             failed = 1;
         }

@@ -53,6 +53,17 @@ static double metric(const char *line, const char *key)
 
 static char tmpdir[256];
 
+/* The program the ranks run: burst, or burst linked with the device emulator
+ * (tests/train/burst_emu) for runs with [train] device = cuda. */
+static int on_emulator;
+
+static const char *program(void)
+{
+    static char emu[4096];
+    if (!on_emulator) return test_burst_path();
+    return test_program_path("tests/train/burst_emu", emu, sizeof emu);
+}
+
 /* burst run -n ranks [--nodes nodes] -- burst train --set ... (sets: NULL-terminated) */
 static test_run_result train_args(int ranks, int nodes, const char *const *sets,
                                   const char *const *args, curve *out, char *metrics_text,
@@ -66,11 +77,11 @@ static test_run_result train_args(int ranks, int nodes, const char *const *sets,
     snprintf(m, sizeof m, "%d", nodes);
     char *argv[64];
     int a = 0;
-    argv[a++] = (char *)test_burst_path();
+    argv[a++] = (char *)program();
     /* --no-kill: every rank must stop by itself, and say why */
     argv[a++] = "run", argv[a++] = "-n", argv[a++] = n, argv[a++] = "--nodes", argv[a++] = m;
     argv[a++] = "--no-kill", argv[a++] = "--";
-    argv[a++] = (char *)test_burst_path();
+    argv[a++] = (char *)program();
     argv[a++] = "train";
     const char *base[] = {"data.seq_len=256", "train.steps=6", "train.warmup_steps=2",
                           "train.lr=1e-2", NULL};
@@ -788,6 +799,39 @@ START_TEST(eval_read_failure_on_one_rank_stops_every_rank)
 }
 END_TEST
 
+/* The engine on the (emulated) device: every buffer of the model, the ring
+ * and the optimizer in device memory, the transport staging device buffers
+ * between ranks. Against the CPU engine, step by step, within what bf16
+ * attention moves (the device's tensor cores round Q, K, V, P and dS to bf16;
+ * the host computes in fp32): 1 rank, and 4 ranks on 2 emulated nodes with
+ * the double ring and dp x cp = 2 x 2 (the gradient reduce-scatter and the
+ * parameter all-gather on device memory). A resume on the device continues
+ * bit for bit. */
+START_TEST(device_engine_matches_the_cpu)
+{
+    on_emulator = 1;
+    const char *dev[] = {"train.device=cuda", NULL};
+    curve cpu, one, four, grid;
+    run_ok(1, 1, NULL, &cpu);
+    run_saying(1, 1, dev, "device: emulator", &one);
+    expect_same(&cpu, &one, 2e-2, "device P=1 vs CPU");
+    run_ok(4, 2, with(dev, (const char *[]){"parallel.cp=4", "parallel.ring=double", NULL}), &four);
+    expect_same(&cpu, &four, 2e-2, "device, double ring P=4 vs CPU");
+    run_ok(4, 2, with(dev, (const char *[]){"parallel.dp=2", "parallel.cp=2", NULL}), &grid);
+    curve cpu_grid;
+    run_ok(4, 2, (const char *[]){"parallel.dp=2", "parallel.cp=2", NULL}, &cpu_grid);
+    expect_same(&cpu_grid, &grid, 2e-2, "device dp x cp = 2 x 2 vs CPU");
+
+    char dir[512], dir_set[600];
+    snprintf(dir, sizeof dir, "%s/ckpt-device", tmpdir);
+    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    const char *sets[] = {"train.device=cuda", "parallel.cp=2", dir_set, NULL};
+    expect_resume_bit_for_bit(2, sets, dir, NULL);
+    ck_assert_int_eq(test_remove_tree(dir), 0);
+    on_emulator = 0;
+}
+END_TEST
+
 int main(void)
 {
     if (!test_make_tmpdir(tmpdir, sizeof tmpdir, "burst-train")) return 1;
@@ -803,6 +847,8 @@ int main(void)
         bad_settings_exit_2_before_work, resume_continues_bit_for_bit,
         resume_continues_a_shuffled_corpus_bit_for_bit, trains_from_an_hdf5_corpus,
         documents_from_an_hdf5_corpus, eval_read_failure_on_one_rank_stops_every_rank);
+    /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
+    check_add_tests(check_tcase(s, "device", 900), device_engine_matches_the_cpu);
     int status = check_run(s);
     test_remove_tree(tmpdir);
     return status;

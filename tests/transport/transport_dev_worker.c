@@ -1,8 +1,9 @@
 /* transport_dev_worker.c: one rank of a device-memory transport test,
  * launched by test_transport_device through `burst run` (or alone, as a world
- * of one). Device memory is the SIMT emulator's (tests/transport/dev_hooks.h),
- * whose queued copies run only when an event or a stream is waited for, so a
- * staged chunk sent before its copy's event completed carries old bytes.
+ * of one). Device memory is the SIMT emulator's (the engine's hooks,
+ * src/attn/device_link.h), whose queued copies run only when an event or a
+ * stream is waited for, so a staged chunk sent before its copy's event
+ * completed carries old bytes.
  * Each scenario checks its results itself, prints "ok SCENARIO on N ranks" on
  * rank 0 and exits 0, or prints what differed and exits 1. */
 #define _GNU_SOURCE
@@ -12,7 +13,7 @@
 
 #include "kernels/device.h"
 #include "tests/lib/worker_util.h"
-#include "tests/transport/dev_hooks.h"
+#include "src/attn/device_link.h"
 #include "transport/internal.h"
 #include "transport/transport.h"
 
@@ -71,7 +72,7 @@ static void check_arrived(const void *dev, size_t bytes, int src, int tag, const
 
 static void set_device(void)
 {
-    bt_device_hooks h = dev_hooks();
+    bt_device_hooks h = attn_device_hooks(-1);
     must(bt_world_set_device(world, &h), "set device");
 }
 
@@ -267,7 +268,7 @@ static void scenario_collectives(void)
  * start, a collective inside a group, hooks set twice or incomplete. */
 static void scenario_misuse(void)
 {
-    bt_device_hooks h = dev_hooks(), broken = dev_hooks();
+    bt_device_hooks h = attn_device_hooks(-1), broken = attn_device_hooks(-1);
     broken.event_query = NULL;
     EXPECT(bt_world_set_device(world, &broken) == BT_ERR_ARG, "incomplete hooks were accepted");
     set_device();
