@@ -191,6 +191,14 @@ clean-local-tests:
 .PHONY: clean-local-tests
 
 # ------------------------------------------------------------------ io
+# The one HDF5 error policy (io/h5util.c): messages naming the file, the
+# attribute and HDF5's detail; nothing printed, in any thread; the stack empty.
+check_PROGRAMS += tests/io/test_h5util
+TESTS += tests/io/test_h5util
+tests_io_test_h5util_SOURCES = tests/io/test_h5util.c
+tests_io_test_h5util_CFLAGS = $(SUITE_CFLAGS)
+tests_io_test_h5util_LDADD = $(SUITE_LIBS) libburst_io.a $(EXTERNAL_LIBS)
+
 # Training checkpoints in HDF5 (io/checkpoint.c).
 check_PROGRAMS += tests/io/test_checkpoint
 TESTS += tests/io/test_checkpoint

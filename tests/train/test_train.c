@@ -29,6 +29,7 @@
 
 #include <hdf5.h>
 
+#include "io/h5util.h"
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
 
@@ -525,13 +526,16 @@ static void loss_lines(const char *metrics, int from, int to, char *out, size_t 
     }
 }
 
-/* Swaps the 8-byte attribute `name` of file (of HDF5 type `type`) with *value. */
+/* Swaps the 8-byte attribute `name` of file (of HDF5 type `type`) with *value,
+ * in place: a test's tampering, which io/ never does to a checkpoint. */
 static void swap_attribute(const char *file, const char *name, hid_t type, void *value)
 {
-    hid_t f = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
-    ck_assert_msg(f >= 0, "cannot open %s", file);
+    char err[512];
+    hid_t f = io_h5_open(file, H5F_ACC_RDWR, err, sizeof err);
+    ck_assert_msg(f >= 0, "%s", err);
     hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-    ck_assert_msg(a >= 0, "%s has no attribute %s", file, name);
+    if (a < 0) io_h5_fail(err, sizeof err, file, "opening attribute \"%s\"", name);
+    ck_assert_msg(a >= 0, "%s", err);
     unsigned char old[8];
     ck_assert(H5Aread(a, type, old) >= 0 && H5Awrite(a, type, value) >= 0);
     memcpy(value, old, sizeof old);
@@ -752,14 +756,16 @@ END_TEST
  * (the corpus writer refuses a token beyond the vocabulary). */
 static void poke_token(const char *path, hsize_t pos, unsigned value)
 {
-    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-    hid_t d = f < 0 ? -1 : H5Dopen2(f, "tokens", H5P_DEFAULT);
+    char err[512] = "";
+    hid_t f = io_h5_open(path, H5F_ACC_RDWR, err, sizeof err);
+    hid_t d = f < 0 ? -1 : io_h5_open_dataset(f, path, "tokens", H5P_DEFAULT, err, sizeof err);
     hid_t fs = d < 0 ? -1 : H5Dget_space(d);
     hsize_t one = 1;
     hid_t ms = H5Screate_simple(1, &one, NULL);
-    ck_assert_msg(fs >= 0 && H5Sselect_hyperslab(fs, H5S_SELECT_SET, &pos, NULL, &one, NULL) >= 0 &&
-                      H5Dwrite(d, H5T_NATIVE_UINT, ms, fs, H5P_DEFAULT, &value) >= 0,
-                  "cannot write token %llu of %s", (unsigned long long)pos, path);
+    if (fs >= 0 && (H5Sselect_hyperslab(fs, H5S_SELECT_SET, &pos, NULL, &one, NULL) < 0 ||
+                    H5Dwrite(d, H5T_NATIVE_UINT, ms, fs, H5P_DEFAULT, &value) < 0))
+        io_h5_fail(err, sizeof err, path, "writing token %llu", (unsigned long long)pos);
+    ck_assert_msg(fs >= 0 && !err[0], "%s", err);
     H5Sclose(ms), H5Sclose(fs), H5Dclose(d), H5Fclose(f);
 }
 
