@@ -812,26 +812,28 @@ END_TEST
  * the host computes in fp32): 1 rank, and 4 ranks on 2 emulated nodes with
  * the double ring and dp x cp = 2 x 2 (the gradient reduce-scatter and the
  * parameter all-gather on device memory). A resume on the device continues
- * bit for bit. */
+ * bit for bit. Sequences of 64 tokens: the emulator runs every kernel thread
+ * by thread on the CPU. */
 START_TEST(device_engine_matches_the_cpu)
 {
     on_emulator = 1;
-    const char *dev[] = {"train.device=cuda", NULL};
+    const char *dev[] = {"train.device=cuda", "data.seq_len=64", NULL};
     curve cpu, one, four, grid;
-    run_ok(1, 1, NULL, &cpu);
+    run_ok(1, 1, (const char *[]){"data.seq_len=64", NULL}, &cpu);
     run_saying(1, 1, dev, "device: emulator", &one);
     expect_same(&cpu, &one, 2e-2, "device P=1 vs CPU");
     run_ok(4, 2, with(dev, (const char *[]){"parallel.cp=4", "parallel.ring=double", NULL}), &four);
     expect_same(&cpu, &four, 2e-2, "device, double ring P=4 vs CPU");
     run_ok(4, 2, with(dev, (const char *[]){"parallel.dp=2", "parallel.cp=2", NULL}), &grid);
     curve cpu_grid;
-    run_ok(4, 2, (const char *[]){"parallel.dp=2", "parallel.cp=2", NULL}, &cpu_grid);
+    run_ok(4, 2, (const char *[]){"parallel.dp=2", "parallel.cp=2", "data.seq_len=64", NULL},
+           &cpu_grid);
     expect_same(&cpu_grid, &grid, 2e-2, "device dp x cp = 2 x 2 vs CPU");
 
     char dir[512], dir_set[600];
     snprintf(dir, sizeof dir, "%s/ckpt-device", tmpdir);
     snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
-    const char *sets[] = {"train.device=cuda", "parallel.cp=2", dir_set, NULL};
+    const char *sets[] = {"train.device=cuda", "data.seq_len=64", "parallel.cp=2", dir_set, NULL};
     expect_resume_bit_for_bit(2, sets, dir, NULL);
     ck_assert_int_eq(test_remove_tree(dir), 0);
     on_emulator = 0;

@@ -285,7 +285,9 @@ static void scenario_misuse(void)
 
 /* Device memory before bt_world_set_device is refused, naming the backend,
  * the peer and the memory kind; the world then fails (sticky) and every rank
- * leaves with that verdict. */
+ * leaves with that verdict. A rank whose peer refused first and left may hear
+ * of that before it posts: it then names the lost peer (the test checks that
+ * some rank printed the refusal itself). */
 static void scenario_refuse_no_hooks(void)
 {
     int peer = (rank + 1) % size;
@@ -297,10 +299,12 @@ static void scenario_refuse_no_hooks(void)
     char want_peer[32];
     snprintf(want_peer, sizeof want_peer, "rank %d", peer);
     const char *backend = size == 1 ? "self" : "ucx";
-    EXPECT(st == BT_ERR_ARG && r == NULL, "device memory without hooks: %s", bt_status_name(st));
-    EXPECT(strstr(err, "device memory") && strstr(err, want_peer) && strstr(err, backend),
-           "the refusal does not name the memory kind, %s and the %s backend: '%s'", want_peer,
-           backend, err);
+    int own = strstr(err, "device memory") && strstr(err, want_peer) && strstr(err, backend);
+    int heard = st == BT_ERR_PEER_LOST && strstr(err, "lost") && strstr(err, want_peer);
+    EXPECT((st == BT_ERR_ARG || heard) && r == NULL, "device memory without hooks: %s",
+           bt_status_name(st));
+    EXPECT(own || heard, "the refusal does not name the memory kind, %s and the %s backend: '%s'",
+           want_peer, backend, err);
     printf("refused: %s\n", err);
     bt_world_finalize(world); /* failed: returns at once */
     if (failures == 0) printf("ok refuse on rank %d of %d\n", rank, size);
