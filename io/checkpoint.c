@@ -12,8 +12,8 @@
  * is first renamed to DIR/step-S.old, which the readers fall back to when
  * DIR/step-S is missing.
  *
- * HDF5's automatic error printing is switched off while these functions run;
- * every failure is reported in err, naming the file. */
+ * Errors follow io/h5util.h: HDF5 prints nothing, and every failure is
+ * reported in err, naming the file. */
 #define _GNU_SOURCE /* renameat2 */
 #include <dirent.h>
 #include <errno.h>
@@ -29,6 +29,7 @@
 #include <hdf5.h>
 
 #include "io/checkpoint.h"
+#include "io/h5util.h"
 
 #define CKPT_FORMAT         "burstengine-checkpoint"
 #define CKPT_FORMAT_VERSION 1
@@ -45,26 +46,6 @@ static void set_err(char *err, size_t err_len, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, err_len, fmt, ap);
     va_end(ap);
-}
-
-/* ---- HDF5 error printing: off while a public function runs. ---- */
-
-typedef struct {
-    H5E_auto2_t func;
-    void *data;
-} h5_quiet;
-
-static h5_quiet h5_quiet_begin(void)
-{
-    h5_quiet q = {NULL, NULL};
-    H5Eget_auto2(H5E_DEFAULT, &q.func, &q.data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    return q;
-}
-
-static void h5_quiet_end(h5_quiet q)
-{
-    H5Eset_auto2(H5E_DEFAULT, q.func, q.data);
 }
 
 /* ---- Paths and the file system. ---- */
@@ -180,72 +161,13 @@ static int path_exists(const char *path)
 
 /* ---- HDF5 helpers: writing. ---- */
 
-static int write_attr(hid_t obj, const char *name, hid_t type, const void *value)
-{
-    hid_t space = H5Screate(H5S_SCALAR);
-    if (space < 0) return -1;
-    hid_t a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = -1;
-    if (a >= 0) {
-        rc = H5Awrite(a, type, value) < 0 ? -1 : 0;
-        if (H5Aclose(a) < 0) rc = -1;
-    }
-    H5Sclose(space);
-    return rc;
-}
-
-static int write_attr_i64(hid_t obj, const char *name, int64_t v)
-{
-    return write_attr(obj, name, H5T_NATIVE_INT64, &v);
-}
-
-/* A fixed-length string of strlen(s) + 1 bytes, null-terminated. */
-static hid_t string_type(size_t len)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    if (t < 0) return -1;
-    if (H5Tset_size(t, len + 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLTERM) < 0) {
-        H5Tclose(t);
-        return -1;
-    }
-    return t;
-}
-
-static int write_attr_string(hid_t obj, const char *name, const char *s)
-{
-    hid_t t = string_type(strlen(s));
-    if (t < 0) return -1;
-    int rc = write_attr(obj, name, t, s);
-    H5Tclose(t);
-    return rc;
-}
-
-/* A scalar fixed-length string dataset (the configuration text may exceed
- * what an attribute comfortably holds). */
-static int write_string_dataset(hid_t file, const char *name, const char *s)
-{
-    hid_t t = string_type(strlen(s));
-    if (t < 0) return -1;
-    hid_t space = H5Screate(H5S_SCALAR);
-    int rc = -1;
-    if (space >= 0) {
-        hid_t d = H5Dcreate2(file, name, t, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        if (d >= 0) {
-            rc = H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, s) < 0 ? -1 : 0;
-            if (H5Dclose(d) < 0) rc = -1;
-        }
-        H5Sclose(space);
-    }
-    H5Tclose(t);
-    return rc;
-}
-
 /* A 1-D float32 dataset of n elements, chunked when not empty. */
-static int write_floats(hid_t file, const char *name, const float *x, int64_t n)
+static int write_floats(hid_t file, const char *path, const char *name, const float *x, int64_t n,
+                        char *err, size_t err_len)
 {
     hsize_t dims[1] = {(hsize_t)n};
     hid_t space = H5Screate_simple(1, dims, NULL);
-    if (space < 0) return -1;
+    if (space < 0) return io_h5_fail(err, err_len, path, "writing dataset /%s", name);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     int rc = -1;
     if (dcpl >= 0) {
@@ -262,72 +184,19 @@ static int write_floats(hid_t file, const char *name, const float *x, int64_t n)
         H5Pclose(dcpl);
     }
     H5Sclose(space);
-    return rc;
+    if (rc == 0) return 0;
+    return io_h5_fail(err, err_len, path, "writing dataset /%s", name);
 }
 
 /* ---- HDF5 helpers: reading. ---- */
 
-static int read_attr(hid_t obj, const char *name, hid_t mem_type, void *value)
-{
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    hid_t space = H5Aget_space(a);
-    int rc = -1;
-    if (space >= 0) {
-        if (H5Sget_simple_extent_npoints(space) == 1) rc = H5Aread(a, mem_type, value) < 0 ? -1 : 0;
-        H5Sclose(space);
-    }
-    H5Aclose(a);
-    return rc;
-}
-
-static int read_attr_i64(hid_t obj, const char *name, int64_t *v)
-{
-    return read_attr(obj, name, H5T_NATIVE_INT64, v);
-}
-
-/* Reads a scalar fixed-length string (attribute when is_attr, else dataset)
- * into a malloc'd, null-terminated buffer. */
-static char *read_string(hid_t obj, const char *name, int is_attr)
-{
-    hid_t h = is_attr ? H5Aopen(obj, name, H5P_DEFAULT) : H5Dopen2(obj, name, H5P_DEFAULT);
-    if (h < 0) return NULL;
-    char *out = NULL;
-    hid_t ft = is_attr ? H5Aget_type(h) : H5Dget_type(h);
-    if (ft >= 0) {
-        size_t size = H5Tget_size(ft);
-        if (H5Tget_class(ft) == H5T_STRING && H5Tis_variable_str(ft) == 0 && size > 0) {
-            hid_t mt = H5Tcopy(H5T_C_S1);
-            if (mt >= 0 && H5Tset_size(mt, size + 1) >= 0 &&
-                H5Tset_strpad(mt, H5T_STR_NULLTERM) >= 0) {
-                out = calloc(size + 1, 1);
-                herr_t r = -1;
-                if (out)
-                    r = is_attr ? H5Aread(h, mt, out)
-                                : H5Dread(h, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
-                if (r < 0) {
-                    free(out);
-                    out = NULL;
-                }
-            }
-            if (mt >= 0) H5Tclose(mt);
-        }
-        H5Tclose(ft);
-    }
-    if (is_attr)
-        H5Aclose(h);
-    else
-        H5Dclose(h);
-    return out;
-}
-
 /* Reads the 1-D float dataset name, which must hold exactly n elements; out
- * may be NULL to check the shape only. Returns 0, -1 on an HDF5 failure, or
- * -2 with *found set when the length differs. */
-static int read_floats(hid_t file, const char *name, float *out, int64_t n, int64_t *found)
+ * may be NULL to check the shape only. Returns 0, -1 on an HDF5 failure (err
+ * says which), or -2 with *found set when the length differs. */
+static int read_floats(hid_t file, const char *path, const char *name, float *out, int64_t n,
+                       int64_t *found, char *err, size_t err_len)
 {
-    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+    hid_t d = io_h5_open_dataset(file, path, name, H5P_DEFAULT, err, err_len);
     if (d < 0) return -1;
     int rc = -1;
     hid_t space = H5Dget_space(d);
@@ -347,17 +216,34 @@ static int read_floats(hid_t file, const char *name, float *out, int64_t n, int6
         H5Sclose(space);
     }
     H5Dclose(d);
+    if (rc == -1) io_h5_fail(err, err_len, path, "reading the 1-D dataset /%s", name);
     return rc;
 }
 
 /* Closes a file written for a checkpoint and fsyncs it. */
 static int close_and_sync(hid_t file, const char *path, char *err, size_t err_len)
 {
-    if (H5Fclose(file) < 0) {
-        set_err(err, err_len, "cannot close %s (HDF5 error)", path);
-        return -1;
-    }
+    if (io_h5_close(file, path, err, err_len) != 0) return -1;
     return fsync_path(path, 0, err, err_len);
+}
+
+/* Closes a file that was read: a failure to close is the error only when
+ * nothing failed before (rc == 0), whose message it would otherwise hide. */
+static int close_read(hid_t file, const char *path, int rc, char *err, size_t err_len)
+{
+    if (file < 0) return rc;
+    if (rc == 0) return io_h5_close(file, path, err, err_len);
+    H5Fclose(file);
+    io_h5_detail(NULL, 0);
+    return rc;
+}
+
+/* A file written for a checkpoint that failed: closed, the stack cleared. */
+static int give_up_write(hid_t file)
+{
+    H5Fclose(file);
+    io_h5_detail(NULL, 0);
+    return -1;
 }
 
 /* ---- Phase 1: begin. ---- */
@@ -384,51 +270,38 @@ int io_checkpoint_begin(const char *dir, int64_t step, char *err, size_t err_len
 static int write_model(const char *path, const io_ckpt_meta *meta, const float *params, char *err,
                        size_t err_len)
 {
-    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0) {
-        set_err(err, err_len, "cannot create %s (HDF5 error)", path);
-        return -1;
-    }
-    uint64_t rng = meta->rng_state;
-    int world = meta->world_size;
-    int version = CKPT_FORMAT_VERSION;
-    int bad = write_attr_string(f, "format", CKPT_FORMAT) ||
-              write_attr(f, "format_version", H5T_NATIVE_INT, &version) ||
-              write_attr_i64(f, "step", meta->step) ||
-              write_attr_i64(f, "sample_position", meta->sample_position) ||
-              write_attr(f, "rng_state", H5T_NATIVE_UINT64, &rng) ||
-              write_attr(f, "world_size", H5T_NATIVE_INT, &world) ||
-              write_attr_i64(f, "n_params", meta->n_params) ||
-              write_floats(f, "params", params, meta->n_params) ||
-              write_string_dataset(f, "config", meta->config_text ? meta->config_text : "");
-    if (bad) {
-        set_err(err, err_len, "cannot write %s (HDF5 error)", path);
-        H5Fclose(f);
-        return -1;
-    }
+    hid_t f = io_h5_create(path, err, err_len);
+    if (f < 0) return -1;
+    int bad = io_h5_write_format(f, path, CKPT_FORMAT, CKPT_FORMAT_VERSION, err, err_len) ||
+              io_h5_write_attr_int(f, path, "step", H5T_NATIVE_INT64, meta->step, err, err_len) ||
+              io_h5_write_attr_int(f, path, "sample_position", H5T_NATIVE_INT64,
+                                   meta->sample_position, err, err_len) ||
+              io_h5_write_attr_u64(f, path, "rng_state", meta->rng_state, err, err_len) ||
+              io_h5_write_attr_int(f, path, "world_size", H5T_NATIVE_INT, meta->world_size, err,
+                                   err_len) ||
+              io_h5_write_attr_int(f, path, "n_params", H5T_NATIVE_INT64, meta->n_params, err,
+                                   err_len) ||
+              write_floats(f, path, "params", params, meta->n_params, err, err_len) ||
+              io_h5_write_string_dataset(f, path, "config",
+                                         meta->config_text ? meta->config_text : "", err, err_len);
+    if (bad) return give_up_write(f);
     return close_and_sync(f, path, err, err_len);
 }
 
 static int write_optim(const char *path, int rank, int64_t shard_begin, int64_t shard_len,
                        const float *m, const float *v, char *err, size_t err_len)
 {
-    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0) {
-        set_err(err, err_len, "cannot create %s (HDF5 error)", path);
-        return -1;
-    }
-    int version = CKPT_FORMAT_VERSION;
-    int bad = write_attr_string(f, "format", CKPT_FORMAT) ||
-              write_attr(f, "format_version", H5T_NATIVE_INT, &version) ||
-              write_attr(f, "rank", H5T_NATIVE_INT, &rank) ||
-              write_attr_i64(f, "shard_begin", shard_begin) ||
-              write_attr_i64(f, "shard_len", shard_len) || write_floats(f, "m", m, shard_len) ||
-              write_floats(f, "v", v, shard_len);
-    if (bad) {
-        set_err(err, err_len, "cannot write %s (HDF5 error)", path);
-        H5Fclose(f);
-        return -1;
-    }
+    hid_t f = io_h5_create(path, err, err_len);
+    if (f < 0) return -1;
+    int bad = io_h5_write_format(f, path, CKPT_FORMAT, CKPT_FORMAT_VERSION, err, err_len) ||
+              io_h5_write_attr_int(f, path, "rank", H5T_NATIVE_INT, rank, err, err_len) ||
+              io_h5_write_attr_int(f, path, "shard_begin", H5T_NATIVE_INT64, shard_begin, err,
+                                   err_len) ||
+              io_h5_write_attr_int(f, path, "shard_len", H5T_NATIVE_INT64, shard_len, err,
+                                   err_len) ||
+              write_floats(f, path, "m", m, shard_len, err, err_len) ||
+              write_floats(f, path, "v", v, shard_len, err, err_len);
+    if (bad) return give_up_write(f);
     return close_and_sync(f, path, err, err_len);
 }
 
@@ -461,7 +334,7 @@ int io_checkpoint_write_rank(const char *dir, int64_t step, int rank, const io_c
         set_err(err, err_len, "checkpoint directory %s does not exist (phase begin missing?)", tmp);
         return -1;
     }
-    h5_quiet q = h5_quiet_begin();
+    io_h5_quiet();
     int rc = 0;
     if (rank == 0) {
         snprintf(path, sizeof path, "%s/model.h5", tmp);
@@ -471,7 +344,6 @@ int io_checkpoint_write_rank(const char *dir, int64_t step, int rank, const io_c
         snprintf(path, sizeof path, "%s/optim-%d.h5", tmp, rank);
         rc = write_optim(path, rank, shard_begin, shard_len, m, v, err, err_len);
     }
-    h5_quiet_end(q);
     return rc;
 }
 
@@ -672,7 +544,6 @@ int64_t io_checkpoint_latest(const char *dir, char *err, size_t err_len)
     return step;
 }
 
-/* Opens a checkpoint file for reading and checks its format. */
 /* The directory of committed checkpoint step: DIR/step-S, or DIR/step-S.old
  * when a commit writing the same step again was interrupted between its two
  * renames (only where RENAME_EXCHANGE is unavailable). */
@@ -687,36 +558,34 @@ static int committed_dir(char *out, size_t len, const char *dir, int64_t step, c
     return 0;
 }
 
+/* Opens a checkpoint file for reading and checks its format. */
 static hid_t open_checked(const char *path, char *err, size_t err_len)
 {
     if (!path_exists(path)) {
         set_err(err, err_len, "checkpoint file %s does not exist", path);
         return -1;
     }
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) {
-        set_err(err, err_len, "cannot open %s: not a readable HDF5 file (truncated or corrupt?)",
-                path);
-        return -1;
-    }
-    char *format = H5Aexists(f, "format") > 0 ? read_string(f, "format", 1) : NULL;
-    int version = 0;
-    if (!format || strcmp(format, CKPT_FORMAT) != 0) {
-        set_err(err, err_len, "%s is not a burstengine checkpoint (format attribute '%s')", path,
-                format ? format : "missing");
-        free(format);
-        H5Fclose(f);
-        return -1;
-    }
-    free(format);
-    if (read_attr(f, "format_version", H5T_NATIVE_INT, &version) != 0 ||
-        version != CKPT_FORMAT_VERSION) {
-        set_err(err, err_len, "%s has checkpoint format version %d, this program reads %d", path,
-                version, CKPT_FORMAT_VERSION);
-        H5Fclose(f);
-        return -1;
-    }
+    hid_t f = io_h5_open(path, H5F_ACC_RDONLY, err, err_len);
+    if (f < 0) return -1;
+    if (io_h5_check_format(f, path, CKPT_FORMAT, CKPT_FORMAT_VERSION, "burstengine checkpoint",
+                           err, err_len) != 0)
+        return close_read(f, path, -1, err, err_len);
     return f;
+}
+
+/* The attributes of model.h5. */
+static int read_model_meta(hid_t f, const char *path, io_ckpt_meta *got, char *err,
+                           size_t err_len)
+{
+    int64_t world = 0;
+    if (io_h5_read_attr_int(f, path, "step", &got->step, err, err_len) ||
+        io_h5_read_attr_int(f, path, "sample_position", &got->sample_position, err, err_len) ||
+        io_h5_read_attr_u64(f, path, "rng_state", &got->rng_state, err, err_len) ||
+        io_h5_read_attr_int(f, path, "world_size", &world, err, err_len) ||
+        io_h5_read_attr_int(f, path, "n_params", &got->n_params, err, err_len))
+        return -1;
+    got->world_size = (int)world;
+    return 0;
 }
 
 int io_checkpoint_read_model(const char *dir, int64_t step, const io_ckpt_meta *expect,
@@ -726,25 +595,13 @@ int io_checkpoint_read_model(const char *dir, int64_t step, const io_ckpt_meta *
     if (committed_dir(ck, sizeof ck, dir, step, err, err_len) != 0) return -1;
     snprintf(path, sizeof path, "%s/model.h5", ck);
     io_ckpt_meta got = {0};
-    h5_quiet q = h5_quiet_begin();
+    io_h5_quiet();
     int rc = -1;
     char *config = NULL;
     hid_t f = open_checked(path, err, err_len);
-    if (f < 0) goto out;
-    int64_t stored_step = 0;
-    if (read_attr_i64(f, "step", &got.step) ||
-        read_attr_i64(f, "sample_position", &got.sample_position) ||
-        read_attr(f, "rng_state", H5T_NATIVE_UINT64, &got.rng_state) ||
-        read_attr(f, "world_size", H5T_NATIVE_INT, &got.world_size) ||
-        read_attr_i64(f, "n_params", &got.n_params)) {
-        set_err(err, err_len, "cannot read the metadata of %s (missing or damaged attributes)",
-                path);
-        goto out;
-    }
-    stored_step = got.step;
-    if (stored_step != step) {
-        set_err(err, err_len, "%s says step %" PRId64 ", expected %" PRId64, path, stored_step,
-                step);
+    if (f < 0 || read_model_meta(f, path, &got, err, err_len) != 0) goto out;
+    if (got.step != step) {
+        set_err(err, err_len, "%s says step %" PRId64 ", expected %" PRId64, path, got.step, step);
         goto out;
     }
     if (expect && expect->n_params > 0 && expect->n_params != got.n_params) {
@@ -759,28 +616,15 @@ int io_checkpoint_read_model(const char *dir, int64_t step, const io_ckpt_meta *
         goto out;
     }
     int64_t found = 0;
-    int r = read_floats(f, "params", params, got.n_params, &found);
-    if (r == -2) {
+    int r = read_floats(f, path, "params", params, got.n_params, &found, err, err_len);
+    if (r == -2)
         set_err(err, err_len, "%s: /params holds %" PRId64 " values, n_params says %" PRId64, path,
                 found, got.n_params);
-        goto out;
-    }
-    if (r != 0) {
-        set_err(err, err_len, "cannot read /params of %s (truncated or corrupt?)", path);
-        goto out;
-    }
-    config = read_string(f, "config", 0);
-    if (!config) {
-        set_err(err, err_len, "cannot read /config of %s", path);
-        goto out;
-    }
-    rc = 0;
+    if (r != 0) goto out;
+    config = io_h5_read_string_dataset(f, path, "config", err, err_len);
+    rc = config ? 0 : -1;
 out:
-    if (f >= 0 && H5Fclose(f) < 0 && rc == 0) {
-        set_err(err, err_len, "cannot close %s (HDF5 error)", path);
-        rc = -1;
-    }
-    h5_quiet_end(q);
+    rc = close_read(f, path, rc, err, err_len);
     if (rc != 0) {
         free(config);
         return -1;
@@ -793,55 +637,46 @@ out:
     return 0;
 }
 
-int io_checkpoint_read_rank(const char *dir, int64_t step, int rank, int64_t shard_begin,
-                            int64_t shard_len, float *m, float *v, char *err, size_t err_len)
+/* The attributes of optim-R.h5 must name this rank and this run's shard. */
+static int check_shard(hid_t f, const char *path, int rank, int64_t shard_begin,
+                       int64_t shard_len, char *err, size_t err_len)
 {
-    char ck[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
-    if (committed_dir(ck, sizeof ck, dir, step, err, err_len) != 0) return -1;
-    snprintf(path, sizeof path, "%s/optim-%d.h5", ck, rank);
-    h5_quiet q = h5_quiet_begin();
-    int rc = -1;
-    hid_t f = open_checked(path, err, err_len);
-    if (f < 0) goto out;
-    int stored_rank = -1;
-    int64_t begin = -1, len = -1, found = 0;
-    if (read_attr(f, "rank", H5T_NATIVE_INT, &stored_rank) ||
-        read_attr_i64(f, "shard_begin", &begin) || read_attr_i64(f, "shard_len", &len)) {
-        set_err(err, err_len, "cannot read the metadata of %s (missing or damaged attributes)",
-                path);
-        goto out;
-    }
+    int64_t stored_rank = -1, begin = -1, len = -1;
+    if (io_h5_read_attr_int(f, path, "rank", &stored_rank, err, err_len) ||
+        io_h5_read_attr_int(f, path, "shard_begin", &begin, err, err_len) ||
+        io_h5_read_attr_int(f, path, "shard_len", &len, err, err_len))
+        return -1;
     if (stored_rank != rank) {
-        set_err(err, err_len, "%s belongs to rank %d, not %d", path, stored_rank, rank);
-        goto out;
+        set_err(err, err_len, "%s belongs to rank %" PRId64 ", not %d", path, stored_rank, rank);
+        return -1;
     }
     if (begin != shard_begin || len != shard_len) {
         set_err(err, err_len,
                 "%s holds the optimizer shard [%" PRId64 ", %" PRId64
                 "), this run expects [%" PRId64 ", %" PRId64 ") (no resharding)",
                 path, begin, begin + len, shard_begin, shard_begin + shard_len);
-        goto out;
+        return -1;
     }
+    return 0;
+}
+
+int io_checkpoint_read_rank(const char *dir, int64_t step, int rank, int64_t shard_begin,
+                            int64_t shard_len, float *m, float *v, char *err, size_t err_len)
+{
+    char ck[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
+    if (committed_dir(ck, sizeof ck, dir, step, err, err_len) != 0) return -1;
+    snprintf(path, sizeof path, "%s/optim-%d.h5", ck, rank);
+    io_h5_quiet();
+    hid_t f = open_checked(path, err, err_len);
+    int rc = f < 0 ? -1 : check_shard(f, path, rank, shard_begin, shard_len, err, err_len);
     const char *names[2] = {"m", "v"};
     float *outs[2] = {m, v};
-    for (int i = 0; i < 2; i++) {
-        int r = read_floats(f, names[i], outs[i], shard_len, &found);
-        if (r == -2) {
-            set_err(err, err_len, "%s: /%s holds %" PRId64 " values, shard_len says %" PRId64, path,
-                    names[i], found, shard_len);
-            goto out;
-        }
-        if (r != 0) {
-            set_err(err, err_len, "cannot read /%s of %s (truncated or corrupt?)", names[i], path);
-            goto out;
-        }
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        int64_t found = 0;
+        rc = read_floats(f, path, names[i], outs[i], shard_len, &found, err, err_len);
+        if (rc == -2)
+            set_err(err, err_len, "%s: /%s holds %" PRId64 " values, shard_len says %" PRId64,
+                    path, names[i], found, shard_len);
     }
-    rc = 0;
-out:
-    if (f >= 0 && H5Fclose(f) < 0 && rc == 0) {
-        set_err(err, err_len, "cannot close %s (HDF5 error)", path);
-        rc = -1;
-    }
-    h5_quiet_end(q);
-    return rc;
+    return close_read(f, path, rc != 0 ? -1 : 0, err, err_len);
 }

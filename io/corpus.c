@@ -4,8 +4,8 @@
  * place on commit, so a reader never sees a half-written corpus and a crash
  * leaves the previous file whole. The reader checks every piece of metadata on
  * open and then reads by hyperslab only what it is asked for, so a corpus may
- * be far larger than memory. HDF5's own error printing is silenced: every
- * failure becomes one message naming the file and the problem.
+ * be far larger than memory. Errors follow io/h5util.h: HDF5 prints nothing,
+ * and every failure becomes one message naming the file and the problem.
  *
  * The serial HDF5 library is not thread-safe: callers that read from several
  * threads must serialise calls into this file. io_corpus_commit releases the
@@ -23,28 +23,11 @@
 
 #include "io/corpus.h"
 #include "io/corpus_inspect.h"
+#include "io/h5util.h"
 
 #define CHUNK_TOKENS      ((int64_t)1 << 20)
 #define CHUNK_CACHE_BYTES ((size_t)16 << 20)
 #define DEFLATE_LEVEL     1
-
-static void quiet_hdf5(void)
-{
-    static int done;
-    if (!done) {
-        H5open();
-        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-        done = 1;
-    }
-}
-
-/* The innermost HDF5 error description (where the library noticed it). */
-static herr_t first_error(unsigned n, const H5E_error2_t *e, void *data)
-{
-    char *buf = data;
-    if (n == 0 && e->desc) snprintf(buf, 160, "%s", e->desc);
-    return 0;
-}
 
 static void seterr(char *err, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -55,99 +38,6 @@ static void seterr(char *err, size_t len, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, len, fmt, ap);
     va_end(ap);
-}
-
-/* Appends "(HDF5: ...)" with the library's innermost message, if any. */
-static void add_hdf5_detail(char *err, size_t len)
-{
-    char detail[160] = "";
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, first_error, detail);
-    H5Eclear2(H5E_DEFAULT);
-    size_t used = err ? strlen(err) : 0;
-    if (detail[0] && err && used + 1 < len) snprintf(err + used, len - used, " (HDF5: %s)", detail);
-}
-
-/* ------------------------------------------------------------ attributes */
-
-static int read_string_attr(hid_t obj, const char *name, char *out, size_t out_len)
-{
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    hid_t t = H5Aget_type(a);
-    hid_t s = H5Aget_space(a);
-    int rc = -1;
-    if (t >= 0 && s >= 0 && H5Tget_class(t) == H5T_STRING && H5Sget_simple_extent_npoints(s) == 1) {
-        if (H5Tis_variable_str(t) > 0) {
-            hid_t mt = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mt, H5T_VARIABLE);
-            char *v = NULL;
-            if (H5Aread(a, mt, &v) >= 0 && v) {
-                snprintf(out, out_len, "%s", v);
-                H5free_memory(v);
-                rc = 0;
-            }
-            H5Tclose(mt);
-        } else {
-            size_t n = H5Tget_size(t);
-            if (n > 0 && n < 65536) {
-                char *v = calloc(1, n + 1);
-                hid_t mt = H5Tcopy(H5T_C_S1);
-                H5Tset_size(mt, n + 1);
-                H5Tset_strpad(mt, H5T_STR_NULLTERM);
-                if (v && H5Aread(a, mt, v) >= 0) {
-                    snprintf(out, out_len, "%s", v);
-                    rc = 0;
-                }
-                H5Tclose(mt);
-                free(v);
-            }
-        }
-    }
-    if (s >= 0) H5Sclose(s);
-    if (t >= 0) H5Tclose(t);
-    H5Aclose(a);
-    return rc;
-}
-
-/* Reads a scalar integer attribute as int64; -1 when missing or not an integer. */
-static int read_int_attr(hid_t obj, const char *name, int64_t *out)
-{
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    hid_t t = H5Aget_type(a);
-    hid_t s = H5Aget_space(a);
-    int rc = -1;
-    if (t >= 0 && s >= 0 && H5Tget_class(t) == H5T_INTEGER &&
-        H5Sget_simple_extent_npoints(s) == 1 && H5Aread(a, H5T_NATIVE_INT64, out) >= 0)
-        rc = 0;
-    if (s >= 0) H5Sclose(s);
-    if (t >= 0) H5Tclose(t);
-    H5Aclose(a);
-    return rc;
-}
-
-static int write_attr(hid_t obj, const char *name, hid_t file_type, hid_t mem_type,
-                      const void *value)
-{
-    hid_t s = H5Screate(H5S_SCALAR);
-    hid_t a = s < 0 ? -1 : H5Acreate2(obj, name, file_type, s, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a >= 0 && H5Awrite(a, mem_type, value) >= 0 ? 0 : -1;
-    if (a >= 0) H5Aclose(a);
-    if (s >= 0) H5Sclose(s);
-    return rc;
-}
-
-static int write_string_attr(hid_t obj, const char *name, const char *value)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    size_t n = strlen(value);
-    H5Tset_size(t, n > 0 ? n + 1 : 1);
-    H5Tset_strpad(t, H5T_STR_NULLTERM);
-    int rc = write_attr(obj, name, t, t, value);
-    H5Tclose(t);
-    return rc;
 }
 
 /* ---------------------------------------------------------------- reading */
@@ -163,21 +53,23 @@ struct io_corpus {
     int64_t n_docs;
 };
 
-/* A 1-D unsigned integer dataset: its length and bits; -1 with a reason. */
-static int check_1d_unsigned(hid_t d, const char *name, int64_t *n, int *bits, char *why,
-                             size_t why_len)
+/* A 1-D unsigned integer dataset of path: its length and bits; -1 with a
+ * message. */
+static int check_1d_unsigned(hid_t d, const char *path, const char *name, int64_t *n, int *bits,
+                             char *err, size_t err_len)
 {
     hid_t t = H5Dget_type(d), s = H5Dget_space(d);
     int rc = -1;
     if (t < 0 || s < 0) {
-        snprintf(why, why_len, "%s: cannot read its type or shape", name);
+        io_h5_fail(err, err_len, path, "reading the type and shape of %s", name);
     } else if (H5Tget_class(t) != H5T_INTEGER) {
-        snprintf(why, why_len, "%s is not an integer dataset (it must be unsigned integers)", name);
+        seterr(err, err_len, "%s: %s is not an integer dataset (it must be unsigned integers)",
+               path, name);
     } else if (H5Tget_sign(t) != H5T_SGN_NONE) {
-        snprintf(why, why_len, "%s holds signed integers (it must be unsigned)", name);
+        seterr(err, err_len, "%s: %s holds signed integers (it must be unsigned)", path, name);
     } else if (H5Sget_simple_extent_ndims(s) != 1) {
-        snprintf(why, why_len, "%s has rank %d (it must be 1-D)", name,
-                 H5Sget_simple_extent_ndims(s));
+        seterr(err, err_len, "%s: %s has rank %d (it must be 1-D)", path, name,
+               H5Sget_simple_extent_ndims(s));
     } else {
         hsize_t dim = 0;
         H5Sget_simple_extent_dims(s, &dim, NULL);
@@ -190,19 +82,75 @@ static int check_1d_unsigned(hid_t d, const char *name, int64_t *n, int *bits, c
     return rc;
 }
 
+/* The attributes of /: format and version, vocab_size, tokenizer. */
+static int read_header(io_corpus *c, char *err, size_t err_len)
+{
+    int64_t vocab = 0;
+    if (io_h5_check_format(c->file, c->path, IO_CORPUS_FORMAT, IO_CORPUS_VERSION,
+                           "burstengine corpus", err, err_len) != 0 ||
+        io_h5_read_attr_int(c->file, c->path, "vocab_size", &vocab, err, err_len) != 0)
+        return -1;
+    if (vocab < 1 || vocab > (int64_t)UINT32_MAX) {
+        seterr(err, err_len, "%s: vocab_size %lld is out of range [1, 2^32-1]", c->path,
+               (long long)vocab);
+        return -1;
+    }
+    c->vocab = (uint32_t)vocab;
+    return io_h5_read_attr_string(c->file, c->path, "tokenizer", c->tokenizer,
+                                  sizeof c->tokenizer, err, err_len);
+}
+
+/* /tokens: 1-D uint16 or uint32 that fit vocab_size, read through a chunk cache. */
+static int open_tokens(io_corpus *c, char *err, size_t err_len)
+{
+    if (H5Lexists(c->file, "tokens", H5P_DEFAULT) <= 0) {
+        io_h5_detail(NULL, 0); /* the message below says all there is */
+        seterr(err, err_len, "%s: no dataset /tokens", c->path);
+        return -1;
+    }
+    hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+    H5Pset_chunk_cache(dapl, 101, CHUNK_CACHE_BYTES, 0.75);
+    c->tokens = io_h5_open_dataset(c->file, c->path, "tokens", dapl, err, err_len);
+    H5Pclose(dapl);
+    if (c->tokens < 0 ||
+        check_1d_unsigned(c->tokens, c->path, "/tokens", &c->n_tokens, &c->bits, err, err_len) != 0)
+        return -1;
+    if (c->bits != 16 && c->bits != 32) {
+        seterr(err, err_len, "%s: /tokens holds %d-bit integers (it must be uint16 or uint32)",
+               c->path, c->bits);
+        return -1;
+    }
+    if (c->bits == 16 && c->vocab > 65536) {
+        seterr(err, err_len, "%s: vocab_size %u does not fit the uint16 tokens", c->path,
+               c->vocab);
+        return -1;
+    }
+    return 0;
+}
+
+/* /doc_offsets when present: 1-D unsigned integers. */
+static int open_doc_offsets(io_corpus *c, char *err, size_t err_len)
+{
+    if (H5Lexists(c->file, "doc_offsets", H5P_DEFAULT) <= 0) {
+        io_h5_detail(NULL, 0); /* absent: no documents */
+        return 0;
+    }
+    int bits = 0;
+    c->docs = io_h5_open_dataset(c->file, c->path, "doc_offsets", H5P_DEFAULT, err, err_len);
+    if (c->docs < 0) return -1;
+    return check_1d_unsigned(c->docs, c->path, "/doc_offsets", &c->n_docs, &bits, err, err_len);
+}
+
 int io_corpus_open(const char *path, io_corpus **out, char *err, size_t err_len)
 {
-    quiet_hdf5();
+    io_h5_quiet();
     *out = NULL;
     if (access(path, R_OK) != 0) {
         seterr(err, err_len, "%s: cannot read: %s", path, strerror(errno));
         return -1;
     }
-    if (H5Fis_hdf5(path) <= 0) {
-        seterr(err, err_len, "%s: not an HDF5 file (or its header is corrupt)", path);
-        H5Eclear2(H5E_DEFAULT);
-        return -1;
-    }
+    if (H5Fis_hdf5(path) <= 0)
+        return io_h5_fail(err, err_len, path, "not an HDF5 file (or its header is corrupt)");
     io_corpus *c = calloc(1, sizeof *c);
     if (!c || !(c->path = strdup(path))) {
         free(c);
@@ -210,62 +158,9 @@ int io_corpus_open(const char *path, io_corpus **out, char *err, size_t err_len)
         return -1;
     }
     c->file = c->tokens = c->docs = -1;
-    char why[512] = "";
-    c->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (c->file < 0) {
-        seterr(err, err_len, "%s: cannot open as HDF5 (truncated or corrupt file?)", path);
-        add_hdf5_detail(err, err_len);
-        io_corpus_close(c);
-        return -1;
-    }
-    char fmt[64] = "";
-    int64_t version = 0, vocab = 0;
-    if (read_string_attr(c->file, "format", fmt, sizeof fmt) != 0) {
-        snprintf(why, sizeof why, "no string attribute \"format\" on / (not a burstengine corpus)");
-    } else if (strcmp(fmt, IO_CORPUS_FORMAT) != 0) {
-        snprintf(why, sizeof why, "attribute format is \"%s\", not \"%s\"", fmt, IO_CORPUS_FORMAT);
-    } else if (read_int_attr(c->file, "format_version", &version) != 0) {
-        snprintf(why, sizeof why, "no integer attribute \"format_version\" on /");
-    } else if (version != IO_CORPUS_VERSION) {
-        snprintf(why, sizeof why, "format_version is %lld; this program reads version %d",
-                 (long long)version, IO_CORPUS_VERSION);
-    } else if (read_int_attr(c->file, "vocab_size", &vocab) != 0) {
-        snprintf(why, sizeof why, "no integer attribute \"vocab_size\" on /");
-    } else if (vocab < 1 || vocab > (int64_t)UINT32_MAX) {
-        snprintf(why, sizeof why, "vocab_size %lld is out of range [1, 2^32-1]", (long long)vocab);
-    } else if (read_string_attr(c->file, "tokenizer", c->tokenizer, sizeof c->tokenizer) != 0) {
-        snprintf(why, sizeof why, "no string attribute \"tokenizer\" on /");
-    } else if (H5Lexists(c->file, "tokens", H5P_DEFAULT) <= 0) {
-        snprintf(why, sizeof why, "no dataset /tokens");
-    }
-    if (!why[0]) {
-        c->vocab = (uint32_t)vocab;
-        hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
-        H5Pset_chunk_cache(dapl, 101, CHUNK_CACHE_BYTES, 0.75);
-        c->tokens = H5Dopen2(c->file, "tokens", dapl);
-        H5Pclose(dapl);
-        if (c->tokens < 0)
-            snprintf(why, sizeof why, "/tokens is not a readable dataset");
-        else if (check_1d_unsigned(c->tokens, "/tokens", &c->n_tokens, &c->bits, why, sizeof why) ==
-                     0 &&
-                 c->bits != 16 && c->bits != 32)
-            snprintf(why, sizeof why, "/tokens holds %d-bit integers (it must be uint16 or uint32)",
-                     c->bits);
-        else if (!why[0] && c->bits == 16 && vocab > 65536)
-            snprintf(why, sizeof why, "vocab_size %lld does not fit the uint16 tokens",
-                     (long long)vocab);
-    }
-    if (!why[0] && H5Lexists(c->file, "doc_offsets", H5P_DEFAULT) > 0) {
-        int bits = 0;
-        c->docs = H5Dopen2(c->file, "doc_offsets", H5P_DEFAULT);
-        if (c->docs < 0)
-            snprintf(why, sizeof why, "/doc_offsets is not a readable dataset");
-        else
-            check_1d_unsigned(c->docs, "/doc_offsets", &c->n_docs, &bits, why, sizeof why);
-    }
-    if (why[0]) {
-        seterr(err, err_len, "%s: %s", path, why);
-        add_hdf5_detail(err, err_len);
+    c->file = io_h5_open(path, H5F_ACC_RDONLY, err, err_len);
+    if (c->file < 0 || read_header(c, err, err_len) != 0 || open_tokens(c, err, err_len) != 0 ||
+        open_doc_offsets(c, err, err_len) != 0) {
         io_corpus_close(c);
         return -1;
     }
@@ -279,7 +174,7 @@ void io_corpus_close(io_corpus *c)
     if (c->docs >= 0) H5Dclose(c->docs);
     if (c->tokens >= 0) H5Dclose(c->tokens);
     if (c->file >= 0) H5Fclose(c->file);
-    H5Eclear2(H5E_DEFAULT);
+    io_h5_detail(NULL, 0); /* closing a file that failed to open says nothing new */
     free(c->path);
     free(c);
 }
@@ -325,19 +220,16 @@ static int read_range(hid_t d, int64_t begin, int64_t count, int64_t *out)
 int io_corpus_read(io_corpus *c, int64_t begin, int64_t count, int64_t *tokens, char *err,
                    size_t err_len)
 {
-    quiet_hdf5();
+    io_h5_quiet();
     if (begin < 0 || count < 0 || begin > c->n_tokens || count > c->n_tokens - begin) {
         seterr(err, err_len, "%s: tokens [%lld, %lld) are outside the %lld tokens of the file",
                c->path, (long long)begin, (long long)begin + (long long)count,
                (long long)c->n_tokens);
         return -1;
     }
-    if (read_range(c->tokens, begin, count, tokens) != 0) {
-        seterr(err, err_len, "%s: reading tokens [%lld, %lld) failed (truncated or corrupt file?)",
-               c->path, (long long)begin, (long long)(begin + count));
-        add_hdf5_detail(err, err_len);
-        return -1;
-    }
+    if (read_range(c->tokens, begin, count, tokens) != 0)
+        return io_h5_fail(err, err_len, c->path, "reading tokens [%lld, %lld)", (long long)begin,
+                          (long long)(begin + count));
     for (int64_t i = 0; i < count; i++)
         if (tokens[i] < 0 || tokens[i] >= (int64_t)c->vocab) {
             seterr(err, err_len, "%s: token %lld at position %lld is beyond vocab_size %u", c->path,
@@ -349,14 +241,10 @@ int io_corpus_read(io_corpus *c, int64_t begin, int64_t count, int64_t *tokens, 
 
 int io_corpus_doc_offsets(io_corpus *c, int64_t *offsets, char *err, size_t err_len)
 {
-    quiet_hdf5();
+    io_h5_quiet();
     if (c->n_docs == 0) return 0;
-    if (read_range(c->docs, 0, c->n_docs, offsets) != 0) {
-        seterr(err, err_len, "%s: reading /doc_offsets failed (truncated or corrupt file?)",
-               c->path);
-        add_hdf5_detail(err, err_len);
-        return -1;
-    }
+    if (read_range(c->docs, 0, c->n_docs, offsets) != 0)
+        return io_h5_fail(err, err_len, c->path, "reading /doc_offsets");
     if (offsets[0] != 0) {
         seterr(err, err_len, "%s: /doc_offsets[0] is %lld, not 0", c->path, (long long)offsets[0]);
         return -1;
@@ -406,13 +294,13 @@ static void close_writer_handles(io_corpus_writer *w)
     if (w->tokens >= 0) H5Dclose(w->tokens);
     if (w->file >= 0) H5Fclose(w->file);
     w->tokens = w->file = -1;
-    H5Eclear2(H5E_DEFAULT);
+    io_h5_detail(NULL, 0); /* closing a writer given up on says nothing new */
 }
 
 io_corpus_writer *io_corpus_create(const char *path, int bits, uint32_t vocab,
                                    const char *tokenizer, char *err, size_t err_len)
 {
-    quiet_hdf5();
+    io_h5_quiet();
     if (bits != 16 && bits != 32) {
         seterr(err, err_len, "%s: token width %d bits; it must be 16 or 32", path, bits);
         return NULL;
@@ -433,20 +321,15 @@ io_corpus_writer *io_corpus_create(const char *path, int bits, uint32_t vocab,
     w->bits = bits;
     w->vocab = vocab;
     w->tokens = -1;
-    w->file = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    w->file = io_h5_create(w->tmp, err, err_len);
     if (w->file < 0) {
-        seterr(err, err_len, "%s: cannot create %s", path, w->tmp);
-        add_hdf5_detail(err, err_len);
         free_writer(w);
         return NULL;
     }
-    int version = IO_CORPUS_VERSION;
-    if (write_string_attr(w->file, "format", IO_CORPUS_FORMAT) != 0 ||
-        write_attr(w->file, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version) != 0 ||
-        write_attr(w->file, "vocab_size", H5T_STD_U32LE, H5T_NATIVE_UINT32, &vocab) != 0 ||
-        write_string_attr(w->file, "tokenizer", tokenizer ? tokenizer : "") != 0) {
-        seterr(err, err_len, "%s: cannot write the attributes of %s", path, w->tmp);
-        add_hdf5_detail(err, err_len);
+    if (io_h5_write_format(w->file, w->tmp, IO_CORPUS_FORMAT, IO_CORPUS_VERSION, err, err_len) ||
+        io_h5_write_attr_int(w->file, w->tmp, "vocab_size", H5T_STD_U32LE, vocab, err, err_len) ||
+        io_h5_write_attr_string(w->file, w->tmp, "tokenizer", tokenizer ? tokenizer : "", err,
+                                err_len)) {
         io_corpus_abort(w);
         return NULL;
     }
@@ -496,7 +379,7 @@ static int flush_tokens(io_corpus_writer *w)
 int io_corpus_append(io_corpus_writer *w, const int64_t *tokens, int64_t n, char *err,
                      size_t err_len)
 {
-    quiet_hdf5();
+    io_h5_quiet();
     if (w->failed) {
         seterr(err, err_len, "%s: an earlier write failed", w->path);
         return -1;
@@ -517,9 +400,7 @@ int io_corpus_append(io_corpus_writer *w, const int64_t *tokens, int64_t n, char
         n -= take;
         if (w->buffered == CHUNK_TOKENS && flush_tokens(w) != 0) {
             w->failed = 1;
-            seterr(err, err_len, "%s: writing tokens to %s failed", w->path, w->tmp);
-            add_hdf5_detail(err, err_len);
-            return -1;
+            return io_h5_fail(err, err_len, w->tmp, "writing tokens");
         }
     }
     return 0;
@@ -565,7 +446,7 @@ static int write_array(hid_t file, const char *name, hid_t file_type, const int6
 int io_corpus_put_int64(io_corpus_writer *w, const char *name, const int64_t *data, int64_t rows,
                         int64_t cols, char *err, size_t err_len)
 {
-    quiet_hdf5();
+    io_h5_quiet();
     const char *bare = name[0] == '/' ? name + 1 : name;
     if (!bare[0] || strchr(bare, '/') || strcmp(bare, "tokens") == 0 ||
         strcmp(bare, "doc_offsets") == 0 || rows < 0 || cols < 1) {
@@ -574,18 +455,18 @@ int io_corpus_put_int64(io_corpus_writer *w, const char *name, const int64_t *da
         return -1;
     }
     hsize_t dims[2] = {(hsize_t)rows, (hsize_t)cols};
-    if (H5Lexists(w->file, bare, H5P_DEFAULT) > 0 ||
-        write_array(w->file, bare, H5T_STD_I64LE, data, 2, dims) != 0) {
-        seterr(err, err_len, "%s: cannot write dataset /%s", w->path, bare);
-        add_hdf5_detail(err, err_len);
+    if (H5Lexists(w->file, bare, H5P_DEFAULT) > 0) {
+        seterr(err, err_len, "%s: dataset /%s is already stored", w->path, bare);
         return -1;
     }
+    if (write_array(w->file, bare, H5T_STD_I64LE, data, 2, dims) != 0)
+        return io_h5_fail(err, err_len, w->tmp, "writing dataset /%s", bare);
     return 0;
 }
 
 int io_corpus_commit(io_corpus_writer *w, char *err, size_t err_len)
 {
-    quiet_hdf5();
+    io_h5_quiet();
     int rc = -1;
     if (w->failed) {
         seterr(err, err_len, "%s: not committed: an earlier write failed", w->path);
@@ -635,8 +516,7 @@ int io_corpus_commit(io_corpus_writer *w, char *err, size_t err_len)
     free_writer(w);
     return 0;
 h5fail:
-    seterr(err, err_len, "%s: writing %s failed", w->path, w->tmp);
-    add_hdf5_detail(err, err_len);
+    io_h5_fail(err, err_len, w->tmp, "completing the corpus before its rename");
 fail:
     close_writer_handles(w);
     unlink(w->tmp);

@@ -1,6 +1,7 @@
 /* corpus_inspect.c: the storage of a corpus file as `burst data info` shows
  * it: the token width, the chunking and filters of /tokens, and every dataset
- * under the root with its type and shape. Read-only, metadata only. */
+ * under the root with its type and shape. Read-only, metadata only; errors
+ * follow io/h5util.h. */
 #include "config.h"
 
 #include <hdf5.h>
@@ -9,6 +10,7 @@
 
 #include "io/corpus.h"
 #include "io/corpus_inspect.h"
+#include "io/h5util.h"
 
 static void type_name(hid_t t, char *buf, size_t len)
 {
@@ -31,6 +33,7 @@ static herr_t list_one(hid_t g, const char *name, const H5L_info_t *info, void *
     char line[256], type[32] = "?", dims[160] = "";
     hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
     if (d < 0) {
+        io_h5_detail(NULL, 0); /* a group or a dangling link: listed, not an error */
         snprintf(line, sizeof line, "/%s (not a dataset)\n", name);
     } else {
         hid_t t = H5Dget_type(d), s = H5Dget_space(d);
@@ -56,17 +59,16 @@ static herr_t list_one(hid_t g, const char *name, const H5L_info_t *info, void *
 
 int io_corpus_inspect(const char *path, io_corpus_layout *out, char *err, size_t err_len)
 {
+    io_h5_quiet();
     io_corpus *c = NULL;
-    if (io_corpus_open(path, &c, err, err_len) != 0) return -1; /* also silences HDF5 */
+    if (io_corpus_open(path, &c, err, err_len) != 0) return -1;
     io_corpus_close(c);
     memset(out, 0, sizeof *out);
     out->deflate_level = -1;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t d = f < 0 ? -1 : H5Dopen2(f, "tokens", H5P_DEFAULT);
+    hid_t f = io_h5_open(path, H5F_ACC_RDONLY, err, err_len);
+    hid_t d = f < 0 ? -1 : io_h5_open_dataset(f, path, "tokens", H5P_DEFAULT, err, err_len);
     if (d < 0) {
-        snprintf(err, err_len, "%s: cannot reopen /tokens", path);
         if (f >= 0) H5Fclose(f);
-        H5Eclear2(H5E_DEFAULT);
         return -1;
     }
     hid_t t = H5Dget_type(d);
@@ -90,6 +92,5 @@ int io_corpus_inspect(const char *path, io_corpus_layout *out, char *err, size_t
     H5Dclose(d);
     H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, NULL, list_one, out);
     H5Fclose(f);
-    H5Eclear2(H5E_DEFAULT);
     return 0;
 }

@@ -1,5 +1,8 @@
 # io/local.mk: files (HDF5 corpora, checkpoints).
 libburst_io_a_SOURCES += io/io.h io/io_version.c
+# The one HDF5 error policy (nothing printed, "<file>: <doing>: <detail>", the
+# error stack left empty) and the attribute helpers every HDF5 file uses.
+libburst_io_a_SOURCES += io/h5util.h io/h5util.c
 # HDF5 corpora: the format (doc/CORPUS.md), the atomic writer, the hyperslab reader.
 libburst_io_a_SOURCES += io/corpus.h io/corpus.c io/corpus_inspect.h io/corpus_inspect.c
 

@@ -15,7 +15,7 @@ AM_CXXFLAGS = -std=gnu++17 -pthread -fno-exceptions -fno-rtti -fno-strict-aliasi
 BK_CU_SRC = kernels/cuda/device_memory.cu kernels/cuda/device_streams.cu kernels/cuda/device_checks.cu \
 	kernels/cuda/device_table.cu kernels/cuda/gemm.cu kernels/cuda/norm.cu \
 	kernels/cuda/rope.cu kernels/cuda/swiglu.cu kernels/cuda/embedding.cu \
-	kernels/cuda/adamw.cu kernels/cuda/grad_norm.cu kernels/cuda/cross_entropy.cu \
+	kernels/cuda/adamw.cu kernels/cuda/grad_norm.cu kernels/cuda/vector.cu kernels/cuda/cross_entropy.cu \
 	kernels/cuda/attention_state.cu kernels/cuda/attention_fwd.cu kernels/cuda/attention_bwd.cu
 BK_CU_HDRS = kernels/cuda/bk_cuda.cuh kernels/cuda/dev_common.cuh kernels/cuda/attention_tile.cuh \
 	kernels/attention_tile.h \
@@ -62,6 +62,8 @@ kernels/cuda/embedding.$(OBJEXT): kernels/cuda/embedding.cu
 kernels/cuda/adamw.$(OBJEXT): kernels/cuda/adamw.cu
 	$(AM_V_GEN)$(BK_NVCC_REPORT)
 kernels/cuda/grad_norm.$(OBJEXT): kernels/cuda/grad_norm.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/vector.$(OBJEXT): kernels/cuda/vector.cu
 	$(AM_V_GEN)$(BK_NVCC_REPORT)
 kernels/cuda/cross_entropy.$(OBJEXT): kernels/cuda/cross_entropy.cu
 	$(AM_V_GEN)$(BK_NVCC_REPORT)

@@ -22,6 +22,18 @@ const char *bk_device_backend_name(void)
     return d ? d->name : "none";
 }
 
+bk_status bk_device_use(int index, int *count)
+{
+    BK_CHECK_ARG(index >= 0 && count != NULL);
+    BK_FORWARD(use, (index, count));
+}
+
+bk_status bk_device_memory(size_t *free_bytes, size_t *total_bytes)
+{
+    BK_CHECK_ARG(free_bytes != NULL && total_bytes != NULL);
+    BK_FORWARD(mem_info, (free_bytes, total_bytes));
+}
+
 bk_status bk_device_malloc(size_t bytes, void **p)
 {
     BK_CHECK_ARG(p != NULL);
@@ -97,6 +109,13 @@ bk_status bk_device_event_sync(void *event)
 {
     BK_CHECK_ARG(event != NULL);
     BK_FORWARD(event_sync, (event));
+}
+
+int bk_device_event_query(void *event)
+{
+    if (event == NULL) return -(int)BK_ERR_ARG;
+    const bk_device_ops *d = bk_device_backend();
+    return d != NULL ? d->event_query(event) : -(int)BK_ERR_UNSUPPORTED;
 }
 
 bk_status bk_device_upload_async(const bk_queue *q, void *dst, const void *src, size_t bytes)

@@ -39,6 +39,12 @@ typedef enum { BK_F32 = 0, BK_BF16 = 1 } bk_dtype;
 int bk_device_available(void);
 /* "cuda", "emulator" or "none". */
 const char *bk_device_backend_name(void);
+/* Makes device index % count the calling thread's device (the GPU a rank
+ * drives; *count: how many the node has); the emulator has one. */
+bk_status bk_device_use(int index, int *count);
+/* Free and total bytes of the device in use; BK_ERR_UNSUPPORTED in the
+ * emulator, whose device memory is the host's. */
+bk_status bk_device_memory(size_t *free_bytes, size_t *total_bytes);
 /* Device memory of `bytes` bytes (*p = NULL when bytes == 0). */
 bk_status bk_device_malloc(size_t bytes, void **p);
 bk_status bk_device_free(void *p);
@@ -72,6 +78,13 @@ bk_status bk_device_event_record(void *event, const bk_queue *q);
 bk_status bk_device_stream_wait_event(const bk_queue *q, void *event);
 /* The host waits until the event's work has run. */
 bk_status bk_device_event_sync(void *event);
+/* Asks without waiting whether the event's work has run: 1 when it has (or the
+ * event was never recorded), 0 while it is pending, -BK_ERR_* (negative) on an
+ * error. What polls instead of waiting (the transport's staging pipeline)
+ * needs it. In the emulator a query of work not yet run answers 0 once and
+ * runs nothing; the next query runs the work up to the event and answers 1: a
+ * caller that takes 0 for done reads the old data, a caller that polls ends. */
+int bk_device_event_query(void *event);
 /* Copies queued on q's stream; they return at once. The host buffer must stay
  * as it is (source) or untouched (destination) until the stream has run the
  * copy; page-locked host memory (bk_host_pinned_malloc) lets the copy overlap

@@ -27,6 +27,8 @@ enum { BK_COPY_HOST_TO_DEVICE = 0, BK_COPY_DEVICE_TO_HOST = 1, BK_COPY_DEVICE_TO
 typedef struct bk_device_ops {
     const char *name;
     int (*available)(void);
+    bk_status (*use)(int index, int *count);
+    bk_status (*mem_info)(size_t *free_bytes, size_t *total_bytes);
     /* memory; dir: a BK_COPY_* direction */
     bk_status (*malloc_)(size_t bytes, void **p);
     bk_status (*free_)(void *p);
@@ -41,6 +43,7 @@ typedef struct bk_device_ops {
     bk_status (*event_record)(void *event, const bk_queue *q);
     bk_status (*stream_wait_event)(const bk_queue *q, void *event);
     bk_status (*event_sync)(void *event);
+    int (*event_query)(void *event); /* 1 done, 0 pending, -BK_ERR_* */
     bk_status (*host_malloc)(size_t bytes, void **p); /* page-locked host memory */
     bk_status (*host_free)(void *p);
 
@@ -76,6 +79,8 @@ typedef struct bk_device_ops {
     bk_status (*grad_sqnorm)(const bk_queue *q, int n_bufs, const float *const *bufs,
                              const int64_t *counts, double *sqnorm);
     bk_status (*scale)(const bk_queue *q, int64_t n, float *x, float alpha);
+    bk_status (*fill)(const bk_queue *q, int64_t n, float *x, float value);
+    bk_status (*axpy)(const bk_queue *q, int64_t n, float alpha, const float *x, float *y);
     bk_status (*cross_entropy)(const bk_queue *q, int64_t rows, int64_t V, float *logits,
                                int64_t ld, const int64_t *labels, int64_t ignore_index, float scale,
                                float z_loss, float *loss, float *lse, int64_t *n_valid);

@@ -122,6 +122,17 @@ bk_status bk_scale(const bk_queue *q, int64_t n, float *x, float alpha);
  * function bk_clip_scale(double sqnorm, double max_norm) of ops_math.h; pass it
  * to bk_adamw_step as grad_scale, or apply it with bk_scale. */
 
+/* ---------------------------------------------------------------- vectors */
+/* What an engine does to whole buffers, written once for either memory: on a
+ * device queue the work is queued like any kernel. */
+/* x[n] = value. */
+bk_status bk_fill(const bk_queue *q, int64_t n, float *x, float value);
+/* y[n] += alpha * x[n]; x and y do not overlap. */
+bk_status bk_axpy(const bk_queue *q, int64_t n, float alpha, const float *x, float *y);
+/* dst[bytes] = src[bytes], both in the queue's memory: memmove on the host, a
+ * queued device-to-device copy on a device (bk_device_copy; no overlap). */
+bk_status bk_copy(const bk_queue *q, void *dst, const void *src, size_t bytes);
+
 /* ---------------------------------------------------------------- cross-entropy */
 /* Cross-entropy over a chunk of logits[rows, V] (row stride ld >= V), in place:
  *   lse[r]  = log sum_j exp(logits[r, j])                       (fp32, stable)

@@ -167,6 +167,19 @@ tests_transport_test_transport_SOURCES = tests/transport/test_transport.c
 tests_transport_test_transport_CFLAGS = $(SUITE_CFLAGS)
 tests_transport_test_transport_LDADD = $(SUITE_LIBS) libburst_transport.a $(EXTERNAL_LIBS)
 
+# The transport on device memory: staging, self copies, device collectives and
+# refusals, with real ranks whose device is the SIMT emulator
+# (tests/transport/transport_dev_worker, linked like the device suites).
+check_PROGRAMS += tests/transport/transport_dev_worker tests/transport/test_transport_device
+TESTS += tests/transport/test_transport_device
+tests_transport_transport_dev_worker_SOURCES = tests/transport/transport_dev_worker.c \
+	kernels/emu/select_emu.c
+tests_transport_transport_dev_worker_LDADD = libburst_attn.a libburst_transport.a \
+	libburst_kernels_emu.a libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
+tests_transport_test_transport_device_SOURCES = tests/transport/test_transport_device.c
+tests_transport_test_transport_device_CFLAGS = $(SUITE_CFLAGS)
+tests_transport_test_transport_device_LDADD = $(SUITE_LIBS) libburst_transport.a $(EXTERNAL_LIBS)
+
 # A real single-node Slurm started by the test itself (skips where not root).
 TESTS += tests/transport/test_slurm.sh
 EXTRA_DIST += tests/transport/test_slurm.sh tests/lib/slurm/start.sh tests/lib/slurm/stop.sh \
@@ -178,6 +191,14 @@ clean-local-tests:
 .PHONY: clean-local-tests
 
 # ------------------------------------------------------------------ io
+# The one HDF5 error policy (io/h5util.c): messages naming the file, the
+# attribute and HDF5's detail; nothing printed, in any thread; the stack empty.
+check_PROGRAMS += tests/io/test_h5util
+TESTS += tests/io/test_h5util
+tests_io_test_h5util_SOURCES = tests/io/test_h5util.c
+tests_io_test_h5util_CFLAGS = $(SUITE_CFLAGS)
+tests_io_test_h5util_LDADD = $(SUITE_LIBS) libburst_io.a $(EXTERNAL_LIBS)
+
 # Training checkpoints in HDF5 (io/checkpoint.c).
 check_PROGRAMS += tests/io/test_checkpoint
 TESTS += tests/io/test_checkpoint
@@ -198,6 +219,12 @@ tests_io_test_corpus_LDADD = $(SUITE_LIBS) $(LDADD)
 check_PROGRAMS += tests/attn/ring_worker tests/attn/test_ring_schedule tests/attn/test_ring
 TESTS += tests/attn/test_ring_schedule tests/attn/test_ring
 tests_attn_ring_worker_SOURCES = tests/attn/ring_worker.c
+# The same worker on the emulated device (--device 1): the ring's buffers in
+# device memory, the transport staging them (tests/attn/test_ring).
+check_PROGRAMS += tests/attn/ring_worker_emu
+tests_attn_ring_worker_emu_SOURCES = tests/attn/ring_worker.c kernels/emu/select_emu.c
+tests_attn_ring_worker_emu_LDADD = libburst_attn.a libburst_transport.a libburst_kernels_emu.a \
+	libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
 tests_attn_test_ring_schedule_SOURCES = tests/attn/test_ring_schedule.c
 tests_attn_test_ring_schedule_CFLAGS = $(SUITE_CFLAGS)
 tests_attn_test_ring_schedule_LDADD = $(SUITE_LIBS) $(LDADD)
@@ -257,6 +284,24 @@ tests_train_train_gradcheck_SOURCES = tests/train/train_gradcheck.c
 tests_train_test_train_SOURCES = tests/train/test_train.c
 tests_train_test_train_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_train_LDADD = $(SUITE_LIBS) $(LDADD)
+
+# burst itself linked with the device emulator: the engine with [train]
+# device = cuda on an emulated device (tests/train/test_train).
+check_PROGRAMS += tests/train/burst_emu
+tests_train_burst_emu_SOURCES = $(burst_SOURCES) kernels/emu/select_emu.c
+tests_train_burst_emu_LDADD = libburst_train.a libburst_attn.a libburst_transport.a \
+	libburst_kernels_emu.a libburst_kernels.a libburst_io.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
+
+# The model runner on the emulated device against the host, on 1, 2 and 4
+# ranks (tests/train/model_device_worker).
+check_PROGRAMS += tests/train/model_device_worker tests/train/test_model_device
+TESTS += tests/train/test_model_device
+tests_train_model_device_worker_SOURCES = tests/train/model_device_worker.c kernels/emu/select_emu.c
+tests_train_model_device_worker_LDADD = libburst_train.a libburst_attn.a libburst_transport.a \
+	libburst_kernels_emu.a libburst_kernels.a libburst_io.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
+tests_train_test_model_device_SOURCES = tests/train/test_model_device.c
+tests_train_test_model_device_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_model_device_LDADD = $(SUITE_LIBS) $(LDADD)
 
 # The memory the trainer reports and checks against what it allocates, counted
 # by tests/train/train_memory with the allocator wrapped; allocations that

@@ -1,7 +1,11 @@
-/* backend_self.c: a world of one. A send to oneself is copied at once into an
- * unexpected-message queue (so blocking code that sends before it receives
- * cannot deadlock); a receive takes the oldest queued message with its tag or
- * waits in the posted queue for one. */
+/* backend_self.c: a rank's messages to itself (all of them in a world of
+ * one). A send to oneself is copied at once, into the matching posted receive
+ * or else into an unexpected-message queue in host memory (so blocking code
+ * that sends before it receives cannot deadlock); a receive takes the oldest
+ * queued message with its tag or waits in the posted queue for one. Device
+ * buffers are copied with the world's device hooks (device to device straight
+ * into a posted receive) and waited for, so both requests are complete at
+ * once, as with host memory. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +21,23 @@ typedef struct {
     } *unexpected_head, *unexpected_tail;
 } self_state;
 
-static void deliver(bt_backend *b, bt_request *recv, const void *data, size_t bytes)
+/* dst = src across memory kinds: memcpy between host buffers, else a device
+ * copy in the direction the kinds give (host to device, device to host, device
+ * to device: the hooks' dir numbers). */
+static bt_status copy_between(bt_backend *b, void *dst, bt_mem dst_mem, const void *src,
+                              bt_mem src_mem, size_t bytes)
+{
+    if (bytes == 0) return BT_OK;
+    if (dst_mem == BT_MEM_HOST && src_mem == BT_MEM_HOST) {
+        memcpy(dst, src, bytes);
+        return BT_OK;
+    }
+    int dir = src_mem == BT_MEM_HOST ? 0 : dst_mem == BT_MEM_HOST ? 1 : 2;
+    return bt_device_copy_wait(b->world, dst, src, bytes, dir);
+}
+
+static void deliver(bt_backend *b, bt_request *recv, const void *data, bt_mem data_mem,
+                    size_t bytes)
 {
     recv->done = 1;
     if (bytes != recv->bytes) {
@@ -26,8 +46,7 @@ static void deliver(bt_backend *b, bt_request *recv, const void *data, size_t by
                                recv->channel, recv->bytes, bytes);
         return;
     }
-    if (bytes) memcpy(recv->buf, data, bytes);
-    recv->status = BT_OK;
+    recv->status = copy_between(b, recv->buf, recv->mem, data, data_mem, bytes);
 }
 
 static bt_status self_isend(bt_backend *b, bt_request *req, const void *buf)
@@ -40,15 +59,20 @@ static bt_status self_isend(bt_backend *b, bt_request *req, const void *buf)
         bt_request *recv = *p;
         *p = recv->next;
         if (s->posted_tail == recv) s->posted_tail = prev;
-        deliver(b, recv, buf, req->bytes);
-        return BT_OK;
+        deliver(b, recv, buf, req->mem, req->bytes);
+        return recv->status;
     }
     struct queued *q = malloc(sizeof *q);
     q->tag = req->tag;
     q->bytes = req->bytes;
     q->data = malloc(req->bytes ? req->bytes : 1);
-    if (req->bytes) memcpy(q->data, buf, req->bytes);
     q->next = NULL;
+    bt_status st = copy_between(b, q->data, BT_MEM_HOST, buf, req->mem, req->bytes);
+    if (st != BT_OK) {
+        free(q->data);
+        free(q);
+        return st;
+    }
     if (s->unexpected_tail)
         s->unexpected_tail->next = q;
     else
@@ -68,7 +92,7 @@ static bt_status self_irecv(bt_backend *b, bt_request *req)
         else
             s->unexpected_head = q->next;
         if (s->unexpected_tail == q) s->unexpected_tail = prev;
-        deliver(b, req, q->data, q->bytes);
+        deliver(b, req, q->data, BT_MEM_HOST, q->bytes);
         free(q->data);
         free(q);
         return BT_OK;
@@ -113,6 +137,7 @@ static void self_finalize(bt_backend *b)
 
 static const bt_backend_ops self_ops = {
     .name = "self",
+    .mem_kinds = BT_MEM_BIT(BT_MEM_HOST) | BT_MEM_BIT(BT_MEM_DEVICE),
     .isend = self_isend,
     .irecv = self_irecv,
     .test = self_test,

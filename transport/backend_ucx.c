@@ -9,7 +9,15 @@
  * that is gone) as fatal and aborts this rank with its own message, where the
  * transport's promise is an error naming the lost rank. With it, UCX keeps to
  * the wires that can report a failed peer, and the failure reaches us as the
- * endpoint's error callback and as errors of its requests. */
+ * endpoint's error callback and as errors of its requests.
+ *
+ * Device memory: when this UCX supports CUDA memory (ucp_context_query lists
+ * UCS_MEMORY_TYPE_CUDA among its memory types: a UCX built with CUDA), device
+ * buffers are handed to UCX as they are, their memory type stated so UCX does
+ * not have to detect it, and the backend's table lists device memory (path
+ * "direct"). Debian's UCX has no CUDA: device buffers then take the staging
+ * path (transport/staging.c) and this backend sees host memory only.
+ * BURST_UCX_CUDA=0 forces staging on a UCX that has CUDA. */
 #include "config.h"
 
 #include <stdio.h>
@@ -67,6 +75,14 @@ static void on_endpoint_error(void *arg, ucp_ep_h ep, ucs_status_t st)
     peer_error(p->world, p->peer, "endpoint", st);
 }
 
+/* The request parameters for buffers of req's memory kind. */
+static void set_memory_type(ucp_request_param_t *p, const bt_request *req)
+{
+    if (req->mem != BT_MEM_DEVICE) return;
+    p->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p->memory_type = UCS_MEMORY_TYPE_CUDA;
+}
+
 static ucp_ep_h endpoint(bt_backend *b, int peer, bt_status *st)
 {
     ucx_state *s = b->impl;
@@ -95,6 +111,7 @@ static bt_status ucx_isend(bt_backend *b, bt_request *req, const void *buf)
     if (!ep) return st;
     ucp_request_param_t p;
     memset(&p, 0, sizeof p);
+    set_memory_type(&p, req);
     ucs_status_ptr_t sp = ucp_tag_send_nbx(ep, buf, req->bytes, req->tag, &p);
     if (sp == NULL) {
         req->done = 1;
@@ -115,6 +132,7 @@ static bt_status ucx_irecv(bt_backend *b, bt_request *req)
     memset(&p, 0, sizeof p);
     /* Always get a request back, so the matched length is read one way only. */
     p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    set_memory_type(&p, req);
     ucs_status_ptr_t sp =
         ucp_tag_recv_nbx(s->worker, req->buf, req->bytes, req->tag, ~(ucp_tag_t)0, &p);
     if (UCS_PTR_IS_ERR(sp)) {
@@ -235,16 +253,29 @@ static void ucx_finalize(bt_backend *b)
     free(b);
 }
 
-static const bt_backend_ops ucx_ops = {
-    .name = "ucx",
-    .isend = ucx_isend,
-    .irecv = ucx_irecv,
-    .test = ucx_test,
-    .cancel = ucx_cancel,
-    .progress = ucx_progress,
-    .flush = ucx_flush,
-    .finalize = ucx_finalize,
-};
+/* One table per memory capability; the functions are the same. */
+#define UCX_OPS(kinds)                                                                             \
+    {                                                                                              \
+        .name = "ucx", .mem_kinds = (kinds), .isend = ucx_isend, .irecv = ucx_irecv,               \
+        .test = ucx_test, .cancel = ucx_cancel, .progress = ucx_progress, .flush = ucx_flush,      \
+        .finalize = ucx_finalize, .group_end = NULL,                                              \
+    }
+static const bt_backend_ops ucx_ops = UCX_OPS(BT_MEM_BIT(BT_MEM_HOST));
+static const bt_backend_ops ucx_cuda_ops = UCX_OPS(BT_MEM_BIT(BT_MEM_HOST) | BT_MEM_BIT(BT_MEM_DEVICE));
+
+/* Whether this UCX can move CUDA memory itself. */
+static int query_cuda(ucp_context_h context)
+{
+    const char *env = getenv("BURST_UCX_CUDA");
+    if (env && strcmp(env, "0") == 0) return 0;
+    ucp_context_attr_t attr;
+    memset(&attr, 0, sizeof attr);
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    if (ucp_context_query(context, &attr) != UCS_OK) return 0;
+    return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+int bt_backend_ucx_cuda(const bt_backend *b) { return b->ops == &ucx_cuda_ops; }
 
 bt_status bt_backend_ucx_create(bt_world *w, bt_backend **out, unsigned char **addr,
                                 size_t *addr_len)
@@ -266,6 +297,7 @@ bt_status bt_backend_ucx_create(bt_world *w, bt_backend **out, unsigned char **a
         us = ucp_init(&params, config, &s->context);
         ucp_config_release(config);
     }
+    if (us == UCS_OK && query_cuda(s->context)) b->ops = &ucx_cuda_ops;
     if (us == UCS_OK) {
         ucp_worker_params_t wp;
         memset(&wp, 0, sizeof wp);

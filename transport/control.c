@@ -75,7 +75,10 @@ static void drain_wake(bt_world *w)
 }
 
 /* Rank 0 tells every rank still connected that rank `lost` is gone.
- * closed: [size], the ranks not to tell (closed[0] is always set). */
+ * closed: [size], the ranks not to tell (closed[0] is always set). Called
+ * before the failure is recorded: the rank's main thread may exit as soon as
+ * it sees the failure, taking this thread with it, and the announcement must
+ * be out by then. */
 static void announce_lost(bt_world *w, const char *closed, int lost, int why)
 {
     for (int q = 1; q < w->size; q++)
@@ -124,22 +127,22 @@ static void *root_thread(void *arg)
                 why = BT_LOST_ABORTED;
             } else if (f.type == BT_CTL_LINK_LOST && f.arg > 0 && f.arg < size && !closed[f.arg]) {
                 closed[f.arg] = 1; /* reported by r: announce the rank that is gone */
+                announce_lost(w, closed, f.arg, BT_LOST_LINK);
                 bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s; reported by rank %d)", f.arg,
                         lost_reason(BT_LOST_LINK), r);
-                announce_lost(w, closed, f.arg, BT_LOST_LINK);
             }
             last_seen[r] = now;
             if (why >= 0) {
-                bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s)", r, lost_reason(why));
                 announce_lost(w, closed, r, why);
+                bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s)", r, lost_reason(why));
             }
         }
         for (int r = 1; r < size; r++)
             if (!closed[r] && !done[r] && now - last_seen[r] > silence_limit(w)) {
                 closed[r] = 1;
+                announce_lost(w, closed, r, BT_LOST_SILENT);
                 bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s for %.0f s)", r,
                         lost_reason(BT_LOST_SILENT), now - last_seen[r]);
-                announce_lost(w, closed, r, BT_LOST_SILENT);
             }
         if (now - last_beat >= interval) {
             for (int r = 1; r < size; r++)
@@ -218,11 +221,10 @@ bt_status bt_control_link_lost(bt_world *w, int peer, const char *detail)
 {
     if (atomic_load(&w->failed)) return (bt_status)atomic_load(&w->failed);
     if (w->rank == 0 && w->ctl_fds) {
-        bt_status st = bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s: %s)", peer,
-                               lost_reason(BT_LOST_LINK), detail);
         for (int q = 1; q < w->size; q++)
             if (q != peer) ctl_send(w->ctl_fds[q], BT_CTL_LOST, peer, BT_LOST_LINK);
-        return st;
+        return bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s: %s)", peer,
+                       lost_reason(BT_LOST_LINK), detail);
     }
     if (w->ctl_fd >= 0 && w->ctl_started) {
         ctl_send(w->ctl_fd, BT_CTL_LINK_LOST, w->rank, peer);

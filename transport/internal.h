@@ -1,6 +1,7 @@
 /* internal.h: what the files of the transport share and nobody else sees: the
- * world and communicator structures, the backend table, the wire-up results and
- * the sticky error state. */
+ * world and communicator structures, the backend table (with the memory kinds
+ * each backend accepts), the wire-up results, the device paths and the sticky
+ * error state. */
 #ifndef BURST_TRANSPORT_INTERNAL_H
 #define BURST_TRANSPORT_INTERNAL_H
 
@@ -18,6 +19,7 @@ struct bt_request {
     bt_world *world;
     bt_backend *backend;
     int kind;        /* BT_REQ_SEND or BT_REQ_RECV */
+    bt_mem mem;      /* where buf lives */
     int world_peer;  /* the other end, as a world rank */
     int channel;
     size_t bytes;
@@ -29,10 +31,20 @@ struct bt_request {
     struct bt_request *next; /* self backend's queues */
 };
 
+/* A memory kind as a bit of bt_backend_ops.mem_kinds. */
+#define BT_MEM_BIT(kind) (1u << (unsigned)(kind))
+
 /* One way of moving bytes. Tags carry (communicator, channel, source rank) and
  * are matched exactly; a backend must deliver same-tag messages in order. */
 typedef struct {
     const char *name;
+    /* The memory kinds its isend and irecv accept (BT_MEM_BIT of each). The
+     * world checks every buffer against it before posting (bt_mem_check) and
+     * refuses another kind with BT_ERR_ARG, so a backend may take every buffer
+     * it is handed to be of a kind it lists. ucx: host, or host and device
+     * when UCX supports CUDA memory (two tables); self: both (device through
+     * the hooks); staged: device; nccl: device. */
+    unsigned mem_kinds;
     bt_status (*isend)(bt_backend *b, bt_request *req, const void *buf);
     bt_status (*irecv)(bt_backend *b, bt_request *req);
     /* Sets req->done and req->status once the transfer completed. */
@@ -43,6 +55,9 @@ typedef struct {
     /* Waits until every posted send has left this process. */
     bt_status (*flush)(bt_backend *b);
     void (*finalize)(bt_backend *b);
+    /* Issues what was posted since the world's group started (NULL: the
+     * backend posts at once and has nothing to do). */
+    bt_status (*group_end)(bt_backend *b);
 } bt_backend_ops;
 
 struct bt_backend {
@@ -80,6 +95,17 @@ struct bt_comm {
     uint32_t n_children;
 };
 
+/* How device buffers travel to one peer (bt_comm_device_path names them). */
+typedef enum {
+    BT_PATH_NONE = 0, /* no hooks on one of the two ends: device buffers are refused */
+    BT_PATH_COPY,     /* the rank itself: the self backend copies */
+    BT_PATH_NCCL,
+    BT_PATH_DIRECT,   /* UCX with CUDA memory support */
+    BT_PATH_STAGED,   /* pinned host buffers over UCX (transport/staging.c) */
+} bt_path;
+
+enum { BT_MAX_BACKENDS = 4 };
+
 struct bt_world {
     bt_options opt;
     bt_identity ident;
@@ -90,9 +116,21 @@ struct bt_world {
     bt_comm *intra_comm, *inter_comm; /* made on first use */
     uint32_t max_comm_id; /* highest communicator id this rank took part in */
 
-    bt_backend *intra, *inter; /* may be the same backend */
-    bt_backend *backends[2];
+    bt_backend *intra, *inter; /* host memory; may be the same backend */
+    bt_backend *self;          /* a rank's messages to itself */
+    bt_backend *backends[BT_MAX_BACKENDS]; /* each once; layered ones after what they use */
     int n_backends;
+
+    /* Device memory (transport/device.c), set by bt_world_set_device. */
+    int device_set;           /* bt_world_set_device was called */
+    int has_hooks;            /* ... with hooks */
+    bt_device_hooks hooks;
+    void *dev_stream;         /* the transport's own device copies */
+    void *dev_event;
+    unsigned char *paths;     /* [size] bt_path of each peer */
+    bt_backend *staging;      /* BT_PATH_STAGED, or NULL */
+    bt_backend *nccl;         /* BT_PATH_NCCL, or NULL */
+    int in_group;             /* between bt_group_start and bt_group_end */
 
     bt_counter counters[BT_MAX_CHANNELS];
 
@@ -148,13 +186,51 @@ bt_status bt_backend_ucx_create(bt_world *w, bt_backend **out, unsigned char **a
                                 size_t *addr_len);
 bt_status bt_backend_ucx_connect(bt_backend *b); /* after wire-up: peers' addresses known */
 bt_status bt_backend_self_create(bt_world *w, bt_backend **out);
+/* 1 when this UCX sends device (CUDA) memory itself (UCX reports CUDA among
+ * its memory types, and BURST_UCX_CUDA is not 0): its table then lists device
+ * memory too. */
+int bt_backend_ucx_cuda(const bt_backend *b);
+/* Device buffers through pinned host buffers over the host backend of each
+ * peer (transport/staging.c); chunk_bytes as agreed by bt_world_set_device. */
+bt_status bt_backend_staging_create(bt_world *w, size_t chunk_bytes, bt_backend **out);
+/* The staging chunk size this rank would use (BURST_STAGE_CHUNK or the
+ * default); 0 when the variable is not a size in bytes. */
+size_t bt_staging_chunk_bytes(void);
 #ifdef HAVE_PMIX
 bt_status bt_pmix_identity(bt_identity *id, char *err, size_t err_len);
 void bt_pmix_finalize(void);
 #endif
 #ifdef HAVE_NCCL
-bt_status bt_backend_nccl_create(bt_world *w, bt_backend **out);
+/* Collective over the node's ranks (w->intra_comm made): one NCCL communicator
+ * per user channel and one for the collectives, on device_id. */
+bt_status bt_backend_nccl_create(bt_world *w, int device_id, bt_backend **out);
+/* The GPU's PCI bus id: two ranks drive the same GPU when their keys match. */
+int bt_nccl_device_key(int device_id, char *key, size_t key_len);
+/* Blocking collectives over the node's NCCL communicator (comm ranks = local
+ * ranks); kind: BT_COLL_*. */
+bt_status bt_nccl_collective(bt_backend *b, int kind, const void *send, void *recv, size_t count,
+                             bt_dtype t, bt_op op);
 #endif
+enum { BT_COLL_ALLREDUCE, BT_COLL_REDUCE_SCATTER, BT_COLL_ALLGATHER };
+
+/* Device memory (transport/device.c). */
+/* The backend that carries memory of kind mem to world_peer, or NULL. */
+bt_backend *bt_backend_for_mem(bt_world *w, int world_peer, bt_mem mem);
+/* BT_OK when b accepts mem; else the world fails with BT_ERR_ARG and a message
+ * naming the backend (b NULL: no path), the peer and the memory kind. */
+bt_status bt_mem_check(bt_world *w, const bt_backend *b, int world_peer, bt_mem mem);
+/* dst[bytes] = src[bytes] with the hooks (dir as copy_async), waited for. */
+bt_status bt_device_copy_wait(bt_world *w, void *dst, const void *src, size_t bytes, int dir);
+/* Calls poll(arg, &st) until it answers nonzero or sets st, with bt_progress
+ * between calls; fails on a lost peer or after the timeout, naming what it
+ * waited for. */
+bt_status bt_poll_wait(bt_world *w, int (*poll)(void *arg, bt_status *st), void *arg,
+                       const char *what);
+/* Polls event (of the hooks) until done, as bt_poll_wait. */
+bt_status bt_device_event_wait(bt_world *w, void *event, const char *what);
+const char *bt_mem_name(bt_mem mem);
+/* Frees what bt_world_set_device made (after the backends are gone). */
+void bt_device_release(bt_world *w);
 
 /* Tag layout: [comm id: 24][channel: 8][source world rank: 32]. */
 static inline uint64_t bt_make_tag(uint32_t comm_id, int channel, int src_world_rank)
@@ -163,9 +239,14 @@ static inline uint64_t bt_make_tag(uint32_t comm_id, int channel, int src_world_
            (uint64_t)(uint32_t)src_world_rank;
 }
 
-/* Backend reaching a world peer. */
+/* Staged device messages travel in chunks on their own tags (this bit added
+ * to the channel), so a chunk is never matched by a host message. */
+enum { BT_STAGED_CHANNEL_BIT = 0x80 };
+
+/* Backend reaching a world peer with host memory. */
 static inline bt_backend *bt_backend_for(bt_world *w, int world_peer)
 {
+    if (world_peer == w->rank) return w->self;
     return w->peers[world_peer].node == w->node ? w->intra : w->inter;
 }
 

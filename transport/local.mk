@@ -1,7 +1,9 @@
-# transport/local.mk: bytes between ranks (UCX, NCCL, self), bootstrap, collectives.
+# transport/local.mk: bytes between ranks (UCX, NCCL, self, staged device
+# memory), bootstrap, collectives.
 libburst_transport_a_SOURCES += transport/transport.h transport/internal.h transport/launch.h \
 	transport/wire.h transport/status.c transport/world.c transport/bootstrap.c \
 	transport/rendezvous.c transport/control.c transport/collectives.c \
+	transport/collectives_mem.c transport/device.c transport/staging.c \
 	transport/backend_self.c transport/backend_ucx.c
 if HAVE_PMIX
 libburst_transport_a_SOURCES += transport/bootstrap_pmix.c

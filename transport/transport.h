@@ -80,8 +80,9 @@ int bt_comm_size(const bt_comm *c);
 int bt_comm_world_rank(const bt_comm *c, int rank); /* world rank of a member */
 bt_world *bt_comm_world(bt_comm *c);
 
-/* Non-blocking point-to-point on host memory. A receive must be posted with the
- * exact size of the matching send; a size mismatch is an error. */
+/* Non-blocking point-to-point on host memory (device memory: bt_isend_mem
+ * below). A receive must be posted with the exact size of the matching send; a
+ * size mismatch is an error. */
 bt_status bt_isend(bt_comm *c, int peer, int channel, const void *buf, size_t bytes,
                    bt_request **req);
 bt_status bt_irecv(bt_comm *c, int peer, int channel, void *buf, size_t bytes,
@@ -92,6 +93,73 @@ bt_status bt_wait(bt_request **req);
 bt_status bt_waitall(int n, bt_request **reqs);
 /* Makes progress on every outstanding transfer and watches for lost peers. */
 bt_status bt_progress(bt_world *w);
+
+/* ------------------------------------------------------------------ device memory
+ * Buffers of point-to-point messages and collectives may live in host or in
+ * device (GPU) memory. The transport links no kernels: the engine tells it how
+ * to copy device memory with a table of hooks (filled from kernels/device.h),
+ * and each pair of ranks gets a path for device buffers (doc/TRANSPORT.md):
+ * NCCL inside a node when every local rank drives its own GPU, UCX directly
+ * when UCX supports CUDA memory, else staged through pinned host buffers; a
+ * rank's messages to itself are copied. Host buffers always travel through
+ * UCX (or the self backend), so the host collectives never touch NCCL. A
+ * buffer of a kind its path cannot take is refused with BT_ERR_ARG and a
+ * message naming the backend, the peer and the memory kind. */
+typedef enum { BT_MEM_HOST = 0, BT_MEM_DEVICE = 1 } bt_mem; /* where a buffer lives */
+
+/* How the transport copies device memory it must stage or copy itself. The
+ * engine fills it from kernels/device.h (the transport links no kernels; tests
+ * fill it from the emulator). Every function returns 0 on success. stream and
+ * event are opaque handles of that runtime (cudaStream_t, cudaEvent_t). */
+typedef struct {
+    const char *name;  /* "cuda", "emulator" */
+    int device_id;     /* the GPU this rank drives (NCCL needs it), -1 if none */
+    int (*host_alloc)(size_t bytes, void **p); /* page-locked host memory */
+    int (*host_free)(void *p);
+    int (*stream_create)(void **s);
+    int (*stream_destroy)(void *s);
+    int (*event_create)(void **e);
+    int (*event_destroy)(void *e);
+    int (*event_record)(void *e, void *stream);
+    int (*event_query)(void *e); /* 1 done, 0 pending, <0 error */
+    /* queued on stream; dir: 0 host to device, 1 device to host, 2 device to device */
+    int (*copy_async)(void *stream, void *dst, const void *src, size_t bytes, int dir);
+} bt_device_hooks;
+
+/* Tells the world how to reach device memory, before any BT_MEM_DEVICE call.
+ * Collective over the world, once: the ranks agree here on the path of every
+ * pair, the staging chunk size (BURST_STAGE_CHUNK must be equal everywhere) and
+ * whether NCCL serves their node, and create the NCCL communicators if it does
+ * (so the engine calls it after choosing its GPU). hooks may be NULL on a rank
+ * without a device: device buffers to or from it are then refused. The hooks
+ * are copied; the functions must stay valid until bt_world_finalize. With
+ * transport.intra = nccl, a node whose ranks cannot use NCCL is a
+ * BT_ERR_CONFIG here. */
+bt_status bt_world_set_device(bt_world *w, const bt_device_hooks *hooks);
+
+/* Point-to-point on memory of the given kind. For BT_MEM_DEVICE the buffer's
+ * content must be complete when the send is posted (the caller has
+ * synchronized the stream that wrote it), and a received buffer is complete on
+ * the device when its request completes. Both ends of a message name the same
+ * kind (a staged device message travels in chunks that a host receive does
+ * not match). bt_isend/bt_irecv are these with BT_MEM_HOST. */
+bt_status bt_isend_mem(bt_comm *c, int peer, int channel, const void *buf, size_t bytes,
+                       bt_mem mem, bt_request **req);
+bt_status bt_irecv_mem(bt_comm *c, int peer, int channel, void *buf, size_t bytes, bt_mem mem,
+                       bt_request **req);
+
+/* Posts between start and end are issued together at end: NCCL needs a ring
+ * step's sends and receives in one group (posting them one by one while every
+ * rank receives before sending deadlocks). Other backends post at once. Not
+ * nested (BT_ERR_ARG); requests posted in a group complete only after its end;
+ * no collective may run inside a group. */
+bt_status bt_group_start(bt_world *w);
+bt_status bt_group_end(bt_world *w);
+
+/* How device buffers travel to peer: "nccl", "direct" (UCX with CUDA memory
+ * support), "staged" (pinned host buffers), "copy" (the rank itself); NULL
+ * when no device hooks are set (on either end). */
+const char *bt_comm_device_path(bt_comm *c, int peer);
 
 /* Byte counters, per channel, of everything this rank sent and received since
  * the start or the last reset (collectives count on their reserved channels). */
@@ -120,6 +188,15 @@ bt_status bt_reduce_scatter(bt_comm *c, const void *send, void *recv, size_t cou
 size_t bt_reduce_scatter_bytes(int size, size_t count_per_rank, bt_dtype t);
 /* send holds bytes_per_rank; recv gets size * bytes_per_rank, in rank order. */
 bt_status bt_allgather(bt_comm *c, const void *send, void *recv, size_t bytes_per_rank);
+/* The same on memory of the given kind (blocking). Device buffers go through
+ * NCCL when the communicator is exactly its node's ranks and NCCL serves the
+ * node; otherwise they are copied to host memory, reduced or gathered by the
+ * host collectives above, and copied back. */
+bt_status bt_allreduce_mem(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_op op, bt_mem mem);
+bt_status bt_reduce_scatter_mem(bt_comm *c, const void *send, void *recv, size_t count_per_rank,
+                                bt_dtype t, bt_op op, bt_mem mem);
+bt_status bt_allgather_mem(bt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
+                           bt_mem mem);
 /* Two-level all-reduce over the world: reduce-scatter inside each node, all-reduce
  * of each shard across nodes (all NICs busy at once), all-gather inside the node. */
 bt_status bt_allreduce_hier(bt_world *w, void *buf, size_t count, bt_dtype t, bt_op op);

@@ -1,6 +1,7 @@
 /* world.c: the world and its communicators, point-to-point dispatch to the
- * backend that reaches each peer, waiting with a deadline, byte counters, and
- * the sticky error that turns any failure into a prompt, named exit. */
+ * backend that reaches each peer with each kind of memory, groups of posts,
+ * waiting with a deadline, byte counters, and the sticky error that turns any
+ * failure into a prompt, named exit. */
 #define _GNU_SOURCE
 #include "config.h"
 
@@ -117,7 +118,7 @@ bt_status bt_world_init(const bt_options *opt_in, bt_world **out, char *err, siz
         w->n_nodes = 1;
         w->local_size = 1;
         bt_backend_self_create(w, &w->intra);
-        w->inter = w->intra;
+        w->inter = w->self = w->intra;
         w->backends[w->n_backends++] = w->intra;
     } else {
         bt_backend *ucx = NULL;
@@ -130,9 +131,15 @@ bt_status bt_world_init(const bt_options *opt_in, bt_world **out, char *err, siz
             w->backends[w->n_backends++] = ucx;
             st = bt_backend_ucx_connect(ucx);
         }
+        if (st == BT_OK) {
+            /* A rank's messages to itself: copied at once, in either memory. */
+            bt_backend_self_create(w, &w->self);
+            w->backends[w->n_backends++] = w->self;
+        }
         if (st == BT_OK) st = bt_control_start(w);
         if (st != BT_OK) {
             snprintf(err, err_len, "%s", w->err[0] ? w->err : bt_status_name(st));
+            if (w->self) w->self->ops->finalize(w->self);
             if (ucx) ucx->ops->finalize(ucx);
             bt_control_stop(w, 1);
             free(w);
@@ -145,19 +152,6 @@ bt_status bt_world_init(const bt_options *opt_in, bt_world **out, char *err, siz
     w->max_comm_id = 1;
     free(ranks);
 
-#ifdef HAVE_NCCL
-    if (w->size > 1 && strcmp(opt.intra, "nccl") == 0) {
-        bt_backend *nccl = NULL;
-        st = bt_backend_nccl_create(w, &nccl);
-        if (st != BT_OK) {
-            snprintf(err, err_len, "%s", w->err);
-            bt_world_abort(w);
-            return st;
-        }
-        w->intra = nccl;
-        w->backends[w->n_backends++] = nccl;
-    }
-#endif
     if (opt.verbose)
         fprintf(stderr, "burst: rank %d of %d (node %d of %d, local %d), bootstrap %s\n", w->rank,
                 w->size, w->node, w->n_nodes, w->local_rank, w->ident.source);
@@ -167,7 +161,9 @@ bt_status bt_world_init(const bt_options *opt_in, bt_world **out, char *err, siz
 
 static void world_free(bt_world *w)
 {
-    for (int i = 0; i < w->n_backends; i++) w->backends[i]->ops->finalize(w->backends[i]);
+    /* Layered backends (staging over UCX) go before what they use. */
+    for (int i = w->n_backends - 1; i >= 0; i--) w->backends[i]->ops->finalize(w->backends[i]);
+    bt_device_release(w);
     bt_comm_free(w->intra_comm);
     bt_comm_free(w->inter_comm);
     bt_comm_free(w->world_comm);
@@ -185,7 +181,7 @@ bt_status bt_world_finalize(bt_world *w)
 {
     if (!w) return BT_ERR_ARG;
     bt_status st = (bt_status)atomic_load(&w->failed);
-    for (int i = 0; st == BT_OK && i < w->n_backends; i++)
+    for (int i = w->n_backends - 1; st == BT_OK && i >= 0; i--)
         st = w->backends[i]->ops->flush(w->backends[i]);
     if (st == BT_OK && w->size > 1) st = bt_control_finalize(w);
     bt_control_stop(w, st != BT_OK);
@@ -300,10 +296,11 @@ bt_status bt_comm_grid(bt_world *w, int dp, int cp, bt_comm **dp_comm, bt_comm *
 /* ------------------------------------------------------------------ point-to-point */
 
 static bt_status post(bt_comm *c, int kind, int peer, int channel, void *buf, size_t bytes,
-                      bt_request **out)
+                      bt_mem mem, bt_request **out)
 {
     if (!c || !out || peer < 0 || peer >= c->size || channel < 0 ||
-        channel >= BT_MAX_CHANNELS || (bytes > 0 && !buf))
+        channel >= BT_MAX_CHANNELS || (bytes > 0 && !buf) ||
+        (mem != BT_MEM_HOST && mem != BT_MEM_DEVICE))
         return BT_ERR_ARG;
     bt_world *w = c->world;
     *out = NULL;
@@ -312,14 +309,22 @@ static bt_status post(bt_comm *c, int kind, int peer, int channel, void *buf, si
         atomic_store(&w->error_seen, 1);
         return st;
     }
+    int world_peer = c->world_ranks[peer];
+    bt_backend *b = bt_backend_for_mem(w, world_peer, mem);
+    st = bt_mem_check(w, b, world_peer, mem);
+    if (st != BT_OK) {
+        atomic_store(&w->error_seen, 1);
+        return st;
+    }
     bt_request *r = calloc(1, sizeof *r);
     r->world = w;
     r->kind = kind;
-    r->world_peer = c->world_ranks[peer];
+    r->mem = mem;
+    r->world_peer = world_peer;
     r->channel = channel;
     r->bytes = bytes;
     r->buf = buf;
-    r->backend = bt_backend_for(w, r->world_peer);
+    r->backend = b;
     r->tag = bt_make_tag(c->id, channel, kind == BT_REQ_SEND ? w->rank : r->world_peer);
     st = kind == BT_REQ_SEND ? r->backend->ops->isend(r->backend, r, buf)
                              : r->backend->ops->irecv(r->backend, r);
@@ -342,12 +347,46 @@ static bt_status post(bt_comm *c, int kind, int peer, int channel, void *buf, si
 bt_status bt_isend(bt_comm *c, int peer, int channel, const void *buf, size_t bytes,
                    bt_request **req)
 {
-    return post(c, BT_REQ_SEND, peer, channel, (void *)buf, bytes, req);
+    return post(c, BT_REQ_SEND, peer, channel, (void *)buf, bytes, BT_MEM_HOST, req);
 }
 
 bt_status bt_irecv(bt_comm *c, int peer, int channel, void *buf, size_t bytes, bt_request **req)
 {
-    return post(c, BT_REQ_RECV, peer, channel, buf, bytes, req);
+    return post(c, BT_REQ_RECV, peer, channel, buf, bytes, BT_MEM_HOST, req);
+}
+
+bt_status bt_isend_mem(bt_comm *c, int peer, int channel, const void *buf, size_t bytes,
+                       bt_mem mem, bt_request **req)
+{
+    return post(c, BT_REQ_SEND, peer, channel, (void *)buf, bytes, mem, req);
+}
+
+bt_status bt_irecv_mem(bt_comm *c, int peer, int channel, void *buf, size_t bytes, bt_mem mem,
+                       bt_request **req)
+{
+    return post(c, BT_REQ_RECV, peer, channel, buf, bytes, mem, req);
+}
+
+/* A group only changes what the backends with a group_end do with posts (NCCL
+ * holds them until the end); the others have posted at once. */
+bt_status bt_group_start(bt_world *w)
+{
+    if (!w || w->in_group) return BT_ERR_ARG;
+    w->in_group = 1;
+    return BT_OK;
+}
+
+bt_status bt_group_end(bt_world *w)
+{
+    if (!w || !w->in_group) return BT_ERR_ARG;
+    w->in_group = 0;
+    bt_status st = BT_OK;
+    for (int i = 0; i < w->n_backends; i++) {
+        bt_backend *b = w->backends[i];
+        bt_status bst = b->ops->group_end ? b->ops->group_end(b) : BT_OK;
+        if (st == BT_OK) st = bst;
+    }
+    return st;
 }
 
 bt_status bt_progress(bt_world *w)

@@ -19,6 +19,8 @@
 extern "C" {
 /* ---------------------------------------------------------------- memory (device_memory.cu) */
 int BK_DEV_FN(available)(void);
+bk_status BK_DEV_FN(use)(int index, int *count);
+bk_status BK_DEV_FN(mem_info)(size_t *free_bytes, size_t *total_bytes);
 bk_status BK_DEV_FN(malloc)(size_t bytes, void **p);
 bk_status BK_DEV_FN(free)(void *p);
 bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *src, size_t bytes, int dir);
@@ -32,6 +34,7 @@ bk_status BK_DEV_FN(event_destroy)(void *event);
 bk_status BK_DEV_FN(event_record)(void *event, const bk_queue *q);
 bk_status BK_DEV_FN(stream_wait_event)(const bk_queue *q, void *event);
 bk_status BK_DEV_FN(event_sync)(void *event);
+int BK_DEV_FN(event_query)(void *event);
 bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p);
 bk_status BK_DEV_FN(host_free)(void *p);
 /* Scratch memory ordered on q's stream (freed with scratch_free on the same
@@ -78,6 +81,8 @@ bk_status BK_DEV_FN(adamw_step)(const bk_queue *q, int64_t n, float *param, cons
 bk_status BK_DEV_FN(grad_sqnorm)(const bk_queue *q, int n_bufs, const float *const *bufs,
                                  const int64_t *counts, double *sqnorm);
 bk_status BK_DEV_FN(scale)(const bk_queue *q, int64_t n, float *x, float alpha);
+bk_status BK_DEV_FN(fill)(const bk_queue *q, int64_t n, float *x, float value);
+bk_status BK_DEV_FN(axpy)(const bk_queue *q, int64_t n, float alpha, const float *x, float *y);
 bk_status BK_DEV_FN(cross_entropy)(const bk_queue *q, int64_t rows, int64_t V, float *logits,
                                    int64_t ld, const int64_t *labels, int64_t ignore_index,
                                    float scale, float z_loss, float *loss, float *lse,

@@ -19,6 +19,20 @@ extern "C" int BK_DEV_FN(available)(void)
     return 1;
 }
 
+/* One device, whose memory is the host's: nothing to choose, nothing to report. */
+extern "C" bk_status BK_DEV_FN(use)(int index, int *count)
+{
+    (void)index;
+    *count = 1;
+    return BK_OK;
+}
+
+extern "C" bk_status BK_DEV_FN(mem_info)(size_t *free_bytes, size_t *total_bytes)
+{
+    (void)free_bytes, (void)total_bytes;
+    return BK_ERR_UNSUPPORTED;
+}
+
 extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)
 {
     if (p == NULL) return BK_ERR_ARG;
@@ -29,8 +43,10 @@ extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)
     return *p ? BK_OK : BK_ERR_DEVICE;
 }
 
+/* As cudaFree, which waits for the device: no queued copy may touch p after. */
 extern "C" bk_status BK_DEV_FN(free)(void *p)
 {
+    if (p != NULL) bk_emu::flush_all();
     free(p);
     return BK_OK;
 }
@@ -57,9 +73,10 @@ extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **
     return BK_DEV_FN(malloc)(bytes, p);
 }
 
+/* As cudaFreeAsync: after what q's stream holds. */
 extern "C" void BK_DEV_FN(scratch_free)(const bk_queue *q, void *p)
 {
-    (void)q;
+    bk_emu::stream_flush(q->stream);
     free(p);
 }
 
@@ -92,6 +109,18 @@ extern "C" int BK_DEV_FN(available)(void)
         return 0;
     }
     return n > 0;
+}
+
+extern "C" bk_status BK_DEV_FN(use)(int index, int *count)
+{
+    bk_status st = status_of(cudaGetDeviceCount(count));
+    if (st != BK_OK || *count < 1) return st != BK_OK ? st : BK_ERR_DEVICE;
+    return status_of(cudaSetDevice(index % *count));
+}
+
+extern "C" bk_status BK_DEV_FN(mem_info)(size_t *free_bytes, size_t *total_bytes)
+{
+    return status_of(cudaMemGetInfo(free_bytes, total_bytes));
 }
 
 extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)

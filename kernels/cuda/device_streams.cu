@@ -65,14 +65,21 @@ extern "C" bk_status BK_DEV_FN(event_sync)(void *event)
     return BK_OK;
 }
 
+extern "C" int BK_DEV_FN(event_query)(void *event)
+{
+    return bk_emu::event_query(event);
+}
+
 extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
 {
     *p = bytes ? malloc(bytes) : NULL;
     return *p || bytes == 0 ? BK_OK : BK_ERR_NOMEM;
 }
 
+/* As cudaFreeHost, which waits for the device's copies from or to p. */
 extern "C" bk_status BK_DEV_FN(host_free)(void *p)
 {
+    if (p != NULL) bk_emu::flush_all();
     free(p);
     return BK_OK;
 }
@@ -137,6 +144,13 @@ extern "C" bk_status BK_DEV_FN(stream_wait_event)(const bk_queue *q, void *event
 extern "C" bk_status BK_DEV_FN(event_sync)(void *event)
 {
     return status_of(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+extern "C" int BK_DEV_FN(event_query)(void *event)
+{
+    cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (e == cudaErrorNotReady) return 0;
+    return e == cudaSuccess ? 1 : -(int)status_of(e);
 }
 
 extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)

@@ -11,7 +11,8 @@
  * the built-in CPU GEMM's packing buffers).
  *
  * In the SIMT emulator the same entry points run the CPU GEMM
- * (bk_gemm_builtin; bf16 inputs widened to fp32 first). */
+ * (bk_gemm_builtin; bf16 inputs widened to fp32 first), once the copies
+ * queued before it on its stream have run, as they would on the GPU. */
 #include "kernels/cuda/dev_common.cuh"
 
 #ifdef BK_EMULATOR
@@ -22,7 +23,7 @@ extern "C" bk_status BK_DEV_FN(gemm)(const bk_queue *q, bk_transpose ta, bk_tran
 {
     bk_queue host = bk_host_queue();
     host.n_threads = 1;
-    (void)q;
+    bk_emu::stream_flush(q->stream); /* in its stream's order, like cuBLASLt's */
     return bk_gemm_builtin(&host, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -34,7 +35,7 @@ extern "C" bk_status BK_DEV_FN(gemm_bf16)(const bk_queue *q, bk_transpose ta, bk
 {
     bk_queue host = bk_host_queue();
     host.n_threads = 1;
-    (void)q;
+    bk_emu::stream_flush(q->stream); /* in its stream's order, like cuBLASLt's */
     return bk_gemm_bf16_cpu(&host, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, c_type, ldc);
 }
 

@@ -17,16 +17,19 @@ struct queued_copy {
     size_t bytes;
 };
 
-/* A stream: copies [done, enqueued) wait in ops[done - base ...]. */
+/* A stream: copies [done, enqueued) wait in ops[done - base ...]. Every
+ * stream is on the list that starts at the default stream. */
 struct emu_stream {
     queued_copy *ops;
     size_t cap;
     uint64_t base, done, enqueued; /* ops[0] is copy number base */
+    emu_stream *next;
 };
 
 struct emu_event {
     emu_stream *stream; /* NULL: never recorded */
     uint64_t point;     /* the stream's enqueued count when recorded */
+    int asked;          /* a query answered "pending" since the record */
 };
 
 pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -52,16 +55,33 @@ void run_until(emu_stream *s, uint64_t point)
 
 void *stream_create(void)
 {
-    return calloc(1, sizeof(emu_stream));
+    emu_stream *s = static_cast<emu_stream *>(calloc(1, sizeof(emu_stream)));
+    if (s == NULL) return NULL;
+    pthread_mutex_lock(&g_lock);
+    s->next = g_default_stream.next;
+    g_default_stream.next = s;
+    pthread_mutex_unlock(&g_lock);
+    return s;
 }
 
 void stream_destroy(void *stream)
 {
     if (stream == NULL) return;
-    stream_flush(stream);
+    pthread_mutex_lock(&g_lock);
     emu_stream *s = static_cast<emu_stream *>(stream);
+    run_until(s, s->enqueued);
+    for (emu_stream *p = &g_default_stream; p != NULL; p = p->next)
+        if (p->next == s) p->next = s->next;
+    pthread_mutex_unlock(&g_lock);
     free(s->ops);
     free(s);
+}
+
+void flush_all(void)
+{
+    pthread_mutex_lock(&g_lock);
+    for (emu_stream *s = &g_default_stream; s != NULL; s = s->next) run_until(s, s->enqueued);
+    pthread_mutex_unlock(&g_lock);
 }
 
 int stream_enqueue_copy(void *stream, void *dst, const void *src, size_t bytes)
@@ -108,6 +128,7 @@ void event_record(void *event, void *stream)
     emu_event *e = static_cast<emu_event *>(event);
     e->stream = stream_of(stream);
     e->point = e->stream->enqueued;
+    e->asked = 0;
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -117,6 +138,20 @@ void event_flush(void *event)
     emu_event *e = static_cast<emu_event *>(event);
     if (e->stream != NULL) run_until(e->stream, e->point);
     pthread_mutex_unlock(&g_lock);
+}
+
+int event_query(void *event)
+{
+    pthread_mutex_lock(&g_lock);
+    emu_event *e = static_cast<emu_event *>(event);
+    int done = e->stream == NULL || e->stream->done >= e->point;
+    if (!done && e->asked) {
+        run_until(e->stream, e->point);
+        done = 1;
+    }
+    e->asked = !done;
+    pthread_mutex_unlock(&g_lock);
+    return done;
 }
 
 } // namespace bk_emu

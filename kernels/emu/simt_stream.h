@@ -26,6 +26,9 @@ void stream_destroy(void *stream);
 int stream_enqueue_copy(void *stream, void *dst, const void *src, size_t bytes);
 /* Runs everything queued on the stream. */
 void stream_flush(void *stream);
+/* Runs everything queued on every stream (what freeing device memory does:
+ * cudaFree waits for the device). */
+void flush_all(void);
 
 void *event_create(void);
 void event_destroy(void *event);
@@ -34,6 +37,10 @@ void event_record(void *event, void *stream);
 /* Runs the recorded stream's queue up to the event (nothing if never
  * recorded). */
 void event_flush(void *event);
+/* 1 when the stream ran the event's work (or it was never recorded); else 0
+ * the first time it is asked since it was recorded, and the work up to the
+ * event is run and 1 returned the next time (kernels/device.h). */
+int event_query(void *event);
 
 } // namespace bk_emu
 

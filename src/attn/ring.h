@@ -1,15 +1,20 @@
-/* ring.h: running a planned ring (ring_plan.h) on the CPU. Collective over
- * the context-parallel communicator, whose ranks are the layout's ranks.
- * Local buffers follow the kernel layouts (kernels/attention.h):
+/* ring.h: running a planned ring (ring_plan.h) on the CPU or on a device.
+ * Collective over the context-parallel communicator, whose ranks are the
+ * layout's ranks. Local buffers follow the kernel layouts (kernels/attention.h):
  *   Q, O, dO, dQ [n, Hq, d]; K, V, dK, dV [n, Hkv, d]; lse [n, Hq]
- * where n = N / P tokens of this rank, in the layout's local order.
+ * where n = N / P tokens of this rank, in the layout's local order, in the
+ * memory of the context's queue: host memory for a host queue, device memory
+ * for a device queue (the transport then needs the device's hooks,
+ * bt_world_set_device).
  *
- * The executor lives in three files: ring_run.c (slots, posting, waiting,
- * the kernel called piece by piece), ring_forward.c and ring_backward.c. */
+ * The executor lives in four files: ring_buffers.c (the buffers in either
+ * memory, the position tables), ring_run.c (slots, posting, waiting, the
+ * kernel called piece by piece), ring_forward.c and ring_backward.c. */
 #ifndef BURST_ATTN_RING_H
 #define BURST_ATTN_RING_H
 
 #include "kernels/attention.h"
+#include "kernels/ops.h"
 #include "src/attn/ring_plan.h"
 #include "transport/transport.h"
 
@@ -18,8 +23,10 @@
  * schedules a caller will run and reused by every pass. */
 typedef struct ring_buffers ring_buffers;
 
-/* Buffers large enough for each of scheds[n_scheds]; NULL when out of memory. */
-ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_scheds);
+/* Buffers large enough for each of scheds[n_scheds], in the memory of q (device
+ * memory for a device queue; q NULL: host); NULL when out of memory. */
+ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_scheds,
+                                  const bk_queue *q);
 void ring_buffers_free(ring_buffers *b);
 /* Bytes ring_buffers_create allocates for scheds[n_scheds], known before
  * allocating (what a memory report and its pre-check count for the ring). */

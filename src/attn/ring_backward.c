@@ -10,8 +10,6 @@
  * held bundle, which tensors come from it and which from home, and where the
  * gradients go. delta = rowsum(dO * O) is computed once at home, so the
  * bundle never needs O. */
-#include <string.h>
-
 #include "src/attn/ring_run.h"
 #include "util/clock.h"
 
@@ -47,19 +45,32 @@ static int q_side(const ring_run *run)
     return run->s->pass == RING_BWD_Q_SIDE;
 }
 
+/* dst[floats] = src on the ring's queue. */
+static bt_status copy_floats(const ring_run *run, float *dst, const float *src, size_t floats)
+{
+    return ring_run_kernel(bk_copy(run->c->queue, dst, src, floats * sizeof(float)));
+}
+
+static bt_status zero_floats(const ring_run *run, float *dst, size_t floats)
+{
+    return ring_run_kernel(bk_fill(run->c->queue, (int64_t)floats, dst, 0.0f));
+}
+
 /* The home block's travelling inputs into slot. */
-static void bundle_pack(const ring_run *run, const bwd_home *h, float *slot)
+static bt_status bundle_pack(const ring_run *run, const bwd_home *h, float *slot)
 {
     block_floats f = sizes_of(run->s);
+    bt_status st;
     if (q_side(run)) {
-        memcpy(slot, h->Q, f.q * sizeof(float));
-        memcpy(slot + f.q, h->dO, f.q * sizeof(float));
-        memcpy(slot + 2 * f.q, h->lse, f.rows * sizeof(float));
-        memcpy(slot + 2 * f.q + f.rows, h->delta, f.rows * sizeof(float));
+        st = copy_floats(run, slot, h->Q, f.q);
+        if (st == BT_OK) st = copy_floats(run, slot + f.q, h->dO, f.q);
+        if (st == BT_OK) st = copy_floats(run, slot + 2 * f.q, h->lse, f.rows);
+        if (st == BT_OK) st = copy_floats(run, slot + 2 * f.q + f.rows, h->delta, f.rows);
     } else {
-        memcpy(slot, h->K, f.kv * sizeof(float));
-        memcpy(slot + f.kv, h->V, f.kv * sizeof(float));
+        st = copy_floats(run, slot, h->K, f.kv);
+        if (st == BT_OK) st = copy_floats(run, slot + f.kv, h->V, f.kv);
     }
+    return st;
 }
 
 /* The operands of a held bundle against home; its gradients go to acc. */
@@ -77,29 +88,24 @@ static bwd_pair pair_views(const ring_run *run, const bwd_home *h, const float *
 
 /* The home block's gradients that the chain accumulates: from acc, or zero
  * when acc is NULL (no query ever meets this block). */
-static void home_gradients(const ring_run *run, const bwd_home *h, const float *acc)
+static bt_status home_gradients(const ring_run *run, const bwd_home *h, const float *acc)
 {
     block_floats f = sizes_of(run->s);
     float *dst[2] = {q_side(run) ? h->dQ : h->dK, q_side(run) ? NULL : h->dV};
     size_t len = q_side(run) ? f.q : f.kv;
-    for (int k = 0; k < 2 && dst[k]; k++) {
-        if (acc)
-            memcpy(dst[k], acc + k * len, len * sizeof(float));
-        else
-            memset(dst[k], 0, len * sizeof(float));
-    }
+    bt_status st = BT_OK;
+    for (int k = 0; k < 2 && dst[k] && st == BT_OK; k++)
+        st = acc ? copy_floats(run, dst[k], acc + k * len, len) : zero_floats(run, dst[k], len);
+    return st;
 }
 
 /* The gradients accumulated at home in place start from zero. */
-static void zero_home_accumulators(const ring_run *run, const bwd_home *h)
+static bt_status zero_home_accumulators(const ring_run *run, const bwd_home *h)
 {
     block_floats f = sizes_of(run->s);
-    if (q_side(run)) {
-        memset(h->dK, 0, f.kv * sizeof(float));
-        memset(h->dV, 0, f.kv * sizeof(float));
-    } else {
-        memset(h->dQ, 0, f.q * sizeof(float));
-    }
+    if (!q_side(run)) return zero_floats(run, h->dQ, f.q);
+    bt_status st = zero_floats(run, h->dK, f.kv);
+    return st == BT_OK ? zero_floats(run, h->dV, f.kv) : st;
 }
 
 static bt_status backward_piece(ring_run *run, int64_t r0, int64_t rows, void *arg)
@@ -110,17 +116,11 @@ static bt_status backward_piece(ring_run *run, int64_t r0, int64_t rows, void *a
     bk_attn_geom g = ring_run_geometry(run, rows, p->q_pos + r0, p->q_seg + r0, p->kv_pos,
                                        p->kv_seg);
     bk_attn_stats ks;
-    if (bk_attn_bwd(run->c->queue, &g, p->Q + qo, p->K, p->V, p->dO + qo, p->lse + lo,
-                    p->delta + lo, p->dQ + qo, p->dK, p->dV, &ks) != BK_OK)
-        return BT_ERR_ARG;
+    bt_status st = ring_run_kernel(bk_attn_bwd(run->c->queue, &g, p->Q + qo, p->K, p->V,
+                                               p->dO + qo, p->lse + lo, p->delta + lo, p->dQ + qo,
+                                               p->dK, p->dV, ring_run_tile_stats(run, &ks)));
     ring_run_count_tiles(run, &ks);
-    return BT_OK;
-}
-
-static void add_into(float *acc, const float *in, size_t count)
-{
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < count; i++) acc[i] += in[i];
+    return st;
 }
 
 /* One step: compute on the held bundle into a fresh accumulator, add the one
@@ -133,28 +133,36 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
     int a = step % 2;
     bt_request *acc_recv = NULL;
     bt_status st = BT_OK;
-    if (x->acc_from >= 0)
-        st = bt_irecv(run->c->comm, x->acc_from, x->acc_from_channel, b->acc_in[a], s->acc_bytes,
-                      &acc_recv);
+    size_t acc_floats = s->acc_bytes / sizeof(float);
+    if (x->acc_from >= 0) { /* acc_in[a] may still be read by an earlier step's add */
+        st = ring_run_send_ready(run);
+        if (st == BT_OK)
+            st = ring_run_irecv(run, x->acc_from, x->acc_from_channel, b->acc_in[a], s->acc_bytes,
+                                &acc_recv);
+    }
     if (st == BT_OK) st = ring_run_wait(run, &run->acc_send[a]); /* acc_out[a] free again */
-    if (st != BT_OK) return st;
-    memset(b->acc_out[a], 0, s->acc_bytes);
-    if (x->compute) {
-        ring_run_block_positions(run, x->block, b->block_pos, b->block_seg);
+    if (st == BT_OK) st = zero_floats(run, b->acc_out[a], acc_floats);
+    if (st == BT_OK && x->compute) {
+        st = ring_run_block_positions(run, x->block);
         bwd_pair p = pair_views(run, h, (const float *)b->slot[x->slot], b->acc_out[a]);
-        st = ring_run_pieces(run, backward_piece, &p);
+        if (st == BT_OK) st = ring_run_pieces(run, backward_piece, &p);
     }
     if (st == BT_OK && acc_recv) {
         st = ring_run_wait(run, &acc_recv);
-        if (st == BT_OK) add_into(b->acc_out[a], b->acc_in[a], s->acc_bytes / sizeof(float));
+        if (st == BT_OK)
+            st = ring_run_kernel(bk_axpy(run->c->queue, (int64_t)acc_floats, 1.0f, b->acc_in[a],
+                                         b->acc_out[a]));
     }
     if (st != BT_OK) return st;
-    if (x->acc_to >= 0)
-        return bt_isend(run->c->comm, x->acc_to, x->acc_to_channel, b->acc_out[a], s->acc_bytes,
-                        &run->acc_send[a]);
+    if (x->acc_to >= 0) {
+        st = ring_run_send_ready(run);
+        return st == BT_OK ? ring_run_isend(run, x->acc_to, x->acc_to_channel, b->acc_out[a],
+                                            s->acc_bytes, &run->acc_send[a])
+                           : st;
+    }
     if (x->block == run->rank) { /* the chain ends where it began: at home */
-        home_gradients(run, h, b->acc_out[a]);
         *home_done = 1;
+        return home_gradients(run, h, b->acc_out[a]);
     }
     return BT_OK;
 }
@@ -168,17 +176,18 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
     if (st != BT_OK) return st;
     const ring_schedule *s = run.s;
     double t_start = bu_now();
-    bk_attn_delta(c->queue, s->layout.n, s->h_q, s->d, dO, O, run.b->delta);
     bwd_home h = {Q, K, V, dO, lse, run.b->delta, dQ, dK, dV};
-    bundle_pack(&run, &h, (float *)run.b->slot[SLOT_HOME]);
-    zero_home_accumulators(&run, &h);
+    st = ring_run_kernel(bk_attn_delta(c->queue, s->layout.n, s->h_q, s->d, dO, O, run.b->delta));
+    if (st == BT_OK) st = bundle_pack(&run, &h, (float *)run.b->slot[SLOT_HOME]);
+    if (st == BT_OK) st = zero_home_accumulators(&run, &h);
+    if (st == BT_OK) st = ring_run_send_ready(&run); /* the home slot leaves at the first step */
     /* The final accumulator of the home block is received from the start, so
      * its sender never waits on this rank to reach the end. */
     int from = s->home_acc_from[run.rank], home_done = 0;
     bt_request *home_recv = NULL;
-    if (from >= 0)
-        st = bt_irecv(c->comm, from, s->home_acc_channel[run.rank], run.b->home_acc,
-                      s->acc_bytes, &home_recv);
+    if (st == BT_OK && from >= 0)
+        st = ring_run_irecv(&run, from, s->home_acc_channel[run.rank], run.b->home_acc,
+                            s->acc_bytes, &home_recv);
 
     for (int step = 0; step < s->n_steps && st == BT_OK; step++) {
         const ring_step *x = ring_step_at(s, run.rank, step);
@@ -187,9 +196,9 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
     }
     if (st == BT_OK && from >= 0) {
         st = ring_run_wait(&run, &home_recv);
-        if (st == BT_OK) home_gradients(&run, &h, run.b->home_acc), home_done = 1;
+        if (st == BT_OK) st = home_gradients(&run, &h, run.b->home_acc), home_done = 1;
     }
-    if (st == BT_OK && !home_done) home_gradients(&run, &h, NULL);
+    if (st == BT_OK && !home_done) st = home_gradients(&run, &h, NULL);
     st = ring_run_finish(&run, st);
     stats->total_s = bu_now() - t_start;
     return st;

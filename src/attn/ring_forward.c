@@ -2,8 +2,6 @@
  * message [K | V]; each holder merges the attention of its home queries
  * against the held block into the running (O, lse), so no accumulator
  * travels. */
-#include <string.h>
-
 #include "src/attn/ring_run.h"
 #include "util/clock.h"
 
@@ -20,11 +18,12 @@ static bt_status forward_piece(ring_run *run, int64_t r0, int64_t rows, void *ar
     bk_attn_geom g = ring_run_geometry(run, rows, run->b->home_pos + r0, run->b->home_seg + r0,
                                        run->b->block_pos, run->b->block_seg);
     bk_attn_stats ks;
-    if (bk_attn_fwd(run->c->queue, &g, p->Q + (size_t)r0 * q_row, p->K, p->V,
-                    p->O + (size_t)r0 * q_row, p->lse + (size_t)r0 * (size_t)s->h_q, &ks) != BK_OK)
-        return BT_ERR_ARG;
+    bt_status st = ring_run_kernel(bk_attn_fwd(run->c->queue, &g, p->Q + (size_t)r0 * q_row, p->K,
+                                               p->V, p->O + (size_t)r0 * q_row,
+                                               p->lse + (size_t)r0 * (size_t)s->h_q,
+                                               ring_run_tile_stats(run, &ks)));
     ring_run_count_tiles(run, &ks);
-    return BT_OK;
+    return st;
 }
 
 bt_status ring_forward(const ring_exec_ctx *c, const float *Q, const float *K, const float *V,
@@ -37,21 +36,24 @@ bt_status ring_forward(const ring_exec_ctx *c, const float *Q, const float *K, c
     double t_start = bu_now();
     size_t kv_floats = (size_t)s->layout.n * (size_t)s->h_kv * (size_t)s->d;
     float *home = (float *)run.b->slot[SLOT_HOME];
-    memcpy(home, K, kv_floats * sizeof(float));
-    memcpy(home + kv_floats, V, kv_floats * sizeof(float));
-    bk_attn_fwd_init(c->queue, s->layout.n, s->h_q, s->d, O, lse);
+    st = ring_run_kernel(bk_copy(c->queue, home, K, kv_floats * sizeof(float)));
+    if (st == BT_OK) st = ring_run_kernel(bk_copy(c->queue, home + kv_floats, V, kv_floats * sizeof(float)));
+    if (st == BT_OK) st = ring_run_kernel(bk_attn_fwd_init(c->queue, s->layout.n, s->h_q, s->d, O, lse));
+    if (st == BT_OK) st = ring_run_send_ready(&run); /* the home slot leaves at the first step */
 
     for (int step = 0; step < s->n_steps && st == BT_OK; step++) {
         const ring_step *x = ring_step_at(s, run.rank, step);
         st = ring_run_begin_step(&run, x, step);
         if (st != BT_OK || x->block < 0 || !x->compute) continue;
-        ring_run_block_positions(&run, x->block, run.b->block_pos, run.b->block_seg);
+        st = ring_run_block_positions(&run, x->block);
+        if (st != BT_OK) break;
         const float *kv = (const float *)run.b->slot[x->slot];
         fwd_piece p = {Q, kv, kv + kv_floats, O, lse};
         st = ring_run_pieces(&run, forward_piece, &p);
     }
     st = ring_run_finish(&run, st);
-    if (st == BT_OK) bk_attn_fwd_finalize(c->queue, s->layout.n, s->h_q, s->d, O, lse);
+    if (st == BT_OK)
+        st = ring_run_kernel(bk_attn_fwd_finalize(c->queue, s->layout.n, s->h_q, s->d, O, lse));
     stats->total_s = bu_now() - t_start;
     return st;
 }

@@ -1,4 +1,4 @@
-/* ring_run.c: the buffers and the step machinery shared by ring_forward.c and
+/* ring_run.c: the step machinery shared by ring_forward.c and
  * ring_backward.c (ring_run.h). It makes no decisions: a step posts the
  * receives and sends the schedule lists (the next blocks arrive while this one
  * is computed) and waits for the block it holds; a slot is only overwritten
@@ -6,82 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/device.h"
 #include "src/attn/ring_run.h"
 #include "util/clock.h"
-
-/* The slots, then 4 trailing accumulators, the home accumulator, delta and 4 tables. */
-enum { N_BUFFERS = RING_N_SLOTS + 10 };
-
-/* The capacities b needs for each of scheds[n_scheds]: the largest of each. */
-static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, ring_buffers *b)
-{
-    for (int i = 0; i < n_scheds; i++) {
-        const ring_schedule *s = scheds[i];
-        if (s->input_bytes > b->input_bytes) b->input_bytes = s->input_bytes;
-        if (s->acc_bytes > b->acc_bytes) b->acc_bytes = s->acc_bytes;
-        if (s->layout.n > b->n) b->n = s->layout.n;
-        if (s->layout.n * s->h_q > b->rows) b->rows = s->layout.n * s->h_q;
-    }
-}
-
-/* The bytes of each buffer of b, in the order ring_buffers_create allocates
- * them (slots, accumulators out and in, home accumulator, delta, positions,
- * document ids); returns their count. */
-static int buffer_sizes(const ring_buffers *b, size_t sizes[N_BUFFERS])
-{
-    int k = 0;
-    size_t n = (size_t)b->n;
-    for (int i = 0; i < RING_N_SLOTS; i++) sizes[k++] = b->input_bytes;
-    for (int i = 0; i < 4; i++) sizes[k++] = b->acc_bytes;
-    sizes[k++] = b->acc_bytes ? b->acc_bytes : 1;
-    sizes[k++] = ((size_t)b->rows + 1) * sizeof(float);
-    sizes[k++] = n * sizeof(int64_t), sizes[k++] = n * sizeof(int64_t);
-    sizes[k++] = n * sizeof(int32_t), sizes[k++] = n * sizeof(int32_t);
-    return k;
-}
-
-ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_scheds)
-{
-    ring_buffers *b = calloc(1, sizeof *b);
-    if (!b) return NULL;
-    buffer_capacities(scheds, n_scheds, b);
-    size_t sizes[N_BUFFERS];
-    int count = buffer_sizes(b, sizes), ok = 1;
-    void *p[N_BUFFERS] = {NULL};
-    /* zeroed: the document ids stay 0 when the mask has no segments */
-    for (int i = 0; i < count; i++) ok &= !sizes[i] || (p[i] = calloc(1, sizes[i])) != NULL;
-    if (!ok) {
-        for (int i = 0; i < count; i++) free(p[i]);
-        free(b);
-        return NULL;
-    }
-    int k = 0;
-    for (int i = 0; i < RING_N_SLOTS; i++) b->slot[i] = p[k++];
-    b->acc_out[0] = p[k++], b->acc_out[1] = p[k++], b->acc_in[0] = p[k++], b->acc_in[1] = p[k++];
-    b->home_acc = p[k++], b->delta = p[k++];
-    b->home_pos = p[k++], b->block_pos = p[k++], b->home_seg = p[k++], b->block_seg = p[k++];
-    return b;
-}
-
-void ring_buffers_free(ring_buffers *b)
-{
-    if (!b) return;
-    for (int k = 0; k < RING_N_SLOTS; k++) free(b->slot[k]);
-    for (int k = 0; k < 2; k++) free(b->acc_out[k]), free(b->acc_in[k]);
-    free(b->home_acc), free(b->delta);
-    free(b->home_pos), free(b->block_pos), free(b->home_seg), free(b->block_seg);
-    free(b);
-}
-
-size_t ring_buffers_bytes(const ring_schedule *const *scheds, int n_scheds)
-{
-    ring_buffers b = {0};
-    buffer_capacities(scheds, n_scheds, &b);
-    size_t sizes[N_BUFFERS], total = 0;
-    int k = buffer_sizes(&b, sizes);
-    for (int i = 0; i < k; i++) total += sizes[i];
-    return total;
-}
 
 bt_status ring_run_wait(ring_run *run, bt_request **req)
 {
@@ -101,12 +28,31 @@ static bt_status drain_slot_sends(ring_run *run, int slot)
     return st;
 }
 
-void ring_run_block_positions(ring_run *run, int block, int64_t *pos, int32_t *seg)
+bt_status ring_run_block_positions(ring_run *run, int block)
 {
-    const seq_layout *l = &run->s->layout;
-    seq_layout_positions(l, block, pos);
-    if (run->c->segments)
-        for (int64_t i = 0; i < l->n; i++) seg[i] = run->c->segments[pos[i]];
+    ring_buffers *b = run->b;
+    return ring_buffers_load_positions(b, run->c->queue, &run->s->layout, block, run->c->segments,
+                                       b->block_pos, b->block_seg) == 0
+               ? BT_OK
+               : BT_ERR_SYS;
+}
+
+bt_status ring_run_send_ready(ring_run *run)
+{
+    if (run->mem != BT_MEM_DEVICE) return BT_OK;
+    return bk_device_sync(run->c->queue) == BK_OK ? BT_OK : BT_ERR_SYS;
+}
+
+bt_status ring_run_isend(ring_run *run, int peer, int channel, const void *buf, size_t bytes,
+                         bt_request **req)
+{
+    return bt_isend_mem(run->c->comm, peer, channel, buf, bytes, run->mem, req);
+}
+
+bt_status ring_run_irecv(ring_run *run, int peer, int channel, void *buf, size_t bytes,
+                         bt_request **req)
+{
+    return bt_irecv_mem(run->c->comm, peer, channel, buf, bytes, run->mem, req);
 }
 
 /* The buffers must hold this schedule: the caller's, or made for the call. */
@@ -129,35 +75,44 @@ bt_status ring_run_begin(ring_run *run, const ring_exec_ctx *c, int backward,
     if (bt_comm_size(c->comm) != run->s->P || backward != (run->s->pass != RING_FORWARD))
         return BT_ERR_ARG;
     run->b = c->buffers;
-    if (!run->b) run->b = run->owned = ring_buffers_create(&c->sched, 1);
-    if (!run->b || !buffers_fit(run->b, run->s)) {
+    if (!run->b) run->b = run->owned = ring_buffers_create(&c->sched, 1, c->queue);
+    int on_device = c->queue->where == BK_DEVICE;
+    if (!run->b || !buffers_fit(run->b, run->s) || run->b->on_device != on_device) {
         ring_buffers_free(run->owned);
         run->owned = NULL;
         return BT_ERR_ARG;
     }
-    ring_run_block_positions(run, run->rank, run->b->home_pos, run->b->home_seg);
-    return BT_OK;
+    run->mem = on_device ? BT_MEM_DEVICE : BT_MEM_HOST;
+    ring_buffers *b = run->b;
+    return ring_buffers_load_positions(b, c->queue, &run->s->layout, run->rank, c->segments,
+                                       b->home_pos, b->home_seg) == 0
+               ? BT_OK
+               : BT_ERR_SYS;
 }
 
 bt_status ring_run_finish(ring_run *run, bt_status st)
 {
     for (int k = 0; k < RING_N_SLOTS && st == BT_OK; k++) st = drain_slot_sends(run, k);
     for (int k = 0; k < 2 && st == BT_OK; k++) st = ring_run_wait(run, &run->acc_send[k]);
+    if (run->owned && run->mem == BT_MEM_DEVICE && bk_device_sync(run->c->queue) != BK_OK && st == BT_OK)
+        st = BT_ERR_SYS; /* the last copies out of the buffers about to go */
     ring_buffers_free(run->owned);
     run->owned = NULL;
     return st;
 }
 
-/* Posts the receives of this step: blocks needed at later steps. */
+/* Posts the receives of this step: blocks needed at later steps. A slot may
+ * still be read by kernels the queue has not run (on a device), so the queue
+ * is drained before the transport may write into one. */
 static bt_status post_receives(ring_run *run, const ring_step *x)
 {
-    bt_status st = BT_OK;
+    bt_status st = x->n_recv > 0 ? ring_run_send_ready(run) : BT_OK;
     for (int k = 0; k < x->n_recv && st == BT_OK; k++) {
         const ring_xfer *r = &x->recv[k];
         st = drain_slot_sends(run, r->slot);
         if (st == BT_OK)
-            st = bt_irecv(run->c->comm, r->peer, r->channel, run->b->slot[r->slot],
-                          run->s->input_bytes, &run->slot_recv[r->slot]);
+            st = ring_run_irecv(run, r->peer, r->channel, run->b->slot[r->slot],
+                                run->s->input_bytes, &run->slot_recv[r->slot]);
     }
     return st;
 }
@@ -169,8 +124,8 @@ static bt_status post_sends(ring_run *run, const ring_step *x)
     for (int k = 0; k < x->n_send && st == BT_OK; k++) {
         const ring_xfer *t = &x->send[k];
         bt_request **req = &run->slot_sends[t->slot][run->n_slot_sends[t->slot]++];
-        st = bt_isend(run->c->comm, t->peer, t->channel, run->b->slot[t->slot],
-                      run->s->input_bytes, req);
+        st = ring_run_isend(run, t->peer, t->channel, run->b->slot[t->slot],
+                            run->s->input_bytes, req);
     }
     return st;
 }
@@ -192,6 +147,12 @@ bk_attn_geom ring_run_geometry(const ring_run *run, int64_t n_q, const int64_t *
                       .scale = run->c->scale, .q_pos = q_pos, .kv_pos = kv_pos, .q_seg = q_seg,
                       .kv_seg = kv_seg, .mask = run->c->mask};
     return g;
+}
+
+bk_attn_stats *ring_run_tile_stats(const ring_run *run, bk_attn_stats *ks)
+{
+    memset(ks, 0, sizeof *ks);
+    return run->mem == BT_MEM_DEVICE ? NULL : ks;
 }
 
 void ring_run_count_tiles(ring_run *run, const bk_attn_stats *ks)

@@ -1,13 +1,22 @@
 /* ring_run.h: the machinery every pass of the ring shares (inside src/attn/
- * only): the buffers, posting the receives and sends a step lists, waiting
- * with the wait counted as exposed communication, the positions of a block,
- * and the attention kernel called on pieces of query rows with the transport
- * polled between pieces so that transfers progress while computing. */
+ * only): the buffers (ring_buffers.c), posting the receives and sends a step
+ * lists, waiting with the wait counted as exposed communication, the positions
+ * of a block, and the attention kernel called on pieces of query rows with the
+ * transport polled between pieces so that transfers progress while computing
+ * (ring_run.c).
+ *
+ * One executor for both memories: every buffer operation is a kernel of the
+ * ring's queue (bk_copy, bk_fill, bk_axpy) and every transfer names the
+ * memory it reads (bt_isend_mem), so the same code runs on host buffers and
+ * on device buffers. On a device, what a rank sends must be complete when it
+ * is posted: a slot or accumulator written by kernels is sent after the queue
+ * has run them (ring_run_send_ready). */
 #ifndef BURST_ATTN_RING_RUN_H
 #define BURST_ATTN_RING_RUN_H
 
 #include "src/attn/ring.h"
 
+/* Every pointer before on_device is memory of the ring's queue. */
 struct ring_buffers {
     unsigned char *slot[RING_N_SLOTS];    /* [input_bytes] each */
     float *acc_out[2], *acc_in[2];         /* trailing accumulators, double-buffered */
@@ -17,7 +26,21 @@ struct ring_buffers {
     int32_t *home_seg, *block_seg;         /* [n] document ids (0 without segments) */
     size_t input_bytes, acc_bytes;         /* capacity of a slot and of an accumulator */
     int64_t n, rows;                       /* capacity in tokens and in token-heads (n * Hq) */
+    int on_device;                         /* the buffers above are device memory */
+    /* device only: host mirrors of the position tables [2][n] and the event of
+     * each one's last upload; parity: the mirror filled last */
+    int64_t *pos_host[2];
+    int32_t *seg_host[2];
+    void *uploaded[2];
+    int parity;
 };
+
+/* Positions of block's tokens under layout l, and with segments [N] their
+ * document ids (else 0), into pos[n] and seg[n] of b (home or block tables);
+ * on a device queued on q after what q runs already. 0, or -1 when the
+ * device failed. */
+int ring_buffers_load_positions(ring_buffers *b, const bk_queue *q, const seq_layout *l, int block,
+                                const int32_t *segments, int64_t *pos, int32_t *seg);
 
 typedef struct {
     const ring_exec_ctx *c;
@@ -31,6 +54,7 @@ typedef struct {
     int n_slot_sends[RING_N_SLOTS];
     bt_request *acc_send[2];
     ring_exec_stats *stats;
+    bt_mem mem;        /* where the buffers live, for the transport */
 } ring_run;
 
 /* The attention of one piece of query rows [r0, r0 + rows) against a block. */
@@ -47,8 +71,16 @@ bt_status ring_run_finish(ring_run *run, bt_status st);
 bt_status ring_run_wait(ring_run *run, bt_request **req);
 /* Start of a step: post what arrives later, wait for the held block, pass it on. */
 bt_status ring_run_begin_step(ring_run *run, const ring_step *x, int step);
-/* Positions (and document ids) of block's tokens into pos[n] and seg[n]. */
-void ring_run_block_positions(ring_run *run, int block, int64_t *pos, int32_t *seg);
+/* Positions (and document ids) of block's tokens into the block tables. */
+bt_status ring_run_block_positions(ring_run *run, int block);
+/* Before sending what the queue's kernels wrote, or receiving into a buffer
+ * they read: waits for them on a device (the transport works outside the
+ * queue's order). */
+bt_status ring_run_send_ready(ring_run *run);
+bt_status ring_run_isend(ring_run *run, int peer, int channel, const void *buf, size_t bytes,
+                         bt_request **req);
+bt_status ring_run_irecv(ring_run *run, int peer, int channel, void *buf, size_t bytes,
+                         bt_request **req);
 /* The geometry of a piece of n_q query rows against a whole block of keys. */
 bk_attn_geom ring_run_geometry(const ring_run *run, int64_t n_q, const int64_t *q_pos,
                                const int32_t *q_seg, const int64_t *kv_pos,
@@ -56,6 +88,16 @@ bk_attn_geom ring_run_geometry(const ring_run *run, int64_t n_q, const int64_t *
 /* Calls fn on every piece of the n local query rows, polling in between, and
  * counts the kernel time and the block as computed. */
 bt_status ring_run_pieces(ring_run *run, ring_piece_fn fn, void *arg);
+/* Where a kernel call counts its tiles: ks zeroed, or NULL on a device,
+ * where counting would make the host wait for every kernel (tiles then go
+ * uncounted). */
+bk_attn_stats *ring_run_tile_stats(const ring_run *run, bk_attn_stats *ks);
 void ring_run_count_tiles(ring_run *run, const bk_attn_stats *ks);
+/* A kernel's status as the ring's: BT_ERR_ARG for a refused call, BT_ERR_SYS
+ * for a device that failed. */
+static inline bt_status ring_run_kernel(bk_status st)
+{
+    return st == BK_OK ? BT_OK : st == BK_ERR_ARG ? BT_ERR_ARG : BT_ERR_SYS;
+}
 
 #endif

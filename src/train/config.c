@@ -123,6 +123,7 @@ void train_config_default(train_config *c)
     c->grad_clip = 1.0;
     c->seed = 1234;
     set_string(c->on_nonfinite, sizeof c->on_nonfinite, "stop");
+    set_string(c->device, sizeof c->device, "cpu");
     c->log_every = 1;
     c->ckpt_fraction = 0.5;
     c->fused_head = 1;
@@ -156,6 +157,7 @@ static const char *const mask_names[] = {"causal", "window", "document", "sparse
 static const char *const backward_names[] = {"auto", "q", "kv", NULL};
 static const char *const ring_names[] = {"auto", "flat", "double", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
+static const char *const device_names[] = {"cpu", "cuda", NULL};
 static const char *const intra_names[] = {"auto", "ucx", "nccl", NULL};
 
 /* clang-format off */
@@ -216,6 +218,7 @@ static const field fields[] = {
     DBL("train", grad_clip, 0, 0, INFINITY, 0),
     U64("train", seed),
     ENUM("train", on_nonfinite, nonfinite_names),
+    ENUM("train", device, device_names),
     INT("train", log_every, 1),
     STR("train", metrics),
     STR("train", checkpoint_dir),
@@ -744,6 +747,15 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
     if ((c->d_model / c->n_heads) % 8 != 0)
         return fail(err, err_len,
                     "[model] d_model / n_heads = %d: the head dimension must be a multiple of 8",
+                    c->d_model / c->n_heads);
+
+    if (plan_device(c->device) && !c->fused_head)
+        return fail(err, err_len, "[memory] fused_head = false needs [train] device = cpu: the "
+                                  "reference head runs on the host");
+    if (plan_device(c->device) && c->d_model / c->n_heads > 128)
+        return fail(err, err_len,
+                    "[model] d_model / n_heads = %d: the device's attention takes head "
+                    "dimensions up to 128",
                     c->d_model / c->n_heads);
 
     if ((int64_t)c->dp * c->cp != world_size)

@@ -57,6 +57,7 @@ typedef struct {
     double grad_clip;       /* max global gradient norm; 0 = off */
     uint64_t seed;          /* initialisation */
     char on_nonfinite[8];   /* stop | skip */
+    char device[8];         /* cpu | cuda: where the model computes */
     int log_every;
     char metrics[256];      /* JSON-lines file; empty = none */
     char checkpoint_dir[180]; /* where checkpoints go; empty = none */

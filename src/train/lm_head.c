@@ -6,11 +6,18 @@
  *   dW[V, D] += dlogits^T h[c, D]
  * Scratch layout: logits [chunk_tokens, V], then the per-row losses
  * [chunk_tokens]. The loss sum is accumulated in double, in row order, so the
- * fused and unfused paths report the same sum. */
+ * fused and unfused paths report the same sum.
+ *
+ * On a device queue h, W, labels, dh, dW and the scratch are device memory;
+ * each chunk's losses come back to the host for the sum (the host waits for
+ * the chunk), and the labels are checked by the cross-entropy kernel chunk by
+ * chunk, so a bad label in a late chunk is found after the earlier chunks
+ * added to dW (the trainer checks them on the host before they go to the
+ * device). The unfused path is the host's reference only. */
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
+#include "kernels/device.h"
 #include "kernels/ops.h"
 #include "src/train/lm_head.h"
 
@@ -30,12 +37,33 @@ static bk_status check_args(const bk_queue *q, const lm_head_opts *o, int64_t n,
                             const float *dW)
 {
     BK_CHECK_ARG(q != NULL && o != NULL);
-    if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED; /* sums the losses on the host */
+    if (q->where != BK_HOST && q->where != BK_DEVICE) return BK_ERR_UNSUPPORTED;
     BK_CHECK_ARG(n >= 0 && D > 0 && V > 0);
     BK_CHECK_ARG(o->z_loss >= 0.0f);
     BK_CHECK_ARG(h != NULL && W != NULL && labels != NULL && dh != NULL && dW != NULL);
     BK_CHECK_ARG(loss_sum != NULL && n_valid != NULL);
-    BK_CHECK_ARG(labels_ok(n, V, labels, o->ignore_index));
+    BK_CHECK_ARG(q->where == BK_DEVICE || labels_ok(n, V, labels, o->ignore_index));
+    return BK_OK;
+}
+
+/* *loss_sum += loss[0] + ... + loss[rows - 1] in double, in row order
+ * (ignored rows are 0); device losses are copied to the host first. */
+static bk_status add_losses(const bk_queue *q, int64_t rows, const float *loss, double *loss_sum)
+{
+    float *seen = (float *)loss;
+    if (q->where == BK_DEVICE) {
+        seen = malloc((size_t)(rows > 0 ? rows : 1) * sizeof(float));
+        if (!seen) return BK_ERR_NOMEM;
+        bk_status st = bk_device_download(q, seen, loss, (size_t)rows * sizeof(float));
+        if (st != BK_OK) {
+            free(seen);
+            return st;
+        }
+    }
+    double s = 0.0;
+    for (int64_t r = 0; r < rows; r++) s += (double)seen[r];
+    *loss_sum += s;
+    if (seen != loss) free(seen);
     return BK_OK;
 }
 
@@ -55,15 +83,13 @@ static bk_status head_block(const bk_queue *q, const lm_head_opts *o, int64_t ro
     st = bk_cross_entropy_fwd_bwd(q, rows, V, logits, V, labels, o->ignore_index, scale, o->z_loss,
                                   loss, NULL, &valid);
     if (st != BK_OK) return st;
-    double s = 0.0;
-    for (int64_t r = 0; r < rows; r++) s += (double)loss[r]; /* ignored rows are 0 */
-    *loss_sum += s;
+    st = add_losses(q, rows, loss, loss_sum);
+    if (st != BK_OK) return st;
     *n_valid += valid;
     if (valid == 0) {
         /* Every row ignored: dlogits is 0, so dh is 0 and dW does not change;
          * skip the GEMMs (and never multiply 0 by a non-finite h). */
-        memset(dh, 0, (size_t)rows * (size_t)D * sizeof(float));
-        return BK_OK;
+        return bk_fill(q, rows * D, dh, 0.0f);
     }
     /* dh[rows, D] = dlogits[rows, V] W[V, D] */
     st = bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, rows, D, V, 1.0f, logits, V, W, D, 0.0f, dh, D);
@@ -106,6 +132,7 @@ bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, i
 {
     bk_status st = check_args(q, o, n, D, V, h, W, labels, loss_sum, n_valid, dh, dW);
     if (st != BK_OK) return st;
+    if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED; /* a device uses the fused head */
     if (n == 0) return BK_OK;
     if ((size_t)n > SIZE_MAX / sizeof(float) / ((size_t)V + 1)) return BK_ERR_UNSUPPORTED;
     float *logits = malloc((size_t)n * (size_t)V * sizeof(float)); /* [n, V] */

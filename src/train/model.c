@@ -1,10 +1,14 @@
 /* model.c: the decoder's parameters and one forward + backward over this
- * rank's share of a sequence; see model.h. Everything is fp32 on the CPU. */
+ * rank's share of a sequence; see model.h. Everything is fp32, on the CPU or
+ * on a device: every buffer the kernels read lives in the memory of the
+ * runner's queue, and every operation on one is a kernel of that queue
+ * (bk_copy, bk_axpy), so one text serves both. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/device.h"
 #include "kernels/ops.h"
 #include "src/train/model.h"
 #include "util/alloc.h"
@@ -110,7 +114,8 @@ struct model_runner {
     model_runner_config cfg;
     const model_layout *m;
     int64_t n, D, QD, KD, F, V, Hq, n_kept;
-    int64_t *pos;                    /* [n] global positions */
+    int64_t *pos;                    /* [n] global positions, for the kernels */
+    int64_t *pos_host;               /* [n] the same on the host (pos itself there) */
     int32_t *segments;               /* [N] document ids (document mask), else NULL */
     ring_plan_config plan;           /* the rings' plan, without the segments */
     ring_schedule *fwd, *bwd, *half; /* half: recompute of the early chunks */
@@ -124,6 +129,7 @@ struct model_runner {
     float *head_scratch; /* fused head: its chunk scratch; else the logits [V] of a prediction */
     model_memory mem;    /* what the buffers below take, counted as they are made */
     int allocate;        /* make the buffers (1) or only count them (0) */
+    int on_device;       /* the buffers the kernels read are device memory */
     char failed[160];    /* the first allocation that failed */
 };
 
@@ -173,6 +179,28 @@ int model_runner_set_documents(model_runner *r, const int32_t *segments, char *e
     return plan_rings(r, err, err_len);
 }
 
+/* A buffer the kernels read, in the memory of the runner's queue: as take on
+ * the host; on a device, device memory (not zeroed: every one is written
+ * before it is read). */
+static void *take_buffer(model_runner *r, size_t bytes, size_t *part, const char *what)
+{
+    if (!r->on_device) return take(r, bytes, part, what);
+    *part += bytes;
+    void *p = NULL;
+    if (!r->allocate || r->failed[0]) return NULL;
+    if (bk_device_malloc(bytes ? bytes : 1, &p) == BK_OK) return p;
+    bu_no_memory(r->failed, sizeof r->failed, bytes, what);
+    return NULL;
+}
+
+static void give_back(const model_runner *r, void *p)
+{
+    if (r->on_device)
+        bk_device_free(p);
+    else
+        free(p);
+}
+
 static size_t floats(int64_t count)
 {
     return (size_t)count * sizeof(float);
@@ -193,8 +221,11 @@ static void take_workspace(model_runner *r)
                               n * D,  n * D,  n * QD, n * QD, n * KD, n * KD, n * F,
                               n * 2 * F, n * D, n * D, n,    head > r->V ? head : r->V};
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
-        *bufs[i] = take(r, floats(counts[i]), &r->mem.workspace, "the layer workspace");
-    r->pos = take(r, (size_t)n * sizeof(int64_t), &r->mem.workspace, "the token positions");
+        *bufs[i] = take_buffer(r, floats(counts[i]), &r->mem.workspace, "the layer workspace");
+    size_t pos_bytes = (size_t)n * sizeof(int64_t);
+    r->pos_host = take(r, pos_bytes, &r->mem.workspace, "the token positions");
+    r->pos = r->on_device ? take_buffer(r, pos_bytes, &r->mem.workspace, "the token positions")
+                          : r->pos_host;
     /* the reference head makes its logits [n, V] and losses [n] at every step */
     r->mem.head_logits = r->cfg.fused_head ? 0 : floats(n * r->V + n);
 }
@@ -207,9 +238,9 @@ static void take_store(model_runner *r)
     r->store = take(r, (size_t)layers * sizeof *r->store, &r->mem.stored, what);
     for (int l = 0; l < layers; l++) {
         stored_layer e = {.layer = -1};
-        e.x_in = take(r, floats(r->n * r->D), &r->mem.stored, what);
-        e.o_kept = take(r, floats(r->n_kept * r->QD + 1), &r->mem.stored, what);
-        e.lse_kept = take(r, floats(r->n_kept * r->Hq + 1), &r->mem.stored, what);
+        e.x_in = take_buffer(r, floats(r->n * r->D), &r->mem.stored, what);
+        e.o_kept = take_buffer(r, floats(r->n_kept * r->QD + 1), &r->mem.stored, what);
+        e.lse_kept = take_buffer(r, floats(r->n_kept * r->Hq + 1), &r->mem.stored, what);
         if (r->store) r->store[l] = e;
     }
 }
@@ -222,7 +253,7 @@ static void take_ring(model_runner *r)
     size_t bytes = ring_buffers_bytes(passes, n_passes);
     r->mem.ring += bytes;
     if (!r->allocate || r->failed[0]) return;
-    if (!(r->ring.buffers = ring_buffers_create(passes, n_passes)))
+    if (!(r->ring.buffers = ring_buffers_create(passes, n_passes, r->cfg.queue)))
         bu_no_memory(r->failed, sizeof r->failed, bytes, "the ring's buffers");
 }
 
@@ -234,6 +265,7 @@ static model_runner *runner_plan(const model_runner_config *cfg, char *err, size
     if (!r) return NULL;
     r->cfg = *cfg;
     r->m = cfg->model;
+    r->on_device = cfg->queue->where == BK_DEVICE;
     r->n = cfg->layout.n;
     r->D = d->d_model;
     r->Hq = d->n_heads;
@@ -311,7 +343,14 @@ model_runner *model_runner_create(const model_runner_config *cfg, char *err, siz
         model_runner_free(r);
         return NULL;
     }
-    seq_layout_positions(&cfg->layout, bt_comm_rank(cfg->cp), r->pos);
+    seq_layout_positions(&cfg->layout, bt_comm_rank(cfg->cp), r->pos_host);
+    bk_queue q = *cfg->queue;
+    if (r->on_device &&
+        bk_device_upload(&q, r->pos, r->pos_host, (size_t)r->n * sizeof(int64_t)) != BK_OK) {
+        snprintf(err, err_len, "cannot copy the token positions to the device");
+        model_runner_free(r);
+        return NULL;
+    }
     return r;
 }
 
@@ -325,14 +364,15 @@ void model_runner_free(model_runner *r)
     float *bufs[] = {r->x, r->a, r->rstd1, r->q, r->k, r->v, r->o, r->lse, r->x1, r->b, r->rstd2,
                      r->g, r->s, r->dx, r->dx1, r->dtmp, r->d_o, r->dq, r->dk, r->dv, r->ds,
                      r->dg, r->hn, r->dhn, r->rstd_f, r->head_scratch};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) give_back(r, bufs[i]);
     for (int e = 0; r->store && e < r->m->dims.layers; e++) {
-        free(r->store[e].x_in);
-        free(r->store[e].o_kept);
-        free(r->store[e].lse_kept);
+        give_back(r, r->store[e].x_in);
+        give_back(r, r->store[e].o_kept);
+        give_back(r, r->store[e].lse_kept);
     }
     free(r->store);
-    free(r->pos);
+    if (r->on_device) bk_device_free(r->pos);
+    free(r->pos_host);
     free(r->segments);
     free(r);
 }
@@ -343,6 +383,14 @@ void model_runner_free(model_runner *r)
     do {                                                                                       \
         if ((call) != BK_OK) return BT_ERR_ARG;                                                \
     } while (0)
+
+/* out[count] = a + b (the residual's two gradients), on the queue */
+static bk_status sum_into(const bk_queue *q, float *out, const float *a, const float *b,
+                          int64_t count)
+{
+    bk_status st = bk_copy(q, out, a, (size_t)count * sizeof(float));
+    return st == BK_OK ? bk_axpy(q, count, 1.0f, b, out) : st;
+}
 
 /* C[m, n] = A[m, k] B[k, n] (+ C when accumulate) */
 static bk_status mm(const bk_queue *q, const float *A, int64_t m, int64_t k, const float *B,
@@ -397,13 +445,13 @@ static bt_status mlp_part(model_runner *r, const float *P, int l, const float *x
     const bk_queue *q = r->cfg.queue;
     const layer_offsets *o = &r->m->layer[l];
     int64_t n = r->n, D = r->D, F = r->F;
-    memcpy(r->x1, x_in, (size_t)(n * D) * sizeof(float));
+    CHECK_KERNEL(bk_copy(q, r->x1, x_in, (size_t)(n * D) * sizeof(float)));
     CHECK_KERNEL(mm(q, r->o, n, r->QD, P + o->wo, D, r->x1, 1));
     CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x1, P + o->mlp_norm, r->m->dims.norm_eps, r->b, r->rstd2));
     CHECK_KERNEL(mm(q, r->b, n, D, P + o->w_gate_up, 2 * F, r->g, 0));
     CHECK_KERNEL(bk_swiglu_fwd(q, n, F, r->g, r->g + F, 2 * F, r->s));
     if (out) {
-        memcpy(out, r->x1, (size_t)(n * D) * sizeof(float));
+        CHECK_KERNEL(bk_copy(q, out, r->x1, (size_t)(n * D) * sizeof(float)));
         CHECK_KERNEL(mm(q, r->s, n, F, P + o->w_down, D, out, 1));
     }
     return BT_OK;
@@ -435,8 +483,11 @@ static bt_status attention_output_for_backward(model_runner *r, stored_layer *e,
         st = ring_fwd_timed(r, r->half, r->q, r->k, r->v, r->o, r->lse, &stats->attn_recompute_s,
                             stats);
     if (st != BT_OK) return st;
-    memcpy(r->o + first_kept * r->QD, e->o_kept, (size_t)(kept * r->QD) * sizeof(float));
-    memcpy(r->lse + first_kept * r->Hq, e->lse_kept, (size_t)(kept * r->Hq) * sizeof(float));
+    const bk_queue *q = r->cfg.queue;
+    CHECK_KERNEL(bk_copy(q, r->o + first_kept * r->QD, e->o_kept,
+                         (size_t)(kept * r->QD) * sizeof(float)));
+    CHECK_KERNEL(bk_copy(q, r->lse + first_kept * r->Hq, e->lse_kept,
+                         (size_t)(kept * r->Hq) * sizeof(float)));
     return BT_OK;
 }
 
@@ -454,7 +505,7 @@ static bt_status forward_layers(model_runner *r, const float *P, const int64_t *
             stored_layer *e = stored(r, l);
             e->layer = l;
             e->micro_batch = mb;
-            memcpy(e->x_in, r->x, (size_t)(n * D) * sizeof(float));
+            CHECK_KERNEL(bk_copy(r->cfg.queue, e->x_in, r->x, (size_t)(n * D) * sizeof(float)));
         }
         st = attention_inputs(r, P, l, r->x);
         if (st == BT_OK)
@@ -462,9 +513,10 @@ static bt_status forward_layers(model_runner *r, const float *P, const int64_t *
         if (st != BT_OK) break;
         if (mb >= 0) {
             stored_layer *e = stored(r, l);
-            memcpy(e->o_kept, r->o + first_kept * QD, (size_t)(r->n_kept * QD) * sizeof(float));
-            memcpy(e->lse_kept, r->lse + first_kept * r->Hq,
-                   (size_t)(r->n_kept * r->Hq) * sizeof(float));
+            CHECK_KERNEL(bk_copy(r->cfg.queue, e->o_kept, r->o + first_kept * QD,
+                                 (size_t)(r->n_kept * QD) * sizeof(float)));
+            CHECK_KERNEL(bk_copy(r->cfg.queue, e->lse_kept, r->lse + first_kept * r->Hq,
+                                 (size_t)(r->n_kept * r->Hq) * sizeof(float)));
         }
         st = mlp_part(r, P, l, r->x, r->x);
     }
@@ -480,17 +532,23 @@ bt_status model_predict(model_runner *r, const float *P, const int64_t *tokens,
     int64_t D = r->D, V = r->V;
     CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, r->n, D, r->x, P + r->m->final_norm,
                                 r->m->dims.norm_eps, r->hn, r->rstd_f));
-    float *logits = r->head_scratch; /* [V] */
-    for (int i = 0; i < n_rows; i++) {
+    float *logits = r->head_scratch; /* [V], in the queue's memory */
+    float *seen = r->on_device ? malloc((size_t)V * sizeof(float)) : logits; /* on the host */
+    if (!seen) return BT_ERR_SYS;
+    bk_status kst = BK_OK;
+    for (int i = 0; i < n_rows && kst == BK_OK; i++) {
         const float *h = r->hn + rows[i] * D;
-        CHECK_KERNEL(bk_gemm(r->cfg.queue, BK_NO_TRANS, BK_TRANS, 1, V, D, 1.0f, h, D,
-                             P + r->m->head, D, 0.0f, logits, V));
+        kst = bk_gemm(r->cfg.queue, BK_NO_TRANS, BK_TRANS, 1, V, D, 1.0f, h, D, P + r->m->head, D,
+                      0.0f, logits, V);
+        if (kst == BK_OK && r->on_device)
+            kst = bk_device_download(r->cfg.queue, seen, logits, (size_t)V * sizeof(float));
         int64_t best = 0;
         for (int64_t v = 1; v < V; v++)
-            if (logits[v] > logits[best]) best = v;
+            if (seen[v] > seen[best]) best = v;
         predicted[i] = best;
     }
-    return BT_OK;
+    if (r->on_device) free(seen);
+    return kst == BK_OK ? BT_OK : BT_ERR_ARG;
 }
 
 bt_status model_forward_backward(model_runner *r, int mb, const float *P, float *G,
@@ -535,7 +593,7 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *P, float 
         CHECK_KERNEL(mm_grad_input(q, r->dg, n, 2 * F, P + o->w_gate_up, D, r->dtmp, 0));
         CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, r->x1, P + o->mlp_norm, r->rstd2, r->dtmp, r->dtmp,
                                     G + o->mlp_norm));
-        for (int64_t i = 0; i < n * D; i++) r->dx1[i] = r->dx[i] + r->dtmp[i];
+        CHECK_KERNEL(sum_into(q, r->dx1, r->dx, r->dtmp, n * D));
         /* output projection and attention */
         CHECK_KERNEL(mm_grad_weight(q, r->o, n, QD, r->dx1, D, G + o->wo));
         CHECK_KERNEL(mm_grad_input(q, r->dx1, n, D, P + o->wo, QD, r->d_o, 0));
@@ -559,7 +617,7 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *P, float 
         CHECK_KERNEL(mm_grad_input(q, r->dv, n, KD, P + o->wv, D, r->dtmp, 1));
         CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, e->x_in, P + o->attn_norm, r->rstd1, r->dtmp, r->dtmp,
                                     G + o->attn_norm));
-        for (int64_t i = 0; i < n * D; i++) r->dx[i] = r->dx1[i] + r->dtmp[i];
+        CHECK_KERNEL(sum_into(q, r->dx, r->dx1, r->dtmp, n * D));
     }
     if (st != BT_OK) return st;
     CHECK_KERNEL(bk_embedding_scatter_add(q, n, V, D, tokens, r->dx, G + r->m->embed));

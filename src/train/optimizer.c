@@ -17,11 +17,16 @@
  *      grad_scale (no extra pass over the gradients), on runs of equal decay mask;
  *   5. all-gather the shards of the parameters (bytes) into every rank's params.
  * Communication per rank and step: (P-1)/P * padded * 4 bytes in each of the
- * reduce-scatter and the all-gather, plus 8 bytes of norm. */
+ * reduce-scatter and the all-gather, plus 8 bytes of norm.
+ *
+ * On a device the same steps run on the queue (bk_copy, bk_fill, the AdamW
+ * and norm kernels); the queue is drained before each collective, whose
+ * device buffers must be complete when it starts. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/device.h"
 #include "kernels/ops.h"
 #include "src/train/optimizer.h"
 
@@ -34,6 +39,8 @@ typedef struct {
 
 struct zero1 {
     bt_comm *comm;
+    bk_queue q;   /* the kernels' queue; the buffers below live in its memory */
+    bt_mem mem;
     int rank, size;
     int64_t n;          /* parameters */
     int64_t padded;     /* size * shard >= n */
@@ -47,10 +54,25 @@ struct zero1 {
     float *work;   /* [padded] when padded != n (gradients in, parameters out), else NULL */
 };
 
-/* calloc that never returns NULL for a zero size. */
-static void *zalloc(int64_t count, size_t elem)
+/* Zeroed floats [count] in z's memory, never NULL for a zero count (NULL:
+ * out of memory). */
+static float *zalloc(const zero1 *z, int64_t count)
 {
-    return calloc(count > 0 ? (size_t)count : 1, elem);
+    size_t n = count > 0 ? (size_t)count : 1;
+    if (z->mem == BT_MEM_HOST) return calloc(n, sizeof(float));
+    void *p = NULL;
+    if (bk_device_malloc(n * sizeof(float), &p) != BK_OK) return NULL;
+    if (bk_fill(&z->q, (int64_t)n, p, 0.0f) == BK_OK) return p;
+    bk_device_free(p);
+    return NULL;
+}
+
+static void zfree(const zero1 *z, float *p)
+{
+    if (z->mem == BT_MEM_HOST)
+        free(p);
+    else if (p)
+        bk_device_free(p);
 }
 
 /* The shard, the padded length and the owned range of rank of size ranks. */
@@ -83,10 +105,10 @@ void zero1_free(zero1 *z)
 {
     if (!z) return;
     free(z->runs);
-    free(z->m);
-    free(z->v);
-    free(z->gshard);
-    free(z->work);
+    zfree(z, z->m);
+    zfree(z, z->v);
+    zfree(z, z->gshard);
+    zfree(z, z->work);
     free(z);
 }
 
@@ -126,12 +148,14 @@ static int build_runs(zero1 *z, const uint8_t *mask)
 }
 
 zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
-                    const zero1_hparams *hp)
+                    const zero1_hparams *hp, const bk_queue *q)
 {
     if (!comm) return NULL;
     zero1 *z = calloc(1, sizeof *z);
     int ok = z != NULL && n_params >= 0 && hparams_valid(hp);
     if (ok) {
+        z->q = q ? *q : bk_host_queue();
+        z->mem = z->q.where == BK_DEVICE ? BT_MEM_DEVICE : BT_MEM_HOST;
         z->comm = comm;
         z->rank = bt_comm_rank(comm);
         z->size = bt_comm_size(comm);
@@ -139,10 +163,10 @@ zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
         shard_of(n_params, z->size, z->rank, z);
         z->hp = *hp;
         int64_t own = z->end - z->begin;
-        z->m = zalloc(own, sizeof(float));
-        z->v = zalloc(own, sizeof(float));
-        z->gshard = zalloc(z->shard, sizeof(float));
-        if (z->padded != n_params) z->work = zalloc(z->padded, sizeof(float));
+        z->m = zalloc(z, own);
+        z->v = zalloc(z, own);
+        z->gshard = zalloc(z, z->shard);
+        if (z->padded != n_params) z->work = zalloc(z, z->padded);
         ok = z->m && z->v && z->gshard && (z->padded == n_params || z->work) &&
              build_runs(z, decay_mask) == 0;
     }
@@ -157,6 +181,18 @@ zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
     return z;
 }
 
+/* A failed kernel: the arguments were checked, so the device failed. */
+#define KERNEL(call)                                                                               \
+    do {                                                                                           \
+        if ((call) != BK_OK) return BT_ERR_SYS;                                                    \
+    } while (0)
+
+/* On a device, waits for the queue: a collective's buffers must be complete. */
+static bk_status queue_drained(const zero1 *z)
+{
+    return z->mem == BT_MEM_DEVICE ? bk_device_sync(&z->q) : BK_OK;
+}
+
 bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t step,
                      double *grad_norm)
 {
@@ -164,23 +200,25 @@ bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t s
         (z->n > 0 && (!params || !grads)))
         return BT_ERR_ARG;
     const size_t fsz = sizeof(float);
+    const bk_queue *q = &z->q;
+    int64_t own = z->end - z->begin;
 
     /* 1. Reduce-scatter the summed gradient: gshard[shard] = block rank of the sum. */
     const float *send = grads;
     if (z->work) {
-        memcpy(z->work, grads, (size_t)z->n * fsz);
-        memset(z->work + z->n, 0, (size_t)(z->padded - z->n) * fsz);
+        KERNEL(bk_copy(q, z->work, grads, (size_t)z->n * fsz));
+        KERNEL(bk_fill(q, z->padded - z->n, z->work + z->n, 0.0f));
         send = z->work;
     }
-    bt_status st = bt_reduce_scatter(z->comm, send, z->gshard, (size_t)z->shard, BT_F32, BT_SUM);
+    KERNEL(queue_drained(z));
+    bt_status st = bt_reduce_scatter_mem(z->comm, send, z->gshard, (size_t)z->shard, BT_F32, BT_SUM,
+                                         z->mem);
     if (st != BT_OK) return st;
 
     /* 2. Global squared norm, identical on every rank. */
-    bk_queue q = bk_host_queue();
-    int64_t own = z->end - z->begin;
     const float *bufs[1] = {z->gshard};
     double sq = 0.0;
-    if (bk_grad_sqnorm(&q, 1, bufs, &own, &sq) != BK_OK) return BT_ERR_ARG;
+    KERNEL(bk_grad_sqnorm(q, 1, bufs, &own, &sq));
     st = bt_allreduce(z->comm, &sq, 1, BT_F64, BT_SUM);
     if (st != BT_OK) return st;
     double norm = sqrt(sq);
@@ -196,21 +234,23 @@ bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t s
     for (int k = 0; k < z->n_runs; k++) {
         const decay_run *r = &z->runs[k];
         ap.weight_decay = r->decay ? (float)z->hp.weight_decay : 0.0f;
-        if (bk_adamw_step(&q, r->len, params + z->begin + r->off, z->gshard + r->off, z->m + r->off,
-                          z->v + r->off, &ap, step, scale) != BK_OK)
-            return BT_ERR_ARG; /* the hyper-parameters were checked: not reached */
+        KERNEL(bk_adamw_step(q, r->len, params + z->begin + r->off, z->gshard + r->off,
+                             z->m + r->off, z->v + r->off, &ap, step, scale));
     }
 
     /* 5. All-gather the parameters: in place when unpadded, else through work. */
-    if (!z->work)
-        return bt_allgather(z->comm, params + (int64_t)z->rank * z->shard, params,
-                            (size_t)z->shard * fsz);
+    if (!z->work) {
+        KERNEL(queue_drained(z));
+        return bt_allgather_mem(z->comm, params + (int64_t)z->rank * z->shard, params,
+                                (size_t)z->shard * fsz, z->mem);
+    }
     float *slot = z->work + (int64_t)z->rank * z->shard;
-    memcpy(slot, params + z->begin, (size_t)own * fsz);
-    memset(slot + own, 0, (size_t)(z->shard - own) * fsz);
-    st = bt_allgather(z->comm, slot, z->work, (size_t)z->shard * fsz);
+    KERNEL(bk_copy(q, slot, params + z->begin, (size_t)own * fsz));
+    KERNEL(bk_fill(q, z->shard - own, slot + own, 0.0f));
+    KERNEL(queue_drained(z));
+    st = bt_allgather_mem(z->comm, slot, z->work, (size_t)z->shard * fsz, z->mem);
     if (st != BT_OK) return st;
-    memcpy(params, z->work, (size_t)z->n * fsz);
+    KERNEL(bk_copy(q, params, z->work, (size_t)z->n * fsz));
     return BT_OK;
 }
 

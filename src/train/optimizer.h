@@ -4,12 +4,17 @@
  * so each rank owns 1/world of them, takes the global gradient norm, clips,
  * updates its shard with its shard of the moments (decoupled weight decay, bias
  * correction, fp32), and all-gathers the parameters. Also the learning-rate
- * schedule: linear warm-up, then cosine decay to min_lr. */
+ * schedule: linear warm-up, then cosine decay to min_lr.
+ *
+ * The buffers (parameters, gradients, moments) live in the memory of the
+ * optimizer's queue: host memory, or device memory for a device queue (the
+ * collectives then move device memory: bt_reduce_scatter_mem). */
 #ifndef BURST_OPTIMIZER_H
 #define BURST_OPTIMIZER_H
 
 #include <stdint.h>
 
+#include "kernels/kernels_common.h"
 #include "transport/transport.h"
 
 typedef struct {
@@ -20,9 +25,11 @@ typedef struct {
 typedef struct zero1 zero1;
 
 /* n_params parameters; decay_mask [n_params] (1 = apply weight decay, 0 = not,
- * e.g. norm gains), copied; NULL = decay everything. Collective over comm. */
+ * e.g. norm gains), host memory, copied; NULL = decay everything. q: the
+ * queue of the step's kernels and the memory of every buffer (NULL: the
+ * host). Collective over comm. */
 zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
-                    const zero1_hparams *hp);
+                    const zero1_hparams *hp, const bk_queue *q);
 void zero1_free(zero1 *z);
 
 /* One step (step counts from 1). grads are reduced in place (their content
@@ -42,7 +49,8 @@ size_t zero1_state_bytes(const zero1 *z);
 size_t zero1_bytes(int64_t n_params, int size, int rank);
 /* Bytes a step allocates while it runs (the transport's reduce-scatter). */
 size_t zero1_step_bytes(int64_t n_params, int size);
-/* Moments of this rank's shard, for checkpoints: [shard size] each. */
+/* Moments of this rank's shard, for checkpoints: [shard size] each, in the
+ * optimizer's memory. */
 float *zero1_moment1(zero1 *z);
 float *zero1_moment2(zero1 *z);
 

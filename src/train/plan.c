@@ -108,3 +108,8 @@ int plan_topology(train_ring_choice ring, int cp, int nodes, int local_size, rin
         *topo = TOPO_DOUBLE;
     return 0;
 }
+
+int plan_device(const char *device)
+{
+    return strcmp(device, "cuda") == 0;
+}

@@ -27,6 +27,7 @@ typedef struct {
     int recall;                 /* the synthetic recall task: evaluated after training */
     train_nonfinite on_nonfinite;
     train_keep keep;            /* from [memory] ckpt_fraction */
+    int on_device;              /* [train] device = cuda */
 } train_plan;
 
 /* [parallel] layout, with auto: zigzag under the causal mask (it balances the
@@ -56,6 +57,8 @@ int plan_shuffled(const char *sampling);
 train_nonfinite plan_on_nonfinite(const char *on_nonfinite);
 /* [memory] ckpt_fraction 0, 0.5 or 1. */
 train_keep plan_keep(double ckpt_fraction);
+/* [train] device: 1 for cuda (the model on the program's device), 0 for cpu. */
+int plan_device(const char *device);
 /* Keeping half of the tokens recomputes the attention of the early zigzag
  * chunks through a ring over the first half of the sequence: it needs the
  * zigzag layout and the plain causal mask. */

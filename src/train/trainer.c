@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/device.h"
+#include "src/attn/device_link.h"
 #include "src/train/trainer.h"
 #include "util/alloc.h"
 #include "util/clock.h"
@@ -44,7 +46,7 @@ static int plan_memory(trainer *t, const model_runner_config *rc, char *err, siz
     size_t mb = (size_t)t->cfg.micro_batches;
     m->tokens = 2 * (size_t)t->layout.n * mb * sizeof(int64_t);
     /* the recall source makes each sample whole (tokens, labels) first */
-    if (t->plan.recall) m->tokens += 2 * (size_t)t->cfg.seq_len * sizeof(int64_t);
+    m->whole_sample = t->plan.recall ? 2 * (size_t)t->cfg.seq_len * sizeof(int64_t) : 0;
     /* the document ids of each micro-batch's whole sequence */
     m->segments = t->plan.mask.flags & BK_ATTN_DOCUMENT
                       ? (size_t)(t->cfg.seq_len + 1) * mb * sizeof(int32_t)
@@ -52,17 +54,36 @@ static int plan_memory(trainer *t, const model_runner_config *rc, char *err, siz
     return 0;
 }
 
+/* The memory a rank's state lives in, and the share of it each rank may
+ * take: on a GPU its free memory over the ranks that drive it, else the
+ * node's available memory over the node's ranks (the emulated device's
+ * memory is the host's). *share < 0: unknown. */
+static const char *memory_share(const trainer *t, double *share)
+{
+    int local = bt_world_local_size(t->world);
+    local = local > 0 ? local : 1;
+    size_t free_bytes, total;
+    if (t->plan.on_device && bk_device_memory(&free_bytes, &total) == BK_OK) {
+        int sharing = (local + t->device_count - 1) / t->device_count;
+        *share = (double)free_bytes / sharing;
+        return "a device has free for each of the ranks that drive it";
+    }
+    double avail = trainer_available_bytes();
+    *share = avail > 0 ? avail / local : -1;
+    return "a node has available for each of its ranks";
+}
+
 /* Refuses, before anything large is allocated and on every rank alike, a run
  * whose largest rank needs more than [memory] limit_bytes, or more than the
- * share of its node's available memory of the node with the least; 0 or an
- * exit status. */
+ * share of the memory it lives in (memory_share) of the rank with the least;
+ * 0 or an exit status. */
 static int check_memory_fits(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
-    int local = bt_world_local_size(t->world);
-    double avail = trainer_available_bytes(), share = avail / (local > 0 ? local : 1);
+    double share;
+    const char *where = memory_share(t, &share);
     /* [largest need, -smallest share], reduced with MAX */
-    double v[2] = {(double)trainer_memory_total(&t->mem), avail > 0 ? -share : -INFINITY};
+    double v[2] = {(double)trainer_memory_total(&t->mem), share >= 0 ? -share : -INFINITY};
     if (bt_allreduce(bt_world_comm(t->world), v, 2, BT_F64, BT_MAX) != BT_OK) {
         snprintf(err, err_len, "%s", bt_world_error(t->world));
         return EXIT_RUN_FAILURE;
@@ -77,7 +98,7 @@ static int check_memory_fits(trainer *t, char *err, size_t err_len)
         snprintf(have, sizeof have, "more than [memory] limit_bytes = %lld (%s)",
                  (long long)c->limit_bytes, bu_human_bytes((double)c->limit_bytes, h_have, 32));
     else
-        snprintf(have, sizeof have, "more than a node has available for each of its ranks (%s)",
+        snprintf(have, sizeof have, "more than %s (%s)", where,
                  bu_human_bytes(share, h_have, sizeof h_have));
     snprintf(err, err_len, "a rank needs %.0f bytes (%s), %s: %s", need,
              bu_human_bytes(need, h_need, sizeof h_need), have, parts);
@@ -114,6 +135,7 @@ static int make_plan(trainer *t, char *err, size_t err_len)
     p->recall = plan_recall(c->source, c->task);
     p->on_nonfinite = plan_on_nonfinite(c->on_nonfinite);
     p->keep = plan_keep(c->ckpt_fraction);
+    p->on_device = plan_device(c->device);
     return 0;
 }
 
@@ -154,19 +176,87 @@ static int make_source(trainer *t, char *err, size_t err_len)
     return t->data ? 0 : -1;
 }
 
+static int agree_on_own_part(trainer *t, int failed, char *err, size_t err_len);
+
+/* [train] device = cuda: this rank's GPU (its local index modulo the node's
+ * GPUs: ranks beyond the count share), and the transport told how to move
+ * device memory. Collective: the ranks agree the device is there before the
+ * transport's collective set-up. 0 or an exit status. */
+static int make_queue(trainer *t, char *err, size_t err_len)
+{
+    t->queue = bk_host_queue();
+    if (!t->plan.on_device) return 0;
+    int count = 0, failed = !bk_device_available() ||
+                            bk_device_use(bt_world_local_rank(t->world), &count) != BK_OK;
+    if (failed)
+        snprintf(err, err_len, "[train] device = cuda: no device in this program (its backend: %s)",
+                 bk_device_backend_name());
+    int status = agree_on_own_part(t, failed, err, err_len);
+    if (status != 0) return status;
+    t->device_index = bt_world_local_rank(t->world) % count;
+    t->device_count = count;
+    t->queue = (bk_queue){BK_DEVICE, NULL, 0};
+    if (attn_link_device(t->world, t->device_index) == BT_OK) return 0;
+    snprintf(err, err_len, "%s", bt_world_error(t->world));
+    return EXIT_RUN_FAILURE;
+}
+
+/* The model's buffer of bytes for `what`: host memory, or device memory on a
+ * device (zeroed either way). */
+static void *model_buffer(trainer *t, size_t bytes, const char *what, char *err, size_t err_len)
+{
+    if (!t->plan.on_device) return bu_calloc(bytes, what, err, err_len);
+    void *p = NULL;
+    size_t floats = bytes / sizeof(float);
+    if (bk_device_malloc(bytes ? bytes : 1, &p) == BK_OK &&
+        bk_fill(&t->queue, (int64_t)floats, p, 0.0f) == BK_OK)
+        return p;
+    if (p) bk_device_free(p);
+    snprintf(err, err_len, "out of device memory: cannot allocate %zu bytes for %s", bytes, what);
+    return NULL;
+}
+
+static void model_buffer_free(trainer *t, void *p)
+{
+    if (t->plan.on_device)
+        bk_device_free(p);
+    else
+        free(p);
+}
+
+/* The parameters, initialised (on the host, then copied to the device). */
+static int init_params(trainer *t, char *err, size_t err_len)
+{
+    const train_config *c = &t->cfg;
+    size_t bytes = (size_t)t->model.n_params * sizeof(float);
+    float *host = t->plan.on_device ? bu_calloc(bytes, "the parameters' initial values", err, err_len)
+                                    : t->params;
+    if (!host) return -1;
+    model_init_params(&t->model, host, c->seed, c->init_std);
+    if (host == t->params) return 0;
+    int failed = bk_device_upload(&t->queue, t->params, host, bytes) != BK_OK;
+    free(host);
+    if (failed) snprintf(err, err_len, "cannot copy the parameters to the device");
+    return failed ? -1 : 0;
+}
+
 /* The parameters (initialised), gradients and token buffers, the metrics
  * file: this rank's own, 0 or -1 with err. */
 static int make_buffers(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     const trainer_memory *m = &t->mem;
-    if (!(t->params = bu_calloc(m->params, "the parameters", err, err_len)) ||
-        !(t->grads = bu_calloc(m->grads, "the gradients", err, err_len)) ||
+    if (!(t->params = model_buffer(t, m->params, "the parameters", err, err_len)) ||
+        !(t->grads = model_buffer(t, m->grads, "the gradients", err, err_len)) ||
         !(t->tokens = bu_calloc(m->tokens / 2, "the tokens", err, err_len)) ||
         !(t->labels = bu_calloc(m->tokens / 2, "the labels", err, err_len)) ||
         (m->segments && !(t->segments = bu_calloc(m->segments, "the document ids", err, err_len))))
         return -1;
-    model_init_params(&t->model, t->params, c->seed, c->init_std);
+    if (t->plan.on_device &&
+        (!(t->dev_tokens = model_buffer(t, m->tokens / 2, "the tokens", err, err_len)) ||
+         !(t->dev_labels = model_buffer(t, m->tokens / 2, "the labels", err, err_len))))
+        return -1;
+    if (init_params(t, err, err_len) != 0) return -1;
     if (t->rank == 0 && c->metrics[0] && !(t->metrics = fopen(c->metrics, "w"))) {
         snprintf(err, err_len, "[train] metrics: cannot write %s", c->metrics);
         return -1;
@@ -186,7 +276,8 @@ static int make_optimizer(trainer *t, char *err, size_t err_len)
                         .weight_decay = c->weight_decay, .grad_clip = c->grad_clip};
     /* collective: a rank without its mask still takes part (with a size
      * zero1_create refuses), so that every rank fails together */
-    t->opt = zero1_create(bt_world_comm(t->world), decay ? t->model.n_params : -1, decay, &hp);
+    t->opt = zero1_create(bt_world_comm(t->world), decay ? t->model.n_params : -1, decay, &hp,
+                          &t->queue);
     free(decay);
     if (t->opt) return 0;
     if (bt_world_error(t->world)[0]) {
@@ -226,13 +317,15 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     t->dp_rank = bt_comm_rank(t->dp_comm);
     t->cp_rank = bt_comm_rank(t->cp_comm);
     if (make_plan(t, err, err_len) != 0) return EXIT_USAGE;
+    int status = make_queue(t, err, err_len);
+    if (status != 0) return status;
     if (seq_layout_init(&t->layout, t->plan.layout, c->cp, c->seq_len, err, err_len) != 0)
         return EXIT_USAGE;
     t->shard = token_shard_of(&t->layout, t->cp_rank);
     model_runner_config rc;
     if (runner_config(t, &rc, err, err_len) != 0 || plan_memory(t, &rc, err, err_len) != 0)
         return EXIT_USAGE;
-    int status = check_memory_fits(t, err, err_len);
+    status = check_memory_fits(t, err, err_len);
     if (status != 0) return status;
     int failed = make_source(t, err, err_len) != 0 ||
                  !(t->runner = model_runner_create(&rc, err, err_len));
@@ -320,7 +413,9 @@ void trainer_free(trainer *t)
     if (t->data) t->data->free(t->data);
     bt_comm_free(t->dp_comm);
     bt_comm_free(t->cp_comm);
-    free(t->params), free(t->grads), free(t->tokens), free(t->labels);
+    model_buffer_free(t, t->params), model_buffer_free(t, t->grads);
+    if (t->plan.on_device) model_buffer_free(t, t->dev_tokens), model_buffer_free(t, t->dev_labels);
+    free(t->tokens), free(t->labels);
     free(t->segments), free(t->sparse_bits);
     if (t->metrics) fclose(t->metrics);
     memset(t, 0, sizeof *t);

@@ -39,6 +39,7 @@ typedef struct {
     size_t optimizer;     /* moments of the shard, reduce buffers (zero1_bytes) */
     size_t tokens;        /* tokens and labels [micro_batches][n] */
     size_t segments;      /* document ids [micro_batches][seq_len + 1] (document mask) */
+    size_t whole_sample;  /* the recall source's sample, tokens and labels [seq_len] each */
     model_memory model;   /* stored activations, workspace, ring buffers, head logits */
     size_t reduce_copy;   /* the optimizer step's reduce-scatter (zero1_step_bytes) */
 } trainer_memory;
@@ -57,11 +58,13 @@ typedef struct {
     token_source *data;
     seq_layout layout;
     token_shard shard;            /* this rank's positions of every sample */
-    float *params, *grads;
-    int64_t *tokens, *labels;     /* [micro_batches][n] */
+    float *params, *grads;        /* [n_params] in the queue's memory */
+    int64_t *tokens, *labels;     /* [micro_batches][n] on the host: what the source reads */
+    int64_t *dev_tokens, *dev_labels; /* the same in device memory ([train] device = cuda) */
     int32_t *segments;            /* [micro_batches][seq_len + 1] document ids (mask = document) */
     uint64_t *sparse_bits;        /* the bitmap of mask = sparse (plan.mask points at it) */
-    bk_queue queue;
+    bk_queue queue;               /* the model's kernels: the host, or the device */
+    int device_index, device_count; /* the GPU this rank drives, of the node's (device only) */
     FILE *metrics;
     trainer_memory mem;
     double baseline_bytes;        /* the process before the model was made */

@@ -4,13 +4,15 @@
  * rank 0 commits; ranks agree after each phase, so a failure anywhere leaves
  * the previous checkpoint whole and every rank stops. Resuming refuses a
  * checkpoint whose configuration, sampler position or RNG state this run would
- * not continue, naming the key and both values. */
+ * not continue, naming the key and both values. On a device the parameters
+ * and moments pass through host copies (ckpt_state). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/checkpoint.h"
+#include "kernels/device.h"
 #include "src/train/trainer.h"
 
 int trainer_failed_rank(trainer *t, int failed)
@@ -23,6 +25,53 @@ int trainer_failed_rank(trainer *t, int failed)
 int trainer_any_rank(trainer *t, int failed)
 {
     return trainer_failed_rank(t, failed) >= 0;
+}
+
+/* What a checkpoint holds of this rank, on the host: the parameters
+ * [n_params] and the moments of the shard [end - begin] each. On the host the
+ * trainer's own buffers; on a device, host copies. */
+typedef struct {
+    float *params, *m, *v;
+    int64_t begin, end;
+    int copies;
+} ckpt_state;
+
+static size_t floats_bytes(int64_t count)
+{
+    return (size_t)(count > 0 ? count : 0) * sizeof(float);
+}
+
+/* s for t; with download, the device's values copied in. 0 or -1 with err. */
+static int state_open(trainer *t, ckpt_state *s, int download, char *err, size_t err_len)
+{
+    zero1_shard(t->opt, &s->begin, &s->end);
+    s->copies = t->plan.on_device;
+    if (!s->copies) {
+        *s = (ckpt_state){t->params, zero1_moment1(t->opt), zero1_moment2(t->opt), s->begin, s->end, 0};
+        return 0;
+    }
+    size_t pb = floats_bytes(t->model.n_params), mb = floats_bytes(s->end - s->begin);
+    s->params = malloc(pb ? pb : 1), s->m = malloc(mb ? mb : 1), s->v = malloc(mb ? mb : 1);
+    int failed = !s->params || !s->m || !s->v;
+    if (!failed && download)
+        failed = bk_device_download(&t->queue, s->params, t->params, pb) != BK_OK ||
+                 bk_device_download(&t->queue, s->m, zero1_moment1(t->opt), mb) != BK_OK ||
+                 bk_device_download(&t->queue, s->v, zero1_moment2(t->opt), mb) != BK_OK;
+    if (failed) snprintf(err, err_len, "cannot copy the model's state from the device");
+    return failed ? -1 : 0;
+}
+
+/* Ends s; with upload, its values copied to the device first. 0 or -1 with err. */
+static int state_close(trainer *t, ckpt_state *s, int upload, char *err, size_t err_len)
+{
+    if (!s->copies) return 0;
+    size_t pb = floats_bytes(t->model.n_params), mb = floats_bytes(s->end - s->begin);
+    int failed = upload && (bk_device_upload(&t->queue, t->params, s->params, pb) != BK_OK ||
+                            bk_device_upload(&t->queue, zero1_moment1(t->opt), s->m, mb) != BK_OK ||
+                            bk_device_upload(&t->queue, zero1_moment2(t->opt), s->v, mb) != BK_OK);
+    if (failed) snprintf(err, err_len, "cannot copy the checkpoint's state to the device");
+    free(s->params), free(s->m), free(s->v);
+    return failed ? -1 : 0;
 }
 
 /* After a phase: 1 when any rank failed; a rank that did not fail says why. */
@@ -45,14 +94,14 @@ int trainer_save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len)
                          .sample_position = trainer_sample_index(c, step + 1, 0, 0),
                          .rng_state = c->data_seed, .world_size = t->world_size,
                          .n_params = t->model.n_params, .config_text = text};
-    int64_t begin, end;
-    zero1_shard(t->opt, &begin, &end);
+    ckpt_state s;
     /* Every rank takes part in every agreement, whatever failed where. */
-    int failed = t->rank == 0 && io_checkpoint_begin(c->checkpoint_dir, step, err, err_len) != 0;
+    int failed = state_open(t, &s, 1, err, err_len) != 0 ||
+                 (t->rank == 0 && io_checkpoint_begin(c->checkpoint_dir, step, err, err_len) != 0);
     if (!phase_failed(t, failed, step, err, err_len))
-        failed = io_checkpoint_write_rank(c->checkpoint_dir, step, t->rank, &meta, t->params, begin,
-                                          end - begin, zero1_moment1(t->opt),
-                                          zero1_moment2(t->opt), err, err_len) != 0;
+        failed = io_checkpoint_write_rank(c->checkpoint_dir, step, t->rank, &meta, s.params,
+                                          s.begin, s.end - s.begin, s.m, s.v, err, err_len) != 0;
+    state_close(t, &s, 0, err, err_len);
     if (!phase_failed(t, failed, step, err, err_len))
         failed = t->rank == 0 &&
                  io_checkpoint_commit(c->checkpoint_dir, step, c->keep_checkpoints, err, err_len) != 0;
@@ -116,15 +165,16 @@ int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len)
         failed = io_checkpoint_read_model(c->checkpoint_dir, step, NULL, &meta, NULL, err,
                                           err_len) != 0 ||
                  check_resumable(t, &meta, err, err_len) != 0;
+    ckpt_state s = {0};
+    int opened = !failed && state_open(t, &s, 0, err, err_len) == 0;
+    failed |= !opened;
     if (!failed)
-        failed = io_checkpoint_read_model(c->checkpoint_dir, step, &expect, NULL, t->params, err,
+        failed = io_checkpoint_read_model(c->checkpoint_dir, step, &expect, NULL, s.params, err,
                                           err_len) != 0;
-    int64_t begin, end;
-    zero1_shard(t->opt, &begin, &end);
     if (!failed)
-        failed = io_checkpoint_read_rank(c->checkpoint_dir, step, t->rank, begin, end - begin,
-                                         zero1_moment1(t->opt), zero1_moment2(t->opt), err,
-                                         err_len) != 0;
+        failed = io_checkpoint_read_rank(c->checkpoint_dir, step, t->rank, s.begin, s.end - s.begin,
+                                         s.m, s.v, err, err_len) != 0;
+    if (opened) failed |= state_close(t, &s, !failed, err, err_len) != 0;
     free((char *)meta.config_text);
     if (trainer_any_rank(t, failed)) {
         if (!failed) snprintf(err, err_len, "another rank could not load the checkpoint");

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "io/dataset_int64.h"
+#include "kernels/device.h"
 #include "src/train/trainer.h"
 #include "util/alloc.h"
 #include "util/exit_codes.h"
@@ -42,6 +43,18 @@ int64_t trainer_count_correct(const int64_t *predicted, const int64_t *answers, 
     return correct;
 }
 
+/* The sample in t->tokens to the device when the model runs there; 0, or -1
+ * with err. */
+static int upload_tokens(trainer *t, int64_t s, char *err, size_t err_len)
+{
+    size_t bytes = (size_t)t->layout.n * sizeof(int64_t);
+    if (t->plan.on_device && bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) != BK_OK) {
+        snprintf(err, err_len, "cannot copy sample %lld to the device", (long long)s);
+        return -1;
+    }
+    return 0;
+}
+
 /* Predicts rows [n] of the sample in t->tokens into predicted [n] (collective
  * over the CP group: every rank calls, n may be 0) and adds the correct
  * answers [n] and n into counts. 0, or -1 with err naming `what`. */
@@ -49,7 +62,8 @@ static int predict_and_count(trainer *t, const int64_t *rows, const int64_t *ans
                              int64_t *predicted, eval_counts *counts, const char *what, char *err,
                              size_t err_len)
 {
-    if (model_predict(t->runner, t->params, t->tokens, rows, n, predicted) != BT_OK) {
+    const int64_t *tokens = t->plan.on_device ? t->dev_tokens : t->tokens;
+    if (model_predict(t->runner, t->params, tokens, rows, n, predicted) != BT_OK) {
         snprintf(err, err_len, "%s: %s", what, world_reason(t));
         return -1;
     }
@@ -108,6 +122,7 @@ static int read_eval_sample(trainer *t, token_source *src, int64_t s, char *err,
                  t->cfg.eval_path, (long long)s);
         return -1;
     }
+    if (upload_tokens(t, s, err, err_len) != 0) return -1;
     return t->segments ? model_runner_set_documents(t->runner, t->segments, err, err_len) : 0;
 }
 
@@ -193,6 +208,19 @@ static int alloc_recall_buffers(trainer *t, const recall_shape *shape, recall_bu
     return -1;
 }
 
+/* Held-out sample s: whole into b, this rank's tokens into t (and the
+ * device); 0, or -1 with err. */
+static int load_recall_sample(trainer *t, const recall_shape *shape, uint64_t seed, int64_t s,
+                              recall_buffers *b, char *err, size_t err_len)
+{
+    if (recall_sample(shape, seed, s, b->sample, NULL, b->queries) != 0) {
+        snprintf(err, err_len, "recall: sample %lld: out of memory", (long long)s);
+        return -1;
+    }
+    seq_layout_scatter(&t->layout, t->cp_rank, b->sample, t->tokens, sizeof(int64_t));
+    return upload_tokens(t, s, err, err_len);
+}
+
 int trainer_eval_recall(trainer *t, eval_counts *out, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
@@ -203,12 +231,10 @@ int trainer_eval_recall(trainer *t, eval_counts *out, char *err, size_t err_len)
     eval_counts counts = {0, 0};
     int failed = 0;
     for (int64_t s = t->dp_rank; s < c->eval_samples && !failed; s += c->dp) {
-        if (recall_sample(&shape, seed, s, b.sample, NULL, b.queries) != 0) {
-            snprintf(err, err_len, "recall: sample %lld: out of memory", (long long)s);
+        if (load_recall_sample(t, &shape, seed, s, &b, err, err_len) != 0) {
             free_recall_buffers(&b);
             return EXIT_RUN_FAILURE; /* this rank alone, as a passkey read failure */
         }
-        seq_layout_scatter(&t->layout, t->cp_rank, b.sample, t->tokens, sizeof(int64_t));
         int n = trainer_recall_select(&t->layout, t->cp_rank, b.queries, shape.queries, b.rows,
                                       b.answers);
         failed = predict_and_count(t, b.rows, b.answers, n, b.predicted, &counts, "recall", err,

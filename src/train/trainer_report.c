@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
+#include "kernels/device.h"
 #include "kernels/ops.h"
 #include "src/train/trainer.h"
 #include "util/clock.h"
@@ -43,34 +44,54 @@ double trainer_available_bytes(void)
     return kb * 1024.0;
 }
 
-/* sgemm rate of this rank's threads (GFLOP/s), measured for 0.3 s. */
+/* floats [count] = 0.1 in q's memory (host or device), or NULL. */
+static float *gemm_operand(const bk_queue *q, int64_t count)
+{
+    void *p = NULL;
+    if (q->where == BK_DEVICE && bk_device_malloc((size_t)count * sizeof(float), &p) != BK_OK)
+        return NULL;
+    if (q->where != BK_DEVICE) p = malloc((size_t)count * sizeof(float));
+    if (p && bk_fill(q, count, p, 0.1f) == BK_OK) return p;
+    if (q->where == BK_DEVICE)
+        bk_device_free(p);
+    else
+        free(p);
+    return NULL;
+}
+
+static void gemm_operand_free(const bk_queue *q, float *p)
+{
+    if (q->where == BK_DEVICE)
+        bk_device_free(p);
+    else
+        free(p);
+}
+
+/* sgemm rate (GFLOP/s) of the queue the model runs on, measured for 0.3 s:
+ * this rank's threads, or the device. 0 when it cannot be measured. */
 static double measure_sgemm(const bk_queue *q)
 {
     const int64_t n = 768;
-    float *a = calloc((size_t)(n * n), 4), *b = calloc((size_t)(n * n), 4), *c = calloc((size_t)(n * n), 4);
-    if (!a || !b || !c) { /* out of memory: no reference rate (0) */
-        free(a), free(b), free(c);
-        return 0;
-    }
-    for (int64_t i = 0; i < n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
-    bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n);
-    double t0 = bu_now();
+    float *a = gemm_operand(q, n * n), *b = gemm_operand(q, n * n), *c = gemm_operand(q, n * n);
+    int ok = a && b && c && bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n) == BK_OK;
+    double t0 = bu_now(), t = 0;
     int reps = 0;
-    while (bu_now() - t0 < 0.3 || reps < 2) {
-        bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n);
+    while (ok && (bu_now() - t0 < 0.3 || reps < 2)) {
+        ok = bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n) == BK_OK &&
+             (q->where != BK_DEVICE || bk_device_sync(q) == BK_OK);
         reps++;
     }
-    double t = bu_now() - t0;
-    free(a), free(b), free(c);
-    return 2.0 * (double)n * n * n * reps / t / 1e9;
+    t = bu_now() - t0;
+    gemm_operand_free(q, a), gemm_operand_free(q, b), gemm_operand_free(q, c);
+    return ok ? 2.0 * (double)n * n * n * reps / t / 1e9 : 0;
 }
 
 size_t trainer_memory_total(const trainer_memory *m)
 {
     const model_memory *r = &m->model;
     size_t transient = r->head_logits > m->reduce_copy ? r->head_logits : m->reduce_copy;
-    return m->params + m->grads + m->optimizer + m->tokens + m->segments + r->stored + r->workspace + r->ring +
-           transient;
+    return m->params + m->grads + m->optimizer + m->tokens + m->segments + m->whole_sample +
+           r->stored + r->workspace + r->ring + transient;
 }
 
 void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len)
@@ -85,7 +106,8 @@ void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len)
                  {"stored activations", r->stored},
                  {"layer workspace", r->workspace},
                  {"ring buffers", r->ring},
-                 {"tokens", m->tokens + m->segments}, /* with their document ids */
+                 /* with their document ids and the recall source's whole sample */
+                 {"tokens", m->tokens + m->segments + m->whole_sample},
                  {"head logits", r->head_logits}, /* the two transients, last */
                  {"reduce-scatter copy", m->reduce_copy}};
     const size_t n = sizeof parts / sizeof *parts;
@@ -144,8 +166,12 @@ int trainer_report_start(trainer *t)
                                                c->d_model / c->n_heads)),
            (long long)c->piece_rows);
     memory_report(t);
-    printf("sgemm per rank: %.1f GFLOP/s (rank 0 alone, %d OpenMP thread%s)\n", t->sgemm_gflops,
-           omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
+    if (t->plan.on_device)
+        printf("device: %s, device %d of rank 0; its sgemm: %.1f GFLOP/s (rank 0 alone)\n",
+               bk_device_backend_name(), t->device_index, t->sgemm_gflops);
+    else
+        printf("sgemm per rank: %.1f GFLOP/s (rank 0 alone, %d OpenMP thread%s)\n",
+               t->sgemm_gflops, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
     fflush(stdout);
     return 0;
 }

@@ -3,12 +3,15 @@
  * micro-batch, agree across ranks on a non-finite loss or gradient, then the
  * ZeRO-1 update, whose gradient norm (taken after the reduction, the same on
  * every rank) may still be non-finite. The loss is a mean over every valid
- * token of the step on all ranks. */
+ * token of the step on all ranks. On a device the samples are read on the
+ * host and copied to the device's token buffers; the gradients never leave
+ * the device (their finiteness is asked of the norm kernel). */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/device.h"
 #include "src/train/trainer.h"
 #include "util/exit_codes.h"
 
@@ -43,6 +46,10 @@ static int read_samples(trainer *t, int64_t step, int64_t *valid)
     }
     if (t->data->prefetch) /* read while this step computes */
         t->data->prefetch(t->data, trainer_sample_index(c, step + 1, t->dp_rank, 0));
+    size_t bytes = (size_t)c->micro_batches * (size_t)n * sizeof(int64_t);
+    if (t->plan.on_device && (bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) != BK_OK ||
+                              bk_device_upload(&t->queue, t->dev_labels, t->labels, bytes) != BK_OK))
+        return fail("cannot copy the step's tokens to the device");
     *valid = local_valid;
     if (bt_allreduce(bt_world_comm(t->world), valid, 1, BT_I64, BT_SUM) != BT_OK)
         return fail(bt_world_error(t->world));
@@ -65,7 +72,10 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
                             double *attn_bytes)
 {
     int64_t n = t->layout.n;
-    memset(t->grads, 0, (size_t)t->model.n_params * sizeof(float));
+    if (bk_fill(&t->queue, t->model.n_params, t->grads, 0.0f) != BK_OK)
+        return fail("the device failed");
+    const int64_t *tokens = t->plan.on_device ? t->dev_tokens : t->tokens,
+                  *labels = t->plan.on_device ? t->dev_labels : t->labels;
     model_step_stats ms = {0};
     double sent_before = ring_bytes_sent(t);
     for (int mb = 0; mb < t->cfg.micro_batches; mb++) {
@@ -73,8 +83,8 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
         if (segments_of(t, mb) &&
             model_runner_set_documents(t->runner, segments_of(t, mb), err, sizeof err) != 0)
             return fail(err);
-        bt_status st = model_forward_backward(t->runner, mb, t->params, t->grads, t->tokens + mb * n,
-                                              t->labels + mb * n, scale, loss_sum, counted, &ms);
+        bt_status st = model_forward_backward(t->runner, mb, t->params, t->grads, tokens + mb * n,
+                                              labels + mb * n, scale, loss_sum, counted, &ms);
         if (st != BT_OK)
             return fail(bt_world_error(t->world)[0] ? bt_world_error(t->world)
                                                         : "a kernel refused its arguments");
@@ -88,8 +98,13 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
 static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_bad,
                  trainer_step_result *res)
 {
-    int bad = !isfinite(loss_sum);
-    for (int64_t i = 0; i < t->model.n_params && !bad; i++) bad = !isfinite(t->grads[i]);
+    /* squares of finite floats sum to a finite double: the norm is finite
+     * exactly when every gradient is */
+    const float *bufs[1] = {t->grads};
+    int64_t count = t->model.n_params;
+    double sq = 0;
+    if (bk_grad_sqnorm(&t->queue, 1, bufs, &count, &sq) != BK_OK) return fail("the device failed");
+    int bad = !isfinite(loss_sum) || !isfinite(sq);
     *first_bad = bad ? t->rank : INT64_MAX;
     double sums[3] = {loss_sum, (double)counted, res->attn_bytes};
     if (bt_allreduce(bt_world_comm(t->world), first_bad, 1, BT_I64, BT_MIN) != BT_OK ||
@@ -130,8 +145,10 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
         status = forward_backward(t, valid > 0 ? 1.0f / (float)valid : 0.0f, &loss_sum, &counted,
                                   &res->attn_bytes);
     if (status != 0) return status;
-    if (t->opts.inject_step == step && t->opts.inject_rank == t->rank) t->grads[0] = NAN;
-    if (t->opts.overflow_step == step) t->grads[0] = FLT_MAX;
+    if (t->opts.inject_step == step && t->opts.inject_rank == t->rank)
+        status = bk_fill(&t->queue, 1, t->grads, NAN) != BK_OK;
+    if (t->opts.overflow_step == step) status |= bk_fill(&t->queue, 1, t->grads, FLT_MAX) != BK_OK;
+    if (status != 0) return fail("the device failed");
     if ((status = agree(t, loss_sum, counted, &first_bad, res)) != 0) return status;
     char what[96];
     if (first_bad != INT64_MAX) {
@@ -141,7 +158,8 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
     }
     double lr = lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step);
     if (zero1_step(t->opt, t->params, t->grads, lr, step, &res->grad_norm) != BT_OK)
-        return fail(bt_world_error(t->world));
+        return fail(bt_world_error(t->world)[0] ? bt_world_error(t->world)
+                                                : "the optimizer step failed on this rank");
     /* Finite gradients everywhere can still sum to an infinite one: the norm is
      * all-reduced, so every rank sees it, and the optimizer updated nothing. */
     if (!isfinite(res->grad_norm))

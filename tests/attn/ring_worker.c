@@ -5,8 +5,12 @@
  * directions for MHA and GQA and compares O, lse, dQ, dK, dV with the
  * reference rows at its global positions, and the transport's byte counters
  * with the schedule. --piece-rows R calls the kernels on pieces of R query
- * rows (several pieces per block when R < N/P). Rank 0 prints "ok ..." when
- * every rank agreed. */
+ * rows (several pieces per block when R < N/P). --device runs the ring on the
+ * device queue with every buffer in device memory and the transport moving
+ * device buffers (the worker linked with the emulator, ring_worker_emu, runs
+ * it in make check); the inputs are then rounded to bf16, which the device's
+ * tensor cores take exactly, and the tolerance is that of the P and dS the
+ * kernels round to bf16. Rank 0 prints "ok ..." when every rank agreed. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <signal.h>
@@ -15,7 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/bf16.h"
+#include "kernels/device.h"
 #include "kernels/ref/attention_ref.h"
+#include "src/attn/device_link.h"
 #include "src/attn/ring.h"
 #include "tests/lib/rng.h"
 #include "tests/lib/worker_util.h"
@@ -28,7 +35,60 @@ typedef struct {
     ring_topology topo;
     int kill_rank;
     int64_t piece_rows; /* 0: the executor's default */
+    int device;         /* run on the device queue, on device buffers */
 } options;
+
+/* Relative tolerances: fp32 on the host; on the device, P and dS rounded to
+ * bf16 (2^-8 relative each) before the products that make O and the gradients. */
+static double tol_fwd(const options *o)
+{
+    return o->device ? 2e-2 : 2e-5;
+}
+
+static double tol_bwd(const options *o)
+{
+    return o->device ? 4e-2 : 5e-5;
+}
+
+static void round_to_bf16(double *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = bk_bf16_to_float(bk_float_to_bf16((float)x[i]));
+}
+
+/* The ring's buffers of one rank, host or device memory: the inputs, then the
+ * outputs (from IO_OUT on). */
+enum { IO_Q, IO_K, IO_V, IO_DOUT, IO_OUT, IO_LSE, IO_DQ, IO_DK, IO_DV, IO_BUFS };
+typedef struct {
+    float *b[IO_BUFS];
+} ring_io;
+
+/* Device copies of host's buffers [floats[i]] each. */
+static ring_io device_copy_of(const ring_io *host, const size_t floats[IO_BUFS])
+{
+    ring_io dev;
+    bk_queue dq = {BK_DEVICE, NULL, 0};
+    for (int i = 0; i < IO_BUFS; i++) {
+        void *p = NULL;
+        if (bk_device_malloc(floats[i] * sizeof(float), &p) != BK_OK ||
+            bk_device_upload(&dq, p, host->b[i], floats[i] * sizeof(float)) != BK_OK) {
+            fprintf(stderr, "rank %d: no device memory\n", rank);
+            exit(WORKER_FAILED);
+        }
+        dev.b[i] = p;
+    }
+    return dev;
+}
+
+/* The outputs back from the device into host's buffers. */
+static void download_outputs(ring_io *host, const ring_io *dev, const size_t floats[IO_BUFS])
+{
+    bk_queue dq = {BK_DEVICE, NULL, 0};
+    for (int i = IO_OUT; i < IO_BUFS; i++)
+        must(bk_device_download(&dq, host->b[i], dev->b[i], floats[i] * sizeof(float)) == BK_OK
+                 ? BT_OK
+                 : BT_ERR_SYS,
+             "download");
+}
 
 static bk_attn_mask make_mask(const char *name, int64_t N, int P, uint64_t **bits_out)
 {
@@ -108,8 +168,9 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
 {
     int64_t N = o->N;
     char config[160], err[256];
-    snprintf(config, sizeof config, "%s/%s P=%d %s Hq=%d Hkv=%d", o->mask_name,
-             seq_layout_name(o->layout), size, o->topo == TOPO_DOUBLE ? "double" : "flat", h_q, h_kv);
+    snprintf(config, sizeof config, "%s/%s P=%d %s Hq=%d Hkv=%d%s", o->mask_name,
+             seq_layout_name(o->layout), size, o->topo == TOPO_DOUBLE ? "double" : "flat", h_q, h_kv,
+             o->device ? " on the device" : "");
     seq_layout layout;
     if (seq_layout_init(&layout, o->layout, size, N, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
@@ -122,6 +183,10 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     test_rng_fill(&rng, K, kvn, -1, 1);
     test_rng_fill(&rng, V, kvn, -1, 1);
     test_rng_fill(&rng, dO, qn, -1, 1);
+    if (o->device) {
+        round_to_bf16(Q, qn), round_to_bf16(K, kvn), round_to_bf16(V, kvn);
+        round_to_bf16(dO, qn);
+    }
     int32_t *segments = malloc((size_t)N * sizeof(int32_t));
     for (int64_t i = 0, doc = 0; i < N; i++) { /* documents of N/6 tokens on average */
         if (i > 0 && test_rng_below(&rng, N / 6) == 0) doc++;
@@ -160,11 +225,15 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     ring_plan_config pc = {.topo = o->topo, .nodes = o->nodes, .layout = layout,
                            .need = {.mask = mask, .segments = segments, .N = N},
                            .h_q = h_q, .h_kv = h_kv, .d = d, .count_pairs = 0};
-    bk_queue queue = bk_host_queue();
+    bk_queue queue = o->device ? (bk_queue){BK_DEVICE, NULL, 0} : bk_host_queue();
     ring_exec_ctx ctx = {.comm = bt_world_comm(world), .queue = &queue, .scale = scale,
                          .mask = mask, .segments = segments, .piece_rows = o->piece_rows};
     ring_exec_stats stats;
     bt_counter before[RING_N_CHANNELS];
+    ring_io host = {{q, k, v, dout, out, lse, dq, dk, dv}};
+    const size_t floats[IO_BUFS] = {n * qrow, n * kvrow, n * kvrow, n * qrow, n * qrow,
+                                    n * (size_t)h_q, n * qrow, n * kvrow, n * kvrow};
+    ring_io io = o->device ? device_copy_of(&host, floats) : host;
 
     ring_schedule *fwd = ring_plan(&pc, RING_FORWARD, err, sizeof err);
     if (!fwd) {
@@ -173,10 +242,12 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     }
     ctx.sched = fwd;
     snapshot(before);
-    must(ring_forward(&ctx, q, k, v, out, lse, &stats), "ring forward");
+    must(ring_forward(&ctx, io.b[IO_Q], io.b[IO_K], io.b[IO_V], io.b[IO_OUT], io.b[IO_LSE], &stats),
+         "ring forward");
+    if (o->device) download_outputs(&host, &io, floats);
     check_bytes(fwd, before, config);
-    check("O", compare_rows(&layout, out, O_ref, qrow), 2e-5, config);
-    check("lse", compare_rows(&layout, lse, lse_ref, (size_t)h_q), 2e-5, config);
+    check("O", compare_rows(&layout, out, O_ref, qrow), tol_fwd(o), config);
+    check("lse", compare_rows(&layout, lse, lse_ref, (size_t)h_q), tol_fwd(o), config);
 
     if (o->kill_rank == rank) {
         fprintf(stderr, "rank %d: dying between the forward and the backward ring\n", rank);
@@ -189,13 +260,17 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
         char cfg2[200];
         snprintf(cfg2, sizeof cfg2, "%s %s", config, p == 0 ? "Q-side" : "KV-side");
         snapshot(before);
-        must(ring_backward(&ctx, q, k, v, out, dout, lse, dq, dk, dv, &stats), "ring backward");
+        must(ring_backward(&ctx, io.b[IO_Q], io.b[IO_K], io.b[IO_V], io.b[IO_OUT], io.b[IO_DOUT],
+                           io.b[IO_LSE], io.b[IO_DQ], io.b[IO_DK], io.b[IO_DV], &stats),
+             "ring backward");
+        if (o->device) download_outputs(&host, &io, floats);
         check_bytes(bwd, before, cfg2);
-        check("dQ", compare_rows(&layout, dq, dQ_ref, qrow), 5e-5, cfg2);
-        check("dK", compare_rows(&layout, dk, dK_ref, kvrow), 5e-5, cfg2);
-        check("dV", compare_rows(&layout, dv, dV_ref, kvrow), 5e-5, cfg2);
+        check("dQ", compare_rows(&layout, dq, dQ_ref, qrow), tol_bwd(o), cfg2);
+        check("dK", compare_rows(&layout, dk, dK_ref, kvrow), tol_bwd(o), cfg2);
+        check("dV", compare_rows(&layout, dv, dV_ref, kvrow), tol_bwd(o), cfg2);
         ring_schedule_free(bwd);
     }
+    for (int i = 0; o->device && i < IO_BUFS; i++) bk_device_free(io.b[i]);
     ring_schedule_free(fwd);
     free(Q), free(K), free(V), free(dO), free(segments), free(bits), free(gpos);
     free(O_ref), free(lse_ref), free(dQ_ref), free(dK_ref), free(dV_ref);
@@ -205,7 +280,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
 
 int main(int argc, char **argv)
 {
-    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1, 0};
+    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1, 0, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--mask") == 0) o.mask_name = argv[i + 1];
         else if (strcmp(argv[i], "--layout") == 0 && seq_layout_parse(argv[i + 1], &o.layout) == 0) {}
@@ -213,18 +288,25 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--double-ring") == 0) o.topo = TOPO_DOUBLE, o.nodes = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--kill-rank") == 0) o.kill_rank = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--piece-rows") == 0) o.piece_rows = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--device") == 0) o.device = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "ring_worker: bad option '%s'\n", argv[i]);
             return WORKER_USAGE;
         }
     }
     worker_init("ring_worker");
+    if (o.device && (!bk_device_available() || attn_link_device(world, -1) != BT_OK)) {
+        fprintf(stderr, "rank %d: --device: no device (%s), or the transport refused it: %s\n",
+                rank, bk_device_backend_name(), bt_world_error(world));
+        return WORKER_FAILED;
+    }
     if (o.N == 0) o.N = 48 * size; /* divisible by 2P, and by 8 sparse blocks when 8 | 6P */
     run_heads(&o, 4, 4, 16); /* MHA */
     run_heads(&o, 4, 2, 16); /* GQA */
     int64_t total = worker_finish();
     if (rank == 0 && total == 0)
-        printf("ok ring %s/%s on %d ranks%s%s\n", o.mask_name, seq_layout_name(o.layout), size,
-               o.topo == TOPO_DOUBLE ? " (double ring)" : "", o.piece_rows ? " in pieces" : "");
+        printf("ok ring %s/%s on %d ranks%s%s%s\n", o.mask_name, seq_layout_name(o.layout), size,
+               o.topo == TOPO_DOUBLE ? " (double ring)" : "", o.piece_rows ? " in pieces" : "",
+               o.device ? " on the device" : "");
     return total ? WORKER_FAILED : 0;
 }

@@ -3,8 +3,9 @@
  * P = 1..4 (and 5, 6), every mask, MHA and GQA, both backward directions, the
  * flat ring and the double ring on emulated nodes; the kernels called on
  * several pieces of a block's rows; the byte counters against the schedule;
- * a rank killed between the forward and the backward ring. The ranks are
- * tests/attn/ring_worker, which checks its own rows. */
+ * the same on device buffers (the emulated device); a rank killed between the
+ * forward and the backward ring. The ranks are tests/attn/ring_worker (or
+ * ring_worker_emu), which checks its own rows. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,38 +13,49 @@
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
 
-/* The ranks' program, tests/attn/ring_worker of the build. */
-static char *ring_worker(void)
+/* The ranks' program: tests/attn/ring_worker of the build, or the same worker
+ * linked with the device emulator. */
+static char *ring_worker(int device)
 {
-    static char path[4096];
-    return (char *)test_program_path("tests/attn/ring_worker", path, sizeof path);
+    static char path[2][4096];
+    return (char *)test_program_path(device ? "tests/attn/ring_worker_emu" : "tests/attn/ring_worker",
+                                     path[device], sizeof path[device]);
 }
 
-/* The ranks' kernels run on pieces of piece_rows query rows (NULL: the default). */
-static void expect_ok_pieces(int ranks, int nodes, const char *mask, const char *layout,
-                             const char *piece_rows)
+/* The ranks' kernels run on pieces of piece_rows query rows (NULL: the
+ * default); device: on the emulated device, the buffers in device memory. */
+static void expect_ring(int ranks, int nodes, const char *mask, const char *layout,
+                        const char *piece_rows, int device)
 {
     char n[16], m[16];
     snprintf(n, sizeof n, "%d", ranks);
     snprintf(m, sizeof m, "%d", nodes);
-    char *argv[20] = {(char *)test_burst_path(), "run", "-n", n, "--nodes", m, "--", ring_worker(),
-                      "--mask", (char *)mask, "--layout", (char *)layout};
+    char *argv[24] = {(char *)test_burst_path(), "run", "-n", n, "--nodes", m, "--",
+                      ring_worker(device), "--mask", (char *)mask, "--layout", (char *)layout};
     int a = 12;
     if (nodes > 1) argv[a++] = "--double-ring", argv[a++] = m;
     if (piece_rows) argv[a++] = "--piece-rows", argv[a++] = (char *)piece_rows;
+    if (device) argv[a++] = "--device", argv[a++] = "1";
     argv[a] = NULL;
     test_run_result r = test_run(argv, NULL);
-    char want[128];
-    snprintf(want, sizeof want, "ok ring %s/%s on %d ranks%s%s", mask, layout, ranks,
-             nodes > 1 ? " (double ring)" : "", piece_rows ? " in pieces" : "");
+    char want[160];
+    snprintf(want, sizeof want, "ok ring %s/%s on %d ranks%s%s%s", mask, layout, ranks,
+             nodes > 1 ? " (double ring)" : "", piece_rows ? " in pieces" : "",
+             device ? " on the device" : "");
     ck_assert_msg(r.exit_code == 0 && test_output_has(&r, want), "%s/%s P=%d nodes=%d: exit %d\n%s",
                   mask, layout, ranks, nodes, r.exit_code, r.out);
     test_run_free(&r);
 }
 
+static void expect_ok_pieces(int ranks, int nodes, const char *mask, const char *layout,
+                             const char *piece_rows)
+{
+    expect_ring(ranks, nodes, mask, layout, piece_rows, 0);
+}
+
 static void expect_ok(int ranks, int nodes, const char *mask, const char *layout)
 {
-    expect_ok_pieces(ranks, nodes, mask, layout, NULL);
+    expect_ring(ranks, nodes, mask, layout, NULL, 0);
 }
 
 static const char *masks[][2] = {{"none", "contiguous"},   {"causal", "zigzag"},
@@ -80,9 +92,22 @@ START_TEST(several_kernel_pieces_per_block)
 }
 END_TEST
 
+/* The same executor on device buffers (the emulated device): the kernels on
+ * the device queue, the slots and accumulators in device memory, the
+ * transport staging them between ranks; flat and double ring, both layouts,
+ * a document mask, several pieces. */
+START_TEST(device_ring_equals_single_rank)
+{
+    expect_ring(1, 1, "causal", "zigzag", NULL, 1);
+    expect_ring(2, 1, "causal", "zigzag", NULL, 1);
+    expect_ring(4, 2, "causal", "zigzag", NULL, 1); /* 2 emulated nodes x 2 ranks */
+    expect_ring(4, 2, "document", "contiguous", "7", 1);
+}
+END_TEST
+
 START_TEST(rank_lost_during_the_ring_is_named)
 {
-    char *argv[] = {(char *)test_burst_path(), "run", "-n", "3", "--no-kill", "--", ring_worker(),
+    char *argv[] = {(char *)test_burst_path(), "run", "-n", "3", "--no-kill", "--", ring_worker(0),
                     "--mask", "causal", "--layout", "zigzag", "--kill-rank", "1", NULL};
     test_run_result r = test_run(argv, NULL);
     ck_assert_msg(r.exit_code != 0, "%s", r.out);
@@ -105,6 +130,6 @@ int main(void)
     TCase *tc = check_tcase(s, "ring", 600);
     check_add_loop_tests(tc, 0, 6, flat_ring_equals_single_rank, double_ring_equals_single_rank);
     check_add_tests(tc, odd_and_larger_worlds, several_kernel_pieces_per_block,
-                    rank_lost_during_the_ring_is_named);
+                    device_ring_equals_single_rank, rank_lost_during_the_ring_is_named);
     return check_run(s);
 }

@@ -26,6 +26,7 @@
 #include <hdf5.h>
 
 #include "io/checkpoint.h"
+#include "io/h5util.h"
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
 #include "util/rng.h"
@@ -312,7 +313,7 @@ static void die_inside_model_h5(void)
     /* What rank 0 does, cut short: the file exists, half of /params is
      * written and flushed, the file is never closed. */
     snprintf(path, sizeof path, "%s/step-2.tmp/model.h5", ckdir);
-    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t f = io_h5_create(path, err, sizeof err);
     hsize_t dims[1] = {(hsize_t)N_ATOM}, start[1] = {0}, count[1] = {(hsize_t)h};
     hid_t space = H5Screate_simple(1, dims, NULL);
     hid_t d = H5Dcreate2(f, "params", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -535,6 +536,7 @@ static void expect_clean_error(int model, const char *file)
                                              err, sizeof err);
     ck_assert_int_eq(rc, -1);
     ck_assert_msg(strstr(err, file) != NULL, "error does not name %s: %s", file, err);
+    ck_assert_int_eq(H5Eget_num(H5E_DEFAULT), 0); /* nothing left on HDF5's error stack */
     free(p);
 }
 
@@ -576,11 +578,11 @@ START_TEST(corrupt_files_give_clean_errors)
     expect_clean_error(0, optim);
 
     /* An HDF5 file that is not a checkpoint. */
-    hid_t h = H5Fcreate(model, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    ck_assert_int_ge(h, 0);
+    char err[512];
+    hid_t h = io_h5_create(model, err, sizeof err);
+    ck_assert_msg(h >= 0, "%s", err);
     H5Fclose(h);
     expect_clean_error(1, model);
-    char err[512];
     float x = 0;
     io_ckpt_meta meta;
     ck_assert_int_eq(io_checkpoint_read_model(ckdir, 1, NULL, &meta, &x, err, sizeof err), -1);

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "io/corpus.h"
+#include "io/dataset_int64.h"
+#include "io/h5util.h"
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
 
@@ -21,11 +23,7 @@ static char dir[256];
 
 static const char *tmp_path(const char *name)
 {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return test_path_in(dir, name);
 }
 
 static void setup(void)
@@ -157,20 +155,12 @@ START_TEST(put_int64)
     ck_assert_int_ne(io_corpus_put_int64(w, "/answers", ans, 2, 3, err, sizeof err), 0);
     ck_assert_int_ne(io_corpus_put_int64(w, "tokens", ans, 2, 3, err, sizeof err), 0);
     ck_assert_int_eq(io_corpus_commit(w, err, sizeof err), 0);
-    hid_t f = H5Fopen(p, H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t d = H5Dopen2(f, "answers", H5P_DEFAULT);
-    ck_assert(d >= 0);
-    hid_t s = H5Dget_space(d);
-    hsize_t dims[2];
-    ck_assert_int_eq(H5Sget_simple_extent_ndims(s), 2);
-    H5Sget_simple_extent_dims(s, dims, NULL);
-    ck_assert(dims[0] == 2 && dims[1] == 3);
-    int64_t back[6];
-    ck_assert(H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, back) >= 0);
+    int64_t *back = NULL, rows = 0, cols = 0;
+    ck_assert_msg(io_read_int64_dataset(p, "/answers", &back, &rows, &cols, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert(rows == 2 && cols == 3);
     for (int i = 0; i < 6; i++) ck_assert_int_eq(back[i], ans[i]);
-    H5Sclose(s);
-    H5Dclose(d);
-    H5Fclose(f);
+    free(back);
 }
 END_TEST
 
@@ -178,23 +168,13 @@ END_TEST
 static unsigned make_vocab = 100;
 static void make_file(const char *path, const char *format, int version, hid_t ttype)
 {
-    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    hid_t sc = H5Screate(H5S_SCALAR);
-    hid_t st = H5Tcopy(H5T_C_S1);
-    H5Tset_size(st, strlen(format) + 1);
-    hid_t a = H5Acreate2(f, "format", st, sc, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, st, format);
-    H5Aclose(a);
-    a = H5Acreate2(f, "tokenizer", st, sc, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, st, format);
-    H5Aclose(a);
-    a = H5Acreate2(f, "format_version", H5T_STD_I32LE, sc, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, H5T_NATIVE_INT, &version);
-    H5Aclose(a);
-    unsigned vocab = make_vocab;
-    a = H5Acreate2(f, "vocab_size", H5T_STD_U32LE, sc, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, H5T_NATIVE_UINT, &vocab);
-    H5Aclose(a);
+    char err[512] = "";
+    hid_t f = io_h5_create(path, err, sizeof err);
+    ck_assert_msg(f >= 0 && io_h5_write_format(f, path, format, version, err, sizeof err) == 0 &&
+                      io_h5_write_attr_string(f, path, "tokenizer", format, err, sizeof err) == 0 &&
+                      io_h5_write_attr_int(f, path, "vocab_size", H5T_STD_U32LE, make_vocab, err,
+                                           sizeof err) == 0,
+                  "%s", err);
     if (ttype >= 0) {
         hsize_t n = 4;
         hid_t s = H5Screate_simple(1, &n, NULL);
@@ -204,8 +184,6 @@ static void make_file(const char *path, const char *format, int version, hid_t t
         H5Dclose(d);
         H5Sclose(s);
     }
-    H5Tclose(st);
-    H5Sclose(sc);
     H5Fclose(f);
 }
 
@@ -221,7 +199,7 @@ static void expect_refusal(const char *path, const char *problem)
 
 START_TEST(refusals)
 {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    io_h5_quiet();
     const char *p = tmp_path("bad.h5");
     make_file(p, IO_CORPUS_FORMAT, 1, H5T_STD_U16LE);
     io_corpus *c = NULL;
@@ -251,7 +229,7 @@ END_TEST
 
 START_TEST(tokens_beyond_vocab)
 {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    io_h5_quiet();
     const char *p = tmp_path("beyond.h5");
     make_vocab = 3; /* the tokens are 1 2 3 4 */
     make_file(p, IO_CORPUS_FORMAT, 1, H5T_STD_U32LE);

@@ -397,6 +397,52 @@ START_TEST(device_to_device_copy)
 }
 END_TEST
 
+START_TEST(vector_helpers_match_host)
+{
+    bk_queue q = dev_queue();
+    rs = test_rng(113);
+    const int64_t sizes[] = {1, 255, 70001}; /* one thread, part of a block, many blocks */
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        int64_t n = sizes[s];
+        float *x = test_rand_f(&rs, n, -1, 1), *y = test_rand_f(&rs, n, -1, 1);
+        float *back = test_zeros_f(n);
+        float *dx = PUT(x, n), *dy = PUT(y, n);
+        ck_assert_int_eq(bk_axpy(&q, n, -0.75f, dx, dy), BK_OK);
+        ck_assert_int_eq(bk_device_sync(&q), BK_OK);
+        dev_get(back, dy, (size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) /* one rounding of a float fma or mul+add */
+            ck_assert_msg(fabs(back[i] - ((double)y[i] - 0.75 * (double)x[i])) <= 2e-7,
+                          "axpy n=%lld [%lld]: %g", (long long)n, (long long)i, back[i]);
+        ck_assert_int_eq(bk_fill(&q, n - 1, dy, 2.5f), BK_OK);
+        ck_assert_int_eq(bk_copy(&q, dx, dy, (size_t)n * sizeof(float)), BK_OK);
+        ck_assert_int_eq(bk_device_sync(&q), BK_OK);
+        dev_get(back, dx, (size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n - 1; i++) ck_assert_float_eq(back[i], 2.5f);
+        ck_assert_float_eq(back[n - 1], (float)((double)y[n - 1] - 0.75 * (double)x[n - 1]));
+        dev_free(dx), dev_free(dy);
+        free(x), free(y), free(back);
+    }
+    ck_assert_int_eq(bk_fill(&q, 4, NULL, 0.0f), BK_ERR_ARG);
+    ck_assert_int_eq(bk_axpy(&q, -1, 1.0f, NULL, NULL), BK_ERR_ARG);
+}
+END_TEST
+
+/* A GEMM runs after what its stream holds: C accumulated onto a queued copy. */
+START_TEST(gemm_runs_after_queued_copies)
+{
+    bk_queue q = dev_queue();
+    float a[4] = {1, 2, 3, 4}, id[4] = {1, 0, 0, 1}, c0[4] = {10, 20, 30, 40}, got[4];
+    float *da = PUT(a, 4), *di = PUT(id, 4), *dc0 = PUT(c0, 4), *dc = PUT(a, 4);
+    ck_assert_int_eq(bk_device_copy(&q, dc, dc0, sizeof c0), BK_OK);
+    ck_assert_int_eq(bk_gemm(&q, BK_NO_TRANS, BK_NO_TRANS, 2, 2, 2, 1.0f, da, 2, di, 2, 1.0f, dc, 2),
+                     BK_OK);
+    ck_assert_int_eq(bk_device_sync(&q), BK_OK);
+    dev_get(got, dc, sizeof got);
+    for (int i = 0; i < 4; i++) ck_assert_float_eq(got[i], c0[i] + a[i]);
+    dev_free(da), dev_free(di), dev_free(dc0), dev_free(dc);
+}
+END_TEST
+
 START_TEST(gemm_matches_reference)
 {
     static const int64_t sizes[][3] = {{1, 1, 1}, {17, 33, 65}, {64, 40, 128}};
@@ -548,7 +594,8 @@ static Suite *dev_ops_suite(void)
                     embedding_matches_reference, adamw_matches_reference_over_steps,
                     grad_norm_and_clipping, cross_entropy_matches_reference,
                     cross_entropy_edge_rows_and_invalid_labels, gemm_matches_reference,
-                    attention_state_kernels, device_to_device_copy,
+                    attention_state_kernels, device_to_device_copy, vector_helpers_match_host,
+                    gemm_runs_after_queued_copies,
                     invalid_arguments_are_refused);
     return s;
 }

@@ -1,6 +1,7 @@
 /* test_dev_streams.c: streams, events, queued copies and page-locked memory
- * (kernels/device.h). On any device: work on one stream runs in order, and a
- * wait for an event orders two streams. In the emulator also what makes it a
+ * (kernels/device.h). On any device: work on one stream runs in order, a
+ * polled event query ends with the work done, and a wait for an event orders
+ * two streams. In the emulator also what makes it a
  * useful check of the engine: queued copies run as late as allowed, so a
  * missing wait reads old data and a host buffer changed before its copy ran is
  * what the device gets (kernels/emu/simt_stream.h). */
@@ -53,6 +54,40 @@ START_TEST(one_stream_runs_in_order)
     ck_assert_int_eq(bk_device_event_sync(ev), BK_OK);
     assert_scaled(out, h, 2.0f);
     ck_assert_int_eq(bk_device_free(x), BK_OK);
+    ck_assert_int_eq(bk_host_pinned_free(out), BK_OK);
+    ck_assert_int_eq(bk_device_event_destroy(ev), BK_OK);
+    ck_assert_int_eq(bk_device_stream_destroy(s), BK_OK);
+    free(h);
+}
+END_TEST
+
+/* A query does not wait: polled until it answers 1, the copy has landed. In
+ * the emulator the first query of work not yet run answers 0 and leaves the
+ * destination as it was. */
+START_TEST(an_event_query_polls_without_waiting)
+{
+    void *s, *ev;
+    ck_assert_int_eq(bk_device_stream_create(&s), BK_OK);
+    ck_assert_int_eq(bk_device_event_create(&ev), BK_OK);
+    ck_assert_int_eq(bk_device_event_query(ev), 1); /* never recorded */
+    bk_queue q = queue_on(s);
+    float *h = counting(), *out = NULL, *x = dev_put(h, N * sizeof *h);
+    ck_assert_int_eq(bk_host_pinned_malloc(N * sizeof *out, (void **)&out), BK_OK);
+    memset(out, 0, N * sizeof *out);
+    ck_assert_int_eq(bk_scale(&q, N, x, 5.0f), BK_OK);
+    ck_assert_int_eq(bk_device_download_async(&q, out, x, N * sizeof *x), BK_OK);
+    ck_assert_int_eq(bk_device_event_record(ev, &q), BK_OK);
+    int first = bk_device_event_query(ev), polls = 1, answer = first;
+    ck_assert_msg(first == 0 || first == 1, "query answered %d", first);
+    if (!strcmp(bk_device_backend_name(), "emulator"))
+        ck_assert_msg(first == 0 && out[N - 1] == 0.0f,
+                      "the emulator's first query ran the pending copy (answer %d)", first);
+    while (answer == 0 && polls < 100000000) answer = bk_device_event_query(ev), polls++;
+    ck_assert_int_eq(answer, 1);
+    assert_scaled(out, h, 5.0f);
+    ck_assert_int_eq(bk_device_event_query(ev), 1); /* stays done */
+    ck_assert_int_eq(bk_device_event_query(NULL), -(int)BK_ERR_ARG);
+    dev_free(x);
     ck_assert_int_eq(bk_host_pinned_free(out), BK_OK);
     ck_assert_int_eq(bk_device_event_destroy(ev), BK_OK);
     ck_assert_int_eq(bk_device_stream_destroy(s), BK_OK);
@@ -142,12 +177,34 @@ START_TEST(bad_calls_are_refused)
 }
 END_TEST
 
+/* A rank picks its GPU by its local index: any index is valid (taken modulo
+ * the count); the emulator has one device and no memory of its own. */
+START_TEST(a_device_is_chosen_by_index)
+{
+    int count = 0;
+    ck_assert_int_eq(bk_device_use(5, &count), BK_OK);
+    ck_assert_int_ge(count, 1);
+    ck_assert_int_eq(bk_device_use(-1, &count), BK_ERR_ARG);
+    size_t free_bytes = 0, total = 0;
+    bk_status st = bk_device_memory(&free_bytes, &total);
+    if (!strcmp(bk_device_backend_name(), "emulator")) {
+        ck_assert_int_eq(count, 1);
+        ck_assert_int_eq(st, BK_ERR_UNSUPPORTED);
+    } else {
+        ck_assert_int_eq(st, BK_OK);
+        ck_assert(total > 0 && free_bytes <= total);
+    }
+    ck_assert_int_eq(bk_device_memory(NULL, &total), BK_ERR_ARG);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dev_streams");
     TCase *tc = check_tcase(s, "streams", 120);
-    check_add_tests(tc, one_stream_runs_in_order, an_event_orders_two_streams,
-                    bad_calls_are_refused);
+    check_add_tests(tc, one_stream_runs_in_order, an_event_query_polls_without_waiting,
+                    an_event_orders_two_streams, bad_calls_are_refused,
+                    a_device_is_chosen_by_index);
     /* what only the emulator promises (on a GPU these are races) */
     if (!strcmp(bk_device_backend_name(), "emulator"))
         check_add_tests(check_tcase(s, "emulator", 120), a_missing_wait_reads_old_data,

@@ -617,6 +617,29 @@ START_TEST(grad_norm_and_clipping)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- vectors */
+START_TEST(vector_helpers_match_reference)
+{
+    uint64_t rng = test_rng(73);
+    const int64_t n = 40001; /* above the size where the loops go parallel */
+    float *x = test_rand_f(&rng, n, -1, 1), *y = test_rand_f(&rng, n, -1, 1);
+    float *y0 = malloc((size_t)n * sizeof(float));
+    memcpy(y0, y, (size_t)n * sizeof(float));
+    bk_queue q = host_q(2);
+    ck_assert_int_eq(bk_axpy(&q, n, 0.5f, x, y), BK_OK);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert(fabs(y[i] - ((double)y0[i] + 0.5 * (double)x[i])) <= 2e-7);
+    ck_assert_int_eq(bk_fill(&q, n - 1, y, -3.0f), BK_OK);
+    for (int64_t i = 0; i < n - 1; i++) ck_assert_float_eq(y[i], -3.0f);
+    ck_assert_float_eq(y[n - 1], (float)((double)y0[n - 1] + 0.5 * (double)x[n - 1]));
+    ck_assert_int_eq(bk_copy(&q, y + 1, y, 8 * sizeof(float)), BK_OK); /* overlap: memmove */
+    ck_assert_float_eq(y[8], -3.0f);
+    ck_assert_int_eq(bk_copy(&q, y, x, (size_t)n * sizeof(float)), BK_OK);
+    ck_assert_int_eq(memcmp(x, y, (size_t)n * sizeof(float)), 0);
+    free(x), free(y), free(y0);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- cross-entropy */
 START_TEST(cross_entropy_matches_reference)
 {
@@ -801,6 +824,8 @@ START_TEST(invalid_arguments_are_rejected)
     ck_assert_int_eq(bk_grad_sqnorm(&q, 1, (const float *const *)bufs, cnt, &sq), BK_ERR_ARG);
     ck_assert_int_eq(bk_grad_sqnorm(&q, 1, NULL, cnt, &sq), BK_ERR_ARG);
     ck_assert_int_eq(bk_scale(&q, -3, out, 2.0f), BK_ERR_ARG);
+    ck_assert_int_eq(bk_fill(&q, -1, out, 0.0f), BK_ERR_ARG);
+    ck_assert_int_eq(bk_axpy(&q, 2, 1.0f, NULL, out), BK_ERR_ARG);
     /* cross-entropy: label out of range, ld < V, negative z-loss */
     float loss[2];
     ck_assert_int_eq(
@@ -833,7 +858,7 @@ int main(void)
                     rope_backward_finite_differences, swiglu_matches_reference,
                     swiglu_backward_finite_differences, embedding_matches_reference,
                     embedding_backward_finite_differences, adamw_matches_reference_over_steps,
-                    grad_norm_and_clipping, cross_entropy_matches_reference,
+                    grad_norm_and_clipping, vector_helpers_match_reference, cross_entropy_matches_reference,
                     cross_entropy_all_ignored_is_finite, cross_entropy_backward_finite_differences,
                     invalid_arguments_are_rejected);
     return check_run(s);

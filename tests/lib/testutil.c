@@ -87,6 +87,15 @@ char *test_make_tmpdir(char *buf, size_t len, const char *prefix)
     return mkdtemp(buf);
 }
 
+const char *test_path_in(const char *dir, const char *name)
+{
+    static char buf[4][1024];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
 static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
     return remove(path) != 0 && errno != ENOENT ? -1 : 0;

@@ -26,6 +26,9 @@ int test_output_has(const test_run_result *r, const char *needle);
 /* A fresh directory $TMPDIR/PREFIX-XXXXXX (/tmp when TMPDIR is unset or empty),
  * its path in buf; returns buf, or NULL when it could not be made. */
 char *test_make_tmpdir(char *buf, size_t len, const char *prefix);
+/* "DIR/NAME" in one of 4 static buffers used in turn, so up to 4 paths made
+ * in a row stay valid together. */
+const char *test_path_in(const char *dir, const char *name);
 /* Removes path and everything below it, as rm -rf does: 0, or -1 when
  * something could not be removed. */
 int test_remove_tree(const char *path);

@@ -134,7 +134,7 @@ static void run_case(const test_case *tc)
         rp[i] = params[i];
     }
 
-    zero1 *z = zero1_create(comm, n, mask, &hp);
+    zero1 *z = zero1_create(comm, n, mask, &hp, NULL);
     if (!z) {
         fprintf(stderr, "rank %d: %s: zero1_create failed\n", rank, tc->name);
         exit(1);

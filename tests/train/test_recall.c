@@ -9,8 +9,9 @@
  * under `burst run` on 4 ranks over 2 emulated nodes: a short training run
  * prints the accuracy over exactly the held-out queries whose pair other ranks
  * hold, with the chance level; below [eval] min_accuracy it exits 1, saying
- * so; a run stopped early by --stop-after is not evaluated; the quickstart's
- * configuration is this task on 4 ranks, failing below 90%. */
+ * so; a run stopped early by --stop-after is not evaluated; on the emulated
+ * device the same queries are counted. The quickstart's configuration is this
+ * task on 4 ranks, failing below 90%. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,14 +232,16 @@ static const char *const small_sets[] = {
     "data.recall_queries=32", "train.steps=6",       "train.warmup_steps=2",
     "train.lr=1e-2",          "eval.eval_samples=5", NULL};
 
-/* burst run -n 4 --nodes 2 -- burst train (small_sets, then sets, then args) */
-static test_run_result train_small(const char *const *sets, const char *const *args)
+/* burst run -n 4 --nodes 2 -- PROGRAM train (small_sets, then sets, then
+ * args); PROGRAM is burst, or burst linked with the device emulator. */
+static test_run_result train_on(const char *program, const char *const *sets,
+                                const char *const *args)
 {
     char *argv[64];
     int a = 0;
     argv[a++] = (char *)test_burst_path();
     argv[a++] = "run", argv[a++] = "-n", argv[a++] = "4", argv[a++] = "--nodes", argv[a++] = "2";
-    argv[a++] = "--no-kill", argv[a++] = "--", argv[a++] = (char *)test_burst_path();
+    argv[a++] = "--no-kill", argv[a++] = "--", argv[a++] = (char *)program;
     argv[a++] = "train";
     for (int i = 0; small_sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)small_sets[i];
     for (int i = 0; sets && sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
@@ -246,6 +249,11 @@ static test_run_result train_small(const char *const *sets, const char *const *a
     argv[a] = NULL;
     static char *one_thread[] = {"OMP_NUM_THREADS=1", NULL};
     return test_run(argv, one_thread);
+}
+
+static test_run_result train_small(const char *const *sets, const char *const *args)
+{
+    return train_on(test_burst_path(), sets, args);
 }
 
 /* How many queries of held-out samples [0, samples) a 4-rank zigzag run must
@@ -265,16 +273,36 @@ static int64_t cross_rank_queries(const recall_shape *s, uint64_t data_seed, int
     return total;
 }
 
-START_TEST(training_reports_accuracy_over_cross_rank_queries)
+/* r succeeded and printed the accuracy over the cross-rank queries of the
+ * first `samples` held-out samples, with the chance level; r is freed. */
+static void expect_accuracy_line(test_run_result *r, int samples)
 {
     char want[128];
-    test_run_result r = train_small(NULL, NULL);
-    ck_assert_msg(r.exit_code == 0, "%s", r.out);
-    ck_assert_msg(test_output_has(&r, "eval: recall accuracy "), "%s", r.out);
+    ck_assert_msg(r->exit_code == 0, "%s", r->out);
+    ck_assert_msg(test_output_has(r, "eval: recall accuracy "), "%s", r->out);
     snprintf(want, sizeof want, "over %lld cross-rank queries (chance 6.2%%)",
-             (long long)cross_rank_queries(&small, 1, 5));
-    ck_assert_msg(test_output_has(&r, want), "no '%s' in:\n%s", want, r.out);
-    test_run_free(&r);
+             (long long)cross_rank_queries(&small, 1, samples));
+    ck_assert_msg(test_output_has(r, want), "no '%s' in:\n%s", want, r->out);
+    test_run_free(r);
+}
+
+START_TEST(training_reports_accuracy_over_cross_rank_queries)
+{
+    test_run_result r = train_small(NULL, NULL);
+    expect_accuracy_line(&r, 5);
+}
+END_TEST
+
+/* With [train] device = cuda (the emulator) each held-out sample goes to the
+ * device before its prediction: the same queries are counted. */
+START_TEST(device_engine_evaluates_the_same_queries)
+{
+    char emu[4096];
+    test_program_path("tests/train/burst_emu", emu, sizeof emu);
+    const char *dev[] = {"train.device=cuda", "train.steps=2", "eval.eval_samples=3", NULL};
+    test_run_result r = train_on(emu, dev, NULL);
+    ck_assert_msg(test_output_has(&r, "device: emulator"), "%s", r.out);
+    expect_accuracy_line(&r, 3);
 }
 END_TEST
 
@@ -325,6 +353,7 @@ int main(void)
                     quickstart_trains_recall_across_ranks_and_requires_90_percent);
     TCase *runs = check_tcase(s, "runs", 120);
     check_add_tests(runs, training_reports_accuracy_over_cross_rank_queries,
-                    accuracy_below_the_minimum_fails_the_run);
+                    accuracy_below_the_minimum_fails_the_run,
+                    device_engine_evaluates_the_same_queries);
     return check_run(s);
 }

@@ -29,6 +29,7 @@
 
 #include <hdf5.h>
 
+#include "io/h5util.h"
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
 
@@ -53,6 +54,17 @@ static double metric(const char *line, const char *key)
 
 static char tmpdir[256];
 
+/* The program the ranks run: burst, or burst linked with the device emulator
+ * (tests/train/burst_emu) for runs with [train] device = cuda. */
+static int on_emulator;
+
+static const char *program(void)
+{
+    static char emu[4096];
+    if (!on_emulator) return test_burst_path();
+    return test_program_path("tests/train/burst_emu", emu, sizeof emu);
+}
+
 /* burst run -n ranks [--nodes nodes] -- burst train --set ... (sets: NULL-terminated) */
 static test_run_result train_args(int ranks, int nodes, const char *const *sets,
                                   const char *const *args, curve *out, char *metrics_text,
@@ -66,11 +78,11 @@ static test_run_result train_args(int ranks, int nodes, const char *const *sets,
     snprintf(m, sizeof m, "%d", nodes);
     char *argv[64];
     int a = 0;
-    argv[a++] = (char *)test_burst_path();
+    argv[a++] = (char *)program();
     /* --no-kill: every rank must stop by itself, and say why */
     argv[a++] = "run", argv[a++] = "-n", argv[a++] = n, argv[a++] = "--nodes", argv[a++] = m;
     argv[a++] = "--no-kill", argv[a++] = "--";
-    argv[a++] = (char *)test_burst_path();
+    argv[a++] = (char *)program();
     argv[a++] = "train";
     const char *base[] = {"data.seq_len=256", "train.steps=6", "train.warmup_steps=2",
                           "train.lr=1e-2", NULL};
@@ -514,13 +526,16 @@ static void loss_lines(const char *metrics, int from, int to, char *out, size_t 
     }
 }
 
-/* Swaps the 8-byte attribute `name` of file (of HDF5 type `type`) with *value. */
+/* Swaps the 8-byte attribute `name` of file (of HDF5 type `type`) with *value,
+ * in place: a test's tampering, which io/ never does to a checkpoint. */
 static void swap_attribute(const char *file, const char *name, hid_t type, void *value)
 {
-    hid_t f = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
-    ck_assert_msg(f >= 0, "cannot open %s", file);
+    char err[512];
+    hid_t f = io_h5_open(file, H5F_ACC_RDWR, err, sizeof err);
+    ck_assert_msg(f >= 0, "%s", err);
     hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-    ck_assert_msg(a >= 0, "%s has no attribute %s", file, name);
+    if (a < 0) io_h5_fail(err, sizeof err, file, "opening attribute \"%s\"", name);
+    ck_assert_msg(a >= 0, "%s", err);
     unsigned char old[8];
     ck_assert(H5Aread(a, type, old) >= 0 && H5Awrite(a, type, value) >= 0);
     memcpy(value, old, sizeof old);
@@ -741,14 +756,16 @@ END_TEST
  * (the corpus writer refuses a token beyond the vocabulary). */
 static void poke_token(const char *path, hsize_t pos, unsigned value)
 {
-    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-    hid_t d = f < 0 ? -1 : H5Dopen2(f, "tokens", H5P_DEFAULT);
+    char err[512] = "";
+    hid_t f = io_h5_open(path, H5F_ACC_RDWR, err, sizeof err);
+    hid_t d = f < 0 ? -1 : io_h5_open_dataset(f, path, "tokens", H5P_DEFAULT, err, sizeof err);
     hid_t fs = d < 0 ? -1 : H5Dget_space(d);
     hsize_t one = 1;
     hid_t ms = H5Screate_simple(1, &one, NULL);
-    ck_assert_msg(fs >= 0 && H5Sselect_hyperslab(fs, H5S_SELECT_SET, &pos, NULL, &one, NULL) >= 0 &&
-                      H5Dwrite(d, H5T_NATIVE_UINT, ms, fs, H5P_DEFAULT, &value) >= 0,
-                  "cannot write token %llu of %s", (unsigned long long)pos, path);
+    if (fs >= 0 && (H5Sselect_hyperslab(fs, H5S_SELECT_SET, &pos, NULL, &one, NULL) < 0 ||
+                    H5Dwrite(d, H5T_NATIVE_UINT, ms, fs, H5P_DEFAULT, &value) < 0))
+        io_h5_fail(err, sizeof err, path, "writing token %llu", (unsigned long long)pos);
+    ck_assert_msg(fs >= 0 && !err[0], "%s", err);
     H5Sclose(ms), H5Sclose(fs), H5Dclose(d), H5Fclose(f);
 }
 
@@ -788,6 +805,41 @@ START_TEST(eval_read_failure_on_one_rank_stops_every_rank)
 }
 END_TEST
 
+/* The engine on the (emulated) device: every buffer of the model, the ring
+ * and the optimizer in device memory, the transport staging device buffers
+ * between ranks. Against the CPU engine, step by step, within what bf16
+ * attention moves (the device's tensor cores round Q, K, V, P and dS to bf16;
+ * the host computes in fp32): 1 rank, and 4 ranks on 2 emulated nodes with
+ * the double ring and dp x cp = 2 x 2 (the gradient reduce-scatter and the
+ * parameter all-gather on device memory). A resume on the device continues
+ * bit for bit. Sequences of 64 tokens: the emulator runs every kernel thread
+ * by thread on the CPU. */
+START_TEST(device_engine_matches_the_cpu)
+{
+    on_emulator = 1;
+    const char *dev[] = {"train.device=cuda", "data.seq_len=64", NULL};
+    curve cpu, one, four, grid;
+    run_ok(1, 1, (const char *[]){"data.seq_len=64", NULL}, &cpu);
+    run_saying(1, 1, dev, "device: emulator", &one);
+    expect_same(&cpu, &one, 2e-2, "device P=1 vs CPU");
+    run_ok(4, 2, with(dev, (const char *[]){"parallel.cp=4", "parallel.ring=double", NULL}), &four);
+    expect_same(&cpu, &four, 2e-2, "device, double ring P=4 vs CPU");
+    run_ok(4, 2, with(dev, (const char *[]){"parallel.dp=2", "parallel.cp=2", NULL}), &grid);
+    curve cpu_grid;
+    run_ok(4, 2, (const char *[]){"parallel.dp=2", "parallel.cp=2", "data.seq_len=64", NULL},
+           &cpu_grid);
+    expect_same(&cpu_grid, &grid, 2e-2, "device dp x cp = 2 x 2 vs CPU");
+
+    char dir[512], dir_set[600];
+    snprintf(dir, sizeof dir, "%s/ckpt-device", tmpdir);
+    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    const char *sets[] = {"train.device=cuda", "data.seq_len=64", "parallel.cp=2", dir_set, NULL};
+    expect_resume_bit_for_bit(2, sets, dir, NULL);
+    ck_assert_int_eq(test_remove_tree(dir), 0);
+    on_emulator = 0;
+}
+END_TEST
+
 int main(void)
 {
     if (!test_make_tmpdir(tmpdir, sizeof tmpdir, "burst-train")) return 1;
@@ -803,6 +855,8 @@ int main(void)
         bad_settings_exit_2_before_work, resume_continues_bit_for_bit,
         resume_continues_a_shuffled_corpus_bit_for_bit, trains_from_an_hdf5_corpus,
         documents_from_an_hdf5_corpus, eval_read_failure_on_one_rank_stops_every_rank);
+    /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
+    check_add_tests(check_tcase(s, "device", 900), device_engine_matches_the_cpu);
     int status = check_run(s);
     test_remove_tree(tmpdir);
     return status;

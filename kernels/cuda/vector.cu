@@ -1,0 +1,39 @@
+/* vector.cu: fill and y += alpha x on the device (kernels/cpu/vector.c is the
+ * host side; bk_copy reaches bk_device_copy). Grid-stride loops: any n with a
+ * bounded grid. */
+#include "kernels/cuda/dev_common.cuh"
+
+enum { VEC_THREADS = 256 };
+
+__global__ void bk_fill_kernel(int64_t n, float *x, float value)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = value;
+}
+
+__global__ void bk_axpy_kernel(int64_t n, float alpha, const float *x, float *y)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] += alpha * x[i];
+}
+
+extern "C" bk_status BK_DEV_FN(fill)(const bk_queue *q, int64_t n, float *x, float value)
+{
+    BK_CHECK_ARG(n >= 0 && (n == 0 || x != NULL));
+    if (n == 0) return BK_OK;
+    BK_DEV_PTRS(x);
+    return BK_LAUNCH(bk_fill_kernel, dim3(bk_grid_for(n, VEC_THREADS)), dim3(VEC_THREADS), 0,
+                     q->stream, n, x, value);
+}
+
+extern "C" bk_status BK_DEV_FN(axpy)(const bk_queue *q, int64_t n, float alpha, const float *x,
+                                     float *y)
+{
+    BK_CHECK_ARG(n >= 0 && (n == 0 || (x != NULL && y != NULL)));
+    if (n == 0) return BK_OK;
+    BK_DEV_PTRS(x, y);
+    return BK_LAUNCH(bk_axpy_kernel, dim3(bk_grid_for(n, VEC_THREADS)), dim3(VEC_THREADS), 0,
+                     q->stream, n, alpha, x, y);
+}

@@ -1,0 +1,90 @@
+/* device_link.c: see device_link.h. Each hook adapts one call of
+ * kernels/device.h: the transport speaks of streams, the kernels of queues. */
+#include "src/attn/device_link.h"
+
+#include "kernels/device.h"
+
+static int ok(bk_status st)
+{
+    return st == BK_OK ? 0 : -1;
+}
+
+static bk_queue on(void *stream)
+{
+    bk_queue q = {BK_DEVICE, stream, 0};
+    return q;
+}
+
+static int host_alloc(size_t bytes, void **p)
+{
+    return ok(bk_host_pinned_malloc(bytes, p));
+}
+
+static int host_free(void *p)
+{
+    return ok(bk_host_pinned_free(p));
+}
+
+static int stream_create(void **s)
+{
+    return ok(bk_device_stream_create(s));
+}
+
+static int stream_destroy(void *s)
+{
+    return ok(bk_device_stream_destroy(s));
+}
+
+static int event_create(void **e)
+{
+    return ok(bk_device_event_create(e));
+}
+
+static int event_destroy(void *e)
+{
+    return ok(bk_device_event_destroy(e));
+}
+
+static int event_record(void *e, void *stream)
+{
+    bk_queue q = on(stream);
+    return ok(bk_device_event_record(e, &q));
+}
+
+static int event_query(void *e)
+{
+    return bk_device_event_query(e);
+}
+
+/* dir: 0 host to device, 1 device to host, 2 device to device */
+static int copy_async(void *stream, void *dst, const void *src, size_t bytes, int dir)
+{
+    bk_queue q = on(stream);
+    return ok(dir == 0   ? bk_device_upload_async(&q, dst, src, bytes)
+              : dir == 1 ? bk_device_download_async(&q, dst, src, bytes)
+                         : bk_device_copy(&q, dst, src, bytes));
+}
+
+bt_device_hooks attn_device_hooks(int device_id)
+{
+    bt_device_hooks h = {
+        .name = bk_device_backend_name(),
+        .device_id = device_id,
+        .host_alloc = host_alloc,
+        .host_free = host_free,
+        .stream_create = stream_create,
+        .stream_destroy = stream_destroy,
+        .event_create = event_create,
+        .event_destroy = event_destroy,
+        .event_record = event_record,
+        .event_query = event_query,
+        .copy_async = copy_async,
+    };
+    return h;
+}
+
+bt_status attn_link_device(bt_world *w, int device_id)
+{
+    bt_device_hooks h = attn_device_hooks(device_id);
+    return bt_world_set_device(w, &h);
+}

@@ -1,0 +1,151 @@
+/* ring_buffers.c: the working buffers of a ring (ring.h), in the memory of the
+ * queue the ring computes on, and the position tables of the blocks.
+ *
+ * On a device the kernels read the positions (and document ids) from device
+ * memory, but the layout computes them on the host: each block's table is
+ * written into one of two host mirrors and uploaded on the ring's queue.
+ * Two mirrors, each with the event of its last upload, because an upload
+ * runs when the queue reaches it: the mirror filled next must not be the one
+ * a queued upload still reads. One device table suffices, since the kernels
+ * that read it and the upload that replaces it run in the queue's order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/device.h"
+#include "src/attn/ring_run.h"
+
+/* The slots, then 4 trailing accumulators, the home accumulator, delta and 4 tables. */
+enum { N_BUFFERS = RING_N_SLOTS + 10 };
+
+/* The capacities b needs for each of scheds[n_scheds]: the largest of each. */
+static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, ring_buffers *b)
+{
+    for (int i = 0; i < n_scheds; i++) {
+        const ring_schedule *s = scheds[i];
+        if (s->input_bytes > b->input_bytes) b->input_bytes = s->input_bytes;
+        if (s->acc_bytes > b->acc_bytes) b->acc_bytes = s->acc_bytes;
+        if (s->layout.n > b->n) b->n = s->layout.n;
+        if (s->layout.n * s->h_q > b->rows) b->rows = s->layout.n * s->h_q;
+    }
+}
+
+/* The bytes of each buffer of b, in the order ring_buffers_create allocates
+ * them (slots, accumulators out and in, home accumulator, delta, positions,
+ * document ids); returns their count. */
+static int buffer_sizes(const ring_buffers *b, size_t sizes[N_BUFFERS])
+{
+    int k = 0;
+    size_t n = (size_t)b->n;
+    for (int i = 0; i < RING_N_SLOTS; i++) sizes[k++] = b->input_bytes;
+    for (int i = 0; i < 4; i++) sizes[k++] = b->acc_bytes;
+    sizes[k++] = b->acc_bytes ? b->acc_bytes : 1;
+    sizes[k++] = ((size_t)b->rows + 1) * sizeof(float);
+    sizes[k++] = n * sizeof(int64_t), sizes[k++] = n * sizeof(int64_t);
+    sizes[k++] = n * sizeof(int32_t), sizes[k++] = n * sizeof(int32_t);
+    return k;
+}
+
+static void *buffer_alloc(int on_device, size_t bytes)
+{
+    void *p = NULL;
+    if (!on_device) return calloc(1, bytes);
+    return bk_device_malloc(bytes, &p) == BK_OK ? p : NULL;
+}
+
+static void buffer_free(int on_device, void *p)
+{
+    if (on_device)
+        bk_device_free(p);
+    else
+        free(p);
+}
+
+/* The device's host mirrors of the position tables and their events; 0 or -1. */
+static int make_mirrors(ring_buffers *b)
+{
+    size_t n = (size_t)(b->n > 0 ? b->n : 1);
+    for (int k = 0; k < 2; k++) {
+        b->pos_host[k] = calloc(n, sizeof(int64_t));
+        b->seg_host[k] = calloc(n, sizeof(int32_t));
+        if (!b->pos_host[k] || !b->seg_host[k] || bk_device_event_create(&b->uploaded[k]) != BK_OK)
+            return -1;
+    }
+    return 0;
+}
+
+ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_scheds,
+                                  const bk_queue *q)
+{
+    ring_buffers *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->on_device = q != NULL && q->where == BK_DEVICE;
+    buffer_capacities(scheds, n_scheds, b);
+    size_t sizes[N_BUFFERS];
+    int count = buffer_sizes(b, sizes), ok = 1;
+    void *p[N_BUFFERS] = {NULL};
+    /* on the host zeroed: the document ids stay 0 when the mask has no
+     * segments (on a device every load writes them) */
+    for (int i = 0; i < count; i++) ok &= !sizes[i] || (p[i] = buffer_alloc(b->on_device, sizes[i]));
+    int k = 0;
+    for (int i = 0; i < RING_N_SLOTS; i++) b->slot[i] = p[k++];
+    b->acc_out[0] = p[k++], b->acc_out[1] = p[k++], b->acc_in[0] = p[k++], b->acc_in[1] = p[k++];
+    b->home_acc = p[k++], b->delta = p[k++];
+    b->home_pos = p[k++], b->block_pos = p[k++], b->home_seg = p[k++], b->block_seg = p[k++];
+    if (!ok || (b->on_device && make_mirrors(b) != 0)) {
+        ring_buffers_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void ring_buffers_free(ring_buffers *b)
+{
+    if (!b) return;
+    int dev = b->on_device;
+    for (int k = 0; k < RING_N_SLOTS; k++) buffer_free(dev, b->slot[k]);
+    for (int k = 0; k < 2; k++) buffer_free(dev, b->acc_out[k]), buffer_free(dev, b->acc_in[k]);
+    buffer_free(dev, b->home_acc), buffer_free(dev, b->delta);
+    buffer_free(dev, b->home_pos), buffer_free(dev, b->block_pos);
+    buffer_free(dev, b->home_seg), buffer_free(dev, b->block_seg);
+    for (int k = 0; k < 2; k++) {
+        free(b->pos_host[k]), free(b->seg_host[k]);
+        if (b->uploaded[k]) bk_device_event_destroy(b->uploaded[k]);
+    }
+    free(b);
+}
+
+size_t ring_buffers_bytes(const ring_schedule *const *scheds, int n_scheds)
+{
+    ring_buffers b = {0};
+    buffer_capacities(scheds, n_scheds, &b);
+    size_t sizes[N_BUFFERS], total = 0;
+    int k = buffer_sizes(&b, sizes);
+    for (int i = 0; i < k; i++) total += sizes[i];
+    return total;
+}
+
+/* The positions of block under layout l (and, with segments [N], their
+ * document ids) into pos[n], seg[n] of host memory. */
+static void block_positions(const seq_layout *l, int block, const int32_t *segments, int64_t *pos,
+                            int32_t *seg)
+{
+    seq_layout_positions(l, block, pos);
+    for (int64_t i = 0; segments && i < l->n; i++) seg[i] = segments[pos[i]];
+}
+
+int ring_buffers_load_positions(ring_buffers *b, const bk_queue *q, const seq_layout *l, int block,
+                                const int32_t *segments, int64_t *pos, int32_t *seg)
+{
+    if (!b->on_device) {
+        block_positions(l, block, segments, pos, seg);
+        return 0;
+    }
+    int k = b->parity ^= 1;
+    if (bk_device_event_sync(b->uploaded[k]) != BK_OK) return -1; /* its last upload has run */
+    memset(b->seg_host[k], 0, (size_t)l->n * sizeof(int32_t));
+    block_positions(l, block, segments, b->pos_host[k], b->seg_host[k]);
+    int failed = bk_device_upload_async(q, pos, b->pos_host[k], (size_t)l->n * sizeof(int64_t)) ||
+                 bk_device_upload_async(q, seg, b->seg_host[k], (size_t)l->n * sizeof(int32_t)) ||
+                 bk_device_event_record(b->uploaded[k], q);
+    return failed ? -1 : 0;
+}

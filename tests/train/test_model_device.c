@@ -1,0 +1,46 @@
+/* test_model_device.c: the model runner on the (emulated) device against the
+ * host, with real ranks under `burst run`: one rank, a flat ring of 2, and
+ * the double ring over 2 emulated nodes x 2; the causal mask with half the
+ * attention outputs kept (the early chunks recomputed through their own
+ * ring) and a document mask. The ranks are tests/train/model_device_worker,
+ * which compares its own loss and gradients. */
+#include <check.h>
+#include <stdio.h>
+
+#include "tests/lib/check_main.h"
+#include "tests/lib/testutil.h"
+
+static void expect_same(int ranks, int nodes, const char *mask, const char *fraction)
+{
+    static char worker[4096];
+    test_program_path("tests/train/model_device_worker", worker, sizeof worker);
+    char n[16], m[16];
+    snprintf(n, sizeof n, "%d", ranks);
+    snprintf(m, sizeof m, "%d", nodes);
+    char *argv[20] = {(char *)test_burst_path(), "run", "-n", n, "--nodes", m, "--", worker,
+                      "--mask", (char *)mask, "--fraction", (char *)fraction};
+    int a = 12;
+    if (nodes > 1) argv[a++] = "--double-ring", argv[a++] = m;
+    argv[a] = NULL;
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "ok model on the device"),
+                  "%s mask, fraction %s, P=%d, nodes=%d: exit %d\n%s", mask, fraction, ranks,
+                  nodes, r.exit_code, r.out);
+    test_run_free(&r);
+}
+
+START_TEST(device_runner_matches_host)
+{
+    expect_same(1, 1, "causal", "1");
+    expect_same(2, 1, "causal", "0.5");
+    expect_same(4, 2, "causal", "0"); /* 2 emulated nodes x 2 ranks, double ring */
+    expect_same(2, 1, "document", "1");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("model_device");
+    check_add_tests(check_tcase(s, "model_device", 600), device_runner_matches_host);
+    return check_run(s);
+}

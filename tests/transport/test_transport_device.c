@@ -1,0 +1,137 @@
+/* test_transport_device.c: the transport on device memory, with real ranks
+ * under `burst run` (tests/transport/transport_dev_worker) and the SIMT
+ * emulator as their device: ring exchanges through the staging pipeline and
+ * the self copy at sizes around the chunk size, grouped with every receive
+ * posted before any send; device collectives against the host ones; calls
+ * refused with a message that names the backend, the peer and the memory
+ * kind. NCCL and UCX's direct path need a GPU (and a UCX with CUDA) and are
+ * not run here. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/lib/check_main.h"
+#include "tests/lib/testutil.h"
+
+static char *dev_worker(void)
+{
+    static char path[4096];
+    return (char *)test_program_path("tests/transport/transport_dev_worker", path, sizeof path);
+}
+
+/* burst run -n ranks --nodes nodes -- transport_dev_worker scenario, with an
+ * optional "NAME=VALUE" variable. */
+static test_run_result run_dev(int ranks, int nodes, const char *scenario, const char *var)
+{
+    char n[16], m[16];
+    snprintf(n, sizeof n, "%d", ranks);
+    snprintf(m, sizeof m, "%d", nodes);
+    char *argv[] = {(char *)test_burst_path(), "run", "-n", n, "--nodes", m, "--",
+                    dev_worker(), (char *)scenario, NULL};
+    char *env[] = {(char *)var, NULL};
+    return test_run(argv, env);
+}
+
+static void expect_ok(int ranks, int nodes, const char *scenario, const char *var)
+{
+    test_run_result r = run_dev(ranks, nodes, scenario, var);
+    char want[64];
+    snprintf(want, sizeof want, "ok %s on %d ranks", scenario, ranks);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, want),
+                  "%s on %d ranks / %d nodes (%s) exited %d:\n%s", scenario, ranks, nodes,
+                  var ? var : "defaults", r.exit_code, r.out);
+    if (ranks > 1)
+        ck_assert_msg(strcmp(scenario, "ring") != 0 || test_output_has(&r, ": staged") ||
+                          test_output_has(&r, ": direct"),
+                      "no staged or direct path reported:\n%s", r.out);
+    test_run_free(&r);
+}
+
+/* 4 KiB chunks: messages of 0, 1, chunk - 1, chunk, chunk + 1 and 9 chunks +
+ * 123 bytes, and six 2.5-chunk messages on one channel in a row. */
+START_TEST(device_ring_small_chunks)
+{
+    static const int ranks[] = {1, 2, 4}, nodes[] = {1, 2, 2};
+    expect_ok(ranks[_i], nodes[_i], "ring", "BURST_STAGE_CHUNK=4096");
+}
+END_TEST
+
+/* The default chunk (1 MiB) and a single slot per message (no overlap, the
+ * slot reused for every chunk). */
+START_TEST(device_ring_default_chunk_and_one_slot)
+{
+    expect_ok(4, 2, "ring", NULL);
+    expect_ok(2, 2, "ring", "BURST_STAGE_SLOTS=1");
+}
+END_TEST
+
+START_TEST(device_collectives_match_host)
+{
+    static const int ranks[] = {1, 4, 3}, nodes[] = {1, 2, 1};
+    expect_ok(ranks[_i], nodes[_i], "collectives", "BURST_STAGE_CHUNK=4096");
+}
+END_TEST
+
+START_TEST(misuse_is_refused_without_failing)
+{
+    expect_ok(2, 1, "misuse", NULL);
+    expect_ok(1, 1, "misuse", NULL);
+}
+END_TEST
+
+/* Device memory without hooks, on a world of one (self) and of two (UCX). */
+START_TEST(device_memory_without_hooks_is_refused)
+{
+    int ranks = _i;
+    test_run_result r = run_dev(ranks, 1, "refuse", NULL);
+    ck_assert_msg(r.exit_code == 0, "exit %d:\n%s", r.exit_code, r.out);
+    for (int k = 0; k < ranks; k++) {
+        char want[64];
+        snprintf(want, sizeof want, "ok refuse on rank %d of %d", k, ranks);
+        ck_assert_msg(test_output_has(&r, want), "missing '%s':\n%s", want, r.out);
+    }
+    ck_assert_msg(test_output_has(&r, "no device hooks were set"), "%s", r.out);
+    test_run_free(&r);
+}
+END_TEST
+
+START_TEST(host_memory_to_a_device_only_backend_is_refused)
+{
+    test_run_result r = run_dev(1, 1, "refuse-host", NULL);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "ok refuse-host on rank 0 of 1") &&
+                      test_output_has(&r, "the nccl transport to rank 0 takes no host memory"),
+                  "exit %d:\n%s", r.exit_code, r.out);
+    test_run_free(&r);
+}
+END_TEST
+
+/* Chunk sizes that differ between ranks would split messages differently:
+ * bt_world_set_device refuses them. */
+START_TEST(unequal_chunk_sizes_are_refused)
+{
+    char script[8192];
+    snprintf(script, sizeof script,
+             "%s run -n 2 -- /bin/sh -c 'if [ \"$BURST_RANK\" = 1 ]; then export "
+             "BURST_STAGE_CHUNK=8192; fi; exec %s ring'",
+             test_burst_path(), dev_worker());
+    char *argv[] = {"/bin/sh", "-c", script, NULL};
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_msg(r.exit_code != 0 && test_output_has(&r, "BURST_STAGE_CHUNK differs"),
+                  "exit %d:\n%s", r.exit_code, r.out);
+    test_run_free(&r);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("transport_device");
+    TCase *tc = check_tcase(s, "device", 300);
+    tcase_add_loop_test(tc, device_ring_small_chunks, 0, 3);
+    tcase_add_loop_test(tc, device_collectives_match_host, 0, 3);
+    tcase_add_loop_test(tc, device_memory_without_hooks_is_refused, 1, 3);
+    check_add_tests(tc, device_ring_default_chunk_and_one_slot, misuse_is_refused_without_failing,
+                    host_memory_to_a_device_only_backend_is_refused, unequal_chunk_sizes_are_refused);
+    return check_run(s);
+}

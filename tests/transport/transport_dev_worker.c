@@ -1,0 +1,356 @@
+/* transport_dev_worker.c: one rank of a device-memory transport test,
+ * launched by test_transport_device through `burst run` (or alone, as a world
+ * of one). Device memory is the SIMT emulator's (the engine's hooks,
+ * src/attn/device_link.h), whose queued copies run only when an event or a
+ * stream is waited for, so a staged chunk sent before its copy's event
+ * completed carries old bytes.
+ * Each scenario checks its results itself, prints "ok SCENARIO on N ranks" on
+ * rank 0 and exits 0, or prints what differed and exits 1. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/device.h"
+#include "tests/lib/worker_util.h"
+#include "src/attn/device_link.h"
+#include "transport/internal.h"
+#include "transport/transport.h"
+
+static bk_queue default_queue(void)
+{
+    bk_queue q = {BK_DEVICE, NULL, 0};
+    return q;
+}
+
+/* A device buffer holding host[bytes] (bytes may be 0). */
+static void *dev_from(const void *host, size_t bytes)
+{
+    void *d = NULL;
+    bk_queue q = default_queue();
+    if (bk_device_malloc(bytes ? bytes : 1, &d) != BK_OK ||
+        bk_device_upload(&q, d, host, bytes) != BK_OK) {
+        fprintf(stderr, "rank %d: cannot make a device buffer of %zu bytes\n", rank, bytes);
+        exit(WORKER_FAILED);
+    }
+    return d;
+}
+
+static void host_from(void *host, const void *dev, size_t bytes)
+{
+    bk_queue q = default_queue();
+    if (bk_device_download(&q, host, dev, bytes) != BK_OK) {
+        fprintf(stderr, "rank %d: cannot read a device buffer\n", rank);
+        exit(WORKER_FAILED);
+    }
+}
+
+static unsigned char pattern(int src, int dst, int tag, size_t i)
+{
+    return (unsigned char)(i * 131u + (unsigned)src * 17u + (unsigned)dst * 7u + (unsigned)tag * 29u);
+}
+
+static unsigned char *patterned(int src, int dst, int tag, size_t bytes)
+{
+    unsigned char *h = malloc(bytes + 1);
+    for (size_t i = 0; i < bytes; i++) h[i] = pattern(src, dst, tag, i);
+    return h;
+}
+
+/* Reads dev back and compares it with pattern(src, dst, tag). */
+static void check_arrived(const void *dev, size_t bytes, int src, int tag, const char *what)
+{
+    unsigned char *got = malloc(bytes + 1);
+    host_from(got, dev, bytes);
+    size_t bad = bytes;
+    for (size_t i = 0; i < bytes && bad == bytes; i++)
+        if (got[i] != pattern(src, rank, tag, i)) bad = i;
+    EXPECT(bad == bytes, "%s: %zu-byte device message from rank %d (tag %d) differs at byte %zu",
+           what, bytes, src, tag, bad);
+    free(got);
+}
+
+static void set_device(void)
+{
+    bt_device_hooks h = attn_device_hooks(-1);
+    must(bt_world_set_device(world, &h), "set device");
+}
+
+/* Every peer's path: "copy" to itself, UCX's ("staged" here, "direct" where
+ * UCX has CUDA) to the others. */
+static void check_paths(void)
+{
+    bt_comm *c = bt_world_comm(world);
+    for (int r = 0; r < size; r++) {
+        const char *p = bt_comm_device_path(c, r);
+        if (r == rank)
+            EXPECT(p && strcmp(p, "copy") == 0, "path to itself is %s", p ? p : "NULL");
+        else
+            EXPECT(p && (strcmp(p, "staged") == 0 || strcmp(p, "direct") == 0),
+                   "path to rank %d is %s", r, p ? p : "NULL");
+    }
+    if (rank == 0) printf("device path to rank %d: %s\n", size - 1, bt_comm_device_path(c, size - 1));
+}
+
+/* One ring step of device messages of `bytes`: to both neighbours on two
+ * channels and to itself, every receive posted before any send, in one group. */
+static void ring_step(size_t bytes)
+{
+    bt_comm *c = bt_world_comm(world);
+    int next = (rank + 1) % size, prev = (rank - 1 + size) % size;
+    enum { N = 5 };
+    const int to[N] = {next, prev, next, prev, rank}, channel[N] = {0, 0, 9, 9, 2};
+    void *out[N], *in[N];
+    bt_request *reqs[2 * N];
+    must(bt_group_start(world), "group start");
+    for (int k = 0; k < N; k++) {
+        int from = to[k] == next ? prev : to[k] == prev ? next : rank;
+        unsigned char *zero = calloc(1, bytes + 1);
+        in[k] = dev_from(zero, bytes);
+        free(zero);
+        must(bt_irecv_mem(c, from, channel[k], in[k], bytes, BT_MEM_DEVICE, &reqs[k]), "irecv");
+    }
+    for (int k = 0; k < N; k++) {
+        unsigned char *h = patterned(rank, to[k], channel[k] * 10 + k / 2, bytes);
+        out[k] = dev_from(h, bytes);
+        free(h);
+        must(bt_isend_mem(c, to[k], channel[k], out[k], bytes, BT_MEM_DEVICE, &reqs[N + k]), "isend");
+    }
+    must(bt_group_end(world), "group end");
+    must(bt_waitall(2 * N, reqs), "waitall");
+    for (int k = 0; k < N; k++) {
+        int from = to[k] == next ? prev : to[k] == prev ? next : rank;
+        /* The sender used tag channel * 10 + k / 2 for the message that lands in slot k here:
+         * k = 0 (from prev) was the sender's k = 0 (to its next), k = 1 its k = 1. */
+        check_arrived(in[k], bytes, from, channel[k] * 10 + k / 2, "ring");
+        bk_device_free(in[k]);
+        bk_device_free(out[k]);
+    }
+}
+
+/* Several messages on one channel to one peer, all posted at once, of
+ * different sizes (3 to 8 chunks and some bytes; more chunks than a message
+ * has slots): chunks of one message must not interleave with another's. */
+static void same_channel_in_order(size_t chunk)
+{
+    bt_comm *c = bt_world_comm(world);
+    int next = (rank + 1) % size, prev = (rank - 1 + size) % size;
+    enum { M = 6 };
+    size_t bytes[M];
+    void *out[M], *in[M];
+    bt_request *reqs[2 * M];
+    for (int i = 0; i < M; i++) {
+        bytes[i] = (size_t)(3 + i) * chunk + 7u * (size_t)i + 1;
+        unsigned char *h = patterned(rank, next, 100 + i, bytes[i]);
+        out[i] = dev_from(h, bytes[i]);
+        in[i] = dev_from(h, bytes[i]); /* overwritten by the receive */
+        free(h);
+        must(bt_isend_mem(c, next, 3, out[i], bytes[i], BT_MEM_DEVICE, &reqs[2 * i]), "isend");
+        must(bt_irecv_mem(c, prev, 3, in[i], bytes[i], BT_MEM_DEVICE, &reqs[2 * i + 1]), "irecv");
+    }
+    must(bt_waitall(2 * M, reqs), "waitall");
+    for (int i = 0; i < M; i++) {
+        check_arrived(in[i], bytes[i], prev, 100 + i, "same channel");
+        bk_device_free(in[i]);
+        bk_device_free(out[i]);
+    }
+}
+
+static void scenario_ring(void)
+{
+    set_device();
+    check_paths();
+    size_t chunk = bt_staging_chunk_bytes();
+    const size_t sizes[] = {0, 1, chunk - 1, chunk, chunk + 1, 9 * chunk + 123};
+    int n_sizes = sizeof sizes / sizeof sizes[0];
+    bt_counter_reset(world);
+    uint64_t expect = 0;
+    for (int s = 0; s < n_sizes; s++) {
+        ring_step(sizes[s]);
+        expect += 2 * sizes[s];
+    }
+    bt_counter c0 = bt_counter_get(world, 0);
+    EXPECT(c0.sent_bytes == expect && c0.recv_bytes == expect,
+           "channel 0 counted %llu bytes sent, %llu received; expected %llu",
+           (unsigned long long)c0.sent_bytes, (unsigned long long)c0.recv_bytes,
+           (unsigned long long)expect);
+    same_channel_in_order(chunk);
+    if (rank == 0) printf("chunk %zu bytes\n", chunk);
+}
+
+/* ------------------------------------------------------------------ collectives */
+
+static double input(int r, size_t i) { return (double)((r * 37 + (int)(i % 101) * 11) % 97) - 48.0; }
+
+static void *filled(bt_dtype t, size_t count, int salt)
+{
+    size_t elem = bt_dtype_size(t);
+    unsigned char *h = malloc(count * elem + 1);
+    for (size_t i = 0; i < count; i++) {
+        double v = input(rank + salt, i);
+        if (t == BT_F32) ((float *)h)[i] = (float)v;
+        if (t == BT_F64) ((double *)h)[i] = v;
+        if (t == BT_I64) ((int64_t *)h)[i] = (int64_t)v;
+    }
+    return h;
+}
+
+/* dev[bytes] equals host[bytes]. */
+static void check_same(const void *dev, const void *host, size_t bytes, const char *what)
+{
+    unsigned char *got = malloc(bytes + 1);
+    host_from(got, dev, bytes);
+    EXPECT(memcmp(got, host, bytes) == 0, "%s on device memory differs from the host result (%zu bytes)",
+           what, bytes);
+    free(got);
+}
+
+static void collectives_on(bt_comm *c, const char *name)
+{
+    const bt_dtype types[] = {BT_F32, BT_F64, BT_I64};
+    const bt_op ops[] = {BT_SUM, BT_MAX, BT_MIN};
+    const size_t counts[] = {1, 7, 30011};
+    int n = bt_comm_size(c);
+    char what[96];
+    for (int ti = 0; ti < 3; ti++)
+        for (int oi = 0; oi < 3; oi++)
+            for (int ci = 0; ci < 3; ci++) {
+                bt_dtype t = types[ti];
+                size_t count = counts[ci], bytes = count * bt_dtype_size(t);
+                void *host = filled(t, count, 0), *dev = dev_from(host, bytes);
+                must(bt_allreduce(c, host, count, t, ops[oi]), "host allreduce");
+                must(bt_allreduce_mem(c, dev, count, t, ops[oi], BT_MEM_DEVICE), "device allreduce");
+                snprintf(what, sizeof what, "%s allreduce (type %d, op %d, %zu)", name, ti, oi, count);
+                check_same(dev, host, bytes, what);
+                free(host);
+                bk_device_free(dev);
+
+                size_t per = count, total = per * (size_t)n * bt_dtype_size(t);
+                void *send = filled(t, per * (size_t)n, 1), *hrecv = malloc(bytes + 1);
+                void *dsend = dev_from(send, total), *drecv = NULL;
+                bk_device_malloc(bytes, &drecv);
+                must(bt_reduce_scatter(c, send, hrecv, per, t, ops[oi]), "host reduce-scatter");
+                must(bt_reduce_scatter_mem(c, dsend, drecv, per, t, ops[oi], BT_MEM_DEVICE),
+                     "device reduce-scatter");
+                snprintf(what, sizeof what, "%s reduce-scatter (type %d, op %d, %zu)", name, ti, oi, per);
+                check_same(drecv, hrecv, bytes, what);
+                free(send), free(hrecv);
+                bk_device_free(dsend), bk_device_free(drecv);
+            }
+    const size_t gather_bytes[] = {1, 5, 100000};
+    for (int g = 0; g < 3; g++) {
+        size_t bytes = gather_bytes[g], total = bytes * (size_t)n;
+        unsigned char *mine = patterned(rank, 0, g, bytes), *all = malloc(total + 1);
+        void *dmine = dev_from(mine, bytes), *dall = NULL;
+        bk_device_malloc(total, &dall);
+        must(bt_allgather(c, mine, all, bytes), "host allgather");
+        must(bt_allgather_mem(c, dmine, dall, bytes, BT_MEM_DEVICE), "device allgather");
+        snprintf(what, sizeof what, "%s allgather (%zu bytes per rank)", name, bytes);
+        check_same(dall, all, total, what);
+        free(mine), free(all);
+        bk_device_free(dmine), bk_device_free(dall);
+    }
+}
+
+static void scenario_collectives(void)
+{
+    set_device();
+    collectives_on(bt_world_comm(world), "world");
+    bt_comm *intra;
+    must(bt_comm_intra_node(world, &intra), "intra split");
+    collectives_on(intra, "intra-node");
+    bt_comm_free(intra);
+}
+
+/* ------------------------------------------------------------------ misuse */
+
+/* Calls refused without failing the world: a nested group, an end without a
+ * start, a collective inside a group, hooks set twice or incomplete. */
+static void scenario_misuse(void)
+{
+    bt_device_hooks h = attn_device_hooks(-1), broken = attn_device_hooks(-1);
+    broken.event_query = NULL;
+    EXPECT(bt_world_set_device(world, &broken) == BT_ERR_ARG, "incomplete hooks were accepted");
+    set_device();
+    EXPECT(bt_world_set_device(world, &h) == BT_ERR_ARG, "hooks were set twice");
+    EXPECT(bt_group_end(world) == BT_ERR_ARG, "a group ended that never started");
+    must(bt_group_start(world), "group start");
+    EXPECT(bt_group_start(world) == BT_ERR_ARG, "a group was nested");
+    double x = 1;
+    EXPECT(bt_allreduce_mem(bt_world_comm(world), &x, 1, BT_F64, BT_SUM, BT_MEM_HOST) == BT_ERR_ARG,
+           "a collective ran inside a group");
+    must(bt_group_end(world), "group end");
+    EXPECT(bt_comm_device_path(bt_world_comm(world), size) == NULL, "a path to a rank out of range");
+}
+
+/* Device memory before bt_world_set_device is refused, naming the backend,
+ * the peer and the memory kind; the world then fails (sticky) and every rank
+ * leaves with that verdict. A rank whose peer refused first and left may hear
+ * of that before it posts: it then names the lost peer (the test checks that
+ * some rank printed the refusal itself). */
+static void scenario_refuse_no_hooks(void)
+{
+    int peer = (rank + 1) % size;
+    EXPECT(bt_comm_device_path(bt_world_comm(world), peer) == NULL, "a path without hooks");
+    char dev[8];
+    bt_request *r = NULL;
+    bt_status st = bt_isend_mem(bt_world_comm(world), peer, 0, dev, sizeof dev, BT_MEM_DEVICE, &r);
+    const char *err = bt_world_error(world);
+    char want_peer[32];
+    snprintf(want_peer, sizeof want_peer, "rank %d", peer);
+    const char *backend = size == 1 ? "self" : "ucx";
+    int own = strstr(err, "device memory") && strstr(err, want_peer) && strstr(err, backend);
+    int heard = st == BT_ERR_PEER_LOST && strstr(err, "lost") && strstr(err, want_peer);
+    EXPECT((st == BT_ERR_ARG || heard) && r == NULL, "device memory without hooks: %s",
+           bt_status_name(st));
+    EXPECT(own || heard, "the refusal does not name the memory kind, %s and the %s backend: '%s'",
+           want_peer, backend, err);
+    printf("refused: %s\n", err);
+    bt_world_finalize(world); /* failed: returns at once */
+    if (failures == 0) printf("ok refuse on rank %d of %d\n", rank, size);
+    exit(failures ? WORKER_FAILED : 0);
+}
+
+/* A backend that takes device memory only (NCCL's table) refuses host memory
+ * (checked directly: NCCL cannot run here). */
+static void scenario_refuse_host(void)
+{
+    static const bt_backend_ops device_only = {.name = "nccl", .mem_kinds = BT_MEM_BIT(BT_MEM_DEVICE)};
+    bt_backend b = {&device_only, world, NULL};
+    EXPECT(bt_mem_check(world, &b, 0, BT_MEM_DEVICE) == BT_OK, "device memory refused");
+    bt_status st = bt_mem_check(world, &b, 0, BT_MEM_HOST);
+    const char *err = bt_world_error(world);
+    EXPECT(st == BT_ERR_ARG, "host memory to a device-only backend: %s", bt_status_name(st));
+    EXPECT(strstr(err, "nccl") && strstr(err, "rank 0") && strstr(err, "host memory"),
+           "the refusal does not name the backend, the peer and the kind: '%s'", err);
+    printf("refused: %s\n", err);
+    bt_world_finalize(world);
+    if (failures == 0) printf("ok refuse-host on rank %d of %d\n", rank, size);
+    exit(failures ? WORKER_FAILED : 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: transport_dev_worker ring|collectives|misuse|refuse|refuse-host\n");
+        return WORKER_USAGE;
+    }
+    if (!bk_device_available()) {
+        fprintf(stderr, "transport_dev_worker: no device backend (%s)\n", bk_device_backend_name());
+        return WORKER_FAILED;
+    }
+    worker_init("transport_dev_worker");
+    const char *s = argv[1];
+    if (strcmp(s, "ring") == 0) scenario_ring();
+    else if (strcmp(s, "collectives") == 0) scenario_collectives();
+    else if (strcmp(s, "misuse") == 0) scenario_misuse();
+    else if (strcmp(s, "refuse") == 0) scenario_refuse_no_hooks();
+    else if (strcmp(s, "refuse-host") == 0) scenario_refuse_host();
+    else {
+        fprintf(stderr, "transport_dev_worker: unknown scenario '%s'\n", s);
+        return WORKER_USAGE;
+    }
+    int64_t total_failures = worker_finish();
+    if (rank == 0 && total_failures == 0) printf("ok %s on %d ranks\n", s, size);
+    return total_failures ? WORKER_FAILED : 0;
+}
