@@ -813,10 +813,10 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
 
 /* The keys whose value changes the numbers a run computes from a checkpoint:
  * the model's shape and arithmetic, the data stream (source, task and its
- * shape, files, order, seed, sequence length), which sequences a step takes and which rank holds
- * which tokens (dp, cp, layout, mask, window, micro_batches), the optimizer
- * and its schedule (steps included: the cosine decays to step `steps`), the
- * loss. The other keys choose how the same numbers are computed or reported
+ * shape, files, order, seed, sequence length), which sequences a step takes
+ * and which rank holds which tokens (dp, cp, layout, mask, window,
+ * micro_batches), the optimizer and its schedule (steps included: the cosine
+ * decays to step `steps`), the loss. The other keys choose how the same numbers are computed or reported
  * (memory, ring, transport, logging, checkpoints) or only the initialisation
  * the checkpoint replaces (seed, init_std); preset only names the dimensions. */
 static const char *const resume_keys[][2] = {
