@@ -132,6 +132,15 @@ bk_status bk_axpy(const bk_queue *q, int64_t n, float alpha, const float *x, flo
 /* dst[bytes] = src[bytes], both in the queue's memory: memmove on the host, a
  * queued device-to-device copy on a device (bk_device_copy; no overlap). */
 bk_status bk_copy(const bk_queue *q, void *dst, const void *src, size_t bytes);
+/* *p = bytes of the queue's memory (at least one byte, so *p is never NULL
+ * on success): zeroed host memory, or device memory, not zeroed (bk_fill it
+ * where zeros are needed). BK_ERR_NOMEM when it cannot be had. */
+bk_status bk_alloc(const bk_queue *q, size_t bytes, void **p);
+/* Frees what bk_alloc gave with the same kind of queue (NULL: nothing). */
+bk_status bk_free(const bk_queue *q, void *p);
+/* *p = floats [count] (at least one), every one = value, in the queue's
+ * memory (bk_alloc, then bk_fill where the memory is not already value). */
+bk_status bk_alloc_floats(const bk_queue *q, int64_t count, float value, float **p);
 
 /* ---------------------------------------------------------------- cross-entropy */
 /* Cross-entropy over a chunk of logits[rows, V] (row stride ld >= V), in place:

@@ -1,6 +1,7 @@
-/* vector.c: the element-wise helpers an engine needs on either kind of
+/* vector.c: the whole-buffer helpers an engine needs on either kind of
  * memory, so that its code reads the same on the host and on a device: fill,
- * y += alpha x, and a copy within the queue's memory. */
+ * y += alpha x, a copy within the queue's memory, and allocation in it. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/ops_cpu.h"
@@ -32,4 +33,39 @@ bk_status bk_copy(const bk_queue *q, void *dst, const void *src, size_t bytes)
     if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED;
     if (bytes) memmove(dst, src, bytes);
     return BK_OK;
+}
+
+bk_status bk_alloc(const bk_queue *q, size_t bytes, void **p)
+{
+    BK_CHECK_ARG(q != NULL && p != NULL);
+    *p = NULL;
+    size_t n = bytes ? bytes : 1;
+    if (q->where == BK_DEVICE) return bk_device_malloc(n, p) == BK_OK ? BK_OK : BK_ERR_NOMEM;
+    if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED;
+    *p = calloc(1, n);
+    return *p ? BK_OK : BK_ERR_NOMEM;
+}
+
+bk_status bk_free(const bk_queue *q, void *p)
+{
+    BK_CHECK_ARG(q != NULL);
+    if (q->where == BK_DEVICE) return bk_device_free(p);
+    free(p);
+    return BK_OK;
+}
+
+bk_status bk_alloc_floats(const bk_queue *q, int64_t count, float value, float **p)
+{
+    BK_CHECK_ARG(p != NULL && count >= 0);
+    int64_t n = count > 0 ? count : 1;
+    void *buf = NULL;
+    bk_status st = bk_alloc(q, (size_t)n * sizeof(float), &buf);
+    /* host memory comes zeroed */
+    if (st == BK_OK && (value != 0.0f || q->where == BK_DEVICE)) st = bk_fill(q, n, buf, value);
+    if (st != BK_OK) {
+        bk_free(q, buf);
+        buf = NULL;
+    }
+    *p = buf;
+    return st;
 }

@@ -45,21 +45,6 @@ static int buffer_sizes(const ring_buffers *b, size_t sizes[N_BUFFERS])
     return k;
 }
 
-static void *buffer_alloc(int on_device, size_t bytes)
-{
-    void *p = NULL;
-    if (!on_device) return calloc(1, bytes);
-    return bk_device_malloc(bytes, &p) == BK_OK ? p : NULL;
-}
-
-static void buffer_free(int on_device, void *p)
-{
-    if (on_device)
-        bk_device_free(p);
-    else
-        free(p);
-}
-
 /* The device's host mirrors of the position tables and their events; 0 or -1. */
 static int make_mirrors(ring_buffers *b)
 {
@@ -78,20 +63,20 @@ ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_sche
 {
     ring_buffers *b = calloc(1, sizeof *b);
     if (!b) return NULL;
-    b->on_device = q != NULL && q->where == BK_DEVICE;
+    b->memory = q != NULL ? *q : bk_host_queue();
     buffer_capacities(scheds, n_scheds, b);
     size_t sizes[N_BUFFERS];
     int count = buffer_sizes(b, sizes), ok = 1;
     void *p[N_BUFFERS] = {NULL};
     /* on the host zeroed: the document ids stay 0 when the mask has no
      * segments (on a device every load writes them) */
-    for (int i = 0; i < count; i++) ok &= !sizes[i] || (p[i] = buffer_alloc(b->on_device, sizes[i]));
+    for (int i = 0; i < count; i++) ok &= !sizes[i] || bk_alloc(&b->memory, sizes[i], &p[i]) == BK_OK;
     int k = 0;
     for (int i = 0; i < RING_N_SLOTS; i++) b->slot[i] = p[k++];
     b->acc_out[0] = p[k++], b->acc_out[1] = p[k++], b->acc_in[0] = p[k++], b->acc_in[1] = p[k++];
     b->home_acc = p[k++], b->delta = p[k++];
     b->home_pos = p[k++], b->block_pos = p[k++], b->home_seg = p[k++], b->block_seg = p[k++];
-    if (!ok || (b->on_device && make_mirrors(b) != 0)) {
+    if (!ok || (ring_buffers_on_device(b) && make_mirrors(b) != 0)) {
         ring_buffers_free(b);
         return NULL;
     }
@@ -101,12 +86,10 @@ ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_sche
 void ring_buffers_free(ring_buffers *b)
 {
     if (!b) return;
-    int dev = b->on_device;
-    for (int k = 0; k < RING_N_SLOTS; k++) buffer_free(dev, b->slot[k]);
-    for (int k = 0; k < 2; k++) buffer_free(dev, b->acc_out[k]), buffer_free(dev, b->acc_in[k]);
-    buffer_free(dev, b->home_acc), buffer_free(dev, b->delta);
-    buffer_free(dev, b->home_pos), buffer_free(dev, b->block_pos);
-    buffer_free(dev, b->home_seg), buffer_free(dev, b->block_seg);
+    void *bufs[] = {b->acc_out[0], b->acc_out[1], b->acc_in[0], b->acc_in[1], b->home_acc,
+                    b->delta,      b->home_pos,   b->block_pos, b->home_seg, b->block_seg};
+    for (int k = 0; k < RING_N_SLOTS; k++) bk_free(&b->memory, b->slot[k]);
+    for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) bk_free(&b->memory, bufs[k]);
     for (int k = 0; k < 2; k++) {
         free(b->pos_host[k]), free(b->seg_host[k]);
         if (b->uploaded[k]) bk_device_event_destroy(b->uploaded[k]);
@@ -136,7 +119,7 @@ static void block_positions(const seq_layout *l, int block, const int32_t *segme
 int ring_buffers_load_positions(ring_buffers *b, const bk_queue *q, const seq_layout *l, int block,
                                 const int32_t *segments, int64_t *pos, int32_t *seg)
 {
-    if (!b->on_device) {
+    if (!ring_buffers_on_device(b)) {
         block_positions(l, block, segments, pos, seg);
         return 0;
     }

@@ -77,7 +77,7 @@ bt_status ring_run_begin(ring_run *run, const ring_exec_ctx *c, int backward,
     run->b = c->buffers;
     if (!run->b) run->b = run->owned = ring_buffers_create(&c->sched, 1, c->queue);
     int on_device = c->queue->where == BK_DEVICE;
-    if (!run->b || !buffers_fit(run->b, run->s) || run->b->on_device != on_device) {
+    if (!run->b || !buffers_fit(run->b, run->s) || ring_buffers_on_device(run->b) != on_device) {
         ring_buffers_free(run->owned);
         run->owned = NULL;
         return BT_ERR_ARG;
@@ -94,8 +94,6 @@ bt_status ring_run_finish(ring_run *run, bt_status st)
 {
     for (int k = 0; k < RING_N_SLOTS && st == BT_OK; k++) st = drain_slot_sends(run, k);
     for (int k = 0; k < 2 && st == BT_OK; k++) st = ring_run_wait(run, &run->acc_send[k]);
-    if (run->owned && run->mem == BT_MEM_DEVICE && bk_device_sync(run->c->queue) != BK_OK && st == BT_OK)
-        st = BT_ERR_SYS; /* the last copies out of the buffers about to go */
     ring_buffers_free(run->owned);
     run->owned = NULL;
     return st;

@@ -16,7 +16,7 @@
 
 #include "src/attn/ring.h"
 
-/* Every pointer before on_device is memory of the ring's queue. */
+/* Every pointer before `memory` is memory of the ring's queue. */
 struct ring_buffers {
     unsigned char *slot[RING_N_SLOTS];    /* [input_bytes] each */
     float *acc_out[2], *acc_in[2];         /* trailing accumulators, double-buffered */
@@ -26,7 +26,7 @@ struct ring_buffers {
     int32_t *home_seg, *block_seg;         /* [n] document ids (0 without segments) */
     size_t input_bytes, acc_bytes;         /* capacity of a slot and of an accumulator */
     int64_t n, rows;                       /* capacity in tokens and in token-heads (n * Hq) */
-    int on_device;                         /* the buffers above are device memory */
+    bk_queue memory;                       /* the queue whose memory holds the buffers above */
     /* device only: host mirrors of the position tables [2][n] and the event of
      * each one's last upload; parity: the mirror filled last */
     int64_t *pos_host[2];
@@ -34,6 +34,11 @@ struct ring_buffers {
     void *uploaded[2];
     int parity;
 };
+
+static inline int ring_buffers_on_device(const ring_buffers *b)
+{
+    return b->memory.where == BK_DEVICE;
+}
 
 /* Positions of block's tokens under layout l, and with segments [N] their
  * document ids (else 0), into pos[n] and seg[n] of b (home or block tables);

@@ -179,26 +179,22 @@ int model_runner_set_documents(model_runner *r, const int32_t *segments, char *e
     return plan_rings(r, err, err_len);
 }
 
-/* A buffer the kernels read, in the memory of the runner's queue: as take on
- * the host; on a device, device memory (not zeroed: every one is written
- * before it is read). */
+/* A buffer the kernels read, in the memory of the runner's queue (bk_alloc:
+ * zeroed on the host; not on a device, where every one is written before it
+ * is read), counted as take does. */
 static void *take_buffer(model_runner *r, size_t bytes, size_t *part, const char *what)
 {
-    if (!r->on_device) return take(r, bytes, part, what);
     *part += bytes;
     void *p = NULL;
     if (!r->allocate || r->failed[0]) return NULL;
-    if (bk_device_malloc(bytes ? bytes : 1, &p) == BK_OK) return p;
+    if (bk_alloc(r->cfg.queue, bytes, &p) == BK_OK) return p;
     bu_no_memory(r->failed, sizeof r->failed, bytes, what);
     return NULL;
 }
 
 static void give_back(const model_runner *r, void *p)
 {
-    if (r->on_device)
-        bk_device_free(p);
-    else
-        free(p);
+    bk_free(r->cfg.queue, p);
 }
 
 static size_t floats(int64_t count)
@@ -371,7 +367,7 @@ void model_runner_free(model_runner *r)
         give_back(r, r->store[e].lse_kept);
     }
     free(r->store);
-    if (r->on_device) bk_device_free(r->pos);
+    if (r->on_device) give_back(r, r->pos);
     free(r->pos_host);
     free(r->segments);
     free(r);

@@ -58,21 +58,8 @@ struct zero1 {
  * out of memory). */
 static float *zalloc(const zero1 *z, int64_t count)
 {
-    size_t n = count > 0 ? (size_t)count : 1;
-    if (z->mem == BT_MEM_HOST) return calloc(n, sizeof(float));
-    void *p = NULL;
-    if (bk_device_malloc(n * sizeof(float), &p) != BK_OK) return NULL;
-    if (bk_fill(&z->q, (int64_t)n, p, 0.0f) == BK_OK) return p;
-    bk_device_free(p);
-    return NULL;
-}
-
-static void zfree(const zero1 *z, float *p)
-{
-    if (z->mem == BT_MEM_HOST)
-        free(p);
-    else if (p)
-        bk_device_free(p);
+    float *p = NULL;
+    return bk_alloc_floats(&z->q, count, 0.0f, &p) == BK_OK ? p : NULL;
 }
 
 /* The shard, the padded length and the owned range of rank of size ranks. */
@@ -105,10 +92,10 @@ void zero1_free(zero1 *z)
 {
     if (!z) return;
     free(z->runs);
-    zfree(z, z->m);
-    zfree(z, z->v);
-    zfree(z, z->gshard);
-    zfree(z, z->work);
+    bk_free(&z->q, z->m);
+    bk_free(&z->q, z->v);
+    bk_free(&z->q, z->gshard);
+    bk_free(&z->q, z->work);
     free(z);
 }
 

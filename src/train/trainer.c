@@ -201,27 +201,22 @@ static int make_queue(trainer *t, char *err, size_t err_len)
     return EXIT_RUN_FAILURE;
 }
 
-/* The model's buffer of bytes for `what`: host memory, or device memory on a
- * device (zeroed either way). */
+/* The model's buffer of bytes (a multiple of 4) for `what`, zeroed, in the
+ * memory of the run's queue: host memory, or device memory on a device. */
 static void *model_buffer(trainer *t, size_t bytes, const char *what, char *err, size_t err_len)
 {
-    if (!t->plan.on_device) return bu_calloc(bytes, what, err, err_len);
-    void *p = NULL;
-    size_t floats = bytes / sizeof(float);
-    if (bk_device_malloc(bytes ? bytes : 1, &p) == BK_OK &&
-        bk_fill(&t->queue, (int64_t)floats, p, 0.0f) == BK_OK)
-        return p;
-    if (p) bk_device_free(p);
-    snprintf(err, err_len, "out of device memory: cannot allocate %zu bytes for %s", bytes, what);
+    float *p = NULL;
+    if (bk_alloc_floats(&t->queue, (int64_t)(bytes / sizeof(float)), 0.0f, &p) == BK_OK) return p;
+    if (t->plan.on_device)
+        snprintf(err, err_len, "out of device memory: cannot allocate %zu bytes for %s", bytes, what);
+    else
+        bu_no_memory(err, err_len, bytes, what);
     return NULL;
 }
 
 static void model_buffer_free(trainer *t, void *p)
 {
-    if (t->plan.on_device)
-        bk_device_free(p);
-    else
-        free(p);
+    bk_free(&t->queue, p);
 }
 
 /* The parameters, initialised (on the host, then copied to the device). */

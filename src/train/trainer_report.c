@@ -44,36 +44,15 @@ double trainer_available_bytes(void)
     return kb * 1024.0;
 }
 
-/* floats [count] = 0.1 in q's memory (host or device), or NULL. */
-static float *gemm_operand(const bk_queue *q, int64_t count)
-{
-    void *p = NULL;
-    if (q->where == BK_DEVICE && bk_device_malloc((size_t)count * sizeof(float), &p) != BK_OK)
-        return NULL;
-    if (q->where != BK_DEVICE) p = malloc((size_t)count * sizeof(float));
-    if (p && bk_fill(q, count, p, 0.1f) == BK_OK) return p;
-    if (q->where == BK_DEVICE)
-        bk_device_free(p);
-    else
-        free(p);
-    return NULL;
-}
-
-static void gemm_operand_free(const bk_queue *q, float *p)
-{
-    if (q->where == BK_DEVICE)
-        bk_device_free(p);
-    else
-        free(p);
-}
-
 /* sgemm rate (GFLOP/s) of the queue the model runs on, measured for 0.3 s:
  * this rank's threads, or the device. 0 when it cannot be measured. */
 static double measure_sgemm(const bk_queue *q)
 {
     const int64_t n = 768;
-    float *a = gemm_operand(q, n * n), *b = gemm_operand(q, n * n), *c = gemm_operand(q, n * n);
-    int ok = a && b && c && bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n) == BK_OK;
+    float *a = NULL, *b = NULL, *c = NULL; /* [n, n] = 0.1 each, in q's memory */
+    int ok = bk_alloc_floats(q, n * n, 0.1f, &a) == BK_OK &&
+             bk_alloc_floats(q, n * n, 0.1f, &b) == BK_OK &&
+             bk_alloc_floats(q, n * n, 0.1f, &c) == BK_OK && bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n) == BK_OK;
     double t0 = bu_now(), t = 0;
     int reps = 0;
     while (ok && (bu_now() - t0 < 0.3 || reps < 2)) {
@@ -82,7 +61,7 @@ static double measure_sgemm(const bk_queue *q)
         reps++;
     }
     t = bu_now() - t0;
-    gemm_operand_free(q, a), gemm_operand_free(q, b), gemm_operand_free(q, c);
+    bk_free(q, a), bk_free(q, b), bk_free(q, c);
     return ok ? 2.0 * (double)n * n * n * reps / t / 1e9 : 0;
 }
 

@@ -424,6 +424,15 @@ START_TEST(vector_helpers_match_host)
     }
     ck_assert_int_eq(bk_fill(&q, 4, NULL, 0.0f), BK_ERR_ARG);
     ck_assert_int_eq(bk_axpy(&q, -1, 1.0f, NULL, NULL), BK_ERR_ARG);
+    /* allocation in device memory, filled on the device: zeros too */
+    for (int k = 0; k < 2; k++) {
+        const int64_t n = 300;
+        float value = k ? -2.0f : 0.0f, *d = NULL, back[300];
+        ck_assert_int_eq(bk_alloc_floats(&q, n, value, &d), BK_OK);
+        dev_get(back, d, sizeof back);
+        for (int64_t i = 0; i < n; i++) ck_assert_float_eq(back[i], value);
+        ck_assert_int_eq(bk_free(&q, d), BK_OK);
+    }
 }
 END_TEST
 

@@ -637,6 +637,18 @@ START_TEST(vector_helpers_match_reference)
     ck_assert_int_eq(bk_copy(&q, y, x, (size_t)n * sizeof(float)), BK_OK);
     ck_assert_int_eq(memcmp(x, y, (size_t)n * sizeof(float)), 0);
     free(x), free(y), free(y0);
+    /* allocation in the queue's memory: zeroed on the host, never NULL */
+    void *empty = NULL;
+    ck_assert_int_eq(bk_alloc(&q, 0, &empty), BK_OK);
+    ck_assert_ptr_nonnull(empty);
+    ck_assert_int_eq(bk_free(&q, empty), BK_OK);
+    float *zeros = NULL, *filled = NULL;
+    ck_assert_int_eq(bk_alloc_floats(&q, n, 0.0f, &zeros), BK_OK);
+    ck_assert_int_eq(bk_alloc_floats(&q, 3, 1.25f, &filled), BK_OK);
+    for (int64_t i = 0; i < n; i++) ck_assert_float_eq(zeros[i], 0.0f);
+    for (int i = 0; i < 3; i++) ck_assert_float_eq(filled[i], 1.25f);
+    bk_free(&q, zeros), bk_free(&q, filled);
+    ck_assert_int_eq(bk_alloc(&q, 8, NULL), BK_ERR_ARG);
 }
 END_TEST
 
