@@ -99,6 +99,8 @@ typedef struct {
     int skipped;        /* non-finite, and [train] on_nonfinite = skip */
     int64_t tokens;     /* tokens with a label (not ignored), all ranks */
     double attn_bytes;  /* bytes the attention rings sent, all ranks */
+    double attn_pairs;  /* (query, key) pairs the mask allows in the step's sequences, all
+                           DP groups: the attention work the FLOPs count */
 } trainer_step_result;
 
 /* One optimizer step: all micro-batches, then ZeRO-1. 0, STOP_AGREED, or the
