@@ -26,6 +26,19 @@ int attn_need_validate(const attn_need_ctx *c, char *err, size_t err_len)
     return 0;
 }
 
+/* The first position in (p, end) whose document is not p's, or end. */
+static int64_t document_end(const attn_need_ctx *c, int64_t p, int64_t end)
+{
+    int32_t s = c->segments[p];
+    int64_t lo = p + 1, hi = end;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (c->segments[mid] == s) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* End of the run starting at p (< end): the next document or sparse-block boundary. */
 static int64_t run_end(const attn_need_ctx *c, int64_t p, int64_t end)
 {
@@ -34,17 +47,7 @@ static int64_t run_end(const attn_need_ctx *c, int64_t p, int64_t end)
         int64_t next = (p / c->mask.block_size + 1) * c->mask.block_size;
         if (next < e) e = next;
     }
-    if (c->mask.flags & BK_ATTN_DOCUMENT) {
-        int32_t s = c->segments[p];
-        /* Binary search for the first position in (p, e) with another segment. */
-        int64_t lo = p + 1, hi = e;
-        while (lo < hi) {
-            int64_t mid = lo + (hi - lo) / 2;
-            if (c->segments[mid] == s) lo = mid + 1;
-            else hi = mid;
-        }
-        e = lo;
-    }
+    if (c->mask.flags & BK_ATTN_DOCUMENT) e = document_end(c, p, e);
     return e;
 }
 
@@ -73,6 +76,9 @@ static int64_t run_pairs(const attn_need_ctx *c, int64_t a, int64_t b, int64_t c
     int64_t first = lo > c0 ? lo : c0, last = hi_last < c1 - 1 ? hi_last : c1 - 1;
     if (first > last) return 0;
     if (!count_all) return 1;
+    /* every query of the run sees every key of it: the first query's interval
+     * reaches the last key, the last query's reaches the first */
+    if (hi >= c1 - 1 && lo_last <= c0) return (b - a) * (c1 - c0);
     int64_t total = 0;
     for (int64_t q = a; q < b; q++) {
         key_range(m, q, &lo, &hi);
@@ -98,5 +104,68 @@ int64_t attn_need_pairs(const attn_need_ctx *c, const seq_chunk *q_chunks, int n
                 }
             a = b;
         }
+    return total;
+}
+
+/* The first key block in [kb, kb_end) that query block qb may see, or kb_end:
+ * the bitmap's row read 64 blocks at a time. */
+static int64_t next_key_block(const bk_attn_mask *m, int64_t qb, int64_t kb, int64_t kb_end)
+{
+    int64_t row = qb * m->n_blocks;
+    for (int64_t bit = row + kb, stop = row + kb_end; bit < stop;) {
+        uint64_t word = m->block_bits[bit >> 6] >> (bit & 63);
+        if (word) {
+            bit += __builtin_ctzll(word);
+            return bit < stop ? bit - row : kb_end;
+        }
+        bit = (bit | 63) + 1;
+    }
+    return kb_end;
+}
+
+/* The keys [*k0, *k1) that some query of the run [a, b) may see by position
+ * and document (the allowed intervals move right with the query). */
+static void run_reach(const attn_need_ctx *c, int64_t a, int64_t b, int64_t *k0, int64_t *k1)
+{
+    int64_t lo, hi, lo_last, hi_last;
+    key_range(&c->mask, a, &lo, &hi);
+    key_range(&c->mask, b - 1, &lo_last, &hi_last);
+    *k0 = lo > 0 ? lo : 0;
+    *k1 = hi_last < c->N - 1 ? hi_last + 1 : c->N;
+    if (!(c->mask.flags & BK_ATTN_DOCUMENT)) return;
+    int64_t first = a; /* the document's first position: binary search below a */
+    for (int64_t l = 0; l < first;) {
+        int64_t mid = l + (first - l) / 2;
+        if (c->segments[mid] == c->segments[a]) first = mid;
+        else l = mid + 1;
+    }
+    int64_t end = document_end(c, a, c->N);
+    if (first > *k0) *k0 = first;
+    if (end < *k1) *k1 = end;
+}
+
+int64_t attn_need_sequence_pairs(const attn_need_ctx *c)
+{
+    const bk_attn_mask *m = &c->mask;
+    int sparse = (m->flags & BK_ATTN_BLOCK_SPARSE) != 0;
+    int64_t total = 0;
+    for (int64_t a = 0, b; a < c->N; a = b) {
+        b = run_end(c, a, c->N);
+        int64_t k0, k1;
+        run_reach(c, a, b, &k0, &k1);
+        if (k0 >= k1) continue;
+        if (!sparse) { /* one document: the reach is one run of keys */
+            total += run_pairs(c, a, b, k0, k1, 1);
+            continue;
+        }
+        int64_t bs = m->block_size, qb = a / bs;
+        if (qb >= m->n_blocks) break; /* positions past the bitmap see nothing */
+        int64_t kb_end = (k1 - 1) / bs + 1 < m->n_blocks ? (k1 - 1) / bs + 1 : m->n_blocks;
+        for (int64_t kb = next_key_block(m, qb, k0 / bs, kb_end); kb < kb_end;
+             kb = next_key_block(m, qb, kb + 1, kb_end)) {
+            int64_t c0 = kb * bs > k0 ? kb * bs : k0, c1 = (kb + 1) * bs < k1 ? (kb + 1) * bs : k1;
+            total += run_pairs(c, a, b, c0, c1, 1);
+        }
+    }
     return total;
 }

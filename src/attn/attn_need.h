@@ -29,4 +29,13 @@ int attn_need_validate(const attn_need_ctx *c, char *err, size_t err_len);
 int64_t attn_need_pairs(const attn_need_ctx *c, const seq_chunk *q_chunks, int n_q_chunks,
                         const seq_chunk *k_chunks, int n_k_chunks, int count_all);
 
+/* Allowed (query, key) pairs of the whole sequence, [0, N) x [0, N): the
+ * attention work of one sequence under the mask (over N^2, the fraction of a
+ * full attention it computes; throughput reports count it). Each run of
+ * queries visits only the keys it may reach (its document, its window, the
+ * set bits of its row of a sparse bitmap), and a pair of runs where every
+ * query sees every key costs O(1), so a sequence of a million tokens takes
+ * milliseconds: about N steps, plus a scan of the bitmap. */
+int64_t attn_need_sequence_pairs(const attn_need_ctx *c);
+
 #endif

@@ -813,25 +813,28 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
 
 /* The keys whose value changes the numbers a run computes from a checkpoint:
  * the model's shape and arithmetic, the data stream (source, task and its
- * shape, files, order, seed, sequence length), which sequences a step takes
- * and which rank holds which tokens (dp, cp, layout, mask, window,
- * micro_batches), the optimizer and its schedule (steps included: the cosine
- * decays to step `steps`), the loss. The other keys choose how the same numbers are computed or reported
- * (memory, ring, transport, logging, checkpoints) or only the initialisation
- * the checkpoint replaces (seed, init_std); preset only names the dimensions. */
+ * shape, files, order, seed, sequence length, the synthetic documents'
+ * doc_len), which sequences a step takes and which rank holds which tokens
+ * (dp, cp, layout, micro_batches), which tokens attend to which (mask, window,
+ * sparse_block, sparse_pattern), the optimizer and its schedule (steps
+ * included: the cosine decays to step `steps`), the loss. The other keys
+ * choose how the same numbers are computed or reported (memory, ring,
+ * transport, logging, checkpoints) or only the initialisation the checkpoint
+ * replaces (seed, init_std); preset only names the dimensions. */
 static const char *const resume_keys[][2] = {
-    {"model", "layers"},       {"model", "d_model"},       {"model", "n_heads"},
-    {"model", "n_kv_heads"},   {"model", "d_ff"},          {"model", "vocab"},
-    {"model", "rope_theta"},   {"model", "rope_scaling"},  {"model", "tied_embeddings"},
-    {"model", "norm_eps"},     {"data", "source"},         {"data", "task"},
-    {"data", "recall_pairs"},  {"data", "recall_queries"}, {"data", "recall_keys"},
-    {"data", "recall_values"}, {"data", "path"},           {"data", "sampling"},
-    {"data", "seq_len"},       {"data", "data_seed"},      {"parallel", "dp"},
-    {"parallel", "cp"},        {"parallel", "layout"},     {"parallel", "mask"},
-    {"parallel", "window"},    {"train", "steps"},         {"train", "micro_batches"},
-    {"train", "lr"},           {"train", "min_lr"},        {"train", "warmup_steps"},
-    {"train", "weight_decay"}, {"train", "beta1"},         {"train", "beta2"},
-    {"train", "adam_eps"},     {"train", "grad_clip"},     {"memory", "z_loss"},
+    {"model", "layers"},            {"model", "d_model"},           {"model", "n_heads"},
+    {"model", "n_kv_heads"},        {"model", "d_ff"},              {"model", "vocab"},
+    {"model", "rope_theta"},        {"model", "rope_scaling"},      {"model", "tied_embeddings"},
+    {"model", "norm_eps"},          {"data", "source"},             {"data", "task"},
+    {"data", "recall_pairs"},       {"data", "recall_queries"},     {"data", "recall_keys"},
+    {"data", "recall_values"},      {"data", "path"},               {"data", "sampling"},
+    {"data", "seq_len"},            {"data", "doc_len"},            {"data", "data_seed"},
+    {"parallel", "dp"},             {"parallel", "cp"},             {"parallel", "layout"},
+    {"parallel", "mask"},           {"parallel", "window"},         {"parallel", "sparse_block"},
+    {"parallel", "sparse_pattern"}, {"train", "steps"},             {"train", "micro_batches"},
+    {"train", "lr"},                {"train", "min_lr"},            {"train", "warmup_steps"},
+    {"train", "weight_decay"},      {"train", "beta1"},             {"train", "beta2"},
+    {"train", "adam_eps"},          {"train", "grad_clip"},         {"memory", "z_loss"},
 };
 
 int train_config_resume_check(const train_config *was, const train_config *now, char *err,

@@ -99,6 +99,8 @@ typedef struct {
     int skipped;        /* non-finite, and [train] on_nonfinite = skip */
     int64_t tokens;     /* tokens with a label (not ignored), all ranks */
     double attn_bytes;  /* bytes the attention rings sent, all ranks */
+    double attn_pairs;  /* (query, key) pairs the mask allows in the step's sequences, all
+                           DP groups: the attention work the FLOPs count */
 } trainer_step_result;
 
 /* One optimizer step: all micro-batches, then ZeRO-1. 0, STOP_AGREED, or the
@@ -131,12 +133,14 @@ int trainer_evaluate(trainer *t);
 int trainer_eval_passkey(trainer *t, eval_counts *out, char *err, size_t err_len);
 /* Recall over [eval] eval_samples held-out samples of the recall task (the
  * seed synthetic_heldout_seed([data] data_seed)), counting only queries whose
- * pair (key and value) other ranks hold; 0, -1 or EXIT_RUN_FAILURE with err,
- * as trainer_eval_passkey. */
+ * pair (key and value) other ranks hold, or every query with one
+ * context-parallel rank; 0, -1 or EXIT_RUN_FAILURE with err, as
+ * trainer_eval_passkey. */
 int trainer_eval_recall(trainer *t, eval_counts *out, char *err, size_t err_len);
 /* Of a sample's queries [n], those whose query position rank holds and whose
- * pair's key and value positions other ranks of layout hold: their local rows
- * and answers [at most n each], in query order; returns how many. */
+ * pair's key and value positions other ranks of layout hold (with one rank in
+ * the layout, every query: there is no other rank to hold a pair): their local
+ * rows and answers [at most n each], in query order; returns how many. */
 int trainer_recall_select(const seq_layout *l, int rank, const recall_query *queries, int n,
                           int64_t *rows, int64_t *answers);
 /* How many of predicted [n] equal answers [n]. */

@@ -6,7 +6,8 @@
  *            answer position against the stored answer;
  *   recall:  samples of the recall task from the held-out seed; only queries
  *            whose pair other ranks hold are counted, so every counted answer
- *            travelled through the ring.
+ *            travelled through the ring; with one context-parallel rank there
+ *            is no other rank, and every query counts.
  * Rank 0 prints each accuracy with its chance level; one below [eval]
  * min_accuracy fails the run on every rank (the counts are summed over all
  * ranks, so every rank takes the same decision). */
@@ -165,12 +166,12 @@ int trainer_eval_passkey(trainer *t, eval_counts *out, char *err, size_t err_len
 int trainer_recall_select(const seq_layout *l, int rank, const recall_query *queries, int n,
                           int64_t *rows, int64_t *answers)
 {
-    int selected = 0;
+    int selected = 0, alone = l->P == 1; /* no other rank: every query */
     for (int i = 0; i < n; i++) {
         int64_t row, other;
         if (seq_layout_owner(l, queries[i].query_pos, &row) != rank ||
-            seq_layout_owner(l, queries[i].key_pos, &other) == rank ||
-            seq_layout_owner(l, queries[i].key_pos + 1, &other) == rank)
+            (!alone && (seq_layout_owner(l, queries[i].key_pos, &other) == rank ||
+                        seq_layout_owner(l, queries[i].key_pos + 1, &other) == rank)))
             continue;
         rows[selected] = row;
         answers[selected++] = queries[i].answer;
@@ -289,7 +290,9 @@ int trainer_evaluate(trainer *t)
         status = evaluate(t, trainer_eval_passkey, "passkey retrieval", "held-out samples",
                           1.0 / c->vocab);
     if (status == 0 && t->plan.recall)
-        status = evaluate(t, trainer_eval_recall, "recall", "cross-rank queries",
+        status = evaluate(t, trainer_eval_recall, "recall",
+                          t->layout.P > 1 ? "cross-rank queries"
+                                          : "queries (one context-parallel rank: all queries)",
                           1.0 / c->recall_values);
     return status;
 }

@@ -155,11 +155,15 @@ int trainer_report_start(trainer *t)
     return 0;
 }
 
-/* FLOPs of one step: 3 x the forward of every sequence of the step. */
-static double step_flops(const trainer *t)
+/* FLOPs of one step: 3 x the forward of every sequence of the step, whose
+ * attention is the pairs the mask allowed in them (res->attn_pairs), as a
+ * fraction of all N^2 pairs. */
+static double step_flops(const trainer *t, const trainer_step_result *res)
 {
     const train_config *c = &t->cfg;
-    return 3.0 * model_flops_per_sequence(&t->model, c->seq_len, 0.5) * c->dp * c->micro_batches;
+    double sequences = (double)c->dp * c->micro_batches, N = (double)c->seq_len;
+    double fraction = res->attn_pairs / (sequences * N * N);
+    return 3.0 * model_flops_per_sequence(&t->model, c->seq_len, fraction) * sequences;
 }
 
 static double step_tokens(const trainer *t)
@@ -173,7 +177,8 @@ void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
     const train_config *c = &t->cfg;
     if (t->rank != 0 || (step % c->log_every != 0 && step != c->steps)) return;
     char mem[32];
-    double gflops = step_flops(t) / step_s / 1e9, sgemm_world = t->sgemm_gflops * t->world_size;
+    double gflops = step_flops(t, res) / step_s / 1e9;
+    double sgemm_world = t->sgemm_gflops * t->world_size;
     double eta = elapsed_s / (double)(step - first_step + 1) * (double)(c->steps - step);
     printf("step %5lld/%lld  loss %.4f  grad-norm %.3g  lr %.3g  %.0f tokens/s  %.2f GFLOP/s "
            "(%.2f of sgemm x P)  mem %s  ETA %.0f s\n",
@@ -200,9 +205,10 @@ void trainer_report_metrics(trainer *t, int64_t step, const trainer_step_result 
     char l[32], g[32];
     fprintf(t->metrics,
             "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"skipped\": %d, "
-            "\"tokens\": %lld, \"attn_bytes\": %.0f, \"tokens_per_s\": %.6g, \"gflops\": %.6g, "
-            "\"seconds\": %.6g}\n",
+            "\"tokens\": %lld, \"attn_bytes\": %.0f, \"attn_pairs\": %.0f, \"tokens_per_s\": %.6g, "
+            "\"gflops\": %.6g, \"seconds\": %.6g}\n",
             (long long)step, json_number(res->loss, l, sizeof l),
             json_number(res->grad_norm, g, sizeof g), res->skipped, (long long)res->tokens,
-            res->attn_bytes, step_tokens(t) / step_s, step_flops(t) / step_s / 1e9, step_s);
+            res->attn_bytes, res->attn_pairs, step_tokens(t) / step_s,
+            step_flops(t, res) / step_s / 1e9, step_s);
 }

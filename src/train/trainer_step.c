@@ -3,7 +3,8 @@
  * micro-batch, agree across ranks on a non-finite loss or gradient, then the
  * ZeRO-1 update, whose gradient norm (taken after the reduction, the same on
  * every rank) may still be non-finite. The loss is a mean over every valid
- * token of the step on all ranks. On a device the samples are read on the
+ * token of the step on all ranks; the attention pairs the mask allowed in the
+ * step's sequences are summed alongside (the FLOPs reports count). On a device the samples are read on the
  * host and copied to the device's token buffers; the gradients never leave
  * the device (their finiteness is asked of the norm kernel). */
 #include <float.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "kernels/device.h"
+#include "src/attn/attn_need.h"
 #include "src/train/trainer.h"
 #include "util/exit_codes.h"
 
@@ -56,6 +58,23 @@ static int read_samples(trainer *t, int64_t step, int64_t *valid)
     return 0;
 }
 
+/* The (query, key) pairs the mask allows in this rank's sequences of the
+ * step (under the document mask, in their own documents), counted by the
+ * first rank of each CP group only: the others hold the same sequences, so
+ * the sum over the world is the attention work of the step. */
+static double sequence_pairs(const trainer *t)
+{
+    if (t->cp_rank != 0) return 0;
+    double pairs = 0;
+    for (int mb = 0; mb < t->cfg.micro_batches; mb++) {
+        attn_need_ctx need = {.mask = t->plan.mask, .segments = segments_of(t, mb),
+                              .N = t->cfg.seq_len};
+        pairs += (double)attn_need_sequence_pairs(&need);
+        if (!need.segments) return pairs * t->cfg.micro_batches; /* the same every sequence */
+    }
+    return pairs;
+}
+
 /* Bytes this rank has sent on the attention rings' channels so far. */
 static double ring_bytes_sent(trainer *t)
 {
@@ -94,7 +113,8 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
 }
 
 /* Which rank first saw a non-finite loss or gradient (INT64_MAX: none), the
- * step's loss and the rings' bytes of all ranks: every rank learns them. */
+ * step's loss, the rings' bytes and the attention pairs of all ranks: every
+ * rank learns them. */
 static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_bad,
                  trainer_step_result *res)
 {
@@ -106,12 +126,13 @@ static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_ba
     if (bk_grad_sqnorm(&t->queue, 1, bufs, &count, &sq) != BK_OK) return fail("the device failed");
     int bad = !isfinite(loss_sum) || !isfinite(sq);
     *first_bad = bad ? t->rank : INT64_MAX;
-    double sums[3] = {loss_sum, (double)counted, res->attn_bytes};
+    double sums[4] = {loss_sum, (double)counted, res->attn_bytes, sequence_pairs(t)};
     if (bt_allreduce(bt_world_comm(t->world), first_bad, 1, BT_I64, BT_MIN) != BT_OK ||
-        bt_allreduce(bt_world_comm(t->world), sums, 3, BT_F64, BT_SUM) != BT_OK)
+        bt_allreduce(bt_world_comm(t->world), sums, 4, BT_F64, BT_SUM) != BT_OK)
         return fail(bt_world_error(t->world));
     res->loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
     res->attn_bytes = sums[2];
+    res->attn_pairs = sums[3];
     return 0;
 }
 

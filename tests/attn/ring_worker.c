@@ -25,7 +25,7 @@
 #include "src/attn/device_link.h"
 #include "src/attn/ring.h"
 #include "tests/lib/rng.h"
-#include "tests/lib/worker_util.h"
+#include "tests/lib/worker_device.h"
 
 typedef struct {
     const char *mask_name;
@@ -66,28 +66,16 @@ typedef struct {
 static ring_io device_copy_of(const ring_io *host, const size_t floats[IO_BUFS])
 {
     ring_io dev;
-    bk_queue dq = {BK_DEVICE, NULL, 0};
-    for (int i = 0; i < IO_BUFS; i++) {
-        void *p = NULL;
-        if (bk_device_malloc(floats[i] * sizeof(float), &p) != BK_OK ||
-            bk_device_upload(&dq, p, host->b[i], floats[i] * sizeof(float)) != BK_OK) {
-            fprintf(stderr, "rank %d: no device memory\n", rank);
-            exit(WORKER_FAILED);
-        }
-        dev.b[i] = p;
-    }
+    for (int i = 0; i < IO_BUFS; i++)
+        dev.b[i] = worker_device_copy(host->b[i], floats[i] * sizeof(float));
     return dev;
 }
 
 /* The outputs back from the device into host's buffers. */
 static void download_outputs(ring_io *host, const ring_io *dev, const size_t floats[IO_BUFS])
 {
-    bk_queue dq = {BK_DEVICE, NULL, 0};
     for (int i = IO_OUT; i < IO_BUFS; i++)
-        must(bk_device_download(&dq, host->b[i], dev->b[i], floats[i] * sizeof(float)) == BK_OK
-                 ? BT_OK
-                 : BT_ERR_SYS,
-             "download");
+        worker_device_read(host->b[i], dev->b[i], floats[i] * sizeof(float));
 }
 
 static bk_attn_mask make_mask(const char *name, int64_t N, int P, uint64_t **bits_out)

@@ -4,8 +4,9 @@
  * nothing else overwrites before use; the trailing accumulator visits every
  * holder in step order and ends at home; the byte counts follow the formulas
  * (Q-side vs KV-side per step, auto never worse, a sliding window sends only
- * ceil(W/n) blocks). The block-level mask decisions are checked against the
- * kernels' per-element rule; the layouts' positions and owners agree. */
+ * ceil(W/n) blocks). The block-level mask decisions, and the allowed pairs
+ * of a whole sequence under every mask, are checked against the kernels'
+ * per-element rule; the layouts' positions and owners agree. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,6 +303,79 @@ START_TEST(block_level_need_matches_the_per_element_rule)
 }
 END_TEST
 
+/* Documents of lengths 1, 5, 2, 13, 3, 29, 1, 5, ... (ids non-decreasing). */
+static void varied_documents(int32_t *seg, int64_t N)
+{
+    static const int64_t lengths[] = {1, 5, 2, 13, 3, 29};
+    for (int64_t p = 0, id = 0, left = lengths[0]; p < N; p++, left--) {
+        if (left == 0) left = lengths[++id % 6];
+        seg[p] = (int32_t)id;
+    }
+}
+
+/* Block q sees itself, block 0, every third block back from q - 1, and (not
+ * causal) block q + 1 when q is even. */
+static void varied_bitmap(uint64_t *bits, int64_t nb)
+{
+    memset(bits, 0, (size_t)(nb * nb + 63) / 64 * sizeof *bits);
+    for (int64_t q = 0; q < nb; q++)
+        for (int64_t k = 0; k < nb; k++)
+            if (k == q || k == 0 || (q > k && (q - k) % 3 == 1) || (k == q + 1 && q % 2 == 0))
+                bits[(q * nb + k) / 64] |= 1ull << ((q * nb + k) % 64);
+}
+
+/* attn_need_sequence_pairs counts the pairs bk_attn_allowed lets through over
+ * the whole sequence, for every mask and combination the kernels know. */
+START_TEST(sequence_pairs_match_a_brute_force_count)
+{
+    enum { BLOCK = 6 };
+    static const int64_t sizes[] = {1, 7, 48, 100, 193};
+    static uint64_t bits[64], short_bits[64]; /* the second covers one block less */
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        int64_t N = sizes[si], nb = (N + BLOCK - 1) / BLOCK;
+        varied_documents(segments, N);
+        varied_bitmap(bits, nb);
+        varied_bitmap(short_bits, nb - 1);
+        bk_attn_mask sparse = bk_attn_mask_block_sparse(bits, BLOCK, nb),
+                     short_sparse = bk_attn_mask_block_sparse(short_bits, BLOCK, nb - 1),
+                     window = bk_attn_mask_window(9, 0), doc_window = bk_attn_mask_window(7, 0),
+                     causal_sparse = sparse, doc_sparse = sparse;
+        window.flags |= BK_ATTN_CAUSAL;
+        doc_window.flags |= BK_ATTN_CAUSAL | BK_ATTN_DOCUMENT;
+        causal_sparse.flags |= BK_ATTN_CAUSAL;
+        short_sparse.flags |= BK_ATTN_CAUSAL;
+        doc_sparse.flags |= BK_ATTN_CAUSAL | BK_ATTN_DOCUMENT;
+        const struct {
+            const char *name;
+            bk_attn_mask mask;
+        } cases[] = {
+            {"none", bk_attn_mask_none()},
+            {"causal", bk_attn_mask_causal()},
+            {"window", window},
+            {"two-sided window", bk_attn_mask_window(4, 3)},
+            {"left-only window", bk_attn_mask_window(5, -1)},
+            {"document", bk_attn_mask_document(1)},
+            {"document, not causal", bk_attn_mask_document(0)},
+            {"sparse", causal_sparse},
+            {"sparse, not causal", sparse},
+            {"sparse, bitmap short of the sequence", short_sparse},
+            {"sparse documents", doc_sparse},
+            {"window in documents", doc_window},
+        };
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            attn_need_ctx ctx = {.mask = cases[ci].mask, .segments = segments, .N = N};
+            double brute = 0;
+            for (int64_t i = 0; i < N; i++)
+                for (int64_t j = 0; j < N; j++)
+                    brute += bk_attn_allowed(&cases[ci].mask, i, j, segments[i], segments[j]);
+            int64_t counted = attn_need_sequence_pairs(&ctx);
+            ck_assert_msg((double)counted == brute, "%s, N = %lld: %lld pairs counted, %.0f allowed",
+                          cases[ci].name, (long long)N, (long long)counted, brute);
+        }
+    }
+}
+END_TEST
+
 START_TEST(layouts_give_true_global_positions)
 {
     seq_layout l;
@@ -345,6 +419,7 @@ int main(void)
     TCase *tc = check_tcase(s, "schedule", 300);
     check_add_tests(
         tc, layouts_give_true_global_positions, block_level_need_matches_the_per_element_rule,
+        sequence_pairs_match_a_brute_force_count,
         schedules_compute_every_needed_pair_once, q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha,
         auto_never_sends_more_than_the_cheaper_direction, sliding_window_sends_only_the_window);
     return check_run(s);

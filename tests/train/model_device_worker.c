@@ -22,7 +22,7 @@
 #include "src/attn/device_link.h"
 #include "src/train/data/token_source.h"
 #include "src/train/model.h"
-#include "tests/lib/worker_util.h"
+#include "tests/lib/worker_device.h"
 
 enum { MICRO_BATCHES = 2 };
 
@@ -53,16 +53,6 @@ static options parse_options(int argc, char **argv)
             usage_exit("unknown option (see the file's top comment)");
     }
     return o;
-}
-
-/* A copy of host[bytes] in device memory. */
-static void *to_device(const void *host, size_t bytes)
-{
-    void *d = NULL;
-    bk_queue q = {BK_DEVICE, NULL, 0};
-    if (bk_device_malloc(bytes, &d) != BK_OK || bk_device_upload(&q, d, host, bytes) != BK_OK)
-        usage_exit("no device memory");
-    return d;
 }
 
 typedef struct {
@@ -168,14 +158,13 @@ int main(int argc, char **argv)
     const int64_t *host_labels[MICRO_BATCHES] = {labels0, labels1};
     step_sums hs = forward_backward(host, params, grads, tokens, host_labels);
 
-    float *d_params = to_device(params, np * sizeof(float)),
-          *d_grads = to_device(dev_grads, np * sizeof(float));
-    int64_t *d_tokens = to_device(tokens, n * sizeof(int64_t));
-    const int64_t *dev_labels[MICRO_BATCHES] = {to_device(labels0, n * sizeof(int64_t)),
-                                                to_device(labels1, n * sizeof(int64_t))};
+    float *d_params = worker_device_copy(params, np * sizeof(float)),
+          *d_grads = worker_device_copy(dev_grads, np * sizeof(float));
+    int64_t *d_tokens = worker_device_copy(tokens, n * sizeof(int64_t));
+    const int64_t *dev_labels[MICRO_BATCHES] = {worker_device_copy(labels0, n * sizeof(int64_t)),
+                                                worker_device_copy(labels1, n * sizeof(int64_t))};
     step_sums ds = forward_backward(dev, d_params, d_grads, d_tokens, dev_labels);
-    if (bk_device_download(&dq, dev_grads, d_grads, np * sizeof(float)) != BK_OK)
-        usage_exit("cannot read the gradients back");
+    worker_device_read(dev_grads, d_grads, np * sizeof(float));
 
     if (ds.valid != hs.valid || !(fabs(ds.loss - hs.loss) <= 1e-2 * fabs(hs.loss))) {
         fprintf(stderr, "rank %d: device loss sum %.6g over %lld tokens, host %.6g over %lld\n",

@@ -4,14 +4,15 @@
  * second half, labels at the queries only, no value after the first half);
  * held-out samples differ from training ones; every rank's share read through
  * the synthetic source reassembles the sample; the evaluation keeps exactly
- * the queries whose pair another rank holds, for a hand-made layout, and
- * counts correct answers; bad shapes are refused naming the key. End to end,
- * under `burst run` on 4 ranks over 2 emulated nodes: a short training run
- * prints the accuracy over exactly the held-out queries whose pair other ranks
- * hold, with the chance level; below [eval] min_accuracy it exits 1, saying
- * so; a run stopped early by --stop-after is not evaluated; on the emulated
- * device the same queries are counted. The quickstart's configuration is this
- * task on 4 ranks, failing below 90%. */
+ * the queries whose pair another rank holds, for a hand-made layout (every
+ * query with one rank), and counts correct answers; bad shapes are refused
+ * naming the key. End to end, under `burst run` on 4 ranks over 2 emulated
+ * nodes: a short training run prints the accuracy over exactly the held-out
+ * queries whose pair other ranks hold, with the chance level, and over every
+ * query, saying so, with dp = 4 x cp = 1; below [eval] min_accuracy it exits
+ * 1, saying so; a run stopped early by --stop-after is not evaluated; on the
+ * emulated device the same queries are counted. The quickstart's configuration
+ * is this task on 4 ranks, failing below 90%. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +183,25 @@ START_TEST(evaluation_keeps_only_cross_rank_queries)
 }
 END_TEST
 
+/* With one context-parallel rank no pair is on another rank: every query is
+ * kept, at its own position, whichever layout. */
+START_TEST(evaluation_keeps_every_query_on_one_rank)
+{
+    for (int kind = 0; kind < 2; kind++) {
+        seq_layout l;
+        char err[128];
+        ck_assert(seq_layout_init(&l, kind ? LAYOUT_ZIGZAG : LAYOUT_CONTIGUOUS, 1, 32, err,
+                                  sizeof err) == 0);
+        int64_t rows[8], answers[8];
+        ck_assert_int_eq(trainer_recall_select(&l, 0, hand_made, 7, rows, answers), 7);
+        for (int i = 0; i < 7; i++) {
+            ck_assert_int_eq(rows[i], hand_made[i].query_pos);
+            ck_assert_int_eq(answers[i], hand_made[i].answer);
+        }
+    }
+}
+END_TEST
+
 START_TEST(counting_compares_predictions_with_answers)
 {
     const int64_t predicted[] = {5, 6, 7, 8, 9}, answers[] = {5, 0, 7, 9, 9};
@@ -293,6 +313,21 @@ START_TEST(training_reports_accuracy_over_cross_rank_queries)
 }
 END_TEST
 
+/* dp = 4 x cp = 1: each rank holds whole sequences, so every query of the
+ * held-out samples counts (5 samples of 32 queries), and the line says why;
+ * min_accuracy judges them (six steps are far from 100%). */
+START_TEST(one_context_parallel_rank_counts_every_query)
+{
+    const char *alone[] = {"parallel.cp=1", "parallel.dp=4", "eval.min_accuracy=1", NULL};
+    test_run_result r = train_small(alone, NULL);
+    const char *want = "over 160 queries (one context-parallel rank: all queries) (chance 6.2%)";
+    ck_assert_msg(r.exit_code == 1 && test_output_has(&r, want) &&
+                      test_output_has(&r, "is below [eval] min_accuracy = 100%"),
+                  "exit %d, no '%s' and the verdict in:\n%s", r.exit_code, want, r.out);
+    test_run_free(&r);
+}
+END_TEST
+
 /* With [train] device = cuda (the emulator) each held-out sample goes to the
  * device before its prediction: the same queries are counted. */
 START_TEST(device_engine_evaluates_the_same_queries)
@@ -348,11 +383,13 @@ int main(void)
     TCase *tc = check_tcase(s, "recall", 30);
     check_add_tests(tc, sample_keeps_its_promises, heldout_samples_are_not_training_samples,
                     source_shards_reassemble_the_sample, evaluation_keeps_only_cross_rank_queries,
+                    evaluation_keeps_every_query_on_one_rank,
                     counting_compares_predictions_with_answers,
                     bad_shapes_are_refused_naming_the_key,
                     quickstart_trains_recall_across_ranks_and_requires_90_percent);
     TCase *runs = check_tcase(s, "runs", 120);
     check_add_tests(runs, training_reports_accuracy_over_cross_rank_queries,
+                    one_context_parallel_rank_counts_every_query,
                     accuracy_below_the_minimum_fails_the_run,
                     device_engine_evaluates_the_same_queries);
     return check_run(s);

@@ -5,7 +5,9 @@
  * so do document masks (synthetic and HDF5 documents), block-sparse masks,
  * the sliding window, the Q-side backward (forced, and chosen by auto for
  * multi-head attention) and the kernels called on several pieces of a block;
- * documents and sparse blocks make the rings send fewer bytes; checkpoint
+ * documents and sparse blocks make the rings send fewer bytes and allow
+ * fewer attention pairs, which the FLOPs of the GFLOP/s count (each step its
+ * own documents; causal, window and sparse counts exact); checkpoint
  * fractions 0, 1/2, 1 and the fused and reference LM heads give the same
  * losses and gradient norms; an injected NaN, and gradients that overflow only
  * in their sum over the ranks, stop (or skip) every rank naming the step; the
@@ -15,8 +17,8 @@
  * shuffled corpus) and refuses a checkpoint of another configuration or
  * sampler, naming what differs; a sample of the eval corpus that one rank
  * cannot read ends every rank with an error naming the file. Losses,
- * labelled tokens and ring bytes are read from the JSON-lines metrics each
- * run writes. Every rank runs one OpenMP thread: more threads than cores,
+ * labelled tokens, ring bytes, attention pairs and FLOPs are read from the
+ * JSON-lines metrics each run writes. Every rank runs one OpenMP thread: more threads than cores,
  * spinning, would make a multi-rank run crawl. */
 #define _GNU_SOURCE
 #include <check.h>
@@ -39,6 +41,7 @@ typedef struct {
     int n;
     double loss[MAX_STEPS], grad_norm[MAX_STEPS];
     double tokens[MAX_STEPS], attn_bytes[MAX_STEPS]; /* labelled tokens, ring bytes sent */
+    double attn_pairs[MAX_STEPS], flops[MAX_STEPS];  /* pairs the mask allowed, FLOPs counted */
 } curve;
 
 static char *one_thread[] = {"OMP_NUM_THREADS=1", NULL};
@@ -109,6 +112,8 @@ static test_run_result train_args(int ranks, int nodes, const char *const *sets,
             out->grad_norm[out->n] = metric(line, "grad_norm");
             out->tokens[out->n] = metric(line, "tokens");
             out->attn_bytes[out->n] = metric(line, "attn_bytes");
+            out->attn_pairs[out->n] = metric(line, "attn_pairs");
+            out->flops[out->n] = metric(line, "gflops") * metric(line, "seconds") * 1e9;
             out->n++;
         }
         if (f) fclose(f);
@@ -131,6 +136,9 @@ static void expect_same(const curve *a, const curve *b, double tol, const char *
         ck_assert_msg(a->tokens[i] > 0 && a->tokens[i] == b->tokens[i],
                       "%s: step %d labelled tokens %.0f vs %.0f", what, i + 1, a->tokens[i],
                       b->tokens[i]);
+        ck_assert_msg(a->attn_pairs[i] > 0 && a->attn_pairs[i] == b->attn_pairs[i],
+                      "%s: step %d attention pairs %.0f vs %.0f", what, i + 1, a->attn_pairs[i],
+                      b->attn_pairs[i]);
         ck_assert_msg(fabs(a->loss[i] - b->loss[i]) <= tol * fabs(a->loss[i]),
                       "%s: step %d loss %.9g vs %.9g", what, i + 1, a->loss[i], b->loss[i]);
         ck_assert_msg(fabs(a->grad_norm[i] - b->grad_norm[i]) <= 10 * tol * fabs(a->grad_norm[i]),
@@ -209,11 +217,34 @@ START_TEST(gradients_match_finite_differences)
 }
 END_TEST
 
+/* Every step of c counted `pairs` (query, key) pairs of attention. */
+static void expect_pairs(const curve *c, double pairs, const char *what)
+{
+    for (int i = 0; i < c->n; i++)
+        ck_assert_msg(c->attn_pairs[i] == pairs, "%s: step %d counted %.0f attention pairs, not %.0f",
+                      what, i + 1, c->attn_pairs[i], pairs);
+}
+
+/* On every step, run a's mask allowed fewer attention pairs than run b's, and
+ * the FLOPs of its GFLOP/s counted fewer (the same sequences otherwise). */
+static void expect_less_work(const curve *a, const curve *b, const char *what)
+{
+    for (int i = 0; i < a->n && i < b->n; i++) {
+        ck_assert_msg(a->attn_pairs[i] > 0 && a->attn_pairs[i] < b->attn_pairs[i],
+                      "%s: step %d allowed %.0f attention pairs, the causal mask %.0f", what, i + 1,
+                      a->attn_pairs[i], b->attn_pairs[i]);
+        ck_assert_msg(a->flops[i] < 0.999 * b->flops[i],
+                      "%s: step %d counted %.6g FLOPs, the causal mask %.6g", what, i + 1,
+                      a->flops[i], b->flops[i]);
+    }
+}
+
 START_TEST(same_losses_whatever_the_number_of_ranks)
 {
     curve one, other;
     const char *p1[] = {"parallel.cp=1", "train.micro_batches=2", NULL};
     run_ok(1, 1, p1, &one);
+    expect_pairs(&one, 2 * 256 * 257 / 2, "causal, two sequences of 256"); /* every k <= q */
     const char *p2[] = {"parallel.cp=2", "train.micro_batches=2", NULL};
     run_ok(2, 1, p2, &other);
     expect_same(&one, &other, 1e-4, "P=2 vs P=1");
@@ -257,6 +288,7 @@ static void mask_matches_single_rank(const char *const *mask, const char *name, 
                            "train.micro_batches=2", NULL};
     run_ok(4, 1, plain, causal);
     expect_fewer_bytes(four, causal, name);
+    expect_less_work(four, causal, name);
 }
 
 /* Documents of 24 tokens on average, other ones in each sample: the last
@@ -268,10 +300,14 @@ START_TEST(document_masks_match_single_rank)
                           "train.micro_batches=2", NULL};
     curve four, causal;
     mask_matches_single_rank(docs, "document", &four, &causal);
-    for (int i = 0; i < causal.n; i++) /* each document's last token went unlabelled */
+    int pairs_vary = 0; /* each step counts its own documents */
+    for (int i = 0; i < causal.n; i++) { /* each document's last token went unlabelled */
         ck_assert_msg(four.tokens[i] < causal.tokens[i],
                       "step %d: %.0f labels with documents, %.0f without", i + 1, four.tokens[i],
                       causal.tokens[i]);
+        pairs_vary |= four.attn_pairs[i] != four.attn_pairs[0];
+    }
+    ck_assert_msg(pairs_vary, "every step counted %.0f attention pairs", four.attn_pairs[0]);
 }
 END_TEST
 
@@ -283,6 +319,10 @@ START_TEST(block_sparse_masks_match_single_rank)
                             "train.micro_batches=2", NULL};
     curve four, causal;
     mask_matches_single_rank(sparse, "sparse", &four, &causal);
+    /* 16 blocks: block 0 sees itself (136 causal pairs), block 1 itself and
+     * block 0 (136 + 256), each later one itself, the one before and block 0
+     * (136 + 512); two sequences a step */
+    expect_pairs(&four, 2 * (136 + 392 + 14 * 648), "local:2+global:1 over blocks of 16");
 }
 END_TEST
 
@@ -293,6 +333,8 @@ START_TEST(sliding_window_matches_single_rank)
     const char *window[] = {"parallel.mask=window", "parallel.window=40", NULL};
     curve one, other;
     run_ok(1, 1, with(window, (const char *[]){"memory.ckpt_fraction=1", NULL}), &one);
+    /* 40 keys a query, but for the first 39 queries 1, 2, ..., 39 */
+    expect_pairs(&one, 39 * 40 / 2 + (256 - 39) * 40, "window of 40 over 256 tokens");
     const char *p2[] = {"parallel.cp=2", "memory.ckpt_fraction=0", NULL};
     run_ok(2, 1, with(window, p2), &other);
     expect_same(&one, &other, 1e-4, "window, fraction 0, P=2 vs P=1");
