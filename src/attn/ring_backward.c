@@ -135,7 +135,7 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
     bt_status st = BT_OK;
     size_t acc_floats = s->acc_bytes / sizeof(float);
     if (x->acc_from >= 0) { /* acc_in[a] may still be read by an earlier step's add */
-        st = ring_run_send_ready(run);
+        st = ring_run_await(run, b->acc_in_used[a]);
         if (st == BT_OK)
             st = ring_run_irecv(run, x->acc_from, x->acc_from_channel, b->acc_in[a], s->acc_bytes,
                                 &acc_recv);
@@ -146,16 +146,19 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
         st = ring_run_block_positions(run, x->block);
         bwd_pair p = pair_views(run, h, (const float *)b->slot[x->slot], b->acc_out[a]);
         if (st == BT_OK) st = ring_run_pieces(run, backward_piece, &p);
+        if (st == BT_OK) st = ring_run_mark(run, b->slot_used[x->slot]);
     }
     if (st == BT_OK && acc_recv) {
         st = ring_run_wait(run, &acc_recv);
         if (st == BT_OK)
             st = ring_run_kernel(bk_axpy(run->c->queue, (int64_t)acc_floats, 1.0f, b->acc_in[a],
                                          b->acc_out[a]));
+        if (st == BT_OK) st = ring_run_mark(run, b->acc_in_used[a]);
     }
+    if (st == BT_OK) st = ring_run_mark(run, b->acc_out_used[a]);
     if (st != BT_OK) return st;
     if (x->acc_to >= 0) {
-        st = ring_run_send_ready(run);
+        st = ring_run_await(run, b->acc_out_used[a]);
         return st == BT_OK ? ring_run_isend(run, x->acc_to, x->acc_to_channel, b->acc_out[a],
                                             s->acc_bytes, &run->acc_send[a])
                            : st;
@@ -178,13 +181,16 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
     double t_start = bu_now();
     bwd_home h = {Q, K, V, dO, lse, run.b->delta, dQ, dK, dV};
     st = ring_run_kernel(bk_attn_delta(c->queue, s->layout.n, s->h_q, s->d, dO, O, run.b->delta));
-    if (st == BT_OK) st = bundle_pack(&run, &h, (float *)run.b->slot[SLOT_HOME]);
     if (st == BT_OK) st = zero_home_accumulators(&run, &h);
-    if (st == BT_OK) st = ring_run_send_ready(&run); /* the home slot leaves at the first step */
+    /* the copies last, as in ring_forward.c */
+    if (st == BT_OK) st = bundle_pack(&run, &h, (float *)run.b->slot[SLOT_HOME]);
+    if (st == BT_OK) st = ring_run_mark(&run, run.b->slot_used[SLOT_HOME]); /* sent at step 0 */
     /* The final accumulator of the home block is received from the start, so
      * its sender never waits on this rank to reach the end. */
     int from = s->home_acc_from[run.rank], home_done = 0;
     bt_request *home_recv = NULL;
+    if (st == BT_OK && from >= 0) /* once the last pass's copy out of it has run */
+        st = ring_run_await(&run, run.b->home_acc_used);
     if (st == BT_OK && from >= 0)
         st = ring_run_irecv(&run, from, s->home_acc_channel[run.rank], run.b->home_acc,
                             s->acc_bytes, &home_recv);
@@ -197,6 +203,7 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
     if (st == BT_OK && from >= 0) {
         st = ring_run_wait(&run, &home_recv);
         if (st == BT_OK) st = home_gradients(&run, &h, run.b->home_acc), home_done = 1;
+        if (st == BT_OK) st = ring_run_mark(&run, run.b->home_acc_used);
     }
     if (st == BT_OK && !home_done) st = home_gradients(&run, &h, NULL);
     st = ring_run_finish(&run, st);

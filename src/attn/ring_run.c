@@ -10,13 +10,56 @@
 #include "src/attn/ring_run.h"
 #include "util/clock.h"
 
+/* Host time the transfer kept the queue idle: the whole wait on the host; on
+ * a device, from the moment the queue had run everything queued before the
+ * wait (queue_mark) until the transfer completed. */
+static bt_status wait_on_device(ring_run *run, bt_request **req)
+{
+    void *mark = run->b->queue_mark;
+    if (bk_device_event_record(mark, run->c->queue) != BK_OK) return BT_ERR_SYS;
+    double idle_since = -1.0;
+    for (;;) {
+        int done = 0;
+        bt_status st = bt_test(req, &done);
+        if (st != BT_OK || done) {
+            if (idle_since >= 0.0) run->stats->wait_s += bu_now() - idle_since;
+            return st;
+        }
+        if (idle_since < 0.0) {
+            int ran = bk_device_event_query(mark);
+            if (ran < 0) return BT_ERR_SYS;
+            if (ran) idle_since = bu_now();
+        }
+        st = bt_progress(run->world);
+        if (st != BT_OK) return st;
+    }
+}
+
 bt_status ring_run_wait(ring_run *run, bt_request **req)
 {
     if (!*req) return BT_OK;
+    if (run->mem == BT_MEM_DEVICE) return wait_on_device(run, req);
     double t0 = bu_now();
     bt_status st = bt_wait(req);
     run->stats->wait_s += bu_now() - t0;
     return st;
+}
+
+bt_status ring_run_mark(ring_run *run, void *used)
+{
+    if (run->mem != BT_MEM_DEVICE) return BT_OK;
+    return bk_device_event_record(used, run->c->queue) == BK_OK ? BT_OK : BT_ERR_SYS;
+}
+
+bt_status ring_run_await(ring_run *run, void *used)
+{
+    if (run->mem != BT_MEM_DEVICE) return BT_OK;
+    for (;;) {
+        int ran = bk_device_event_query(used);
+        if (ran != 0) return ran > 0 ? BT_OK : BT_ERR_SYS;
+        bt_status st = bt_progress(run->world);
+        if (st != BT_OK) return st;
+    }
 }
 
 static bt_status drain_slot_sends(ring_run *run, int slot)
@@ -35,12 +78,6 @@ bt_status ring_run_block_positions(ring_run *run, int block)
                                        b->block_pos, b->block_seg) == 0
                ? BT_OK
                : BT_ERR_SYS;
-}
-
-bt_status ring_run_send_ready(ring_run *run)
-{
-    if (run->mem != BT_MEM_DEVICE) return BT_OK;
-    return bk_device_sync(run->c->queue) == BK_OK ? BT_OK : BT_ERR_SYS;
 }
 
 bt_status ring_run_isend(ring_run *run, int peer, int channel, const void *buf, size_t bytes,
@@ -99,15 +136,15 @@ bt_status ring_run_finish(ring_run *run, bt_status st)
     return st;
 }
 
-/* Posts the receives of this step: blocks needed at later steps. A slot may
- * still be read by kernels the queue has not run (on a device), so the queue
- * is drained before the transport may write into one. */
+/* Posts the receives of this step: blocks needed at later steps, each into a
+ * slot once the sends and the kernels reading its old block are done. */
 static bt_status post_receives(ring_run *run, const ring_step *x)
 {
-    bt_status st = x->n_recv > 0 ? ring_run_send_ready(run) : BT_OK;
+    bt_status st = BT_OK;
     for (int k = 0; k < x->n_recv && st == BT_OK; k++) {
         const ring_xfer *r = &x->recv[k];
         st = drain_slot_sends(run, r->slot);
+        if (st == BT_OK) st = ring_run_await(run, run->b->slot_used[r->slot]);
         if (st == BT_OK)
             st = ring_run_irecv(run, r->peer, r->channel, run->b->slot[r->slot],
                                 run->s->input_bytes, &run->slot_recv[r->slot]);
@@ -115,12 +152,15 @@ static bt_status post_receives(ring_run *run, const ring_step *x)
     return st;
 }
 
-/* Forwards the held block (it has arrived) to its next holders. */
+/* Forwards the held block (it has arrived, or the queue has packed it at
+ * home) to its next holders. */
 static bt_status post_sends(ring_run *run, const ring_step *x)
 {
     bt_status st = BT_OK;
     for (int k = 0; k < x->n_send && st == BT_OK; k++) {
         const ring_xfer *t = &x->send[k];
+        st = ring_run_await(run, run->b->slot_used[t->slot]);
+        if (st != BT_OK) break;
         bt_request **req = &run->slot_sends[t->slot][run->n_slot_sends[t->slot]++];
         st = ring_run_isend(run, t->peer, t->channel, run->b->slot[t->slot],
                             run->s->input_bytes, req);
@@ -134,6 +174,8 @@ bt_status ring_run_begin_step(ring_run *run, const ring_step *x, int step)
     if (st == BT_OK && x->block >= 0 && step > 0)
         st = ring_run_wait(run, &run->slot_recv[x->slot]);
     if (st == BT_OK) st = post_sends(run, x);
+    /* start the transfers now rather than at the first poll between pieces */
+    if (st == BT_OK && x->n_send > 0) st = bt_progress(run->world);
     return st;
 }
 

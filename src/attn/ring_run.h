@@ -8,9 +8,14 @@
  * One executor for both memories: every buffer operation is a kernel of the
  * ring's queue (bk_copy, bk_fill, bk_axpy) and every transfer names the
  * memory it reads (bt_isend_mem), so the same code runs on host buffers and
- * on device buffers. On a device, what a rank sends must be complete when it
- * is posted: a slot or accumulator written by kernels is sent after the queue
- * has run them (ring_run_send_ready). */
+ * on device buffers.
+ *
+ * On a device the queue (the compute stream) and the transport (its own
+ * streams, or the host) run side by side, so each buffer the transport
+ * touches carries the event of the queue's last use of it: a send waits until
+ * the kernels that wrote the buffer have run, a receive until the kernels that
+ * read the old content have; only that buffer's kernels, never the whole queue,
+ * and the transport is polled meanwhile (ring_run_await). */
 #ifndef BURST_ATTN_RING_RUN_H
 #define BURST_ATTN_RING_RUN_H
 
@@ -33,6 +38,11 @@ struct ring_buffers {
     int32_t *seg_host[2];
     void *uploaded[2];
     int parity;
+    /* device only: the event of the queue's last use (read or write) of each
+     * buffer the transport reads or writes */
+    void *slot_used[RING_N_SLOTS];
+    void *acc_out_used[2], *acc_in_used[2], *home_acc_used;
+    void *queue_mark; /* everything queued when a wait began (exposed time) */
 };
 
 static inline int ring_buffers_on_device(const ring_buffers *b)
@@ -73,15 +83,22 @@ bt_status ring_run_begin(ring_run *run, const ring_exec_ctx *c, int backward,
 /* Waits for every send still reading a slot or an accumulator, then ends. */
 bt_status ring_run_finish(ring_run *run, bt_status st);
 
+/* Waits for a transfer. The time it keeps the queue idle counts as exposed
+ * communication (stats->wait_s): on the host all of it; on a device only the
+ * part after the queue has run out of work, since until then the device was
+ * computing while the host waited. */
 bt_status ring_run_wait(ring_run *run, bt_request **req);
 /* Start of a step: post what arrives later, wait for the held block, pass it on. */
 bt_status ring_run_begin_step(ring_run *run, const ring_step *x, int step);
 /* Positions (and document ids) of block's tokens into the block tables. */
 bt_status ring_run_block_positions(ring_run *run, int block);
-/* Before sending what the queue's kernels wrote, or receiving into a buffer
- * they read: waits for them on a device (the transport works outside the
- * queue's order). */
-bt_status ring_run_send_ready(ring_run *run);
+/* After queuing work on a buffer the transport touches: *used (one of the
+ * buffers' *_used events) stands for it from now on. No-op on the host. */
+bt_status ring_run_mark(ring_run *run, void *used);
+/* Before the transport reads or writes that buffer: waits until the queue
+ * has run the work *used stands for, polling the transport meanwhile. No-op
+ * on the host, where kernels have run when they return. */
+bt_status ring_run_await(ring_run *run, void *used);
 bt_status ring_run_isend(ring_run *run, int peer, int channel, const void *buf, size_t bytes,
                          bt_request **req);
 bt_status ring_run_irecv(ring_run *run, int peer, int channel, void *buf, size_t bytes,
