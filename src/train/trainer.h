@@ -99,6 +99,9 @@ typedef struct {
     int skipped;        /* non-finite, and [train] on_nonfinite = skip */
     int64_t tokens;     /* tokens with a label (not ignored), all ranks */
     double attn_bytes;  /* bytes the attention rings sent, all ranks */
+    double attn_s;      /* wall time in the attention rings, the slowest rank's */
+    double exposed_s;   /* of which waiting for transfers (ring_exec_stats.wait_s), the
+                         * most any rank waited */
 } trainer_step_result;
 
 /* One optimizer step: all micro-batches, then ZeRO-1. 0, STOP_AGREED, or the

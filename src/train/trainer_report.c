@@ -176,10 +176,10 @@ void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
     double gflops = step_flops(t) / step_s / 1e9, sgemm_world = t->sgemm_gflops * t->world_size;
     double eta = elapsed_s / (double)(step - first_step + 1) * (double)(c->steps - step);
     printf("step %5lld/%lld  loss %.4f  grad-norm %.3g  lr %.3g  %.0f tokens/s  %.2f GFLOP/s "
-           "(%.2f of sgemm x P)  mem %s  ETA %.0f s\n",
+           "(%.2f of sgemm x P)  attn %.3g s (exposed %.3g s)  mem %s  ETA %.0f s\n",
            (long long)step, (long long)c->steps, res->loss, res->grad_norm,
            lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step), step_tokens(t) / step_s,
-           gflops, sgemm_world > 0 ? gflops / sgemm_world : 0,
+           gflops, sgemm_world > 0 ? gflops / sgemm_world : 0, res->attn_s, res->exposed_s,
            bu_human_bytes(trainer_rss_bytes(), mem, sizeof mem), eta);
     fflush(stdout);
 }
@@ -200,9 +200,10 @@ void trainer_report_metrics(trainer *t, int64_t step, const trainer_step_result 
     char l[32], g[32];
     fprintf(t->metrics,
             "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"skipped\": %d, "
-            "\"tokens\": %lld, \"attn_bytes\": %.0f, \"tokens_per_s\": %.6g, \"gflops\": %.6g, "
-            "\"seconds\": %.6g}\n",
+            "\"tokens\": %lld, \"attn_bytes\": %.0f, \"attn_s\": %.6g, \"exposed_s\": %.6g, "
+            "\"tokens_per_s\": %.6g, \"gflops\": %.6g, \"seconds\": %.6g}\n",
             (long long)step, json_number(res->loss, l, sizeof l),
             json_number(res->grad_norm, g, sizeof g), res->skipped, (long long)res->tokens,
-            res->attn_bytes, step_tokens(t) / step_s, step_flops(t) / step_s / 1e9, step_s);
+            res->attn_bytes, res->attn_s, res->exposed_s, step_tokens(t) / step_s,
+            step_flops(t) / step_s / 1e9, step_s);
 }
