@@ -16,8 +16,9 @@
 #include "kernels/device.h"
 #include "src/attn/ring_run.h"
 
-/* The slots, then 4 trailing accumulators, the home accumulator, delta and 4 tables. */
-enum { N_BUFFERS = RING_N_SLOTS + 10 };
+/* The slots, then 4 trailing accumulators, the home accumulator, delta, 4
+ * tables and the bf16 home inputs. */
+enum { N_BUFFERS = RING_N_SLOTS + 11 };
 
 /* The capacities b needs for each of scheds[n_scheds]: the largest of each. */
 static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, ring_buffers *b)
@@ -28,12 +29,15 @@ static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, 
         if (s->acc_bytes > b->acc_bytes) b->acc_bytes = s->acc_bytes;
         if (s->layout.n > b->n) b->n = s->layout.n;
         if (s->layout.n * s->h_q > b->rows) b->rows = s->layout.n * s->h_q;
+        /* Q, K, V, dO of the home block in bf16 */
+        size_t home_in = (size_t)s->layout.n * (size_t)(2 * s->h_q + 2 * s->h_kv) * (size_t)s->d * 2;
+        if (s->in_bytes == 2 && home_in > b->home_in_bytes) b->home_in_bytes = home_in;
     }
 }
 
 /* The bytes of each buffer of b, in the order ring_buffers_create allocates
  * them (slots, accumulators out and in, home accumulator, delta, positions,
- * document ids); returns their count. */
+ * document ids, bf16 home inputs); returns their count. */
 static int buffer_sizes(const ring_buffers *b, size_t sizes[N_BUFFERS])
 {
     int k = 0;
@@ -44,6 +48,7 @@ static int buffer_sizes(const ring_buffers *b, size_t sizes[N_BUFFERS])
     sizes[k++] = ((size_t)b->rows + 1) * sizeof(float);
     sizes[k++] = n * sizeof(int64_t), sizes[k++] = n * sizeof(int64_t);
     sizes[k++] = n * sizeof(int32_t), sizes[k++] = n * sizeof(int32_t);
+    sizes[k++] = b->home_in_bytes;
     return k;
 }
 
@@ -93,6 +98,7 @@ ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_sche
     b->acc_out[0] = p[k++], b->acc_out[1] = p[k++], b->acc_in[0] = p[k++], b->acc_in[1] = p[k++];
     b->home_acc = p[k++], b->delta = p[k++];
     b->home_pos = p[k++], b->block_pos = p[k++], b->home_seg = p[k++], b->block_seg = p[k++];
+    b->home_in = p[k++];
     if (!ok || (ring_buffers_on_device(b) && make_device_side(b) != 0)) {
         ring_buffers_free(b);
         return NULL;
@@ -103,8 +109,9 @@ ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_sche
 void ring_buffers_free(ring_buffers *b)
 {
     if (!b) return;
-    void *bufs[] = {b->acc_out[0], b->acc_out[1], b->acc_in[0], b->acc_in[1], b->home_acc,
-                    b->delta,      b->home_pos,   b->block_pos, b->home_seg, b->block_seg};
+    void *bufs[] = {b->acc_out[0], b->acc_out[1], b->acc_in[0],  b->acc_in[1],
+                    b->home_acc,   b->delta,      b->home_pos,   b->block_pos,
+                    b->home_seg,   b->block_seg,  b->home_in};
     for (int k = 0; k < RING_N_SLOTS; k++) bk_free(&b->memory, b->slot[k]);
     for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) bk_free(&b->memory, bufs[k]);
     for (int k = 0; k < 2; k++) free(b->pos_host[k]), free(b->seg_host[k]);

@@ -95,8 +95,50 @@ bt_status ring_run_irecv(ring_run *run, int peer, int channel, void *buf, size_t
 /* The buffers must hold this schedule: the caller's, or made for the call. */
 static int buffers_fit(const ring_buffers *b, const ring_schedule *s)
 {
+    size_t home_in = (size_t)s->layout.n * (size_t)(2 * s->h_q + 2 * s->h_kv) * (size_t)s->d * 2;
     return b->input_bytes >= s->input_bytes && b->acc_bytes >= s->acc_bytes &&
-           b->n >= s->layout.n && b->rows >= s->layout.n * s->h_q;
+           b->n >= s->layout.n && b->rows >= s->layout.n * s->h_q &&
+           (s->in_bytes != 2 || b->home_in_bytes >= home_in);
+}
+
+bt_status ring_run_home_inputs(ring_run *run, const float *Q, const float *K, const float *V,
+                               const float *dO, ring_inputs *in)
+{
+    *in = (ring_inputs){Q, K, V, dO};
+    if (run->elem == sizeof(float)) return BT_OK;
+    const ring_schedule *s = run->s;
+    int64_t q = s->layout.n * s->h_q * s->d, kv = s->layout.n * s->h_kv * s->d;
+    const float *from[4] = {Q, K, V, dO};
+    const int64_t count[4] = {q, kv, kv, q};
+    const void **to[4] = {&in->Q, &in->K, &in->V, &in->dO};
+    uint16_t *at = run->b->home_in;
+    for (int k = 0; k < 4; k++) {
+        if (!from[k]) continue;
+        if (bk_round_bf16(run->c->queue, count[k], from[k], at) != BK_OK) return BT_ERR_SYS;
+        *to[k] = at;
+        at += count[k];
+    }
+    return BT_OK;
+}
+
+bk_status ring_run_attn_fwd(const ring_run *run, const bk_attn_geom *g, const void *Q,
+                            const void *K, const void *V, float *O, float *lse,
+                            bk_attn_stats *stats)
+{
+    const bk_queue *q = run->c->queue;
+    return run->elem == sizeof(float) ? bk_attn_fwd(q, g, Q, K, V, O, lse, stats)
+                                      : bk_attn_fwd_bf16(q, g, Q, K, V, O, lse, stats);
+}
+
+bk_status ring_run_attn_bwd(const ring_run *run, const bk_attn_geom *g, const void *Q,
+                            const void *K, const void *V, const void *dO, const float *lse,
+                            const float *delta, float *dQ, float *dK, float *dV,
+                            bk_attn_stats *stats)
+{
+    const bk_queue *q = run->c->queue;
+    return run->elem == sizeof(float)
+               ? bk_attn_bwd(q, g, Q, K, V, dO, lse, delta, dQ, dK, dV, stats)
+               : bk_attn_bwd_bf16(q, g, Q, K, V, dO, lse, delta, dQ, dK, dV, stats);
 }
 
 bt_status ring_run_begin(ring_run *run, const ring_exec_ctx *c, int backward,
@@ -109,7 +151,9 @@ bt_status ring_run_begin(ring_run *run, const ring_exec_ctx *c, int backward,
     run->rank = bt_comm_rank(c->comm);
     run->world = bt_comm_world(c->comm);
     run->stats = stats;
-    if (bt_comm_size(c->comm) != run->s->P || backward != (run->s->pass != RING_FORWARD))
+    run->elem = c->in_type == BK_BF16 ? 2 : sizeof(float);
+    if (bt_comm_size(c->comm) != run->s->P || backward != (run->s->pass != RING_FORWARD) ||
+        (size_t)run->s->in_bytes != run->elem)
         return BT_ERR_ARG;
     run->b = c->buffers;
     if (!run->b) run->b = run->owned = ring_buffers_create(&c->sched, 1, c->queue);

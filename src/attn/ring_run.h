@@ -26,10 +26,13 @@ struct ring_buffers {
     unsigned char *slot[RING_N_SLOTS];    /* [input_bytes] each */
     float *acc_out[2], *acc_in[2];         /* trailing accumulators, double-buffered */
     float *home_acc;                       /* the home block's final accumulator */
+    uint16_t *home_in;                     /* bf16 inputs only: the home block's Q, K, V, dO
+                                            * rounded, [home_in_bytes] */
     float *delta;                          /* [n, Hq] rowsum(dO * O) */
     int64_t *home_pos, *block_pos;         /* [n] global positions */
     int32_t *home_seg, *block_seg;         /* [n] document ids (0 without segments) */
     size_t input_bytes, acc_bytes;         /* capacity of a slot and of an accumulator */
+    size_t home_in_bytes;                  /* capacity of home_in (0: no bf16 schedule) */
     int64_t n, rows;                       /* capacity in tokens and in token-heads (n * Hq) */
     bk_queue memory;                       /* the queue whose memory holds the buffers above */
     /* device only: host mirrors of the position tables [2][n] and the event of
@@ -70,7 +73,32 @@ typedef struct {
     bt_request *acc_send[2];
     ring_exec_stats *stats;
     bt_mem mem;        /* where the buffers live, for the transport */
+    size_t elem;       /* bytes of a travelling input element: 4 (fp32) or 2 (bf16) */
 } ring_run;
+
+/* The home block's inputs as the kernels and the slots take them (fp32 or
+ * bf16: ring_run.elem); dO is NULL in the forward. */
+typedef struct {
+    const void *Q, *K, *V, *dO;
+} ring_inputs;
+
+/* The caller's fp32 inputs as ring_inputs: themselves, or rounded to bf16
+ * into the buffers' home_in ([Q | K | V | dO]) on the ring's queue. */
+bt_status ring_run_home_inputs(ring_run *run, const float *Q, const float *K, const float *V,
+                               const float *dO, ring_inputs *in);
+/* base + elements of the travelling type: an input offset by rows. */
+static inline const void *ring_run_at(const ring_run *run, const void *base, size_t elements)
+{
+    return (const unsigned char *)base + elements * run->elem;
+}
+/* The attention kernels on inputs of the travelling type. */
+bk_status ring_run_attn_fwd(const ring_run *run, const bk_attn_geom *g, const void *Q,
+                            const void *K, const void *V, float *O, float *lse,
+                            bk_attn_stats *stats);
+bk_status ring_run_attn_bwd(const ring_run *run, const bk_attn_geom *g, const void *Q,
+                            const void *K, const void *V, const void *dO, const float *lse,
+                            const float *delta, float *dQ, float *dK, float *dV,
+                            bk_attn_stats *stats);
 
 /* The attention of one piece of query rows [r0, r0 + rows) against a block. */
 typedef bt_status (*ring_piece_fn)(ring_run *run, int64_t r0, int64_t rows, void *arg);

@@ -140,10 +140,12 @@ int trainer_report_start(trainer *t)
            (long long)t->model.n_params, c->layers, c->d_model, c->n_heads, c->n_kv_heads,
            c->vocab, t->world_size, c->dp, c->cp, (long long)c->seq_len, (long long)t->layout.n,
            seq_layout_name(t->layout.kind), c->ckpt_fraction, c->fused_head ? "fused" : "unfused");
-    printf("attention: mask %s; %s; kernel pieces of %lld query rows\n", c->mask,
+    int in_bytes = model_ring_in_bytes(&t->queue);
+    printf("attention: mask %s; %s; kernel pieces of %lld query rows; inputs travel in %s\n",
+           c->mask,
            ring_pass_name(ring_choose_backward(t->plan.backward, c->n_heads, c->n_kv_heads,
-                                               c->d_model / c->n_heads)),
-           (long long)c->piece_rows);
+                                               c->d_model / c->n_heads, in_bytes)),
+           (long long)c->piece_rows, in_bytes == 2 ? "bf16" : "fp32");
     memory_report(t);
     if (t->plan.on_device)
         printf("device: %s, device %d of rank 0; its sgemm: %.1f GFLOP/s (rank 0 alone)\n",
