@@ -105,6 +105,12 @@ bk_status bk_gemm_bf16(const bk_queue *q, bk_transpose ta, bk_transpose tb, int6
                        int64_t k, float alpha, const uint16_t *a, int64_t lda, const uint16_t *b,
                        int64_t ldb, float beta, void *c, bk_dtype c_type, int64_t ldc);
 
+/* ---------------------------------------------------------------- rounding */
+/* y[n] = x rounded to bf16 (to nearest, ties to even; kernels/bf16.h), the
+ * rounding the device attention kernels apply to fp32 inputs as they load
+ * them: rounded inputs give those kernels the same bits as the fp32 ones. */
+bk_status bk_round_bf16(const bk_queue *q, int64_t n, const float *x, uint16_t *y);
+
 /* ---------------------------------------------------------------- AdamW */
 /* bk_adamw_step, then param_bf16[n] = param rounded to bf16 (the copy the
  * forward reads), in the same pass on a device. */

@@ -1,7 +1,7 @@
 /* bf16_widen.c: the bf16 entry points of kernels/device.h. A device queue goes
  * to the device backend; on the host they widen the bf16 inputs to fp32 and
  * run the fp32 CPU kernels (bf16 -> fp32 is exact, so the host result is the
- * fp32 kernel's on the same values). */
+ * fp32 kernel's on the same values), and bk_round_bf16 rounds the other way. */
 #include <stdlib.h>
 
 #include "kernels/bf16.h"
@@ -83,6 +83,16 @@ bk_status bk_gemm_bf16(const bk_queue *q, bk_transpose ta, bk_transpose tb, int6
     BK_CPU_OR_DEVICE(q, gemm_bf16,
                      (q, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, c_type, ldc));
     return bk_gemm_bf16_cpu(q, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, c_type, ldc);
+}
+
+bk_status bk_round_bf16(const bk_queue *q, int64_t n, const float *x, uint16_t *y)
+{
+    BK_CPU_OR_DEVICE(q, round_bf16, (q, n, x, y));
+    BK_CHECK_ARG(n >= 0 && (n == 0 || (x != NULL && y != NULL)));
+    int nt = bk_cpu_threads(q);
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= 16384)
+    for (int64_t i = 0; i < n; i++) y[i] = bk_float_to_bf16(x[i]);
+    return BK_OK;
 }
 
 bk_status bk_adamw_step_bf16(const bk_queue *q, int64_t n, float *param, const float *grad,

@@ -1,6 +1,8 @@
-/* vector.cu: fill and y += alpha x on the device (kernels/cpu/vector.c is the
- * host side; bk_copy reaches bk_device_copy). Grid-stride loops: any n with a
- * bounded grid. */
+/* vector.cu: fill, y += alpha x and the rounding to bf16 on the device
+ * (kernels/cpu/vector.c and kernels/cpu/bf16_widen.c are the host side;
+ * bk_copy reaches bk_device_copy). Grid-stride loops: any n with a bounded
+ * grid. */
+#include "kernels/bf16.h"
 #include "kernels/cuda/dev_common.cuh"
 
 enum { VEC_THREADS = 256 };
@@ -17,6 +19,15 @@ __global__ void bk_axpy_kernel(int64_t n, float alpha, const float *x, float *y)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         y[i] += alpha * x[i];
+}
+
+/* The rounding every bf16 tile load of the attention kernels does
+ * (bk_float_to_bf16), so rounded inputs give those kernels the same bits. */
+__global__ void bk_round_bf16_kernel(int64_t n, const float *x, uint16_t *y)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = bk_float_to_bf16(x[i]);
 }
 
 extern "C" bk_status BK_DEV_FN(fill)(const bk_queue *q, int64_t n, float *x, float value)
@@ -36,4 +47,14 @@ extern "C" bk_status BK_DEV_FN(axpy)(const bk_queue *q, int64_t n, float alpha, 
     BK_DEV_PTRS(x, y);
     return BK_LAUNCH(bk_axpy_kernel, dim3(bk_grid_for(n, VEC_THREADS)), dim3(VEC_THREADS), 0,
                      q->stream, n, alpha, x, y);
+}
+
+extern "C" bk_status BK_DEV_FN(round_bf16)(const bk_queue *q, int64_t n, const float *x,
+                                           uint16_t *y)
+{
+    BK_CHECK_ARG(n >= 0 && (n == 0 || (x != NULL && y != NULL)));
+    if (n == 0) return BK_OK;
+    BK_DEV_PTRS(x, y);
+    return BK_LAUNCH(bk_round_bf16_kernel, dim3(bk_grid_for(n, VEC_THREADS)), dim3(VEC_THREADS),
+                     0, q->stream, n, x, y);
 }

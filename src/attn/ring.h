@@ -2,7 +2,8 @@
  * Collective over the context-parallel communicator, whose ranks are the
  * layout's ranks. Local buffers follow the kernel layouts (kernels/attention.h):
  *   Q, O, dO, dQ [n, Hq, d]; K, V, dK, dV [n, Hkv, d]; lse [n, Hq]
- * where n = N / P tokens of this rank, in the layout's local order, in the
+ * where n = N / P tokens of this rank, in the layout's local order, fp32 (what
+ * travels may be bf16: ring_exec_ctx.in_type), in the
  * memory of the context's queue: host memory for a host queue, device memory
  * for a device queue (the transport then needs the device's hooks,
  * bt_world_set_device).
@@ -14,6 +15,7 @@
 #define BURST_ATTN_RING_H
 
 #include "kernels/attention.h"
+#include "kernels/device.h"
 #include "kernels/ops.h"
 #include "src/attn/ring_plan.h"
 #include "transport/transport.h"
@@ -47,6 +49,11 @@ typedef struct {
     ring_buffers *buffers;       /* made for sched by ring_buffers_create; NULL: made for this call */
     int64_t piece_rows;          /* query rows per kernel call between transport polls;
                                   * 0: RING_PIECE_ROWS */
+    bk_dtype in_type;            /* what Q, K, V and dO travel and reach the kernels as:
+                                  * BK_F32 (0), or BK_BF16, rounded once at home (bk_round_bf16:
+                                  * half the bytes on the wire and in the slots, and on a device
+                                  * the same bits, since its kernels round fp32 inputs so); the
+                                  * schedule is planned with the same (in_bytes 2) */
 } ring_exec_ctx;
 
 typedef struct {

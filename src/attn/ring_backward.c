@@ -8,26 +8,31 @@
  * Two helpers hold every difference between the directions: bundle_pack puts
  * the home block's travelling inputs into its slot, and pair_views says, for a
  * held bundle, which tensors come from it and which from home, and where the
- * gradients go. delta = rowsum(dO * O) is computed once at home, so the
- * bundle never needs O. */
+ * gradients go. delta = rowsum(dO * O) is computed once at home (from the
+ * fp32 dO), so the bundle never needs O. Q, K, V and dO travel in the ring's
+ * input type (fp32 or bf16, ring_exec_ctx.in_type); lse, delta and the
+ * accumulators are fp32 always. */
 #include "src/attn/ring_run.h"
 #include "util/clock.h"
 
-/* What stays at home, and where its gradients go. */
+/* What stays at home, and where its gradients go; Q, K, V, dO of the
+ * travelling type (ring_run.elem). */
 typedef struct {
-    const float *Q, *K, *V, *dO, *lse, *delta;
+    const void *Q, *K, *V, *dO;
+    const float *lse, *delta;
     float *dQ, *dK, *dV;
 } bwd_home;
 
 /* One kernel call's operands: queries from one block, keys from another. */
 typedef struct {
-    const float *Q, *K, *V, *dO, *lse, *delta;
+    const void *Q, *K, *V, *dO;
+    const float *lse, *delta;
     float *dQ, *dK, *dV;
     const int64_t *q_pos, *kv_pos;
     const int32_t *q_seg, *kv_seg;
 } bwd_pair;
 
-/* Floats of Q [n, Hq, d], K [n, Hkv, d] and lse [n, Hq] of one block. */
+/* Elements of Q [n, Hq, d], K [n, Hkv, d] and lse [n, Hq] of one block. */
 typedef struct {
     size_t q, kv, rows;
 } block_floats;
@@ -40,15 +45,15 @@ static block_floats sizes_of(const ring_schedule *s)
     return f;
 }
 
+/* dst[bytes] = src on the ring's queue. */
+static bt_status copy_bytes(const ring_run *run, void *dst, const void *src, size_t bytes)
+{
+    return ring_run_kernel(bk_copy(run->c->queue, dst, src, bytes));
+}
+
 static int q_side(const ring_run *run)
 {
     return run->s->pass == RING_BWD_Q_SIDE;
-}
-
-/* dst[floats] = src on the ring's queue. */
-static bt_status copy_floats(const ring_run *run, float *dst, const float *src, size_t floats)
-{
-    return ring_run_kernel(bk_copy(run->c->queue, dst, src, floats * sizeof(float)));
 }
 
 static bt_status zero_floats(const ring_run *run, float *dst, size_t floats)
@@ -56,34 +61,42 @@ static bt_status zero_floats(const ring_run *run, float *dst, size_t floats)
     return ring_run_kernel(bk_fill(run->c->queue, (int64_t)floats, dst, 0.0f));
 }
 
-/* The home block's travelling inputs into slot. */
-static bt_status bundle_pack(const ring_run *run, const bwd_home *h, float *slot)
+/* The home block's travelling inputs into slot: [Q | dO | lse | delta]
+ * (Q-side) or [K | V], the tensors of the travelling type. */
+static bt_status bundle_pack(const ring_run *run, const bwd_home *h, unsigned char *slot)
 {
     block_floats f = sizes_of(run->s);
+    size_t e = run->elem, rows = f.rows * sizeof(float);
     bt_status st;
     if (q_side(run)) {
-        st = copy_floats(run, slot, h->Q, f.q);
-        if (st == BT_OK) st = copy_floats(run, slot + f.q, h->dO, f.q);
-        if (st == BT_OK) st = copy_floats(run, slot + 2 * f.q, h->lse, f.rows);
-        if (st == BT_OK) st = copy_floats(run, slot + 2 * f.q + f.rows, h->delta, f.rows);
+        st = copy_bytes(run, slot, h->Q, f.q * e);
+        if (st == BT_OK) st = copy_bytes(run, slot + f.q * e, h->dO, f.q * e);
+        if (st == BT_OK) st = copy_bytes(run, slot + 2 * f.q * e, h->lse, rows);
+        if (st == BT_OK) st = copy_bytes(run, slot + 2 * f.q * e + rows, h->delta, rows);
     } else {
-        st = copy_floats(run, slot, h->K, f.kv);
-        if (st == BT_OK) st = copy_floats(run, slot + f.kv, h->V, f.kv);
+        st = copy_bytes(run, slot, h->K, f.kv * e);
+        if (st == BT_OK) st = copy_bytes(run, slot + f.kv * e, h->V, f.kv * e);
     }
     return st;
 }
 
 /* The operands of a held bundle against home; its gradients go to acc. */
-static bwd_pair pair_views(const ring_run *run, const bwd_home *h, const float *in, float *acc)
+static bwd_pair pair_views(const ring_run *run, const bwd_home *h, const unsigned char *in,
+                           float *acc)
 {
     block_floats f = sizes_of(run->s);
+    size_t e = run->elem;
     const ring_buffers *b = run->b;
-    if (q_side(run)) /* the visiting queries against the home keys */
-        return (bwd_pair){in, h->K, h->V, in + f.q, in + 2 * f.q, in + 2 * f.q + f.rows,
-                          acc, h->dK, h->dV, b->block_pos, b->home_pos, b->block_seg, b->home_seg};
+    if (q_side(run)) { /* the visiting queries against the home keys */
+        const float *lse = (const float *)(in + 2 * f.q * e);
+        return (bwd_pair){in,  h->K,  h->V,         in + f.q * e,  lse,           lse + f.rows,
+                          acc, h->dK, h->dV,        b->block_pos,  b->home_pos,   b->block_seg,
+                          b->home_seg};
+    }
     /* the home queries against the visiting keys */
-    return (bwd_pair){h->Q, in, in + f.kv, h->dO, h->lse, h->delta,
-                      h->dQ, acc, acc + f.kv, b->home_pos, b->block_pos, b->home_seg, b->block_seg};
+    return (bwd_pair){h->Q,  in,           in + f.kv * e, h->dO,        h->lse,       h->delta,
+                      h->dQ, acc,          acc + f.kv,    b->home_pos,  b->block_pos, b->home_seg,
+                      b->block_seg};
 }
 
 /* The home block's gradients that the chain accumulates: from acc, or zero
@@ -95,7 +108,8 @@ static bt_status home_gradients(const ring_run *run, const bwd_home *h, const fl
     size_t len = q_side(run) ? f.q : f.kv;
     bt_status st = BT_OK;
     for (int k = 0; k < 2 && dst[k] && st == BT_OK; k++)
-        st = acc ? copy_floats(run, dst[k], acc + k * len, len) : zero_floats(run, dst[k], len);
+        st = acc ? copy_bytes(run, dst[k], acc + k * len, len * sizeof(float))
+                 : zero_floats(run, dst[k], len);
     return st;
 }
 
@@ -116,9 +130,9 @@ static bt_status backward_piece(ring_run *run, int64_t r0, int64_t rows, void *a
     bk_attn_geom g = ring_run_geometry(run, rows, p->q_pos + r0, p->q_seg + r0, p->kv_pos,
                                        p->kv_seg);
     bk_attn_stats ks;
-    bt_status st = ring_run_kernel(bk_attn_bwd(run->c->queue, &g, p->Q + qo, p->K, p->V,
-                                               p->dO + qo, p->lse + lo, p->delta + lo, p->dQ + qo,
-                                               p->dK, p->dV, ring_run_tile_stats(run, &ks)));
+    bt_status st = ring_run_kernel(ring_run_attn_bwd(
+        run, &g, ring_run_at(run, p->Q, qo), p->K, p->V, ring_run_at(run, p->dO, qo), p->lse + lo,
+        p->delta + lo, p->dQ + qo, p->dK, p->dV, ring_run_tile_stats(run, &ks)));
     ring_run_count_tiles(run, &ks);
     return st;
 }
@@ -135,7 +149,7 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
     bt_status st = BT_OK;
     size_t acc_floats = s->acc_bytes / sizeof(float);
     if (x->acc_from >= 0) { /* acc_in[a] may still be read by an earlier step's add */
-        st = ring_run_send_ready(run);
+        st = ring_run_await(run, b->acc_in_used[a]);
         if (st == BT_OK)
             st = ring_run_irecv(run, x->acc_from, x->acc_from_channel, b->acc_in[a], s->acc_bytes,
                                 &acc_recv);
@@ -144,18 +158,21 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
     if (st == BT_OK) st = zero_floats(run, b->acc_out[a], acc_floats);
     if (st == BT_OK && x->compute) {
         st = ring_run_block_positions(run, x->block);
-        bwd_pair p = pair_views(run, h, (const float *)b->slot[x->slot], b->acc_out[a]);
+        bwd_pair p = pair_views(run, h, b->slot[x->slot], b->acc_out[a]);
         if (st == BT_OK) st = ring_run_pieces(run, backward_piece, &p);
+        if (st == BT_OK) st = ring_run_mark(run, b->slot_used[x->slot]);
     }
     if (st == BT_OK && acc_recv) {
         st = ring_run_wait(run, &acc_recv);
         if (st == BT_OK)
             st = ring_run_kernel(bk_axpy(run->c->queue, (int64_t)acc_floats, 1.0f, b->acc_in[a],
                                          b->acc_out[a]));
+        if (st == BT_OK) st = ring_run_mark(run, b->acc_in_used[a]);
     }
+    if (st == BT_OK) st = ring_run_mark(run, b->acc_out_used[a]);
     if (st != BT_OK) return st;
     if (x->acc_to >= 0) {
-        st = ring_run_send_ready(run);
+        st = ring_run_await(run, b->acc_out_used[a]);
         return st == BT_OK ? ring_run_isend(run, x->acc_to, x->acc_to_channel, b->acc_out[a],
                                             s->acc_bytes, &run->acc_send[a])
                            : st;
@@ -176,15 +193,21 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
     if (st != BT_OK) return st;
     const ring_schedule *s = run.s;
     double t_start = bu_now();
-    bwd_home h = {Q, K, V, dO, lse, run.b->delta, dQ, dK, dV};
+    ring_inputs in;
+    /* delta from the fp32 dO, whatever travels */
     st = ring_run_kernel(bk_attn_delta(c->queue, s->layout.n, s->h_q, s->d, dO, O, run.b->delta));
-    if (st == BT_OK) st = bundle_pack(&run, &h, (float *)run.b->slot[SLOT_HOME]);
+    if (st == BT_OK) st = ring_run_home_inputs(&run, Q, K, V, dO, &in);
+    bwd_home h = {in.Q, in.K, in.V, in.dO, lse, run.b->delta, dQ, dK, dV};
     if (st == BT_OK) st = zero_home_accumulators(&run, &h);
-    if (st == BT_OK) st = ring_run_send_ready(&run); /* the home slot leaves at the first step */
+    /* the copies last, as in ring_forward.c */
+    if (st == BT_OK) st = bundle_pack(&run, &h, run.b->slot[SLOT_HOME]);
+    if (st == BT_OK) st = ring_run_mark(&run, run.b->slot_used[SLOT_HOME]); /* sent at step 0 */
     /* The final accumulator of the home block is received from the start, so
      * its sender never waits on this rank to reach the end. */
     int from = s->home_acc_from[run.rank], home_done = 0;
     bt_request *home_recv = NULL;
+    if (st == BT_OK && from >= 0) /* once the last pass's copy out of it has run */
+        st = ring_run_await(&run, run.b->home_acc_used);
     if (st == BT_OK && from >= 0)
         st = ring_run_irecv(&run, from, s->home_acc_channel[run.rank], run.b->home_acc,
                             s->acc_bytes, &home_recv);
@@ -197,6 +220,7 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
     if (st == BT_OK && from >= 0) {
         st = ring_run_wait(&run, &home_recv);
         if (st == BT_OK) st = home_gradients(&run, &h, run.b->home_acc), home_done = 1;
+        if (st == BT_OK) st = ring_run_mark(&run, run.b->home_acc_used);
     }
     if (st == BT_OK && !home_done) st = home_gradients(&run, &h, NULL);
     st = ring_run_finish(&run, st);

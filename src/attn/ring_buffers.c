@@ -7,15 +7,18 @@
  * Two mirrors, each with the event of its last upload, because an upload
  * runs when the queue reaches it: the mirror filled next must not be the one
  * a queued upload still reads. One device table suffices, since the kernels
- * that read it and the upload that replaces it run in the queue's order. */
+ * that read it and the upload that replaces it run in the queue's order.
+ * Also on a device: the event of the queue's last use of each buffer the
+ * transport touches (ring_run.h says who records and who waits). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/device.h"
 #include "src/attn/ring_run.h"
 
-/* The slots, then 4 trailing accumulators, the home accumulator, delta and 4 tables. */
-enum { N_BUFFERS = RING_N_SLOTS + 10 };
+/* The slots, then 4 trailing accumulators, the home accumulator, delta, 4
+ * tables and the bf16 home inputs. */
+enum { N_BUFFERS = RING_N_SLOTS + 11 };
 
 /* The capacities b needs for each of scheds[n_scheds]: the largest of each. */
 static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, ring_buffers *b)
@@ -26,12 +29,15 @@ static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, 
         if (s->acc_bytes > b->acc_bytes) b->acc_bytes = s->acc_bytes;
         if (s->layout.n > b->n) b->n = s->layout.n;
         if (s->layout.n * s->h_q > b->rows) b->rows = s->layout.n * s->h_q;
+        /* Q, K, V, dO of the home block in bf16 */
+        size_t home_in = (size_t)s->layout.n * (size_t)(2 * s->h_q + 2 * s->h_kv) * (size_t)s->d * 2;
+        if (s->in_bytes == 2 && home_in > b->home_in_bytes) b->home_in_bytes = home_in;
     }
 }
 
 /* The bytes of each buffer of b, in the order ring_buffers_create allocates
  * them (slots, accumulators out and in, home accumulator, delta, positions,
- * document ids); returns their count. */
+ * document ids, bf16 home inputs); returns their count. */
 static int buffer_sizes(const ring_buffers *b, size_t sizes[N_BUFFERS])
 {
     int k = 0;
@@ -42,19 +48,35 @@ static int buffer_sizes(const ring_buffers *b, size_t sizes[N_BUFFERS])
     sizes[k++] = ((size_t)b->rows + 1) * sizeof(float);
     sizes[k++] = n * sizeof(int64_t), sizes[k++] = n * sizeof(int64_t);
     sizes[k++] = n * sizeof(int32_t), sizes[k++] = n * sizeof(int32_t);
+    sizes[k++] = b->home_in_bytes;
     return k;
 }
 
-/* The device's host mirrors of the position tables and their events; 0 or -1. */
-static int make_mirrors(ring_buffers *b)
+/* The events of a ring on a device, in one list for making and destroying. */
+enum { N_EVENTS = 2 + RING_N_SLOTS + 4 + 2 };
+static int events_of(ring_buffers *b, void **ev[N_EVENTS])
+{
+    int k = 0;
+    ev[k++] = &b->uploaded[0], ev[k++] = &b->uploaded[1];
+    for (int i = 0; i < RING_N_SLOTS; i++) ev[k++] = &b->slot_used[i];
+    ev[k++] = &b->acc_out_used[0], ev[k++] = &b->acc_out_used[1];
+    ev[k++] = &b->acc_in_used[0], ev[k++] = &b->acc_in_used[1];
+    ev[k++] = &b->home_acc_used, ev[k++] = &b->queue_mark;
+    return k;
+}
+
+/* The device's host mirrors of the position tables and the events; 0 or -1. */
+static int make_device_side(ring_buffers *b)
 {
     size_t n = (size_t)(b->n > 0 ? b->n : 1);
     for (int k = 0; k < 2; k++) {
         b->pos_host[k] = calloc(n, sizeof(int64_t));
         b->seg_host[k] = calloc(n, sizeof(int32_t));
-        if (!b->pos_host[k] || !b->seg_host[k] || bk_device_event_create(&b->uploaded[k]) != BK_OK)
-            return -1;
+        if (!b->pos_host[k] || !b->seg_host[k]) return -1;
     }
+    void **ev[N_EVENTS];
+    for (int k = 0, count = events_of(b, ev); k < count; k++)
+        if (bk_device_event_create(ev[k]) != BK_OK) return -1;
     return 0;
 }
 
@@ -76,7 +98,8 @@ ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_sche
     b->acc_out[0] = p[k++], b->acc_out[1] = p[k++], b->acc_in[0] = p[k++], b->acc_in[1] = p[k++];
     b->home_acc = p[k++], b->delta = p[k++];
     b->home_pos = p[k++], b->block_pos = p[k++], b->home_seg = p[k++], b->block_seg = p[k++];
-    if (!ok || (ring_buffers_on_device(b) && make_mirrors(b) != 0)) {
+    b->home_in = p[k++];
+    if (!ok || (ring_buffers_on_device(b) && make_device_side(b) != 0)) {
         ring_buffers_free(b);
         return NULL;
     }
@@ -86,14 +109,15 @@ ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_sche
 void ring_buffers_free(ring_buffers *b)
 {
     if (!b) return;
-    void *bufs[] = {b->acc_out[0], b->acc_out[1], b->acc_in[0], b->acc_in[1], b->home_acc,
-                    b->delta,      b->home_pos,   b->block_pos, b->home_seg, b->block_seg};
+    void *bufs[] = {b->acc_out[0], b->acc_out[1], b->acc_in[0],  b->acc_in[1],
+                    b->home_acc,   b->delta,      b->home_pos,   b->block_pos,
+                    b->home_seg,   b->block_seg,  b->home_in};
     for (int k = 0; k < RING_N_SLOTS; k++) bk_free(&b->memory, b->slot[k]);
     for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) bk_free(&b->memory, bufs[k]);
-    for (int k = 0; k < 2; k++) {
-        free(b->pos_host[k]), free(b->seg_host[k]);
-        if (b->uploaded[k]) bk_device_event_destroy(b->uploaded[k]);
-    }
+    for (int k = 0; k < 2; k++) free(b->pos_host[k]), free(b->seg_host[k]);
+    void **ev[N_EVENTS];
+    for (int k = 0, count = events_of(b, ev); k < count; k++)
+        if (*ev[k]) bk_device_event_destroy(*ev[k]);
     free(b);
 }
 

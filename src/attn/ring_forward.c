@@ -6,7 +6,7 @@
 #include "util/clock.h"
 
 typedef struct {
-    const float *Q, *K, *V; /* home queries; the held block's keys and values */
+    const void *Q, *K, *V; /* home queries; the held block's keys and values */
     float *O, *lse;
 } fwd_piece;
 
@@ -18,10 +18,10 @@ static bt_status forward_piece(ring_run *run, int64_t r0, int64_t rows, void *ar
     bk_attn_geom g = ring_run_geometry(run, rows, run->b->home_pos + r0, run->b->home_seg + r0,
                                        run->b->block_pos, run->b->block_seg);
     bk_attn_stats ks;
-    bt_status st = ring_run_kernel(bk_attn_fwd(run->c->queue, &g, p->Q + (size_t)r0 * q_row, p->K,
-                                               p->V, p->O + (size_t)r0 * q_row,
-                                               p->lse + (size_t)r0 * (size_t)s->h_q,
-                                               ring_run_tile_stats(run, &ks)));
+    bt_status st = ring_run_kernel(ring_run_attn_fwd(run, &g, ring_run_at(run, p->Q, (size_t)r0 * q_row),
+                                                     p->K, p->V, p->O + (size_t)r0 * q_row,
+                                                     p->lse + (size_t)r0 * (size_t)s->h_q,
+                                                     ring_run_tile_stats(run, &ks)));
     ring_run_count_tiles(run, &ks);
     return st;
 }
@@ -34,12 +34,16 @@ bt_status ring_forward(const ring_exec_ctx *c, const float *Q, const float *K, c
     if (st != BT_OK) return st;
     const ring_schedule *s = run.s;
     double t_start = bu_now();
-    size_t kv_floats = (size_t)s->layout.n * (size_t)s->h_kv * (size_t)s->d;
-    float *home = (float *)run.b->slot[SLOT_HOME];
-    st = ring_run_kernel(bk_copy(c->queue, home, K, kv_floats * sizeof(float)));
-    if (st == BT_OK) st = ring_run_kernel(bk_copy(c->queue, home + kv_floats, V, kv_floats * sizeof(float)));
-    if (st == BT_OK) st = ring_run_kernel(bk_attn_fwd_init(c->queue, s->layout.n, s->h_q, s->d, O, lse));
-    if (st == BT_OK) st = ring_run_send_ready(&run); /* the home slot leaves at the first step */
+    size_t kv_bytes = (size_t)s->layout.n * (size_t)s->h_kv * (size_t)s->d * run.elem;
+    unsigned char *home = run.b->slot[SLOT_HOME];
+    ring_inputs in;
+    st = ring_run_kernel(bk_attn_fwd_init(c->queue, s->layout.n, s->h_q, s->d, O, lse));
+    if (st == BT_OK) st = ring_run_home_inputs(&run, Q, K, V, NULL, &in);
+    /* The copies last: the emulator runs copies late and kernels at once, so
+     * a send of the home slot that did not wait for them shows in the tests. */
+    if (st == BT_OK) st = ring_run_kernel(bk_copy(c->queue, home, in.K, kv_bytes));
+    if (st == BT_OK) st = ring_run_kernel(bk_copy(c->queue, home + kv_bytes, in.V, kv_bytes));
+    if (st == BT_OK) st = ring_run_mark(&run, run.b->slot_used[SLOT_HOME]); /* sent at step 0 */
 
     for (int step = 0; step < s->n_steps && st == BT_OK; step++) {
         const ring_step *x = ring_step_at(s, run.rank, step);
@@ -47,9 +51,10 @@ bt_status ring_forward(const ring_exec_ctx *c, const float *Q, const float *K, c
         if (st != BT_OK || x->block < 0 || !x->compute) continue;
         st = ring_run_block_positions(&run, x->block);
         if (st != BT_OK) break;
-        const float *kv = (const float *)run.b->slot[x->slot];
-        fwd_piece p = {Q, kv, kv + kv_floats, O, lse};
+        const unsigned char *kv = run.b->slot[x->slot];
+        fwd_piece p = {in.Q, kv, kv + kv_bytes, O, lse};
         st = ring_run_pieces(&run, forward_piece, &p);
+        if (st == BT_OK) st = ring_run_mark(&run, run.b->slot_used[x->slot]);
     }
     st = ring_run_finish(&run, st);
     if (st == BT_OK)

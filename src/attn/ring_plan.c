@@ -18,11 +18,12 @@ const char *ring_pass_name(ring_pass pass)
     return "?";
 }
 
-ring_pass ring_choose_backward(ring_bwd_choice choice, int h_q, int h_kv, int d)
+ring_pass ring_choose_backward(ring_bwd_choice choice, int h_q, int h_kv, int d, int in_bytes)
 {
     if (choice == BWD_KV_SIDE) return RING_BWD_KV_SIDE;
     if (choice == BWD_Q_SIDE) return RING_BWD_Q_SIDE;
-    int64_t q_side = 3 * (int64_t)h_q * d + 2 * (int64_t)h_q, kv_side = 4 * (int64_t)h_kv * d;
+    int64_t e = in_bytes ? in_bytes : 4, q = (int64_t)h_q * d, kv = (int64_t)h_kv * d;
+    int64_t q_side = 2 * q * e + 2 * (int64_t)h_q * 4 + q * 4, kv_side = 2 * kv * e + 2 * kv * 4;
     return q_side <= kv_side ? RING_BWD_Q_SIDE : RING_BWD_KV_SIDE;
 }
 
@@ -87,6 +88,10 @@ ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err,
                                "multiple of 8", cfg->h_q, cfg->h_kv, cfg->d);
         return NULL;
     }
+    if (cfg->in_bytes != 0 && cfg->in_bytes != 4 && cfg->in_bytes != 2) {
+        snprintf(err, err_len, "inputs of %d bytes an element: 4 (fp32) or 2 (bf16)", cfg->in_bytes);
+        return NULL;
+    }
     if (attn_need_validate(&cfg->need, err, err_len) != 0) return NULL;
 
     ring_schedule *s = calloc(1, sizeof *s);
@@ -104,13 +109,16 @@ ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err,
     s->steps = calloc((size_t)P * (size_t)P, sizeof *s->steps);
     s->home_acc_from = malloc((size_t)P * sizeof(int));
     s->home_acc_channel = calloc((size_t)P, sizeof(int));
-    size_t n = (size_t)cfg->layout.n, f = sizeof(float);
-    if (pass == RING_BWD_Q_SIDE) {
-        s->input_bytes = (2 * n * (size_t)cfg->h_q * (size_t)cfg->d + 2 * n * (size_t)cfg->h_q) * f;
-        s->acc_bytes = n * (size_t)cfg->h_q * (size_t)cfg->d * f;
-    } else {
-        s->input_bytes = 2 * n * (size_t)cfg->h_kv * (size_t)cfg->d * f;
-        s->acc_bytes = pass == RING_BWD_KV_SIDE ? s->input_bytes : 0;
+    s->in_bytes = cfg->in_bytes ? cfg->in_bytes : 4;
+    size_t n = (size_t)cfg->layout.n, f = sizeof(float), e = (size_t)s->in_bytes;
+    size_t q_elems = n * (size_t)cfg->h_q * (size_t)cfg->d,
+           kv_elems = n * (size_t)cfg->h_kv * (size_t)cfg->d;
+    if (pass == RING_BWD_Q_SIDE) { /* [Q | dO | lse | delta], dQ */
+        s->input_bytes = 2 * q_elems * e + 2 * n * (size_t)cfg->h_q * f;
+        s->acc_bytes = q_elems * f;
+    } else { /* [K | V], and backward [dK | dV] */
+        s->input_bytes = 2 * kv_elems * e;
+        s->acc_bytes = pass == RING_BWD_KV_SIDE ? 2 * kv_elems * f : 0;
     }
     for (int r = 0; r < P; r++) {
         s->home_acc_from[r] = -1;

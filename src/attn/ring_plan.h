@@ -90,7 +90,9 @@ typedef struct {
     ring_step *steps;             /* [P][n_steps] */
     int *home_acc_from;           /* [P] backward: who sends the final accumulator home, or -1 */
     int *home_acc_channel;        /* [P] */
-    /* sizes of what travels, in bytes (fp32 everywhere on the CPU) */
+    /* sizes of what travels, in bytes: the inputs (Q, K, V, dO) in elements of
+     * in_bytes (4: fp32, 2: bf16), lse, delta and the accumulators in fp32 */
+    int in_bytes;
     size_t input_bytes, acc_bytes;
 } ring_schedule;
 
@@ -101,6 +103,7 @@ typedef struct {
     attn_need_ctx need;    /* mask (+ segment ids) */
     int h_q, h_kv, d;
     int count_pairs;       /* fill ring_step.pairs (slower: counts every pair) */
+    int in_bytes;          /* element of Q, K, V and dO: 4 (fp32; 0 means 4) or 2 (bf16) */
 } ring_plan_config;
 
 static inline ring_step *ring_step_at(const ring_schedule *s, int rank, int step)
@@ -108,9 +111,11 @@ static inline ring_step *ring_step_at(const ring_schedule *s, int rank, int step
     return &s->steps[(size_t)rank * (size_t)s->n_steps + (size_t)step];
 }
 
-/* Which backward sends fewer bytes per step for these head counts:
- * Q-side 3*Hq*d + 2*Hq values, KV-side 4*Hkv*d. */
-ring_pass ring_choose_backward(ring_bwd_choice choice, int h_q, int h_kv, int d);
+/* Which backward sends fewer bytes per step and row for these head counts
+ * and inputs of in_bytes (4: fp32, 2: bf16): Q-side 2*Hq*d inputs, 2*Hq fp32
+ * (lse, delta) and the fp32 dQ of Hq*d; KV-side 2*Hkv*d inputs and the fp32
+ * dK, dV of 2*Hkv*d. */
+ring_pass ring_choose_backward(ring_bwd_choice choice, int h_q, int h_kv, int d, int in_bytes);
 const char *ring_pass_name(ring_pass pass);
 
 /* Plans one pass; NULL with a message on a bad configuration. */

@@ -10,13 +10,56 @@
 #include "src/attn/ring_run.h"
 #include "util/clock.h"
 
+/* Host time the transfer kept the queue idle: the whole wait on the host; on
+ * a device, from the moment the queue had run everything queued before the
+ * wait (queue_mark) until the transfer completed. */
+static bt_status wait_on_device(ring_run *run, bt_request **req)
+{
+    void *mark = run->b->queue_mark;
+    if (bk_device_event_record(mark, run->c->queue) != BK_OK) return BT_ERR_SYS;
+    double idle_since = -1.0;
+    for (;;) {
+        int done = 0;
+        bt_status st = bt_test(req, &done);
+        if (st != BT_OK || done) {
+            if (idle_since >= 0.0) run->stats->wait_s += bu_now() - idle_since;
+            return st;
+        }
+        if (idle_since < 0.0) {
+            int ran = bk_device_event_query(mark);
+            if (ran < 0) return BT_ERR_SYS;
+            if (ran) idle_since = bu_now();
+        }
+        st = bt_progress(run->world);
+        if (st != BT_OK) return st;
+    }
+}
+
 bt_status ring_run_wait(ring_run *run, bt_request **req)
 {
     if (!*req) return BT_OK;
+    if (run->mem == BT_MEM_DEVICE) return wait_on_device(run, req);
     double t0 = bu_now();
     bt_status st = bt_wait(req);
     run->stats->wait_s += bu_now() - t0;
     return st;
+}
+
+bt_status ring_run_mark(ring_run *run, void *used)
+{
+    if (run->mem != BT_MEM_DEVICE) return BT_OK;
+    return bk_device_event_record(used, run->c->queue) == BK_OK ? BT_OK : BT_ERR_SYS;
+}
+
+bt_status ring_run_await(ring_run *run, void *used)
+{
+    if (run->mem != BT_MEM_DEVICE) return BT_OK;
+    for (;;) {
+        int ran = bk_device_event_query(used);
+        if (ran != 0) return ran > 0 ? BT_OK : BT_ERR_SYS;
+        bt_status st = bt_progress(run->world);
+        if (st != BT_OK) return st;
+    }
 }
 
 static bt_status drain_slot_sends(ring_run *run, int slot)
@@ -37,12 +80,6 @@ bt_status ring_run_block_positions(ring_run *run, int block)
                : BT_ERR_SYS;
 }
 
-bt_status ring_run_send_ready(ring_run *run)
-{
-    if (run->mem != BT_MEM_DEVICE) return BT_OK;
-    return bk_device_sync(run->c->queue) == BK_OK ? BT_OK : BT_ERR_SYS;
-}
-
 bt_status ring_run_isend(ring_run *run, int peer, int channel, const void *buf, size_t bytes,
                          bt_request **req)
 {
@@ -58,8 +95,50 @@ bt_status ring_run_irecv(ring_run *run, int peer, int channel, void *buf, size_t
 /* The buffers must hold this schedule: the caller's, or made for the call. */
 static int buffers_fit(const ring_buffers *b, const ring_schedule *s)
 {
+    size_t home_in = (size_t)s->layout.n * (size_t)(2 * s->h_q + 2 * s->h_kv) * (size_t)s->d * 2;
     return b->input_bytes >= s->input_bytes && b->acc_bytes >= s->acc_bytes &&
-           b->n >= s->layout.n && b->rows >= s->layout.n * s->h_q;
+           b->n >= s->layout.n && b->rows >= s->layout.n * s->h_q &&
+           (s->in_bytes != 2 || b->home_in_bytes >= home_in);
+}
+
+bt_status ring_run_home_inputs(ring_run *run, const float *Q, const float *K, const float *V,
+                               const float *dO, ring_inputs *in)
+{
+    *in = (ring_inputs){Q, K, V, dO};
+    if (run->elem == sizeof(float)) return BT_OK;
+    const ring_schedule *s = run->s;
+    int64_t q = s->layout.n * s->h_q * s->d, kv = s->layout.n * s->h_kv * s->d;
+    const float *from[4] = {Q, K, V, dO};
+    const int64_t count[4] = {q, kv, kv, q};
+    const void **to[4] = {&in->Q, &in->K, &in->V, &in->dO};
+    uint16_t *at = run->b->home_in;
+    for (int k = 0; k < 4; k++) {
+        if (!from[k]) continue;
+        if (bk_round_bf16(run->c->queue, count[k], from[k], at) != BK_OK) return BT_ERR_SYS;
+        *to[k] = at;
+        at += count[k];
+    }
+    return BT_OK;
+}
+
+bk_status ring_run_attn_fwd(const ring_run *run, const bk_attn_geom *g, const void *Q,
+                            const void *K, const void *V, float *O, float *lse,
+                            bk_attn_stats *stats)
+{
+    const bk_queue *q = run->c->queue;
+    return run->elem == sizeof(float) ? bk_attn_fwd(q, g, Q, K, V, O, lse, stats)
+                                      : bk_attn_fwd_bf16(q, g, Q, K, V, O, lse, stats);
+}
+
+bk_status ring_run_attn_bwd(const ring_run *run, const bk_attn_geom *g, const void *Q,
+                            const void *K, const void *V, const void *dO, const float *lse,
+                            const float *delta, float *dQ, float *dK, float *dV,
+                            bk_attn_stats *stats)
+{
+    const bk_queue *q = run->c->queue;
+    return run->elem == sizeof(float)
+               ? bk_attn_bwd(q, g, Q, K, V, dO, lse, delta, dQ, dK, dV, stats)
+               : bk_attn_bwd_bf16(q, g, Q, K, V, dO, lse, delta, dQ, dK, dV, stats);
 }
 
 bt_status ring_run_begin(ring_run *run, const ring_exec_ctx *c, int backward,
@@ -72,7 +151,9 @@ bt_status ring_run_begin(ring_run *run, const ring_exec_ctx *c, int backward,
     run->rank = bt_comm_rank(c->comm);
     run->world = bt_comm_world(c->comm);
     run->stats = stats;
-    if (bt_comm_size(c->comm) != run->s->P || backward != (run->s->pass != RING_FORWARD))
+    run->elem = c->in_type == BK_BF16 ? 2 : sizeof(float);
+    if (bt_comm_size(c->comm) != run->s->P || backward != (run->s->pass != RING_FORWARD) ||
+        (size_t)run->s->in_bytes != run->elem)
         return BT_ERR_ARG;
     run->b = c->buffers;
     if (!run->b) run->b = run->owned = ring_buffers_create(&c->sched, 1, c->queue);
@@ -99,15 +180,15 @@ bt_status ring_run_finish(ring_run *run, bt_status st)
     return st;
 }
 
-/* Posts the receives of this step: blocks needed at later steps. A slot may
- * still be read by kernels the queue has not run (on a device), so the queue
- * is drained before the transport may write into one. */
+/* Posts the receives of this step: blocks needed at later steps, each into a
+ * slot once the sends and the kernels reading its old block are done. */
 static bt_status post_receives(ring_run *run, const ring_step *x)
 {
-    bt_status st = x->n_recv > 0 ? ring_run_send_ready(run) : BT_OK;
+    bt_status st = BT_OK;
     for (int k = 0; k < x->n_recv && st == BT_OK; k++) {
         const ring_xfer *r = &x->recv[k];
         st = drain_slot_sends(run, r->slot);
+        if (st == BT_OK) st = ring_run_await(run, run->b->slot_used[r->slot]);
         if (st == BT_OK)
             st = ring_run_irecv(run, r->peer, r->channel, run->b->slot[r->slot],
                                 run->s->input_bytes, &run->slot_recv[r->slot]);
@@ -115,12 +196,15 @@ static bt_status post_receives(ring_run *run, const ring_step *x)
     return st;
 }
 
-/* Forwards the held block (it has arrived) to its next holders. */
+/* Forwards the held block (it has arrived, or the queue has packed it at
+ * home) to its next holders. */
 static bt_status post_sends(ring_run *run, const ring_step *x)
 {
     bt_status st = BT_OK;
     for (int k = 0; k < x->n_send && st == BT_OK; k++) {
         const ring_xfer *t = &x->send[k];
+        st = ring_run_await(run, run->b->slot_used[t->slot]);
+        if (st != BT_OK) break;
         bt_request **req = &run->slot_sends[t->slot][run->n_slot_sends[t->slot]++];
         st = ring_run_isend(run, t->peer, t->channel, run->b->slot[t->slot],
                             run->s->input_bytes, req);
@@ -134,6 +218,8 @@ bt_status ring_run_begin_step(ring_run *run, const ring_step *x, int step)
     if (st == BT_OK && x->block >= 0 && step > 0)
         st = ring_run_wait(run, &run->slot_recv[x->slot]);
     if (st == BT_OK) st = post_sends(run, x);
+    /* start the transfers now rather than at the first poll between pieces */
+    if (st == BT_OK && x->n_send > 0) st = bt_progress(run->world);
     return st;
 }
 

@@ -8,9 +8,14 @@
  * One executor for both memories: every buffer operation is a kernel of the
  * ring's queue (bk_copy, bk_fill, bk_axpy) and every transfer names the
  * memory it reads (bt_isend_mem), so the same code runs on host buffers and
- * on device buffers. On a device, what a rank sends must be complete when it
- * is posted: a slot or accumulator written by kernels is sent after the queue
- * has run them (ring_run_send_ready). */
+ * on device buffers.
+ *
+ * On a device the queue (the compute stream) and the transport (its own
+ * streams, or the host) run side by side, so each buffer the transport
+ * touches carries the event of the queue's last use of it: a send waits until
+ * the kernels that wrote the buffer have run, a receive until the kernels that
+ * read the old content have; only that buffer's kernels, never the whole queue,
+ * and the transport is polled meanwhile (ring_run_await). */
 #ifndef BURST_ATTN_RING_RUN_H
 #define BURST_ATTN_RING_RUN_H
 
@@ -21,10 +26,13 @@ struct ring_buffers {
     unsigned char *slot[RING_N_SLOTS];    /* [input_bytes] each */
     float *acc_out[2], *acc_in[2];         /* trailing accumulators, double-buffered */
     float *home_acc;                       /* the home block's final accumulator */
+    uint16_t *home_in;                     /* bf16 inputs only: the home block's Q, K, V, dO
+                                            * rounded, [home_in_bytes] */
     float *delta;                          /* [n, Hq] rowsum(dO * O) */
     int64_t *home_pos, *block_pos;         /* [n] global positions */
     int32_t *home_seg, *block_seg;         /* [n] document ids (0 without segments) */
     size_t input_bytes, acc_bytes;         /* capacity of a slot and of an accumulator */
+    size_t home_in_bytes;                  /* capacity of home_in (0: no bf16 schedule) */
     int64_t n, rows;                       /* capacity in tokens and in token-heads (n * Hq) */
     bk_queue memory;                       /* the queue whose memory holds the buffers above */
     /* device only: host mirrors of the position tables [2][n] and the event of
@@ -33,6 +41,11 @@ struct ring_buffers {
     int32_t *seg_host[2];
     void *uploaded[2];
     int parity;
+    /* device only: the event of the queue's last use (read or write) of each
+     * buffer the transport reads or writes */
+    void *slot_used[RING_N_SLOTS];
+    void *acc_out_used[2], *acc_in_used[2], *home_acc_used;
+    void *queue_mark; /* everything queued when a wait began (exposed time) */
 };
 
 static inline int ring_buffers_on_device(const ring_buffers *b)
@@ -60,7 +73,32 @@ typedef struct {
     bt_request *acc_send[2];
     ring_exec_stats *stats;
     bt_mem mem;        /* where the buffers live, for the transport */
+    size_t elem;       /* bytes of a travelling input element: 4 (fp32) or 2 (bf16) */
 } ring_run;
+
+/* The home block's inputs as the kernels and the slots take them (fp32 or
+ * bf16: ring_run.elem); dO is NULL in the forward. */
+typedef struct {
+    const void *Q, *K, *V, *dO;
+} ring_inputs;
+
+/* The caller's fp32 inputs as ring_inputs: themselves, or rounded to bf16
+ * into the buffers' home_in ([Q | K | V | dO]) on the ring's queue. */
+bt_status ring_run_home_inputs(ring_run *run, const float *Q, const float *K, const float *V,
+                               const float *dO, ring_inputs *in);
+/* base + elements of the travelling type: an input offset by rows. */
+static inline const void *ring_run_at(const ring_run *run, const void *base, size_t elements)
+{
+    return (const unsigned char *)base + elements * run->elem;
+}
+/* The attention kernels on inputs of the travelling type. */
+bk_status ring_run_attn_fwd(const ring_run *run, const bk_attn_geom *g, const void *Q,
+                            const void *K, const void *V, float *O, float *lse,
+                            bk_attn_stats *stats);
+bk_status ring_run_attn_bwd(const ring_run *run, const bk_attn_geom *g, const void *Q,
+                            const void *K, const void *V, const void *dO, const float *lse,
+                            const float *delta, float *dQ, float *dK, float *dV,
+                            bk_attn_stats *stats);
 
 /* The attention of one piece of query rows [r0, r0 + rows) against a block. */
 typedef bt_status (*ring_piece_fn)(ring_run *run, int64_t r0, int64_t rows, void *arg);
@@ -73,15 +111,22 @@ bt_status ring_run_begin(ring_run *run, const ring_exec_ctx *c, int backward,
 /* Waits for every send still reading a slot or an accumulator, then ends. */
 bt_status ring_run_finish(ring_run *run, bt_status st);
 
+/* Waits for a transfer. The time it keeps the queue idle counts as exposed
+ * communication (stats->wait_s): on the host all of it; on a device only the
+ * part after the queue has run out of work, since until then the device was
+ * computing while the host waited. */
 bt_status ring_run_wait(ring_run *run, bt_request **req);
 /* Start of a step: post what arrives later, wait for the held block, pass it on. */
 bt_status ring_run_begin_step(ring_run *run, const ring_step *x, int step);
 /* Positions (and document ids) of block's tokens into the block tables. */
 bt_status ring_run_block_positions(ring_run *run, int block);
-/* Before sending what the queue's kernels wrote, or receiving into a buffer
- * they read: waits for them on a device (the transport works outside the
- * queue's order). */
-bt_status ring_run_send_ready(ring_run *run);
+/* After queuing work on a buffer the transport touches: *used (one of the
+ * buffers' *_used events) stands for it from now on. No-op on the host. */
+bt_status ring_run_mark(ring_run *run, void *used);
+/* Before the transport reads or writes that buffer: waits until the queue
+ * has run the work *used stands for, polling the transport meanwhile. No-op
+ * on the host, where kernels have run when they return. */
+bt_status ring_run_await(ring_run *run, void *used);
 bt_status ring_run_isend(ring_run *run, int peer, int channel, const void *buf, size_t bytes,
                          bt_request **req);
 bt_status ring_run_irecv(ring_run *run, int peer, int channel, void *buf, size_t bytes,

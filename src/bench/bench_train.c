@@ -2,11 +2,13 @@
  * steps of the tiny and small presets at several sequence lengths on 1 and 2
  * ranks) as children under `burst run`, and prints what a user of the engine
  * wants to know before a long run: tokens/s, achieved GFLOP/s as a fraction of
- * the sgemm rate the child measured in the same run, the peak memory of rank 0
- * against the engine's own estimate; then, for one configuration, how the peak
- * moves with the fused LM head and the checkpoint fraction. Timing comes from
- * the child's JSON-lines metrics with step 1 (warm-up: first touches, page
- * faults, plan setup) left out; memory from its final "done:" line. */
+ * the sgemm rate the child measured in the same run, the exposed communication
+ * of the rings, on a device the MFU against a stated bf16 peak, the peak memory
+ * of rank 0 against the engine's own estimate; then, for one configuration, how
+ * the peak moves with the fused LM head and the checkpoint fraction. Timing
+ * comes from the child's JSON-lines metrics with step 1 (warm-up: first
+ * touches, page faults, plan setup) left out; memory from its final "done:"
+ * line. */
 #define _GNU_SOURCE
 #include "config.h"
 
@@ -18,6 +20,7 @@
 #include "src/bench/bench.h"
 #include "src/bench/relaunch.h"
 #include "src/cli/cli.h"
+#include "src/train/config.h"
 #include "util/parse.h"
 #include "util/clock.h"
 
@@ -30,18 +33,22 @@ static void usage(FILE *out)
         out,
         "usage: burst bench train [--models LIST] [--ranks LIST] [--seq LIST] [--steps N]\n"
         "                         [--mem-model M] [--mem-ranks P] [--mem-seq N]\n"
+        "                         [--device cpu|cuda] [--peak-tflops T] [--gpus G]\n"
         "                         [--threads N] [--quick] [--verbose]\n\n"
         "Runs `burst run -n P -- burst train` for each model, rank count and sequence\n"
         "length (synthetic counting task, N steps, causal zigzag ring, fused head,\n"
         "checkpoint fraction 0.5) and prints, per run: tokens/s and achieved GFLOP/s\n"
         "averaged over steps 2..N (step 1 is warm-up; with N = 1 it is step 1), the\n"
         "fraction of the sgemm rate (the child measures sgemm on rank 0 with the same\n"
-        "threads in the same run; for P ranks the reference is P times that rate), and\n"
-        "rank 0's peak resident memory with the ratio to the engine's estimate. Then a\n"
+        "threads in the same run, or on its device; for P ranks the reference is P times\n"
+        "that rate), the exposed communication of the attention rings per step (the most\n"
+        "any rank waited for a transfer), with --peak-tflops the MFU, and rank 0's peak\n"
+        "resident memory with the ratio to the engine's estimate. Then a\n"
         "memory table: one configuration with the fused head on and off and checkpoint\n"
         "fraction 0, 0.5 and 1 (one step each, so its time includes warm-up). Rows are\n"
         "printed as each run finishes; a failed run prints 'failed' and the exit status is 1.\n\n"
-        "  --models LIST   tiny, small (~23M parameters) (default tiny,small)\n"
+        "  --models LIST   model presets (train's [model] preset: tiny, small ~23M,\n"
+        "                  300m, 1b, 7b, ...) (default tiny,small)\n"
         "  --ranks LIST    rank counts P, each rank one CP rank (default 1,2)\n"
         "  --seq LIST      sequence lengths in tokens, applied to every model; K suffix\n"
         "                  = 1024 (default: tiny 8K,16K,32K; small 8K)\n"
@@ -49,6 +56,11 @@ static void usage(FILE *out)
         "  --mem-model M   model of the memory table (default small)\n"
         "  --mem-ranks P   rank count of the memory table (default 2)\n"
         "  --mem-seq N     sequence length of the memory table (default 8K; 0 = no table)\n"
+        "  --device D      cpu, or cuda: every rank trains on a GPU ([train] device;\n"
+        "                  ranks beyond the node's GPUs share them) (default cpu)\n"
+        "  --peak-tflops T the dense bf16 peak of one GPU in TFLOP/s (H100/H200 SXM:\n"
+        "                  989); adds MFU = achieved / (min(P, G) x T) (default: no MFU)\n"
+        "  --gpus G        GPUs the ranks of a run share, for the MFU (default 1)\n"
         "  --threads N     OpenMP/BLAS threads per rank (default: online cores / P)\n"
         "  --quick         tiny only, 8K, 2 steps, memory table on tiny (under a minute)\n"
         "  --verbose       copy the children's commands and output to stderr\n\n"
@@ -63,14 +75,22 @@ static void usage(FILE *out)
 
 /* One child run: its settings and what was read back. */
 typedef struct {
-    const char *model;
+    const char *model, *device;
     int ranks, steps, fused;
     long long seq;
     double ckpt;
     int ok, measured;             /* steps counted in the timing */
     double sgemm, seconds, flop;  /* sgemm GFLOP/s; sums over measured steps (s, GFLOP) */
+    double exposed;               /* sum over measured steps of the exposed communication (s) */
     double peak, estimate, ratio; /* bytes; ratio = peak / estimate */
 } run;
+
+/* The MFU's reference: one GPU's dense bf16 peak (TFLOP/s; 0: no MFU) and the
+ * GPUs a run's ranks share. */
+typedef struct {
+    double peak_tflops;
+    int gpus;
+} mfu_ref;
 
 static double to_bytes(double v, const char *unit)
 {
@@ -81,35 +101,39 @@ static double to_bytes(double v, const char *unit)
     return v;
 }
 
-/* Reads the metrics file: sums seconds and FLOPs over steps 2..N (or step 1 alone). */
+/* The number after "key": in a metrics line; 0 when absent. */
+static int metric(const char *line, const char *key, double *value)
+{
+    char quoted[32];
+    snprintf(quoted, sizeof quoted, "\"%s\": ", key);
+    const char *at = strstr(line, quoted);
+    return at && sscanf(at + strlen(quoted), "%lf", value) == 1;
+}
+
+/* Reads the metrics file: sums seconds, FLOPs and exposed communication over
+ * steps 2..N (or step 1 alone). */
 static void read_metrics(const char *path, run *r)
 {
     FILE *f = fopen(path, "r");
     if (!f) return;
     char line[1024];
-    double first_s = 0, first_flop = 0;
+    run first = {0};
     while (fgets(line, sizeof line, f)) {
-        long long step = 0;
-        double seconds = 0, gflops = 0;
-        const char *s = strstr(line, "\"step\":"), *t = strstr(line, "\"seconds\":"),
-                   *g = strstr(line, "\"gflops\":");
-        if (!s || !t || !g || sscanf(s, "\"step\": %lld", &step) != 1 ||
-            sscanf(t, "\"seconds\": %lf", &seconds) != 1 ||
-            sscanf(g, "\"gflops\": %lf", &gflops) != 1)
+        double step = 0, seconds = 0, gflops = 0, exposed = 0;
+        if (!metric(line, "step", &step) || !metric(line, "seconds", &seconds) ||
+            !metric(line, "gflops", &gflops) || !metric(line, "exposed_s", &exposed))
             continue;
-        if (step == 1) {
-            first_s = seconds;
-            first_flop = gflops * seconds;
-        } else {
-            r->seconds += seconds;
-            r->flop += gflops * seconds;
-            r->measured++;
-        }
+        run *into = step == 1 ? &first : r;
+        into->seconds += seconds;
+        into->flop += gflops * seconds;
+        into->exposed += exposed;
+        into->measured++;
     }
     fclose(f);
-    if (r->measured == 0 && first_s > 0) {
-        r->seconds = first_s;
-        r->flop = first_flop;
+    if (r->measured == 0 && first.measured == 1) {
+        r->seconds = first.seconds;
+        r->flop = first.flop;
+        r->exposed = first.exposed;
         r->measured = 1;
     }
 }
@@ -125,13 +149,15 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
     if (t < 1) t = 1;
     char max_seq[64] = "";
     if (cfg->seq > 65536) snprintf(max_seq, sizeof max_seq, " --set model.max_seq=%lld", cfg->seq);
+    char device[64];
+    snprintf(device, sizeof device, " --set train.device=%s", cfg->device);
     FILE *p = bench_relaunch(
         self, cfg->ranks, t, verbose,
-        "train --set model.preset=%s%s --set data.seq_len=%lld --set data.task=counting "
+        "train --set model.preset=%s%s%s --set data.seq_len=%lld --set data.task=counting "
         "--set parallel.dp=1 --set parallel.cp=%d --set train.steps=%d "
         "--set train.warmup_steps=1 --set train.log_every=1 --set memory.ckpt_fraction=%g "
         "--set memory.fused_head=%d --set transport.timeout=3600 --set train.metrics=%s",
-        cfg->model, max_seq, cfg->seq, cfg->ranks, cfg->steps, cfg->ckpt, cfg->fused, metrics);
+        cfg->model, max_seq, device, cfg->seq, cfg->ranks, cfg->steps, cfg->ckpt, cfg->fused, metrics);
     if (!p) {
         unlink(metrics);
         return -1;
@@ -145,6 +171,10 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
         char pu[8], eu[8];
         double pv, ev;
         if (sscanf(body, "sgemm per rank: %lf", &r->sgemm) == 1) continue;
+        const char *dev_sgemm = strstr(body, "its sgemm: ");
+        if (strncmp(body, "device: ", 8) == 0 && dev_sgemm &&
+            sscanf(dev_sgemm, "its sgemm: %lf", &r->sgemm) == 1)
+            continue;
         if (strncmp(body, "done:", 5) == 0 && peak &&
             sscanf(peak, "peak memory rank 0 %lf %7s (estimated %lf %7[^,], ratio %lf)", &pv, pu,
                    &ev, eu, &r->ratio) == 5) {
@@ -171,25 +201,27 @@ static const char *seq_name(long long seq, char *buf, size_t len)
 
 static void print_run_header(void)
 {
-    printf("| model | P | seq | s/step | tokens/s | GFLOP/s | sgemm x P | fraction | peak rank 0 | "
-           "estimate | peak/est |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    printf("| model | P | seq | s/step | tokens/s | GFLOP/s | sgemm x P | fraction | exposed s/step "
+           "| MFU | peak rank 0 | estimate | peak/est |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
 }
 
-static void print_run(const run *r)
+static void print_run(const run *r, const mfu_ref *m)
 {
-    char s[16], p[32], e[32];
+    char s[16], p[32], e[32], mfu[16] = "-";
     if (!r->ok) {
-        printf("| %s | %d | %s | failed | | | | | | | |\n", r->model, r->ranks,
+        printf("| %s | %d | %s | failed | | | | | | | | | |\n", r->model, r->ranks,
                seq_name(r->seq, s, sizeof s));
         return;
     }
     double step_s = r->seconds / r->measured, gflops = r->flop / r->seconds;
     double ref = r->sgemm * r->ranks;
-    printf("| %s | %d | %s | %.2f | %.0f | %.2f | %.1f | %.2f | %s | %s | %.2f |\n", r->model,
-           r->ranks, seq_name(r->seq, s, sizeof s), step_s, (double)r->seq / step_s, gflops, ref,
-           ref > 0 ? gflops / ref : 0, bu_human_bytes(r->peak, p, sizeof p), bu_human_bytes(r->estimate, e, sizeof e),
-           r->ratio);
+    int gpus = r->ranks < m->gpus ? r->ranks : m->gpus;
+    if (m->peak_tflops > 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * gflops / (gpus * m->peak_tflops * 1e3));
+    printf("| %s | %d | %s | %.2f | %.0f | %.2f | %.1f | %.2f | %.3f | %s | %s | %s | %.2f |\n",
+           r->model, r->ranks, seq_name(r->seq, s, sizeof s), step_s, (double)r->seq / step_s,
+           gflops, ref, ref > 0 ? gflops / ref : 0, r->exposed / r->measured, mfu,
+           bu_human_bytes(r->peak, p, sizeof p), bu_human_bytes(r->estimate, e, sizeof e), r->ratio);
 }
 
 /* Parses "a,b,c" into values; K suffix multiplies by 1024. Returns the count or -1. */
@@ -211,19 +243,20 @@ static int parse_list(const char *arg, long long *out, long long lo, long long h
     return n;
 }
 
-static int parse_models(const char *arg, const char **out)
+/* Model presets: names [model] preset knows, copied into names[names_len]
+ * (which out[] then points into). */
+static int parse_models(const char *arg, char *names, size_t names_len, const char **out)
 {
-    char *list = strdup(arg), *save = NULL;
+    char *save = NULL;
     int n = 0;
-    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        const char *m = strcmp(t, "tiny") == 0 ? "tiny" : strcmp(t, "small") == 0 ? "small" : NULL;
-        if (!m || n == MAX_LIST) {
-            free(list);
+    if (snprintf(names, names_len, "%s", arg) >= (int)names_len) return -1;
+    for (char *t = strtok_r(names, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        train_config scratch;
+        train_config_default(&scratch);
+        if (strcmp(t, "custom") == 0 || train_config_preset(&scratch, t) != 0 || n == MAX_LIST)
             return -1;
-        }
-        out[n++] = m;
+        out[n++] = t;
     }
-    free(list);
     return n;
 }
 
@@ -239,6 +272,9 @@ int bench_train(int argc, char **argv)
     long long ranks[MAX_LIST] = {1, 2}, seqs[MAX_LIST] = {0}, v[MAX_LIST];
     int n_models = 2, n_ranks = 2, n_seqs = 0, steps = 3, threads = 0, verbose = 0, quick = 0;
     long long mem_seq = 8192, mem_ranks = 2;
+    const char *device = "cpu";
+    char model_names[256], mem_model_name[64];
+    mfu_ref mfu = {0.0, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -253,7 +289,8 @@ int bench_train(int argc, char **argv)
             usage(stderr);
             return EXIT_USAGE;
         } else if (strcmp(a, "--models") == 0) {
-            if ((n_models = parse_models(val, models)) <= 0) return bad_option(a, val);
+            if ((n_models = parse_models(val, model_names, sizeof model_names, models)) <= 0)
+                return bad_option(a, val);
             i++;
         } else if (strcmp(a, "--ranks") == 0) {
             if ((n_ranks = parse_list(val, ranks, 1, 64)) <= 0) return bad_option(a, val);
@@ -271,8 +308,23 @@ int bench_train(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--mem-model") == 0) {
             const char *m[MAX_LIST];
-            if (parse_models(val, m) != 1) return bad_option(a, val);
+            if (parse_models(val, mem_model_name, sizeof mem_model_name, m) != 1)
+                return bad_option(a, val);
             mem_model = m[0];
+            i++;
+        } else if (strcmp(a, "--device") == 0) {
+            if (strcmp(val, "cpu") != 0 && strcmp(val, "cuda") != 0) return bad_option(a, val);
+            device = val;
+            i++;
+        } else if (strcmp(a, "--peak-tflops") == 0) {
+            char *end;
+            mfu.peak_tflops = strtod(val, &end);
+            if (*end != '\0' || !(mfu.peak_tflops > 0 && mfu.peak_tflops < 1e6))
+                return bad_option(a, val);
+            i++;
+        } else if (strcmp(a, "--gpus") == 0) {
+            if (parse_list(val, v, 1, 1024) != 1) return bad_option(a, val);
+            mfu.gpus = (int)v[0];
             i++;
         } else if (strcmp(a, "--mem-ranks") == 0) {
             if (parse_list(val, v, 1, 64) != 1) return bad_option(a, val);
@@ -314,6 +366,7 @@ int bench_train(int argc, char **argv)
         for (int p = 0; p < n_ranks; p++) {
             for (int s = 0; s < count; s++) {
                 run cfg = {.model = models[m],
+                           .device = device,
                            .ranks = (int)ranks[p],
                            .steps = steps,
                            .fused = 1,
@@ -321,13 +374,15 @@ int bench_train(int argc, char **argv)
                            .ckpt = 0.5};
                 run r;
                 if (launch(self, &cfg, &r, threads, verbose) != 0) failures++;
-                print_run(&r);
+                print_run(&r, &mfu);
                 fflush(stdout);
             }
         }
     }
-    printf("\nfraction = achieved GFLOP/s / (P x the sgemm rate rank 0 measured in the same run); "
-           "peak = rank 0's maximum resident set; estimate = the engine's memory report.\n");
+    printf("\nfraction = achieved GFLOP/s / (P x the sgemm rate rank 0 measured in the same run%s); "
+           "exposed = the most any rank waited for the rings' transfers per step; peak = rank "
+           "0's maximum resident set; estimate = the engine's memory report.\n",
+           strcmp(device, "cpu") == 0 ? "" : " on its device");
 
     /* The memory table: fused head x checkpoint fraction, one step each. */
     static const double fractions[] = {0, 0.5, 1};
@@ -342,6 +397,7 @@ int bench_train(int argc, char **argv)
     for (int f = 1; mem_seq > 0 && f >= 0; f--) {
         for (int k = 0; k < 3; k++) {
             run cfg = {.model = mem_model,
+                       .device = device,
                        .ranks = (int)mem_ranks,
                        .steps = 1,
                        .fused = f,

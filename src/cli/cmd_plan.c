@@ -70,7 +70,7 @@ int cmd_plan(int argc, char **argv)
         return EXIT_USAGE;
     }
     cfg.count_pairs = dump && o.seq <= 65536; /* exact pair counts in a readable dump */
-    ring_pass bwd = ring_choose_backward(o.bwd, o.h_q, o.h_kv, o.d);
+    ring_pass bwd = ring_choose_backward(o.bwd, o.h_q, o.h_kv, o.d, cfg.in_bytes);
     printf("plan: N=%lld over %d ranks (%d node%s), %s ring, layout %s, mask %s, Hq=%d Hkv=%d d=%d\n",
            (long long)o.seq, o.ranks, o.nodes, o.nodes > 1 ? "s" : "",
            cfg.topo == TOPO_DOUBLE ? "double" : "flat", seq_layout_name(cfg.layout.kind), o.mask,

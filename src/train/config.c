@@ -46,6 +46,10 @@ static const model_preset presets[] = {
     {"tiny", 2, 64, 4, 2, 192, 256, 10000.0, 65536, 1},
     /* 23.5M parameters with the embedding shared by the head. */
     {"small", 6, 512, 8, 8, 1408, 8192, 10000.0, 65536, 1},
+    /* 316M (tied) and 1.10B (untied, the TinyLlama shape): the GPU benchmark's
+     * sizes, small enough for one GPU at long sequences. */
+    {"300m", 24, 1024, 16, 8, 2816, 32000, 10000.0, 1 << 20, 1},
+    {"1b", 22, 2048, 32, 4, 5632, 32000, 10000.0, 1 << 20, 0},
     {"7b", 32, 4096, 32, 32, 11008, 32000, 10000.0, 1 << 20, 0},
     {"13b", 40, 5120, 40, 40, 13824, 32000, 10000.0, 1 << 20, 0},
     {"70b", 80, 8192, 64, 8, 28672, 32000, 10000.0, 1 << 20, 0},
@@ -147,8 +151,8 @@ typedef struct {
     const char *const *choices; /* F_ENUM: NULL-terminated */
 } field;
 
-static const char *const preset_names[] = {"tiny", "small",     "7b",     "13b",
-                                           "70b",  "llama3-8b", "custom", NULL};
+static const char *const preset_names[] = {"tiny", "small", "300m",      "1b",     "7b",
+                                           "13b",  "70b",   "llama3-8b", "custom", NULL};
 static const char *const source_names[] = {"synthetic", "hdf5", NULL};
 static const char *const task_names[] = {"copy", "counting", "recall", NULL};
 static const char *const sampling_names[] = {"sequential", "shuffled", NULL};

@@ -142,6 +142,11 @@ static void *take(model_runner *r, size_t bytes, size_t *part, const char *what)
     return bu_calloc(bytes, what, r->failed, sizeof r->failed);
 }
 
+int model_ring_in_bytes(const bk_queue *q)
+{
+    return q->where == BK_DEVICE ? 2 : 4;
+}
+
 /* The forward and the backward ring for the current documents. The buffers
  * made for the first plan hold every later one: what travels depends on the
  * layout and the heads, not on the documents. */
@@ -152,7 +157,8 @@ static int plan_rings(model_runner *r, char *err, size_t err_len)
     pc.need.segments = r->segments;
     ring_schedule *fwd = ring_plan(&pc, RING_FORWARD, err, err_len);
     ring_schedule *bwd = fwd ? ring_plan(&pc, ring_choose_backward(r->cfg.backward, d->n_heads,
-                                                                   d->n_kv_heads, d->head_dim),
+                                                                   d->n_kv_heads, d->head_dim,
+                                                                   pc.in_bytes),
                                          err, err_len)
                              : NULL;
     if (!bwd) {
@@ -279,9 +285,13 @@ static model_runner *runner_plan(const model_runner_config *cfg, char *err, size
     /* a chunk of the fused head never spans more than this rank's tokens */
     if (r->cfg.head.chunk_tokens > r->n && r->n > 0) r->cfg.head.chunk_tokens = r->n;
 
+    /* On a device Q, K, V and dO travel in bf16: the device kernels round
+     * fp32 inputs to bf16 as they load them, so this halves the ring's bytes
+     * and slots and changes no result. */
     ring_plan_config pc = {.topo = cfg->topo, .nodes = cfg->nodes, .layout = cfg->layout,
                            .need = {.mask = cfg->mask, .N = cfg->layout.N}, .h_q = d->n_heads,
-                           .h_kv = d->n_kv_heads, .d = d->head_dim};
+                           .h_kv = d->n_kv_heads, .d = d->head_dim,
+                           .in_bytes = model_ring_in_bytes(cfg->queue)};
     r->plan = pc;
     if (cfg->mask.flags & BK_ATTN_DOCUMENT) { /* one document until told otherwise */
         size_t seg_bytes = (size_t)cfg->layout.N * sizeof(int32_t);
@@ -306,7 +316,8 @@ static model_runner *runner_plan(const model_runner_config *cfg, char *err, size
     }
     r->ring = (ring_exec_ctx){.comm = cfg->cp, .queue = cfg->queue,
                               .scale = 1.0f / sqrtf((float)d->head_dim), .mask = cfg->mask,
-                              .segments = r->segments, .piece_rows = cfg->piece_rows};
+                              .segments = r->segments, .piece_rows = cfg->piece_rows,
+                              .in_type = pc.in_bytes == 2 ? BK_BF16 : BK_F32};
     return r;
 }
 

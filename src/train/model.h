@@ -81,6 +81,10 @@ typedef struct {
                            (0 with the fused head) */
 } model_memory;
 
+/* Bytes of an element of Q, K, V and dO as the runner's rings carry them on
+ * queue q: 2 (bf16) on a device, 4 (fp32) on the host (ring_exec_ctx.in_type). */
+int model_ring_in_bytes(const bk_queue *q);
+
 /* What model_runner_create(cfg) allocates, known before allocating anything
  * large: 0, or -1 with err for a configuration the runner refuses. */
 int model_runner_memory(const model_runner_config *cfg, model_memory *mem, char *err, size_t err_len);

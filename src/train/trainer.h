@@ -101,6 +101,9 @@ typedef struct {
     double attn_bytes;  /* bytes the attention rings sent, all ranks */
     double attn_pairs;  /* (query, key) pairs the mask allows in the step's sequences, all
                            DP groups: the attention work the FLOPs count */
+    double attn_s;      /* wall time in the attention rings, the slowest rank's */
+    double exposed_s;   /* of which waiting for transfers (ring_exec_stats.wait_s), the
+                         * most any rank waited */
 } trainer_step_result;
 
 /* One optimizer step: all micro-batches, then ZeRO-1. 0, STOP_AGREED, or the

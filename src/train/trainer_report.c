@@ -140,10 +140,12 @@ int trainer_report_start(trainer *t)
            (long long)t->model.n_params, c->layers, c->d_model, c->n_heads, c->n_kv_heads,
            c->vocab, t->world_size, c->dp, c->cp, (long long)c->seq_len, (long long)t->layout.n,
            seq_layout_name(t->layout.kind), c->ckpt_fraction, c->fused_head ? "fused" : "unfused");
-    printf("attention: mask %s; %s; kernel pieces of %lld query rows\n", c->mask,
+    int in_bytes = model_ring_in_bytes(&t->queue);
+    printf("attention: mask %s; %s; kernel pieces of %lld query rows; inputs travel in %s\n",
+           c->mask,
            ring_pass_name(ring_choose_backward(t->plan.backward, c->n_heads, c->n_kv_heads,
-                                               c->d_model / c->n_heads)),
-           (long long)c->piece_rows);
+                                               c->d_model / c->n_heads, in_bytes)),
+           (long long)c->piece_rows, in_bytes == 2 ? "bf16" : "fp32");
     memory_report(t);
     if (t->plan.on_device)
         printf("device: %s, device %d of rank 0; its sgemm: %.1f GFLOP/s (rank 0 alone)\n",
@@ -181,10 +183,10 @@ void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
     double sgemm_world = t->sgemm_gflops * t->world_size;
     double eta = elapsed_s / (double)(step - first_step + 1) * (double)(c->steps - step);
     printf("step %5lld/%lld  loss %.4f  grad-norm %.3g  lr %.3g  %.0f tokens/s  %.2f GFLOP/s "
-           "(%.2f of sgemm x P)  mem %s  ETA %.0f s\n",
+           "(%.2f of sgemm x P)  attn %.3g s (exposed %.3g s)  mem %s  ETA %.0f s\n",
            (long long)step, (long long)c->steps, res->loss, res->grad_norm,
            lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step), step_tokens(t) / step_s,
-           gflops, sgemm_world > 0 ? gflops / sgemm_world : 0,
+           gflops, sgemm_world > 0 ? gflops / sgemm_world : 0, res->attn_s, res->exposed_s,
            bu_human_bytes(trainer_rss_bytes(), mem, sizeof mem), eta);
     fflush(stdout);
 }
@@ -205,10 +207,10 @@ void trainer_report_metrics(trainer *t, int64_t step, const trainer_step_result 
     char l[32], g[32];
     fprintf(t->metrics,
             "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"skipped\": %d, "
-            "\"tokens\": %lld, \"attn_bytes\": %.0f, \"attn_pairs\": %.0f, \"tokens_per_s\": %.6g, "
-            "\"gflops\": %.6g, \"seconds\": %.6g}\n",
+            "\"tokens\": %lld, \"attn_bytes\": %.0f, \"attn_pairs\": %.0f, \"attn_s\": %.6g, "
+            "\"exposed_s\": %.6g, \"tokens_per_s\": %.6g, \"gflops\": %.6g, \"seconds\": %.6g}\n",
             (long long)step, json_number(res->loss, l, sizeof l),
             json_number(res->grad_norm, g, sizeof g), res->skipped, (long long)res->tokens,
-            res->attn_bytes, res->attn_pairs, step_tokens(t) / step_s,
+            res->attn_bytes, res->attn_pairs, res->attn_s, res->exposed_s, step_tokens(t) / step_s,
             step_flops(t, res) / step_s / 1e9, step_s);
 }

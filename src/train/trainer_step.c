@@ -85,10 +85,10 @@ static double ring_bytes_sent(trainer *t)
 }
 
 /* Forward and backward of every micro-batch into t->grads, each on the rings
- * planned for its documents; adds the loss sum, the count of valid tokens and
- * the bytes the rings sent into *loss_sum, *counted, *attn_bytes. */
+ * planned for its documents; adds the loss sum and the count of valid tokens
+ * into *loss_sum, *counted, and sets this rank's ring bytes and times in res. */
 static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *counted,
-                            double *attn_bytes)
+                            trainer_step_result *res)
 {
     int64_t n = t->layout.n;
     if (bk_fill(&t->queue, t->model.n_params, t->grads, 0.0f) != BK_OK)
@@ -108,12 +108,15 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
             return fail(bt_world_error(t->world)[0] ? bt_world_error(t->world)
                                                         : "a kernel refused its arguments");
     }
-    *attn_bytes = ring_bytes_sent(t) - sent_before;
+    res->attn_bytes = ring_bytes_sent(t) - sent_before;
+    res->attn_s = ms.attn_fwd_s + ms.attn_bwd_s + ms.attn_recompute_s;
+    res->exposed_s = ms.attn_wait_s;
     return 0;
 }
 
 /* Which rank first saw a non-finite loss or gradient (INT64_MAX: none), the
- * step's loss, the rings' bytes and the attention pairs of all ranks: every
+ * step's loss, the rings' bytes and the attention pairs of all ranks and the
+ * rings' slowest times: every
  * rank learns them. */
 static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_bad,
                  trainer_step_result *res)
@@ -127,12 +130,17 @@ static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_ba
     int bad = !isfinite(loss_sum) || !isfinite(sq);
     *first_bad = bad ? t->rank : INT64_MAX;
     double sums[4] = {loss_sum, (double)counted, res->attn_bytes, sequence_pairs(t)};
-    if (bt_allreduce(bt_world_comm(t->world), first_bad, 1, BT_I64, BT_MIN) != BT_OK ||
-        bt_allreduce(bt_world_comm(t->world), sums, 4, BT_F64, BT_SUM) != BT_OK)
+    double slowest[2] = {res->attn_s, res->exposed_s};
+    bt_comm *all = bt_world_comm(t->world);
+    if (bt_allreduce(all, first_bad, 1, BT_I64, BT_MIN) != BT_OK ||
+        bt_allreduce(all, sums, 4, BT_F64, BT_SUM) != BT_OK ||
+        bt_allreduce(all, slowest, 2, BT_F64, BT_MAX) != BT_OK)
         return fail(bt_world_error(t->world));
     res->loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
     res->attn_bytes = sums[2];
     res->attn_pairs = sums[3];
+    res->attn_s = slowest[0];
+    res->exposed_s = slowest[1];
     return 0;
 }
 
@@ -164,7 +172,7 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
     res->tokens = valid;
     if (status == 0)
         status = forward_backward(t, valid > 0 ? 1.0f / (float)valid : 0.0f, &loss_sum, &counted,
-                                  &res->attn_bytes);
+                                  res);
     if (status != 0) return status;
     if (t->opts.inject_step == step && t->opts.inject_rank == t->rank)
         status = bk_fill(&t->queue, 1, t->grads, NAN) != BK_OK;

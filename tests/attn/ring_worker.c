@@ -10,7 +10,11 @@
  * device buffers (the worker linked with the emulator, ring_worker_emu, runs
  * it in make check); the inputs are then rounded to bf16, which the device's
  * tensor cores take exactly, and the tolerance is that of the P and dS the
- * kernels round to bf16. Rank 0 prints "ok ..." when every rank agreed. */
+ * kernels round to bf16. --in-bytes 2 makes Q, K, V and dO travel in bf16
+ * (ring_exec_ctx.in_type): the inputs are rounded to bf16 first, so on the
+ * host, where the kernels widen bf16 exactly, the fp32 tolerances still hold,
+ * and the byte counters show the halved bundles. Rank 0 prints "ok ..." when
+ * every rank agreed. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <signal.h>
@@ -36,6 +40,7 @@ typedef struct {
     int kill_rank;
     int64_t piece_rows; /* 0: the executor's default */
     int device;         /* run on the device queue, on device buffers */
+    int in_bytes;       /* 4: Q, K, V, dO travel in fp32; 2: in bf16 */
 } options;
 
 /* Relative tolerances: fp32 on the host; on the device, P and dS rounded to
@@ -156,9 +161,9 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
 {
     int64_t N = o->N;
     char config[160], err[256];
-    snprintf(config, sizeof config, "%s/%s P=%d %s Hq=%d Hkv=%d%s", o->mask_name,
+    snprintf(config, sizeof config, "%s/%s P=%d %s Hq=%d Hkv=%d%s%s", o->mask_name,
              seq_layout_name(o->layout), size, o->topo == TOPO_DOUBLE ? "double" : "flat", h_q, h_kv,
-             o->device ? " on the device" : "");
+             o->device ? " on the device" : "", o->in_bytes == 2 ? ", bf16 inputs" : "");
     seq_layout layout;
     if (seq_layout_init(&layout, o->layout, size, N, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
@@ -171,7 +176,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     test_rng_fill(&rng, K, kvn, -1, 1);
     test_rng_fill(&rng, V, kvn, -1, 1);
     test_rng_fill(&rng, dO, qn, -1, 1);
-    if (o->device) {
+    if (o->device || o->in_bytes == 2) {
         round_to_bf16(Q, qn), round_to_bf16(K, kvn), round_to_bf16(V, kvn);
         round_to_bf16(dO, qn);
     }
@@ -212,10 +217,12 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
 
     ring_plan_config pc = {.topo = o->topo, .nodes = o->nodes, .layout = layout,
                            .need = {.mask = mask, .segments = segments, .N = N},
-                           .h_q = h_q, .h_kv = h_kv, .d = d, .count_pairs = 0};
+                           .h_q = h_q, .h_kv = h_kv, .d = d, .count_pairs = 0,
+                           .in_bytes = o->in_bytes};
     bk_queue queue = o->device ? (bk_queue){BK_DEVICE, NULL, 0} : bk_host_queue();
     ring_exec_ctx ctx = {.comm = bt_world_comm(world), .queue = &queue, .scale = scale,
-                         .mask = mask, .segments = segments, .piece_rows = o->piece_rows};
+                         .mask = mask, .segments = segments, .piece_rows = o->piece_rows,
+                         .in_type = o->in_bytes == 2 ? BK_BF16 : BK_F32};
     ring_exec_stats stats;
     bt_counter before[RING_N_CHANNELS];
     ring_io host = {{q, k, v, dout, out, lse, dq, dk, dv}};
@@ -268,7 +275,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
 
 int main(int argc, char **argv)
 {
-    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1, 0, 0};
+    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1, 0, 0, 4};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--mask") == 0) o.mask_name = argv[i + 1];
         else if (strcmp(argv[i], "--layout") == 0 && seq_layout_parse(argv[i + 1], &o.layout) == 0) {}
@@ -277,6 +284,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--kill-rank") == 0) o.kill_rank = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--piece-rows") == 0) o.piece_rows = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--device") == 0) o.device = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--in-bytes") == 0) o.in_bytes = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "ring_worker: bad option '%s'\n", argv[i]);
             return WORKER_USAGE;
@@ -293,8 +301,8 @@ int main(int argc, char **argv)
     run_heads(&o, 4, 2, 16); /* GQA */
     int64_t total = worker_finish();
     if (rank == 0 && total == 0)
-        printf("ok ring %s/%s on %d ranks%s%s%s\n", o.mask_name, seq_layout_name(o.layout), size,
+        printf("ok ring %s/%s on %d ranks%s%s%s%s\n", o.mask_name, seq_layout_name(o.layout), size,
                o.topo == TOPO_DOUBLE ? " (double ring)" : "", o.piece_rows ? " in pieces" : "",
-               o.device ? " on the device" : "");
+               o.device ? " on the device" : "", o.in_bytes == 2 ? " with bf16 inputs" : "");
     return total ? WORKER_FAILED : 0;
 }

@@ -3,7 +3,8 @@
  * P = 1..4 (and 5, 6), every mask, MHA and GQA, both backward directions, the
  * flat ring and the double ring on emulated nodes; the kernels called on
  * several pieces of a block's rows; the byte counters against the schedule;
- * the same on device buffers (the emulated device); a rank killed between the
+ * the same on device buffers (the emulated device) and with the inputs
+ * travelling in bf16; a rank killed between the
  * forward and the backward ring. The ranks are tests/attn/ring_worker (or
  * ring_worker_emu), which checks its own rows. */
 #include <check.h>
@@ -23,9 +24,10 @@ static char *ring_worker(int device)
 }
 
 /* The ranks' kernels run on pieces of piece_rows query rows (NULL: the
- * default); device: on the emulated device, the buffers in device memory. */
+ * default); device: on the emulated device, the buffers in device memory;
+ * bf16: Q, K, V and dO travel in bf16. */
 static void expect_ring(int ranks, int nodes, const char *mask, const char *layout,
-                        const char *piece_rows, int device)
+                        const char *piece_rows, int device, int bf16)
 {
     char n[16], m[16];
     snprintf(n, sizeof n, "%d", ranks);
@@ -36,12 +38,13 @@ static void expect_ring(int ranks, int nodes, const char *mask, const char *layo
     if (nodes > 1) argv[a++] = "--double-ring", argv[a++] = m;
     if (piece_rows) argv[a++] = "--piece-rows", argv[a++] = (char *)piece_rows;
     if (device) argv[a++] = "--device", argv[a++] = "1";
+    if (bf16) argv[a++] = "--in-bytes", argv[a++] = "2";
     argv[a] = NULL;
     test_run_result r = test_run(argv, NULL);
     char want[160];
-    snprintf(want, sizeof want, "ok ring %s/%s on %d ranks%s%s%s", mask, layout, ranks,
+    snprintf(want, sizeof want, "ok ring %s/%s on %d ranks%s%s%s%s", mask, layout, ranks,
              nodes > 1 ? " (double ring)" : "", piece_rows ? " in pieces" : "",
-             device ? " on the device" : "");
+             device ? " on the device" : "", bf16 ? " with bf16 inputs" : "");
     ck_assert_msg(r.exit_code == 0 && test_output_has(&r, want), "%s/%s P=%d nodes=%d: exit %d\n%s",
                   mask, layout, ranks, nodes, r.exit_code, r.out);
     test_run_free(&r);
@@ -50,12 +53,12 @@ static void expect_ring(int ranks, int nodes, const char *mask, const char *layo
 static void expect_ok_pieces(int ranks, int nodes, const char *mask, const char *layout,
                              const char *piece_rows)
 {
-    expect_ring(ranks, nodes, mask, layout, piece_rows, 0);
+    expect_ring(ranks, nodes, mask, layout, piece_rows, 0, 0);
 }
 
 static void expect_ok(int ranks, int nodes, const char *mask, const char *layout)
 {
-    expect_ring(ranks, nodes, mask, layout, NULL, 0);
+    expect_ring(ranks, nodes, mask, layout, NULL, 0, 0);
 }
 
 static const char *masks[][2] = {{"none", "contiguous"},   {"causal", "zigzag"},
@@ -98,10 +101,22 @@ END_TEST
  * a document mask, several pieces. */
 START_TEST(device_ring_equals_single_rank)
 {
-    expect_ring(1, 1, "causal", "zigzag", NULL, 1);
-    expect_ring(2, 1, "causal", "zigzag", NULL, 1);
-    expect_ring(4, 2, "causal", "zigzag", NULL, 1); /* 2 emulated nodes x 2 ranks */
-    expect_ring(4, 2, "document", "contiguous", "7", 1);
+    expect_ring(1, 1, "causal", "zigzag", NULL, 1, 0);
+    expect_ring(2, 1, "causal", "zigzag", NULL, 1, 1);
+    expect_ring(4, 2, "causal", "zigzag", NULL, 1, 0); /* 2 emulated nodes x 2 ranks */
+    expect_ring(4, 2, "document", "contiguous", "7", 1, 1);
+}
+END_TEST
+
+/* Q, K, V and dO travelling in bf16 on the host: inputs rounded to bf16 first,
+ * the fp32 tolerances, the halved bundles in the byte counters; flat and
+ * double ring, pieces, a sparse mask. */
+START_TEST(bf16_inputs_equal_single_rank)
+{
+    expect_ring(1, 1, "causal", "zigzag", NULL, 0, 1);
+    expect_ring(3, 1, "causal", "zigzag", NULL, 0, 1);
+    expect_ring(4, 2, "window", "contiguous", "7", 0, 1); /* 2 nodes x 2 ranks */
+    expect_ring(4, 1, "sparse", "contiguous", NULL, 0, 1);
 }
 END_TEST
 
@@ -130,6 +145,7 @@ int main(void)
     TCase *tc = check_tcase(s, "ring", 600);
     check_add_loop_tests(tc, 0, 6, flat_ring_equals_single_rank, double_ring_equals_single_rank);
     check_add_tests(tc, odd_and_larger_worlds, several_kernel_pieces_per_block,
-                    device_ring_equals_single_rank, rank_lost_during_the_ring_is_named);
+                    device_ring_equals_single_rank, bf16_inputs_equal_single_rank,
+                    rank_lost_during_the_ring_is_named);
     return check_run(s);
 }

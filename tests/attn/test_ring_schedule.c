@@ -45,18 +45,25 @@ static mask_case mask_cases(int i, int64_t N, int P)
 }
 enum { N_MASK_CASES = 6 };
 
-static ring_schedule *plan(int P, int nodes, int i_mask, ring_pass pass, int h_q, int h_kv, int d,
-                           int64_t N)
+static ring_schedule *plan_typed(int P, int nodes, int i_mask, ring_pass pass, int h_q, int h_kv,
+                                 int d, int64_t N, int in_bytes)
 {
     mask_case mc = mask_cases(i_mask, N, P);
     char err[256];
     ring_plan_config cfg = {.topo = nodes > 1 ? TOPO_DOUBLE : TOPO_FLAT, .nodes = nodes,
                             .need = {.mask = mc.mask, .segments = segments, .N = N},
-                            .h_q = h_q, .h_kv = h_kv, .d = d};
+                            .h_q = h_q, .h_kv = h_kv, .d = d, .in_bytes = in_bytes};
     ck_assert(seq_layout_init(&cfg.layout, mc.layout, P, N, err, sizeof err) == 0);
     ring_schedule *s = ring_plan(&cfg, pass, err, sizeof err);
     ck_assert_msg(s != NULL, "%s", err);
     return s;
+}
+
+/* fp32 inputs */
+static ring_schedule *plan(int P, int nodes, int i_mask, ring_pass pass, int h_q, int h_kv, int d,
+                           int64_t N)
+{
+    return plan_typed(P, nodes, i_mask, pass, h_q, h_kv, d, N, 4);
 }
 
 /* Brute force over every (query, key) position pair with the kernels' rule. */
@@ -201,31 +208,61 @@ START_TEST(q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha)
 }
 END_TEST
 
+/* bf16 inputs halve what travels except lse, delta and the fp32 accumulators:
+ * [K | V] and [Q | dO] in half the bytes. */
+START_TEST(bf16_inputs_halve_the_travelling_tensors)
+{
+    const ring_pass passes[] = {RING_FORWARD, RING_BWD_KV_SIDE, RING_BWD_Q_SIDE};
+    for (int p = 0; p < 3; p++) {
+        int P = 4, hq = 8, hkv = 2, d = 64;
+        size_t n = 64, q = n * hq * d, kv = n * hkv * d;
+        ring_schedule *f32 = plan_typed(P, 1, 0, passes[p], hq, hkv, d, (int64_t)n * P, 4);
+        ring_schedule *b16 = plan_typed(P, 1, 0, passes[p], hq, hkv, d, (int64_t)n * P, 2);
+        size_t rows = passes[p] == RING_BWD_Q_SIDE ? 2 * n * hq * 4 : 0; /* lse, delta */
+        size_t tensors = passes[p] == RING_BWD_Q_SIDE ? 2 * q : 2 * kv;
+        ck_assert_uint_eq(f32->input_bytes, tensors * 4 + rows);
+        ck_assert_uint_eq(b16->input_bytes, tensors * 2 + rows);
+        ck_assert_uint_eq(b16->acc_bytes, f32->acc_bytes);
+        ck_assert_int_eq(b16->in_bytes, 2);
+        ring_schedule_free(f32);
+        ring_schedule_free(b16);
+    }
+    char err[128];
+    ring_plan_config bad = {.topo = TOPO_FLAT, .nodes = 1, .h_q = 8, .h_kv = 8, .d = 64,
+                            .in_bytes = 3, .need = {.mask = bk_attn_mask_causal(), .N = 256}};
+    ck_assert(seq_layout_init(&bad.layout, LAYOUT_ZIGZAG, 4, 256, err, sizeof err) == 0);
+    ck_assert(ring_plan(&bad, RING_FORWARD, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, "3 bytes") != NULL, "%s", err);
+}
+END_TEST
+
 START_TEST(auto_never_sends_more_than_the_cheaper_direction)
 {
     const int heads[][2] = {{8, 8}, {8, 4}, {8, 2}, {8, 1}, {32, 8}, {4, 4}};
-    for (int i = 0; i < 6; i++) {
-        int hq = heads[i][0], hkv = heads[i][1], P = 4;
-        ring_pass chosen = ring_choose_backward(BWD_AUTO, hq, hkv, 64);
-        ring_schedule *q = plan(P, 1, 1, RING_BWD_Q_SIDE, hq, hkv, 64, 64 * P);
-        ring_schedule *kv = plan(P, 1, 1, RING_BWD_KV_SIDE, hq, hkv, 64, 64 * P);
-        ring_schedule *a = plan(P, 1, 1, chosen, hq, hkv, 64, 64 * P);
+    for (int i = 0; i < 12; i++) {
+        int hq = heads[i % 6][0], hkv = heads[i % 6][1], P = 4, e = i < 6 ? 4 : 2;
+        ring_pass chosen = ring_choose_backward(BWD_AUTO, hq, hkv, 64, e);
+        ring_schedule *q = plan_typed(P, 1, 1, RING_BWD_Q_SIDE, hq, hkv, 64, 64 * P, e);
+        ring_schedule *kv = plan_typed(P, 1, 1, RING_BWD_KV_SIDE, hq, hkv, 64, 64 * P, e);
+        ring_schedule *a = plan_typed(P, 1, 1, chosen, hq, hkv, 64, 64 * P, e);
         uint64_t tq = 0, tkv = 0, ta = 0;
         for (int r = 0; r < P; r++) {
             tq += ring_schedule_bytes_sent(q, r);
             tkv += ring_schedule_bytes_sent(kv, r);
             ta += ring_schedule_bytes_sent(a, r);
         }
-        ck_assert_msg(ta <= tq && ta <= tkv, "Hq=%d Hkv=%d: auto sends %llu, Q-side %llu, KV-side %llu",
-                      hq, hkv, (unsigned long long)ta, (unsigned long long)tq, (unsigned long long)tkv);
+        ck_assert_msg(ta <= tq && ta <= tkv,
+                      "Hq=%d Hkv=%d, %d-byte inputs: auto sends %llu, Q-side %llu, KV-side %llu",
+                      hq, hkv, e, (unsigned long long)ta, (unsigned long long)tq,
+                      (unsigned long long)tkv);
         if (hkv * 2 <= hq) ck_assert_int_eq(chosen, RING_BWD_KV_SIDE); /* GQA with g >= 2 */
         if (hkv == hq) ck_assert_int_eq(chosen, RING_BWD_Q_SIDE);
         ring_schedule_free(q);
         ring_schedule_free(kv);
         ring_schedule_free(a);
     }
-    ck_assert_int_eq(ring_choose_backward(BWD_KV_SIDE, 8, 8, 64), RING_BWD_KV_SIDE);
-    ck_assert_int_eq(ring_choose_backward(BWD_Q_SIDE, 8, 1, 64), RING_BWD_Q_SIDE);
+    ck_assert_int_eq(ring_choose_backward(BWD_KV_SIDE, 8, 8, 64, 4), RING_BWD_KV_SIDE);
+    ck_assert_int_eq(ring_choose_backward(BWD_Q_SIDE, 8, 1, 64, 2), RING_BWD_Q_SIDE);
 }
 END_TEST
 
@@ -421,6 +458,6 @@ int main(void)
         tc, layouts_give_true_global_positions, block_level_need_matches_the_per_element_rule,
         sequence_pairs_match_a_brute_force_count,
         schedules_compute_every_needed_pair_once, q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha,
-        auto_never_sends_more_than_the_cheaper_direction, sliding_window_sends_only_the_window);
+        auto_never_sends_more_than_the_cheaper_direction, bf16_inputs_halve_the_travelling_tensors, sliding_window_sends_only_the_window);
     return check_run(s);
 }

@@ -1,8 +1,12 @@
 /* test_cli.c: the `burst` command line keeps its promises: help exits 0 and lists
  * every command, bad usage exits 2, version names the optional parts, the
- * device benchmark refuses bad options and a machine without a device. */
+ * device benchmark refuses bad options and a machine without a device, the
+ * training benchmark refuses bad options and runs on the emulated device. */
 #include <check.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
@@ -98,12 +102,63 @@ START_TEST(bench_kernels_device_errors)
 }
 END_TEST
 
+/* The training benchmark's usage errors name the option and the value. */
+START_TEST(bench_train_refuses_bad_options)
+{
+    const char *bad[][2] = {{"--device", "gpu"},     {"--models", "tiny,huge"},
+                            {"--models", "custom"},  {"--peak-tflops", "0"},
+                            {"--peak-tflops", "9x"}, {"--gpus", "0"}};
+    for (int i = 0; i < 6; i++) {
+        char *argv[] = {(char *)test_burst_path(), "bench", "train", (char *)bad[i][0],
+                        (char *)bad[i][1], NULL};
+        test_run_result r = test_run(argv, NULL);
+        char says[96];
+        snprintf(says, sizeof says, "%s: bad value '%s'", bad[i][0], bad[i][1]);
+        ck_assert_msg(r.exit_code == 2, "%s %s exited %d", bad[i][0], bad[i][1], r.exit_code);
+        ck_assert_msg(test_output_has(&r, says), "%s %s: %s", bad[i][0], bad[i][1], r.out);
+        test_run_free(&r);
+    }
+}
+END_TEST
+
+/* `burst bench train --device cuda` on the emulated device (burst linked with
+ * the emulator): a row with the device's sgemm as the reference, the exposed
+ * communication and the MFU against the stated peak. */
+START_TEST(bench_train_runs_on_the_device)
+{
+    char emu[4096];
+    test_program_path("tests/train/burst_emu", emu, sizeof emu);
+    char *argv[] = {emu,        "bench",   "train", "--device", "cuda", "--models", "tiny",
+                    "--ranks",  "2",       "--seq", "64",       "--steps", "2",     "--mem-seq",
+                    "0",        "--peak-tflops", "0.001", NULL};
+    char *env[] = {"OMP_NUM_THREADS=1", NULL};
+    test_run_result r = test_run(argv, env);
+    ck_assert_msg(r.exit_code == 0, "exited %d:\n%s", r.exit_code, r.out);
+    const char *row = strstr(r.out, "| tiny | 2 | 64 | ");
+    ck_assert_msg(row != NULL, "no row:\n%s", r.out);
+    double s_step, tokens, gflops, ref, fraction, exposed, mfu;
+    ck_assert_msg(sscanf(row, "| tiny | 2 | 64 | %lf | %lf | %lf | %lf | %lf | %lf | %lf%%", &s_step,
+                         &tokens, &gflops, &ref, &fraction, &exposed, &mfu) == 7,
+                  "row: %.200s", row);
+    ck_assert_msg(s_step > 0 && tokens > 0 && gflops > 0 && ref > 0, "row: %.200s", row);
+    ck_assert_msg(exposed >= 0 && exposed <= s_step, "exposed %g of a %g s step", exposed, s_step);
+    /* MFU = achieved over one GPU's peak (1 GFLOP/s here): the two ranks share
+     * the one device. Within the rounding of the two printed numbers. */
+    ck_assert_msg(fabs(mfu - 100.0 * gflops) <= 100.0 * 0.005 + 0.05, "MFU %g%%, %g GFLOP/s", mfu,
+                  gflops);
+    test_run_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli");
     TCase *tc = check_tcase(s, "cli", 60);
     check_add_tests(tc, help_lists_every_command, no_command_is_usage_error,
                     unknown_command_is_usage_error, every_command_has_help,
-                    version_names_optional_parts, bench_kernels_device_errors);
+                    version_names_optional_parts, bench_kernels_device_errors,
+                    bench_train_refuses_bad_options);
+    /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
+    check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device);
     return check_run(s);
 }

@@ -1,7 +1,7 @@
 /* test_bench_device_emu.c: `burst bench kernels --device cuda` (the code of
  * src/bench/bench_kernels_device.c) runs to the end on the emulated device at
  * tiny sizes: every attention configuration and every op gets a row with a
- * positive, finite rate, so a session with a GPU does not find its first bug
+ * positive, finite rate, so a first run on a GPU does not find its first bug
  * there. The rates themselves mean nothing in the emulator and are not checked. */
 #include <check.h>
 #include <math.h>

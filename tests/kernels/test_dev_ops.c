@@ -1,7 +1,8 @@
 /* test_dev_ops.c: the non-attention kernels on a device queue, against the
  * double-precision references of kernels/ref/ops_ref.c: every __global__
  * kernel of kernels/cuda/{norm,rope,swiglu,embedding,adamw,grad_norm,
- * cross_entropy,attention_state,device_checks}.cu and the GEMM entry points.
+ * cross_entropy,attention_state,device_checks,vector}.cu and the GEMM entry
+ * points.
  *
  * Built twice: linked with the SIMT emulator (test_dev_ops_emu, every build:
  * the kernels run on the CPU, with the emulator's checks), and with the CUDA
@@ -437,6 +438,54 @@ START_TEST(vector_helpers_match_host)
 END_TEST
 
 /* A GEMM runs after what its stream holds: C accumulated onto a queued copy. */
+/* The nearest bf16 to a finite x, ties to the even one, found in double: the
+ * two bf16 neighbours of x (its bits truncated, and one bf16 step further
+ * from zero) compared by distance. NaN stays NaN. */
+static uint16_t nearest_bf16(float x)
+{
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    if (isnan(x)) return (uint16_t)((bits >> 16) | 0x40);
+    uint32_t lo = bits & 0xffff0000u, hi = lo + 0x10000u;
+    float flo, fhi;
+    memcpy(&flo, &lo, sizeof flo);
+    memcpy(&fhi, &hi, sizeof fhi);
+    double dlo = fabs((double)x - (double)flo), dhi = fabs((double)fhi - (double)x);
+    if (isinf(fhi) && !isinf(x)) dhi = fabs(ldexp(1.0, 128) - fabs((double)x)); /* overflow */
+    int up = dhi < dlo || (dhi == dlo && ((lo >> 16) & 1));
+    return (uint16_t)((up ? hi : lo) >> 16);
+}
+
+/* bk_round_bf16 on the device gives, bit for bit, the host's bk_round_bf16 and
+ * the nearest bf16 found in double (ties to even, NaN kept, overflow to inf). */
+START_TEST(round_bf16_matches_nearest)
+{
+    bk_queue q = dev_queue(), host = bk_host_queue();
+    rs = test_rng(117);
+    const int64_t n = 70001;
+    float *x = test_rand_f(&rs, n, -4, 4);
+    const float special[] = {0.0f, -0.0f, 1.0f + 0x1p-8f, 1.0f + 0x3p-8f, /* ties: down, up */
+                             1e-40f, -3e38f, 3.3961776e38f, INFINITY, -INFINITY, NAN};
+    memcpy(x, special, sizeof special);
+    uint16_t *from_dev = calloc((size_t)n, 2), *from_host = calloc((size_t)n, 2);
+    float *dx = PUT(x, n);
+    uint16_t *dy = dev_put(from_dev, (size_t)n * 2);
+    ck_assert_int_eq(bk_round_bf16(&q, n, dx, dy), BK_OK);
+    ck_assert_int_eq(bk_device_sync(&q), BK_OK);
+    dev_get(from_dev, dy, (size_t)n * 2);
+    ck_assert_int_eq(bk_round_bf16(&host, n, x, from_host), BK_OK);
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t want = nearest_bf16(x[i]);
+        ck_assert_msg(from_dev[i] == want && from_host[i] == want,
+                      "[%lld] %a: device %04x, host %04x, nearest %04x", (long long)i, x[i],
+                      from_dev[i], from_host[i], want);
+    }
+    ck_assert_int_eq(bk_round_bf16(&q, 4, NULL, dy), BK_ERR_ARG);
+    dev_free(dx), dev_free(dy);
+    free(x), free(from_dev), free(from_host);
+}
+END_TEST
+
 START_TEST(gemm_runs_after_queued_copies)
 {
     bk_queue q = dev_queue();
@@ -604,7 +653,7 @@ static Suite *dev_ops_suite(void)
                     grad_norm_and_clipping, cross_entropy_matches_reference,
                     cross_entropy_edge_rows_and_invalid_labels, gemm_matches_reference,
                     attention_state_kernels, device_to_device_copy, vector_helpers_match_host,
-                    gemm_runs_after_queued_copies,
+                    gemm_runs_after_queued_copies, round_bf16_matches_nearest,
                     invalid_arguments_are_refused);
     return s;
 }

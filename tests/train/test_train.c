@@ -42,6 +42,7 @@ typedef struct {
     double loss[MAX_STEPS], grad_norm[MAX_STEPS];
     double tokens[MAX_STEPS], attn_bytes[MAX_STEPS]; /* labelled tokens, ring bytes sent */
     double attn_pairs[MAX_STEPS], flops[MAX_STEPS];  /* pairs the mask allowed, FLOPs counted */
+    double attn_s[MAX_STEPS], exposed_s[MAX_STEPS];  /* ring time, exposed communication */
 } curve;
 
 static char *one_thread[] = {"OMP_NUM_THREADS=1", NULL};
@@ -114,6 +115,8 @@ static test_run_result train_args(int ranks, int nodes, const char *const *sets,
             out->attn_bytes[out->n] = metric(line, "attn_bytes");
             out->attn_pairs[out->n] = metric(line, "attn_pairs");
             out->flops[out->n] = metric(line, "gflops") * metric(line, "seconds") * 1e9;
+            out->attn_s[out->n] = metric(line, "attn_s");
+            out->exposed_s[out->n] = metric(line, "exposed_s");
             out->n++;
         }
         if (f) fclose(f);
@@ -179,6 +182,17 @@ static void expect_fewer_bytes(const curve *a, const curve *b, const char *what)
         ck_assert_msg(a->attn_bytes[i] > 0 && a->attn_bytes[i] < b->attn_bytes[i],
                       "%s: step %d sent %.0f ring bytes, the causal mask %.0f", what, i + 1,
                       a->attn_bytes[i], b->attn_bytes[i]);
+}
+
+/* Every step spent time in the rings and waited for no more than that (the
+ * metrics carry both, the slowest rank's). */
+static void expect_ring_times(const curve *c, const char *what)
+{
+    ck_assert_msg(c->n > 0, "%s: no steps", what);
+    for (int i = 0; i < c->n; i++)
+        ck_assert_msg(c->attn_s[i] > 0 && c->exposed_s[i] >= 0 && c->exposed_s[i] <= c->attn_s[i],
+                      "%s: step %d: %g s in the rings, %g s exposed", what, i + 1, c->attn_s[i],
+                      c->exposed_s[i]);
 }
 
 START_TEST(gradients_match_finite_differences)
@@ -251,6 +265,7 @@ START_TEST(same_losses_whatever_the_number_of_ranks)
     const char *p4[] = {"parallel.cp=4", "train.micro_batches=2", NULL};
     run_ok(4, 1, p4, &other);
     expect_same(&one, &other, 1e-4, "P=4 vs P=1");
+    expect_ring_times(&other, "P=4");
     /* two sequences per step either way: 2 micro-batches, or 2 data-parallel groups */
     const char *grid[] = {"parallel.dp=2", "parallel.cp=2", "train.micro_batches=1", NULL};
     run_ok(4, 1, grid, &other);
@@ -866,6 +881,7 @@ START_TEST(device_engine_matches_the_cpu)
     expect_same(&cpu, &one, 2e-2, "device P=1 vs CPU");
     run_ok(4, 2, with(dev, (const char *[]){"parallel.cp=4", "parallel.ring=double", NULL}), &four);
     expect_same(&cpu, &four, 2e-2, "device, double ring P=4 vs CPU");
+    expect_ring_times(&four, "device, double ring P=4");
     run_ok(4, 2, with(dev, (const char *[]){"parallel.dp=2", "parallel.cp=2", NULL}), &grid);
     curve cpu_grid;
     run_ok(4, 2, (const char *[]){"parallel.dp=2", "parallel.cp=2", "data.seq_len=64", NULL},
