@@ -195,7 +195,7 @@ static int make_queue(trainer *t, char *err, size_t err_len)
     if (status != 0) return status;
     t->device_index = bt_world_local_rank(t->world) % count;
     t->device_count = count;
-    t->queue = (bk_queue){BK_DEVICE, NULL, 0};
+    t->queue = (bk_queue){BK_DEVICE, NULL, 0, NULL};
     if (attn_link_device(t->world, t->device_index) == BT_OK) return 0;
     snprintf(err, err_len, "%s", bt_world_error(t->world));
     return EXIT_RUN_FAILURE;

@@ -66,7 +66,7 @@ typedef struct {
 static ring_io device_copy_of(const ring_io *host, const size_t floats[IO_BUFS])
 {
     ring_io dev;
-    bk_queue dq = {BK_DEVICE, NULL, 0};
+    bk_queue dq = {BK_DEVICE, NULL, 0, NULL};
     for (int i = 0; i < IO_BUFS; i++) {
         void *p = NULL;
         if (bk_device_malloc(floats[i] * sizeof(float), &p) != BK_OK ||
@@ -82,7 +82,7 @@ static ring_io device_copy_of(const ring_io *host, const size_t floats[IO_BUFS])
 /* The outputs back from the device into host's buffers. */
 static void download_outputs(ring_io *host, const ring_io *dev, const size_t floats[IO_BUFS])
 {
-    bk_queue dq = {BK_DEVICE, NULL, 0};
+    bk_queue dq = {BK_DEVICE, NULL, 0, NULL};
     for (int i = IO_OUT; i < IO_BUFS; i++)
         must(bk_device_download(&dq, host->b[i], dev->b[i], floats[i] * sizeof(float)) == BK_OK
                  ? BT_OK
@@ -225,7 +225,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     ring_plan_config pc = {.topo = o->topo, .nodes = o->nodes, .layout = layout,
                            .need = {.mask = mask, .segments = segments, .N = N},
                            .h_q = h_q, .h_kv = h_kv, .d = d, .count_pairs = 0};
-    bk_queue queue = o->device ? (bk_queue){BK_DEVICE, NULL, 0} : bk_host_queue();
+    bk_queue queue = o->device ? (bk_queue){BK_DEVICE, NULL, 0, NULL} : bk_host_queue();
     ring_exec_ctx ctx = {.comm = bt_world_comm(world), .queue = &queue, .scale = scale,
                          .mask = mask, .segments = segments, .piece_rows = o->piece_rows};
     ring_exec_stats stats;
