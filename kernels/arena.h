@@ -25,7 +25,7 @@ extern "C" {
 
 #define BK_ARENA_ALIGN 256
 
-typedef struct bk_arena bk_arena;
+/* bk_arena itself is declared in kernels_common.h: a queue names its arena. */
 
 /* Where an arena's memory comes from. */
 typedef enum { BK_ARENA_HOST = 0, BK_ARENA_DEVICE = 1 } bk_arena_memory;
@@ -39,7 +39,7 @@ bk_status bk_arena_create(size_t capacity_bytes, bk_arena_memory memory, bk_aren
 void bk_arena_destroy(bk_arena *a);
 
 /* A piece of bytes (> 0) bytes, aligned to BK_ARENA_ALIGN, or NULL when no free
- * piece is large enough (bk_arena_largest_free says what would fit). */
+ * piece is large enough (largest_free of bk_arena_stats_of says what would fit). */
 void *bk_arena_alloc(bk_arena *a, size_t bytes);
 /* Returns a piece to the arena. p must come from bk_arena_alloc of this arena
  * and not be freed yet (anything else is a caller's bug: BK_ERR_ARG and

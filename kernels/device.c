@@ -28,10 +28,22 @@ bk_status bk_device_use(int index, int *count)
     BK_FORWARD(use, (index, count));
 }
 
+bk_status bk_device_prepare(void)
+{
+    BK_FORWARD(prepare, ());
+}
+
 bk_status bk_device_memory(size_t *free_bytes, size_t *total_bytes)
 {
     BK_CHECK_ARG(free_bytes != NULL && total_bytes != NULL);
     BK_FORWARD(mem_info, (free_bytes, total_bytes));
+}
+
+size_t bk_device_scratch_bytes(int64_t rows, int64_t width, int64_t sqnorm_elements)
+{
+    const bk_device_ops *d = bk_device_backend();
+    if (d == NULL || rows < 0 || width < 0 || sqnorm_elements < 0) return 0;
+    return d->scratch_bytes(rows, width, sqnorm_elements);
 }
 
 bk_status bk_device_malloc(size_t bytes, void **p)

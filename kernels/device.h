@@ -42,9 +42,21 @@ const char *bk_device_backend_name(void);
 /* Makes device index % count the calling thread's device (the GPU a rank
  * drives; *count: how many the node has); the emulator has one. */
 bk_status bk_device_use(int index, int *count);
-/* Free and total bytes of the device in use; BK_ERR_UNSUPPORTED in the
- * emulator, whose device memory is the host's. */
+/* Makes now what the device's kernels otherwise make at their first call and
+ * keep (cuBLASLt's handle and 32 MiB workspace, with cudaMalloc), so that no
+ * later kernel call allocates from the runtime and the free memory read after
+ * it is what is left for the caller. Nothing to do in the emulator. */
+bk_status bk_device_prepare(void);
+/* Free and total bytes of the device in use. In the emulator, whose device
+ * memory is the host's, BK_ERR_UNSUPPORTED, unless BK_EMU_DEVICE_BYTES=N gives
+ * it N bytes (kernels/cuda/device_memory.cu). */
 bk_status bk_device_memory(size_t *free_bytes, size_t *total_bytes);
+/* The most scratch a device kernel holds at once (one piece, given back
+ * before the call returns) when RMSNorm sees at most `rows` rows of `width`
+ * floats and bk_grad_sqnorm one buffer of at most sqnorm_elements floats per
+ * call: what an arena on a device queue must keep free for the kernels
+ * (kernels/arena.h). 0 without a device backend. */
+size_t bk_device_scratch_bytes(int64_t rows, int64_t width, int64_t sqnorm_elements);
 /* Device memory of `bytes` bytes (*p = NULL when bytes == 0). */
 bk_status bk_device_malloc(size_t bytes, void **p);
 bk_status bk_device_free(void *p);

@@ -28,7 +28,9 @@ typedef struct bk_device_ops {
     const char *name;
     int (*available)(void);
     bk_status (*use)(int index, int *count);
+    bk_status (*prepare)(void);
     bk_status (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+    size_t (*scratch_bytes)(int64_t rows, int64_t width, int64_t sqnorm_elements);
     /* memory; dir: a BK_COPY_* direction */
     bk_status (*malloc_)(size_t bytes, void **p);
     bk_status (*free_)(void *p);

@@ -3,7 +3,8 @@
  * debug builds and returns an error code otherwise.
  *
  * A kernel never touches hidden globals: everything it needs (where buffers
- * live, the CUDA stream, the CPU thread count) comes through its bk_queue. */
+ * live, the CUDA stream, the CPU thread count, the arena its memory comes
+ * from) comes through its bk_queue. */
 #ifndef BURST_KERNELS_COMMON_H
 #define BURST_KERNELS_COMMON_H
 
@@ -22,16 +23,21 @@ typedef enum {
     BK_ERR_NOMEM,       /* memory could not be had (host or device) */
 } bk_status;
 
+/* A caching arena of host or device memory (kernels/arena.h). */
+typedef struct bk_arena bk_arena;
+
 typedef struct {
     bk_location where; /* where the buffers passed with this queue live */
     void *stream;      /* cudaStream_t for BK_DEVICE; unused on the host */
     int n_threads;     /* OpenMP threads for BK_HOST; 0 = the OpenMP default */
+    bk_arena *arena;   /* where bk_alloc and the device kernels' scratch take memory
+                          (of the queue's kind); NULL: straight from the runtime */
 } bk_queue;
 
 /* The host queue with the OpenMP default thread count. */
 static inline bk_queue bk_host_queue(void)
 {
-    bk_queue q = {BK_HOST, NULL, 0};
+    bk_queue q = {BK_HOST, NULL, 0, NULL};
     return q;
 }
 

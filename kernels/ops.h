@@ -134,9 +134,16 @@ bk_status bk_axpy(const bk_queue *q, int64_t n, float alpha, const float *x, flo
 bk_status bk_copy(const bk_queue *q, void *dst, const void *src, size_t bytes);
 /* *p = bytes of the queue's memory (at least one byte, so *p is never NULL
  * on success): zeroed host memory, or device memory, not zeroed (bk_fill it
- * where zeros are needed). BK_ERR_NOMEM when it cannot be had. */
+ * where zeros are needed). With q->arena the memory is a piece of that arena
+ * (kernels/arena.h: aligned to BK_ARENA_ALIGN, no call to the runtime),
+ * otherwise the runtime's (calloc, bk_device_malloc). BK_ERR_NOMEM when it
+ * cannot be had: the runtime refused, or no free piece of the arena holds it. */
 bk_status bk_alloc(const bk_queue *q, size_t bytes, void **p);
-/* Frees what bk_alloc gave with the same kind of queue (NULL: nothing). */
+/* Frees what bk_alloc gave with a queue of the same kind and arena (NULL:
+ * nothing); a pointer the arena did not give is BK_ERR_ARG. A device piece
+ * given back may be handed out again at once: that is safe for work queued
+ * on the same stream, which runs in order, not for a buffer another stream
+ * still reads. */
 bk_status bk_free(const bk_queue *q, void *p);
 /* *p = floats [count] (at least one), every one = value, in the queue's
  * memory (bk_alloc, then bk_fill where the memory is not already value). */

@@ -1,9 +1,11 @@
 /* vector.c: the whole-buffer helpers an engine needs on either kind of
  * memory, so that its code reads the same on the host and on a device: fill,
- * y += alpha x, a copy within the queue's memory, and allocation in it. */
+ * y += alpha x, a copy within the queue's memory, and allocation in it (from
+ * the queue's arena when it has one). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/arena.h"
 #include "kernels/cpu/ops_cpu.h"
 
 bk_status bk_fill(const bk_queue *q, int64_t n, float *x, float value)
@@ -40,8 +42,13 @@ bk_status bk_alloc(const bk_queue *q, size_t bytes, void **p)
     BK_CHECK_ARG(q != NULL && p != NULL);
     *p = NULL;
     size_t n = bytes ? bytes : 1;
+    if (q->where != BK_DEVICE && q->where != BK_HOST) return BK_ERR_UNSUPPORTED;
+    if (q->arena) {
+        *p = bk_arena_alloc(q->arena, n);
+        if (*p && q->where == BK_HOST) memset(*p, 0, n); /* a piece may have been used before */
+        return *p ? BK_OK : BK_ERR_NOMEM;
+    }
     if (q->where == BK_DEVICE) return bk_device_malloc(n, p) == BK_OK ? BK_OK : BK_ERR_NOMEM;
-    if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED;
     *p = calloc(1, n);
     return *p ? BK_OK : BK_ERR_NOMEM;
 }
@@ -49,6 +56,7 @@ bk_status bk_alloc(const bk_queue *q, size_t bytes, void **p)
 bk_status bk_free(const bk_queue *q, void *p)
 {
     BK_CHECK_ARG(q != NULL);
+    if (q->arena) return bk_arena_free(q->arena, p);
     if (q->where == BK_DEVICE) return bk_device_free(p);
     free(p);
     return BK_OK;

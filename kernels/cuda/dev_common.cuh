@@ -20,7 +20,13 @@ extern "C" {
 /* ---------------------------------------------------------------- memory (device_memory.cu) */
 int BK_DEV_FN(available)(void);
 bk_status BK_DEV_FN(use)(int index, int *count);
+bk_status BK_DEV_FN(prepare)(void); /* gemm.cu: cuBLASLt's handle and workspace */
 bk_status BK_DEV_FN(mem_info)(size_t *free_bytes, size_t *total_bytes);
+/* The most scratch any kernel holds at once (device.h), from the two that
+ * take more than a few bytes: norm.cu's and grad_norm.cu's. */
+size_t BK_DEV_FN(scratch_bytes)(int64_t rows, int64_t width, int64_t sqnorm_elements);
+size_t BK_DEV_FN(rmsnorm_scratch_bytes)(int64_t rows, int64_t width);
+size_t BK_DEV_FN(sqnorm_scratch_bytes)(int64_t elements);
 bk_status BK_DEV_FN(malloc)(size_t bytes, void **p);
 bk_status BK_DEV_FN(free)(void *p);
 bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *src, size_t bytes, int dir);
@@ -38,7 +44,9 @@ int BK_DEV_FN(event_query)(void *event);
 bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p);
 bk_status BK_DEV_FN(host_free)(void *p);
 /* Scratch memory ordered on q's stream (freed with scratch_free on the same
- * stream, after the kernels that use it). */
+ * stream, after the kernels that use it): a piece of q->arena when the queue
+ * has one (BK_ERR_NOMEM when none holds it), else the runtime's stream-ordered
+ * allocator. A kernel holds at most one piece of scratch at a time. */
 bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **p);
 void BK_DEV_FN(scratch_free)(const bk_queue *q, void *p);
 /* BK_OK when every non-NULL pointer of ptrs[n] is device memory the kernels

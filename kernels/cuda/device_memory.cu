@@ -6,13 +6,98 @@
  * memory is host memory, every launch has finished when it returns, and copies
  * wait in their stream's queue until something needs them
  * (kernels/emu/simt_stream.h). Streams, events and page-locked host memory are
- * in device_streams.cu. */
+ * in device_streams.cu.
+ *
+ * Scratch of a queue with an arena is a piece of that arena, so that no
+ * kernel of a training step calls the runtime. The piece goes back to the
+ * arena as soon as its kernels are queued, and the next scratch may be the
+ * same memory while they have not run yet. That is safe because one thread
+ * owns a queue and its arena, and every user of a piece of scratch is queued
+ * on that queue's stream, which runs its work in order: the next user's
+ * kernels start after the last one's have ended. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/arena.h"
 #include "kernels/cuda/dev_common.cuh"
 
+/* The scratch of a queue with an arena (see the top of the file). */
+static bk_status arena_scratch(const bk_queue *q, size_t bytes, void **p)
+{
+    *p = bytes ? bk_arena_alloc(q->arena, bytes) : NULL;
+    return *p || !bytes ? BK_OK : BK_ERR_NOMEM;
+}
+
+extern "C" size_t BK_DEV_FN(scratch_bytes)(int64_t rows, int64_t width, int64_t sqnorm_elements)
+{
+    size_t norm = BK_DEV_FN(rmsnorm_scratch_bytes)(rows, width),
+           sqnorm = BK_DEV_FN(sqnorm_scratch_bytes)(sqnorm_elements);
+    size_t most = norm > sqnorm ? norm : sqnorm;
+    /* the counters of the other kernels (cross-entropy, argument checks,
+     * attention tile counts) take at most 24 bytes */
+    return most > 32 ? most : 32;
+}
+
 #ifdef BK_EMULATOR
+
+#include <stdio.h>
+
+#include <mutex>
+#include <unordered_map>
+
+/* What the emulated device's runtime calls (cudaMalloc, cudaMallocAsync) have
+ * handed out and not taken back. Two environment variables make it visible:
+ *   BK_EMU_DEVICE_BYTES=N  the device has N bytes: mem_info reports N minus
+ *                          what is live as free, of N, and an allocation past
+ *                          that fails as cudaMalloc's does (unset: the host's
+ *                          memory, not reported);
+ *   BK_EMU_TRACE_ALLOC=1   every runtime allocation is printed on stderr as
+ *                          "emu: cudaMalloc N bytes" or "emu: cudaMallocAsync
+ *                          N bytes", so a test sees which calls allocate. */
+namespace
+{
+struct emu_memory {
+    std::mutex lock;
+    std::unordered_map<void *, size_t> live; /* pointer -> bytes (rounded) */
+    size_t live_bytes = 0, limit = 0;        /* limit 0: none */
+    int trace = 0;
+};
+
+emu_memory &memory()
+{
+    static emu_memory *m = [] {
+        emu_memory *e = new emu_memory;
+        const char *limit = getenv("BK_EMU_DEVICE_BYTES"), *trace = getenv("BK_EMU_TRACE_ALLOC");
+        if (limit) e->limit = strtoull(limit, NULL, 10);
+        e->trace = trace != NULL && trace[0] == '1';
+        return e;
+    }();
+    return *m;
+}
+
+/* Device memory of bytes > 0 (call: the runtime call it stands for), or NULL. */
+void *take(size_t bytes, const char *call)
+{
+    emu_memory &m = memory();
+    std::lock_guard<std::mutex> hold(m.lock);
+    if (m.trace) fprintf(stderr, "emu: %s %zu bytes\n", call, bytes);
+    /* cudaMalloc's alignment (256 bytes), so that code relying on it is tested */
+    size_t rounded = (bytes + 255) / 256 * 256;
+    if (m.limit && rounded > m.limit - m.live_bytes) return NULL;
+    void *p = aligned_alloc(256, rounded);
+    if (p) m.live[p] = rounded, m.live_bytes += rounded;
+    return p;
+}
+
+void give_back(void *p)
+{
+    emu_memory &m = memory();
+    std::lock_guard<std::mutex> hold(m.lock);
+    auto at = m.live.find(p);
+    if (at != m.live.end()) m.live_bytes -= at->second, m.live.erase(at);
+    free(p);
+}
+} // namespace
 
 extern "C" int BK_DEV_FN(available)(void)
 {
@@ -29,8 +114,12 @@ extern "C" bk_status BK_DEV_FN(use)(int index, int *count)
 
 extern "C" bk_status BK_DEV_FN(mem_info)(size_t *free_bytes, size_t *total_bytes)
 {
-    (void)free_bytes, (void)total_bytes;
-    return BK_ERR_UNSUPPORTED;
+    emu_memory &m = memory();
+    std::lock_guard<std::mutex> hold(m.lock);
+    if (!m.limit) return BK_ERR_UNSUPPORTED;
+    *free_bytes = m.limit - m.live_bytes;
+    *total_bytes = m.limit;
+    return BK_OK;
 }
 
 extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)
@@ -38,16 +127,16 @@ extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)
     if (p == NULL) return BK_ERR_ARG;
     *p = NULL;
     if (bytes == 0) return BK_OK;
-    /* cudaMalloc's alignment (256 bytes), so that code relying on it is tested */
-    *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    *p = take(bytes, "cudaMalloc");
     return *p ? BK_OK : BK_ERR_DEVICE;
 }
 
 /* As cudaFree, which waits for the device: no queued copy may touch p after. */
 extern "C" bk_status BK_DEV_FN(free)(void *p)
 {
-    if (p != NULL) bk_emu::flush_all();
-    free(p);
+    if (p == NULL) return BK_OK;
+    bk_emu::flush_all();
+    give_back(p);
     return BK_OK;
 }
 
@@ -69,15 +158,20 @@ extern "C" bk_status BK_DEV_FN(sync)(const bk_queue *q)
 
 extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **p)
 {
-    (void)q;
-    return BK_DEV_FN(malloc)(bytes, p);
+    if (q->arena) return arena_scratch(q, bytes, p);
+    *p = bytes ? take(bytes, "cudaMallocAsync") : NULL;
+    return *p || !bytes ? BK_OK : BK_ERR_DEVICE;
 }
 
 /* As cudaFreeAsync: after what q's stream holds. */
 extern "C" void BK_DEV_FN(scratch_free)(const bk_queue *q, void *p)
 {
+    if (q->arena) {
+        bk_arena_free(q->arena, p);
+        return;
+    }
     bk_emu::stream_flush(q->stream);
-    free(p);
+    if (p) give_back(p);
 }
 
 extern "C" bk_status BK_DEV_FN(check_ptrs)(const void *const *ptrs, int n)
@@ -155,6 +249,7 @@ extern "C" bk_status BK_DEV_FN(sync)(const bk_queue *q)
 
 extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **p)
 {
+    if (q->arena) return arena_scratch(q, bytes, p);
     *p = NULL;
     if (bytes == 0) return BK_OK;
     return status_of(cudaMallocAsync(p, bytes, stream_of(q)));
@@ -162,7 +257,10 @@ extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **
 
 extern "C" void BK_DEV_FN(scratch_free)(const bk_queue *q, void *p)
 {
-    if (p) (void)cudaFreeAsync(p, stream_of(q));
+    if (q->arena)
+        bk_arena_free(q->arena, p);
+    else if (p)
+        (void)cudaFreeAsync(p, stream_of(q));
 }
 
 extern "C" bk_status BK_DEV_FN(check_ptrs)(const void *const *ptrs, int n)

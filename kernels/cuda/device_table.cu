@@ -11,7 +11,9 @@ extern "C" const bk_device_ops BK_DEV_FN(ops) = {
 #endif
     BK_DEV_FN(available),
     BK_DEV_FN(use),
+    BK_DEV_FN(prepare),
     BK_DEV_FN(mem_info),
+    BK_DEV_FN(scratch_bytes),
     BK_DEV_FN(malloc),
     BK_DEV_FN(free),
     BK_DEV_FN(copy),

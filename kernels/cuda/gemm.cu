@@ -39,6 +39,12 @@ extern "C" bk_status BK_DEV_FN(gemm_bf16)(const bk_queue *q, bk_transpose ta, bk
     return bk_gemm_bf16_cpu(&host, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, c_type, ldc);
 }
 
+/* The CPU GEMM keeps nothing between calls. */
+extern "C" bk_status BK_DEV_FN(prepare)(void)
+{
+    return BK_OK;
+}
+
 #else /* CUDA: cuBLASLt */
 
 #include <cublasLt.h>
@@ -76,6 +82,13 @@ static bk_status lt_for_device(cublasLtHandle_t *h, void **ws)
     *ws = g_lt[dev].workspace;
     pthread_mutex_unlock(&g_lt_lock);
     return st;
+}
+
+extern "C" bk_status BK_DEV_FN(prepare)(void)
+{
+    cublasLtHandle_t h;
+    void *ws;
+    return lt_for_device(&h, &ws);
 }
 
 /* A row-major matrix of `rows` x `cols` with leading dimension ld, as the

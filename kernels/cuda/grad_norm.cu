@@ -49,6 +49,14 @@ static int64_t n_blocks(int64_t count)
     return (count + SQN_BLOCK - 1) / SQN_BLOCK;
 }
 
+/* The scratch of a norm over one buffer of at most `elements` floats: one
+ * partial per block and the total (several buffers may take a block more
+ * each: their last blocks are partial). */
+extern "C" size_t BK_DEV_FN(sqnorm_scratch_bytes)(int64_t elements)
+{
+    return (size_t)(n_blocks(elements) + 1) * sizeof(double);
+}
+
 extern "C" bk_status BK_DEV_FN(grad_sqnorm)(const bk_queue *q, int n_bufs, const float *const *bufs,
                                             const int64_t *counts, double *sqnorm)
 {

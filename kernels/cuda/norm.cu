@@ -94,14 +94,28 @@ extern "C" bk_status BK_DEV_FN(rmsnorm_fwd)(const bk_queue *q, int64_t n, int64_
                      n, d, x, w, eps, y, rstd);
 }
 
-/* dw += the weight gradient of the n rows, through scratch when n > one chunk */
-static bk_status rmsnorm_dw(const bk_queue *q, int64_t n, int64_t d, const float *x,
-                            const float *rstd, const float *dy, float *dw)
+/* The chunks the weight gradient of n rows is cut into. */
+static int64_t dw_chunks(int64_t n, int64_t *chunk_rows)
 {
     int64_t chunk = NORM_CHUNK;
     if ((n + chunk - 1) / chunk > NORM_MAX_CHUNKS)
         chunk = (n + NORM_MAX_CHUNKS - 1) / NORM_MAX_CHUNKS;
-    int64_t chunks = (n + chunk - 1) / chunk;
+    *chunk_rows = chunk;
+    return (n + chunk - 1) / chunk;
+}
+
+/* The scratch of the backward of at most n rows of d: [chunks, d] floats */
+extern "C" size_t BK_DEV_FN(rmsnorm_scratch_bytes)(int64_t n, int64_t d)
+{
+    int64_t chunk, chunks = dw_chunks(n, &chunk);
+    return chunks > 1 ? (size_t)(chunks * d) * sizeof(float) : 0;
+}
+
+/* dw += the weight gradient of the n rows, through scratch when n > one chunk */
+static bk_status rmsnorm_dw(const bk_queue *q, int64_t n, int64_t d, const float *x,
+                            const float *rstd, const float *dy, float *dw)
+{
+    int64_t chunk, chunks = dw_chunks(n, &chunk);
     unsigned cols = (unsigned)((d + NORM_COL_THREADS - 1) / NORM_COL_THREADS);
     if (chunks == 1)
         return BK_LAUNCH(bk_rmsnorm_dw_chunk_kernel, dim3(cols, 1), dim3(NORM_COL_THREADS), 0,

@@ -11,7 +11,7 @@ static int ok(bk_status st)
 
 static bk_queue on(void *stream)
 {
-    bk_queue q = {BK_DEVICE, stream, 0};
+    bk_queue q = {BK_DEVICE, stream, 0, NULL};
     return q;
 }
 

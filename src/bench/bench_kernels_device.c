@@ -32,7 +32,7 @@ typedef bk_status (*dev_call_fn)(const bk_queue *q, void *ctx);
  * call failed (the status is printed). */
 static double time_calls(const bench_device_opts *o, const char *what, dev_call_fn f, void *ctx)
 {
-    bk_queue q = {BK_DEVICE, NULL, 0};
+    bk_queue q = {BK_DEVICE, NULL, 0, NULL};
     bk_status st = f(&q, ctx); /* warm-up: module load, caches, cuBLASLt plans */
     if (st == BK_OK) st = bk_device_sync(&q);
     double best = INFINITY;
@@ -83,7 +83,7 @@ static void *pool_fill(dev_pool *pool, size_t n, int elem_bytes, double lo, doub
         else
             ((uint16_t *)host)[i] = bk_float_to_bf16((float)u);
     }
-    bk_queue q = {BK_DEVICE, NULL, 0};
+    bk_queue q = {BK_DEVICE, NULL, 0, NULL};
     size_t bytes = n * (size_t)elem_bytes;
     if (!host || bk_device_malloc(bytes, &dev) != BK_OK ||
         bk_device_upload(&q, dev, host, bytes) != BK_OK) {
@@ -155,7 +155,7 @@ static bk_status attn_bwd_call(const bk_queue *q, void *ctx)
 /* O and lse of one forward pass, then delta: the state a backward reads. */
 static bk_status attn_prepare_backward(attn_ctx *a)
 {
-    bk_queue q = {BK_DEVICE, NULL, 0};
+    bk_queue q = {BK_DEVICE, NULL, 0, NULL};
     const bk_attn_geom *g = &a->g;
     bk_status st = bk_attn_fwd_init(&q, g->n_q, g->h_q, g->d, a->O, a->lse);
     if (st == BK_OK) st = attn_fwd_call(&q, a);

@@ -3,8 +3,8 @@
 libburst_train_a_SOURCES += src/train/model.h src/train/model.c \
 	src/train/lm_head.h src/train/lm_head.c src/train/optimizer.h src/train/optimizer.c \
 	src/train/config.h src/train/config.c src/train/plan.h src/train/plan.c \
-	src/train/trainer.h src/train/trainer.c src/train/trainer_step.c src/train/trainer_ckpt.c \
-	src/train/trainer_eval.c src/train/trainer_report.c \
+	src/train/trainer.h src/train/trainer.c src/train/trainer_memory.c src/train/trainer_step.c \
+	src/train/trainer_ckpt.c src/train/trainer_eval.c src/train/trainer_report.c \
 	src/train/data/token_source.h src/train/data/synthetic_source.c \
 	src/train/data/recall.h src/train/data/recall.c \
 	src/train/data/hdf5_source.c src/train/data/window_order.h src/train/data/window_order.c

@@ -1,15 +1,19 @@
 /* trainer.c: setting a rank up, the training loop and the teardown; see
  * trainer.h. Setup refuses everything it can before allocating: a bad
- * configuration, a run that does not fit in memory (every part the memory
- * report names, against [memory] limit_bytes and the node's available
- * memory). Then each rank makes its own part (data source, model runner,
- * buffers; every allocation checked) and the ranks agree after each part, so
- * that a failure on any rank ends every rank with exit 2. */
-#include <math.h>
+ * configuration, a run that does not fit in memory (trainer_memory.c: every
+ * part the memory report names, against [memory] limit_bytes and the node's
+ * available memory, or on a device the parts that live there against the
+ * GPU's free memory). On a device it then takes the one arena every buffer
+ * of the engine and the kernels' scratch come from, so that no step
+ * allocates from the runtime. Then each rank makes its own part (data
+ * source, model runner, buffers; every allocation checked) and the ranks
+ * agree after each part, so that a failure on any rank ends every rank with
+ * exit 2. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/arena.h"
 #include "kernels/device.h"
 #include "src/attn/device_link.h"
 #include "src/train/trainer.h"
@@ -23,86 +27,13 @@ int64_t trainer_sample_index(const train_config *c, int64_t step, int dp_rank, i
     return ((step - 1) * c->dp + dp_rank) * c->micro_batches + mb;
 }
 
-/* Ends a setup that every rank knows has failed: each rank with something to
- * say prints it (err emptied), then the ranks wait for each other, so that
- * none leaves, and no launcher stops the others, before every message is out. */
-static int fail_together(trainer *t, int says, int name_rank, char *err, size_t err_len)
+int trainer_fail_together(trainer *t, int says, int name_rank, char *err, size_t err_len)
 {
     if (says && name_rank) fprintf(stderr, "burst train: rank %d: %s\n", t->rank, err);
     else if (says) fprintf(stderr, "burst train: %s\n", err);
     if (err_len) err[0] = '\0';
     bt_barrier(bt_world_comm(t->world)); /* a failed wait changes nothing: every rank fails */
     return EXIT_USAGE;
-}
-
-/* Every part of this rank's memory, from the configuration alone. */
-static int plan_memory(trainer *t, const model_runner_config *rc, char *err, size_t err_len)
-{
-    trainer_memory *m = &t->mem;
-    if (model_runner_memory(rc, &m->model, err, err_len) != 0) return -1;
-    m->params = m->grads = (size_t)t->model.n_params * sizeof(float);
-    m->optimizer = zero1_bytes(t->model.n_params, t->world_size, t->rank);
-    m->reduce_copy = zero1_step_bytes(t->model.n_params, t->world_size);
-    size_t mb = (size_t)t->cfg.micro_batches;
-    m->tokens = 2 * (size_t)t->layout.n * mb * sizeof(int64_t);
-    /* the recall source makes each sample whole (tokens, labels) first */
-    m->whole_sample = t->plan.recall ? 2 * (size_t)t->cfg.seq_len * sizeof(int64_t) : 0;
-    /* the document ids of each micro-batch's whole sequence */
-    m->segments = t->plan.mask.flags & BK_ATTN_DOCUMENT
-                      ? (size_t)(t->cfg.seq_len + 1) * mb * sizeof(int32_t)
-                      : 0;
-    return 0;
-}
-
-/* The memory a rank's state lives in, and the share of it each rank may
- * take: on a GPU its free memory over the ranks that drive it, else the
- * node's available memory over the node's ranks (the emulated device's
- * memory is the host's). *share < 0: unknown. */
-static const char *memory_share(const trainer *t, double *share)
-{
-    int local = bt_world_local_size(t->world);
-    local = local > 0 ? local : 1;
-    size_t free_bytes, total;
-    if (t->plan.on_device && bk_device_memory(&free_bytes, &total) == BK_OK) {
-        int sharing = (local + t->device_count - 1) / t->device_count;
-        *share = (double)free_bytes / sharing;
-        return "a device has free for each of the ranks that drive it";
-    }
-    double avail = trainer_available_bytes();
-    *share = avail > 0 ? avail / local : -1;
-    return "a node has available for each of its ranks";
-}
-
-/* Refuses, before anything large is allocated and on every rank alike, a run
- * whose largest rank needs more than [memory] limit_bytes, or more than the
- * share of the memory it lives in (memory_share) of the rank with the least;
- * 0 or an exit status. */
-static int check_memory_fits(trainer *t, char *err, size_t err_len)
-{
-    const train_config *c = &t->cfg;
-    double share;
-    const char *where = memory_share(t, &share);
-    /* [largest need, -smallest share], reduced with MAX */
-    double v[2] = {(double)trainer_memory_total(&t->mem), share >= 0 ? -share : -INFINITY};
-    if (bt_allreduce(bt_world_comm(t->world), v, 2, BT_F64, BT_MAX) != BT_OK) {
-        snprintf(err, err_len, "%s", bt_world_error(t->world));
-        return EXIT_RUN_FAILURE;
-    }
-    double need = v[0];
-    share = -v[1];
-    int over_limit = c->limit_bytes > 0 && need > (double)c->limit_bytes;
-    if (!over_limit && need <= share) return 0;
-    char parts[512], h_need[32], h_have[32], have[160];
-    trainer_memory_parts(&t->mem, parts, sizeof parts);
-    if (over_limit)
-        snprintf(have, sizeof have, "more than [memory] limit_bytes = %lld (%s)",
-                 (long long)c->limit_bytes, bu_human_bytes((double)c->limit_bytes, h_have, 32));
-    else
-        snprintf(have, sizeof have, "more than %s (%s)", where,
-                 bu_human_bytes(share, h_have, sizeof h_have));
-    snprintf(err, err_len, "a rank needs %.0f bytes (%s), %s: %s", need,
-             bu_human_bytes(need, h_need, sizeof h_need), have, parts);
-    return fail_together(t, t->rank == 0, 0, err, err_len);
 }
 
 static int make_model_layout(trainer *t, char *err, size_t err_len)
@@ -176,8 +107,6 @@ static int make_source(trainer *t, char *err, size_t err_len)
     return t->data ? 0 : -1;
 }
 
-static int agree_on_own_part(trainer *t, int failed, char *err, size_t err_len);
-
 /* [train] device = cuda: this rank's GPU (its local index modulo the node's
  * GPUs: ranks beyond the count share), and the transport told how to move
  * device memory. Collective: the ranks agree the device is there before the
@@ -191,11 +120,15 @@ static int make_queue(trainer *t, char *err, size_t err_len)
     if (failed)
         snprintf(err, err_len, "[train] device = cuda: no device in this program (its backend: %s)",
                  bk_device_backend_name());
-    int status = agree_on_own_part(t, failed, err, err_len);
+    /* cuBLASLt's workspace now: the memory check then reads the free memory
+     * without it, and no step allocates it */
+    else if ((failed = bk_device_prepare() != BK_OK))
+        snprintf(err, err_len, "[train] device = cuda: cannot make cuBLASLt's handle and workspace");
+    int status = trainer_agree_on_own_part(t, failed, err, err_len);
     if (status != 0) return status;
     t->device_index = bt_world_local_rank(t->world) % count;
     t->device_count = count;
-    t->queue = (bk_queue){BK_DEVICE, NULL, 0};
+    t->queue = (bk_queue){BK_DEVICE, NULL, 0, NULL};
     if (attn_link_device(t->world, t->device_index) == BT_OK) return 0;
     snprintf(err, err_len, "%s", bt_world_error(t->world));
     return EXIT_RUN_FAILURE;
@@ -207,7 +140,13 @@ static void *model_buffer(trainer *t, size_t bytes, const char *what, char *err,
 {
     float *p = NULL;
     if (bk_alloc_floats(&t->queue, (int64_t)(bytes / sizeof(float)), 0.0f, &p) == BK_OK) return p;
-    if (t->plan.on_device)
+    if (t->arena) {
+        bk_arena_stats a = bk_arena_stats_of(t->arena);
+        snprintf(err, err_len,
+                 "out of device memory: cannot allocate %zu bytes for %s in the device arena "
+                 "(largest free piece %zu bytes of %zu)",
+                 bytes, what, a.largest_free, a.capacity);
+    } else if (t->plan.on_device)
         snprintf(err, err_len, "out of device memory: cannot allocate %zu bytes for %s", bytes, what);
     else
         bu_no_memory(err, err_len, bytes, what);
@@ -280,15 +219,13 @@ static int make_optimizer(trainer *t, char *err, size_t err_len)
         return EXIT_RUN_FAILURE;
     }
     bu_no_memory(err, err_len, t->mem.optimizer + np, "the optimizer (on this rank or another)");
-    return fail_together(t, t->rank == 0, 0, err, err_len);
+    return trainer_fail_together(t, t->rank == 0, 0, err, err_len);
 }
 
-/* After a part of the setup that is each rank's own: 0, or EXIT_USAGE on
- * every rank when any failed, each rank that did naming itself and why. */
-static int agree_on_own_part(trainer *t, int failed, char *err, size_t err_len)
+int trainer_agree_on_own_part(trainer *t, int failed, char *err, size_t err_len)
 {
     if (trainer_failed_rank(t, failed) < 0) return 0;
-    return fail_together(t, failed, 1, err, err_len);
+    return trainer_fail_together(t, failed, 1, err, err_len);
 }
 
 int trainer_setup(trainer *t, char *err, size_t err_len)
@@ -318,15 +255,19 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
         return EXIT_USAGE;
     t->shard = token_shard_of(&t->layout, t->cp_rank);
     model_runner_config rc;
-    if (runner_config(t, &rc, err, err_len) != 0 || plan_memory(t, &rc, err, err_len) != 0)
+    if (runner_config(t, &rc, err, err_len) != 0 || trainer_plan_memory(t, &rc, err, err_len) != 0)
         return EXIT_USAGE;
-    status = check_memory_fits(t, err, err_len);
+    status = trainer_check_memory(t, err, err_len);
+    if (status == 0) status = trainer_make_arena(t, err, err_len);
     if (status != 0) return status;
     int failed = make_source(t, err, err_len) != 0 ||
                  !(t->runner = model_runner_create(&rc, err, err_len));
-    status = agree_on_own_part(t, failed, err, err_len);
+    status = trainer_agree_on_own_part(t, failed, err, err_len);
     if (status == 0) status = make_optimizer(t, err, err_len);
-    if (status == 0) status = agree_on_own_part(t, make_buffers(t, err, err_len) != 0, err, err_len);
+    if (status == 0)
+        status = trainer_agree_on_own_part(t, make_buffers(t, err, err_len) != 0 ||
+                                          trainer_check_scratch_room(t, err, err_len) != 0,
+                                   err, err_len);
     return status;
 }
 
@@ -376,6 +317,11 @@ int trainer_run(trainer *t)
         if (status != 0) break;
         double dt = bu_now() - t0;
         trainer_report_progress(t, step, first, &res, dt, bu_now() - t_start);
+        if (step == first && t->arena) { /* every buffer and scratch of a step have been used */
+            char when[48];
+            snprintf(when, sizeof when, "after step %lld", (long long)step);
+            trainer_report_arena(t, when);
+        }
         status = checkpoint_if_due(t, step);
         if (status != 0) break;
         trainer_report_metrics(t, step, &res, dt);
@@ -391,6 +337,7 @@ int trainer_run(trainer *t)
     if (status == 0 && t->rank == 0) {
         double peak = trainer_peak_rss_bytes(), est = trainer_estimated_bytes(t);
         char p[32], e[32];
+        if (t->arena) trainer_report_arena(t, "at the end");
         printf("done: step %lld of %lld, final loss %.4f; peak memory rank 0 %s (estimated %s, "
                "ratio %.2f)\n",
                (long long)(step - 1), (long long)c->steps, res.loss,
@@ -413,5 +360,6 @@ void trainer_free(trainer *t)
     free(t->tokens), free(t->labels);
     free(t->segments), free(t->sparse_bits);
     if (t->metrics) fclose(t->metrics);
+    bk_arena_destroy(t->arena); /* after every buffer that came from it */
     memset(t, 0, sizeof *t);
 }

@@ -7,10 +7,11 @@
  * update on) every rank, naming the step and the first rank that saw it, or
  * saying that the gradient became non-finite in the sum over the ranks.
  *
- * The trainer lives in five files: trainer.c (setup, the loop, teardown),
- * trainer_step.c (one optimizer step), trainer_ckpt.c (checkpoints and
- * resume), trainer_eval.c (held-out accuracy: passkey, recall) and
- * trainer_report.c (memory, progress and metrics). */
+ * The trainer lives in six files: trainer.c (setup, the loop, teardown),
+ * trainer_memory.c (a rank's memory counted, checked and, on a device, taken
+ * as one arena), trainer_step.c (one optimizer step), trainer_ckpt.c
+ * (checkpoints and resume), trainer_eval.c (held-out accuracy: passkey,
+ * recall) and trainer_report.c (memory, progress and metrics reports). */
 #ifndef BURST_TRAIN_TRAINER_H
 #define BURST_TRAIN_TRAINER_H
 
@@ -42,6 +43,8 @@ typedef struct {
     size_t whole_sample;  /* the recall source's sample, tokens and labels [seq_len] each */
     model_memory model;   /* stored activations, workspace, ring buffers, head logits */
     size_t reduce_copy;   /* the optimizer step's reduce-scatter (zero1_step_bytes) */
+    size_t arena_margin;  /* on a device: what the arena adds to the device parts, for
+                             its alignment and the kernels' scratch (0 on the host) */
 } trainer_memory;
 
 /* Everything one rank needs during the run. */
@@ -64,6 +67,8 @@ typedef struct {
     int32_t *segments;            /* [micro_batches][seq_len + 1] document ids (mask = document) */
     uint64_t *sparse_bits;        /* the bitmap of mask = sparse (plan.mask points at it) */
     bk_queue queue;               /* the model's kernels: the host, or the device */
+    bk_arena *arena;              /* on a device: where every buffer of the engine and the
+                                     kernels' scratch come from (the queue's arena) */
     int device_index, device_count; /* the GPU this rank drives, of the node's (device only) */
     FILE *metrics;
     trainer_memory mem;
@@ -75,8 +80,10 @@ typedef struct {
 enum { STOP_AGREED = -1 };
 
 /* Validates the configuration against the world, refuses a run that does not
- * fit in memory ([memory] limit_bytes, or the node's available memory), then
- * makes the model, the optimizer, the data source and the buffers. 0, or an
+ * fit in memory ([memory] limit_bytes, or the node's available memory; on a
+ * device, the device parts against the GPU's free memory), takes the device
+ * arena (on a device), then makes the model, the optimizer, the data source
+ * and the buffers. 0, or an
  * exit status (EXIT_USAGE for all of these, on every rank) with the message
  * in err for rank 0 to print. Where the ranks agreed on a failure (the memory
  * check, an allocation, a file one rank cannot open), the ranks with something
@@ -88,6 +95,34 @@ int trainer_setup(trainer *t, char *err, size_t err_len);
 int trainer_run(trainer *t);
 /* Frees what setup made (each part may be missing after an early failure). */
 void trainer_free(trainer *t);
+
+/* Parts of the setup (trainer_memory.c), each collective where it says so.
+ * Counts every part of this rank's memory from the configuration alone (and
+ * on a device the arena's margin); 0 or -1 with err. */
+int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, size_t err_len);
+/* Collective: refuses, before anything large is allocated and on every rank
+ * alike, a run whose largest rank needs more than [memory] limit_bytes, or
+ * more than the share of the memory it lives in of the rank with the least
+ * (a node's available memory over its ranks, or a GPU's free memory over
+ * the ranks that drive it); 0 or an exit status. */
+int trainer_check_memory(trainer *t, char *err, size_t err_len);
+/* Collective, on a device (else nothing): the arena of trainer_arena_bytes,
+ * taken now and set on the queue the runner, the optimizer and the trainer's
+ * buffers use; 0, or EXIT_USAGE on every rank when any rank could not take
+ * it, each naming the size, the device's free memory and the parts. */
+int trainer_make_arena(trainer *t, char *err, size_t err_len);
+/* On a device, once every buffer is made: the kernels' scratch fits in what
+ * is left of the arena (else the margin was too small: found here rather
+ * than in a step); 0 or -1 with err. */
+int trainer_check_scratch_room(const trainer *t, char *err, size_t err_len);
+/* Ends a setup that every rank knows has failed: each rank with something to
+ * say prints it (naming itself with name_rank; err emptied), then the ranks
+ * wait for each other, so that none leaves, and no launcher stops the others,
+ * before every message is out. EXIT_USAGE. */
+int trainer_fail_together(trainer *t, int says, int name_rank, char *err, size_t err_len);
+/* After a part of the setup that is each rank's own: 0, or EXIT_USAGE on
+ * every rank when any failed, each rank that did naming itself and why. */
+int trainer_agree_on_own_part(trainer *t, int failed, char *err, size_t err_len);
 
 /* Which sample micro-batch mb of step (1-based) reads on DP rank dp_rank: the
  * one formula for reading, prefetching and the checkpoint's sample position. */
@@ -159,12 +194,25 @@ double trainer_available_bytes(void);
 size_t trainer_memory_total(const trainer_memory *m);
 /* The parts of m, named, as one line of text ("parameters 1.2 MiB, ..."). */
 void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len);
+/* The parts of m that live in device memory on a device: parameters,
+ * gradients, optimizer, the device's token buffers, stored activations, layer
+ * workspace (its few host buffers included) and ring buffers. The rest (the
+ * host's token buffers, document ids, the reduce-scatter's copy, which the
+ * transport stages through the host) stays on the host. */
+size_t trainer_device_bytes(const trainer_memory *m);
+/* The device arena's capacity: trainer_device_bytes plus m->arena_margin, rounded up
+ * to BK_ARENA_ALIGN as the arena rounds it. */
+size_t trainer_arena_bytes(const trainer_memory *m);
 /* The estimate of this rank's memory that the report prints and the end
  * compares: the process baseline and the training state. */
 double trainer_estimated_bytes(const trainer *t);
 /* The report at start (collective): rank 0 measures sgemm alone, then prints
  * the model, the grid, memory and that rate. 0, or an exit status. */
 int trainer_report_start(trainer *t);
+/* On a device, rank 0's line on its arena (when: "after step 1", "at the
+ * end"): the peak measured in it against the estimate and its capacity, and
+ * the device's used memory when the device reports it. */
+void trainer_report_arena(const trainer *t, const char *when);
 /* Rank 0's progress line of a step (every [train] log_every steps and the last). */
 void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
                              const trainer_step_result *res, double step_s, double elapsed_s);

@@ -1,13 +1,15 @@
 /* trainer_report.c: what a rank tells the user (trainer.h): the memory report
- * at start (the parts the setup's pre-check counts) and its estimate, one
- * rank's sgemm rate (times the world size, the reference for achieved
- * GFLOP/s), the progress line of a step and the metrics file. */
+ * at start (the parts the setup's pre-check counts) and its estimate, on a
+ * device the arena's capacity and then its measured peak, one rank's sgemm
+ * rate (times the world size, the reference for achieved GFLOP/s), the
+ * progress line of a step and the metrics file. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 
+#include "kernels/arena.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "src/train/trainer.h"
@@ -65,45 +67,50 @@ static double measure_sgemm(const bk_queue *q)
     return ok ? 2.0 * (double)n * n * n * reps / t / 1e9 : 0;
 }
 
-size_t trainer_memory_total(const trainer_memory *m)
-{
-    const model_memory *r = &m->model;
-    size_t transient = r->head_logits > m->reduce_copy ? r->head_logits : m->reduce_copy;
-    return m->params + m->grads + m->optimizer + m->tokens + m->segments + m->whole_sample +
-           r->stored + r->workspace + r->ring + transient;
-}
-
-void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len)
-{
-    const model_memory *r = &m->model;
-    const struct {
-        const char *name;
-        size_t bytes;
-    } parts[] = {{"parameters", m->params},
-                 {"gradients", m->grads},
-                 {"optimizer", m->optimizer},
-                 {"stored activations", r->stored},
-                 {"layer workspace", r->workspace},
-                 {"ring buffers", r->ring},
-                 /* with their document ids and the recall source's whole sample */
-                 {"tokens", m->tokens + m->segments + m->whole_sample},
-                 {"head logits", r->head_logits}, /* the two transients, last */
-                 {"reduce-scatter copy", m->reduce_copy}};
-    const size_t n = sizeof parts / sizeof *parts;
-    size_t used = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < n && used < len; i++) {
-        char h[32];
-        const char *sep = i == 0 ? "" : i == n - 2 ? "; the larger of " : i == n - 1 ? " or " : ", ";
-        int w = snprintf(buf + used, len - used, "%s%s %s", sep, parts[i].name,
-                         bu_human_bytes((double)parts[i].bytes, h, sizeof h));
-        used += w > 0 ? (size_t)w : 0;
-    }
-}
-
 double trainer_estimated_bytes(const trainer *t)
 {
     return t->baseline_bytes + (double)trainer_memory_total(&t->mem);
+}
+
+/* ", device memory used U of T" when the device reports its memory, else "". */
+static const char *device_used(char *buf, size_t len)
+{
+    size_t free_bytes, total;
+    char u[32], of[32];
+    buf[0] = '\0';
+    if (bk_device_memory(&free_bytes, &total) == BK_OK)
+        snprintf(buf, len, "; device memory used %s of %s",
+                 bu_human_bytes((double)(total - free_bytes), u, sizeof u),
+                 bu_human_bytes((double)total, of, sizeof of));
+    return buf;
+}
+
+/* On a device: the arena's capacity, what it holds, the device's memory
+ * (its runtime, cuBLASLt's workspace and other processes included). */
+static void arena_report(const trainer *t)
+{
+    bk_arena_stats a = bk_arena_stats_of(t->arena);
+    char b[4][32], used[96];
+    printf("device arena per rank: capacity %zu bytes (%s): the device parts %s and %s for "
+           "alignment and kernel scratch; %s in use after setup%s\n",
+           a.capacity, bu_human_bytes((double)a.capacity, b[0], 32),
+           bu_human_bytes((double)trainer_device_bytes(&t->mem), b[1], 32),
+           bu_human_bytes((double)t->mem.arena_margin, b[2], 32),
+           bu_human_bytes((double)a.in_use, b[3], 32), device_used(used, sizeof used));
+}
+
+void trainer_report_arena(const trainer *t, const char *when)
+{
+    if (t->rank != 0 || !t->arena) return;
+    bk_arena_stats a = bk_arena_stats_of(t->arena);
+    double est = (double)trainer_device_bytes(&t->mem);
+    char b[3][32], used[96];
+    printf("device arena %s: peak %zu bytes (%s) of capacity %zu bytes (%s), estimated %.0f "
+           "bytes (%s, ratio %.2f)%s\n",
+           when, a.peak, bu_human_bytes((double)a.peak, b[0], 32), a.capacity,
+           bu_human_bytes((double)a.capacity, b[1], 32), est, bu_human_bytes(est, b[2], 32),
+           est > 0 ? (double)a.peak / est : 0, device_used(used, sizeof used));
+    fflush(stdout);
 }
 
 static void memory_report(const trainer *t)
@@ -114,15 +121,20 @@ static void memory_report(const trainer *t)
            bu_human_bytes(t->baseline_bytes, b[0], 32));
     printf("memory per rank, estimated total: %s\n",
            bu_human_bytes(trainer_estimated_bytes(t), b[1], 32));
+    if (t->arena) arena_report(t);
 }
 
 /* Rank 0 measures sgemm while the others wait in a barrier, so the rate is
- * that of one rank in its own thread setting rather than of ranks contending. */
+ * that of one rank in its own thread setting rather than of ranks contending.
+ * Its buffers are made and freed before the first step, outside the arena
+ * (whose peak is then the training's alone). */
 static int measure_sgemm_alone(trainer *t)
 {
     bt_comm *world = bt_world_comm(t->world);
+    bk_queue q = t->queue;
+    q.arena = NULL;
     if (bt_barrier(world) != BT_OK) return -1;
-    if (t->rank == 0) t->sgemm_gflops = measure_sgemm(&t->queue);
+    if (t->rank == 0) t->sgemm_gflops = measure_sgemm(&q);
     return bt_barrier(world) == BT_OK ? 0 : -1;
 }
 

@@ -219,7 +219,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
                            .need = {.mask = mask, .segments = segments, .N = N},
                            .h_q = h_q, .h_kv = h_kv, .d = d, .count_pairs = 0,
                            .in_bytes = o->in_bytes};
-    bk_queue queue = o->device ? (bk_queue){BK_DEVICE, NULL, 0} : bk_host_queue();
+    bk_queue queue = o->device ? (bk_queue){BK_DEVICE, NULL, 0, NULL} : bk_host_queue();
     ring_exec_ctx ctx = {.comm = bt_world_comm(world), .queue = &queue, .scale = scale,
                          .mask = mask, .segments = segments, .piece_rows = o->piece_rows,
                          .in_type = o->in_bytes == 2 ? BK_BF16 : BK_F32};

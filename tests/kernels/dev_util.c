@@ -7,7 +7,7 @@
 
 bk_queue dev_queue(void)
 {
-    bk_queue q = {BK_DEVICE, NULL, 0};
+    bk_queue q = {BK_DEVICE, NULL, 0, NULL};
     return q;
 }
 

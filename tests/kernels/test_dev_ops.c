@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/arena.h"
 #include "kernels/bf16.h"
 #include "kernels/ref/ops_ref.h"
 #include "tests/kernels/dev_util.h"
@@ -287,6 +288,69 @@ START_TEST(grad_norm_and_clipping)
     ck_assert_int_eq(bk_grad_sqnorm(&q, 4, (const float *const *)dbufs, counts, &s3), BK_OK);
     ck_assert(fabs(sqrt(s3) - max_norm) <= 1e-6 * max_norm);
     for (int b = 0; b < 4; b++) dev_free(dbufs[b]), free(bufs[b]);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- scratch */
+/* With an arena on the queue the kernels' scratch is a piece of it: the
+ * RMSNorm weight gradient of 600 rows (3 chunks through scratch), a gradient
+ * norm over 3 blocks, the cross-entropy's count of valid rows, in an arena of
+ * bk_device_scratch_bytes for those sizes, give the results of a queue
+ * without arena bit for bit; the arena's peak is the largest piece, and none
+ * stays in use. An arena too small for the norm's scratch: BK_ERR_NOMEM. */
+START_TEST(scratch_comes_from_the_queues_arena)
+{
+    const int64_t n = 600, d = 40, count = 20000, V = 7;
+    rs = test_rng(75);
+    float *x = test_rand_f(&rs, n * d, -2, 2), *w = test_rand_f(&rs, d, 0.5, 1.5);
+    float *dy = test_rand_f(&rs, n * d, -1, 1), *rstd = test_rand_f(&rs, n, 0.5, 1);
+    float *g = test_rand_f(&rs, count, -1, 1), *logits = test_rand_f(&rs, n * V, -1, 1);
+    int64_t *labels = test_alloc((size_t)n * sizeof(int64_t), 1);
+    for (int64_t r = 0; r < n; r++) labels[r] = r % 5 == 0 ? -100 : r % V;
+    size_t bound = bk_device_scratch_bytes(n, d, count);
+    ck_assert_uint_eq(bound, (size_t)3 * d * sizeof(float)); /* the largest: 3 chunks of dw */
+    bk_arena *arena = NULL;
+    ck_assert_int_eq(bk_arena_create(bound, BK_ARENA_DEVICE, &arena), BK_OK);
+    float *dx[2], *dw[2], *out[2];
+    double sq[2];
+    int64_t valid[2];
+    float *gx = PUT(x, n * d), *gw = PUT(w, d), *gdy = PUT(dy, n * d), *gr = PUT(rstd, n);
+    float *gg = PUT(g, count);
+    int64_t *glab = PUT(labels, n);
+    for (int k = 0; k < 2; k++) { /* 0: without arena, 1: with */
+        bk_queue q = dev_queue();
+        q.arena = k ? arena : NULL;
+        float *gdx = PUT(dy, n * d), *gdw = PUT(w, d), *gl = PUT(logits, n * V), *gloss = PUT(rstd, n);
+        ck_assert_int_eq(bk_rmsnorm_bwd(&q, n, d, gx, gw, gr, gdy, gdx, gdw), BK_OK);
+        const float *bufs[1] = {gg};
+        ck_assert_int_eq(bk_grad_sqnorm(&q, 1, bufs, &count, &sq[k]), BK_OK);
+        ck_assert_int_eq(bk_cross_entropy_fwd_bwd(&q, n, V, gl, V, glab, -100,
+                                                  1.0f, 0.0f, gloss, NULL, &valid[k]),
+                         BK_OK);
+        dx[k] = test_alloc((size_t)(n * d), sizeof(float)), dw[k] = test_alloc((size_t)d, sizeof(float));
+        out[k] = test_alloc((size_t)(n * V), sizeof(float));
+        GET(dx[k], gdx, n * d), GET(dw[k], gdw, d), GET(out[k], gl, n * V);
+        dev_free(gdx), dev_free(gdw), dev_free(gl), dev_free(gloss);
+    }
+    ck_assert_int_eq(memcmp(dx[0], dx[1], (size_t)(n * d) * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(dw[0], dw[1], (size_t)d * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(out[0], out[1], (size_t)(n * V) * sizeof(float)), 0);
+    ck_assert(sq[0] == sq[1]);
+    ck_assert_int_eq(valid[0], valid[1]);
+    bk_arena_stats st = bk_arena_stats_of(arena);
+    ck_assert_uint_eq(st.peak, st.capacity);
+    ck_assert_uint_eq(st.in_use, 0);
+    bk_arena_destroy(arena);
+
+    ck_assert_int_eq(bk_arena_create(BK_ARENA_ALIGN, BK_ARENA_DEVICE, &arena), BK_OK);
+    bk_queue small = dev_queue();
+    small.arena = arena;
+    ck_assert_int_eq(bk_rmsnorm_bwd(&small, n, d, gx, gw, gr, gdy, gdy, gw), BK_ERR_NOMEM);
+    ck_assert_uint_eq(bk_arena_stats_of(arena).in_use, 0);
+    bk_arena_destroy(arena);
+    dev_free(gx), dev_free(gw), dev_free(gdy), dev_free(gr), dev_free(gg), dev_free(glab);
+    for (int k = 0; k < 2; k++) free(dx[k]), free(dw[k]), free(out[k]);
+    free(x), free(w), free(dy), free(rstd), free(g), free(logits), free(labels);
 }
 END_TEST
 
@@ -650,7 +714,8 @@ static Suite *dev_ops_suite(void)
     check_add_tests(check_tcase(s, "ops", 600), rmsnorm_matches_reference,
                     rope_matches_reference, swiglu_matches_reference,
                     embedding_matches_reference, adamw_matches_reference_over_steps,
-                    grad_norm_and_clipping, cross_entropy_matches_reference,
+                    grad_norm_and_clipping, scratch_comes_from_the_queues_arena,
+                    cross_entropy_matches_reference,
                     cross_entropy_edge_rows_and_invalid_labels, gemm_matches_reference,
                     attention_state_kernels, device_to_device_copy, vector_helpers_match_host,
                     gemm_runs_after_queued_copies, round_bf16_matches_nearest,

@@ -25,7 +25,7 @@ static float *counting(void)
 
 static bk_queue queue_on(void *stream)
 {
-    bk_queue q = {BK_DEVICE, stream, 0};
+    bk_queue q = {BK_DEVICE, stream, 0, NULL};
     return q;
 }
 

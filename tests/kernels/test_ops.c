@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "kernels/arena.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ops_ref.h"
 #include "tests/lib/arrays.h"
@@ -652,6 +653,47 @@ START_TEST(vector_helpers_match_reference)
 }
 END_TEST
 
+/* A queue with an arena: bk_alloc takes pieces of it (aligned, counted, still
+ * zeroed on the host when a piece was used before), bk_free gives them back,
+ * a request no piece holds is BK_ERR_NOMEM, a pointer the arena did not give
+ * is refused. */
+START_TEST(allocation_from_the_queues_arena)
+{
+    const size_t capacity = 64 << 10;
+    bk_arena *arena = NULL;
+    ck_assert_int_eq(bk_arena_create(capacity, BK_ARENA_HOST, &arena), BK_OK);
+    bk_queue q = host_q(1);
+    q.arena = arena;
+    float *a = NULL, *b = NULL;
+    ck_assert_int_eq(bk_alloc_floats(&q, 1000, 0.0f, &a), BK_OK);
+    ck_assert_int_eq(bk_alloc_floats(&q, 3, 2.5f, &b), BK_OK);
+    ck_assert_uint_eq((uintptr_t)a % BK_ARENA_ALIGN, 0);
+    bk_arena_stats st = bk_arena_stats_of(arena);
+    ck_assert_uint_eq(st.pieces, 2);
+    ck_assert_uint_eq(st.in_use, 4096 + BK_ARENA_ALIGN); /* 4000 and 12 bytes, rounded */
+    for (int i = 0; i < 3; i++) ck_assert_float_eq(b[i], 2.5f);
+    for (int i = 0; i < 1000; i++) a[i] = -1.0f;
+    ck_assert_int_eq(bk_free(&q, a), BK_OK);
+    /* the same piece again (best fit), zeroed although it held -1 */
+    float *c = NULL;
+    ck_assert_int_eq(bk_alloc_floats(&q, 1000, 0.0f, &c), BK_OK);
+    ck_assert_ptr_eq(c, a);
+    for (int i = 0; i < 1000; i++) ck_assert_float_eq(c[i], 0.0f);
+    void *big = NULL;
+    ck_assert_int_eq(bk_alloc(&q, capacity, &big), BK_ERR_NOMEM);
+    ck_assert_ptr_null(big);
+    float outside = 0;
+    ck_assert_int_eq(bk_free(&q, &outside), BK_ERR_ARG);
+    ck_assert_int_eq(bk_free(&q, c), BK_OK);
+    ck_assert_int_eq(bk_free(&q, b), BK_OK);
+    st = bk_arena_stats_of(arena);
+    ck_assert_uint_eq(st.in_use, 0);
+    ck_assert_uint_eq(st.largest_free, st.capacity);
+    ck_assert_uint_eq(st.peak, 4096 + BK_ARENA_ALIGN);
+    bk_arena_destroy(arena);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- cross-entropy */
 START_TEST(cross_entropy_matches_reference)
 {
@@ -765,7 +807,7 @@ END_TEST
 /* ---------------------------------------------------------------- invalid arguments */
 START_TEST(invalid_arguments_are_rejected)
 {
-    bk_queue q = bk_host_queue(), dev = {BK_DEVICE, NULL, 0};
+    bk_queue q = bk_host_queue(), dev = {BK_DEVICE, NULL, 0, NULL};
     float buf[64] = {0}, out[64], sentinel[64];
     for (int i = 0; i < 64; i++) out[i] = sentinel[i] = (float)i;
     int64_t pos[4] = {0, 1, 2, 3}, tok_bad[2] = {0, 4}, lab_bad[2] = {0, 9};
@@ -870,7 +912,8 @@ int main(void)
                     rope_backward_finite_differences, swiglu_matches_reference,
                     swiglu_backward_finite_differences, embedding_matches_reference,
                     embedding_backward_finite_differences, adamw_matches_reference_over_steps,
-                    grad_norm_and_clipping, vector_helpers_match_reference, cross_entropy_matches_reference,
+                    grad_norm_and_clipping, vector_helpers_match_reference,
+                    allocation_from_the_queues_arena, cross_entropy_matches_reference,
                     cross_entropy_all_ignored_is_finite, cross_entropy_backward_finite_differences,
                     invalid_arguments_are_rejected);
     return check_run(s);

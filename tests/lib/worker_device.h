@@ -17,7 +17,7 @@
 static inline void *worker_device_copy(const void *host, size_t bytes)
 {
     void *dev = NULL;
-    bk_queue q = {BK_DEVICE, NULL, 0};
+    bk_queue q = {BK_DEVICE, NULL, 0, NULL};
     if (bk_device_malloc(bytes, &dev) != BK_OK || bk_device_upload(&q, dev, host, bytes) != BK_OK) {
         fprintf(stderr, "rank %d: cannot copy %zu bytes to the device\n", rank, bytes);
         exit(WORKER_FAILED);
@@ -28,7 +28,7 @@ static inline void *worker_device_copy(const void *host, size_t bytes)
 /* host[bytes] = dev[bytes]. */
 static inline void worker_device_read(void *host, const void *dev, size_t bytes)
 {
-    bk_queue q = {BK_DEVICE, NULL, 0};
+    bk_queue q = {BK_DEVICE, NULL, 0, NULL};
     if (bk_device_download(&q, host, dev, bytes) != BK_OK) {
         fprintf(stderr, "rank %d: cannot read %zu bytes back from the device\n", rank, bytes);
         exit(WORKER_FAILED);

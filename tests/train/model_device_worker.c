@@ -130,7 +130,7 @@ int main(int argc, char **argv)
     seq_layout layout;
     if (seq_layout_init(&layout, plan_layout("auto", o.mask), size, N, err, sizeof err) != 0)
         usage_exit(err);
-    bk_queue hq = bk_host_queue(), dq = {BK_DEVICE, NULL, 0};
+    bk_queue hq = bk_host_queue(), dq = {BK_DEVICE, NULL, 0, NULL};
     model_runner_config rc = {
         .model = &m, .cp = bt_world_comm(world), .layout = layout,
         .topo = o.nodes > 1 ? TOPO_DOUBLE : TOPO_FLAT, .nodes = o.nodes,

@@ -445,7 +445,7 @@ START_TEST(invalid_arguments)
         BK_ERR_ARG);
     ck_assert_int_eq(lm_head_fused(&q, &o, n, D, V, h, W, labels, 1.0f, NULL, &nv, dh, dW, scratch),
                      BK_ERR_ARG);
-    bk_queue dev = {BK_DEVICE, NULL, 0};
+    bk_queue dev = {BK_DEVICE, NULL, 0, NULL};
     ck_assert_int_eq(
         lm_head_fused(&dev, &o, n, D, V, h, W, labels, 1.0f, &loss, &nv, dh, dW, scratch),
         BK_ERR_UNSUPPORTED);

@@ -898,6 +898,92 @@ START_TEST(device_engine_matches_the_cpu)
 }
 END_TEST
 
+/* The number after `key` in the line holding `line`, or -1. */
+static long long number_after(const test_run_result *r, const char *line, const char *key)
+{
+    const char *at = strstr(r->out, line), *end = at ? strchr(at, '\n') : NULL;
+    const char *k = at ? strstr(at, key) : NULL;
+    return k && (!end || k < end) ? atoll(k + strlen(key)) : -1;
+}
+
+/* burst_emu train on the emulated device, one rank without a launcher (its
+ * output and the emulator's in one pipe, in the order they were written), 3
+ * steps of 64 tokens, in the environment env. */
+static test_run_result train_alone_on_device(char *const *env)
+{
+    on_emulator = 1;
+    const char *sets[] = {"train.device=cuda", "data.seq_len=64", "train.steps=3",
+                          "train.warmup_steps=1", NULL};
+    char *argv[16];
+    int a = 0;
+    argv[a++] = (char *)program(), argv[a++] = "train";
+    for (int i = 0; sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
+    argv[a] = NULL;
+    on_emulator = 0;
+    return test_run(argv, env);
+}
+
+/* On a device every buffer of the engine and the kernels' scratch come from
+ * one arena, taken at setup: with the emulator printing every runtime
+ * allocation (BK_EMU_TRACE_ALLOC), none comes after the report, in the steps,
+ * the evaluation or the end; the peak measured in the arena after step 1 and
+ * at the end is within its capacity and within 2% and 64 KiB of the estimate
+ * of the device parts, and the device's used memory is reported. On an
+ * emulated device with less memory than the device parts the run is refused
+ * before the first step, naming them; on one that holds the parts but not the
+ * arena's margin, taking the arena fails, naming its size, the free memory and
+ * the parts: exit 2 both times. */
+START_TEST(device_arena_holds_every_buffer)
+{
+    char *env[] = {"OMP_NUM_THREADS=1", "BK_EMU_TRACE_ALLOC=1", "BK_EMU_DEVICE_BYTES=1073741824",
+                   NULL};
+    test_run_result r = train_alone_on_device(env);
+    ck_assert_msg(r.exit_code == 0, "exit %d:\n%s", r.exit_code, r.out);
+    long long capacity = number_after(&r, "device arena per rank: ", "capacity "),
+              peak1 = number_after(&r, "device arena after step 1: ", "peak "),
+              peak = number_after(&r, "device arena at the end: ", "peak "),
+              estimate = number_after(&r, "device arena at the end: ", "estimated ");
+    ck_assert_msg(capacity > 0 && peak1 > 0 && peak1 <= peak && peak <= capacity,
+                  "capacity %lld, peak after step 1 %lld, at the end %lld:\n%s", capacity, peak1,
+                  peak, r.out);
+    long long diff = peak > estimate ? peak - estimate : estimate - peak;
+    ck_assert_msg(diff <= estimate / 50 + 65536, "estimated %lld bytes, peak %lld", estimate, peak);
+    ck_assert_msg(test_output_has(&r, "; device memory used ") && test_output_has(&r, " of 1.0 GiB"),
+                  "%s", r.out);
+    const char *started = strstr(r.out, "device: emulator"), *first = strstr(r.out, "emu: cudaMalloc ");
+    ck_assert_msg(started && first && first < started && !strstr(started, "emu: cudaMalloc") &&
+                      test_output_has(&r, "step     3/3"),
+                  "a runtime allocation after setup:\n%s", r.out);
+    test_run_free(&r);
+
+    char small[] = "BK_EMU_DEVICE_BYTES=1048576";
+    env[2] = small;
+    r = train_alone_on_device(env);
+    long long parts = number_after(&r, "burst train: a rank needs ", "needs ");
+    ck_assert_msg(r.exit_code == 2 && parts > 1048576 && parts < capacity &&
+                      test_output_has(&r, " bytes of device memory (") &&
+                      test_output_has(&r, "more than a device has free for each of the ranks "
+                                          "that drive it (1.0 MiB): parameters ") &&
+                      !test_output_has(&r, "step "),
+                  "exit %d:\n%s", r.exit_code, r.out);
+    test_run_free(&r);
+
+    char exact[64], asked[160];
+    snprintf(exact, sizeof exact, "BK_EMU_DEVICE_BYTES=%lld", parts);
+    env[2] = exact;
+    r = train_alone_on_device(env);
+    snprintf(asked, sizeof asked,
+             "out of device memory: cannot take the device arena of %lld bytes (", capacity);
+    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, asked) &&
+                      test_output_has(&r, "), the device has ") &&
+                      test_output_has(&r, "; the estimate: parameters ") &&
+                      test_output_has(&r, " for alignment and kernel scratch") &&
+                      !test_output_has(&r, "step "),
+                  "exit %d, no '%s':\n%s", r.exit_code, asked, r.out);
+    test_run_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     if (!test_make_tmpdir(tmpdir, sizeof tmpdir, "burst-train")) return 1;
@@ -914,7 +1000,8 @@ int main(void)
         resume_continues_a_shuffled_corpus_bit_for_bit, trains_from_an_hdf5_corpus,
         documents_from_an_hdf5_corpus, eval_read_failure_on_one_rank_stops_every_rank);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
-    check_add_tests(check_tcase(s, "device", 900), device_engine_matches_the_cpu);
+    check_add_tests(check_tcase(s, "device", 900), device_engine_matches_the_cpu,
+                    device_arena_holds_every_buffer);
     int status = check_run(s);
     test_remove_tree(tmpdir);
     return status;

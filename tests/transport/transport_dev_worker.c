@@ -19,7 +19,7 @@
 
 static bk_queue default_queue(void)
 {
-    bk_queue q = {BK_DEVICE, NULL, 0};
+    bk_queue q = {BK_DEVICE, NULL, 0, NULL};
     return q;
 }
 
