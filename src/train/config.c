@@ -128,6 +128,7 @@ void train_config_default(train_config *c)
     c->seed = 1234;
     set_string(c->on_nonfinite, sizeof c->on_nonfinite, "stop");
     set_string(c->device, sizeof c->device, "cpu");
+    set_string(c->matmul, sizeof c->matmul, "auto");
     c->log_every = 1;
     c->ckpt_fraction = 0.5;
     c->fused_head = 1;
@@ -162,6 +163,7 @@ static const char *const backward_names[] = {"auto", "q", "kv", NULL};
 static const char *const ring_names[] = {"auto", "flat", "double", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const device_names[] = {"cpu", "cuda", NULL};
+static const char *const matmul_names[] = {"auto", "bf16", "fp32", NULL};
 static const char *const intra_names[] = {"auto", "ucx", "nccl", NULL};
 
 /* clang-format off */
@@ -223,6 +225,7 @@ static const field fields[] = {
     U64("train", seed),
     ENUM("train", on_nonfinite, nonfinite_names),
     ENUM("train", device, device_names),
+    ENUM("train", matmul, matmul_names),
     INT("train", log_every, 1),
     STR("train", metrics),
     STR("train", checkpoint_dir),
@@ -753,6 +756,9 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
                     "[model] d_model / n_heads = %d: the head dimension must be a multiple of 8",
                     c->d_model / c->n_heads);
 
+    if (!plan_device(c->device) && strcmp(c->matmul, "bf16") == 0)
+        return fail(err, err_len, "[train] matmul = bf16 needs [train] device = cuda: the CPU "
+                                  "computes its matrix products in fp32");
     if (plan_device(c->device) && !c->fused_head)
         return fail(err, err_len, "[memory] fused_head = false needs [train] device = cpu: the "
                                   "reference head runs on the host");

@@ -1,8 +1,11 @@
 /* model.c: the decoder's parameters and one forward + backward over this
- * rank's share of a sequence; see model.h. Everything is fp32, on the CPU or
- * on a device: every buffer the kernels read lives in the memory of the
- * runner's queue, and every operation on one is a kernel of that queue
- * (bk_copy, bk_axpy), so one text serves both. */
+ * rank's share of a sequence; see model.h. Parameters, activations and
+ * gradients are fp32, on the CPU or on a device: every buffer the kernels read
+ * lives in the memory of the runner's queue, and every operation on one is a
+ * kernel of that queue (bk_copy, bk_axpy), so one text serves both. On a
+ * device the layers' matrix products may take bf16 operands (bf16_matmul):
+ * the three product helpers (mm, mm_grad_weight, mm_grad_input) hold every
+ * difference. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +130,11 @@ struct model_runner {
     float *x, *a, *rstd1, *q, *k, *v, *o, *lse, *x1, *b, *rstd2, *g, *s;
     float *dx, *dx1, *dtmp, *d_o, *dq, *dk, *dv, *ds, *dg, *hn, *dhn, *rstd_f;
     float *head_scratch; /* fused head: its chunk scratch; else the logits [V] of a prediction */
+    /* bf16 matrix products only: the parameters' bf16 copy [n_params], made
+     * from the fp32 parameters at each step's first micro-batch, and two
+     * operands rounded to bf16 [n * widest] each (widest: D, QD or 2F) */
+    uint16_t *p16, *op16[2];
+    const float *P;      /* the fp32 parameters of the pass in progress */
     model_memory mem;    /* what the buffers below take, counted as they are made */
     int allocate;        /* make the buffers (1) or only count them (0) */
     int on_device;       /* the buffers the kernels read are device memory */
@@ -228,6 +236,14 @@ static void take_workspace(model_runner *r)
     r->pos_host = take(r, pos_bytes, &r->mem.workspace, "the token positions");
     r->pos = r->on_device ? take_buffer(r, pos_bytes, &r->mem.workspace, "the token positions")
                           : r->pos_host;
+    if (r->cfg.bf16_matmul) {
+        int64_t widest = D > QD ? D : QD;
+        if (2 * F > widest) widest = 2 * F;
+        const char *what = "the bf16 operands of the matrix products";
+        r->p16 = take_buffer(r, (size_t)r->m->n_params * 2, &r->mem.workspace, what);
+        for (int k = 0; k < 2; k++)
+            r->op16[k] = take_buffer(r, (size_t)(n * widest) * 2, &r->mem.workspace, what);
+    }
     /* the reference head makes its logits [n, V] and losses [n] at every step */
     r->mem.head_logits = r->cfg.fused_head ? 0 : floats(n * r->V + n);
 }
@@ -268,6 +284,11 @@ static model_runner *runner_plan(const model_runner_config *cfg, char *err, size
     r->cfg = *cfg;
     r->m = cfg->model;
     r->on_device = cfg->queue->where == BK_DEVICE;
+    if (cfg->bf16_matmul && !r->on_device) {
+        snprintf(err, err_len, "bf16 matrix products need a device queue");
+        free(r);
+        return NULL;
+    }
     r->n = cfg->layout.n;
     r->D = d->d_model;
     r->Hq = d->n_heads;
@@ -379,6 +400,9 @@ void model_runner_free(model_runner *r)
     }
     free(r->store);
     if (r->on_device) give_back(r, r->pos);
+    give_back(r, r->p16);
+    give_back(r, r->op16[0]);
+    give_back(r, r->op16[1]);
     free(r->pos_host);
     free(r->segments);
     free(r);
@@ -399,27 +423,66 @@ static bk_status sum_into(const bk_queue *q, float *out, const float *a, const f
     return st == BK_OK ? bk_axpy(q, count, 1.0f, b, out) : st;
 }
 
-/* C[m, n] = A[m, k] B[k, n] (+ C when accumulate) */
-static bk_status mm(const bk_queue *q, const float *A, int64_t m, int64_t k, const float *B,
-                    int64_t n, float *C, int accumulate)
+/* The matrix products of the layers, with the weight W[k, n] at offset w of
+ * the parameters. In fp32, or with bf16_matmul on bf16 operands: the weight
+ * from the bf16 copy, the activation or gradient rounded as it enters (into
+ * op16), fp32 accumulation and results. */
+
+/* src[rows, cols] rounded into r->op16[which] */
+static const uint16_t *operand16(model_runner *r, int which, const float *src, int64_t count)
 {
-    return bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, m, n, k, 1.0f, A, k, B, n, accumulate ? 1.0f : 0.0f,
-                   C, n);
+    return bk_round_bf16(r->cfg.queue, count, src, r->op16[which]) == BK_OK ? r->op16[which]
+                                                                            : NULL;
+}
+
+/* C[m, n] = A[m, k] W[k, n] (+ C when accumulate) */
+static bk_status mm(model_runner *r, const float *A, int64_t m, int64_t k, int64_t w, int64_t n,
+                    float *C, int accumulate)
+{
+    const bk_queue *q = r->cfg.queue;
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (!r->p16)
+        return bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, m, n, k, 1.0f, A, k, r->P + w, n, beta, C, n);
+    const uint16_t *a = operand16(r, 0, A, m * k);
+    return a ? bk_gemm_bf16(q, BK_NO_TRANS, BK_NO_TRANS, m, n, k, 1.0f, a, k, r->p16 + w, n, beta,
+                            C, BK_F32, n)
+             : BK_ERR_DEVICE;
 }
 
 /* dW[k, n] += A[m, k]^T dY[m, n] */
-static bk_status mm_grad_weight(const bk_queue *q, const float *A, int64_t m, int64_t k,
+static bk_status mm_grad_weight(model_runner *r, const float *A, int64_t m, int64_t k,
                                 const float *dY, int64_t n, float *dW)
 {
-    return bk_gemm(q, BK_TRANS, BK_NO_TRANS, k, n, m, 1.0f, A, k, dY, n, 1.0f, dW, n);
+    const bk_queue *q = r->cfg.queue;
+    if (!r->p16) return bk_gemm(q, BK_TRANS, BK_NO_TRANS, k, n, m, 1.0f, A, k, dY, n, 1.0f, dW, n);
+    const uint16_t *a = operand16(r, 0, A, m * k), *dy = operand16(r, 1, dY, m * n);
+    return a && dy ? bk_gemm_bf16(q, BK_TRANS, BK_NO_TRANS, k, n, m, 1.0f, a, k, dy, n, 1.0f, dW,
+                                  BK_F32, n)
+                   : BK_ERR_DEVICE;
 }
 
 /* dA[m, k] (+)= dY[m, n] W[k, n]^T */
-static bk_status mm_grad_input(const bk_queue *q, const float *dY, int64_t m, int64_t n,
-                               const float *W, int64_t k, float *dA, int accumulate)
+static bk_status mm_grad_input(model_runner *r, const float *dY, int64_t m, int64_t n, int64_t w,
+                               int64_t k, float *dA, int accumulate)
 {
-    return bk_gemm(q, BK_NO_TRANS, BK_TRANS, m, k, n, 1.0f, dY, n, W, n, accumulate ? 1.0f : 0.0f,
-                   dA, k);
+    const bk_queue *q = r->cfg.queue;
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (!r->p16)
+        return bk_gemm(q, BK_NO_TRANS, BK_TRANS, m, k, n, 1.0f, dY, n, r->P + w, n, beta, dA, k);
+    const uint16_t *dy = operand16(r, 1, dY, m * n);
+    return dy ? bk_gemm_bf16(q, BK_NO_TRANS, BK_TRANS, m, k, n, 1.0f, dy, n, r->p16 + w, n, beta,
+                             dA, BK_F32, k)
+              : BK_ERR_DEVICE;
+}
+
+/* The parameters of the pass about to run; with bf16 products, their bf16
+ * copy made from them (once per step: at the first micro-batch, and for
+ * every prediction). */
+static bk_status use_params(model_runner *r, const float *P, int refresh)
+{
+    r->P = P;
+    if (!r->p16 || !refresh) return BK_OK;
+    return bk_round_bf16(r->cfg.queue, r->m->n_params, P, r->p16);
 }
 
 static stored_layer *stored(model_runner *r, int layer)
@@ -435,9 +498,9 @@ static bt_status attention_inputs(model_runner *r, const float *P, int l, const 
     const model_dims *d = &r->m->dims;
     int64_t n = r->n, D = r->D;
     CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, x_in, P + o->attn_norm, d->norm_eps, r->a, r->rstd1));
-    CHECK_KERNEL(mm(q, r->a, n, D, P + o->wq, r->QD, r->q, 0));
-    CHECK_KERNEL(mm(q, r->a, n, D, P + o->wk, r->KD, r->k, 0));
-    CHECK_KERNEL(mm(q, r->a, n, D, P + o->wv, r->KD, r->v, 0));
+    CHECK_KERNEL(mm(r, r->a, n, D, o->wq, r->QD, r->q, 0));
+    CHECK_KERNEL(mm(r, r->a, n, D, o->wk, r->KD, r->k, 0));
+    CHECK_KERNEL(mm(r, r->a, n, D, o->wv, r->KD, r->v, 0));
     CHECK_KERNEL(bk_rope_fwd(q, n, d->n_heads, d->head_dim, r->pos, d->rope_theta, d->rope_scaling,
                              r->q, r->q));
     CHECK_KERNEL(bk_rope_fwd(q, n, d->n_kv_heads, d->head_dim, r->pos, d->rope_theta,
@@ -453,13 +516,13 @@ static bt_status mlp_part(model_runner *r, const float *P, int l, const float *x
     const layer_offsets *o = &r->m->layer[l];
     int64_t n = r->n, D = r->D, F = r->F;
     CHECK_KERNEL(bk_copy(q, r->x1, x_in, (size_t)(n * D) * sizeof(float)));
-    CHECK_KERNEL(mm(q, r->o, n, r->QD, P + o->wo, D, r->x1, 1));
+    CHECK_KERNEL(mm(r, r->o, n, r->QD, o->wo, D, r->x1, 1));
     CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x1, P + o->mlp_norm, r->m->dims.norm_eps, r->b, r->rstd2));
-    CHECK_KERNEL(mm(q, r->b, n, D, P + o->w_gate_up, 2 * F, r->g, 0));
+    CHECK_KERNEL(mm(r, r->b, n, D, o->w_gate_up, 2 * F, r->g, 0));
     CHECK_KERNEL(bk_swiglu_fwd(q, n, F, r->g, r->g + F, 2 * F, r->s));
     if (out) {
         CHECK_KERNEL(bk_copy(q, out, r->x1, (size_t)(n * D) * sizeof(float)));
-        CHECK_KERNEL(mm(q, r->s, n, F, P + o->w_down, D, out, 1));
+        CHECK_KERNEL(mm(r, r->s, n, F, o->w_down, D, out, 1));
     }
     return BT_OK;
 }
@@ -534,6 +597,7 @@ bt_status model_predict(model_runner *r, const float *P, const int64_t *tokens,
                         const int64_t *rows, int n_rows, int64_t *predicted)
 {
     model_step_stats stats = {0};
+    CHECK_KERNEL(use_params(r, P, 1));
     bt_status st = forward_layers(r, P, tokens, -1, &stats);
     if (st != BT_OK) return st;
     int64_t D = r->D, V = r->V;
@@ -567,6 +631,7 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *P, float 
     int64_t n = r->n, D = r->D, F = r->F, QD = r->QD, KD = r->KD, V = r->V;
     bt_status st = BT_OK;
     if (mb < 0 || mb >= r->cfg.micro_batches) return BT_ERR_ARG;
+    CHECK_KERNEL(use_params(r, P, mb == 0));
 
     st = forward_layers(r, P, tokens, mb, stats);
     if (st != BT_OK) return st;
@@ -593,17 +658,17 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *P, float 
         if (st == BT_OK) st = mlp_part(r, P, l, e->x_in, NULL);
         if (st != BT_OK) break;
         /* MLP */
-        CHECK_KERNEL(mm_grad_weight(q, r->s, n, F, r->dx, D, G + o->w_down));
-        CHECK_KERNEL(mm_grad_input(q, r->dx, n, D, P + o->w_down, F, r->ds, 0));
+        CHECK_KERNEL(mm_grad_weight(r, r->s, n, F, r->dx, D, G + o->w_down));
+        CHECK_KERNEL(mm_grad_input(r, r->dx, n, D, o->w_down, F, r->ds, 0));
         CHECK_KERNEL(bk_swiglu_bwd(q, n, F, r->g, r->g + F, 2 * F, r->ds, r->dg, r->dg + F));
-        CHECK_KERNEL(mm_grad_weight(q, r->b, n, D, r->dg, 2 * F, G + o->w_gate_up));
-        CHECK_KERNEL(mm_grad_input(q, r->dg, n, 2 * F, P + o->w_gate_up, D, r->dtmp, 0));
+        CHECK_KERNEL(mm_grad_weight(r, r->b, n, D, r->dg, 2 * F, G + o->w_gate_up));
+        CHECK_KERNEL(mm_grad_input(r, r->dg, n, 2 * F, o->w_gate_up, D, r->dtmp, 0));
         CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, r->x1, P + o->mlp_norm, r->rstd2, r->dtmp, r->dtmp,
                                     G + o->mlp_norm));
         CHECK_KERNEL(sum_into(q, r->dx1, r->dx, r->dtmp, n * D));
         /* output projection and attention */
-        CHECK_KERNEL(mm_grad_weight(q, r->o, n, QD, r->dx1, D, G + o->wo));
-        CHECK_KERNEL(mm_grad_input(q, r->dx1, n, D, P + o->wo, QD, r->d_o, 0));
+        CHECK_KERNEL(mm_grad_weight(r, r->o, n, QD, r->dx1, D, G + o->wo));
+        CHECK_KERNEL(mm_grad_input(r, r->dx1, n, D, o->wo, QD, r->d_o, 0));
         ring_exec_ctx c = r->ring;
         c.sched = r->bwd;
         ring_exec_stats rs;
@@ -616,12 +681,12 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *P, float 
         CHECK_KERNEL(bk_rope_bwd(q, n, d->n_kv_heads, d->head_dim, r->pos, d->rope_theta,
                                  d->rope_scaling, r->dk, r->dk));
         /* Q/K/V projections and the attention norm */
-        CHECK_KERNEL(mm_grad_weight(q, r->a, n, D, r->dq, QD, G + o->wq));
-        CHECK_KERNEL(mm_grad_weight(q, r->a, n, D, r->dk, KD, G + o->wk));
-        CHECK_KERNEL(mm_grad_weight(q, r->a, n, D, r->dv, KD, G + o->wv));
-        CHECK_KERNEL(mm_grad_input(q, r->dq, n, QD, P + o->wq, D, r->dtmp, 0));
-        CHECK_KERNEL(mm_grad_input(q, r->dk, n, KD, P + o->wk, D, r->dtmp, 1));
-        CHECK_KERNEL(mm_grad_input(q, r->dv, n, KD, P + o->wv, D, r->dtmp, 1));
+        CHECK_KERNEL(mm_grad_weight(r, r->a, n, D, r->dq, QD, G + o->wq));
+        CHECK_KERNEL(mm_grad_weight(r, r->a, n, D, r->dk, KD, G + o->wk));
+        CHECK_KERNEL(mm_grad_weight(r, r->a, n, D, r->dv, KD, G + o->wv));
+        CHECK_KERNEL(mm_grad_input(r, r->dq, n, QD, o->wq, D, r->dtmp, 0));
+        CHECK_KERNEL(mm_grad_input(r, r->dk, n, KD, o->wk, D, r->dtmp, 1));
+        CHECK_KERNEL(mm_grad_input(r, r->dv, n, KD, o->wv, D, r->dtmp, 1));
         CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, e->x_in, P + o->attn_norm, r->rstd1, r->dtmp, r->dtmp,
                                     G + o->attn_norm));
         CHECK_KERNEL(sum_into(q, r->dx, r->dx1, r->dtmp, n * D));

@@ -68,6 +68,10 @@ typedef struct {
     train_keep keep;             /* attention outputs kept: none, half (zigzag + causal), all */
     int micro_batches;           /* micro-batches of a step: mb in [0, micro_batches) */
     int fused_head;
+    int bf16_matmul;             /* the layers' matrix products on bf16 operands (a device
+                                  * queue): the parameters' bf16 copy and the activations and
+                                  * gradients rounded as they enter, fp32 accumulation and
+                                  * results; the LM head stays fp32 */
     lm_head_opts head;
     const bk_queue *queue;
 } model_runner_config;
@@ -111,7 +115,8 @@ typedef struct {
  * labels [n], ignore_index where nothing is predicted). grads [n_params] are
  * accumulated (+=). loss_scale multiplies every gradient (1 / valid tokens of
  * the whole step over all ranks). Adds this rank's unscaled loss sum and valid
- * count. */
+ * count. With bf16_matmul the parameters' bf16 copy is made at micro-batch 0:
+ * params must not change between the micro-batches of a step. */
 bt_status model_forward_backward(model_runner *r, int mb, const float *params, float *grads,
                                  const int64_t *tokens, const int64_t *labels, float loss_scale,
                                  double *loss_sum, int64_t *n_valid, model_step_stats *stats);

@@ -113,3 +113,8 @@ int plan_device(const char *device)
 {
     return strcmp(device, "cuda") == 0;
 }
+
+int plan_bf16_matmul(const char *device, const char *matmul)
+{
+    return plan_device(device) && strcmp(matmul, "fp32") != 0;
+}

@@ -59,6 +59,9 @@ train_nonfinite plan_on_nonfinite(const char *on_nonfinite);
 train_keep plan_keep(double ckpt_fraction);
 /* [train] device: 1 for cuda (the model on the program's device), 0 for cpu. */
 int plan_device(const char *device);
+/* 1 when the layers' matrix products take bf16 operands ([train] matmul: bf16,
+ * or auto on a device). */
+int plan_bf16_matmul(const char *device, const char *matmul);
 /* Keeping half of the tokens recomputes the attention of the early zigzag
  * chunks through a ring over the first half of the sequence: it needs the
  * zigzag layout and the plain causal mask. */

@@ -87,6 +87,7 @@ static int runner_config(trainer *t, model_runner_config *rc, char *err, size_t 
         .mask = t->plan.mask, .backward = t->plan.backward, .piece_rows = c->piece_rows,
         .keep = t->plan.keep,
         .micro_batches = c->micro_batches, .fused_head = c->fused_head,
+        .bf16_matmul = plan_bf16_matmul(c->device, c->matmul),
         .head = {.chunk_tokens = c->head_chunk, .z_loss = (float)c->z_loss, .ignore_index = TOKEN_IGNORE},
         .queue = &t->queue};
     return 0;

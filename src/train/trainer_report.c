@@ -160,8 +160,10 @@ int trainer_report_start(trainer *t)
            (long long)c->piece_rows, in_bytes == 2 ? "bf16" : "fp32");
     memory_report(t);
     if (t->plan.on_device)
-        printf("device: %s, device %d of rank 0; its sgemm: %.1f GFLOP/s (rank 0 alone)\n",
-               bk_device_backend_name(), t->device_index, t->sgemm_gflops);
+        printf("device: %s, device %d of rank 0; its sgemm: %.1f GFLOP/s (rank 0 alone); layer "
+               "matrix products in %s\n",
+               bk_device_backend_name(), t->device_index, t->sgemm_gflops,
+               plan_bf16_matmul(t->cfg.device, t->cfg.matmul) ? "bf16" : "fp32");
     else
         printf("sgemm per rank: %.1f GFLOP/s (rank 0 alone, %d OpenMP thread%s)\n",
                t->sgemm_gflops, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");

@@ -8,11 +8,13 @@
  * same gradients of every tensor. Tolerance: the device's attention rounds
  * Q, K, V (and P, dS) to bf16 for its tensor cores, about 2^-8 relative,
  * where the host computes in fp32; the worst error of each tensor relative to
- * its largest gradient is printed.
+ * its largest gradient is printed. --matmul bf16 gives the device runner bf16
+ * operands in the layers' matrix products (the same rounding, in more places;
+ * the same tolerance).
  *
  * Prints "ok model on the device" on rank 0, exits 1 on a mismatch.
  * Usage: model_device_worker [--mask causal|document] [--fraction F]
- *                            [--double-ring NODES] */
+ *                            [--double-ring NODES] [--matmul fp32|bf16] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,7 @@ typedef struct {
     const char *mask;
     double fraction;
     int nodes; /* > 1: the double ring over that many emulated nodes */
+    int bf16_matmul;
 } options;
 
 static void usage_exit(const char *why)
@@ -40,7 +43,7 @@ static void usage_exit(const char *why)
 
 static options parse_options(int argc, char **argv)
 {
-    options o = {"causal", 1.0, 1};
+    options o = {"causal", 1.0, 1, 0};
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) usage_exit("an option without its value");
         if (strcmp(argv[i], "--mask") == 0)
@@ -49,6 +52,8 @@ static options parse_options(int argc, char **argv)
             o.fraction = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--double-ring") == 0)
             o.nodes = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--matmul") == 0)
+            o.bf16_matmul = strcmp(argv[i + 1], "bf16") == 0;
         else
             usage_exit("unknown option (see the file's top comment)");
     }
@@ -140,6 +145,7 @@ int main(int argc, char **argv)
         .queue = &hq};
     model_runner *host = model_runner_create(&rc, err, sizeof err);
     rc.queue = &dq;
+    rc.bf16_matmul = o.bf16_matmul;
     model_runner *dev = host ? model_runner_create(&rc, err, sizeof err) : NULL;
     if (!dev) usage_exit(err);
 

@@ -2,7 +2,8 @@
  * host, with real ranks under `burst run`: one rank, a flat ring of 2, and
  * the double ring over 2 emulated nodes x 2; the causal mask with half the
  * attention outputs kept (the early chunks recomputed through their own
- * ring) and a document mask. The ranks are tests/train/model_device_worker,
+ * ring) and a document mask; the same with the layers' products on bf16
+ * operands. The ranks are tests/train/model_device_worker,
  * which compares its own loss and gradients. */
 #include <check.h>
 #include <stdio.h>
@@ -10,7 +11,8 @@
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
 
-static void expect_same(int ranks, int nodes, const char *mask, const char *fraction)
+static void expect_same_with(int ranks, int nodes, const char *mask, const char *fraction,
+                             const char *matmul)
 {
     static char worker[4096];
     test_program_path("tests/train/model_device_worker", worker, sizeof worker);
@@ -21,12 +23,18 @@ static void expect_same(int ranks, int nodes, const char *mask, const char *frac
                       "--mask", (char *)mask, "--fraction", (char *)fraction};
     int a = 12;
     if (nodes > 1) argv[a++] = "--double-ring", argv[a++] = m;
+    argv[a++] = "--matmul", argv[a++] = (char *)matmul;
     argv[a] = NULL;
     test_run_result r = test_run(argv, NULL);
     ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "ok model on the device"),
-                  "%s mask, fraction %s, P=%d, nodes=%d: exit %d\n%s", mask, fraction, ranks,
-                  nodes, r.exit_code, r.out);
+                  "%s mask, fraction %s, P=%d, nodes=%d, %s products: exit %d\n%s", mask,
+                  fraction, ranks, nodes, matmul, r.exit_code, r.out);
     test_run_free(&r);
+}
+
+static void expect_same(int ranks, int nodes, const char *mask, const char *fraction)
+{
+    expect_same_with(ranks, nodes, mask, fraction, "fp32");
 }
 
 START_TEST(device_runner_matches_host)
@@ -38,9 +46,18 @@ START_TEST(device_runner_matches_host)
 }
 END_TEST
 
+/* The layers' matrix products on bf16 operands (the device's default). */
+START_TEST(bf16_products_match_host)
+{
+    expect_same_with(1, 1, "causal", "1", "bf16");
+    expect_same_with(4, 2, "causal", "0.5", "bf16");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model_device");
-    check_add_tests(check_tcase(s, "model_device", 600), device_runner_matches_host);
+    check_add_tests(check_tcase(s, "model_device", 600), device_runner_matches_host,
+                    bf16_products_match_host);
     return check_run(s);
 }

@@ -541,8 +541,9 @@ START_TEST(bad_settings_exit_2_before_work)
                               {"parallel.cp=3", "[parallel]"},
                               {"data.seq_len=250", "seq_len"},
                               {"model.n_head=4", "n_head"},
-                              {"train.warmup_steps=7", "warmup_steps"}};
-    for (int i = 0; i < 5; i++) {
+                              {"train.warmup_steps=7", "warmup_steps"},
+                              {"train.matmul=bf16", "[train] matmul = bf16 needs [train] device"}};
+    for (int i = 0; i < 6; i++) {
         const char *sets[] = {i == 1 ? "parallel.dp=1" : "parallel.cp=2", cases[i][0], NULL};
         test_run_result r = train(2, 1, sets, NULL, NULL);
         ck_assert_msg(r.exit_code == 2 && test_output_has(&r, cases[i][1]),
@@ -877,7 +878,7 @@ START_TEST(device_engine_matches_the_cpu)
     const char *dev[] = {"train.device=cuda", "data.seq_len=64", NULL};
     curve cpu, one, four, grid;
     run_ok(1, 1, (const char *[]){"data.seq_len=64", NULL}, &cpu);
-    run_saying(1, 1, dev, "device: emulator", &one);
+    run_saying(1, 1, dev, "layer matrix products in bf16", &one);
     expect_same(&cpu, &one, 2e-2, "device P=1 vs CPU");
     run_ok(4, 2, with(dev, (const char *[]){"parallel.cp=4", "parallel.ring=double", NULL}), &four);
     expect_same(&cpu, &four, 2e-2, "device, double ring P=4 vs CPU");
