@@ -830,7 +830,9 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
  * included: the cosine decays to step `steps`), the loss. The other keys
  * choose how the same numbers are computed or reported (memory, ring,
  * transport, logging, checkpoints) or only the initialisation the checkpoint
- * replaces (seed, init_std); preset only names the dimensions. */
+ * replaces (seed, init_std); preset only names the dimensions. device and
+ * matmul change the arithmetic, not the state: a run may move between the CPU
+ * and a GPU and continue, within the device's tolerance. */
 static const char *const resume_keys[][2] = {
     {"model", "layers"},            {"model", "d_model"},           {"model", "n_heads"},
     {"model", "n_kv_heads"},        {"model", "d_ff"},              {"model", "vocab"},

@@ -870,7 +870,8 @@ END_TEST
  * the host computes in fp32): 1 rank, and 4 ranks on 2 emulated nodes with
  * the double ring and dp x cp = 2 x 2 (the gradient reduce-scatter and the
  * parameter all-gather on device memory). A resume on the device continues
- * bit for bit. Sequences of 64 tokens: the emulator runs every kernel thread
+ * bit for bit, and a CPU checkpoint resumed on the device continues the
+ * CPU's curve within the same tolerance. Sequences of 64 tokens: the emulator runs every kernel thread
  * by thread on the CPU. */
 START_TEST(device_engine_matches_the_cpu)
 {
@@ -894,6 +895,26 @@ START_TEST(device_engine_matches_the_cpu)
     snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
     const char *sets[] = {"train.device=cuda", "data.seq_len=64", "parallel.cp=2", dir_set, NULL};
     expect_resume_bit_for_bit(2, sets, dir, NULL);
+    ck_assert_int_eq(test_remove_tree(dir), 0);
+
+    /* A CPU checkpoint resumed on the device continues the CPU's curve. */
+    snprintf(dir, sizeof dir, "%s/ckpt-moved", tmpdir);
+    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    const char *on_cpu[] = {"data.seq_len=64", dir_set, NULL};
+    const char *stop[] = {"--stop-after", "3", NULL}, *resume[] = {"--resume", NULL};
+    test_run_result r = train_args(1, 1, on_cpu, stop, NULL, NULL, 0);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    test_run_free(&r);
+    curve moved;
+    r = train_args(1, 1, with(on_cpu, (const char *[]){"train.device=cuda", NULL}), resume, &moved,
+                   NULL, 0);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "resumed from"), "%s", r.out);
+    test_run_free(&r);
+    ck_assert_int_eq(moved.n, cpu.n - 3);
+    for (int i = 0; i < moved.n; i++)
+        ck_assert_msg(fabs(moved.loss[i] - cpu.loss[i + 3]) <= 2e-2 * fabs(cpu.loss[i + 3]),
+                      "step %d: resumed on the device %.6f, the CPU %.6f", i + 4, moved.loss[i],
+                      cpu.loss[i + 3]);
     ck_assert_int_eq(test_remove_tree(dir), 0);
     on_emulator = 0;
 }

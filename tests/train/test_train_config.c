@@ -354,6 +354,8 @@ static void assert_same(const train_config *a, const train_config *b)
     SAME_NUM(grad_clip);
     SAME_NUM(seed);
     SAME_STR(on_nonfinite);
+    SAME_STR(device);
+    SAME_STR(matmul);
     SAME_NUM(log_every);
     SAME_STR(metrics);
     SAME_NUM(ckpt_fraction);
@@ -402,6 +404,7 @@ START_TEST(printed_configuration_loads_back_the_same)
                           "parallel.sparse_block=96", "parallel.piece_rows=100",
                           "train.beta2=0.999",       "train.seed=42",
                           "train.on_nonfinite=skip", "train.metrics=/tmp/x y/metrics.jsonl",
+                          "train.device=cuda",       "train.matmul=fp32",
                           "data.recall_pairs=3",     "eval.min_accuracy=0.25",
                           "memory.ckpt_fraction=0",  "memory.fused_head=no",
                           "memory.z_loss=0.0001",    "memory.limit_bytes=8589934592",
@@ -602,7 +605,8 @@ START_TEST(resume_refuses_keys_that_change_the_numbers)
                                           "memory.ckpt_fraction=1",   "memory.fused_head=no",
                                           "memory.head_chunk=64",     "parallel.backward=kv",
                                           "parallel.ring=flat",       "transport.intra=ucx",
-                                          "transport.timeout=5"};
+                                          "transport.timeout=5",      "train.device=cuda",
+                                          "train.matmul=fp32"};
     train_config was, now;
     char err[512] = "";
     train_config_default(&was);
