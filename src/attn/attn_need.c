@@ -39,6 +39,19 @@ static int64_t document_end(const attn_need_ctx *c, int64_t p, int64_t end)
     return lo;
 }
 
+/* The first position of p's document (binary search below p). */
+static int64_t document_start(const attn_need_ctx *c, int64_t p)
+{
+    int32_t s = c->segments[p];
+    int64_t lo = 0, hi = p;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (c->segments[mid] == s) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
 /* End of the run starting at p (< end): the next document or sparse-block boundary. */
 static int64_t run_end(const attn_need_ctx *c, int64_t p, int64_t end)
 {
@@ -133,13 +146,7 @@ static void run_reach(const attn_need_ctx *c, int64_t a, int64_t b, int64_t *k0,
     *k0 = lo > 0 ? lo : 0;
     *k1 = hi_last < c->N - 1 ? hi_last + 1 : c->N;
     if (!(c->mask.flags & BK_ATTN_DOCUMENT)) return;
-    int64_t first = a; /* the document's first position: binary search below a */
-    for (int64_t l = 0; l < first;) {
-        int64_t mid = l + (first - l) / 2;
-        if (c->segments[mid] == c->segments[a]) first = mid;
-        else l = mid + 1;
-    }
-    int64_t end = document_end(c, a, c->N);
+    int64_t first = document_start(c, a), end = document_end(c, a, c->N);
     if (first > *k0) *k0 = first;
     if (end < *k1) *k1 = end;
 }

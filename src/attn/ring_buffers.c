@@ -29,9 +29,7 @@ static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, 
         if (s->acc_bytes > b->acc_bytes) b->acc_bytes = s->acc_bytes;
         if (s->layout.n > b->n) b->n = s->layout.n;
         if (s->layout.n * s->h_q > b->rows) b->rows = s->layout.n * s->h_q;
-        /* Q, K, V, dO of the home block in bf16 */
-        size_t home_in = (size_t)s->layout.n * (size_t)(2 * s->h_q + 2 * s->h_kv) * (size_t)s->d * 2;
-        if (s->in_bytes == 2 && home_in > b->home_in_bytes) b->home_in_bytes = home_in;
+        if (ring_home_in_bytes(s) > b->home_in_bytes) b->home_in_bytes = ring_home_in_bytes(s);
     }
 }
 

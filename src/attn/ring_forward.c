@@ -18,10 +18,9 @@ static bt_status forward_piece(ring_run *run, int64_t r0, int64_t rows, void *ar
     bk_attn_geom g = ring_run_geometry(run, rows, run->b->home_pos + r0, run->b->home_seg + r0,
                                        run->b->block_pos, run->b->block_seg);
     bk_attn_stats ks;
-    bt_status st = ring_run_kernel(ring_run_attn_fwd(run, &g, ring_run_at(run, p->Q, (size_t)r0 * q_row),
-                                                     p->K, p->V, p->O + (size_t)r0 * q_row,
-                                                     p->lse + (size_t)r0 * (size_t)s->h_q,
-                                                     ring_run_tile_stats(run, &ks)));
+    bt_status st = ring_run_kernel(ring_run_attn_fwd(
+        run, &g, ring_run_at(run, p->Q, (size_t)r0 * q_row), p->K, p->V, p->O + (size_t)r0 * q_row,
+        p->lse + (size_t)r0 * (size_t)s->h_q, ring_run_tile_stats(run, &ks)));
     ring_run_count_tiles(run, &ks);
     return st;
 }

@@ -89,7 +89,8 @@ ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err,
         return NULL;
     }
     if (cfg->in_bytes != 0 && cfg->in_bytes != 4 && cfg->in_bytes != 2) {
-        snprintf(err, err_len, "inputs of %d bytes an element: 4 (fp32) or 2 (bf16)", cfg->in_bytes);
+        snprintf(err, err_len, "inputs of %d bytes an element: 4 (fp32) or 2 (bf16)",
+                 cfg->in_bytes);
         return NULL;
     }
     if (attn_need_validate(&cfg->need, err, err_len) != 0) return NULL;

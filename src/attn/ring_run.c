@@ -95,10 +95,9 @@ bt_status ring_run_irecv(ring_run *run, int peer, int channel, void *buf, size_t
 /* The buffers must hold this schedule: the caller's, or made for the call. */
 static int buffers_fit(const ring_buffers *b, const ring_schedule *s)
 {
-    size_t home_in = (size_t)s->layout.n * (size_t)(2 * s->h_q + 2 * s->h_kv) * (size_t)s->d * 2;
     return b->input_bytes >= s->input_bytes && b->acc_bytes >= s->acc_bytes &&
            b->n >= s->layout.n && b->rows >= s->layout.n * s->h_q &&
-           (s->in_bytes != 2 || b->home_in_bytes >= home_in);
+           b->home_in_bytes >= ring_home_in_bytes(s);
 }
 
 bt_status ring_run_home_inputs(ring_run *run, const float *Q, const float *K, const float *V,

@@ -48,6 +48,14 @@ struct ring_buffers {
     void *queue_mark; /* everything queued when a wait began (exposed time) */
 };
 
+/* Bytes of the bf16 home inputs [Q | K | V | dO] a schedule needs: 0 unless
+ * its inputs travel in bf16. */
+static inline size_t ring_home_in_bytes(const ring_schedule *s)
+{
+    if (s->in_bytes != 2) return 0;
+    return (size_t)s->layout.n * (size_t)(2 * s->h_q + 2 * s->h_kv) * (size_t)s->d * 2;
+}
+
 static inline int ring_buffers_on_device(const ring_buffers *b)
 {
     return b->memory.where == BK_DEVICE;

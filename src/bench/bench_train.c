@@ -157,7 +157,8 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
         "--set parallel.dp=1 --set parallel.cp=%d --set train.steps=%d "
         "--set train.warmup_steps=1 --set train.log_every=1 --set memory.ckpt_fraction=%g "
         "--set memory.fused_head=%d --set transport.timeout=3600 --set train.metrics=%s",
-        cfg->model, max_seq, device, cfg->seq, cfg->ranks, cfg->steps, cfg->ckpt, cfg->fused, metrics);
+        cfg->model, max_seq, device, cfg->seq, cfg->ranks, cfg->steps, cfg->ckpt, cfg->fused,
+        metrics);
     if (!p) {
         unlink(metrics);
         return -1;
@@ -217,11 +218,13 @@ static void print_run(const run *r, const mfu_ref *m)
     double step_s = r->seconds / r->measured, gflops = r->flop / r->seconds;
     double ref = r->sgemm * r->ranks;
     int gpus = r->ranks < m->gpus ? r->ranks : m->gpus;
-    if (m->peak_tflops > 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * gflops / (gpus * m->peak_tflops * 1e3));
+    if (m->peak_tflops > 0)
+        snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * gflops / (gpus * m->peak_tflops * 1e3));
     printf("| %s | %d | %s | %.2f | %.0f | %.2f | %.1f | %.2f | %.3f | %s | %s | %s | %.2f |\n",
            r->model, r->ranks, seq_name(r->seq, s, sizeof s), step_s, (double)r->seq / step_s,
            gflops, ref, ref > 0 ? gflops / ref : 0, r->exposed / r->measured, mfu,
-           bu_human_bytes(r->peak, p, sizeof p), bu_human_bytes(r->estimate, e, sizeof e), r->ratio);
+           bu_human_bytes(r->peak, p, sizeof p), bu_human_bytes(r->estimate, e, sizeof e),
+           r->ratio);
 }
 
 /* Parses "a,b,c" into values; K suffix multiplies by 1024. Returns the count or -1. */

@@ -428,7 +428,7 @@ static bk_status sum_into(const bk_queue *q, float *out, const float *a, const f
  * from the bf16 copy, the activation or gradient rounded as it enters (into
  * op16), fp32 accumulation and results. */
 
-/* src[rows, cols] rounded into r->op16[which] */
+/* src[count] rounded into r->op16[which] (NULL when the device failed) */
 static const uint16_t *operand16(model_runner *r, int which, const float *src, int64_t count)
 {
     return bk_round_bf16(r->cfg.queue, count, src, r->op16[which]) == BK_OK ? r->op16[which]

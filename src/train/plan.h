@@ -28,6 +28,7 @@ typedef struct {
     train_nonfinite on_nonfinite;
     train_keep keep;            /* from [memory] ckpt_fraction */
     int on_device;              /* [train] device = cuda */
+    int bf16_matmul;            /* the layers' products on bf16 operands ([train] matmul) */
 } train_plan;
 
 /* [parallel] layout, with auto: zigzag under the causal mask (it balances the

@@ -54,7 +54,8 @@ static double measure_sgemm(const bk_queue *q)
     float *a = NULL, *b = NULL, *c = NULL; /* [n, n] = 0.1 each, in q's memory */
     int ok = bk_alloc_floats(q, n * n, 0.1f, &a) == BK_OK &&
              bk_alloc_floats(q, n * n, 0.1f, &b) == BK_OK &&
-             bk_alloc_floats(q, n * n, 0.1f, &c) == BK_OK && bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n) == BK_OK;
+             bk_alloc_floats(q, n * n, 0.1f, &c) == BK_OK &&
+             bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, n, n, n, 1, a, n, b, n, 0, c, n) == BK_OK;
     double t0 = bu_now(), t = 0;
     int reps = 0;
     while (ok && (bu_now() - t0 < 0.3 || reps < 2)) {
@@ -163,7 +164,7 @@ int trainer_report_start(trainer *t)
         printf("device: %s, device %d of rank 0; its sgemm: %.1f GFLOP/s (rank 0 alone); layer "
                "matrix products in %s\n",
                bk_device_backend_name(), t->device_index, t->sgemm_gflops,
-               plan_bf16_matmul(t->cfg.device, t->cfg.matmul) ? "bf16" : "fp32");
+               t->plan.bf16_matmul ? "bf16" : "fp32");
     else
         printf("sgemm per rank: %.1f GFLOP/s (rank 0 alone, %d OpenMP thread%s)\n",
                t->sgemm_gflops, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");

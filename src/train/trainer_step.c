@@ -4,9 +4,10 @@
  * ZeRO-1 update, whose gradient norm (taken after the reduction, the same on
  * every rank) may still be non-finite. The loss is a mean over every valid
  * token of the step on all ranks; the attention pairs the mask allowed in the
- * step's sequences are summed alongside (the FLOPs reports count). On a device the samples are read on the
- * host and copied to the device's token buffers; the gradients never leave
- * the device (their finiteness is asked of the norm kernel). */
+ * step's sequences are summed alongside (the FLOPs reports count). On a device
+ * the samples are read on the host and copied to the device's token buffers;
+ * the gradients never leave the device (their finiteness is asked of the norm
+ * kernel). */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
