@@ -122,6 +122,9 @@ bk_status bk_gemm_bf16(const bk_queue *q, bk_transpose ta, bk_transpose tb, int6
  * rounding the device attention kernels apply to fp32 inputs as they load
  * them: rounded inputs give those kernels the same bits as the fp32 ones. */
 bk_status bk_round_bf16(const bk_queue *q, int64_t n, const float *x, uint16_t *y);
+/* y[n] = x widened to fp32 (exact): what reads bf16 values through an fp32
+ * kernel (the norm gains and the embedding of bf16 parameters). */
+bk_status bk_widen_bf16(const bk_queue *q, int64_t n, const uint16_t *x, float *y);
 
 /* ---------------------------------------------------------------- AdamW */
 /* bk_adamw_step, then param_bf16[n] = param rounded to bf16 (the copy the

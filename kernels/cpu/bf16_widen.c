@@ -1,7 +1,8 @@
 /* bf16_widen.c: the bf16 entry points of kernels/device.h. A device queue goes
  * to the device backend; on the host they widen the bf16 inputs to fp32 and
  * run the fp32 CPU kernels (bf16 -> fp32 is exact, so the host result is the
- * fp32 kernel's on the same values), and bk_round_bf16 rounds the other way. */
+ * fp32 kernel's on the same values); bk_widen_bf16 widens, bk_round_bf16
+ * rounds the other way. */
 #include <stdlib.h>
 
 #include "kernels/bf16.h"
@@ -92,6 +93,16 @@ bk_status bk_round_bf16(const bk_queue *q, int64_t n, const float *x, uint16_t *
     int nt = bk_cpu_threads(q);
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= 16384)
     for (int64_t i = 0; i < n; i++) y[i] = bk_float_to_bf16(x[i]);
+    return BK_OK;
+}
+
+bk_status bk_widen_bf16(const bk_queue *q, int64_t n, const uint16_t *x, float *y)
+{
+    BK_CPU_OR_DEVICE(q, widen_bf16, (q, n, x, y));
+    BK_CHECK_ARG(n >= 0 && (n == 0 || (x != NULL && y != NULL)));
+    int nt = bk_cpu_threads(q);
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= 16384)
+    for (int64_t i = 0; i < n; i++) y[i] = bk_bf16_to_float(x[i]);
     return BK_OK;
 }
 

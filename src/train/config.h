@@ -58,8 +58,8 @@ typedef struct {
     uint64_t seed;          /* initialisation */
     char on_nonfinite[8];   /* stop | skip */
     char device[8];         /* cpu | cuda: where the model computes */
-    char matmul[8];         /* auto | bf16 | fp32: the layers' matrix products (auto: bf16 on
-                             * a device, fp32 on the CPU) */
+    char matmul[8];         /* auto | bf16 | fp32: the parameters' type and the layers'
+                             * matrix products (auto: bf16 on a device, fp32 on the CPU) */
     int log_every;
     char metrics[256];      /* JSON-lines file; empty = none */
     char checkpoint_dir[180]; /* where checkpoints go; empty = none */

@@ -1,10 +1,11 @@
 /* model.c: the decoder's parameters and one forward + backward over this
- * rank's share of a sequence; see model.h. Parameters, activations and
- * gradients are fp32, on the CPU or on a device: every buffer the kernels read
- * lives in the memory of the runner's queue, and every operation on one is a
- * kernel of that queue (bk_copy, bk_axpy), so one text serves both. On a
- * device the layers' matrix products may take bf16 operands (bf16_matmul):
- * the three product helpers (mm, mm_grad_weight, mm_grad_input) hold every
+ * rank's share of a sequence; see model.h. Activations and gradients are fp32,
+ * on the CPU or on a device: every buffer the kernels read lives in the memory
+ * of the runner's queue, and every operation on one is a kernel of that queue
+ * (bk_copy, bk_axpy), so one text serves both. On a device the parameters may
+ * be bf16 and the layers' matrix products take bf16 operands (bf16_matmul):
+ * the three product helpers (mm, mm_grad_weight, mm_grad_input) and the fp32
+ * view of the few parameters other kernels read (param32) hold every
  * difference. */
 #include <math.h>
 #include <stdio.h>
@@ -113,6 +114,12 @@ typedef struct {
     float *lse_kept;        /* [n_kept, Hq] */
 } stored_layer;
 
+/* Parameters [at, at + count) widened to fp32 at wide. */
+typedef struct {
+    int64_t at, count;
+    float *wide;
+} wide_region;
+
 struct model_runner {
     model_runner_config cfg;
     const model_layout *m;
@@ -130,11 +137,16 @@ struct model_runner {
     float *x, *a, *rstd1, *q, *k, *v, *o, *lse, *x1, *b, *rstd2, *g, *s;
     float *dx, *dx1, *dtmp, *d_o, *dq, *dk, *dv, *ds, *dg, *hn, *dhn, *rstd_f;
     float *head_scratch; /* fused head: its chunk scratch; else the logits [V] of a prediction */
-    /* bf16 matrix products only: the parameters' bf16 copy [n_params], made
-     * from the fp32 parameters at each step's first micro-batch, and two
-     * operands rounded to bf16 [n * widest] each (widest: D, QD or 2F) */
-    uint16_t *p16, *op16[2];
-    const float *P;      /* the fp32 parameters of the pass in progress */
+    /* bf16 matrix products only: two operands rounded to bf16 [n * widest]
+     * each (widest: D, QD or 2F), and the fp32 copies (widened at each step's
+     * first micro-batch) of the parameters that fp32 kernels read: the norm
+     * gains, the embedding and the head, one region each, in wide */
+    uint16_t *op16[2];
+    float *wide;
+    wide_region *regions;
+    int n_regions;
+    const float *P;      /* the parameters of the pass in progress: fp32, */
+    const uint16_t *p16; /* or bf16 (bf16_matmul) */
     model_memory mem;    /* what the buffers below take, counted as they are made */
     int allocate;        /* make the buffers (1) or only count them (0) */
     int on_device;       /* the buffers the kernels read are device memory */
@@ -216,6 +228,43 @@ static size_t floats(int64_t count)
     return (size_t)count * sizeof(float);
 }
 
+/* Region k: parameters [at, at + count), widened at *total floats into wide. */
+static void add_region(wide_region *out, int *k, float *wide, int64_t *total, int64_t at,
+                       int64_t count)
+{
+    if (out) out[*k] = (wide_region){at, count, wide ? wide + *total : NULL};
+    (*k)++;
+    *total += count;
+}
+
+/* The parameters fp32 kernels read (norm gains, the embedding, and the head
+ * when it is not the embedding), into out [2 * layers + 3] when given, packed
+ * one after the other from wide; returns how many, *total their floats. */
+static int wide_regions(const model_layout *m, float *wide, wide_region *out, int64_t *total)
+{
+    int64_t D = m->dims.d_model, VD = (int64_t)m->dims.vocab * D;
+    int k = 0;
+    *total = 0;
+    for (int l = 0; l < m->dims.layers; l++) {
+        add_region(out, &k, wide, total, m->layer[l].attn_norm, D);
+        add_region(out, &k, wide, total, m->layer[l].mlp_norm, D);
+    }
+    add_region(out, &k, wide, total, m->final_norm, D);
+    add_region(out, &k, wide, total, m->embed, VD);
+    if (!m->dims.tied) add_region(out, &k, wide, total, m->head, VD);
+    return k;
+}
+
+/* With bf16 parameters: the fp32 copy of the parameters fp32 kernels read. */
+static void take_wide(model_runner *r)
+{
+    int64_t total = 0;
+    int n = wide_regions(r->m, NULL, NULL, &total);
+    r->regions = take(r, (size_t)n * sizeof *r->regions, &r->mem.workspace, "the fp32 parameters");
+    r->wide = take_buffer(r, floats(total), &r->mem.workspace, "the fp32 parameters");
+    if (r->regions && r->wide) r->n_regions = wide_regions(r->m, r->wide, r->regions, &total);
+}
+
 /* The layer's work buffers, the positions and the head's buffer. */
 static void take_workspace(model_runner *r)
 {
@@ -240,9 +289,9 @@ static void take_workspace(model_runner *r)
         int64_t widest = D > QD ? D : QD;
         if (2 * F > widest) widest = 2 * F;
         const char *what = "the bf16 operands of the matrix products";
-        r->p16 = take_buffer(r, (size_t)r->m->n_params * 2, &r->mem.workspace, what);
         for (int k = 0; k < 2; k++)
             r->op16[k] = take_buffer(r, (size_t)(n * widest) * 2, &r->mem.workspace, what);
+        take_wide(r);
     }
     /* the reference head makes its logits [n, V] and losses [n] at every step */
     r->mem.head_logits = r->cfg.fused_head ? 0 : floats(n * r->V + n);
@@ -400,7 +449,8 @@ void model_runner_free(model_runner *r)
     }
     free(r->store);
     if (r->on_device) give_back(r, r->pos);
-    give_back(r, r->p16);
+    give_back(r, r->wide);
+    free(r->regions);
     give_back(r, r->op16[0]);
     give_back(r, r->op16[1]);
     free(r->pos_host);
@@ -475,14 +525,29 @@ static bk_status mm_grad_input(model_runner *r, const float *dY, int64_t m, int6
               : BK_ERR_DEVICE;
 }
 
-/* The parameters of the pass about to run; with bf16 products, their bf16
- * copy made from them (once per step: at the first micro-batch, and for
- * every prediction). */
-static bk_status use_params(model_runner *r, const float *P, int refresh)
+/* The parameters of the pass about to run (their type the runner's); with
+ * bf16 parameters, the fp32 copy of what fp32 kernels read widened from them
+ * (once per step: at the first micro-batch, and for every prediction). */
+static bt_status use_params(model_runner *r, model_params p, int refresh)
 {
-    r->P = P;
-    if (!r->p16 || !refresh) return BK_OK;
-    return bk_round_bf16(r->cfg.queue, r->m->n_params, P, r->p16);
+    if (r->cfg.bf16_matmul ? !p.bf16 || p.f32 : !p.f32 || p.bf16) return BT_ERR_ARG;
+    r->P = p.f32;
+    r->p16 = p.bf16;
+    for (int i = 0; i < r->n_regions && refresh; i++) {
+        const wide_region *g = &r->regions[i];
+        CHECK_KERNEL(bk_widen_bf16(r->cfg.queue, g->count, r->p16 + g->at, g->wide));
+    }
+    return BT_OK;
+}
+
+/* The fp32 parameters from offset at of the flat index, for an fp32 kernel:
+ * the parameters themselves, or their widened copy. */
+static const float *param32(const model_runner *r, int64_t at)
+{
+    if (r->P) return r->P + at;
+    for (int i = 0; i < r->n_regions; i++)
+        if (r->regions[i].at == at) return r->regions[i].wide;
+    return NULL; /* not a region: a kernel refuses the NULL */
 }
 
 static stored_layer *stored(model_runner *r, int layer)
@@ -491,13 +556,14 @@ static stored_layer *stored(model_runner *r, int layer)
 }
 
 /* a = RMSNorm(x_in), q, k, v = a W, RoPE on q and k at the global positions. */
-static bt_status attention_inputs(model_runner *r, const float *P, int l, const float *x_in)
+static bt_status attention_inputs(model_runner *r, int l, const float *x_in)
 {
     const bk_queue *q = r->cfg.queue;
     const layer_offsets *o = &r->m->layer[l];
     const model_dims *d = &r->m->dims;
     int64_t n = r->n, D = r->D;
-    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, x_in, P + o->attn_norm, d->norm_eps, r->a, r->rstd1));
+    CHECK_KERNEL(
+        bk_rmsnorm_fwd(q, n, D, x_in, param32(r, o->attn_norm), d->norm_eps, r->a, r->rstd1));
     CHECK_KERNEL(mm(r, r->a, n, D, o->wq, r->QD, r->q, 0));
     CHECK_KERNEL(mm(r, r->a, n, D, o->wk, r->KD, r->k, 0));
     CHECK_KERNEL(mm(r, r->a, n, D, o->wv, r->KD, r->v, 0));
@@ -510,14 +576,15 @@ static bt_status attention_inputs(model_runner *r, const float *P, int l, const 
 
 /* x1 = x_in + O Wo; b = RMSNorm(x1); g = b W_gate_up; s = SwiGLU(g); and, when
  * out is given, out = x1 + s W_down. */
-static bt_status mlp_part(model_runner *r, const float *P, int l, const float *x_in, float *out)
+static bt_status mlp_part(model_runner *r, int l, const float *x_in, float *out)
 {
     const bk_queue *q = r->cfg.queue;
     const layer_offsets *o = &r->m->layer[l];
     int64_t n = r->n, D = r->D, F = r->F;
     CHECK_KERNEL(bk_copy(q, r->x1, x_in, (size_t)(n * D) * sizeof(float)));
     CHECK_KERNEL(mm(r, r->o, n, r->QD, o->wo, D, r->x1, 1));
-    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x1, P + o->mlp_norm, r->m->dims.norm_eps, r->b, r->rstd2));
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x1, param32(r, o->mlp_norm), r->m->dims.norm_eps, r->b,
+                                r->rstd2));
     CHECK_KERNEL(mm(r, r->b, n, D, o->w_gate_up, 2 * F, r->g, 0));
     CHECK_KERNEL(bk_swiglu_fwd(q, n, F, r->g, r->g + F, 2 * F, r->s));
     if (out) {
@@ -563,13 +630,14 @@ static bt_status attention_output_for_backward(model_runner *r, stored_layer *e,
 
 /* Embedding and every layer; with mb >= 0 each layer's input and the kept part
  * of O, lse are stored under (layer, mb). Leaves the last hidden state in r->x. */
-static bt_status forward_layers(model_runner *r, const float *P, const int64_t *tokens, int mb,
+static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
                                 model_step_stats *stats)
 {
     const model_dims *d = &r->m->dims;
     int64_t n = r->n, D = r->D, QD = r->QD, first_kept = n - r->n_kept;
     bt_status st = BT_OK;
-    CHECK_KERNEL(bk_embedding_gather(r->cfg.queue, n, r->V, D, tokens, P + r->m->embed, r->x));
+    CHECK_KERNEL(
+        bk_embedding_gather(r->cfg.queue, n, r->V, D, tokens, param32(r, r->m->embed), r->x));
     for (int l = 0; l < d->layers && st == BT_OK; l++) {
         if (mb >= 0) {
             stored_layer *e = stored(r, l);
@@ -577,7 +645,7 @@ static bt_status forward_layers(model_runner *r, const float *P, const int64_t *
             e->micro_batch = mb;
             CHECK_KERNEL(bk_copy(r->cfg.queue, e->x_in, r->x, (size_t)(n * D) * sizeof(float)));
         }
-        st = attention_inputs(r, P, l, r->x);
+        st = attention_inputs(r, l, r->x);
         if (st == BT_OK)
             st = ring_fwd_timed(r, r->fwd, r->q, r->k, r->v, r->o, r->lse, &stats->attn_fwd_s, stats);
         if (st != BT_OK) break;
@@ -588,20 +656,20 @@ static bt_status forward_layers(model_runner *r, const float *P, const int64_t *
             CHECK_KERNEL(bk_copy(r->cfg.queue, e->lse_kept, r->lse + first_kept * r->Hq,
                                  (size_t)(r->n_kept * r->Hq) * sizeof(float)));
         }
-        st = mlp_part(r, P, l, r->x, r->x);
+        st = mlp_part(r, l, r->x, r->x);
     }
     return st;
 }
 
-bt_status model_predict(model_runner *r, const float *P, const int64_t *tokens,
+bt_status model_predict(model_runner *r, model_params params, const int64_t *tokens,
                         const int64_t *rows, int n_rows, int64_t *predicted)
 {
     model_step_stats stats = {0};
-    CHECK_KERNEL(use_params(r, P, 1));
-    bt_status st = forward_layers(r, P, tokens, -1, &stats);
+    bt_status st = use_params(r, params, 1);
+    if (st == BT_OK) st = forward_layers(r, tokens, -1, &stats);
     if (st != BT_OK) return st;
     int64_t D = r->D, V = r->V;
-    CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, r->n, D, r->x, P + r->m->final_norm,
+    CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, r->n, D, r->x, param32(r, r->m->final_norm),
                                 r->m->dims.norm_eps, r->hn, r->rstd_f));
     float *logits = r->head_scratch; /* [V], in the queue's memory */
     float *seen = r->on_device ? malloc((size_t)V * sizeof(float)) : logits; /* on the host */
@@ -609,8 +677,8 @@ bt_status model_predict(model_runner *r, const float *P, const int64_t *tokens,
     bk_status kst = BK_OK;
     for (int i = 0; i < n_rows && kst == BK_OK; i++) {
         const float *h = r->hn + rows[i] * D;
-        kst = bk_gemm(r->cfg.queue, BK_NO_TRANS, BK_TRANS, 1, V, D, 1.0f, h, D, P + r->m->head, D,
-                      0.0f, logits, V);
+        kst = bk_gemm(r->cfg.queue, BK_NO_TRANS, BK_TRANS, 1, V, D, 1.0f, h, D,
+                      param32(r, r->m->head), D, 0.0f, logits, V);
         if (kst == BK_OK && r->on_device)
             kst = bk_device_download(r->cfg.queue, seen, logits, (size_t)V * sizeof(float));
         int64_t best = 0;
@@ -622,7 +690,7 @@ bt_status model_predict(model_runner *r, const float *P, const int64_t *tokens,
     return kst == BK_OK ? BT_OK : BT_ERR_ARG;
 }
 
-bt_status model_forward_backward(model_runner *r, int mb, const float *P, float *G,
+bt_status model_forward_backward(model_runner *r, int mb, model_params params, float *G,
                                  const int64_t *tokens, const int64_t *labels, float loss_scale,
                                  double *loss_sum, int64_t *n_valid, model_step_stats *stats)
 {
@@ -631,31 +699,30 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *P, float 
     int64_t n = r->n, D = r->D, F = r->F, QD = r->QD, KD = r->KD, V = r->V;
     bt_status st = BT_OK;
     if (mb < 0 || mb >= r->cfg.micro_batches) return BT_ERR_ARG;
-    CHECK_KERNEL(use_params(r, P, mb == 0));
-
-    st = forward_layers(r, P, tokens, mb, stats);
+    st = use_params(r, params, mb == 0);
+    if (st == BT_OK) st = forward_layers(r, tokens, mb, stats);
     if (st != BT_OK) return st;
+    const float *final_norm = param32(r, r->m->final_norm), *head = param32(r, r->m->head);
 
     /* ---- head and loss (the last op: its gradient comes with it) */
-    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x, P + r->m->final_norm, d->norm_eps, r->hn, r->rstd_f));
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x, final_norm, d->norm_eps, r->hn, r->rstd_f));
     if (r->cfg.fused_head)
-        CHECK_KERNEL(lm_head_fused(q, &r->cfg.head, n, D, V, r->hn, P + r->m->head, labels,
-                                   loss_scale, loss_sum, n_valid, r->dhn, G + r->m->head,
-                                   r->head_scratch));
+        CHECK_KERNEL(lm_head_fused(q, &r->cfg.head, n, D, V, r->hn, head, labels, loss_scale,
+                                   loss_sum, n_valid, r->dhn, G + r->m->head, r->head_scratch));
     else
-        CHECK_KERNEL(lm_head_unfused(q, &r->cfg.head, n, D, V, r->hn, P + r->m->head, labels,
-                                     loss_scale, loss_sum, n_valid, r->dhn, G + r->m->head));
-    CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, r->x, P + r->m->final_norm, r->rstd_f, r->dhn, r->dx,
-                                G + r->m->final_norm));
+        CHECK_KERNEL(lm_head_unfused(q, &r->cfg.head, n, D, V, r->hn, head, labels, loss_scale,
+                                     loss_sum, n_valid, r->dhn, G + r->m->head));
+    CHECK_KERNEL(
+        bk_rmsnorm_bwd(q, n, D, r->x, final_norm, r->rstd_f, r->dhn, r->dx, G + r->m->final_norm));
 
     /* ---- backward, layer by layer, recomputing what was not kept */
     for (int l = d->layers - 1; l >= 0 && st == BT_OK; l--) {
         const layer_offsets *o = &r->m->layer[l];
         stored_layer *e = stored(r, l);
         if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
-        st = attention_inputs(r, P, l, e->x_in);
+        st = attention_inputs(r, l, e->x_in);
         if (st == BT_OK) st = attention_output_for_backward(r, e, stats);
-        if (st == BT_OK) st = mlp_part(r, P, l, e->x_in, NULL);
+        if (st == BT_OK) st = mlp_part(r, l, e->x_in, NULL);
         if (st != BT_OK) break;
         /* MLP */
         CHECK_KERNEL(mm_grad_weight(r, r->s, n, F, r->dx, D, G + o->w_down));
@@ -663,8 +730,8 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *P, float 
         CHECK_KERNEL(bk_swiglu_bwd(q, n, F, r->g, r->g + F, 2 * F, r->ds, r->dg, r->dg + F));
         CHECK_KERNEL(mm_grad_weight(r, r->b, n, D, r->dg, 2 * F, G + o->w_gate_up));
         CHECK_KERNEL(mm_grad_input(r, r->dg, n, 2 * F, o->w_gate_up, D, r->dtmp, 0));
-        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, r->x1, P + o->mlp_norm, r->rstd2, r->dtmp, r->dtmp,
-                                    G + o->mlp_norm));
+        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, r->x1, param32(r, o->mlp_norm), r->rstd2, r->dtmp,
+                                    r->dtmp, G + o->mlp_norm));
         CHECK_KERNEL(sum_into(q, r->dx1, r->dx, r->dtmp, n * D));
         /* output projection and attention */
         CHECK_KERNEL(mm_grad_weight(r, r->o, n, QD, r->dx1, D, G + o->wo));
@@ -687,8 +754,8 @@ bt_status model_forward_backward(model_runner *r, int mb, const float *P, float 
         CHECK_KERNEL(mm_grad_input(r, r->dq, n, QD, o->wq, D, r->dtmp, 0));
         CHECK_KERNEL(mm_grad_input(r, r->dk, n, KD, o->wk, D, r->dtmp, 1));
         CHECK_KERNEL(mm_grad_input(r, r->dv, n, KD, o->wv, D, r->dtmp, 1));
-        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, e->x_in, P + o->attn_norm, r->rstd1, r->dtmp, r->dtmp,
-                                    G + o->attn_norm));
+        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, e->x_in, param32(r, o->attn_norm), r->rstd1, r->dtmp,
+                                    r->dtmp, G + o->attn_norm));
         CHECK_KERNEL(sum_into(q, r->dx, r->dx1, r->dtmp, n * D));
     }
     if (st != BT_OK) return st;

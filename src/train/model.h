@@ -1,8 +1,8 @@
 /* model.h: a LLaMA-style decoder (token embedding; per layer RMSNorm, Q/K/V
  * projections, RoPE at global positions, distributed attention (GQA), output
  * projection, residual, RMSNorm, SwiGLU MLP, residual; final RMSNorm; LM head
- * fused with the loss), its parameters as one flat fp32 buffer, and one
- * forward + backward over this rank's share of a sequence.
+ * fused with the loss), its parameters as one flat buffer (fp32, or bf16 on a
+ * device), and one forward + backward over this rank's share of a sequence.
  *
  * Activation memory follows the checkpoint policy: each layer keeps its input
  * and the attention output O and lse of a fraction of the local tokens, keyed
@@ -68,10 +68,11 @@ typedef struct {
     train_keep keep;             /* attention outputs kept: none, half (zigzag + causal), all */
     int micro_batches;           /* micro-batches of a step: mb in [0, micro_batches) */
     int fused_head;
-    int bf16_matmul;             /* the layers' matrix products on bf16 operands (a device
-                                  * queue): the parameters' bf16 copy and the activations and
-                                  * gradients rounded as they enter, fp32 accumulation and
-                                  * results; the LM head stays fp32 */
+    int bf16_matmul; /* bf16 parameters and the layers' matrix products on bf16
+                      * operands (a device queue): the parameters as they are, the
+                      * activations and gradients rounded as they enter, fp32
+                      * accumulation and results; the norm gains, the embedding
+                      * and the LM head read an fp32 copy widened at each step */
     lm_head_opts head;
     const bk_queue *queue;
 } model_runner_config;
@@ -106,6 +107,13 @@ void model_runner_free(model_runner *r);
 int model_runner_set_documents(model_runner *r, const int32_t *segments, char *err,
                                size_t err_len);
 
+/* The parameters a pass reads [n_params], in the memory of the runner's
+ * queue: fp32, or bf16 with bf16_matmul; the other pointer NULL. */
+typedef struct {
+    const float *f32;
+    const uint16_t *bf16;
+} model_params;
+
 typedef struct {
     double attn_fwd_s, attn_bwd_s, attn_recompute_s; /* wall time in the ring */
     double attn_wait_s;                              /* exposed communication */
@@ -115,15 +123,16 @@ typedef struct {
  * labels [n], ignore_index where nothing is predicted). grads [n_params] are
  * accumulated (+=). loss_scale multiplies every gradient (1 / valid tokens of
  * the whole step over all ranks). Adds this rank's unscaled loss sum and valid
- * count. With bf16_matmul the parameters' bf16 copy is made at micro-batch 0:
- * params must not change between the micro-batches of a step. */
-bt_status model_forward_backward(model_runner *r, int mb, const float *params, float *grads,
+ * count. With bf16 parameters their fp32 copy is widened at micro-batch 0:
+ * params must not change between the micro-batches of a step. BT_ERR_ARG for
+ * parameters of the other type. */
+bt_status model_forward_backward(model_runner *r, int mb, model_params params, float *grads,
                                  const int64_t *tokens, const int64_t *labels, float loss_scale,
                                  double *loss_sum, int64_t *n_valid, model_step_stats *stats);
 
 /* Forward only (collective over the CP group, like a training step): the
  * most likely next token at local rows[n_rows] of this rank's tokens [n]. */
-bt_status model_predict(model_runner *r, const float *params, const int64_t *tokens,
+bt_status model_predict(model_runner *r, model_params params, const int64_t *tokens,
                         const int64_t *rows, int n_rows, int64_t *predicted);
 
 #endif

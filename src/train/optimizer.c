@@ -17,7 +17,10 @@
  *      grad_scale (no extra pass over the gradients), on runs of equal decay mask;
  *   5. all-gather the shards of the parameters (bytes) into every rank's params.
  * Communication per rank and step: (P-1)/P * padded * 4 bytes in each of the
- * reduce-scatter and the all-gather, plus 8 bytes of norm.
+ * reduce-scatter and the all-gather, plus 8 bytes of norm. With bf16
+ * parameters, step 4 updates the fp32 masters of the shard and writes them
+ * rounded to bf16 in the same pass (bk_adamw_step_bf16), and step 5 gathers
+ * the bf16 shards: 2 bytes per parameter instead of 4.
  *
  * On a device the same steps run on the queue (bk_copy, bk_fill, the AdamW
  * and norm kernels); the queue is drained before each collective, whose
@@ -52,6 +55,10 @@ struct zero1 {
     float *m, *v;  /* moments [end - begin] */
     float *gshard; /* summed gradient block [shard] */
     float *work;   /* [padded] when padded != n (gradients in, parameters out), else NULL */
+    bk_dtype param_type;
+    float *master;    /* bf16 parameters: the fp32 masters [end - begin], else NULL */
+    uint16_t *work16; /* bf16 parameters, padded != n: the all-gather's buffer [padded]
+                       * (its padding stays zero), else NULL */
 };
 
 /* Zeroed floats [count] in z's memory, never NULL for a zero count (NULL:
@@ -72,12 +79,22 @@ static void shard_of(int64_t n_params, int size, int rank, zero1 *z)
     z->end = e < n_params ? e : n_params;
 }
 
-size_t zero1_bytes(int64_t n_params, int size, int rank)
+/* Floats of a bf16 buffer [count] (rounded up; one at least, as zalloc). */
+static int64_t halves(int64_t count)
+{
+    return count > 1 ? (count + 1) / 2 : 1;
+}
+
+size_t zero1_bytes(int64_t n_params, int size, int rank, bk_dtype param_type)
 {
     zero1 z = {0};
     shard_of(n_params, size, rank, &z);
     int64_t own = z.end - z.begin, floats = 2 * (own > 0 ? own : 1) + (z.shard > 0 ? z.shard : 1);
     if (z.padded != n_params) floats += z.padded;
+    if (param_type == BK_BF16) {
+        floats += own > 0 ? own : 1;
+        if (z.padded != n_params) floats += halves(z.padded);
+    }
     return (size_t)floats * sizeof(float);
 }
 
@@ -96,6 +113,8 @@ void zero1_free(zero1 *z)
     bk_free(&z->q, z->v);
     bk_free(&z->q, z->gshard);
     bk_free(&z->q, z->work);
+    bk_free(&z->q, z->master);
+    bk_free(&z->q, z->work16);
     free(z);
 }
 
@@ -135,11 +154,12 @@ static int build_runs(zero1 *z, const uint8_t *mask)
 }
 
 zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
-                    const zero1_hparams *hp, const bk_queue *q)
+                    const zero1_hparams *hp, const bk_queue *q, bk_dtype param_type)
 {
     if (!comm) return NULL;
     zero1 *z = calloc(1, sizeof *z);
-    int ok = z != NULL && n_params >= 0 && hparams_valid(hp);
+    int ok = z != NULL && n_params >= 0 && hparams_valid(hp) &&
+             (param_type == BK_F32 || param_type == BK_BF16);
     if (ok) {
         z->q = q ? *q : bk_host_queue();
         z->mem = z->q.where == BK_DEVICE ? BT_MEM_DEVICE : BT_MEM_HOST;
@@ -154,7 +174,14 @@ zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
         z->v = zalloc(z, own);
         z->gshard = zalloc(z, z->shard);
         if (z->padded != n_params) z->work = zalloc(z, z->padded);
+        z->param_type = param_type;
+        if (param_type == BK_BF16) {
+            z->master = zalloc(z, own);
+            /* zeroed, so the padding the all-gather carries is zeros */
+            if (z->padded != n_params) z->work16 = (uint16_t *)zalloc(z, halves(z->padded));
+        }
         ok = z->m && z->v && z->gshard && (z->padded == n_params || z->work) &&
+             (param_type == BK_F32 || (z->master && (z->padded == n_params || z->work16))) &&
              build_runs(z, decay_mask) == 0;
     }
     /* Every rank must agree on the size and on success, or none proceeds:
@@ -180,20 +207,17 @@ static bk_status queue_drained(const zero1 *z)
     return z->mem == BT_MEM_DEVICE ? bk_device_sync(&z->q) : BK_OK;
 }
 
-bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t step,
-                     double *grad_norm)
+/* Steps 1 to 3: the summed gradient block of this rank in gshard, and the
+ * global squared norm in *sq (*grad_norm its root). BT_OK with a non-finite
+ * norm: the caller updates nothing. */
+static bt_status reduce_gradients(zero1 *z, float *grads, double *sq, double *grad_norm)
 {
-    if (!z || !grad_norm || step < 1 || !(lr >= 0.0) || !isfinite(lr) ||
-        (z->n > 0 && (!params || !grads)))
-        return BT_ERR_ARG;
-    const size_t fsz = sizeof(float);
     const bk_queue *q = &z->q;
     int64_t own = z->end - z->begin;
-
     /* 1. Reduce-scatter the summed gradient: gshard[shard] = block rank of the sum. */
     const float *send = grads;
     if (z->work) {
-        KERNEL(bk_copy(q, z->work, grads, (size_t)z->n * fsz));
+        KERNEL(bk_copy(q, z->work, grads, (size_t)z->n * sizeof(float)));
         KERNEL(bk_fill(q, z->padded - z->n, z->work + z->n, 0.0f));
         send = z->work;
     }
@@ -204,26 +228,56 @@ bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t s
 
     /* 2. Global squared norm, identical on every rank. */
     const float *bufs[1] = {z->gshard};
-    double sq = 0.0;
-    KERNEL(bk_grad_sqnorm(q, 1, bufs, &own, &sq));
-    st = bt_allreduce(z->comm, &sq, 1, BT_F64, BT_SUM);
-    if (st != BT_OK) return st;
-    double norm = sqrt(sq);
-    *grad_norm = norm;
+    *sq = 0.0;
+    KERNEL(bk_grad_sqnorm(q, 1, bufs, &own, sq));
+    st = bt_allreduce(z->comm, sq, 1, BT_F64, BT_SUM);
+    *grad_norm = sqrt(*sq);
+    return st;
+}
 
-    /* 3. A non-finite gradient: every rank sees it; nothing is updated. */
-    if (!isfinite(norm)) return BT_OK;
-
-    /* 4. AdamW on the owned shard, the clipping factor folded into grad_scale. */
+/* Step 4: AdamW on the owned shard's parameters shard[end - begin] (fp32),
+ * the clipping factor folded into grad_scale; with rounded, the same values
+ * rounded to bf16 into rounded[end - begin] in the same pass. */
+static bt_status update_shard(zero1 *z, float *shard, uint16_t *rounded, double lr, int64_t step,
+                              double sq)
+{
     float scale = z->hp.grad_clip > 0.0 ? bk_clip_scale(sq, z->hp.grad_clip) : 1.0f;
     bk_adamw_params ap = {(float)lr, (float)z->hp.beta1, (float)z->hp.beta2, (float)z->hp.eps,
                           (float)z->hp.weight_decay};
     for (int k = 0; k < z->n_runs; k++) {
         const decay_run *r = &z->runs[k];
         ap.weight_decay = r->decay ? (float)z->hp.weight_decay : 0.0f;
-        KERNEL(bk_adamw_step(q, r->len, params + z->begin + r->off, z->gshard + r->off,
-                             z->m + r->off, z->v + r->off, &ap, step, scale));
+        float *p = shard + r->off, *m = z->m + r->off, *v = z->v + r->off;
+        const float *g = z->gshard + r->off;
+        if (rounded)
+            KERNEL(
+                bk_adamw_step_bf16(&z->q, r->len, p, g, m, v, &ap, step, scale, rounded + r->off));
+        else
+            KERNEL(bk_adamw_step(&z->q, r->len, p, g, m, v, &ap, step, scale));
     }
+    return BT_OK;
+}
+
+static int step_args_ok(const zero1 *z, const void *params, const float *grads, double lr,
+                        int64_t step, const double *grad_norm, bk_dtype param_type)
+{
+    return z && grad_norm && step >= 1 && lr >= 0.0 && isfinite(lr) &&
+           z->param_type == param_type && (z->n == 0 || (params && grads));
+}
+
+bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t step,
+                     double *grad_norm)
+{
+    if (!step_args_ok(z, params, grads, lr, step, grad_norm, BK_F32)) return BT_ERR_ARG;
+    const size_t fsz = sizeof(float);
+    const bk_queue *q = &z->q;
+    int64_t own = z->end - z->begin;
+    double sq = 0.0;
+    bt_status st = reduce_gradients(z, grads, &sq, grad_norm);
+    /* 3. A non-finite gradient: every rank sees it; nothing is updated. */
+    if (st != BT_OK || !isfinite(*grad_norm)) return st;
+    st = update_shard(z, params + z->begin, NULL, lr, step, sq);
+    if (st != BT_OK) return st;
 
     /* 5. All-gather the parameters: in place when unpadded, else through work. */
     if (!z->work) {
@@ -239,6 +293,74 @@ bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t s
     if (st != BT_OK) return st;
     KERNEL(bk_copy(q, params, z->work, (size_t)z->n * fsz));
     return BT_OK;
+}
+
+bt_status zero1_step_bf16(zero1 *z, uint16_t *params, float *grads, double lr, int64_t step,
+                          double *grad_norm)
+{
+    if (!step_args_ok(z, params, grads, lr, step, grad_norm, BK_BF16)) return BT_ERR_ARG;
+    double sq = 0.0;
+    bt_status st = reduce_gradients(z, grads, &sq, grad_norm);
+    if (st != BT_OK || !isfinite(*grad_norm)) return st;
+    /* the bf16 shard is written where the all-gather takes it from: in place
+     * when unpadded, else into work16, whose padding stays zero */
+    uint16_t *gathered = z->work16 ? z->work16 : params;
+    uint16_t *slot = gathered + (int64_t)z->rank * z->shard;
+    st = update_shard(z, z->master, slot, lr, step, sq);
+    if (st != BT_OK) return st;
+    KERNEL(queue_drained(z));
+    st = bt_allgather_mem(z->comm, slot, gathered, (size_t)z->shard * 2, z->mem);
+    if (st == BT_OK && z->work16) KERNEL(bk_copy(&z->q, params, z->work16, (size_t)z->n * 2));
+    return st;
+}
+
+int zero1_set_params(zero1 *z, const float *full, uint16_t *params)
+{
+    if (!z || z->param_type != BK_BF16 || (z->n > 0 && (!full || !params))) return -1;
+    size_t own_bytes = (size_t)(z->end - z->begin) * sizeof(float);
+    uint16_t *rounded = malloc((size_t)(z->n > 0 ? z->n : 1) * 2);
+    bk_queue host = bk_host_queue();
+    int failed = !rounded || bk_round_bf16(&host, z->n, full, rounded) != BK_OK;
+    if (!failed && z->mem == BT_MEM_DEVICE)
+        failed = bk_device_upload(&z->q, z->master, full + z->begin, own_bytes) != BK_OK ||
+                 bk_device_upload(&z->q, params, rounded, (size_t)z->n * 2) != BK_OK;
+    else if (!failed) {
+        memcpy(z->master, full + z->begin, own_bytes);
+        memcpy(params, rounded, (size_t)z->n * 2);
+    }
+    free(rounded);
+    return failed ? -1 : 0;
+}
+
+bt_status zero1_gather_params(zero1 *z, float *full)
+{
+    if (!z || z->param_type != BK_BF16) return BT_ERR_ARG;
+    int64_t own = z->end - z->begin;
+    float *all = z->padded == z->n || !full ? full : calloc((size_t)z->padded, sizeof(float));
+    /* the ranks agree that each has its buffer, so that none waits for one without */
+    int64_t missing = all == NULL && z->padded > 0;
+    bt_status st = bt_allreduce(z->comm, &missing, 1, BT_I64, BT_MAX);
+    if (st != BT_OK || missing) {
+        if (all != full) free(all);
+        return st != BT_OK ? st : BT_ERR_SYS;
+    }
+    float *slot = all + (int64_t)z->rank * z->shard;
+    bk_status kst = BK_OK;
+    if (z->mem == BT_MEM_DEVICE)
+        kst = bk_device_download(&z->q, slot, z->master, (size_t)own * sizeof(float));
+    else
+        memcpy(slot, z->master, (size_t)own * sizeof(float));
+    memset(slot + own, 0, (size_t)(z->shard - own) * sizeof(float));
+    st = kst == BK_OK ? BT_OK : BT_ERR_SYS;
+    /* a rank whose copy failed still takes part, so that none waits for it */
+    bt_status gst =
+        bt_allgather_mem(z->comm, slot, all, (size_t)z->shard * sizeof(float), BT_MEM_HOST);
+    if (st == BT_OK) st = gst;
+    if (all != full) {
+        if (st == BT_OK) memcpy(full, all, (size_t)z->n * sizeof(float));
+        free(all);
+    }
+    return st;
 }
 
 void zero1_shard(const zero1 *z, int64_t *begin, int64_t *end)

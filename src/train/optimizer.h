@@ -1,19 +1,27 @@
 /* optimizer.h: AdamW with ZeRO-1 over the world. Every rank holds all the
- * parameters (one flat fp32 buffer, identical everywhere) and its own partial
+ * parameters (one flat buffer, identical everywhere) and its own partial
  * gradients (one flat fp32 buffer); a step reduce-scatters the gradients (sum)
  * so each rank owns 1/world of them, takes the global gradient norm, clips,
  * updates its shard with its shard of the moments (decoupled weight decay, bias
  * correction, fp32), and all-gathers the parameters. Also the learning-rate
  * schedule: linear warm-up, then cosine decay to min_lr.
  *
- * The buffers (parameters, gradients, moments) live in the memory of the
- * optimizer's queue: host memory, or device memory for a device queue (the
+ * The parameters are fp32 (BK_F32: the buffer the model reads is the
+ * optimizer's master copy) or bf16 (BK_BF16: the model reads bf16 parameters
+ * [n_params]; the fp32 masters of this rank's shard live here beside the
+ * moments, and a step all-gathers the shards rounded to bf16, half the bytes).
+ * An fp32 run and a bf16 run given the same gradients keep the same masters,
+ * bit for bit: the bf16 parameters are always the fp32 ones rounded.
+ *
+ * The buffers (parameters, gradients, masters, moments) live in the memory of
+ * the optimizer's queue: host memory, or device memory for a device queue (the
  * collectives then move device memory: bt_reduce_scatter_mem). */
 #ifndef BURST_OPTIMIZER_H
 #define BURST_OPTIMIZER_H
 
 #include <stdint.h>
 
+#include "kernels/device.h"
 #include "kernels/kernels_common.h"
 #include "transport/transport.h"
 
@@ -24,12 +32,13 @@ typedef struct {
 
 typedef struct zero1 zero1;
 
-/* n_params parameters; decay_mask [n_params] (1 = apply weight decay, 0 = not,
- * e.g. norm gains), host memory, copied; NULL = decay everything. q: the
- * queue of the step's kernels and the memory of every buffer (NULL: the
- * host). Collective over comm. */
+/* n_params parameters of param_type (BK_F32 or BK_BF16); decay_mask
+ * [n_params] (1 = apply weight decay, 0 = not, e.g. norm gains), host memory,
+ * copied; NULL = decay everything. q: the queue of the step's kernels and the
+ * memory of every buffer (NULL: the host). Collective over comm. With BK_BF16
+ * the masters start at zero: zero1_set_params gives them their values. */
 zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
-                    const zero1_hparams *hp, const bk_queue *q);
+                    const zero1_hparams *hp, const bk_queue *q, bk_dtype param_type);
 void zero1_free(zero1 *z);
 
 /* One step (step counts from 1). grads are reduced in place (their content
@@ -38,6 +47,21 @@ void zero1_free(zero1 *z);
  * and BT_OK is returned with *grad_norm = NaN or inf (the caller decides). */
 bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t step,
                      double *grad_norm);
+/* The same step with bf16 parameters: the masters of the shard are updated,
+ * and params [n_params] (bf16, the optimizer's memory) become every rank's
+ * masters rounded to bf16. */
+bt_status zero1_step_bf16(zero1 *z, uint16_t *params, float *grads, double lr, int64_t step,
+                          double *grad_norm);
+
+/* bf16 parameters only. zero1_set_params: this rank's masters from the fp32
+ * parameters full [n_params] (host memory), and params [n_params] (bf16, the
+ * optimizer's memory) to full rounded to bf16; not collective; 0 or -1 (the
+ * device failed, or out of host memory). zero1_gather_params: the fp32
+ * parameters [n_params] into full (host memory) on every rank, the masters of
+ * every shard; collective: a rank without its buffer (full NULL) still takes
+ * part, and then every rank fails. */
+int zero1_set_params(zero1 *z, const float *full, uint16_t *params);
+bt_status zero1_gather_params(zero1 *z, float *full);
 
 /* This rank's shard: [*begin, *end) of the flat parameter index. */
 void zero1_shard(const zero1 *z, int64_t *begin, int64_t *end);
@@ -45,8 +69,10 @@ void zero1_shard(const zero1 *z, int64_t *begin, int64_t *end);
 size_t zero1_state_bytes(const zero1 *z);
 /* Bytes zero1_create allocates on rank of size ranks, known before creating
  * it: the two moments of the shard, the reduce-scatter block and, when
- * n_params is not a multiple of size, the padded work buffer. */
-size_t zero1_bytes(int64_t n_params, int size, int rank);
+ * n_params is not a multiple of size, the padded work buffer; with bf16
+ * parameters also the masters of the shard and, when padded, the bf16
+ * all-gather buffer. */
+size_t zero1_bytes(int64_t n_params, int size, int rank, bk_dtype param_type);
 /* Bytes a step allocates while it runs (the transport's reduce-scatter). */
 size_t zero1_step_bytes(int64_t n_params, int size);
 /* Moments of this rank's shard, for checkpoints: [shard size] each, in the

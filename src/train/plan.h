@@ -28,7 +28,8 @@ typedef struct {
     train_nonfinite on_nonfinite;
     train_keep keep;            /* from [memory] ckpt_fraction */
     int on_device;              /* [train] device = cuda */
-    int bf16_matmul;            /* the layers' products on bf16 operands ([train] matmul) */
+    int bf16_matmul;            /* bf16 parameters (fp32 masters in the optimizer's shards) and
+                                 * the layers' products on bf16 operands ([train] matmul) */
 } train_plan;
 
 /* [parallel] layout, with auto: zigzag under the causal mask (it balances the

@@ -160,7 +160,13 @@ static void model_buffer_free(trainer *t, void *p)
     bk_free(&t->queue, p);
 }
 
-/* The parameters, initialised (on the host, then copied to the device). */
+model_params trainer_params(const trainer *t)
+{
+    return (model_params){t->params, t->params16};
+}
+
+/* The parameters, initialised (on the host, then copied to the device; with
+ * bf16 parameters, into the optimizer's masters and rounded). */
 static int init_params(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
@@ -170,7 +176,8 @@ static int init_params(trainer *t, char *err, size_t err_len)
     if (!host) return -1;
     model_init_params(&t->model, host, c->seed, c->init_std);
     if (host == t->params) return 0;
-    int failed = bk_device_upload(&t->queue, t->params, host, bytes) != BK_OK;
+    int failed = t->params16 ? zero1_set_params(t->opt, host, t->params16) != 0
+                             : bk_device_upload(&t->queue, t->params, host, bytes) != BK_OK;
     free(host);
     if (failed) snprintf(err, err_len, "cannot copy the parameters to the device");
     return failed ? -1 : 0;
@@ -182,8 +189,12 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     const trainer_memory *m = &t->mem;
-    if (!(t->params = model_buffer(t, m->params, "the parameters", err, err_len)) ||
-        !(t->grads = model_buffer(t, m->grads, "the gradients", err, err_len)) ||
+    void *params = model_buffer(t, m->params, "the parameters", err, err_len);
+    if (t->plan.bf16_matmul)
+        t->params16 = params;
+    else
+        t->params = params;
+    if (!params || !(t->grads = model_buffer(t, m->grads, "the gradients", err, err_len)) ||
         !(t->tokens = bu_calloc(m->tokens / 2, "the tokens", err, err_len)) ||
         !(t->labels = bu_calloc(m->tokens / 2, "the labels", err, err_len)) ||
         (m->segments && !(t->segments = bu_calloc(m->segments, "the document ids", err, err_len))))
@@ -213,7 +224,7 @@ static int make_optimizer(trainer *t, char *err, size_t err_len)
     /* collective: a rank without its mask still takes part (with a size
      * zero1_create refuses), so that every rank fails together */
     t->opt = zero1_create(bt_world_comm(t->world), decay ? t->model.n_params : -1, decay, &hp,
-                          &t->queue);
+                          &t->queue, t->plan.bf16_matmul ? BK_BF16 : BK_F32);
     free(decay);
     if (t->opt) return 0;
     if (bt_world_error(t->world)[0]) {
@@ -357,7 +368,8 @@ void trainer_free(trainer *t)
     if (t->data) t->data->free(t->data);
     bt_comm_free(t->dp_comm);
     bt_comm_free(t->cp_comm);
-    model_buffer_free(t, t->params), model_buffer_free(t, t->grads);
+    model_buffer_free(t, t->params), model_buffer_free(t, t->params16);
+    model_buffer_free(t, t->grads);
     if (t->plan.on_device) model_buffer_free(t, t->dev_tokens), model_buffer_free(t, t->dev_labels);
     free(t->tokens), free(t->labels);
     free(t->segments), free(t->sparse_bits);

@@ -36,8 +36,9 @@ typedef struct {
 /* The bytes of one rank's training state, by part, known before any of it is
  * allocated: what the memory report prints and the pre-check compares. */
 typedef struct {
-    size_t params, grads; /* [n_params] fp32 each */
-    size_t optimizer;     /* moments of the shard, reduce buffers (zero1_bytes) */
+    size_t params, grads; /* [n_params] each: parameters fp32 or bf16, gradients fp32 */
+    size_t optimizer;     /* moments (and with bf16 parameters the fp32 masters) of the
+                             shard, reduce buffers (zero1_bytes) */
     size_t tokens;        /* tokens and labels [micro_batches][n] */
     size_t segments;      /* document ids [micro_batches][seq_len + 1] (document mask) */
     size_t whole_sample;  /* the recall source's sample, tokens and labels [seq_len] each */
@@ -61,7 +62,10 @@ typedef struct {
     token_source *data;
     seq_layout layout;
     token_shard shard;            /* this rank's positions of every sample */
-    float *params, *grads;        /* [n_params] in the queue's memory */
+    float *params, *grads;        /* [n_params] in the queue's memory (params NULL with bf16
+                                     parameters) */
+    uint16_t *params16;           /* [n_params] bf16 parameters (train_plan.bf16_matmul), their
+                                     fp32 masters the optimizer's; else NULL */
     int64_t *tokens, *labels;     /* [micro_batches][n] on the host: what the source reads */
     int64_t *dev_tokens, *dev_labels; /* the same in device memory ([train] device = cuda) */
     int32_t *segments;            /* [micro_batches][seq_len + 1] document ids (mask = document) */
@@ -123,6 +127,9 @@ int trainer_fail_together(trainer *t, int says, int name_rank, char *err, size_t
 /* After a part of the setup that is each rank's own: 0, or EXIT_USAGE on
  * every rank when any failed, each rank that did naming itself and why. */
 int trainer_agree_on_own_part(trainer *t, int failed, char *err, size_t err_len);
+
+/* The parameters the model reads: t->params, or t->params16. */
+model_params trainer_params(const trainer *t);
 
 /* Which sample micro-batch mb of step (1-based) reads on DP rank dp_rank: the
  * one formula for reading, prefetching and the checkpoint's sample position. */

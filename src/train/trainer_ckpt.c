@@ -5,7 +5,9 @@
  * the previous checkpoint whole and every rank stops. Resuming refuses a
  * checkpoint whose configuration, sampler position or RNG state this run would
  * not continue, naming the key and both values. On a device the parameters
- * and moments pass through host copies (ckpt_state). */
+ * and moments pass through host copies (ckpt_state). A checkpoint always
+ * holds the fp32 parameters: with bf16 parameters, the optimizer's masters
+ * gathered, and on loading each rank takes its masters from them. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,10 +55,13 @@ static int state_open(trainer *t, ckpt_state *s, int download, char *err, size_t
     size_t pb = floats_bytes(t->model.n_params), mb = floats_bytes(s->end - s->begin);
     s->params = malloc(pb ? pb : 1), s->m = malloc(mb ? mb : 1), s->v = malloc(mb ? mb : 1);
     int failed = !s->params || !s->m || !s->v;
+    /* collective: every rank takes part, with its buffer or without */
+    if (download && t->params16) failed |= zero1_gather_params(t->opt, s->params) != BT_OK;
     if (!failed && download)
-        failed = bk_device_download(&t->queue, s->params, t->params, pb) != BK_OK ||
-                 bk_device_download(&t->queue, s->m, zero1_moment1(t->opt), mb) != BK_OK ||
-                 bk_device_download(&t->queue, s->v, zero1_moment2(t->opt), mb) != BK_OK;
+        failed =
+            (!t->params16 && bk_device_download(&t->queue, s->params, t->params, pb) != BK_OK) ||
+            bk_device_download(&t->queue, s->m, zero1_moment1(t->opt), mb) != BK_OK ||
+            bk_device_download(&t->queue, s->v, zero1_moment2(t->opt), mb) != BK_OK;
     if (failed) snprintf(err, err_len, "cannot copy the model's state from the device");
     return failed ? -1 : 0;
 }
@@ -66,9 +71,12 @@ static int state_close(trainer *t, ckpt_state *s, int upload, char *err, size_t 
 {
     if (!s->copies) return 0;
     size_t pb = floats_bytes(t->model.n_params), mb = floats_bytes(s->end - s->begin);
-    int failed = upload && (bk_device_upload(&t->queue, t->params, s->params, pb) != BK_OK ||
-                            bk_device_upload(&t->queue, zero1_moment1(t->opt), s->m, mb) != BK_OK ||
-                            bk_device_upload(&t->queue, zero1_moment2(t->opt), s->v, mb) != BK_OK);
+    int failed = 0;
+    if (upload)
+        failed = (t->params16 ? zero1_set_params(t->opt, s->params, t->params16) != 0
+                              : bk_device_upload(&t->queue, t->params, s->params, pb) != BK_OK) ||
+                 bk_device_upload(&t->queue, zero1_moment1(t->opt), s->m, mb) != BK_OK ||
+                 bk_device_upload(&t->queue, zero1_moment2(t->opt), s->v, mb) != BK_OK;
     if (failed) snprintf(err, err_len, "cannot copy the checkpoint's state to the device");
     free(s->params), free(s->m), free(s->v);
     return failed ? -1 : 0;

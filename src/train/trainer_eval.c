@@ -64,7 +64,7 @@ static int predict_and_count(trainer *t, const int64_t *rows, const int64_t *ans
                              size_t err_len)
 {
     const int64_t *tokens = t->plan.on_device ? t->dev_tokens : t->tokens;
-    if (model_predict(t->runner, t->params, tokens, rows, n, predicted) != BT_OK) {
+    if (model_predict(t->runner, trainer_params(t), tokens, rows, n, predicted) != BT_OK) {
         snprintf(err, err_len, "%s: %s", what, world_reason(t));
         return -1;
     }

@@ -86,8 +86,12 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
 {
     trainer_memory *m = &t->mem;
     if (model_runner_memory(rc, &m->model, err, err_len) != 0) return -1;
-    m->params = m->grads = (size_t)t->model.n_params * sizeof(float);
-    m->optimizer = zero1_bytes(t->model.n_params, t->world_size, t->rank);
+    bk_dtype param_type = t->plan.bf16_matmul ? BK_BF16 : BK_F32;
+    m->grads = (size_t)t->model.n_params * sizeof(float);
+    /* bf16: rounded up to whole floats, as the trainer allocates them */
+    m->params = param_type == BK_BF16 ? (size_t)(t->model.n_params + 1) / 2 * sizeof(float)
+                                      : (size_t)t->model.n_params * sizeof(float);
+    m->optimizer = zero1_bytes(t->model.n_params, t->world_size, t->rank, param_type);
     m->reduce_copy = zero1_step_bytes(t->model.n_params, t->world_size);
     size_t mb = (size_t)t->cfg.micro_batches;
     m->tokens = 2 * (size_t)t->layout.n * mb * sizeof(int64_t);

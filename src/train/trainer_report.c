@@ -161,9 +161,11 @@ int trainer_report_start(trainer *t)
            (long long)c->piece_rows, in_bytes == 2 ? "bf16" : "fp32");
     memory_report(t);
     if (t->plan.on_device)
-        printf("device: %s, device %d of rank 0; its sgemm: %.1f GFLOP/s (rank 0 alone); layer "
+        printf("device: %s, device %d of rank 0; its sgemm: %.1f GFLOP/s (rank 0 alone); %s; layer "
                "matrix products in %s\n",
                bk_device_backend_name(), t->device_index, t->sgemm_gflops,
+               t->plan.bf16_matmul ? "bf16 parameters, fp32 masters in the optimizer's shards"
+                                   : "fp32 parameters",
                t->plan.bf16_matmul ? "bf16" : "fp32");
     else
         printf("sgemm per rank: %.1f GFLOP/s (rank 0 alone, %d OpenMP thread%s)\n",

@@ -103,8 +103,9 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
         if (segments_of(t, mb) &&
             model_runner_set_documents(t->runner, segments_of(t, mb), err, sizeof err) != 0)
             return fail(err);
-        bt_status st = model_forward_backward(t->runner, mb, t->params, t->grads, tokens + mb * n,
-                                              labels + mb * n, scale, loss_sum, counted, &ms);
+        bt_status st =
+            model_forward_backward(t->runner, mb, trainer_params(t), t->grads, tokens + mb * n,
+                                   labels + mb * n, scale, loss_sum, counted, &ms);
         if (st != BT_OK)
             return fail(bt_world_error(t->world)[0] ? bt_world_error(t->world)
                                                         : "a kernel refused its arguments");
@@ -187,7 +188,10 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
         return nonfinite(t, step, what, &res->skipped);
     }
     double lr = lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step);
-    if (zero1_step(t->opt, t->params, t->grads, lr, step, &res->grad_norm) != BT_OK)
+    bt_status st = t->params16
+                       ? zero1_step_bf16(t->opt, t->params16, t->grads, lr, step, &res->grad_norm)
+                       : zero1_step(t->opt, t->params, t->grads, lr, step, &res->grad_norm);
+    if (st != BT_OK)
         return fail(bt_world_error(t->world)[0] ? bt_world_error(t->world)
                                                 : "the optimizer step failed on this rank");
     /* Finite gradients everywhere can still sum to an infinite one: the norm is

@@ -550,6 +550,36 @@ START_TEST(round_bf16_matches_nearest)
 }
 END_TEST
 
+/* bk_widen_bf16 on the device and on the host gives every one of the 65,536
+ * bf16 values exactly: the float whose upper half is the bf16's bits. */
+START_TEST(widen_bf16_is_exact)
+{
+    bk_queue q = dev_queue(), host = bk_host_queue();
+    const int64_t n = 65536;
+    uint16_t *x = malloc((size_t)n * 2);
+    float *from_dev = calloc((size_t)n, sizeof(float)),
+          *from_host = calloc((size_t)n, sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = (uint16_t)i;
+    uint16_t *dx = dev_put(x, (size_t)n * 2);
+    float *dy = PUT(from_dev, n);
+    ck_assert_int_eq(bk_widen_bf16(&q, n, dx, dy), BK_OK);
+    ck_assert_int_eq(bk_device_sync(&q), BK_OK);
+    dev_get(from_dev, dy, (size_t)n * sizeof(float));
+    ck_assert_int_eq(bk_widen_bf16(&host, n, x, from_host), BK_OK);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t want = (uint32_t)i << 16, dev_bits, host_bits;
+        memcpy(&dev_bits, &from_dev[i], 4);
+        memcpy(&host_bits, &from_host[i], 4);
+        ck_assert_msg(dev_bits == want && host_bits == want, "%04llx: device %08x, host %08x",
+                      (long long)i, dev_bits, host_bits);
+    }
+    ck_assert_int_eq(bk_widen_bf16(&q, 4, NULL, dy), BK_ERR_ARG);
+    ck_assert_int_eq(bk_widen_bf16(&host, -1, x, from_host), BK_ERR_ARG);
+    dev_free(dx), dev_free(dy);
+    free(x), free(from_dev), free(from_host);
+}
+END_TEST
+
 START_TEST(gemm_runs_after_queued_copies)
 {
     bk_queue q = dev_queue();
@@ -711,14 +741,13 @@ END_TEST
 static Suite *dev_ops_suite(void)
 {
     Suite *s = suite_create("dev_ops");
-    check_add_tests(check_tcase(s, "ops", 600), rmsnorm_matches_reference,
-                    rope_matches_reference, swiglu_matches_reference,
-                    embedding_matches_reference, adamw_matches_reference_over_steps,
-                    grad_norm_and_clipping, scratch_comes_from_the_queues_arena,
-                    cross_entropy_matches_reference,
+    check_add_tests(check_tcase(s, "ops", 600), rmsnorm_matches_reference, rope_matches_reference,
+                    swiglu_matches_reference, embedding_matches_reference,
+                    adamw_matches_reference_over_steps, grad_norm_and_clipping,
+                    scratch_comes_from_the_queues_arena, cross_entropy_matches_reference,
                     cross_entropy_edge_rows_and_invalid_labels, gemm_matches_reference,
                     attention_state_kernels, device_to_device_copy, vector_helpers_match_host,
-                    gemm_runs_after_queued_copies, round_bf16_matches_nearest,
+                    gemm_runs_after_queued_copies, round_bf16_matches_nearest, widen_bf16_is_exact,
                     invalid_arguments_are_refused);
     return s;
 }

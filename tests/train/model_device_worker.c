@@ -9,8 +9,9 @@
  * Q, K, V (and P, dS) to bf16 for its tensor cores, about 2^-8 relative,
  * where the host computes in fp32; the worst error of each tensor relative to
  * its largest gradient is printed. --matmul bf16 gives the device runner bf16
- * operands in the layers' matrix products (the same rounding, in more places;
- * the same tolerance).
+ * parameters (the host's rounded) and bf16 operands in the layers' matrix
+ * products (the same rounding, in more places; the same tolerance); that
+ * runner must refuse fp32 parameters.
  *
  * Prints "ok model on the device" on rank 0, exits 1 on a mismatch.
  * Usage: model_device_worker [--mask causal|document] [--fraction F]
@@ -67,7 +68,7 @@ typedef struct {
 
 /* Micro-batches 0 and 1 (the second with the labels shifted by one token) on
  * runner r, the gradients accumulated into grads. */
-static step_sums forward_backward(model_runner *r, const float *params, float *grads,
+static step_sums forward_backward(model_runner *r, model_params params, float *grads,
                                   const int64_t *tokens, const int64_t *labels[MICRO_BATCHES])
 {
     step_sums s = {0, 0};
@@ -162,14 +163,27 @@ int main(int argc, char **argv)
         labels1[i] = labels0[i] == TOKEN_IGNORE ? TOKEN_IGNORE : (labels0[i] + 1) % dims.vocab;
     }
     const int64_t *host_labels[MICRO_BATCHES] = {labels0, labels1};
-    step_sums hs = forward_backward(host, params, grads, tokens, host_labels);
+    step_sums hs = forward_backward(host, (model_params){params, NULL}, grads, tokens, host_labels);
 
-    float *d_params = worker_device_copy(params, np * sizeof(float)),
-          *d_grads = worker_device_copy(dev_grads, np * sizeof(float));
+    /* the device's parameters: fp32, or bf16 (the host's rounded) */
+    uint16_t *rounded = malloc(np * 2);
+    if (!rounded || bk_round_bf16(&hq, (int64_t)np, params, rounded) != BK_OK)
+        usage_exit("cannot round the parameters");
+    void *d_params = o.bf16_matmul ? worker_device_copy(rounded, np * 2)
+                                   : worker_device_copy(params, np * sizeof(float));
+    model_params dp = {o.bf16_matmul ? NULL : d_params, o.bf16_matmul ? d_params : NULL};
+    float *d_grads = worker_device_copy(dev_grads, np * sizeof(float));
     int64_t *d_tokens = worker_device_copy(tokens, n * sizeof(int64_t));
     const int64_t *dev_labels[MICRO_BATCHES] = {worker_device_copy(labels0, n * sizeof(int64_t)),
                                                 worker_device_copy(labels1, n * sizeof(int64_t))};
-    step_sums ds = forward_backward(dev, d_params, d_grads, d_tokens, dev_labels);
+    model_step_stats unused = {0};
+    model_params wrong = {o.bf16_matmul ? d_grads : NULL, o.bf16_matmul ? NULL : rounded};
+    if (model_forward_backward(dev, 0, wrong, d_grads, d_tokens, dev_labels[0], 0.01f, &(double){0},
+                               &(int64_t){0}, &unused) != BT_ERR_ARG) {
+        fprintf(stderr, "rank %d: the device runner took parameters of the other type\n", rank);
+        failures++;
+    }
+    step_sums ds = forward_backward(dev, dp, d_grads, d_tokens, dev_labels);
     worker_device_read(dev_grads, d_grads, np * sizeof(float));
 
     if (ds.valid != hs.valid || !(fabs(ds.loss - hs.loss) <= 1e-2 * fabs(hs.loss))) {
@@ -186,8 +200,8 @@ int main(int argc, char **argv)
     bk_device_free(d_params), bk_device_free(d_grads), bk_device_free(d_tokens);
     for (int mb = 0; mb < MICRO_BATCHES; mb++) bk_device_free((void *)dev_labels[mb]);
     model_layout_free(&m);
-    free(params), free(grads), free(dev_grads), free(pos), free(tokens), free(labels0),
-        free(labels1);
+    free(params), free(rounded), free(grads), free(dev_grads), free(pos), free(tokens),
+        free(labels0), free(labels1);
     int64_t total_failures = worker_finish();
     if (rank == 0 && !total_failures)
         printf("ok model on the device: %s mask, fraction %g, %d ranks%s\n", o.mask, o.fraction,

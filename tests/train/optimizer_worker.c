@@ -7,7 +7,10 @@
  *   - the reported norm equals the reference norm; clipping fired on some steps;
  *   - the shards cover [0, n) in rank order, disjoint, state bytes as stated;
  *   - a NaN gradient on one rank gives a non-finite norm on every rank and
- *     leaves parameters and moments unchanged (the next step still matches).
+ *     leaves parameters and moments unchanged (the next step still matches);
+ *   - bf16 parameters (zero1_step_bf16, given the same gradients) are at every
+ *     step the fp32 parameters rounded, bit for bit, and the masters gathered
+ *     (zero1_gather_params) are the fp32 parameters, bit for bit.
  * Cases: n = 1001 (not a multiple of P) with a patchy decay mask and clipping,
  * n = 12 (a multiple of P = 1..4: the unpadded path), n = 3 (empty shards at
  * P = 4), no mask, no clipping. Prints "ok optimizer on P ranks" on rank 0. */
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "src/train/optimizer.h"
 #include "tests/lib/worker_util.h"
 #include "util/rng.h"
@@ -105,6 +109,25 @@ static double max_rel_err(const float *a, const double *ref, int64_t n)
     return worst;
 }
 
+/* The bf16 run's parameters are the fp32 run's rounded, and its masters
+ * gathered are the fp32 run's parameters, bit for bit. */
+static void expect_bf16_follows(zero1 *z16, const uint16_t *params16, const float *params,
+                                int64_t n, const char *tc, int64_t step)
+{
+    int64_t off = -1;
+    for (int64_t i = 0; i < n && off < 0; i++)
+        if (params16[i] != bk_float_to_bf16(params[i])) off = i;
+    EXPECT(off < 0, "%s step %lld: bf16 parameter %lld is %04x, the fp32 one rounded %04x", tc,
+           (long long)step, (long long)off, off < 0 ? 0 : params16[off],
+           off < 0 ? 0 : bk_float_to_bf16(params[off]));
+    float *gathered = malloc((size_t)(n > 0 ? n : 1) * sizeof *gathered);
+    must(zero1_gather_params(z16, gathered), "zero1_gather_params");
+    EXPECT(memcmp(gathered, params, (size_t)n * sizeof *params) == 0,
+           "%s step %lld: the gathered masters differ from the fp32 parameters", tc,
+           (long long)step);
+    free(gathered);
+}
+
 static void run_case(const test_case *tc)
 {
     bt_comm *comm = bt_world_comm(world);
@@ -134,11 +157,16 @@ static void run_case(const test_case *tc)
         rp[i] = params[i];
     }
 
-    zero1 *z = zero1_create(comm, n, mask, &hp, NULL);
-    if (!z) {
+    zero1 *z = zero1_create(comm, n, mask, &hp, NULL, BK_F32);
+    zero1 *z16 = zero1_create(comm, n, mask, &hp, NULL, BK_BF16);
+    if (!z || !z16) {
         fprintf(stderr, "rank %d: %s: zero1_create failed\n", rank, tc->name);
         exit(1);
     }
+    uint16_t *params16 = malloc((size_t)n * 2 + 2);
+    float *grads16 = malloc((size_t)n * sizeof *grads16 + 4);
+    EXPECT(zero1_set_params(z16, params, params16) == 0, "%s: zero1_set_params failed", tc->name);
+    expect_bf16_follows(z16, params16, params, n, tc->name, 0);
 
     /* Shards: in rank order, disjoint, covering [0, n), at most ceil(n / P) each. */
     int64_t be[2];
@@ -168,18 +196,25 @@ static void run_case(const test_case *tc)
             memcpy(before, params, (size_t)n * sizeof *before);
             for (int64_t i = 0; i < n; i++) grads[i] = grad_of(i, rank, t, amp);
             if (rank == size - 1) grads[n / 2] = NAN;
-            double norm = 0.0;
+            double norm = 0.0, norm16 = 0.0;
+            memcpy(grads16, grads, (size_t)n * sizeof *grads);
             must(zero1_step(z, params, grads, lr0, t, &norm), "zero1_step (NaN)");
-            EXPECT(!isfinite(norm), "%s: NaN gradient on rank %d gave a finite norm %g", tc->name,
-                   size - 1, norm);
+            must(zero1_step_bf16(z16, params16, grads16, lr0, t, &norm16), "zero1_step_bf16 (NaN)");
+            EXPECT(!isfinite(norm) && !isfinite(norm16),
+                   "%s: NaN gradient on rank %d gave a finite norm %g (bf16: %g)", tc->name,
+                   size - 1, norm, norm16);
             EXPECT(memcmp(before, params, (size_t)n * sizeof *before) == 0,
                    "%s: a step with a NaN gradient changed the parameters", tc->name);
             free(before);
         }
         double lr = lr_schedule(lr0, min_lr, warmup, total, t);
         for (int64_t i = 0; i < n; i++) grads[i] = grad_of(i, rank, t, amp);
-        double norm = -1.0;
+        double norm = -1.0, norm16 = -1.0;
+        memcpy(grads16, grads, (size_t)n * sizeof *grads);
         must(zero1_step(z, params, grads, lr, t, &norm), "zero1_step");
+        must(zero1_step_bf16(z16, params16, grads16, lr, t, &norm16), "zero1_step_bf16");
+        EXPECT(norm16 == norm, "%s step %lld: bf16 run's norm %.17g, fp32 run's %.17g", tc->name,
+               (long long)t, norm16, norm);
         double ref_norm = ref_step(n, rp, rm, rv, mask, &hp, lr, t, amp);
         EXPECT(fabs(norm - ref_norm) <= 1e-6 * ref_norm, "%s step %lld: norm %.9g, reference %.9g",
                tc->name, (long long)t, norm, ref_norm);
@@ -193,13 +228,20 @@ static void run_case(const test_case *tc)
         EXPECT(err < 1e-5, "%s step %lld: max relative error %.3g against the reference", tc->name,
                (long long)t, err);
         expect_identical(params, n, tc->name, t);
+        expect_bf16_follows(z16, params16, params, n, tc->name, t);
     }
     if (hp.grad_clip > 0.0)
         EXPECT(clipped > 0 && unclipped > 0,
                "%s: clipping should fire on some steps only (%d clipped, %d not)", tc->name,
                clipped, unclipped);
 
+    EXPECT(zero1_step(z16, params, grads, lr0, 1, &(double){0}) == BT_ERR_ARG &&
+               zero1_step_bf16(z, params16, grads, lr0, 1, &(double){0}) == BT_ERR_ARG,
+           "%s: a step of the other parameter type was not refused", tc->name);
     zero1_free(z);
+    zero1_free(z16);
+    free(params16);
+    free(grads16);
     free(mask);
     free(params);
     free(grads);
