@@ -2,11 +2,11 @@
  * rank's share of a sequence; see model.h. Activations and gradients are fp32,
  * on the CPU or on a device: every buffer the kernels read lives in the memory
  * of the runner's queue, and every operation on one is a kernel of that queue
- * (bk_copy, bk_axpy), so one text serves both. On a device the parameters may
- * be bf16 and the layers' matrix products take bf16 operands (bf16_matmul):
- * the three product helpers (mm, mm_grad_weight, mm_grad_input) and the fp32
- * view of the few parameters other kernels read (param32) hold every
- * difference. */
+ * (bk_copy, bk_axpy), so one text serves both. On a device the parameters and
+ * the stored activations may be bf16 and the layers' matrix products take bf16
+ * operands (bf16_matmul): the three product helpers (mm, mm_grad_weight,
+ * mm_grad_input), the fp32 view of the few parameters other kernels read
+ * (param32) and the store's keep and fetch hold every difference. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,9 +109,9 @@ double model_flops_per_sequence(const model_layout *m, int64_t N, double attn_pa
 
 typedef struct {
     int layer, micro_batch; /* the key this entry was stored under */
-    float *x_in;            /* [n, D] the layer's input */
-    float *o_kept;          /* [n_kept, Hq*hd] attention output of the kept rows */
-    float *lse_kept;        /* [n_kept, Hq] */
+    void *x_in;             /* [n, D] the layer's input, in act_bytes elements */
+    void *o_kept;           /* [n_kept, Hq*hd] attention output of the kept rows, likewise */
+    float *lse_kept;        /* [n_kept, Hq] fp32 always */
 } stored_layer;
 
 /* Parameters [at, at + count) widened to fp32 at wide. */
@@ -124,6 +124,7 @@ struct model_runner {
     model_runner_config cfg;
     const model_layout *m;
     int64_t n, D, QD, KD, F, V, Hq, n_kept;
+    size_t act_bytes; /* of a stored activation: 2 (bf16, with bf16_matmul) or 4 (fp32) */
     int64_t *pos;                    /* [n] global positions, for the kernels */
     int64_t *pos_host;               /* [n] the same on the host (pos itself there) */
     int32_t *segments;               /* [N] document ids (document mask), else NULL */
@@ -305,8 +306,9 @@ static void take_store(model_runner *r)
     r->store = take(r, (size_t)layers * sizeof *r->store, &r->mem.stored, what);
     for (int l = 0; l < layers; l++) {
         stored_layer e = {.layer = -1};
-        e.x_in = take_buffer(r, floats(r->n * r->D), &r->mem.stored, what);
-        e.o_kept = take_buffer(r, floats(r->n_kept * r->QD + 1), &r->mem.stored, what);
+        size_t a = r->act_bytes;
+        e.x_in = take_buffer(r, (size_t)(r->n * r->D) * a, &r->mem.stored, what);
+        e.o_kept = take_buffer(r, (size_t)(r->n_kept * r->QD + 1) * a, &r->mem.stored, what);
         e.lse_kept = take_buffer(r, floats(r->n_kept * r->Hq + 1), &r->mem.stored, what);
         if (r->store) r->store[l] = e;
     }
@@ -339,6 +341,7 @@ static model_runner *runner_plan(const model_runner_config *cfg, char *err, size
         return NULL;
     }
     r->n = cfg->layout.n;
+    r->act_bytes = cfg->bf16_matmul ? 2 : sizeof(float);
     r->D = d->d_model;
     r->Hq = d->n_heads;
     r->QD = (int64_t)d->n_heads * d->head_dim;
@@ -555,6 +558,50 @@ static stored_layer *stored(model_runner *r, int layer)
     return &r->store[layer];
 }
 
+/* Activations as they are stored: dst[count] (act_bytes elements) = src,
+ * rounded to bf16 with bf16_matmul. */
+static bk_status keep(const model_runner *r, void *dst, const float *src, int64_t count)
+{
+    if (r->act_bytes == 2) return bk_round_bf16(r->cfg.queue, count, src, dst);
+    return bk_copy(r->cfg.queue, dst, src, (size_t)count * sizeof(float));
+}
+
+/* The stored activations back: dst[count] (fp32) = src (act_bytes elements). */
+static bk_status fetch(const model_runner *r, float *dst, const void *src, int64_t count)
+{
+    if (r->act_bytes == 2) return bk_widen_bf16(r->cfg.queue, count, src, dst);
+    return bk_copy(r->cfg.queue, dst, src, (size_t)count * sizeof(float));
+}
+
+/* Layer l's input x [n, D], about to enter the layer: stored under (l, mb)
+ * when mb >= 0. With bf16 activations x becomes its rounded values, stored or
+ * not, so that the backward recomputes the layer from the input the forward
+ * computed it from, and a prediction sees what training saw. */
+static bt_status enter_layer(model_runner *r, int l, int mb, float *x)
+{
+    int64_t count = r->n * r->D;
+    void *kept = r->op16[0];
+    if (mb >= 0) {
+        stored_layer *e = stored(r, l);
+        e->layer = l;
+        e->micro_batch = mb;
+        kept = e->x_in;
+    } else if (r->act_bytes != 2) {
+        return BT_OK;
+    }
+    CHECK_KERNEL(keep(r, kept, x, count));
+    if (r->act_bytes == 2) CHECK_KERNEL(fetch(r, x, kept, count));
+    return BT_OK;
+}
+
+/* The input of stored layer e in fp32: the stored buffer itself, or widened
+ * into r->x (free during the backward). NULL when the device failed. */
+static const float *stored_input(model_runner *r, const stored_layer *e)
+{
+    if (r->act_bytes != 2) return e->x_in;
+    return fetch(r, r->x, e->x_in, r->n * r->D) == BK_OK ? r->x : NULL;
+}
+
 /* a = RMSNorm(x_in), q, k, v = a W, RoPE on q and k at the global positions. */
 static bt_status attention_inputs(model_runner *r, int l, const float *x_in)
 {
@@ -621,8 +668,7 @@ static bt_status attention_output_for_backward(model_runner *r, stored_layer *e,
                             stats);
     if (st != BT_OK) return st;
     const bk_queue *q = r->cfg.queue;
-    CHECK_KERNEL(bk_copy(q, r->o + first_kept * r->QD, e->o_kept,
-                         (size_t)(kept * r->QD) * sizeof(float)));
+    CHECK_KERNEL(fetch(r, r->o + first_kept * r->QD, e->o_kept, kept * r->QD));
     CHECK_KERNEL(bk_copy(q, r->lse + first_kept * r->Hq, e->lse_kept,
                          (size_t)(kept * r->Hq) * sizeof(float)));
     return BT_OK;
@@ -639,20 +685,14 @@ static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
     CHECK_KERNEL(
         bk_embedding_gather(r->cfg.queue, n, r->V, D, tokens, param32(r, r->m->embed), r->x));
     for (int l = 0; l < d->layers && st == BT_OK; l++) {
-        if (mb >= 0) {
-            stored_layer *e = stored(r, l);
-            e->layer = l;
-            e->micro_batch = mb;
-            CHECK_KERNEL(bk_copy(r->cfg.queue, e->x_in, r->x, (size_t)(n * D) * sizeof(float)));
-        }
-        st = attention_inputs(r, l, r->x);
+        st = enter_layer(r, l, mb, r->x);
+        if (st == BT_OK) st = attention_inputs(r, l, r->x);
         if (st == BT_OK)
             st = ring_fwd_timed(r, r->fwd, r->q, r->k, r->v, r->o, r->lse, &stats->attn_fwd_s, stats);
         if (st != BT_OK) break;
         if (mb >= 0) {
             stored_layer *e = stored(r, l);
-            CHECK_KERNEL(bk_copy(r->cfg.queue, e->o_kept, r->o + first_kept * QD,
-                                 (size_t)(r->n_kept * QD) * sizeof(float)));
+            CHECK_KERNEL(keep(r, e->o_kept, r->o + first_kept * QD, r->n_kept * QD));
             CHECK_KERNEL(bk_copy(r->cfg.queue, e->lse_kept, r->lse + first_kept * r->Hq,
                                  (size_t)(r->n_kept * r->Hq) * sizeof(float)));
         }
@@ -720,9 +760,11 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params, f
         const layer_offsets *o = &r->m->layer[l];
         stored_layer *e = stored(r, l);
         if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
-        st = attention_inputs(r, l, e->x_in);
+        const float *x_in = stored_input(r, e);
+        if (!x_in) return BT_ERR_ARG;
+        st = attention_inputs(r, l, x_in);
         if (st == BT_OK) st = attention_output_for_backward(r, e, stats);
-        if (st == BT_OK) st = mlp_part(r, l, e->x_in, NULL);
+        if (st == BT_OK) st = mlp_part(r, l, x_in, NULL);
         if (st != BT_OK) break;
         /* MLP */
         CHECK_KERNEL(mm_grad_weight(r, r->s, n, F, r->dx, D, G + o->w_down));
@@ -754,7 +796,7 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params, f
         CHECK_KERNEL(mm_grad_input(r, r->dq, n, QD, o->wq, D, r->dtmp, 0));
         CHECK_KERNEL(mm_grad_input(r, r->dk, n, KD, o->wk, D, r->dtmp, 1));
         CHECK_KERNEL(mm_grad_input(r, r->dv, n, KD, o->wv, D, r->dtmp, 1));
-        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, e->x_in, param32(r, o->attn_norm), r->rstd1, r->dtmp,
+        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, x_in, param32(r, o->attn_norm), r->rstd1, r->dtmp,
                                     r->dtmp, G + o->attn_norm));
         CHECK_KERNEL(sum_into(q, r->dx, r->dx1, r->dtmp, n * D));
     }

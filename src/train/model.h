@@ -5,7 +5,8 @@
  * device), and one forward + backward over this rank's share of a sequence.
  *
  * Activation memory follows the checkpoint policy: each layer keeps its input
- * and the attention output O and lse of a fraction of the local tokens, keyed
+ * and the attention output O (bf16 with bf16_matmul, the input rounded as it
+ * enters the layer) and lse (fp32) of a fraction of the local tokens, keyed
  * by (layer, micro-batch) and checked on retrieval; a micro-batch's forward and
  * backward run back to back, so one set is kept, that of the micro-batch in
  * flight. Norms, projections and the MLP are recomputed in the backward, and
@@ -72,14 +73,16 @@ typedef struct {
                       * operands (a device queue): the parameters as they are, the
                       * activations and gradients rounded as they enter, fp32
                       * accumulation and results; the norm gains, the embedding
-                      * and the LM head read an fp32 copy widened at each step */
+                      * and the LM head read an fp32 copy widened at each step;
+                      * the stored activations bf16 */
     lm_head_opts head;
     const bk_queue *queue;
 } model_runner_config;
 
 /* The bytes a runner holds, by part. */
 typedef struct {
-    size_t stored;      /* per layer its input [n, D] and the kept O [n_kept, Hq*hd], lse [n_kept, Hq] */
+    size_t stored;      /* per layer its input [n, D] and the kept O [n_kept, Hq*hd] (2 bytes
+                           each with bf16_matmul, else 4), lse [n_kept, Hq] (4 bytes) */
     size_t workspace;   /* the layer's work buffers [n, ...], positions [n], the head's scratch */
     size_t ring;        /* the ring's slots, accumulators and position tables */
     size_t head_logits; /* the reference head's logits [n, V] + losses [n], made at each step

@@ -149,6 +149,23 @@ int main(int argc, char **argv)
     rc.bf16_matmul = o.bf16_matmul;
     model_runner *dev = host ? model_runner_create(&rc, err, sizeof err) : NULL;
     if (!dev) usage_exit(err);
+    /* bf16 products store the input [n, D] and the kept O [n_kept, QD] (+1) of
+     * each layer in bf16: 2 bytes an element fewer than fp32 (lse stays fp32) */
+    model_memory m32, m16;
+    model_runner_config rc32 = rc, rc16 = rc;
+    rc32.bf16_matmul = 0, rc16.bf16_matmul = 1;
+    if (model_runner_memory(&rc32, &m32, err, sizeof err) != 0 ||
+        model_runner_memory(&rc16, &m16, err, sizeof err) != 0)
+        usage_exit(err);
+    int64_t kept = o.fraction >= 1.0 ? layout.n : o.fraction > 0.0 ? layout.n / 2 : 0;
+    int64_t QD = (int64_t)dims.n_heads * dims.head_dim;
+    int64_t saved = (int64_t)m32.stored - (int64_t)m16.stored,
+            want = dims.layers * (layout.n * dims.d_model + kept * QD + 1) * 2;
+    if (saved != want) {
+        fprintf(stderr, "rank %d: bf16 stored activations take %lld bytes less, expected %lld\n",
+                rank, (long long)saved, (long long)want);
+        failures++;
+    }
 
     size_t np = (size_t)m.n_params, n = (size_t)layout.n;
     float *params = malloc(np * sizeof(float)), *grads = calloc(np, sizeof(float)),
