@@ -125,6 +125,7 @@ struct model_runner {
     const model_layout *m;
     int64_t n, D, QD, KD, F, V, Hq, n_kept;
     size_t act_bytes; /* of a stored activation: 2 (bf16, with bf16_matmul) or 4 (fp32) */
+    int64_t mlp_rows; /* rows of one MLP chunk: min(n, mlp_rows of the config or the default) */
     int64_t *pos;                    /* [n] global positions, for the kernels */
     int64_t *pos_host;               /* [n] the same on the host (pos itself there) */
     int32_t *segments;               /* [N] document ids (document mask), else NULL */
@@ -272,14 +273,24 @@ static void take_workspace(model_runner *r)
     int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, F = r->F;
     const lm_head_opts *ho = &r->cfg.head;
     int64_t head = r->cfg.fused_head ? (int64_t)lm_head_scratch_floats(ho, r->V) : 0;
+    int64_t c = r->mlp_rows; /* the MLP's buffers hold one chunk of rows */
     float **bufs[] = {&r->x,   &r->a,  &r->rstd1, &r->q,   &r->k,    &r->v,   &r->o,
                       &r->lse, &r->x1, &r->b,     &r->rstd2, &r->g,  &r->s,   &r->dx,
                       &r->dx1, &r->dtmp, &r->d_o, &r->dq,  &r->dk,   &r->dv,  &r->ds,
                       &r->dg,  &r->hn, &r->dhn,   &r->rstd_f, &r->head_scratch};
-    const int64_t counts[] = {n * D,  n * D,  n,     n * QD, n * KD, n * KD, n * QD,
-                              n * r->Hq, n * D, n * D, n,    n * 2 * F, n * F, n * D,
-                              n * D,  n * D,  n * QD, n * QD, n * KD, n * KD, n * F,
-                              n * 2 * F, n * D, n * D, n,    head > r->V ? head : r->V};
+    const int64_t counts[] = {n * D,  n * D,
+                              n,      n * QD,
+                              n * KD, n * KD,
+                              n * QD, n * r->Hq,
+                              c * D,  c * D,
+                              c,      c * 2 * F,
+                              c * F,  n * D,
+                              n * D,  n * D,
+                              n * QD, n * QD,
+                              n * KD, n * KD,
+                              c * F,  c * 2 * F,
+                              n * D,  n * D,
+                              n,      head > r->V ? head : r->V};
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
         *bufs[i] = take_buffer(r, floats(counts[i]), &r->mem.workspace, "the layer workspace");
     size_t pos_bytes = (size_t)n * sizeof(int64_t);
@@ -287,11 +298,11 @@ static void take_workspace(model_runner *r)
     r->pos = r->on_device ? take_buffer(r, pos_bytes, &r->mem.workspace, "the token positions")
                           : r->pos_host;
     if (r->cfg.bf16_matmul) {
-        int64_t widest = D > QD ? D : QD;
-        if (2 * F > widest) widest = 2 * F;
+        int64_t widest = n * (D > QD ? D : QD);
+        if (c * 2 * F > widest) widest = c * 2 * F;
         const char *what = "the bf16 operands of the matrix products";
         for (int k = 0; k < 2; k++)
-            r->op16[k] = take_buffer(r, (size_t)(n * widest) * 2, &r->mem.workspace, what);
+            r->op16[k] = take_buffer(r, (size_t)widest * 2, &r->mem.workspace, what);
         take_wide(r);
     }
     /* the reference head makes its logits [n, V] and losses [n] at every step */
@@ -342,6 +353,8 @@ static model_runner *runner_plan(const model_runner_config *cfg, char *err, size
     }
     r->n = cfg->layout.n;
     r->act_bytes = cfg->bf16_matmul ? 2 : sizeof(float);
+    r->mlp_rows = cfg->mlp_rows > 0 ? cfg->mlp_rows : MODEL_MLP_ROWS;
+    if (r->mlp_rows > r->n) r->mlp_rows = r->n > 0 ? r->n : 1;
     r->D = d->d_model;
     r->Hq = d->n_heads;
     r->QD = (int64_t)d->n_heads * d->head_dim;
@@ -621,22 +634,64 @@ static bt_status attention_inputs(model_runner *r, int l, const float *x_in)
     return BT_OK;
 }
 
-/* x1 = x_in + O Wo; b = RMSNorm(x1); g = b W_gate_up; s = SwiGLU(g); and, when
- * out is given, out = x1 + s W_down. */
-static bt_status mlp_part(model_runner *r, int l, const float *x_in, float *out)
+/* Rows [r0, r0 + rows) of the MLP part, into the chunk buffers: x1 = x_in +
+ * O Wo; b = RMSNorm(x1); g = b W_gate_up; s = SwiGLU(g); and, when out is
+ * given, out = x1 + s W_down (out may be x_in: a chunk reads its rows of x_in
+ * before it writes them). */
+static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, const float *x_in,
+                           float *out)
 {
     const bk_queue *q = r->cfg.queue;
     const layer_offsets *o = &r->m->layer[l];
-    int64_t n = r->n, D = r->D, F = r->F;
-    CHECK_KERNEL(bk_copy(q, r->x1, x_in, (size_t)(n * D) * sizeof(float)));
-    CHECK_KERNEL(mm(r, r->o, n, r->QD, o->wo, D, r->x1, 1));
-    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x1, param32(r, o->mlp_norm), r->m->dims.norm_eps, r->b,
-                                r->rstd2));
-    CHECK_KERNEL(mm(r, r->b, n, D, o->w_gate_up, 2 * F, r->g, 0));
-    CHECK_KERNEL(bk_swiglu_fwd(q, n, F, r->g, r->g + F, 2 * F, r->s));
+    int64_t D = r->D, F = r->F;
+    CHECK_KERNEL(bk_copy(q, r->x1, x_in + r0 * D, (size_t)(rows * D) * sizeof(float)));
+    CHECK_KERNEL(mm(r, r->o + r0 * r->QD, rows, r->QD, o->wo, D, r->x1, 1));
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, rows, D, r->x1, param32(r, o->mlp_norm), r->m->dims.norm_eps,
+                                r->b, r->rstd2));
+    CHECK_KERNEL(mm(r, r->b, rows, D, o->w_gate_up, 2 * F, r->g, 0));
+    CHECK_KERNEL(bk_swiglu_fwd(q, rows, F, r->g, r->g + F, 2 * F, r->s));
     if (out) {
-        CHECK_KERNEL(bk_copy(q, out, r->x1, (size_t)(n * D) * sizeof(float)));
-        CHECK_KERNEL(mm(r, r->s, n, F, o->w_down, D, out, 1));
+        CHECK_KERNEL(bk_copy(q, out + r0 * D, r->x1, (size_t)(rows * D) * sizeof(float)));
+        CHECK_KERNEL(mm(r, r->s, rows, F, o->w_down, D, out + r0 * D, 1));
+    }
+    return BT_OK;
+}
+
+/* The MLP part of layer l forward, out[n, D] = x1 + MLP(x1) with x1 = x_in +
+ * O Wo, chunk by chunk: the MLP is token by token, so its buffers hold one
+ * chunk of mlp_rows rows, not the whole sequence. */
+static bt_status mlp_forward(model_runner *r, int l, const float *x_in, float *out)
+{
+    bt_status st = BT_OK;
+    for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->mlp_rows) {
+        int64_t rows = r->n - r0 < r->mlp_rows ? r->n - r0 : r->mlp_rows;
+        st = mlp_chunk(r, l, r0, rows, x_in, out);
+    }
+    return st;
+}
+
+/* The MLP part of layer l backward, chunk by chunk, each recomputed from
+ * x_in first: from dx [n, D] (the gradient of the layer's output), the
+ * weight and gain gradients accumulated into G and dtmp [n, D] = the
+ * gradient of x1 through the MLP branch. */
+static bt_status mlp_backward(model_runner *r, int l, const float *x_in, float *G)
+{
+    const bk_queue *q = r->cfg.queue;
+    const layer_offsets *o = &r->m->layer[l];
+    int64_t D = r->D, F = r->F;
+    for (int64_t r0 = 0; r0 < r->n; r0 += r->mlp_rows) {
+        int64_t rows = r->n - r0 < r->mlp_rows ? r->n - r0 : r->mlp_rows;
+        bt_status st = mlp_chunk(r, l, r0, rows, x_in, NULL);
+        if (st != BT_OK) return st;
+        const float *dx = r->dx + r0 * D;
+        float *dtmp = r->dtmp + r0 * D;
+        CHECK_KERNEL(mm_grad_weight(r, r->s, rows, F, dx, D, G + o->w_down));
+        CHECK_KERNEL(mm_grad_input(r, dx, rows, D, o->w_down, F, r->ds, 0));
+        CHECK_KERNEL(bk_swiglu_bwd(q, rows, F, r->g, r->g + F, 2 * F, r->ds, r->dg, r->dg + F));
+        CHECK_KERNEL(mm_grad_weight(r, r->b, rows, D, r->dg, 2 * F, G + o->w_gate_up));
+        CHECK_KERNEL(mm_grad_input(r, r->dg, rows, 2 * F, o->w_gate_up, D, dtmp, 0));
+        CHECK_KERNEL(bk_rmsnorm_bwd(q, rows, D, r->x1, param32(r, o->mlp_norm), r->rstd2, dtmp,
+                                    dtmp, G + o->mlp_norm));
     }
     return BT_OK;
 }
@@ -696,7 +751,7 @@ static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
             CHECK_KERNEL(bk_copy(r->cfg.queue, e->lse_kept, r->lse + first_kept * r->Hq,
                                  (size_t)(r->n_kept * r->Hq) * sizeof(float)));
         }
-        st = mlp_part(r, l, r->x, r->x);
+        st = mlp_forward(r, l, r->x, r->x);
     }
     return st;
 }
@@ -736,7 +791,7 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params, f
 {
     const bk_queue *q = r->cfg.queue;
     const model_dims *d = &r->m->dims;
-    int64_t n = r->n, D = r->D, F = r->F, QD = r->QD, KD = r->KD, V = r->V;
+    int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, V = r->V;
     bt_status st = BT_OK;
     if (mb < 0 || mb >= r->cfg.micro_batches) return BT_ERR_ARG;
     st = use_params(r, params, mb == 0);
@@ -764,16 +819,8 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params, f
         if (!x_in) return BT_ERR_ARG;
         st = attention_inputs(r, l, x_in);
         if (st == BT_OK) st = attention_output_for_backward(r, e, stats);
-        if (st == BT_OK) st = mlp_part(r, l, x_in, NULL);
+        if (st == BT_OK) st = mlp_backward(r, l, x_in, G);
         if (st != BT_OK) break;
-        /* MLP */
-        CHECK_KERNEL(mm_grad_weight(r, r->s, n, F, r->dx, D, G + o->w_down));
-        CHECK_KERNEL(mm_grad_input(r, r->dx, n, D, o->w_down, F, r->ds, 0));
-        CHECK_KERNEL(bk_swiglu_bwd(q, n, F, r->g, r->g + F, 2 * F, r->ds, r->dg, r->dg + F));
-        CHECK_KERNEL(mm_grad_weight(r, r->b, n, D, r->dg, 2 * F, G + o->w_gate_up));
-        CHECK_KERNEL(mm_grad_input(r, r->dg, n, 2 * F, o->w_gate_up, D, r->dtmp, 0));
-        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, r->x1, param32(r, o->mlp_norm), r->rstd2, r->dtmp,
-                                    r->dtmp, G + o->mlp_norm));
         CHECK_KERNEL(sum_into(q, r->dx1, r->dx, r->dtmp, n * D));
         /* output projection and attention */
         CHECK_KERNEL(mm_grad_weight(r, r->o, n, QD, r->dx1, D, G + o->wo));

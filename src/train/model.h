@@ -54,6 +54,10 @@ void model_decay_mask(const model_layout *m, uint8_t *mask);
  * with the mask's fraction of attention pairs), for throughput reports. */
 double model_flops_per_sequence(const model_layout *m, int64_t N, double attn_pair_fraction);
 
+/* Tokens per chunk of the MLP by default: its buffers [chunk, 2 d_ff] stay
+ * small at any sequence length, and the products stay large. */
+enum { MODEL_MLP_ROWS = 16384 };
+
 typedef struct model_runner model_runner;
 
 typedef struct {
@@ -66,6 +70,8 @@ typedef struct {
                                   * bitmap must outlive the runner */
     ring_bwd_choice backward;
     int64_t piece_rows;          /* query rows per kernel call in the ring; 0: the default */
+    int64_t mlp_rows;            /* tokens per chunk of the MLP (its buffers hold one chunk);
+                                  * 0: MODEL_MLP_ROWS */
     train_keep keep;             /* attention outputs kept: none, half (zigzag + causal), all */
     int micro_batches;           /* micro-batches of a step: mb in [0, micro_batches) */
     int fused_head;

@@ -11,7 +11,8 @@
  * its largest gradient is printed. --matmul bf16 gives the device runner bf16
  * parameters (the host's rounded) and bf16 operands in the layers' matrix
  * products (the same rounding, in more places; the same tolerance); that
- * runner must refuse fp32 parameters.
+ * runner must refuse fp32 parameters. The device runs its MLP in chunks of 9
+ * tokens, the host in one.
  *
  * Prints "ok model on the device" on rank 0, exits 1 on a mismatch.
  * Usage: model_device_worker [--mask causal|document] [--fraction F]
@@ -147,6 +148,7 @@ int main(int argc, char **argv)
     model_runner *host = model_runner_create(&rc, err, sizeof err);
     rc.queue = &dq;
     rc.bf16_matmul = o.bf16_matmul;
+    rc.mlp_rows = 9; /* the device's MLP in chunks, the last one short */
     model_runner *dev = host ? model_runner_create(&rc, err, sizeof err) : NULL;
     if (!dev) usage_exit(err);
     /* bf16 products store the input [n, D] and the kept O [n_kept, QD] (+1) of

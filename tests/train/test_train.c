@@ -200,10 +200,10 @@ START_TEST(gradients_match_finite_differences)
     char path[4096];
     test_program_path("tests/train/train_gradcheck", path, sizeof path);
     /* ranks, then the worker's options */
-    const char *cases[][9] = {
+    const char *cases[][11] = {
         {"1", "--mask", "causal", "--fraction", "1", "--fused", "1", NULL},
-        {"1", "--mask", "causal", "--fraction", "0", "--fused", "0", NULL},
-        {"2", "--mask", "causal", "--fraction", "0.5", "--fused", "1", NULL},
+        {"1", "--mask", "causal", "--fraction", "0", "--fused", "0", "--mlp-rows", "5", NULL},
+        {"2", "--mask", "causal", "--fraction", "0.5", "--mlp-rows", "7", NULL},
         {"4", "--mask", "causal", "--fraction", "1", "--fused", "0", NULL},
         {"2", "--mask", "causal", "--fraction", "0", "--bwd", "q", NULL},
         {"2", "--mask", "window", "--fraction", "1", "--piece-rows", "5", NULL},

@@ -12,7 +12,8 @@
  *
  * Prints "ok gradcheck" on rank 0, exits 1 on a mismatch.
  * Usage: train_gradcheck [--mask causal|window|document|sparse] [--fraction F]
- *                        [--fused 0|1] [--bwd auto|q|kv] [--piece-rows R] */
+ *                        [--fused 0|1] [--bwd auto|q|kv] [--piece-rows R]
+ *                        [--mlp-rows R]  (the MLP in chunks of R tokens) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@ typedef struct {
     const char *mask, *bwd;
     double fraction;
     int fused;
-    int64_t piece_rows;
+    int64_t piece_rows, mlp_rows;
 } options;
 
 /* The sequence, its mask and the cut of the isolation check. */
@@ -213,7 +214,7 @@ static void check_isolation(model_runner *r, const model_layout *m, const proble
 
 static options parse_options(int argc, char **argv)
 {
-    options o = {"causal", "auto", 1.0, 1, 0};
+    options o = {"causal", "auto", 1.0, 1, 0, 0};
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) usage_exit("an option without its value");
         const char *v = argv[i + 1];
@@ -227,6 +228,8 @@ static options parse_options(int argc, char **argv)
             o.fused = atoi(v);
         else if (strcmp(argv[i], "--piece-rows") == 0)
             o.piece_rows = atoll(v);
+        else if (strcmp(argv[i], "--mlp-rows") == 0)
+            o.mlp_rows = atoll(v);
         else
             usage_exit("unknown option (see the file's top comment)");
     }
@@ -262,6 +265,7 @@ int main(int argc, char **argv)
         .mask = pb.mask,
         .backward = plan_backward(o.bwd),
         .piece_rows = o.piece_rows,
+        .mlp_rows = o.mlp_rows,
         .keep = plan_keep(o.fraction),
         .micro_batches = 1,
         .fused_head = o.fused,
