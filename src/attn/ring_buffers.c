@@ -20,11 +20,44 @@
  * tables and the bf16 home inputs. */
 enum { N_BUFFERS = RING_N_SLOTS + 11 };
 
-/* The capacities b needs for each of scheds[n_scheds]: the largest of each. */
+/* Bits of ring_buffers.used, in buffer_sizes' order. */
+enum {
+    USED_ACC_OUT = RING_N_SLOTS,
+    USED_ACC_IN = RING_N_SLOTS + 2,
+    USED_HOME_ACC = RING_N_SLOTS + 4
+};
+
+/* The buffers some step of s may touch, whatever its mask: step t holds
+ * ring_slot_of_step(t) and, in a backward, computes into acc_out[t % 2],
+ * may receive into acc_in[t % 2] (t >= 1) and, with more than one rank, may
+ * receive its home accumulator. One rank (no transfers) needs one slot and
+ * one accumulator; one node never the inter-node slots. */
+static unsigned buffers_used(const ring_schedule *s)
+{
+    unsigned used = 0;
+    for (int t = 0; t < s->P; t++) {
+        used |= 1u << ring_slot_of_step(s, t);
+        if (s->pass == RING_FORWARD) continue;
+        used |= 1u << (USED_ACC_OUT + t % 2);
+        if (t >= 1) used |= 1u << (USED_ACC_IN + t % 2);
+    }
+    if (s->pass != RING_FORWARD && s->P > 1) used |= 1u << USED_HOME_ACC;
+    return used;
+}
+
+int ring_buffers_serve(const ring_buffers *b, const ring_schedule *s)
+{
+    unsigned need = buffers_used(s);
+    return (b->used & need) == need;
+}
+
+/* The capacities b needs for each of scheds[n_scheds]: the largest of each,
+ * and the buffers any of them uses. */
 static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, ring_buffers *b)
 {
     for (int i = 0; i < n_scheds; i++) {
         const ring_schedule *s = scheds[i];
+        b->used |= buffers_used(s);
         if (s->input_bytes > b->input_bytes) b->input_bytes = s->input_bytes;
         if (s->acc_bytes > b->acc_bytes) b->acc_bytes = s->acc_bytes;
         if (s->layout.n > b->n) b->n = s->layout.n;
@@ -43,6 +76,8 @@ static int buffer_sizes(const ring_buffers *b, size_t sizes[N_BUFFERS])
     for (int i = 0; i < RING_N_SLOTS; i++) sizes[k++] = b->input_bytes;
     for (int i = 0; i < 4; i++) sizes[k++] = b->acc_bytes;
     sizes[k++] = b->acc_bytes ? b->acc_bytes : 1;
+    for (int i = 0; i <= USED_HOME_ACC; i++)
+        if (!(b->used >> i & 1)) sizes[i] = 0; /* never touched: not made */
     sizes[k++] = ((size_t)b->rows + 1) * sizeof(float);
     sizes[k++] = n * sizeof(int64_t), sizes[k++] = n * sizeof(int64_t);
     sizes[k++] = n * sizeof(int32_t), sizes[k++] = n * sizeof(int32_t);

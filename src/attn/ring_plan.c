@@ -41,7 +41,7 @@ static int holder(const ring_schedule *s, int block, int step)
     return ((bn + m) % s->M) * s->L + (bl + t) % s->L;
 }
 
-static int slot_of_step(const ring_schedule *s, int step)
+int ring_slot_of_step(const ring_schedule *s, int step)
 {
     int m = step / s->L, t = step % s->L;
     if (step == 0) return SLOT_HOME;
@@ -166,7 +166,7 @@ ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err,
             int h = holder(s, b, st);
             ring_step *x = ring_step_at(s, h, st);
             x->block = b;
-            x->slot = slot_of_step(s, st);
+            x->slot = ring_slot_of_step(s, st);
             x->compute = pairs[st] > 0;
             x->pairs = pairs[st];
             if (st == 0) continue;
@@ -175,10 +175,10 @@ ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err,
             ring_xfer xf = {0, b, 0, input_channel(pass, link), link};
             ring_step *sender = ring_step_at(s, from, src), *receiver = ring_step_at(s, h, src);
             xf.peer = h;
-            xf.slot = slot_of_step(s, src);
+            xf.slot = ring_slot_of_step(s, src);
             sender->send[sender->n_send++] = xf;
             xf.peer = from;
-            xf.slot = slot_of_step(s, st);
+            xf.slot = ring_slot_of_step(s, st);
             receiver->recv[receiver->n_recv++] = xf;
         }
         if (pass == RING_FORWARD) continue;

@@ -106,6 +106,13 @@ typedef struct {
     int in_bytes;          /* element of Q, K, V and dO: 4 (fp32; 0 means 4) or 2 (bf16) */
 } ring_plan_config;
 
+/* The input slot of step (0 <= step < P) of s, the same on every rank and for
+ * any mask: the home slot at step 0, an intra slot (alternating) while a block
+ * travels within a node, an inter slot (alternating) where it crosses nodes.
+ * A step the mask skips holds no slot (ring_step.slot -1), but this is the
+ * slot it would hold. */
+int ring_slot_of_step(const ring_schedule *s, int step);
+
 static inline ring_step *ring_step_at(const ring_schedule *s, int rank, int step)
 {
     return &s->steps[(size_t)rank * (size_t)s->n_steps + (size_t)step];

@@ -97,7 +97,7 @@ static int buffers_fit(const ring_buffers *b, const ring_schedule *s)
 {
     return b->input_bytes >= s->input_bytes && b->acc_bytes >= s->acc_bytes &&
            b->n >= s->layout.n && b->rows >= s->layout.n * s->h_q &&
-           b->home_in_bytes >= ring_home_in_bytes(s);
+           b->home_in_bytes >= ring_home_in_bytes(s) && ring_buffers_serve(b, s);
 }
 
 bt_status ring_run_home_inputs(ring_run *run, const float *Q, const float *K, const float *V,

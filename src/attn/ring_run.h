@@ -32,6 +32,9 @@ struct ring_buffers {
     int64_t *home_pos, *block_pos;         /* [n] global positions */
     int32_t *home_seg, *block_seg;         /* [n] document ids (0 without segments) */
     size_t input_bytes, acc_bytes;         /* capacity of a slot and of an accumulator */
+    unsigned used;                         /* bit i: buffer i of slot[], acc_out[], acc_in[],
+                                            * home_acc (in that order) exists: one that no
+                                            * step of any planned pass can touch is NULL */
     size_t home_in_bytes;                  /* capacity of home_in (0: no bf16 schedule) */
     int64_t n, rows;                       /* capacity in tokens and in token-heads (n * Hq) */
     bk_queue memory;                       /* the queue whose memory holds the buffers above */
@@ -55,6 +58,9 @@ static inline size_t ring_home_in_bytes(const ring_schedule *s)
     if (s->in_bytes != 2) return 0;
     return (size_t)s->layout.n * (size_t)(2 * s->h_q + 2 * s->h_kv) * (size_t)s->d * 2;
 }
+
+/* 1 when b has every buffer a step of s may touch (ring_buffers.used). */
+int ring_buffers_serve(const ring_buffers *b, const ring_schedule *s);
 
 static inline int ring_buffers_on_device(const ring_buffers *b)
 {

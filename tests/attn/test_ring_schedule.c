@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/attn/ring.h"
 #include "src/attn/ring_plan.h"
 #include "tests/lib/check_main.h"
 
@@ -450,14 +451,55 @@ START_TEST(layouts_give_true_global_positions)
 }
 END_TEST
 
+/* The ring's buffers are made only for what a step can touch: the slots and
+ * accumulators the steps of a maskless plan (which prunes nothing) hold,
+ * receive into or compute into. One rank: the home slot and one accumulator;
+ * one node: never an inter-node slot. */
+START_TEST(ring_buffers_make_only_what_steps_touch)
+{
+    const int cases[][2] = {{1, 1}, {2, 1}, {4, 1}, {4, 2}, {8, 2}}; /* ranks, nodes */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int P = cases[c][0], M = cases[c][1];
+        const ring_schedule *s[2] = {plan(P, M, 0, RING_FORWARD, 4, 2, 8, 64 * P),
+                                     plan(P, M, 0, RING_BWD_KV_SIDE, 4, 2, 8, 64 * P)};
+        int slot[RING_N_SLOTS] = {0}, acc_out[2] = {0}, acc_in[2] = {0}, home_acc = 0;
+        for (int k = 0; k < 2; k++)
+            for (int r = 0; r < P; r++) {
+                home_acc |= s[k]->home_acc_from[r] >= 0;
+                for (int t = 0; t < P; t++) {
+                    const ring_step *x = ring_step_at(s[k], r, t);
+                    slot[x->slot] = 1;
+                    for (int i = 0; i < x->n_recv; i++) slot[x->recv[i].slot] = 1;
+                    if (s[k]->pass == RING_FORWARD) continue;
+                    acc_out[t % 2] = 1;
+                    acc_in[t % 2] |= x->acc_from >= 0;
+                }
+            }
+        size_t n = (size_t)s[0]->layout.n, want = 0;
+        for (int i = 0; i < RING_N_SLOTS; i++) want += slot[i] * s[0]->input_bytes;
+        want +=
+            (size_t)(acc_out[0] + acc_out[1] + acc_in[0] + acc_in[1] + home_acc) * s[1]->acc_bytes;
+        want += (n * 4 + 1) * sizeof(float) + 2 * n * sizeof(int64_t) + 2 * n * sizeof(int32_t);
+        size_t got = ring_buffers_bytes(s, 2);
+        ck_assert_msg(got == want, "P=%d M=%d: %zu bytes, the steps touch %zu", P, M, got, want);
+        ck_assert_int_eq(slot[SLOT_INTER0] || slot[SLOT_INTER0 + 1], M > 1);
+        if (P == 1)
+            ck_assert(!slot[1] && !slot[2] && !slot[3] && !slot[4] && !acc_out[1] && !acc_in[0] &&
+                      !acc_in[1] && !home_acc);
+        ring_schedule_free((ring_schedule *)s[0]), ring_schedule_free((ring_schedule *)s[1]);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ring_schedule");
     TCase *tc = check_tcase(s, "schedule", 300);
     check_add_tests(
         tc, layouts_give_true_global_positions, block_level_need_matches_the_per_element_rule,
-        sequence_pairs_match_a_brute_force_count,
-        schedules_compute_every_needed_pair_once, q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha,
-        auto_never_sends_more_than_the_cheaper_direction, bf16_inputs_halve_the_travelling_tensors, sliding_window_sends_only_the_window);
+        sequence_pairs_match_a_brute_force_count, schedules_compute_every_needed_pair_once,
+        q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha,
+        auto_never_sends_more_than_the_cheaper_direction, bf16_inputs_halve_the_travelling_tensors,
+        sliding_window_sends_only_the_window, ring_buffers_make_only_what_steps_touch);
     return check_run(s);
 }
