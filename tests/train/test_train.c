@@ -1006,6 +1006,86 @@ START_TEST(device_arena_holds_every_buffer)
 }
 END_TEST
 
+/* burst_emu run -n ranks --nodes nodes: a CP group of every rank training 3
+ * steps of 64 tokens on its emulated device, the emulator printing every
+ * runtime allocation (BK_EMU_TRACE_ALLOC) on the rank's stderr, in order. */
+static test_run_result train_ranks_on_device(int ranks, int nodes)
+{
+    on_emulator = 1;
+    char n[16], m[16], cp[32];
+    snprintf(n, sizeof n, "%d", ranks);
+    snprintf(m, sizeof m, "%d", nodes);
+    snprintf(cp, sizeof cp, "parallel.cp=%d", ranks);
+    const char *sets[] = {
+        "train.device=cuda", "data.seq_len=64", "train.steps=3", "train.warmup_steps=1", cp, NULL};
+    char *argv[32];
+    int a = 0;
+    argv[a++] = (char *)program(), argv[a++] = "run", argv[a++] = "-n", argv[a++] = n;
+    argv[a++] = "--nodes", argv[a++] = m, argv[a++] = "--";
+    argv[a++] = (char *)program(), argv[a++] = "train";
+    for (int i = 0; sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
+    argv[a] = NULL;
+    on_emulator = 0;
+    char *env[] = {"OMP_NUM_THREADS=1", "BK_EMU_TRACE_ALLOC=1", NULL};
+    return test_run(argv, env);
+}
+
+/* r's output without the emulator's allocation lines, its last 3000
+ * characters at most: what a failure message can carry. */
+static const char *untraced(const test_run_result *r)
+{
+    static char kept[1 << 16];
+    size_t n = 0;
+    for (const char *line = r->out; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
+        if (!memmem(line, len, "emu: cuda", 9) && n + len < sizeof kept)
+            memcpy(kept + n, line, len), n += len;
+        line += len;
+    }
+    kept[n] = '\0';
+    return n > 3000 ? kept + n - 3000 : kept;
+}
+
+/* The first (or, last != 0, the last) line of rank in out that starts with
+ * text after the rank's prefix "[rank] "; NULL when there is none. */
+static const char *rank_line(const char *out, int rank, const char *text, int last)
+{
+    char want[160];
+    snprintf(want, sizeof want, "[%d] %s", rank, text);
+    const char *found = NULL;
+    for (const char *at = strstr(out, want); at && (!found || last); at = strstr(at + 1, want))
+        if (at == out || at[-1] == '\n') found = at;
+    return found;
+}
+
+/* Ranks on two emulated nodes stage their device messages through pinned
+ * host buffers: the transport takes that pool when the device is linked, in
+ * the setup, before the arena (the last runtime allocation of the setup):
+ * every rank takes some, and none after its arena (in the steps, the
+ * evaluation or the end). */
+START_TEST(device_staging_buffers_taken_at_setup)
+{
+    test_run_result r = train_ranks_on_device(2, 2);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "step     3/3"), "exit %d:\n%s",
+                  r.exit_code, untraced(&r));
+    long long capacity = number_after(&r, "device arena per rank: ", "capacity ");
+    char arena[64];
+    snprintf(arena, sizeof arena, "emu: cudaMalloc %lld bytes\n", capacity);
+    for (int rank = 0; rank < 2; rank++) {
+        const char *taken = rank_line(r.out, rank, arena, 0),
+                   *first = rank_line(r.out, rank, "emu: cudaMallocHost ", 0),
+                   *last = rank_line(r.out, rank, "emu: cudaMallocHost ", 1);
+        ck_assert_msg(capacity > 0 && taken && first && last < taken,
+                      "rank %d: its arena of %lld bytes taken at byte %td of the output, its "
+                      "pinned buffers from byte %td to %td (-1: none)",
+                      rank, capacity, taken ? taken - r.out : -1, first ? first - r.out : -1,
+                      last ? last - r.out : -1);
+    }
+    test_run_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     if (!test_make_tmpdir(tmpdir, sizeof tmpdir, "burst-train")) return 1;
@@ -1023,7 +1103,7 @@ int main(void)
         documents_from_an_hdf5_corpus, eval_read_failure_on_one_rank_stops_every_rank);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 900), device_engine_matches_the_cpu,
-                    device_arena_holds_every_buffer);
+                    device_arena_holds_every_buffer, device_staging_buffers_taken_at_setup);
     int status = check_run(s);
     test_remove_tree(tmpdir);
     return status;
