@@ -248,6 +248,17 @@ tests_train_test_lm_head_SOURCES = tests/train/test_lm_head.c
 tests_train_test_lm_head_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_lm_head_LDADD = $(SUITE_LIBS) $(LDADD)
 
+# The same head on the emulated device: each chunk's losses come back without
+# an allocation (every malloc wrapped and counted), in pieces that sum as one.
+check_PROGRAMS += tests/train/test_lm_head_device
+TESTS += tests/train/test_lm_head_device
+tests_train_test_lm_head_device_SOURCES = tests/train/test_lm_head_device.c $(DEV_SUITE_UTIL) \
+	kernels/emu/select_emu.c
+tests_train_test_lm_head_device_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_lm_head_device_LDFLAGS = -Wl,--wrap=malloc
+tests_train_test_lm_head_device_LDADD = $(SUITE_LIBS) libburst_train.a libburst_kernels_emu.a \
+	libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
+
 # ZeRO-1 AdamW (ranks: tests/train/optimizer_worker) and the learning-rate schedule.
 check_PROGRAMS += tests/train/optimizer_worker tests/train/test_optimizer
 TESTS += tests/train/test_optimizer

@@ -18,9 +18,12 @@
  * message (staging_progress). Chunks of two messages with the same tag and
  * peer must not interleave on the wire, so a message posts its chunks only
  * after every earlier message of that tag and peer has posted all of its own.
- * Slots (a pinned buffer and its event) come from a pool that grows to what
- * is in flight at once and is freed at finalize: page-locked allocations are
- * slow (they map memory for the device) and must not happen per message. */
+ * Slots (a pinned buffer and its event) come from a pool freed at finalize:
+ * page-locked allocations are slow (they map memory for the device and may
+ * synchronise it) and must not happen per message, nor inside a training
+ * step. bt_staging_reserve takes the pool a caller's messages in flight need
+ * when it sets up; a message that still finds none free takes one more, and
+ * the pool keeps it (bt_staging_stats_of counts both). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +38,8 @@
  * BURST_STAGE_SLOTS override them; the chunk size must be equal on every rank
  * (bt_world_set_device checks). */
 enum { STAGE_CHUNK_BYTES_DEFAULT = 1 << 20, STAGE_SLOTS_DEFAULT = 4, STAGE_SLOTS_MAX = 16 };
+/* The most messages bt_staging_reserve takes buffers for (far beyond any use). */
+enum { STAGE_MESSAGES_MAX = 1 << 16 };
 
 /* Hook directions. */
 enum { DIR_H2D = 0, DIR_D2H = 1 };
@@ -72,6 +77,8 @@ typedef struct {
     stage_buf *pool;                /* free slots' buffers */
     int n_bufs;
     stage_buf **owned;              /* [n_bufs]: every buffer, freed at finalize */
+    int reserved, grown;            /* of n_bufs: taken by bt_staging_reserve, by a message */
+    int in_use, peak_in_use;        /* buffers out of the pool now, and at most */
     stage_msg *head, *tail;
 } staging_state;
 
@@ -108,14 +115,11 @@ static bt_status hook_error(bt_backend *b, const char *what)
                    b->world->hooks.name ? b->world->hooks.name : "device", what);
 }
 
-static stage_buf *buf_get(bt_backend *b, bt_status *st)
+/* A new buffer (page-locked memory and its event), owned by the pool but
+ * not in its free list; NULL with *st after a failure. */
+static stage_buf *buf_new(bt_backend *b, bt_status *st)
 {
     staging_state *s = b->impl;
-    if (s->pool) {
-        stage_buf *sb = s->pool;
-        s->pool = sb->next;
-        return sb;
-    }
     stage_buf **grown = realloc(s->owned, (size_t)(s->n_bufs + 1) * sizeof *grown);
     stage_buf *sb = calloc(1, sizeof *sb);
     if (grown) s->owned = grown;
@@ -134,6 +138,20 @@ static void buf_put(staging_state *s, stage_buf *sb)
 {
     sb->next = s->pool;
     s->pool = sb;
+}
+
+/* A free buffer: from the pool, or a new one when none is free (which the
+ * pool then keeps: counted as grown). */
+static stage_buf *buf_get(bt_backend *b, bt_status *st)
+{
+    staging_state *s = b->impl;
+    stage_buf *sb = s->pool;
+    if (sb)
+        s->pool = sb->next;
+    else if ((sb = buf_new(b, st)) != NULL)
+        s->grown++;
+    if (sb && ++s->in_use > s->peak_in_use) s->peak_in_use = s->in_use;
+    return sb;
 }
 
 static size_t chunk_len(const staging_state *s, const bt_request *req, size_t chunk)
@@ -232,6 +250,7 @@ static int copy_done(bt_backend *b, stage_slot *slot, bt_status *st)
 static void slot_release(staging_state *s, stage_slot *slot)
 {
     buf_put(s, slot->buf);
+    s->in_use--;
     slot->buf = NULL;
     slot->state = SLOT_FREE;
 }
@@ -416,6 +435,35 @@ static const bt_backend_ops staging_ops = {
     .finalize = staging_finalize,
     .group_end = NULL,
 };
+
+/* ------------------------------------------------------------------ the pool */
+
+bt_status bt_staging_reserve(bt_world *w, int messages)
+{
+    if (!w || !w->device_set || messages < 0 || messages > STAGE_MESSAGES_MAX) return BT_ERR_ARG;
+    bt_status st = (bt_status)atomic_load(&w->failed);
+    if (st != BT_OK || !w->staging) return st; /* no peer is staged: nothing to take */
+    staging_state *s = w->staging->impl;
+    int want = messages * s->n_slots;
+    while (st == BT_OK && s->n_bufs < want) {
+        stage_buf *sb = buf_new(w->staging, &st);
+        if (sb) buf_put(s, sb), s->reserved++;
+    }
+    return st;
+}
+
+bt_staging_stats bt_staging_stats_of(const bt_world *w)
+{
+    bt_staging_stats out = {0};
+    if (!w || !w->staging) return out;
+    const staging_state *s = w->staging->impl;
+    out.chunk_bytes = s->chunk_bytes;
+    out.slots = s->n_slots;
+    out.reserved = s->reserved;
+    out.grown = s->grown;
+    out.peak_in_use = s->peak_in_use;
+    return out;
+}
 
 bt_status bt_backend_staging_create(bt_world *w, size_t chunk_bytes, bt_backend **out)
 {

@@ -137,6 +137,26 @@ typedef struct {
  * BT_ERR_CONFIG here. */
 bt_status bt_world_set_device(bt_world *w, const bt_device_hooks *hooks);
 
+/* Takes now, once the device is set, the page-locked host buffers that
+ * `messages` staged device messages in flight at once need (BURST_STAGE_SLOTS
+ * buffers of BURST_STAGE_CHUNK bytes each, one pool for every staged peer and
+ * both directions), so that no page-locked allocation, slow and synchronising
+ * the device, happens while they travel (inside a training step). The pool
+ * then holds at least that many buffers; a message that still finds none
+ * free takes one more, which the pool keeps. Not collective; nothing to do
+ * (BT_OK) when no peer is staged; BT_ERR_ARG before bt_world_set_device. */
+bt_status bt_staging_reserve(bt_world *w, int messages);
+/* What the staging pool took, for reports and tests; all 0 when no peer is
+ * staged. */
+typedef struct {
+    size_t chunk_bytes; /* each buffer's size (BURST_STAGE_CHUNK) */
+    int slots;          /* buffers a message uses at most (BURST_STAGE_SLOTS) */
+    int reserved;       /* buffers taken by bt_staging_reserve */
+    int grown;          /* buffers taken later by a message that found none free */
+    int peak_in_use;    /* the most buffers in use at once */
+} bt_staging_stats;
+bt_staging_stats bt_staging_stats_of(const bt_world *w);
+
 /* Point-to-point on memory of the given kind. For BT_MEM_DEVICE the buffer's
  * content must be complete when the send is posted (the caller has
  * synchronized the stream that wrote it), and a received buffer is complete on

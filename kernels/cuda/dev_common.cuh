@@ -114,6 +114,15 @@ bk_status BK_DEV_FN(attn_merge)(const bk_queue *q, int64_t n_q, int h_q, int d, 
                                 float *lse, const float *O_blk, const float *lse_blk);
 }
 
+#ifdef BK_EMULATOR
+namespace bk_emu
+{
+/* Prints "emu: CALL N bytes" on stderr under BK_EMU_TRACE_ALLOC=1
+ * (device_memory.cu): how the tests see which calls allocate. */
+void trace_alloc(const char *call, size_t bytes);
+} // namespace bk_emu
+#endif
+
 /* Returns from the launcher unless every listed pointer is usable device memory. */
 #define BK_DEV_PTRS(...)                                                                           \
     do {                                                                                           \

@@ -52,8 +52,10 @@ extern "C" size_t BK_DEV_FN(scratch_bytes)(int64_t rows, int64_t width, int64_t 
  *                          that fails as cudaMalloc's does (unset: the host's
  *                          memory, not reported);
  *   BK_EMU_TRACE_ALLOC=1   every runtime allocation is printed on stderr as
- *                          "emu: cudaMalloc N bytes" or "emu: cudaMallocAsync
- *                          N bytes", so a test sees which calls allocate. */
+ *                          "emu: cudaMalloc N bytes", "emu: cudaMallocAsync
+ *                          N bytes" or, for page-locked host memory
+ *                          (device_streams.cu), "emu: cudaMallocHost N
+ *                          bytes", so a test sees which calls allocate. */
 namespace
 {
 struct emu_memory {
@@ -75,12 +77,17 @@ emu_memory &memory()
     return *m;
 }
 
+void trace(emu_memory &m, const char *call, size_t bytes)
+{
+    if (m.trace) fprintf(stderr, "emu: %s %zu bytes\n", call, bytes);
+}
+
 /* Device memory of bytes > 0 (call: the runtime call it stands for), or NULL. */
 void *take(size_t bytes, const char *call)
 {
     emu_memory &m = memory();
     std::lock_guard<std::mutex> hold(m.lock);
-    if (m.trace) fprintf(stderr, "emu: %s %zu bytes\n", call, bytes);
+    trace(m, call, bytes);
     /* cudaMalloc's alignment (256 bytes), so that code relying on it is tested */
     size_t rounded = (bytes + 255) / 256 * 256;
     if (m.limit && rounded > m.limit - m.live_bytes) return NULL;
@@ -98,6 +105,13 @@ void give_back(void *p)
     free(p);
 }
 } // namespace
+
+void bk_emu::trace_alloc(const char *call, size_t bytes)
+{
+    emu_memory &m = memory();
+    std::lock_guard<std::mutex> hold(m.lock);
+    trace(m, call, bytes);
+}
 
 extern "C" int BK_DEV_FN(available)(void)
 {

@@ -5,7 +5,8 @@
  * implicit ordering with the default stream), events have timing disabled
  * (cheaper to record and wait for). In the SIMT emulator they are the ordered
  * queues of kernels/emu/simt_stream.h, where queued copies run as late as the
- * program allows, and page-locked memory is plain host memory. */
+ * program allows, and page-locked memory is plain host memory (its
+ * allocations traced as device_memory.cu's, BK_EMU_TRACE_ALLOC). */
 #include <stdlib.h>
 
 #include "kernels/cuda/dev_common.cuh"
@@ -72,6 +73,7 @@ extern "C" int BK_DEV_FN(event_query)(void *event)
 
 extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
 {
+    if (bytes) bk_emu::trace_alloc("cudaMallocHost", bytes);
     *p = bytes ? malloc(bytes) : NULL;
     return *p || bytes == 0 ? BK_OK : BK_ERR_NOMEM;
 }

@@ -3,6 +3,7 @@
 #include "src/attn/device_link.h"
 
 #include "kernels/device.h"
+#include "src/attn/ring_run.h"
 
 static int ok(bk_status st)
 {
@@ -86,5 +87,7 @@ bt_device_hooks attn_device_hooks(int device_id)
 bt_status attn_link_device(bt_world *w, int device_id)
 {
     bt_device_hooks h = attn_device_hooks(device_id);
-    return bt_world_set_device(w, &h);
+    bt_status st = bt_world_set_device(w, &h);
+    /* the ring is what sends device buffers: its staging pool now, not in a step */
+    return st == BT_OK ? bt_staging_reserve(w, RING_MAX_IN_FLIGHT) : st;
 }

@@ -74,6 +74,18 @@ static inline int ring_buffers_on_device(const ring_buffers *b)
 int ring_buffers_load_positions(ring_buffers *b, const bk_queue *q, const seq_layout *l, int block,
                                 const int32_t *segments, int64_t *pos, int32_t *seg);
 
+/* Sends reading one slot at once (a step forwards its block to at most two
+ * holders), and the most transfers one rank of a pass has under way at once:
+ * a receive into each slot but home's, RING_SLOT_SENDS sends reading each
+ * slot, the two trailing accumulators sent, one received, and the home
+ * block's final accumulator received. Passes run one after the other, so the
+ * transport's staging pool is taken for that many messages when the device
+ * is linked (attn_link_device). */
+enum {
+    RING_SLOT_SENDS = 2,
+    RING_MAX_IN_FLIGHT = (RING_N_SLOTS - 1) + RING_N_SLOTS * RING_SLOT_SENDS + 2 + 1 + 1,
+};
+
 typedef struct {
     const ring_exec_ctx *c;
     const ring_schedule *s;
@@ -82,7 +94,7 @@ typedef struct {
     ring_buffers *b;
     ring_buffers *owned; /* made for this call when the caller gave none */
     bt_request *slot_recv[RING_N_SLOTS];
-    bt_request *slot_sends[RING_N_SLOTS][2]; /* outstanding sends reading each slot */
+    bt_request *slot_sends[RING_N_SLOTS][RING_SLOT_SENDS]; /* outstanding sends reading each slot */
     int n_slot_sends[RING_N_SLOTS];
     bt_request *acc_send[2];
     ring_exec_stats *stats;

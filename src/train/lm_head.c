@@ -10,10 +10,12 @@
  *
  * On a device queue h, W, labels, dh, dW and the scratch are device memory;
  * each chunk's losses come back to the host for the sum (the host waits for
- * the chunk), and the labels are checked by the cross-entropy kernel chunk by
- * chunk, so a bad label in a late chunk is found after the earlier chunks
- * added to dW (the trainer checks them on the host before they go to the
- * device). The unfused path is the host's reference only. */
+ * the chunk) through a buffer on the stack, LOSS_PIECE_ROWS rows at a time,
+ * so that a step allocates nothing per chunk; the labels are checked by the
+ * cross-entropy kernel chunk by chunk, so a bad label in a late chunk is
+ * found after the earlier chunks added to dW (the trainer checks them on the
+ * host before they go to the device). The unfused path is the host's slow
+ * reference only, and allocates its [n, V] logits at every call. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -46,24 +48,29 @@ static bk_status check_args(const bk_queue *q, const lm_head_opts *o, int64_t n,
     return BK_OK;
 }
 
+/* Rows of device losses copied to the host at once, into a buffer on the
+ * stack (4 KiB): the default chunk (1024 tokens) comes back in one copy, a
+ * larger one in several, the first of which waits for the chunk's kernels. */
+enum { LOSS_PIECE_ROWS = 1024 };
+
 /* *loss_sum += loss[0] + ... + loss[rows - 1] in double, in row order
- * (ignored rows are 0); device losses are copied to the host first. */
+ * (ignored rows are 0); device losses are copied to the host first, piece
+ * by piece, without allocating. */
 static bk_status add_losses(const bk_queue *q, int64_t rows, const float *loss, double *loss_sum)
 {
-    float *seen = (float *)loss;
-    if (q->where == BK_DEVICE) {
-        seen = malloc((size_t)(rows > 0 ? rows : 1) * sizeof(float));
-        if (!seen) return BK_ERR_NOMEM;
-        bk_status st = bk_device_download(q, seen, loss, (size_t)rows * sizeof(float));
-        if (st != BK_OK) {
-            free(seen);
-            return st;
-        }
-    }
+    float piece[LOSS_PIECE_ROWS];
     double s = 0.0;
-    for (int64_t r = 0; r < rows; r++) s += (double)seen[r];
+    for (int64_t r0 = 0; r0 < rows; r0 += LOSS_PIECE_ROWS) {
+        int64_t n = rows - r0 < LOSS_PIECE_ROWS ? rows - r0 : LOSS_PIECE_ROWS;
+        const float *seen = loss + r0;
+        if (q->where == BK_DEVICE) {
+            bk_status st = bk_device_download(q, piece, seen, (size_t)n * sizeof(float));
+            if (st != BK_OK) return st;
+            seen = piece;
+        }
+        for (int64_t r = 0; r < n; r++) s += (double)seen[r];
+    }
     *loss_sum += s;
-    if (seen != loss) free(seen);
     return BK_OK;
 }
 
@@ -135,6 +142,8 @@ bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, i
     if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED; /* a device uses the fused head */
     if (n == 0) return BK_OK;
     if ((size_t)n > SIZE_MAX / sizeof(float) / ((size_t)V + 1)) return BK_ERR_UNSUPPORTED;
+    /* the slow reference: every logit at once, made per call (the memory
+     * report counts them as the head logits, a transient of the step) */
     float *logits = malloc((size_t)n * (size_t)V * sizeof(float)); /* [n, V] */
     float *loss = malloc((size_t)n * sizeof(float));               /* [n] */
     if (logits == NULL || loss == NULL) {

@@ -347,10 +347,10 @@ int trainer_run(trainer *t)
     t->metrics = NULL;
     if (status == 0 && step - 1 == c->steps) /* not after --stop-after: training goes on */
         status = trainer_evaluate(t);
+    if (status == 0) trainer_report_arena(t, "at the end"); /* every rank: collective */
     if (status == 0 && t->rank == 0) {
         double peak = trainer_peak_rss_bytes(), est = trainer_estimated_bytes(t);
         char p[32], e[32];
-        if (t->arena) trainer_report_arena(t, "at the end");
         printf("done: step %lld of %lld, final loss %.4f; peak memory rank 0 %s (estimated %s, "
                "ratio %.2f)\n",
                (long long)(step - 1), (long long)c->steps, res.loss,

@@ -216,9 +216,11 @@ double trainer_estimated_bytes(const trainer *t);
 /* The report at start (collective): rank 0 measures sgemm alone, then prints
  * the model, the grid, memory and that rate. 0, or an exit status. */
 int trainer_report_start(trainer *t);
-/* On a device, rank 0's line on its arena (when: "after step 1", "at the
- * end"): the peak measured in it against the estimate and its capacity, and
- * the device's used memory when the device reports it. */
+/* On a device, collective (every rank calls it; nothing without an arena):
+ * rank 0's line on the arenas (when: "after step 1", "at the end"): the
+ * largest peak measured on any rank, naming that rank, against its arena's
+ * capacity and its estimate, and its device's used memory when the device
+ * reports it. Nothing is printed when the ranks cannot be asked. */
 void trainer_report_arena(const trainer *t, const char *when);
 /* Rank 0's progress line of a step (every [train] log_every steps and the last). */
 void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,

@@ -1,10 +1,12 @@
 /* trainer_report.c: what a rank tells the user (trainer.h): the memory report
  * at start (the parts the setup's pre-check counts) and its estimate, on a
- * device the arena's capacity and then its measured peak, one rank's sgemm
- * rate (times the world size, the reference for achieved GFLOP/s), the
- * progress line of a step and the metrics file. */
+ * device the arena's capacity and then the largest peak measured on any rank
+ * (every rank asked), one rank's sgemm rate (times the world size, the
+ * reference for achieved GFLOP/s), the progress line of a step and the
+ * metrics file. */
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -73,15 +75,25 @@ double trainer_estimated_bytes(const trainer *t)
     return t->baseline_bytes + (double)trainer_memory_total(&t->mem);
 }
 
-/* ", device memory used U of T" when the device reports its memory, else "". */
-static const char *device_used(char *buf, size_t len)
+/* This rank's device memory: what is used of its total, or -1 and -1 when
+ * the device does not report it. */
+static void device_memory_now(int64_t *used, int64_t *total)
 {
-    size_t free_bytes, total;
+    size_t free_bytes, all;
+    *used = *total = -1;
+    if (bk_device_memory(&free_bytes, &all) != BK_OK) return;
+    *used = (int64_t)(all - free_bytes);
+    *total = (int64_t)all;
+}
+
+/* "; device memory used U of T" when total >= 0, else "". */
+static const char *device_used(int64_t used, int64_t total, char *buf, size_t len)
+{
     char u[32], of[32];
     buf[0] = '\0';
-    if (bk_device_memory(&free_bytes, &total) == BK_OK)
+    if (total >= 0)
         snprintf(buf, len, "; device memory used %s of %s",
-                 bu_human_bytes((double)(total - free_bytes), u, sizeof u),
+                 bu_human_bytes((double)used, u, sizeof u),
                  bu_human_bytes((double)total, of, sizeof of));
     return buf;
 }
@@ -92,25 +104,56 @@ static void arena_report(const trainer *t)
 {
     bk_arena_stats a = bk_arena_stats_of(t->arena);
     char b[4][32], used[96];
+    int64_t dev_used, dev_total;
+    device_memory_now(&dev_used, &dev_total);
     printf("device arena per rank: capacity %zu bytes (%s): the device parts %s and %s for "
            "alignment and kernel scratch; %s in use after setup%s\n",
            a.capacity, bu_human_bytes((double)a.capacity, b[0], 32),
            bu_human_bytes((double)trainer_device_bytes(&t->mem), b[1], 32),
            bu_human_bytes((double)t->mem.arena_margin, b[2], 32),
-           bu_human_bytes((double)a.in_use, b[3], 32), device_used(used, sizeof used));
+           bu_human_bytes((double)a.in_use, b[3], 32),
+           device_used(dev_used, dev_total, used, sizeof used));
+}
+
+/* What the arena line says of one rank's arena and device. */
+enum { ARENA_PEAK, ARENA_CAPACITY, ARENA_ESTIMATE, ARENA_DEV_USED, ARENA_DEV_TOTAL, ARENA_N };
+
+/* Collective: the rank whose arena peaked highest (the lowest such rank),
+ * and that rank's values in v (ARENA_*), the same on every rank; -1 when the
+ * ranks could not be asked (the world has failed). */
+static int largest_peak(const trainer *t, int64_t v[ARENA_N])
+{
+    bt_comm *world = bt_world_comm(t->world);
+    bk_arena_stats a = bk_arena_stats_of(t->arena);
+    int64_t mine[ARENA_N] = {(int64_t)a.peak, (int64_t)a.capacity,
+                             (int64_t)trainer_device_bytes(&t->mem)};
+    device_memory_now(&mine[ARENA_DEV_USED], &mine[ARENA_DEV_TOTAL]);
+    int64_t peak = mine[ARENA_PEAK], rank;
+    if (bt_allreduce(world, &peak, 1, BT_I64, BT_MAX) != BT_OK) return -1;
+    rank = mine[ARENA_PEAK] == peak ? t->rank : t->world_size;
+    if (bt_allreduce(world, &rank, 1, BT_I64, BT_MIN) != BT_OK) return -1;
+    /* the values of that rank alone: every other rank adds the least there is */
+    for (int k = 0; k < ARENA_N; k++) v[k] = rank == t->rank ? mine[k] : INT64_MIN;
+    if (bt_allreduce(world, v, ARENA_N, BT_I64, BT_MAX) != BT_OK) return -1;
+    return (int)rank;
 }
 
 void trainer_report_arena(const trainer *t, const char *when)
 {
-    if (t->rank != 0 || !t->arena) return;
-    bk_arena_stats a = bk_arena_stats_of(t->arena);
-    double est = (double)trainer_device_bytes(&t->mem);
-    char b[3][32], used[96];
-    printf("device arena %s: peak %zu bytes (%s) of capacity %zu bytes (%s), estimated %.0f "
+    if (!t->arena) return;
+    int64_t v[ARENA_N];
+    int rank = largest_peak(t, v);
+    if (t->rank != 0 || rank < 0) return;
+    double peak = (double)v[ARENA_PEAK], cap = (double)v[ARENA_CAPACITY],
+           est = (double)v[ARENA_ESTIMATE];
+    char b[3][32], used[96], whose[64] = "";
+    if (t->world_size > 1)
+        snprintf(whose, sizeof whose, " on rank %d, the largest of %d ranks,", rank, t->world_size);
+    printf("device arena %s: peak %.0f bytes (%s)%s of capacity %.0f bytes (%s), estimated %.0f "
            "bytes (%s, ratio %.2f)%s\n",
-           when, a.peak, bu_human_bytes((double)a.peak, b[0], 32), a.capacity,
-           bu_human_bytes((double)a.capacity, b[1], 32), est, bu_human_bytes(est, b[2], 32),
-           est > 0 ? (double)a.peak / est : 0, device_used(used, sizeof used));
+           when, peak, bu_human_bytes(peak, b[0], 32), whose, cap, bu_human_bytes(cap, b[1], 32),
+           est, bu_human_bytes(est, b[2], 32), est > 0 ? peak / est : 0,
+           device_used(v[ARENA_DEV_USED], v[ARENA_DEV_TOTAL], used, sizeof used));
     fflush(stdout);
 }
 

@@ -1006,6 +1006,146 @@ START_TEST(device_arena_holds_every_buffer)
 }
 END_TEST
 
+/* burst_emu run -n ranks --nodes nodes: a CP group of every rank training 3
+ * steps of 64 tokens on its emulated device, the emulator printing every
+ * runtime allocation (BK_EMU_TRACE_ALLOC) on the rank's stderr, in order.
+ * With head_chunk0 > 0, the LM head of rank 0 works on chunks of that many
+ * tokens and every other rank's on chunks of head_chunk1: each rank's device
+ * memory is its own setting's (no rank checks another's). */
+static test_run_result train_ranks_on_device(int ranks, int nodes, int head_chunk0, int head_chunk1)
+{
+    on_emulator = 1;
+    char n[16], m[16], cp[32], script[160];
+    snprintf(n, sizeof n, "%d", ranks);
+    snprintf(m, sizeof m, "%d", nodes);
+    snprintf(cp, sizeof cp, "parallel.cp=%d", ranks);
+    snprintf(script, sizeof script,
+             "if [ \"$BURST_RANK\" = 0 ]; then exec \"$@\" --set memory.head_chunk=%d; fi; "
+             "exec \"$@\" --set memory.head_chunk=%d",
+             head_chunk0, head_chunk1);
+    const char *sets[] = {
+        "train.device=cuda", "data.seq_len=64", "train.steps=3", "train.warmup_steps=1", cp, NULL};
+    char *argv[32];
+    int a = 0;
+    argv[a++] = (char *)program(), argv[a++] = "run", argv[a++] = "-n", argv[a++] = n;
+    argv[a++] = "--nodes", argv[a++] = m, argv[a++] = "--";
+    if (head_chunk0 > 0)
+        argv[a++] = "/bin/sh", argv[a++] = "-c", argv[a++] = script, argv[a++] = "sh";
+    argv[a++] = (char *)program(), argv[a++] = "train";
+    for (int i = 0; sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
+    argv[a] = NULL;
+    on_emulator = 0;
+    char *env[] = {"OMP_NUM_THREADS=1", "BK_EMU_TRACE_ALLOC=1", NULL};
+    return test_run(argv, env);
+}
+
+/* r's output without the emulator's allocation lines, its last 3000
+ * characters at most: what a failure message can carry. */
+static const char *untraced(const test_run_result *r)
+{
+    static char kept[1 << 16];
+    size_t n = 0;
+    for (const char *line = r->out; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
+        if (!memmem(line, len, "emu: cuda", 9) && n + len < sizeof kept)
+            memcpy(kept + n, line, len), n += len;
+        line += len;
+    }
+    kept[n] = '\0';
+    return n > 3000 ? kept + n - 3000 : kept;
+}
+
+/* The first (or, last != 0, the last) line of rank in out that starts with
+ * text after the rank's prefix "[rank] "; NULL when there is none. */
+static const char *rank_line(const char *out, int rank, const char *text, int last)
+{
+    char want[160];
+    snprintf(want, sizeof want, "[%d] %s", rank, text);
+    const char *found = NULL;
+    for (const char *at = strstr(out, want); at && (!found || last); at = strstr(at + 1, want))
+        if (at == out || at[-1] == '\n') found = at;
+    return found;
+}
+
+/* Ranks on two emulated nodes stage their device messages through pinned
+ * host buffers: the transport takes that pool when the device is linked, in
+ * the setup, before the arena (the last runtime allocation of the setup):
+ * every rank takes some, and none after its arena (in the steps, the
+ * evaluation or the end). */
+START_TEST(device_staging_buffers_taken_at_setup)
+{
+    test_run_result r = train_ranks_on_device(2, 2, 0, 0);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "step     3/3"), "exit %d:\n%s",
+                  r.exit_code, untraced(&r));
+    long long capacity = number_after(&r, "device arena per rank: ", "capacity ");
+    char arena[64];
+    snprintf(arena, sizeof arena, "emu: cudaMalloc %lld bytes\n", capacity);
+    for (int rank = 0; rank < 2; rank++) {
+        const char *taken = rank_line(r.out, rank, arena, 0),
+                   *first = rank_line(r.out, rank, "emu: cudaMallocHost ", 0),
+                   *last = rank_line(r.out, rank, "emu: cudaMallocHost ", 1);
+        ck_assert_msg(capacity > 0 && taken && first && last < taken,
+                      "rank %d: its arena of %lld bytes taken at byte %td of the output, its "
+                      "pinned buffers from byte %td to %td (-1: none)",
+                      rank, capacity, taken ? taken - r.out : -1, first ? first - r.out : -1,
+                      last ? last - r.out : -1);
+    }
+    test_run_free(&r);
+}
+END_TEST
+
+/* The arena line "device arena WHEN: " of a run: its peak, the rank it names
+ * (0 when it names none), capacity and estimate; every number -1 when
+ * absent. */
+typedef struct {
+    long long peak, rank, capacity, estimate;
+} arena_line;
+
+static arena_line arena_line_of(const test_run_result *r, const char *when)
+{
+    char line[64];
+    snprintf(line, sizeof line, "device arena %s: ", when);
+    arena_line a = {number_after(r, line, "peak "), number_after(r, line, " on rank "),
+                    number_after(r, line, "capacity "), number_after(r, line, "estimated ")};
+    if (a.rank < 0 && a.peak >= 0) a.rank = 0;
+    return a;
+}
+
+/* On several ranks the arena line names the rank whose arena peaked highest
+ * (asked of every rank, after step 1 and at the end). Rank 1's LM head works
+ * on larger chunks than rank 0's, so its arena holds more: the line names
+ * rank 1 with the peak, capacity and estimate of a run where every rank
+ * works as rank 1 does, above the peak of a run where every rank works as
+ * rank 0 does. With rank 0 the larger, the line names rank 0. */
+START_TEST(device_arena_report_names_the_largest_peak)
+{
+    const char *whens[] = {"after step 1", "at the end"};
+    test_run_result runs[4] = {
+        train_ranks_on_device(2, 1, 8, 8), train_ranks_on_device(2, 1, 32, 32),
+        train_ranks_on_device(2, 1, 8, 32), train_ranks_on_device(2, 1, 32, 8)};
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(runs[i].exit_code == 0 && test_output_has(&runs[i], "step     3/3"),
+                      "run %d exited %d:\n%s", i, runs[i].exit_code, untraced(&runs[i]));
+    for (int w = 0; w < 2; w++) {
+        arena_line s = arena_line_of(&runs[0], whens[w]), l = arena_line_of(&runs[1], whens[w]),
+                   m = arena_line_of(&runs[2], whens[w]), o = arena_line_of(&runs[3], whens[w]);
+        ck_assert_msg(s.peak > 0 && s.peak < l.peak && l.peak <= l.capacity,
+                      "%s: peak %lld with the smaller head chunks, %lld with the larger", whens[w],
+                      s.peak, l.peak);
+        ck_assert_msg(m.rank == 1 && m.peak == l.peak && m.capacity == l.capacity &&
+                          m.estimate == l.estimate,
+                      "%s: the line names rank %lld, peak %lld of %lld (estimated %lld); rank 1 "
+                      "measures %lld of %lld (estimated %lld):\n%s",
+                      whens[w], m.rank, m.peak, m.capacity, m.estimate, l.peak, l.capacity,
+                      l.estimate, untraced(&runs[2]));
+        ck_assert_msg(o.rank == 0 && o.peak == l.peak, "%s: the line names rank %lld, peak %lld",
+                      whens[w], o.rank, o.peak);
+    }
+    for (int i = 0; i < 4; i++) test_run_free(&runs[i]);
+}
+END_TEST
+
 int main(void)
 {
     if (!test_make_tmpdir(tmpdir, sizeof tmpdir, "burst-train")) return 1;
@@ -1023,7 +1163,8 @@ int main(void)
         documents_from_an_hdf5_corpus, eval_read_failure_on_one_rank_stops_every_rank);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 900), device_engine_matches_the_cpu,
-                    device_arena_holds_every_buffer);
+                    device_arena_holds_every_buffer, device_staging_buffers_taken_at_setup,
+                    device_arena_report_names_the_largest_peak);
     int status = check_run(s);
     test_remove_tree(tmpdir);
     return status;

@@ -2,10 +2,11 @@
  * under `burst run` (tests/transport/transport_dev_worker) and the SIMT
  * emulator as their device: ring exchanges through the staging pipeline and
  * the self copy at sizes around the chunk size, grouped with every receive
- * posted before any send; device collectives against the host ones; calls
- * refused with a message that names the backend, the peer and the memory
- * kind. NCCL and UCX's direct path need a GPU (and a UCX with CUDA) and are
- * not run here. */
+ * posted before any send; the staging pool taken up front, which the steps
+ * then never grow, and one that must grow; device collectives against the
+ * host ones; calls refused with a message that names the backend, the peer
+ * and the memory kind. NCCL and UCX's direct path need a GPU (and a UCX with
+ * CUDA) and are not run here. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <stdio.h>
@@ -64,6 +65,18 @@ START_TEST(device_ring_default_chunk_and_one_slot)
 {
     expect_ok(4, 2, "ring", NULL);
     expect_ok(2, 2, "ring", "BURST_STAGE_SLOTS=1");
+}
+END_TEST
+
+/* The staging pool taken up front for a step's messages in flight: no buffer
+ * is taken while they travel (2 and 4 ranks over 2 nodes; on 1 rank nothing
+ * is staged or taken); a pool reserved for one message grows to what six
+ * sends and six receives on one channel need, and counts it. */
+START_TEST(staging_pool_reserved_up_front)
+{
+    static const int ranks[] = {2, 4, 1}, nodes[] = {2, 2, 1};
+    expect_ok(ranks[_i], nodes[_i], "reserve", "BURST_STAGE_CHUNK=4096");
+    if (_i == 0) expect_ok(2, 2, "outgrow", "BURST_STAGE_CHUNK=4096");
 }
 END_TEST
 
@@ -129,6 +142,7 @@ int main(void)
     Suite *s = suite_create("transport_device");
     TCase *tc = check_tcase(s, "device", 300);
     tcase_add_loop_test(tc, device_ring_small_chunks, 0, 3);
+    tcase_add_loop_test(tc, staging_pool_reserved_up_front, 0, 3);
     tcase_add_loop_test(tc, device_collectives_match_host, 0, 3);
     tcase_add_loop_test(tc, device_memory_without_hooks_is_refused, 1, 3);
     check_add_tests(tc, device_ring_default_chunk_and_one_slot, misuse_is_refused_without_failing,

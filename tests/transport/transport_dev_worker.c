@@ -178,6 +178,66 @@ static void scenario_ring(void)
     if (rank == 0) printf("chunk %zu bytes\n", chunk);
 }
 
+/* ------------------------------------------------------------------ the staging pool */
+
+/* The pool's counts as expected; what says where. */
+static void expect_pool(bt_staging_stats got, int reserved, const char *what)
+{
+    EXPECT(got.reserved == reserved, "%s: %d buffers reserved, expected %d", what, got.reserved,
+           reserved);
+    EXPECT(got.peak_in_use <= got.reserved + got.grown,
+           "%s: %d buffers in use at once, but only %d taken", what, got.peak_in_use,
+           got.reserved + got.grown);
+}
+
+/* The pool taken up front for the messages a ring step has in flight at once
+ * (a receive and a send to each neighbour on two channels: 8 staged messages
+ * on 2 and 4 ranks; the messages to itself are copied): the steps, at every
+ * size (up to 9 chunks + 123 bytes, more chunks than a message has slots),
+ * take no buffer beyond it, and use some of it. On one rank nothing is
+ * staged and nothing taken. */
+static void scenario_reserve(void)
+{
+    EXPECT(bt_staging_reserve(world, 1) == BT_ERR_ARG, "a reservation before the device");
+    set_device();
+    EXPECT(bt_staging_reserve(world, -1) == BT_ERR_ARG, "a reservation of -1 messages");
+    must(bt_staging_reserve(world, 8), "reserve");
+    bt_staging_stats st = bt_staging_stats_of(world);
+    int slots = size > 1 ? st.slots : 0;
+    EXPECT(size == 1 || (st.slots >= 1 && st.chunk_bytes == bt_staging_chunk_bytes()),
+           "the pool reports %d slots of %zu bytes", st.slots, st.chunk_bytes);
+    expect_pool(st, 8 * slots, "after the reservation");
+    EXPECT(st.grown == 0 && st.peak_in_use == 0, "%d buffers grown, %d in use before any message",
+           st.grown, st.peak_in_use);
+    size_t chunk = bt_staging_chunk_bytes();
+    const size_t sizes[] = {0, 1, chunk - 1, chunk, chunk + 1, 9 * chunk + 123};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) ring_step(sizes[k]);
+    must(bt_staging_reserve(world, 2), "a smaller reservation");
+    st = bt_staging_stats_of(world);
+    expect_pool(st, 8 * slots, "after the ring steps and a smaller reservation");
+    EXPECT(st.grown == 0, "%d buffers taken in the ring steps beyond the %d reserved", st.grown,
+           st.reserved);
+    EXPECT(size == 1 || st.peak_in_use > 0, "the ring steps used none of the pool");
+    if (rank == 0)
+        printf("pool: %d buffers reserved, at most %d in use\n", st.reserved, st.peak_in_use);
+}
+
+/* A pool reserved for one message, then six sends and six receives posted at
+ * once: the messages take more buffers (each new one only when every buffer
+ * is in use, so the peak is the whole pool), and every message arrives. */
+static void scenario_outgrow(void)
+{
+    set_device();
+    must(bt_staging_reserve(world, 1), "reserve");
+    same_channel_in_order(bt_staging_chunk_bytes());
+    bt_staging_stats st = bt_staging_stats_of(world);
+    expect_pool(st, st.slots, "after the messages");
+    EXPECT(st.grown > 0 && st.peak_in_use == st.reserved + st.grown,
+           "%d buffers grown past the %d reserved, %d in use at once", st.grown, st.reserved,
+           st.peak_in_use);
+    if (rank == 0) printf("pool: %d buffers reserved, %d grown\n", st.reserved, st.grown);
+}
+
 /* ------------------------------------------------------------------ collectives */
 
 static double input(int r, size_t i) { return (double)((r * 37 + (int)(i % 101) * 11) % 97) - 48.0; }
@@ -332,7 +392,9 @@ static void scenario_refuse_host(void)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: transport_dev_worker ring|collectives|misuse|refuse|refuse-host\n");
+        fprintf(stderr,
+                "usage: transport_dev_worker ring|reserve|outgrow|collectives|misuse|refuse|"
+                "refuse-host\n");
         return WORKER_USAGE;
     }
     if (!bk_device_available()) {
@@ -342,6 +404,10 @@ int main(int argc, char **argv)
     worker_init("transport_dev_worker");
     const char *s = argv[1];
     if (strcmp(s, "ring") == 0) scenario_ring();
+    else if (strcmp(s, "reserve") == 0)
+        scenario_reserve();
+    else if (strcmp(s, "outgrow") == 0)
+        scenario_outgrow();
     else if (strcmp(s, "collectives") == 0) scenario_collectives();
     else if (strcmp(s, "misuse") == 0) scenario_misuse();
     else if (strcmp(s, "refuse") == 0) scenario_refuse_no_hooks();
