@@ -139,8 +139,8 @@ struct model_runner {
     float *x, *a, *rstd1, *q, *k, *v, *o, *lse, *x1, *b, *rstd2, *g, *s;
     float *dx, *dx1, *dtmp, *d_o, *dq, *dk, *dv, *ds, *dg, *hn, *dhn, *rstd_f;
     float *head_scratch; /* fused head: its chunk scratch; else the logits [V] of a prediction */
-    /* bf16 matrix products only: two operands rounded to bf16 [n * widest]
-     * each (widest: D, QD or 2F), and the fp32 copies (widened at each step's
+    /* bf16 matrix products only: two operands rounded to bf16, of
+     * max(n * max(D, QD), mlp_rows * 2F) elements each, and the fp32 copies (widened at each step's
      * first micro-batch) of the parameters that fp32 kernels read: the norm
      * gains, the embedding and the head, one region each, in wide */
     uint16_t *op16[2];
@@ -278,19 +278,12 @@ static void take_workspace(model_runner *r)
                       &r->lse, &r->x1, &r->b,     &r->rstd2, &r->g,  &r->s,   &r->dx,
                       &r->dx1, &r->dtmp, &r->d_o, &r->dq,  &r->dk,   &r->dv,  &r->ds,
                       &r->dg,  &r->hn, &r->dhn,   &r->rstd_f, &r->head_scratch};
-    const int64_t counts[] = {n * D,  n * D,
-                              n,      n * QD,
-                              n * KD, n * KD,
-                              n * QD, n * r->Hq,
-                              c * D,  c * D,
-                              c,      c * 2 * F,
-                              c * F,  n * D,
-                              n * D,  n * D,
-                              n * QD, n * QD,
-                              n * KD, n * KD,
-                              c * F,  c * 2 * F,
-                              n * D,  n * D,
-                              n,      head > r->V ? head : r->V};
+    /* clang-format off */
+    const int64_t counts[] = {n * D,  n * D,  n,     n * QD, n * KD, n * KD, n * QD,
+                              n * r->Hq, c * D, c * D, c,    c * 2 * F, c * F, n * D,
+                              n * D,  n * D,  n * QD, n * QD, n * KD, n * KD, c * F,
+                              c * 2 * F, n * D, n * D, n,    head > r->V ? head : r->V};
+    /* clang-format on */
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
         *bufs[i] = take_buffer(r, floats(counts[i]), &r->mem.workspace, "the layer workspace");
     size_t pos_bytes = (size_t)n * sizeof(int64_t);
@@ -491,8 +484,8 @@ static bk_status sum_into(const bk_queue *q, float *out, const float *a, const f
 
 /* The matrix products of the layers, with the weight W[k, n] at offset w of
  * the parameters. In fp32, or with bf16_matmul on bf16 operands: the weight
- * from the bf16 copy, the activation or gradient rounded as it enters (into
- * op16), fp32 accumulation and results. */
+ * from the bf16 parameters, the activation or gradient rounded as it enters
+ * (into op16), fp32 accumulation and results. */
 
 /* src[count] rounded into r->op16[which] (NULL when the device failed) */
 static const uint16_t *operand16(model_runner *r, int which, const float *src, int64_t count)
@@ -501,18 +494,29 @@ static const uint16_t *operand16(model_runner *r, int which, const float *src, i
                                                                             : NULL;
 }
 
+/* out[m, cols] (+)= X[m, inner] op(W), op(W) [inner, cols]: W itself
+ * (tw = BK_NO_TRANS, W [inner, cols]) or its transpose (BK_TRANS, W
+ * [cols, inner]), at offset w of the parameters. */
+static bk_status times_weight(model_runner *r, const float *X, int64_t m, int64_t inner, int64_t w,
+                              bk_transpose tw, int64_t cols, float *out, int accumulate)
+{
+    const bk_queue *q = r->cfg.queue;
+    float beta = accumulate ? 1.0f : 0.0f;
+    int64_t ldw = tw == BK_NO_TRANS ? cols : inner;
+    if (!r->p16)
+        return bk_gemm(q, BK_NO_TRANS, tw, m, cols, inner, 1.0f, X, inner, r->P + w, ldw, beta, out,
+                       cols);
+    const uint16_t *x = operand16(r, 0, X, m * inner);
+    return x ? bk_gemm_bf16(q, BK_NO_TRANS, tw, m, cols, inner, 1.0f, x, inner, r->p16 + w, ldw,
+                            beta, out, BK_F32, cols)
+             : BK_ERR_DEVICE;
+}
+
 /* C[m, n] = A[m, k] W[k, n] (+ C when accumulate) */
 static bk_status mm(model_runner *r, const float *A, int64_t m, int64_t k, int64_t w, int64_t n,
                     float *C, int accumulate)
 {
-    const bk_queue *q = r->cfg.queue;
-    float beta = accumulate ? 1.0f : 0.0f;
-    if (!r->p16)
-        return bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, m, n, k, 1.0f, A, k, r->P + w, n, beta, C, n);
-    const uint16_t *a = operand16(r, 0, A, m * k);
-    return a ? bk_gemm_bf16(q, BK_NO_TRANS, BK_NO_TRANS, m, n, k, 1.0f, a, k, r->p16 + w, n, beta,
-                            C, BK_F32, n)
-             : BK_ERR_DEVICE;
+    return times_weight(r, A, m, k, w, BK_NO_TRANS, n, C, accumulate);
 }
 
 /* dW[k, n] += A[m, k]^T dY[m, n] */
@@ -531,14 +535,7 @@ static bk_status mm_grad_weight(model_runner *r, const float *A, int64_t m, int6
 static bk_status mm_grad_input(model_runner *r, const float *dY, int64_t m, int64_t n, int64_t w,
                                int64_t k, float *dA, int accumulate)
 {
-    const bk_queue *q = r->cfg.queue;
-    float beta = accumulate ? 1.0f : 0.0f;
-    if (!r->p16)
-        return bk_gemm(q, BK_NO_TRANS, BK_TRANS, m, k, n, 1.0f, dY, n, r->P + w, n, beta, dA, k);
-    const uint16_t *dy = operand16(r, 1, dY, m * n);
-    return dy ? bk_gemm_bf16(q, BK_NO_TRANS, BK_TRANS, m, k, n, 1.0f, dy, n, r->p16 + w, n, beta,
-                             dA, BK_F32, k)
-              : BK_ERR_DEVICE;
+    return times_weight(r, dY, m, n, w, BK_TRANS, k, dA, accumulate);
 }
 
 /* The parameters of the pass about to run (their type the runner's); with
@@ -657,16 +654,20 @@ static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, con
     return BT_OK;
 }
 
+/* Rows of the MLP chunk that starts at row r0. */
+static int64_t chunk_rows(const model_runner *r, int64_t r0)
+{
+    return r->n - r0 < r->mlp_rows ? r->n - r0 : r->mlp_rows;
+}
+
 /* The MLP part of layer l forward, out[n, D] = x1 + MLP(x1) with x1 = x_in +
  * O Wo, chunk by chunk: the MLP is token by token, so its buffers hold one
  * chunk of mlp_rows rows, not the whole sequence. */
 static bt_status mlp_forward(model_runner *r, int l, const float *x_in, float *out)
 {
     bt_status st = BT_OK;
-    for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->mlp_rows) {
-        int64_t rows = r->n - r0 < r->mlp_rows ? r->n - r0 : r->mlp_rows;
-        st = mlp_chunk(r, l, r0, rows, x_in, out);
-    }
+    for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->mlp_rows)
+        st = mlp_chunk(r, l, r0, chunk_rows(r, r0), x_in, out);
     return st;
 }
 
@@ -680,7 +681,7 @@ static bt_status mlp_backward(model_runner *r, int l, const float *x_in, float *
     const layer_offsets *o = &r->m->layer[l];
     int64_t D = r->D, F = r->F;
     for (int64_t r0 = 0; r0 < r->n; r0 += r->mlp_rows) {
-        int64_t rows = r->n - r0 < r->mlp_rows ? r->n - r0 : r->mlp_rows;
+        int64_t rows = chunk_rows(r, r0);
         bt_status st = mlp_chunk(r, l, r0, rows, x_in, NULL);
         if (st != BT_OK) return st;
         const float *dx = r->dx + r0 * D;
