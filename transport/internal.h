@@ -196,6 +196,22 @@ bt_status bt_backend_staging_create(bt_world *w, size_t chunk_bytes, bt_backend 
 /* The staging chunk size this rank would use (BURST_STAGE_CHUNK or the
  * default); 0 when the variable is not a size in bytes. */
 size_t bt_staging_chunk_bytes(void);
+/* A buffer of the staging pool: chunk_bytes of page-locked memory and the
+ * event of the last copy into or out of it. */
+typedef struct bt_stage_buf {
+    void *host;
+    void *event;
+    struct bt_stage_buf *next; /* the pool's free list */
+} bt_stage_buf;
+/* For the staged device collectives: n buffers of the staging pool (free
+ * ones, else new ones, as a message takes them) in bufs, and the pool's
+ * device-to-host and host-to-device streams. BT_ERR_ARG when the world
+ * stages no peer (no pool); the failure, with nothing lent, when a buffer
+ * cannot be made. */
+bt_status bt_staging_lend(bt_world *w, int n, bt_stage_buf **bufs, void **d2h_stream,
+                          void **h2d_stream);
+/* Gives back n buffers lent (their copies done). */
+void bt_staging_take_back(bt_world *w, int n, bt_stage_buf **bufs);
 #ifdef HAVE_PMIX
 bt_status bt_pmix_identity(bt_identity *id, char *err, size_t err_len);
 void bt_pmix_finalize(void);

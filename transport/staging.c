@@ -23,7 +23,9 @@
  * synchronise it) and must not happen per message, nor inside a training
  * step. bt_staging_reserve takes the pool a caller's messages in flight need
  * when it sets up; a message that still finds none free takes one more, and
- * the pool keeps it (bt_staging_stats_of counts both). */
+ * the pool keeps it (bt_staging_stats_of counts both). The staged device
+ * collectives (collectives_mem.c) borrow buffers and the two streams of the
+ * pool too (bt_staging_lend). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,18 +46,12 @@ enum { STAGE_MESSAGES_MAX = 1 << 16 };
 /* Hook directions. */
 enum { DIR_H2D = 0, DIR_D2H = 1 };
 
-typedef struct stage_buf {
-    void *host;  /* chunk_bytes of page-locked memory */
-    void *event; /* marks the copy into or out of it */
-    struct stage_buf *next;
-} stage_buf;
-
 enum { SLOT_FREE, SLOT_COPY, SLOT_WIRE };
 
 typedef struct {
     int state;
     size_t chunk;      /* which chunk it holds */
-    stage_buf *buf;
+    bt_stage_buf *buf;
     bt_request wire;   /* the chunk's host message */
 } stage_slot;
 
@@ -74,11 +70,11 @@ typedef struct {
     size_t chunk_bytes;
     int n_slots;
     void *d2h_stream, *h2d_stream; /* one per direction: both copy engines work */
-    stage_buf *pool;                /* free slots' buffers */
+    bt_stage_buf *pool;            /* free slots' buffers */
     int n_bufs;
-    stage_buf **owned;              /* [n_bufs]: every buffer, freed at finalize */
-    int reserved, grown;            /* of n_bufs: taken by bt_staging_reserve, by a message */
-    int in_use, peak_in_use;        /* buffers out of the pool now, and at most */
+    bt_stage_buf **owned;    /* [n_bufs]: every buffer, freed at finalize */
+    int reserved, grown;     /* of n_bufs: by bt_staging_reserve, later by a user */
+    int in_use, peak_in_use; /* buffers out of the pool now, and at most */
     stage_msg *head, *tail;
 } staging_state;
 
@@ -117,11 +113,11 @@ static bt_status hook_error(bt_backend *b, const char *what)
 
 /* A new buffer (page-locked memory and its event), owned by the pool but
  * not in its free list; NULL with *st after a failure. */
-static stage_buf *buf_new(bt_backend *b, bt_status *st)
+static bt_stage_buf *buf_new(bt_backend *b, bt_status *st)
 {
     staging_state *s = b->impl;
-    stage_buf **grown = realloc(s->owned, (size_t)(s->n_bufs + 1) * sizeof *grown);
-    stage_buf *sb = calloc(1, sizeof *sb);
+    bt_stage_buf **grown = realloc(s->owned, (size_t)(s->n_bufs + 1) * sizeof *grown);
+    bt_stage_buf *sb = calloc(1, sizeof *sb);
     if (grown) s->owned = grown;
     if (!grown || !sb || b->world->hooks.host_alloc(s->chunk_bytes, &sb->host) != 0 ||
         b->world->hooks.event_create(&sb->event) != 0) {
@@ -134,7 +130,7 @@ static stage_buf *buf_new(bt_backend *b, bt_status *st)
     return sb;
 }
 
-static void buf_put(staging_state *s, stage_buf *sb)
+static void buf_put(staging_state *s, bt_stage_buf *sb)
 {
     sb->next = s->pool;
     s->pool = sb;
@@ -142,10 +138,10 @@ static void buf_put(staging_state *s, stage_buf *sb)
 
 /* A free buffer: from the pool, or a new one when none is free (which the
  * pool then keeps: counted as grown). */
-static stage_buf *buf_get(bt_backend *b, bt_status *st)
+static bt_stage_buf *buf_get(bt_backend *b, bt_status *st)
 {
     staging_state *s = b->impl;
-    stage_buf *sb = s->pool;
+    bt_stage_buf *sb = s->pool;
     if (sb)
         s->pool = sb->next;
     else if ((sb = buf_new(b, st)) != NULL)
@@ -446,10 +442,34 @@ bt_status bt_staging_reserve(bt_world *w, int messages)
     staging_state *s = w->staging->impl;
     int want = messages * s->n_slots;
     while (st == BT_OK && s->n_bufs < want) {
-        stage_buf *sb = buf_new(w->staging, &st);
+        bt_stage_buf *sb = buf_new(w->staging, &st);
         if (sb) buf_put(s, sb), s->reserved++;
     }
     return st;
+}
+
+bt_status bt_staging_lend(bt_world *w, int n, bt_stage_buf **bufs, void **d2h_stream,
+                          void **h2d_stream)
+{
+    bt_status st = BT_OK;
+    if (!w->staging) return BT_ERR_ARG;
+    staging_state *s = w->staging->impl;
+    int lent = 0;
+    while (st == BT_OK && lent < n)
+        if ((bufs[lent] = buf_get(w->staging, &st)) != NULL) lent++;
+    if (st != BT_OK) {
+        bt_staging_take_back(w, lent, bufs);
+        return st;
+    }
+    *d2h_stream = s->d2h_stream;
+    *h2d_stream = s->h2d_stream;
+    return BT_OK;
+}
+
+void bt_staging_take_back(bt_world *w, int n, bt_stage_buf **bufs)
+{
+    staging_state *s = w->staging->impl;
+    for (int i = 0; i < n; i++) buf_put(s, bufs[i]), s->in_use--;
 }
 
 bt_staging_stats bt_staging_stats_of(const bt_world *w)

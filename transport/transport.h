@@ -152,7 +152,8 @@ typedef struct {
     size_t chunk_bytes; /* each buffer's size (BURST_STAGE_CHUNK) */
     int slots;          /* buffers a message uses at most (BURST_STAGE_SLOTS) */
     int reserved;       /* buffers taken by bt_staging_reserve */
-    int grown;          /* buffers taken later by a message that found none free */
+    int grown;          /* buffers taken later by a message or a collective that found none
+                           free */
     int peak_in_use;    /* the most buffers in use at once */
 } bt_staging_stats;
 bt_staging_stats bt_staging_stats_of(const bt_world *w);
@@ -211,7 +212,9 @@ bt_status bt_allgather(bt_comm *c, const void *send, void *recv, size_t bytes_pe
 /* The same on memory of the given kind (blocking). Device buffers go through
  * NCCL when the communicator is exactly its node's ranks and NCCL serves the
  * node; otherwise they are copied to host memory, reduced or gathered by the
- * host collectives above, and copied back. */
+ * host collectives above, and copied back: piece by piece through the staging
+ * pool's buffers, each piece's copies overlapping the others' wire, with the
+ * results of the whole buffer's host collective to the bit. */
 bt_status bt_allreduce_mem(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_op op, bt_mem mem);
 bt_status bt_reduce_scatter_mem(bt_comm *c, const void *send, void *recv, size_t count_per_rank,
                                 bt_dtype t, bt_op op, bt_mem mem);

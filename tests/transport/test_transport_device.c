@@ -3,10 +3,10 @@
  * emulator as their device: ring exchanges through the staging pipeline and
  * the self copy at sizes around the chunk size, grouped with every receive
  * posted before any send; the staging pool taken up front, which the steps
- * then never grow, and one that must grow; device collectives against the
- * host ones; calls refused with a message that names the backend, the peer
- * and the memory kind. NCCL and UCX's direct path need a GPU (and a UCX with
- * CUDA) and are not run here. */
+ * then never grow, and one that must grow; device collectives, staged piece
+ * by piece, against the host ones to the bit; calls refused with a message
+ * that names the backend, the peer and the memory kind. NCCL and UCX's
+ * direct path need a GPU (and a UCX with CUDA) and are not run here. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <stdio.h>
@@ -80,6 +80,9 @@ START_TEST(staging_pool_reserved_up_front)
 }
 END_TEST
 
+/* 4 KiB chunks: the staged collectives run in many pieces (30011 elements
+ * over 3 ranks: 30 pieces of 341-element slices, the last shorter, the last
+ * block padded), the results equal the host's to the bit. */
 START_TEST(device_collectives_match_host)
 {
     static const int ranks[] = {1, 4, 3}, nodes[] = {1, 2, 1};
