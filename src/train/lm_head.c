@@ -8,6 +8,11 @@
  * [chunk_tokens]. The loss sum is accumulated in double, in row order, so the
  * fused and unfused paths report the same sum.
  *
+ * With W in bf16 (lm_head_fused_bf16) the three products run on bf16
+ * operands, h and dlogits rounded as they enter into the scratch, after the
+ * losses: dlogits16 [chunk_tokens, V], then h16 [chunk_tokens, D]; the
+ * logits, the cross-entropy and every accumulation stay fp32.
+ *
  * On a device queue h, W, labels, dh, dW and the scratch are device memory;
  * each chunk's losses come back to the host for the sum (the host waits for
  * the chunk) through a buffer on the stack, LOSS_PIECE_ROWS rows at a time,
@@ -34,7 +39,7 @@ static int labels_ok(int64_t n, int64_t V, const int64_t *labels, int64_t ignore
 
 /* Arguments common to both paths. */
 static bk_status check_args(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
-                            int64_t V, const float *h, const float *W, const int64_t *labels,
+                            int64_t V, const float *h, const void *W, const int64_t *labels,
                             const double *loss_sum, const int64_t *n_valid, const float *dh,
                             const float *dW)
 {
@@ -74,17 +79,54 @@ static bk_status add_losses(const bk_queue *q, int64_t rows, const float *loss, 
     return BK_OK;
 }
 
+/* One operand of the head's products: fp32, or bf16 when bf16 is set. */
+typedef struct {
+    const float *f32;
+    const uint16_t *bf16;
+} operand;
+
+/* The head's weight W [V, D], and with a bf16 W the scratch its products'
+ * other operands are rounded into: h16 [chunk, D], dlogits16 [chunk, V]. */
+typedef struct {
+    operand W;
+    uint16_t *h16, *dlogits16;
+} head_weight;
+
+/* c[m, n] = op(a) op(b) + beta c, fp32 results; on bf16 operands when a is
+ * (then b is too): fp32 accumulation through bk_gemm_bf16. */
+static bk_status product(const bk_queue *q, bk_transpose ta, bk_transpose tb, int64_t m, int64_t n,
+                         int64_t k, operand a, int64_t lda, operand b, int64_t ldb, float beta,
+                         float *c, int64_t ldc)
+{
+    if (a.bf16)
+        return bk_gemm_bf16(q, ta, tb, m, n, k, 1.0f, a.bf16, lda, b.bf16, ldb, beta, c, BK_F32,
+                            ldc);
+    return bk_gemm(q, ta, tb, m, n, k, 1.0f, a.f32, lda, b.f32, ldb, beta, c, ldc);
+}
+
+/* x [count] as an operand of w's products: itself, or rounded into to. */
+static bk_status as_operand(const bk_queue *q, const head_weight *w, const float *x, int64_t count,
+                            uint16_t *to, operand *out)
+{
+    *out = (operand){x, NULL};
+    if (!w->W.bf16) return BK_OK;
+    out->bf16 = to;
+    return bk_round_bf16(q, count, x, to);
+}
+
 /* One block of `rows` tokens starting at h, labels, dh: logits into `logits`
  * [rows, V], per-row losses into `loss` [rows]. Adds to *loss_sum, *n_valid
  * and dW. */
 static bk_status head_block(const bk_queue *q, const lm_head_opts *o, int64_t rows, int64_t D,
-                            int64_t V, const float *h, const float *W, const int64_t *labels,
+                            int64_t V, const float *h, const head_weight *w, const int64_t *labels,
                             float scale, double *loss_sum, int64_t *n_valid, float *dh, float *dW,
                             float *logits, float *loss)
 {
-    bk_status st;
+    operand hx, dl;
+    bk_status st = as_operand(q, w, h, rows * D, w->h16, &hx);
     /* logits[rows, V] = h[rows, D] W[V, D]^T */
-    st = bk_gemm(q, BK_NO_TRANS, BK_TRANS, rows, V, D, 1.0f, h, D, W, D, 0.0f, logits, V);
+    if (st == BK_OK)
+        st = product(q, BK_NO_TRANS, BK_TRANS, rows, V, D, hx, D, w->W, D, 0.0f, logits, V);
     if (st != BK_OK) return st;
     int64_t valid = 0;
     st = bk_cross_entropy_fwd_bwd(q, rows, V, logits, V, labels, o->ignore_index, scale, o->z_loss,
@@ -98,11 +140,13 @@ static bk_status head_block(const bk_queue *q, const lm_head_opts *o, int64_t ro
          * skip the GEMMs (and never multiply 0 by a non-finite h). */
         return bk_fill(q, rows * D, dh, 0.0f);
     }
+    st = as_operand(q, w, logits, rows * V, w->dlogits16, &dl);
     /* dh[rows, D] = dlogits[rows, V] W[V, D] */
-    st = bk_gemm(q, BK_NO_TRANS, BK_NO_TRANS, rows, D, V, 1.0f, logits, V, W, D, 0.0f, dh, D);
+    if (st == BK_OK)
+        st = product(q, BK_NO_TRANS, BK_NO_TRANS, rows, D, V, dl, V, w->W, D, 0.0f, dh, D);
     if (st != BK_OK) return st;
     /* dW[V, D] += dlogits[rows, V]^T h[rows, D] */
-    return bk_gemm(q, BK_TRANS, BK_NO_TRANS, V, D, rows, 1.0f, logits, V, h, D, 1.0f, dW, D);
+    return product(q, BK_TRANS, BK_NO_TRANS, V, D, rows, dl, V, hx, D, 1.0f, dW, D);
 }
 
 size_t lm_head_scratch_floats(const lm_head_opts *o, int64_t V)
@@ -114,6 +158,43 @@ size_t lm_head_scratch_floats(const lm_head_opts *o, int64_t V)
     return c * v + c; /* logits [chunk, V] + loss [chunk] */
 }
 
+/* The floats of the fp32 scratch rounded up to 64 (256 bytes): where the
+ * bf16 operands start, aligned as cuBLASLt's fastest kernels want them. */
+static size_t bf16_operands_at(size_t fp32_floats)
+{
+    return (fp32_floats + 63) / 64 * 64;
+}
+
+size_t lm_head_bf16_scratch_floats(const lm_head_opts *o, int64_t V, int64_t D)
+{
+    size_t at = bf16_operands_at(lm_head_scratch_floats(o, V));
+    if (at == 0 || D < 1) return 0;
+    size_t c = (size_t)o->chunk_tokens, v = (size_t)V, d = (size_t)D;
+    if (d > SIZE_MAX / 8 / c) return 0; /* c * (v + d) then fits: c * v < SIZE_MAX / 4 */
+    /* dlogits16 [chunk, V] + h16 [chunk, D], two bf16 to a float */
+    size_t floats = (c * (v + d) + 1) / 2;
+    if (floats > SIZE_MAX / sizeof(float) - at) return 0;
+    return at + floats;
+}
+
+/* The fused pass over chunks of tokens, with the weight and its scratch. */
+static bk_status fused_chunks(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
+                              int64_t V, const float *h, const head_weight *w,
+                              const int64_t *labels, float scale, double *loss_sum,
+                              int64_t *n_valid, float *dh, float *dW, float *scratch)
+{
+    int64_t chunk = o->chunk_tokens;
+    float *logits = scratch;                           /* [chunk, V] */
+    float *loss = scratch + (size_t)chunk * (size_t)V; /* [chunk] */
+    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+        int64_t rows = n - r0 < chunk ? n - r0 : chunk;
+        bk_status st = head_block(q, o, rows, D, V, h + r0 * D, w, labels + r0, scale, loss_sum,
+                                  n_valid, dh + r0 * D, dW, logits, loss);
+        if (st != BK_OK) return st;
+    }
+    return BK_OK;
+}
+
 bk_status lm_head_fused(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D, int64_t V,
                         const float *h, const float *W, const int64_t *labels, float scale,
                         double *loss_sum, int64_t *n_valid, float *dh, float *dW, float *scratch)
@@ -121,16 +202,23 @@ bk_status lm_head_fused(const bk_queue *q, const lm_head_opts *o, int64_t n, int
     bk_status st = check_args(q, o, n, D, V, h, W, labels, loss_sum, n_valid, dh, dW);
     if (st != BK_OK) return st;
     BK_CHECK_ARG(scratch != NULL && lm_head_scratch_floats(o, V) > 0);
-    int64_t chunk = o->chunk_tokens;
-    float *logits = scratch;                           /* [chunk, V] */
-    float *loss = scratch + (size_t)chunk * (size_t)V; /* [chunk] */
-    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
-        int64_t rows = n - r0 < chunk ? n - r0 : chunk;
-        st = head_block(q, o, rows, D, V, h + r0 * D, W, labels + r0, scale, loss_sum, n_valid,
-                        dh + r0 * D, dW, logits, loss);
-        if (st != BK_OK) return st;
-    }
-    return BK_OK;
+    head_weight w = {.W = {W, NULL}};
+    return fused_chunks(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, scratch);
+}
+
+bk_status lm_head_fused_bf16(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
+                             int64_t V, const float *h, const uint16_t *W16, const int64_t *labels,
+                             float scale, double *loss_sum, int64_t *n_valid, float *dh, float *dW,
+                             float *scratch)
+{
+    bk_status st = check_args(q, o, n, D, V, h, W16, labels, loss_sum, n_valid, dh, dW);
+    if (st != BK_OK) return st;
+    BK_CHECK_ARG(scratch != NULL && lm_head_bf16_scratch_floats(o, V, D) > 0);
+    uint16_t *operands = (uint16_t *)(scratch + bf16_operands_at(lm_head_scratch_floats(o, V)));
+    head_weight w = {.W = {NULL, W16},
+                     .dlogits16 = operands,
+                     .h16 = operands + (size_t)o->chunk_tokens * (size_t)V};
+    return fused_chunks(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, scratch);
 }
 
 bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D, int64_t V,
@@ -151,7 +239,8 @@ bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, i
         free(loss);
         return BK_ERR_UNSUPPORTED;
     }
-    st = head_block(q, o, n, D, V, h, W, labels, scale, loss_sum, n_valid, dh, dW, logits, loss);
+    head_weight w = {.W = {W, NULL}};
+    st = head_block(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, logits, loss);
     free(logits);
     free(loss);
     return st;

@@ -28,6 +28,16 @@ bk_status lm_head_fused(const bk_queue *q, const lm_head_opts *o, int64_t n, int
                         double *loss_sum, int64_t *n_valid, float *dh, float *dW, float *scratch);
 size_t lm_head_scratch_floats(const lm_head_opts *o, int64_t V);
 
+/* The same with the weight in bf16, W16 [V, D] (bf16 parameters): the three
+ * products run on bf16 operands through bk_gemm_bf16 (h and dlogits rounded
+ * as they enter, fp32 accumulation and results), all else as lm_head_fused.
+ * scratch holds lm_head_bf16_scratch_floats() floats. */
+bk_status lm_head_fused_bf16(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
+                             int64_t V, const float *h, const uint16_t *W16, const int64_t *labels,
+                             float scale, double *loss_sum, int64_t *n_valid, float *dh, float *dW,
+                             float *scratch);
+size_t lm_head_bf16_scratch_floats(const lm_head_opts *o, int64_t V, int64_t D);
+
 /* The reference: the same results with all [n, V] logits in memory at once. */
 bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
                           int64_t V, const float *h, const float *W, const int64_t *labels,

@@ -135,14 +135,18 @@ struct model_runner {
     /* [layers]: one micro-batch's forward and backward run back to back, so
      * only the set of the micro-batch in flight is ever live */
     stored_layer *store;
-    /* workspace, [n, ...] each */
+    /* workspace: [n, ...] for the attention part, [mlp_rows, ...] for the
+     * MLP's chunk (x1, b, rstd2, g, s, ds, dg). The final norm and the head
+     * use a, rstd1 and dx, and the backward's gradients of x1 and of a go
+     * into dx and a: no [n, D] buffer beyond these */
     float *x, *a, *rstd1, *q, *k, *v, *o, *lse, *x1, *b, *rstd2, *g, *s;
-    float *dx, *dx1, *dtmp, *d_o, *dq, *dk, *dv, *ds, *dg, *hn, *dhn, *rstd_f;
+    float *dx, *d_o, *dq, *dk, *dv, *ds, *dg;
     float *head_scratch; /* fused head: its chunk scratch; else the logits [V] of a prediction */
-    /* bf16 matrix products only: two operands rounded to bf16, of
-     * max(n * max(D, QD), mlp_rows * 2F) elements each, and the fp32 copies (widened at each step's
-     * first micro-batch) of the parameters that fp32 kernels read: the norm
-     * gains, the embedding and the head, one region each, in wide */
+    float *logits_host;  /* on a device: a prediction's logits [V] copied to the host */
+    /* bf16 matrix products only: two operands rounded to bf16 chunk by chunk,
+     * of mlp_rows * max(D, QD, 2F) elements each, and the fp32 copies (widened
+     * at each step's first micro-batch) of the parameters that fp32 kernels
+     * read: the norm gains, the embedding and the head, one region each, in wide */
     uint16_t *op16[2];
     float *wide;
     wide_region *regions;
@@ -239,9 +243,10 @@ static void add_region(wide_region *out, int *k, float *wide, int64_t *total, in
     *total += count;
 }
 
-/* The parameters fp32 kernels read (norm gains, the embedding, and the head
- * when it is not the embedding), into out [2 * layers + 3] when given, packed
- * one after the other from wide; returns how many, *total their floats. */
+/* The parameters fp32 kernels read (the norm gains and the embedding; the
+ * head's products read the bf16 parameters), into out [2 * layers + 2] when
+ * given, packed one after the other from wide; returns how many, *total
+ * their floats. */
 static int wide_regions(const model_layout *m, float *wide, wide_region *out, int64_t *total)
 {
     int64_t D = m->dims.d_model, VD = (int64_t)m->dims.vocab * D;
@@ -253,7 +258,6 @@ static int wide_regions(const model_layout *m, float *wide, wide_region *out, in
     }
     add_region(out, &k, wide, total, m->final_norm, D);
     add_region(out, &k, wide, total, m->embed, VD);
-    if (!m->dims.tied) add_region(out, &k, wide, total, m->head, VD);
     return k;
 }
 
@@ -272,17 +276,18 @@ static void take_workspace(model_runner *r)
 {
     int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, F = r->F;
     const lm_head_opts *ho = &r->cfg.head;
-    int64_t head = r->cfg.fused_head ? (int64_t)lm_head_scratch_floats(ho, r->V) : 0;
+    int64_t head = !r->cfg.fused_head   ? 0
+                   : r->cfg.bf16_matmul ? (int64_t)lm_head_bf16_scratch_floats(ho, r->V, D)
+                                        : (int64_t)lm_head_scratch_floats(ho, r->V);
     int64_t c = r->mlp_rows; /* the MLP's buffers hold one chunk of rows */
-    float **bufs[] = {&r->x,   &r->a,  &r->rstd1, &r->q,   &r->k,    &r->v,   &r->o,
-                      &r->lse, &r->x1, &r->b,     &r->rstd2, &r->g,  &r->s,   &r->dx,
-                      &r->dx1, &r->dtmp, &r->d_o, &r->dq,  &r->dk,   &r->dv,  &r->ds,
-                      &r->dg,  &r->hn, &r->dhn,   &r->rstd_f, &r->head_scratch};
+    float **bufs[] = {&r->x,   &r->a,  &r->rstd1, &r->q,     &r->k,  &r->v,  &r->o,
+                      &r->lse, &r->x1, &r->b,     &r->rstd2, &r->g,  &r->s,  &r->dx,
+                      &r->d_o, &r->dq, &r->dk,    &r->dv,    &r->ds, &r->dg, &r->head_scratch};
     /* clang-format off */
-    const int64_t counts[] = {n * D,  n * D,  n,     n * QD, n * KD, n * KD, n * QD,
-                              n * r->Hq, c * D, c * D, c,    c * 2 * F, c * F, n * D,
-                              n * D,  n * D,  n * QD, n * QD, n * KD, n * KD, c * F,
-                              c * 2 * F, n * D, n * D, n,    head > r->V ? head : r->V};
+    const int64_t counts[] = {n * D,     n * D,  n,      n * QD,    n * KD, n * KD,    n * QD,
+                              n * r->Hq, c * D,  c * D,  c,         c * 2 * F, c * F, n * D,
+                              n * QD,    n * QD, n * KD, n * KD,    c * F,  c * 2 * F,
+                              head > r->V ? head : r->V};
     /* clang-format on */
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
         *bufs[i] = take_buffer(r, floats(counts[i]), &r->mem.workspace, "the layer workspace");
@@ -290,9 +295,12 @@ static void take_workspace(model_runner *r)
     r->pos_host = take(r, pos_bytes, &r->mem.workspace, "the token positions");
     r->pos = r->on_device ? take_buffer(r, pos_bytes, &r->mem.workspace, "the token positions")
                           : r->pos_host;
+    if (r->on_device)
+        r->logits_host = take(r, floats(r->V), &r->mem.workspace, "a prediction's logits");
     if (r->cfg.bf16_matmul) {
-        int64_t widest = n * (D > QD ? D : QD);
-        if (c * 2 * F > widest) widest = c * 2 * F;
+        int64_t widest = D > QD ? D : QD;
+        if (2 * F > widest) widest = 2 * F;
+        widest *= c;
         const char *what = "the bf16 operands of the matrix products";
         for (int k = 0; k < 2; k++)
             r->op16[k] = take_buffer(r, (size_t)widest * 2, &r->mem.workspace, what);
@@ -339,8 +347,8 @@ static model_runner *runner_plan(const model_runner_config *cfg, char *err, size
     r->cfg = *cfg;
     r->m = cfg->model;
     r->on_device = cfg->queue->where == BK_DEVICE;
-    if (cfg->bf16_matmul && !r->on_device) {
-        snprintf(err, err_len, "bf16 matrix products need a device queue");
+    if (cfg->bf16_matmul && (!r->on_device || !cfg->fused_head)) {
+        snprintf(err, err_len, "bf16 matrix products need a device queue and the fused LM head");
         free(r);
         return NULL;
     }
@@ -447,9 +455,9 @@ void model_runner_free(model_runner *r)
     ring_schedule_free(r->bwd);
     ring_schedule_free(r->half);
     ring_buffers_free(r->ring.buffers);
-    float *bufs[] = {r->x, r->a, r->rstd1, r->q, r->k, r->v, r->o, r->lse, r->x1, r->b, r->rstd2,
-                     r->g, r->s, r->dx, r->dx1, r->dtmp, r->d_o, r->dq, r->dk, r->dv, r->ds,
-                     r->dg, r->hn, r->dhn, r->rstd_f, r->head_scratch};
+    float *bufs[] = {r->x,   r->a,  r->rstd1, r->q,     r->k,  r->v,  r->o,
+                     r->lse, r->x1, r->b,     r->rstd2, r->g,  r->s,  r->dx,
+                     r->d_o, r->dq, r->dk,    r->dv,    r->ds, r->dg, r->head_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) give_back(r, bufs[i]);
     for (int e = 0; r->store && e < r->m->dims.layers; e++) {
         give_back(r, r->store[e].x_in);
@@ -463,6 +471,7 @@ void model_runner_free(model_runner *r)
     give_back(r, r->op16[0]);
     give_back(r, r->op16[1]);
     free(r->pos_host);
+    free(r->logits_host);
     free(r->segments);
     free(r);
 }
@@ -474,18 +483,18 @@ void model_runner_free(model_runner *r)
         if ((call) != BK_OK) return BT_ERR_ARG;                                                \
     } while (0)
 
-/* out[count] = a + b (the residual's two gradients), on the queue */
-static bk_status sum_into(const bk_queue *q, float *out, const float *a, const float *b,
-                          int64_t count)
+/* Rows of the chunk that starts at row r0 of m rows: the MLP's chunks and
+ * the bf16 products' operands hold at most mlp_rows rows. */
+static int64_t chunk_rows(const model_runner *r, int64_t r0, int64_t m)
 {
-    bk_status st = bk_copy(q, out, a, (size_t)count * sizeof(float));
-    return st == BK_OK ? bk_axpy(q, count, 1.0f, b, out) : st;
+    return m - r0 < r->mlp_rows ? m - r0 : r->mlp_rows;
 }
 
 /* The matrix products of the layers, with the weight W[k, n] at offset w of
  * the parameters. In fp32, or with bf16_matmul on bf16 operands: the weight
  * from the bf16 parameters, the activation or gradient rounded as it enters
- * (into op16), fp32 accumulation and results. */
+ * (into op16, mlp_rows rows at a time, so the operands never take [n, ...]),
+ * fp32 accumulation and results. */
 
 /* src[count] rounded into r->op16[which] (NULL when the device failed) */
 static const uint16_t *operand16(model_runner *r, int which, const float *src, int64_t count)
@@ -506,10 +515,15 @@ static bk_status times_weight(model_runner *r, const float *X, int64_t m, int64_
     if (!r->p16)
         return bk_gemm(q, BK_NO_TRANS, tw, m, cols, inner, 1.0f, X, inner, r->P + w, ldw, beta, out,
                        cols);
-    const uint16_t *x = operand16(r, 0, X, m * inner);
-    return x ? bk_gemm_bf16(q, BK_NO_TRANS, tw, m, cols, inner, 1.0f, x, inner, r->p16 + w, ldw,
-                            beta, out, BK_F32, cols)
-             : BK_ERR_DEVICE;
+    bk_status st = BK_OK;
+    for (int64_t r0 = 0; r0 < m && st == BK_OK; r0 += r->mlp_rows) {
+        int64_t rows = chunk_rows(r, r0, m);
+        const uint16_t *x = operand16(r, 0, X + r0 * inner, rows * inner);
+        st = x ? bk_gemm_bf16(q, BK_NO_TRANS, tw, rows, cols, inner, 1.0f, x, inner, r->p16 + w,
+                              ldw, beta, out + r0 * cols, BK_F32, cols)
+               : BK_ERR_DEVICE;
+    }
+    return st;
 }
 
 /* C[m, n] = A[m, k] W[k, n] (+ C when accumulate) */
@@ -525,10 +539,16 @@ static bk_status mm_grad_weight(model_runner *r, const float *A, int64_t m, int6
 {
     const bk_queue *q = r->cfg.queue;
     if (!r->p16) return bk_gemm(q, BK_TRANS, BK_NO_TRANS, k, n, m, 1.0f, A, k, dY, n, 1.0f, dW, n);
-    const uint16_t *a = operand16(r, 0, A, m * k), *dy = operand16(r, 1, dY, m * n);
-    return a && dy ? bk_gemm_bf16(q, BK_TRANS, BK_NO_TRANS, k, n, m, 1.0f, a, k, dy, n, 1.0f, dW,
-                                  BK_F32, n)
-                   : BK_ERR_DEVICE;
+    bk_status st = BK_OK;
+    for (int64_t r0 = 0; r0 < m && st == BK_OK; r0 += r->mlp_rows) {
+        int64_t rows = chunk_rows(r, r0, m);
+        const uint16_t *a = operand16(r, 0, A + r0 * k, rows * k);
+        const uint16_t *dy = operand16(r, 1, dY + r0 * n, rows * n);
+        st = a && dy ? bk_gemm_bf16(q, BK_TRANS, BK_NO_TRANS, k, n, rows, 1.0f, a, k, dy, n, 1.0f,
+                                    dW, BK_F32, n)
+                     : BK_ERR_DEVICE;
+    }
+    return st;
 }
 
 /* dA[m, k] (+)= dY[m, n] W[k, n]^T */
@@ -589,18 +609,21 @@ static bk_status fetch(const model_runner *r, float *dst, const void *src, int64
  * computed it from, and a prediction sees what training saw. */
 static bt_status enter_layer(model_runner *r, int l, int mb, float *x)
 {
-    int64_t count = r->n * r->D;
-    void *kept = r->op16[0];
+    int64_t D = r->D;
     if (mb >= 0) {
         stored_layer *e = stored(r, l);
         e->layer = l;
         e->micro_batch = mb;
-        kept = e->x_in;
-    } else if (r->act_bytes != 2) {
+        CHECK_KERNEL(keep(r, e->x_in, x, r->n * D));
+        if (r->act_bytes == 2) CHECK_KERNEL(fetch(r, x, e->x_in, r->n * D));
         return BT_OK;
     }
-    CHECK_KERNEL(keep(r, kept, x, count));
-    if (r->act_bytes == 2) CHECK_KERNEL(fetch(r, x, kept, count));
+    /* a prediction stores nothing: x rounds through op16, chunk by chunk */
+    for (int64_t r0 = 0; r0 < r->n && r->act_bytes == 2; r0 += r->mlp_rows) {
+        int64_t count = chunk_rows(r, r0, r->n) * D;
+        CHECK_KERNEL(keep(r, r->op16[0], x + r0 * D, count));
+        CHECK_KERNEL(fetch(r, x + r0 * D, r->op16[0], count));
+    }
     return BT_OK;
 }
 
@@ -654,12 +677,6 @@ static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, con
     return BT_OK;
 }
 
-/* Rows of the MLP chunk that starts at row r0. */
-static int64_t chunk_rows(const model_runner *r, int64_t r0)
-{
-    return r->n - r0 < r->mlp_rows ? r->n - r0 : r->mlp_rows;
-}
-
 /* The MLP part of layer l forward, out[n, D] = x1 + MLP(x1) with x1 = x_in +
  * O Wo, chunk by chunk: the MLP is token by token, so its buffers hold one
  * chunk of mlp_rows rows, not the whole sequence. */
@@ -667,32 +684,35 @@ static bt_status mlp_forward(model_runner *r, int l, const float *x_in, float *o
 {
     bt_status st = BT_OK;
     for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->mlp_rows)
-        st = mlp_chunk(r, l, r0, chunk_rows(r, r0), x_in, out);
+        st = mlp_chunk(r, l, r0, chunk_rows(r, r0, r->n), x_in, out);
     return st;
 }
 
 /* The MLP part of layer l backward, chunk by chunk, each recomputed from
  * x_in first: from dx [n, D] (the gradient of the layer's output), the
- * weight and gain gradients accumulated into G and dtmp [n, D] = the
- * gradient of x1 through the MLP branch. */
+ * weight and gain gradients accumulated into G, and dx += the gradient
+ * through the MLP branch, so that dx becomes the gradient of x1 (a chunk's
+ * rows of dx are read by that chunk alone, before it adds to them). */
 static bt_status mlp_backward(model_runner *r, int l, const float *x_in, float *G)
 {
     const bk_queue *q = r->cfg.queue;
     const layer_offsets *o = &r->m->layer[l];
     int64_t D = r->D, F = r->F;
     for (int64_t r0 = 0; r0 < r->n; r0 += r->mlp_rows) {
-        int64_t rows = chunk_rows(r, r0);
+        int64_t rows = chunk_rows(r, r0, r->n);
         bt_status st = mlp_chunk(r, l, r0, rows, x_in, NULL);
         if (st != BT_OK) return st;
-        const float *dx = r->dx + r0 * D;
-        float *dtmp = r->dtmp + r0 * D;
+        float *dx = r->dx + r0 * D;
         CHECK_KERNEL(mm_grad_weight(r, r->s, rows, F, dx, D, G + o->w_down));
         CHECK_KERNEL(mm_grad_input(r, dx, rows, D, o->w_down, F, r->ds, 0));
         CHECK_KERNEL(bk_swiglu_bwd(q, rows, F, r->g, r->g + F, 2 * F, r->ds, r->dg, r->dg + F));
         CHECK_KERNEL(mm_grad_weight(r, r->b, rows, D, r->dg, 2 * F, G + o->w_gate_up));
-        CHECK_KERNEL(mm_grad_input(r, r->dg, rows, 2 * F, o->w_gate_up, D, dtmp, 0));
-        CHECK_KERNEL(bk_rmsnorm_bwd(q, rows, D, r->x1, param32(r, o->mlp_norm), r->rstd2, dtmp,
-                                    dtmp, G + o->mlp_norm));
+        /* b is free once its weight gradient is taken: the MLP branch's
+         * gradient of x1 goes there, then into dx */
+        CHECK_KERNEL(mm_grad_input(r, r->dg, rows, 2 * F, o->w_gate_up, D, r->b, 0));
+        CHECK_KERNEL(bk_rmsnorm_bwd(q, rows, D, r->x1, param32(r, o->mlp_norm), r->rstd2, r->b,
+                                    r->b, G + o->mlp_norm));
+        CHECK_KERNEL(bk_axpy(q, rows * D, 1.0f, r->b, dx));
     }
     return BT_OK;
 }
@@ -765,16 +785,15 @@ bt_status model_predict(model_runner *r, model_params params, const int64_t *tok
     if (st == BT_OK) st = forward_layers(r, tokens, -1, &stats);
     if (st != BT_OK) return st;
     int64_t D = r->D, V = r->V;
+    float *hn = r->a; /* [n, D] the final-normed hidden states; a is free after the layers */
     CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, r->n, D, r->x, param32(r, r->m->final_norm),
-                                r->m->dims.norm_eps, r->hn, r->rstd_f));
-    float *logits = r->head_scratch; /* [V], in the queue's memory */
-    float *seen = r->on_device ? malloc((size_t)V * sizeof(float)) : logits; /* on the host */
-    if (!seen) return BT_ERR_SYS;
+                                r->m->dims.norm_eps, hn, NULL));
+    float *logits = r->head_scratch;                      /* [V], in the queue's memory */
+    float *seen = r->on_device ? r->logits_host : logits; /* the same on the host */
     bk_status kst = BK_OK;
     for (int i = 0; i < n_rows && kst == BK_OK; i++) {
-        const float *h = r->hn + rows[i] * D;
-        kst = bk_gemm(r->cfg.queue, BK_NO_TRANS, BK_TRANS, 1, V, D, 1.0f, h, D,
-                      param32(r, r->m->head), D, 0.0f, logits, V);
+        /* logits [1, V] = h [1, D] W_head [V, D]^T */
+        kst = times_weight(r, hn + rows[i] * D, 1, D, r->m->head, BK_TRANS, V, logits, 0);
         if (kst == BK_OK && r->on_device)
             kst = bk_device_download(r->cfg.queue, seen, logits, (size_t)V * sizeof(float));
         int64_t best = 0;
@@ -782,7 +801,6 @@ bt_status model_predict(model_runner *r, model_params params, const int64_t *tok
             if (seen[v] > seen[best]) best = v;
         predicted[i] = best;
     }
-    if (r->on_device) free(seen);
     return kst == BK_OK ? BT_OK : BT_ERR_ARG;
 }
 
@@ -798,18 +816,28 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params, f
     st = use_params(r, params, mb == 0);
     if (st == BT_OK) st = forward_layers(r, tokens, mb, stats);
     if (st != BT_OK) return st;
-    const float *final_norm = param32(r, r->m->final_norm), *head = param32(r, r->m->head);
+    const float *final_norm = param32(r, r->m->final_norm);
 
-    /* ---- head and loss (the last op: its gradient comes with it) */
-    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x, final_norm, d->norm_eps, r->hn, r->rstd_f));
-    if (r->cfg.fused_head)
-        CHECK_KERNEL(lm_head_fused(q, &r->cfg.head, n, D, V, r->hn, head, labels, loss_scale,
-                                   loss_sum, n_valid, r->dhn, G + r->m->head, r->head_scratch));
+    /* ---- head and loss (the last op: its gradient comes with it). The
+     * final-normed states hn [n, D] and their rstd take a and rstd1, free
+     * until the backward recomputes the last layer's inputs; the head's
+     * gradient dh goes into dx, which the final norm's backward turns in
+     * place into the gradient of the last layer's output. */
+    float *hn = r->a, *rstd_f = r->rstd1;
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x, final_norm, d->norm_eps, hn, rstd_f));
+    const lm_head_opts *ho = &r->cfg.head;
+    float *dW = G + r->m->head;
+    if (r->p16)
+        CHECK_KERNEL(lm_head_fused_bf16(q, ho, n, D, V, hn, r->p16 + r->m->head, labels, loss_scale,
+                                        loss_sum, n_valid, r->dx, dW, r->head_scratch));
+    else if (r->cfg.fused_head)
+        CHECK_KERNEL(lm_head_fused(q, ho, n, D, V, hn, r->P + r->m->head, labels, loss_scale,
+                                   loss_sum, n_valid, r->dx, dW, r->head_scratch));
     else
-        CHECK_KERNEL(lm_head_unfused(q, &r->cfg.head, n, D, V, r->hn, head, labels, loss_scale,
-                                     loss_sum, n_valid, r->dhn, G + r->m->head));
+        CHECK_KERNEL(lm_head_unfused(q, ho, n, D, V, hn, r->P + r->m->head, labels, loss_scale,
+                                     loss_sum, n_valid, r->dx, dW));
     CHECK_KERNEL(
-        bk_rmsnorm_bwd(q, n, D, r->x, final_norm, r->rstd_f, r->dhn, r->dx, G + r->m->final_norm));
+        bk_rmsnorm_bwd(q, n, D, r->x, final_norm, rstd_f, r->dx, r->dx, G + r->m->final_norm));
 
     /* ---- backward, layer by layer, recomputing what was not kept */
     for (int l = d->layers - 1; l >= 0 && st == BT_OK; l--) {
@@ -822,10 +850,9 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params, f
         if (st == BT_OK) st = attention_output_for_backward(r, e, stats);
         if (st == BT_OK) st = mlp_backward(r, l, x_in, G);
         if (st != BT_OK) break;
-        CHECK_KERNEL(sum_into(q, r->dx1, r->dx, r->dtmp, n * D));
-        /* output projection and attention */
-        CHECK_KERNEL(mm_grad_weight(r, r->o, n, QD, r->dx1, D, G + o->wo));
-        CHECK_KERNEL(mm_grad_input(r, r->dx1, n, D, o->wo, QD, r->d_o, 0));
+        /* output projection and attention, from dx: now the gradient of x1 */
+        CHECK_KERNEL(mm_grad_weight(r, r->o, n, QD, r->dx, D, G + o->wo));
+        CHECK_KERNEL(mm_grad_input(r, r->dx, n, D, o->wo, QD, r->d_o, 0));
         ring_exec_ctx c = r->ring;
         c.sched = r->bwd;
         ring_exec_stats rs;
@@ -841,12 +868,14 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params, f
         CHECK_KERNEL(mm_grad_weight(r, r->a, n, D, r->dq, QD, G + o->wq));
         CHECK_KERNEL(mm_grad_weight(r, r->a, n, D, r->dk, KD, G + o->wk));
         CHECK_KERNEL(mm_grad_weight(r, r->a, n, D, r->dv, KD, G + o->wv));
-        CHECK_KERNEL(mm_grad_input(r, r->dq, n, QD, o->wq, D, r->dtmp, 0));
-        CHECK_KERNEL(mm_grad_input(r, r->dk, n, KD, o->wk, D, r->dtmp, 1));
-        CHECK_KERNEL(mm_grad_input(r, r->dv, n, KD, o->wv, D, r->dtmp, 1));
-        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, x_in, param32(r, o->attn_norm), r->rstd1, r->dtmp,
-                                    r->dtmp, G + o->attn_norm));
-        CHECK_KERNEL(sum_into(q, r->dx, r->dx1, r->dtmp, n * D));
+        /* a is free once the weight gradients are taken: the attention
+         * branch's gradient of a, then of x_in, goes there, then into dx */
+        CHECK_KERNEL(mm_grad_input(r, r->dq, n, QD, o->wq, D, r->a, 0));
+        CHECK_KERNEL(mm_grad_input(r, r->dk, n, KD, o->wk, D, r->a, 1));
+        CHECK_KERNEL(mm_grad_input(r, r->dv, n, KD, o->wv, D, r->a, 1));
+        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, x_in, param32(r, o->attn_norm), r->rstd1, r->a, r->a,
+                                    G + o->attn_norm));
+        CHECK_KERNEL(bk_axpy(q, n * D, 1.0f, r->a, r->dx));
     }
     if (st != BT_OK) return st;
     CHECK_KERNEL(bk_embedding_scatter_add(q, n, V, D, tokens, r->dx, G + r->m->embed));

@@ -12,7 +12,7 @@
  * parameters (the host's rounded) and bf16 operands in the layers' matrix
  * products (the same rounding, in more places; the same tolerance); that
  * runner must refuse fp32 parameters. The device runs its MLP in chunks of 9
- * tokens, the host in one.
+ * tokens, the host in one. Then both predict the next token at every row.
  *
  * Prints "ok model on the device" on rank 0, exits 1 on a mismatch.
  * Usage: model_device_worker [--mask causal|document] [--fraction F]
@@ -121,6 +121,33 @@ static void compare_gradients(const model_layout *m, const float *host, const fl
     }
 }
 
+/* The next token the device predicts (model_predict) at each of this rank's
+ * n rows against the host's: with fp32 products every one the same; with
+ * bf16 parameters and products a near tie may go the other way, in at most
+ * one row in eight (a wrong head would miss nearly every row of 256 tokens).
+ * 1 on a mismatch. */
+static int compare_predictions(model_runner *host, model_runner *dev, model_params hp,
+                               model_params dp, const int64_t *tokens, const int64_t *d_tokens,
+                               int64_t n)
+{
+    int64_t allowed = dp.bf16 ? n / 8 : 0;
+    int64_t *rows = malloc((size_t)n * sizeof *rows), *want = malloc((size_t)n * sizeof *want),
+            *got = malloc((size_t)n * sizeof *got);
+    for (int64_t i = 0; i < n; i++) rows[i] = i;
+    int failed = model_predict(host, hp, tokens, rows, (int)n, want) != BT_OK ||
+                 model_predict(dev, dp, d_tokens, rows, (int)n, got) != BT_OK;
+    int64_t off = 0;
+    for (int64_t i = 0; i < n && !failed; i++) off += got[i] != want[i];
+    if (rank == 0) printf("predictions: %lld of %lld rows differ\n", (long long)off, (long long)n);
+    if (failed || off > allowed) {
+        fprintf(stderr, "rank %d: %s\n", rank,
+                failed ? "a prediction failed" : "the device predicts other tokens");
+        failed = 1;
+    }
+    free(rows), free(want), free(got);
+    return failed;
+}
+
 int main(int argc, char **argv)
 {
     options o = parse_options(argc, argv);
@@ -214,6 +241,8 @@ int main(int argc, char **argv)
         printf("loss sum: host %.6f, device %.6f (relative %.2e)\n", hs.loss, ds.loss,
                fabs(ds.loss - hs.loss) / fabs(hs.loss));
     compare_gradients(&m, grads, dev_grads);
+    failures += compare_predictions(host, dev, (model_params){params, NULL}, dp, tokens, d_tokens,
+                                    (int64_t)n);
 
     model_runner_free(host), model_runner_free(dev);
     bk_device_free(d_params), bk_device_free(d_grads), bk_device_free(d_tokens);

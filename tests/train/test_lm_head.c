@@ -2,8 +2,9 @@
  * path against the unfused one for many chunk sizes; both against a
  * double-precision reference written here (z-loss and ignore_index included);
  * finite differences of the loss for dh and dW; a shard whose rows are all
- * ignored; the scratch size (one chunk of logits, never n of them); invalid
- * arguments.
+ * ignored; the scratch size (one chunk of logits, never n of them); the
+ * head on a bf16 weight (its products on bf16 operands) against the double
+ * reference on the rounded values; invalid arguments.
  *
  * "Relative" below is normwise: max |got - want| / max |want|. */
 #include <check.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "kernels/bf16.h"
 #include "src/train/lm_head.h"
 #include "tests/lib/arrays.h"
 #include "tests/lib/check_main.h"
@@ -346,6 +348,58 @@ START_TEST(all_rows_ignored)
 }
 END_TEST
 
+/* (4b) The bf16 weight (lm_head_fused_bf16): the logits are products of
+ * bf16 values accumulated in fp32, so the loss is the double reference's on
+ * h and W rounded to bf16, nearly exactly; dh and dW come from dlogits
+ * rounded to bf16 as well (a relative 2^-9 each), so they match within 1%.
+ * The scratch is exactly lm_head_bf16_scratch_floats() (ASan sees any
+ * overrun), with chunks of 5 (the last one short) and of n. */
+START_TEST(bf16_weight_matches_double_reference)
+{
+    const int64_t D = 24, n = 53, V = 1000;
+    uint64_t rng = test_rng(600);
+    float *h = test_rand_f(&rng, n * D, -1, 1), *W = test_rand_f(&rng, V * D, -1, 1);
+    int64_t *labels = rand_labels(&rng, n, V, 0.2);
+    float *dW0 = test_rand_f(&rng, V * D, -0.1, 0.1);
+    uint16_t *W16 = test_alloc((size_t)(V * D), sizeof *W16);
+    double *hd = test_zeros_d(n * D), *Wd = test_zeros_d(V * D);
+    for (int64_t i = 0; i < V * D; i++) {
+        W16[i] = bk_float_to_bf16(W[i]);
+        Wd[i] = bk_bf16_to_float(W16[i]);
+    }
+    for (int64_t i = 0; i < n * D; i++) hd[i] = bk_bf16_to_float(bk_float_to_bf16(h[i]));
+    int64_t nvalid = count_valid(n, labels);
+    float scale = 1.0f / (float)nvalid;
+    double *dh_ref = test_zeros_d(n * D), *dW_ref = test_zeros_d(V * D);
+    double loss_ref = ref_head(n, D, V, hd, Wd, labels, 0.01, scale, NULL, dh_ref, dW_ref);
+    for (int64_t i = 0; i < V * D; i++) dW_ref[i] += dW0[i];
+
+    const int64_t chunks[] = {5, n};
+    for (size_t ic = 0; ic < 2; ic++) {
+        bk_queue q = bk_host_queue();
+        lm_head_opts o = {chunks[ic], 0.01f, IGNORE};
+        size_t sf = lm_head_bf16_scratch_floats(&o, V, D);
+        ck_assert_uint_gt(sf, lm_head_scratch_floats(&o, V));
+        float *scratch = malloc(sf * sizeof(float)), *dh = test_zeros_f(n * D);
+        float *dW = test_copy_f(dW0, V * D);
+        double loss = 0.0;
+        int64_t nv = 0;
+        ck_assert_int_eq(
+            lm_head_fused_bf16(&q, &o, n, D, V, h, W16, labels, scale, &loss, &nv, dh, dW, scratch),
+            BK_OK);
+        ck_assert_int_eq(nv, nvalid);
+        double lrel = fabs(loss - loss_ref) / fabs(loss_ref);
+        double hrel = rel_diff(dh, dh_ref, n * D), wrel = rel_diff(dW, dW_ref, V * D);
+        if (lrel > 1e-5 || hrel > 1e-2 || wrel > 1e-2)
+            ck_abort_msg("chunk=%lld: loss %.3g dh %.3g dW %.3g", (long long)chunks[ic], lrel, hrel,
+                         wrel);
+        free(scratch), free(dh), free(dW);
+    }
+    free(h), free(W), free(W16), free(labels), free(dW0);
+    free(hd), free(Wd), free(dh_ref), free(dW_ref);
+}
+END_TEST
+
 /* (5) Memory: the fused path needs one chunk of logits (plus a float per row of
  * the chunk), whatever n is, and stays inside it. */
 START_TEST(scratch_is_one_chunk)
@@ -370,6 +424,13 @@ START_TEST(scratch_is_one_chunk)
     ck_assert_uint_eq(lm_head_scratch_floats(NULL, 37), 0);
     lm_head_opts huge = {INT64_MAX, 0.0f, IGNORE};
     ck_assert_uint_eq(lm_head_scratch_floats(&huge, 1000), 0);
+
+    /* with a bf16 weight: the fp32 scratch rounded up to 64 floats, then
+     * dlogits16 [chunk, V] and h16 [chunk, D], two bf16 to a float */
+    ck_assert_uint_eq(lm_head_bf16_scratch_floats(&o, 37, 5), 320 + (7 * (37 + 5) + 1) / 2);
+    ck_assert_uint_eq(lm_head_bf16_scratch_floats(&o, 37, 0), 0);
+    ck_assert_uint_eq(lm_head_bf16_scratch_floats(&huge, 1000, 5), 0);
+    ck_assert_uint_eq(lm_head_bf16_scratch_floats(&big, V_big, INT64_MAX), 0);
 
     /* A run with n = 61 > chunk = 7 writes only inside scratch_floats: guard
      * floats past the end stay as they were. */
@@ -460,6 +521,7 @@ int main(void)
     Suite *s = suite_create("lm_head");
     TCase *tc = check_tcase(s, "lm_head", 60);
     check_add_tests(tc, fused_equals_unfused, matches_double_reference, finite_differences,
-                    all_rows_ignored, scratch_is_one_chunk, invalid_arguments);
+                    all_rows_ignored, bf16_weight_matches_double_reference, scratch_is_one_chunk,
+                    invalid_arguments);
     return check_run(s);
 }
