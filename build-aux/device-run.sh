@@ -1,0 +1,82 @@
+#!/bin/sh
+# device-run.sh: runs on a machine with a GPU from the bundle that
+# build-aux/device-bundle.sh made (bundle.tar.xz beside this file, unpacked
+# into ${BURST_BUNDLE_DIR:-/tmp/burst-bundle}), writing each part's log into
+# $OUT (default: out/ beside this file) and printing its exit.
+#
+#   sh device-run.sh tests              # nvidia-smi, the CUDA test programs
+#   sh device-run.sh train              # the default run on the CPU and on the GPU
+#                                       # (1 rank), then 4 ranks sharing it (cp = 4)
+#   sh device-run.sh 1m [SETTINGS...]   # 300m on 1,048,576 tokens, 3 steps
+#   sh device-run.sh bench [ARGS...]    # burst bench kernels and train --device cuda
+#                                       # (ARGS go to bench train)
+#
+# CUDA's libraries come from the machine: /usr/local/cuda, else the lib/
+# folders of the `nvidia` wheels of its python3 (a PyTorch installation).
+set -u
+bundle=$(cd "$(dirname "$0")" && pwd)
+here=${BURST_BUNDLE_DIR:-/tmp/burst-bundle}
+out=${OUT:-$bundle/out}
+mkdir -p "$out" "$here"
+if ! tar -C "$here" -xJf "$bundle/bundle.tar.xz" 2>/dev/null &&
+    ! python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        "$bundle/bundle.tar.xz" "$here"; then
+    echo "device-run: cannot unpack $bundle/bundle.tar.xz" >&2
+    exit 1
+fi
+cuda_libs=/usr/local/cuda/lib64
+for d in $(python3 -c 'import nvidia, os
+for p in nvidia.__path__:
+    for d in sorted(os.listdir(p)):
+        print(os.path.join(p, d, "lib"))' 2>/dev/null); do
+    [ -d "$d" ] && cuda_libs="$cuda_libs:$d"
+done
+export LD_LIBRARY_PATH="$here/lib:$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+burst=$here/bin/burst
+status=0
+
+# part NAME COMMAND...: COMMAND's output into $out/NAME.log, its exit printed
+part() {
+    name=$1
+    shift
+    echo "== $name: $*"
+    "$@" > "$out/$name.log" 2>&1
+    rc=$?
+    tail -n 5 "$out/$name.log"
+    echo "== $name: exit $rc"
+    [ $rc -eq 0 ] || status=1
+}
+
+what=${1:-tests}
+[ $# -gt 0 ] && shift
+case $what in
+tests)
+    echo "commit $(cat "$here/commit")"
+    nvidia-smi > "$out/nvidia-smi.log" 2>&1
+    if ldd "$burst" | grep 'not found'; then
+        echo "device-run: libraries missing (above)" >&2
+        exit 1
+    fi
+    for t in ops attention streams; do part "test_dev_${t}_cuda" "$here/bin/test_dev_${t}_cuda"; done
+    ;;
+train)
+    part train-1-cpu "$burst" train --set train.steps=50 --set train.metrics="$out/cpu.jsonl"
+    part train-1 "$burst" train --set train.device=cuda --set train.steps=50 \
+        --set train.metrics="$out/cuda.jsonl"
+    part train-4-sharing "$burst" run -n 4 -- "$burst" train --set train.device=cuda \
+        --set parallel.cp=4 --set train.steps=50
+    ;;
+1m)
+    part train-300m-1m "$burst" train --set train.device=cuda --set model.preset=300m \
+        --set data.seq_len=1048576 --set train.steps=3 --set train.warmup_steps=1 "$@"
+    ;;
+bench)
+    part bench-kernels "$burst" bench kernels --device cuda
+    part bench-train "$burst" bench train --device cuda "$@"
+    ;;
+*)
+    echo "device-run: unknown part '$what' (tests, train, 1m or bench)" >&2
+    exit 2
+    ;;
+esac
+exit $status
