@@ -8,7 +8,8 @@
  * the peak moves with the fused LM head and the checkpoint fraction. Timing
  * comes from the child's JSON-lines metrics with step 1 (warm-up: first
  * touches, page faults, plan setup) left out; memory from its final "done:"
- * line. */
+ * line, or on a device from its last arena report (the largest peak of any
+ * rank's device arena: device memory is what bounds a run there). */
 #define _GNU_SOURCE
 #include "config.h"
 
@@ -43,7 +44,8 @@ static void usage(FILE *out)
         "threads in the same run, or on its device; for P ranks the reference is P times\n"
         "that rate), the exposed communication of the attention rings per step (the most\n"
         "any rank waited for a transfer), with --peak-tflops the MFU, and rank 0's peak\n"
-        "resident memory with the ratio to the engine's estimate. Then a\n"
+        "resident memory (on a device: the largest peak of any rank's device arena)\n"
+        "with the ratio to the engine's estimate. Then a\n"
         "memory table: one configuration with the fused head on and off and checkpoint\n"
         "fraction 0, 0.5 and 1 (one step each, so its time includes warm-up). Rows are\n"
         "printed as each run finishes; a failed run prints 'failed' and the exit status is 1.\n\n"
@@ -138,6 +140,19 @@ static void read_metrics(const char *path, run *r)
     }
 }
 
+/* A device run's arena report at the end ("device arena at the end: peak P
+ * bytes ... estimated E bytes (..., ratio R)"): 1 with arena = {P, E, R}. */
+static int device_arena_line(const char *body, double arena[3])
+{
+    const char *est = strstr(body, "estimated ");
+    double v[3];
+    if (sscanf(body, "device arena at the end: peak %lf bytes", &v[0]) != 1 || !est ||
+        sscanf(est, "estimated %lf bytes (%*[^,], ratio %lf)", &v[1], &v[2]) != 2)
+        return 0;
+    memcpy(arena, v, sizeof v);
+    return 1;
+}
+
 static int launch(const char *self, const run *cfg, run *r, int threads, int verbose)
 {
     *r = *cfg;
@@ -165,6 +180,7 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
     }
     char line[2048];
     int done = 0;
+    double arena[3] = {0, 0, 0}; /* on a device: peak, estimate (bytes), ratio */
     while (fgets(line, sizeof line, p)) {
         if (verbose) fputs(line, stderr);
         char *body = bench_rank_line(line);
@@ -176,6 +192,7 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
         if (strncmp(body, "device: ", 8) == 0 && dev_sgemm &&
             sscanf(dev_sgemm, "its sgemm: %lf", &r->sgemm) == 1)
             continue;
+        if (device_arena_line(body, arena)) continue;
         if (strncmp(body, "done:", 5) == 0 && peak &&
             sscanf(peak, "peak memory rank 0 %lf %7s (estimated %lf %7[^,], ratio %lf)", &pv, pu,
                    &ev, eu, &r->ratio) == 5) {
@@ -185,6 +202,7 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
         }
     }
     int status = pclose(p);
+    if (arena[0] > 0) r->peak = arena[0], r->estimate = arena[1], r->ratio = arena[2];
     read_metrics(metrics, r);
     unlink(metrics);
     r->ok = status == 0 && done && r->measured > 0;
@@ -200,10 +218,12 @@ static const char *seq_name(long long seq, char *buf, size_t len)
     return buf;
 }
 
-static void print_run_header(void)
+static void print_run_header(const char *device)
 {
-    printf("| model | P | seq | s/step | tokens/s | GFLOP/s | sgemm x P | fraction | exposed s/step "
-           "| MFU | peak rank 0 | estimate | peak/est |\n");
+    printf(
+        "| model | P | seq | s/step | tokens/s | GFLOP/s | sgemm x P | fraction | exposed s/step "
+        "| MFU | %s | estimate | peak/est |\n",
+        strcmp(device, "cpu") == 0 ? "peak rank 0" : "device peak");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
 }
 
@@ -358,7 +378,7 @@ int bench_train(int argc, char **argv)
     printf("Throughput and memory (%d steps per run; timing over steps %s; causal zigzag, fused "
            "head, checkpoint fraction 0.5)\n\n",
            steps, steps > 1 ? "2..N" : "1");
-    print_run_header();
+    print_run_header(device);
     fflush(stdout);
     for (int m = 0; m < n_models; m++) {
         /* Default lengths per model: the small model past 8K is opt-in (see --help). */
@@ -382,10 +402,14 @@ int bench_train(int argc, char **argv)
             }
         }
     }
-    printf("\nfraction = achieved GFLOP/s / (P x the sgemm rate rank 0 measured in the same run%s); "
-           "exposed = the most any rank waited for the rings' transfers per step; peak = rank "
-           "0's maximum resident set; estimate = the engine's memory report.\n",
-           strcmp(device, "cpu") == 0 ? "" : " on its device");
+    printf(
+        "\nfraction = achieved GFLOP/s / (P x the sgemm rate rank 0 measured in the same run%s); "
+        "exposed = the most any rank waited for the rings' transfers per step; %s; estimate = "
+        "the engine's memory report%s.\n",
+        strcmp(device, "cpu") == 0 ? "" : " on its device",
+        strcmp(device, "cpu") == 0 ? "peak = rank 0's maximum resident set"
+                                   : "device peak = the largest peak of any rank's device arena",
+        strcmp(device, "cpu") == 0 ? "" : " of the parts on the device");
 
     /* The memory table: fused head x checkpoint fraction, one step each. */
     static const double fractions[] = {0, 0.5, 1};

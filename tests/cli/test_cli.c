@@ -123,7 +123,9 @@ END_TEST
 
 /* `burst bench train --device cuda` on the emulated device (burst linked with
  * the emulator): a row with the device's sgemm as the reference, the exposed
- * communication and the MFU against the stated peak. */
+ * communication, the MFU against the stated peak, and the memory of the
+ * device arena (not the host's resident set, which is ten times the tiny
+ * model's device parts) against the estimate of the device parts. */
 START_TEST(bench_train_runs_on_the_device)
 {
     char emu[4096];
@@ -138,10 +140,16 @@ START_TEST(bench_train_runs_on_the_device)
     ck_assert_msg(r.exit_code == 0, "exited %d:\n%s", r.exit_code, r.out);
     const char *row = strstr(r.out, "| tiny | 2 | 64 | ");
     ck_assert_msg(row != NULL, "no row:\n%s", r.out);
-    double s_step, tokens, gflops, ref, fraction, exposed, mfu;
-    ck_assert_msg(sscanf(row, "| tiny | 2 | 64 | %lf | %lf | %lf | %lf | %lf | %lf | %lf%%", &s_step,
-                         &tokens, &gflops, &ref, &fraction, &exposed, &mfu) == 7,
+    double s_step, tokens, gflops, ref, fraction, exposed, mfu, peak, estimate, ratio;
+    char peak_unit[8], estimate_unit[8];
+    ck_assert_msg(sscanf(row,
+                         "| tiny | 2 | 64 | %lf | %lf | %lf | %lf | %lf | %lf | %lf%% | %lf %7s | "
+                         "%lf %7s | %lf |",
+                         &s_step, &tokens, &gflops, &ref, &fraction, &exposed, &mfu, &peak,
+                         peak_unit, &estimate, estimate_unit, &ratio) == 12,
                   "row: %.200s", row);
+    ck_assert_msg(test_output_has(&r, "| device peak | estimate | peak/est |"), "%s", r.out);
+    ck_assert_msg(ratio >= 0.95 && ratio <= 1.05, "device peak / estimate %g: %.200s", ratio, row);
     ck_assert_msg(s_step > 0 && tokens > 0 && gflops >= 0 && ref > 0 && mfu > 0, "row: %.200s",
                   row);
     ck_assert_msg(exposed >= 0 && exposed <= s_step, "exposed %g of a %g s step", exposed, s_step);
