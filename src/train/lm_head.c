@@ -10,7 +10,8 @@
  *
  * With W in bf16 (lm_head_fused_bf16) the three products run on bf16
  * operands, h and dlogits rounded as they enter into the scratch, after the
- * losses: dlogits16 [chunk_tokens, V], then h16 [chunk_tokens, D]; the
+ * losses: dlogits16 [chunk_tokens, V], then h16 [chunk_tokens, D], each
+ * 256-byte aligned; the
  * logits, the cross-entropy and every accumulation stay fp32.
  *
  * On a device queue h, W, labels, dh, dW and the scratch are device memory;
@@ -165,6 +166,13 @@ static size_t bf16_operands_at(size_t fp32_floats)
     return (fp32_floats + 63) / 64 * 64;
 }
 
+/* bf16 values of dlogits16 [chunk, V] rounded up to 128 (256 bytes): where
+ * h16 starts, aligned alike whatever V is. */
+static size_t dlogits16_halves(size_t chunk, size_t V)
+{
+    return (chunk * V + 127) / 128 * 128;
+}
+
 size_t lm_head_bf16_scratch_floats(const lm_head_opts *o, int64_t V, int64_t D)
 {
     size_t at = bf16_operands_at(lm_head_scratch_floats(o, V));
@@ -172,7 +180,7 @@ size_t lm_head_bf16_scratch_floats(const lm_head_opts *o, int64_t V, int64_t D)
     size_t c = (size_t)o->chunk_tokens, v = (size_t)V, d = (size_t)D;
     if (d > SIZE_MAX / 8 / c) return 0; /* c * (v + d) then fits: c * v < SIZE_MAX / 4 */
     /* dlogits16 [chunk, V] + h16 [chunk, D], two bf16 to a float */
-    size_t floats = (c * (v + d) + 1) / 2;
+    size_t floats = (dlogits16_halves(c, v) + c * d + 1) / 2;
     if (floats > SIZE_MAX / sizeof(float) - at) return 0;
     return at + floats;
 }
@@ -217,7 +225,7 @@ bk_status lm_head_fused_bf16(const bk_queue *q, const lm_head_opts *o, int64_t n
     uint16_t *operands = (uint16_t *)(scratch + bf16_operands_at(lm_head_scratch_floats(o, V)));
     head_weight w = {.W = {NULL, W16},
                      .dlogits16 = operands,
-                     .h16 = operands + (size_t)o->chunk_tokens * (size_t)V};
+                     .h16 = operands + dlogits16_halves((size_t)o->chunk_tokens, (size_t)V)};
     return fused_chunks(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, scratch);
 }
 

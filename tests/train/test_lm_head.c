@@ -426,8 +426,9 @@ START_TEST(scratch_is_one_chunk)
     ck_assert_uint_eq(lm_head_scratch_floats(&huge, 1000), 0);
 
     /* with a bf16 weight: the fp32 scratch rounded up to 64 floats, then
-     * dlogits16 [chunk, V] and h16 [chunk, D], two bf16 to a float */
-    ck_assert_uint_eq(lm_head_bf16_scratch_floats(&o, 37, 5), 320 + (7 * (37 + 5) + 1) / 2);
+     * dlogits16 [chunk, V] rounded up to 128 values and h16 [chunk, D], two
+     * bf16 to a float */
+    ck_assert_uint_eq(lm_head_bf16_scratch_floats(&o, 37, 5), 320 + (384 + 7 * 5 + 1) / 2);
     ck_assert_uint_eq(lm_head_bf16_scratch_floats(&o, 37, 0), 0);
     ck_assert_uint_eq(lm_head_bf16_scratch_floats(&huge, 1000, 5), 0);
     ck_assert_uint_eq(lm_head_bf16_scratch_floats(&big, V_big, INT64_MAX), 0);
