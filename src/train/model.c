@@ -146,7 +146,7 @@ struct model_runner {
     /* bf16 matrix products only: two operands rounded to bf16 chunk by chunk,
      * of mlp_rows * max(D, QD, 2F) elements each, and the fp32 copies (widened
      * at each step's first micro-batch) of the parameters that fp32 kernels
-     * read: the norm gains, the embedding and the head, one region each, in wide */
+     * read: the norm gains and the embedding, one region each, in wide */
     uint16_t *op16[2];
     float *wide;
     wide_region *regions;
