@@ -92,6 +92,14 @@ typedef struct {
     void *streams[2]; /* DIR_H2D, DIR_D2H */
 } pipe_plan;
 
+/* Elements of piece k's slice of each block: slice, or what is left of the
+ * block for the last piece. */
+static size_t piece_elems(const pipe_plan *p, size_t k)
+{
+    size_t left = p->block - k * p->slice;
+    return left < p->slice ? left : p->slice;
+}
+
 /* Queues the copies of piece k between the device and host (dir) on the
  * pool's stream of that direction, slot b of the piece at host + b * len
  * (len: the piece's slice in bytes), then the buffer's event; copied in, the
@@ -99,8 +107,7 @@ typedef struct {
 static int copy_piece(bt_world *w, const pipe_plan *p, const pipe_side *side, size_t k,
                       bt_stage_buf *buf, int dir)
 {
-    size_t off = k * p->slice * p->elem, len = p->block - k * p->slice;
-    len = (len < p->slice ? len : p->slice) * p->elem;
+    size_t off = k * p->slice * p->elem, len = piece_elems(p, k) * p->elem;
     unsigned char *host = buf->host;
     for (int b = side->first; b < side->first + side->n; b++) {
         size_t at = (size_t)(b - side->first) * side->stride + off;
@@ -168,8 +175,7 @@ static bt_status run_pipeline(pipe_plan *p)
         }
         if (st == BT_OK)
             st = bt_device_event_wait(w, bufs[now]->event, "a staged collective's copy");
-        size_t count = p->block - k * p->slice < p->slice ? p->block - k * p->slice : p->slice;
-        if (st == BT_OK) st = combine_piece(p, bufs[now]->host, count);
+        if (st == BT_OK) st = combine_piece(p, bufs[now]->host, piece_elems(p, k));
         if (st == BT_OK && copy_piece(w, p, &p->out, k, bufs[now], DIR_H2D) != 0)
             st = copy_failed(w);
     }

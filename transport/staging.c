@@ -136,8 +136,8 @@ static void buf_put(staging_state *s, bt_stage_buf *sb)
     s->pool = sb;
 }
 
-/* A free buffer: from the pool, or a new one when none is free (which the
- * pool then keeps: counted as grown). */
+/* A free buffer for a user: from the pool, or a new one when none is free
+ * (which the pool then keeps: counted as grown); buf_release gives it back. */
 static bt_stage_buf *buf_get(bt_backend *b, bt_status *st)
 {
     staging_state *s = b->impl;
@@ -148,6 +148,12 @@ static bt_stage_buf *buf_get(bt_backend *b, bt_status *st)
         s->grown++;
     if (sb && ++s->in_use > s->peak_in_use) s->peak_in_use = s->in_use;
     return sb;
+}
+
+static void buf_release(staging_state *s, bt_stage_buf *sb)
+{
+    buf_put(s, sb);
+    s->in_use--;
 }
 
 static size_t chunk_len(const staging_state *s, const bt_request *req, size_t chunk)
@@ -245,8 +251,7 @@ static int copy_done(bt_backend *b, stage_slot *slot, bt_status *st)
 
 static void slot_release(staging_state *s, stage_slot *slot)
 {
-    buf_put(s, slot->buf);
-    s->in_use--;
+    buf_release(s, slot->buf);
     slot->buf = NULL;
     slot->state = SLOT_FREE;
 }
@@ -469,7 +474,7 @@ bt_status bt_staging_lend(bt_world *w, int n, bt_stage_buf **bufs, void **d2h_st
 void bt_staging_take_back(bt_world *w, int n, bt_stage_buf **bufs)
 {
     staging_state *s = w->staging->impl;
-    for (int i = 0; i < n; i++) buf_put(s, bufs[i]), s->in_use--;
+    for (int i = 0; i < n; i++) buf_release(s, bufs[i]);
 }
 
 bt_staging_stats bt_staging_stats_of(const bt_world *w)

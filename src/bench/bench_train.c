@@ -218,12 +218,12 @@ static const char *seq_name(long long seq, char *buf, size_t len)
     return buf;
 }
 
-static void print_run_header(const char *device)
+static void print_run_header(int on_device)
 {
     printf(
         "| model | P | seq | s/step | tokens/s | GFLOP/s | sgemm x P | fraction | exposed s/step "
         "| MFU | %s | estimate | peak/est |\n",
-        strcmp(device, "cpu") == 0 ? "peak rank 0" : "device peak");
+        on_device ? "device peak" : "peak rank 0");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
 }
 
@@ -378,7 +378,8 @@ int bench_train(int argc, char **argv)
     printf("Throughput and memory (%d steps per run; timing over steps %s; causal zigzag, fused "
            "head, checkpoint fraction 0.5)\n\n",
            steps, steps > 1 ? "2..N" : "1");
-    print_run_header(device);
+    int on_device = strcmp(device, "cpu") != 0;
+    print_run_header(on_device);
     fflush(stdout);
     for (int m = 0; m < n_models; m++) {
         /* Default lengths per model: the small model past 8K is opt-in (see --help). */
@@ -406,10 +407,10 @@ int bench_train(int argc, char **argv)
         "\nfraction = achieved GFLOP/s / (P x the sgemm rate rank 0 measured in the same run%s); "
         "exposed = the most any rank waited for the rings' transfers per step; %s; estimate = "
         "the engine's memory report%s.\n",
-        strcmp(device, "cpu") == 0 ? "" : " on its device",
-        strcmp(device, "cpu") == 0 ? "peak = rank 0's maximum resident set"
-                                   : "device peak = the largest peak of any rank's device arena",
-        strcmp(device, "cpu") == 0 ? "" : " of the parts on the device");
+        on_device ? " on its device" : "",
+        on_device ? "device peak = the largest peak of any rank's device arena"
+                  : "peak = rank 0's maximum resident set",
+        on_device ? " of the parts on the device" : "");
 
     /* The memory table: fused head x checkpoint fraction, one step each. */
     static const double fractions[] = {0, 0.5, 1};

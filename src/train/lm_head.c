@@ -11,8 +11,8 @@
  * With W in bf16 (lm_head_fused_bf16) the three products run on bf16
  * operands, h and dlogits rounded as they enter into the scratch, after the
  * losses: dlogits16 [chunk_tokens, V], then h16 [chunk_tokens, D], each
- * 256-byte aligned; the
- * logits, the cross-entropy and every accumulation stay fp32.
+ * 256-byte aligned; the logits, the cross-entropy and every accumulation
+ * stay fp32.
  *
  * On a device queue h, W, labels, dh, dW and the scratch are device memory;
  * each chunk's losses come back to the host for the sum (the host waits for
