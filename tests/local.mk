@@ -183,7 +183,7 @@ tests_transport_test_transport_device_LDADD = $(SUITE_LIBS) libburst_transport.a
 
 # A real single-node Slurm started by the test itself (skips where not root).
 TESTS += tests/transport/test_slurm.sh
-EXTRA_DIST += tests/transport/test_slurm.sh tests/lib/slurm/start.sh tests/lib/slurm/stop.sh \
+EXTRA_DIST += tests/transport/test_slurm.sh tests/transport/soak_failures.sh tests/lib/slurm/start.sh tests/lib/slurm/stop.sh \
 	tests/lib/slurm/README.md
 clean-local: clean-local-tests
 clean-local-tests:

@@ -4,12 +4,25 @@
  * transport (UCS_THREAD_MODE_SINGLE); endpoints are created on first use so a
  * large world does not pay for peers it never talks to.
  *
- * Endpoints handle peer failure (UCP_ERR_HANDLING_MODE_PEER): without it, UCX
- * treats a transport error on a dead peer (a shared-memory read from a process
- * that is gone) as fatal and aborts this rank with its own message, where the
- * transport's promise is an error naming the lost rank. With it, UCX keeps to
- * the wires that can report a failed peer, and the failure reaches us as the
- * endpoint's error callback and as errors of its requests.
+ * Peer failure, and why it is asked for only between nodes. With
+ * UCP_ERR_HANDLING_MODE_PEER, UCX 1.13 (Debian 12) keeps to the transports
+ * that report a failed peer (`ucx_info -d`: "error handling: peer failure"),
+ * which on one host leaves cma but not posix or sysv: active messages then
+ * travel over TCP on the loopback device, 4-5 times slower than shared memory.
+ * So an endpoint to a rank of another node asks for PEER (tcp and verbs
+ * support it, and keepalive finds a peer that stops answering), and an
+ * endpoint to a rank of this node asks for NONE, which lets UCX pick posix or
+ * sysv for messages and cma for large transfers, as ucx_perftest does.
+ * On a node the failure of a peer is then found in two ways:
+ * - the control plane (transport/control.c): the dead rank's control socket
+ *   closes, rank 0 announces it, and every wait here gives up on the world's
+ *   failure; a send into a dead rank's shared-memory queue or a receive from
+ *   it never fails by itself, it waits until that announcement;
+ * - cma: a large transfer reads or writes the dead process's memory and fails.
+ *   UCX hands that error to the endpoint's error callback whatever the mode,
+ *   when one is installed (ucp_ep_set_failed in UCX 1.13); without a callback
+ *   it would log it as fatal and abort this rank. So every endpoint installs
+ *   one, and it reports the peer as lost like any other failed connection.
  *
  * Device memory: when this UCX supports CUDA memory (ucp_context_query lists
  * UCS_MEMORY_TYPE_CUDA among its memory types: a UCX built with CUDA), device
@@ -83,6 +96,12 @@ static void set_memory_type(ucp_request_param_t *p, const bt_request *req)
     p->memory_type = UCS_MEMORY_TYPE_CUDA;
 }
 
+/* PEER between nodes, NONE inside a node (see the top of this file). */
+static ucp_err_handling_mode_t endpoint_err_mode(const bt_world *w, int peer)
+{
+    return w->peers[peer].node == w->node ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+}
+
 static ucp_ep_h endpoint(bt_backend *b, int peer, bt_status *st)
 {
     ucx_state *s = b->impl;
@@ -92,7 +111,7 @@ static ucp_ep_h endpoint(bt_backend *b, int peer, bt_status *st)
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = (const ucp_address_t *)b->world->peers[peer].addr;
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_mode = endpoint_err_mode(b->world, peer);
     s->peers[peer] = (ucx_peer){b->world, peer};
     p.err_handler.cb = on_endpoint_error;
     p.err_handler.arg = &s->peers[peer];
@@ -102,6 +121,45 @@ static ucp_ep_h endpoint(bt_backend *b, int peer, bt_status *st)
         s->eps[peer] = NULL;
     }
     return s->eps[peer];
+}
+
+/* The transport/device of each lane in ucp_ep_print_info's report, whose
+ * lane lines read "lane[0]:  3:sysv/memory.0 md[2] ...". */
+static void lane_wires(const char *report, char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (const char *line = strstr(report, "lane["); line; line = strstr(line + 1, "lane[")) {
+        const char *p = strstr(line, "]:");
+        if (!p) break;
+        p += 2;
+        while (*p == ' ') p++;
+        while (*p >= '0' && *p <= '9') p++;
+        if (*p++ != ':') continue;
+        size_t n = strcspn(p, ". \n");
+        char wire[64];
+        snprintf(wire, sizeof wire, "%.*s", (int)n, p);
+        if (strstr(out, wire)) continue; /* a wire with several lanes is named once */
+        int w = snprintf(out + used, len - used, "%s%s", used ? " " : "", wire);
+        if (w < 0 || (size_t)w >= len - used) break;
+        used += (size_t)w;
+    }
+}
+
+static bt_status ucx_wires(bt_backend *b, int peer, char *out, size_t len)
+{
+    bt_status st = BT_OK;
+    ucp_ep_h ep = endpoint(b, peer, &st);
+    if (!ep) return st;
+    char *report = NULL;
+    size_t report_len = 0;
+    FILE *f = open_memstream(&report, &report_len);
+    if (!f) return bt_fail(b->world, BT_ERR_SYS, "out of memory for a UCX endpoint report");
+    ucp_ep_print_info(ep, f);
+    fclose(f);
+    lane_wires(report, out, len);
+    free(report);
+    return BT_OK;
 }
 
 static bt_status ucx_isend(bt_backend *b, bt_request *req, const void *buf)
@@ -258,7 +316,7 @@ static void ucx_finalize(bt_backend *b)
     {                                                                                              \
         .name = "ucx", .mem_kinds = (kinds), .isend = ucx_isend, .irecv = ucx_irecv,               \
         .test = ucx_test, .cancel = ucx_cancel, .progress = ucx_progress, .flush = ucx_flush,      \
-        .finalize = ucx_finalize, .group_end = NULL,                                              \
+        .finalize = ucx_finalize, .group_end = NULL, .wires = ucx_wires,                          \
     }
 static const bt_backend_ops ucx_ops = UCX_OPS(BT_MEM_BIT(BT_MEM_HOST));
 static const bt_backend_ops ucx_cuda_ops = UCX_OPS(BT_MEM_BIT(BT_MEM_HOST) | BT_MEM_BIT(BT_MEM_DEVICE));

@@ -58,6 +58,11 @@ typedef struct {
     /* Issues what was posted since the world's group started (NULL: the
      * backend posts at once and has nothing to do). */
     bt_status (*group_end)(bt_backend *b);
+    /* Writes into out[len] the wires this backend uses to reach world peer
+     * (creating what it needs to know them), space-separated, e.g. UCX's
+     * "sysv/memory cma/memory" (transport/device name of each lane). NULL: the
+     * backend is its own wire and bt_world_wires names it alone. */
+    bt_status (*wires)(bt_backend *b, int peer, char *out, size_t len);
 } bt_backend_ops;
 
 struct bt_backend {

@@ -93,6 +93,11 @@ bt_status bt_wait(bt_request **req);
 bt_status bt_waitall(int n, bt_request **reqs);
 /* Makes progress on every outstanding transfer and watches for lost peers. */
 bt_status bt_progress(bt_world *w);
+/* What carries host memory from this rank to world rank peer, into out[len]:
+ * the backend and what it chose, e.g. "ucx: sysv/memory cma/memory" on a
+ * node or "ucx: tcp/eth0" between nodes (doc/TRANSPORT.md); connects to peer
+ * if it was not yet. */
+bt_status bt_world_wires(bt_world *w, int peer, char *out, size_t len);
 
 /* ------------------------------------------------------------------ device memory
  * Buffers of point-to-point messages and collectives may live in host or in

@@ -395,6 +395,16 @@ bt_status bt_progress(bt_world *w)
     return (bt_status)atomic_load(&w->failed);
 }
 
+bt_status bt_world_wires(bt_world *w, int peer, char *out, size_t len)
+{
+    if (!w || !out || len == 0 || peer < 0 || peer >= w->size) return BT_ERR_ARG;
+    bt_backend *b = bt_backend_for(w, peer);
+    int n = snprintf(out, len, "%s", b->ops->name);
+    if (!b->ops->wires || (size_t)n + 2 >= len) return BT_OK;
+    snprintf(out + n, len - (size_t)n, ": ");
+    return b->ops->wires(b, peer, out + n + 2, len - (size_t)n - 2);
+}
+
 static void request_drop(bt_request **req)
 {
     bt_request *r = *req;

@@ -76,6 +76,21 @@ START_TEST(collectives_on_two_emulated_nodes)
 }
 END_TEST
 
+/* The wires UCX picked, read from UCX itself: shared memory between the ranks
+ * of a node, the network between nodes. The same check on a UCX held to TCP
+ * must fail, naming the endpoint, so a silent fall-back cannot pass. */
+START_TEST(endpoints_use_shared_memory_on_a_node)
+{
+    expect_ok(4, 2, "wires");
+    char *argv[] = {(char *)test_burst_path(), "run", "-n", "2", "--", transport_worker(), "wires", NULL};
+    char *env[] = {"UCX_TLS=tcp,self", NULL};
+    test_run_result r = test_run(argv, env);
+    ck_assert_msg(r.exit_code != 0 && test_output_has(&r, "rank 0 to rank 1 of its node: ucx: tcp/"),
+                  "TCP between the ranks of a node went unnoticed (exit %d):\n%s", r.exit_code, r.out);
+    test_run_free(&r);
+}
+END_TEST
+
 START_TEST(sub_communicators)
 {
     expect_ok(4, 2, "split");
@@ -126,6 +141,20 @@ START_TEST(killed_rank_is_named_by_every_survivor)
     }
     /* Detection is by the closed socket, far inside the 60 s default timeout. */
     ck_assert_msg(r.seconds < 30, "survivors took %.1f s to notice", r.seconds);
+    test_run_free(&r);
+}
+END_TEST
+
+/* A rank killed while its neighbour reads a large message out of its memory
+ * (cma on one node): the reader names it and exits as a survivor, whatever
+ * the moment of the kill (before, during or after the read started). */
+START_TEST(rank_killed_during_a_large_transfer_is_named)
+{
+    test_run_result r = run_worker(2, 1, "--no-kill", NULL, "kill-large");
+    ck_assert_msg(test_output_has(&r, "rank 0: large receive from the last rank: rank 0: lost rank 1 ("),
+                  "rank 0 did not name rank 1:\n%s", r.out);
+    ck_assert_msg(test_output_has(&r, "burst run: rank 0 exited with status 3"),
+                  "rank 0 did not exit as a survivor of a lost peer:\n%s", r.out);
     test_run_free(&r);
 }
 END_TEST
@@ -296,11 +325,13 @@ int main(void)
     TCase *ok = check_tcase(s, "correctness", 300);
     check_add_loop_tests(ok, 1, 6, p2p_sizes_channels_and_counters,
                          collectives_against_serial_reference);
-    check_add_tests(ok, collectives_on_two_emulated_nodes, sub_communicators,
+    check_add_tests(ok, collectives_on_two_emulated_nodes, endpoints_use_shared_memory_on_a_node,
+                    sub_communicators,
                     launcher_numbers_ranks_node_major, selftest_on_two_emulated_nodes);
     TCase *fail = check_tcase(s, "failures", 120);
     tcase_add_loop_test(fail, killed_rank_is_named_by_every_survivor, 2, 5);
-    check_add_tests(fail, failed_link_is_announced_to_every_rank,
+    check_add_tests(fail, rank_killed_during_a_large_transfer_is_named,
+                    failed_link_is_announced_to_every_rank,
                     silent_rank_is_declared_lost_after_timeout,
                     wait_times_out_and_says_what_it_waited_for, peer_with_wrong_secret_is_refused,
                     launcher_stops_the_others_when_a_rank_fails, launcher_forwards_sigterm,

@@ -276,6 +276,31 @@ static void scenario_kill(void)
     wait_for_lost(victim);
 }
 
+/* The last rank dies while rank 0 reads a large message from it: on one node
+ * UCX moves it by reading the sender's memory (cma), and that read fails
+ * midway. Rank 0 must name the lost rank, not abort inside UCX. */
+static void scenario_kill_large(void)
+{
+    bt_comm *c = bt_world_comm(world);
+    int victim = size - 1;
+    size_t bytes = 512u << 20;
+    unsigned char *buf = malloc(bytes);
+    if (!buf) worker_exit(BT_ERR_SYS, "512 MiB buffer");
+    memset(buf, rank, bytes);
+    bt_request *r = NULL;
+    if (rank == 0) must(bt_irecv(c, victim, 4, buf, bytes, &r), "irecv");
+    must(bt_barrier(c), "barrier");
+    if (rank == victim) {
+        must(bt_isend(c, 0, 4, buf, bytes, &r), "isend");
+        double until = bt_now() + 0.02;
+        int done = 0;
+        while (!done && bt_now() < until) bt_test(&r, &done);
+        kill(getpid(), SIGKILL);
+    }
+    if (rank != 0) wait_for_lost(victim);
+    worker_exit(bt_wait(&r), "large receive from the last rank");
+}
+
 /* Rank 1's data connection to the last rank fails while the last rank stays
  * alive on the control plane (it sleeps; its heartbeats go on): only the
  * report through rank 0 can tell the others that it is lost. The sleeper
@@ -317,6 +342,49 @@ static void scenario_timeout(void)
     exit(0);
 }
 
+/* How many wires of a list ("ucx: sysv/memory cma/memory") there are, and
+ * how many of them use a transport of set ("|posix|sysv|"). */
+static void count_wires(const char *list, const char *set, int *n, int *in_set)
+{
+    const char *colon = strchr(list, ':');
+    char copy[256], *save = NULL;
+    snprintf(copy, sizeof copy, "%s", colon ? colon + 1 : list);
+    *n = *in_set = 0;
+    for (char *wire = strtok_r(copy, " ", &save); wire; wire = strtok_r(NULL, " ", &save)) {
+        char key[72];
+        snprintf(key, sizeof key, "|%.*s|", (int)strcspn(wire, "/"), wire);
+        (*n)++;
+        if (strstr(set, key)) (*in_set)++;
+    }
+}
+
+/* The wires UCX chose: shared memory to the ranks of this node (never TCP:
+ * UCX falls back to TCP on loopback when an endpoint asks for more error
+ * handling than shared memory offers), the network to other nodes. */
+static void scenario_wires(void)
+{
+    const char *shm = "|posix|sysv|cma|xpmem|knem|", *shm_queues = "|posix|sysv|",
+               *net = "|tcp|rc|rc_verbs|rc_mlx5|dc_mlx5|ud|ud_verbs|ud_mlx5|";
+    for (int peer = 0; peer < size; peer++) {
+        if (peer == rank) continue;
+        char wires[256];
+        must(bt_world_wires(world, peer, wires, sizeof wires), "wires");
+        int same_node = world->peers[peer].node == world->node, n, n_shm, n_queues, n_net;
+        count_wires(wires, shm, &n, &n_shm);
+        count_wires(wires, shm_queues, &n, &n_queues);
+        count_wires(wires, net, &n, &n_net);
+        printf("wires %d -> %d (%s): %s\n", rank, peer, same_node ? "same node" : "other node", wires);
+        if (same_node)
+            EXPECT(n > 0 && n_shm == n, "rank %d to rank %d of its node: %s, not shared memory",
+                   rank, peer, wires);
+        else
+            EXPECT(n_net > 0 && n_queues == 0,
+                   "rank %d to rank %d of another node: %s, not the network", rank, peer, wires);
+    }
+    /* And the wires carry bytes: one round with every peer. */
+    must(bt_barrier(bt_world_comm(world)), "barrier");
+}
+
 /* Identity: print what this rank learned, for the launcher tests. */
 static void scenario_whoami(void)
 {
@@ -328,7 +396,7 @@ static void scenario_whoami(void)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: transport_worker p2p|collectives|split|kill|hang|link-lost|timeout|whoami\n");
+        fprintf(stderr, "usage: transport_worker p2p|collectives|split|kill|hang|link-lost|timeout|whoami|wires|kill-large\n");
         return WORKER_USAGE;
     }
     worker_init("transport_worker");
@@ -341,6 +409,8 @@ int main(int argc, char **argv)
     else if (strcmp(s, "link-lost") == 0) scenario_link_lost();
     else if (strcmp(s, "timeout") == 0) scenario_timeout();
     else if (strcmp(s, "whoami") == 0) scenario_whoami();
+    else if (strcmp(s, "wires") == 0) scenario_wires();
+    else if (strcmp(s, "kill-large") == 0) scenario_kill_large();
     else {
         fprintf(stderr, "transport_worker: unknown scenario '%s'\n", s);
         return WORKER_USAGE;
