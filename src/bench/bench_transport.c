@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/device.h"
+#include "src/attn/device_link.h"
 #include "src/bench/bench.h"
 #include "src/bench/relaunch.h"
 #include "src/cli/cli.h"
@@ -26,7 +28,7 @@ static const size_t default_sizes[] = {4096, 65536, 1 << 20, 16 << 20, 64 << 20}
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: burst bench transport [--ranks LIST] [--quick]\n\n"
+            "usage: burst bench transport [--ranks LIST] [--quick] [--device]\n\n"
             "Point-to-point bandwidth (window of 8 messages, 2 ranks), ring bandwidth (every\n"
             "rank sends to the next while receiving from the previous), all-reduce bus\n"
             "bandwidth (2(P-1)/P x bytes / time) and ping-pong latency, for messages of\n"
@@ -34,7 +36,12 @@ static void usage(FILE *out)
             "`ucx_perftest -t tag_bw` and `-t tag_lat` for the same sizes, and the ratios.\n"
             "Bandwidth in MiB/s (2^20 bytes per second), as ucx_perftest reports it.\n\n"
             "  --ranks LIST  comma-separated rank counts for ring and all-reduce (default 2,4)\n"
-            "  --quick       fewer iterations and sizes up to 1 MiB (a few seconds)\n");
+            "  --quick       fewer iterations and sizes up to 1 MiB (a few seconds)\n"
+            "  --device      the same on device buffers too, each rank on its device (CUDA, or\n"
+            "                the emulator in tests/train/burst_emu), through the transport's\n"
+            "                device path (staged: device-to-host copy, wire, host-to-device\n"
+            "                copy, pipelined; or NCCL), and the device all-reduce; ratios to\n"
+            "                the host buffers of the same run\n");
 }
 
 static int iterations(size_t bytes, int quick)
@@ -55,7 +62,14 @@ static int must(bt_world *w, bt_status st)
     exit(EXIT_RUN_FAILURE);
 }
 
-static void p2p_bandwidth(bt_world *w, size_t bytes, int iters, unsigned char *buf)
+/* Where a measurement's buffers live, and the prefix of its result lines
+ * ("" for host memory, "dev-" for device memory). */
+typedef struct {
+    bt_mem mem;
+    const char *prefix;
+} buffers;
+
+static void p2p_bandwidth(bt_world *w, size_t bytes, int iters, unsigned char *buf, buffers on)
 {
     bt_comm *c = bt_world_comm(w);
     int rank = bt_world_rank(w);
@@ -66,8 +80,8 @@ static void p2p_bandwidth(bt_world *w, size_t bytes, int iters, unsigned char *b
     for (int done = 0; done < iters; done += WINDOW) {
         int n = iters - done < WINDOW ? iters - done : WINDOW;
         for (int k = 0; k < n; k++)
-            must(w, rank == 0 ? bt_isend(c, 1, 0, buf, bytes, &reqs[k])
-                              : bt_irecv(c, 0, 0, buf, bytes, &reqs[k]));
+            must(w, rank == 0 ? bt_isend_mem(c, 1, 0, buf, bytes, on.mem, &reqs[k])
+                              : bt_irecv_mem(c, 0, 0, buf, bytes, on.mem, &reqs[k]));
         must(w, bt_waitall(n, reqs));
     }
     /* The receiver's acknowledgement closes the measurement. */
@@ -76,17 +90,22 @@ static void p2p_bandwidth(bt_world *w, size_t bytes, int iters, unsigned char *b
     must(w, rank == 0 ? bt_irecv(c, 1, 1, &ack, 1, &r) : bt_isend(c, 0, 1, &ack, 1, &r));
     must(w, bt_wait(&r));
     double t = bu_now() - t0;
-    if (rank == 0) printf("p2p %zu %.1f\n", bytes, (double)bytes * iters / t / MiB);
+    if (rank == 0) printf("%sp2p %zu %.1f\n", on.prefix, bytes, (double)bytes * iters / t / MiB);
 }
 
+/* Ping-pong: as ucx_perftest -t tag_lat, 100 round trips of warm-up first,
+ * then at least 20000 timed (what the parent gives ucx_perftest). */
 static void latency(bt_world *w, size_t bytes, int iters, unsigned char *buf)
 {
     bt_comm *c = bt_world_comm(w);
     int rank = bt_world_rank(w);
     bt_request *r;
+    enum { WARMUP = 100 };
+    if (iters < 20000) iters = 20000;
     must(w, bt_barrier(c));
     double t0 = bu_now();
-    for (int i = 0; i < iters; i++) {
+    for (int i = -WARMUP; i < iters; i++) {
+        if (i == 0) t0 = bu_now();
         if (rank == 0) {
             must(w, bt_isend(c, 1, 2, buf, bytes, &r));
             must(w, bt_wait(&r));
@@ -104,7 +123,7 @@ static void latency(bt_world *w, size_t bytes, int iters, unsigned char *buf)
 }
 
 static void ring_bandwidth(bt_world *w, size_t bytes, int iters, unsigned char *out,
-                           unsigned char *in)
+                           unsigned char *in, buffers on)
 {
     bt_comm *c = bt_world_comm(w);
     int rank = bt_world_rank(w), size = bt_world_size(w);
@@ -112,28 +131,65 @@ static void ring_bandwidth(bt_world *w, size_t bytes, int iters, unsigned char *
     double t0 = bu_now();
     for (int i = 0; i < iters; i++) {
         bt_request *reqs[2];
-        must(w, bt_irecv(c, (rank - 1 + size) % size, 3, in, bytes, &reqs[0]));
-        must(w, bt_isend(c, (rank + 1) % size, 3, out, bytes, &reqs[1]));
+        must(w, bt_irecv_mem(c, (rank - 1 + size) % size, 3, in, bytes, on.mem, &reqs[0]));
+        must(w, bt_isend_mem(c, (rank + 1) % size, 3, out, bytes, on.mem, &reqs[1]));
         must(w, bt_waitall(2, reqs));
     }
     must(w, bt_barrier(c));
     double t = bu_now() - t0;
-    if (rank == 0) printf("ring %d %zu %.1f\n", size, bytes, (double)bytes * iters / t / MiB);
+    if (rank == 0)
+        printf("%sring %d %zu %.1f\n", on.prefix, size, bytes, (double)bytes * iters / t / MiB);
 }
 
-static void allreduce_bandwidth(bt_world *w, size_t bytes, int iters, float *buf)
+static void allreduce_bandwidth(bt_world *w, size_t bytes, int iters, float *buf, buffers on)
 {
     bt_comm *c = bt_world_comm(w);
     int rank = bt_world_rank(w), size = bt_world_size(w);
     must(w, bt_barrier(c));
     double t0 = bu_now();
-    for (int i = 0; i < iters; i++) must(w, bt_allreduce(c, buf, bytes / 4, BT_F32, BT_SUM));
+    for (int i = 0; i < iters; i++)
+        must(w, bt_allreduce_mem(c, buf, bytes / 4, BT_F32, BT_SUM, on.mem));
     double t = bu_now() - t0;
     double bus = 2.0 * (size - 1) / size * (double)bytes * iters / t / MiB;
-    if (rank == 0) printf("allreduce %d %zu %.1f\n", size, bytes, bus);
+    if (rank == 0) printf("%sallreduce %d %zu %.1f\n", on.prefix, size, bytes, bus);
 }
 
-static int worker(int quick)
+/* Every measurement of one size on buffers a and b (max bytes each). */
+static void measure(bt_world *w, size_t bytes, int quick, unsigned char *a, unsigned char *b,
+                    buffers on)
+{
+    int iters = iterations(bytes, quick);
+    if (bt_world_size(w) == 2) {
+        p2p_bandwidth(w, bytes, iters, a, on);
+        if (bytes <= 65536 && on.mem == BT_MEM_HOST) latency(w, bytes, iters, a);
+    }
+    ring_bandwidth(w, bytes, iters, a, b, on);
+    allreduce_bandwidth(w, bytes, iters / 4 + 2, (float *)a, on);
+    fflush(stdout);
+}
+
+/* Device buffers a and b of bytes each on this rank's device, the world told
+ * how to reach them (as the trainer does); rank 0 names the path to rank 1. */
+static void device_buffers(bt_world *w, size_t bytes, void **a, void **b)
+{
+    int count = 0;
+    if (!bk_device_available() || bk_device_use(bt_world_local_rank(w), &count) != BK_OK) {
+        fprintf(stderr, "bench transport: --device: no device in this program (its backend: %s)\n",
+                bk_device_backend_name());
+        exit(EXIT_RUN_FAILURE);
+    }
+    must(w, attn_link_device(w, bt_world_local_rank(w) % count));
+    if (bk_device_malloc(bytes, a) != BK_OK || bk_device_malloc(bytes, b) != BK_OK) {
+        fprintf(stderr, "bench transport: --device: cannot allocate 2 x %zu bytes of device memory\n",
+                bytes);
+        exit(EXIT_RUN_FAILURE);
+    }
+    if (bt_world_rank(w) == 0)
+        printf("dev-path %s %s\n", bk_device_backend_name(),
+               bt_comm_device_path(bt_world_comm(w), 1 % bt_world_size(w)));
+}
+
+static int worker(int quick, int device)
 {
     char err[512];
     bt_world *w;
@@ -144,28 +200,32 @@ static int worker(int quick)
     }
     size_t max_bytes = quick ? (1 << 20) : default_sizes[N_SIZES - 1];
     unsigned char *a = calloc(1, max_bytes), *b = calloc(1, max_bytes);
+    void *dev_a = NULL, *dev_b = NULL;
+    if (device) device_buffers(w, max_bytes, &dev_a, &dev_b);
     for (size_t s = 0; s < N_SIZES && default_sizes[s] <= max_bytes; s++) {
-        size_t bytes = default_sizes[s];
-        int iters = iterations(bytes, quick);
-        if (bt_world_size(w) == 2) {
-            p2p_bandwidth(w, bytes, iters, a);
-            if (bytes <= 65536) latency(w, bytes, iters, a);
-        }
-        ring_bandwidth(w, bytes, iters, a, b);
-        allreduce_bandwidth(w, bytes, iters / 4 + 2, (float *)a);
-        fflush(stdout);
+        measure(w, default_sizes[s], quick, a, b, (buffers){BT_MEM_HOST, ""});
+        if (device) measure(w, default_sizes[s], quick, dev_a, dev_b, (buffers){BT_MEM_DEVICE, "dev-"});
     }
     free(a);
     free(b);
+    bk_device_free(dev_a);
+    bk_device_free(dev_b);
     return bt_world_finalize(w) == BT_OK ? 0 : EXIT_RUN_FAILURE;
 }
 
 /* ------------------------------------------------------------------ parent side */
 
+/* One run's figures on one kind of buffer. */
 typedef struct {
-    double p2p[N_SIZES], lat[N_SIZES];          /* from the 2-rank run */
+    double p2p[N_SIZES];                        /* from the 2-rank run */
     double ring[8][N_SIZES], allreduce[8][N_SIZES];
+} figures;
+
+typedef struct {
+    figures host, dev;        /* dev: device buffers, with --device */
+    double lat[N_SIZES];      /* host, from the 2-rank run */
     double perf_bw[N_SIZES], perf_lat[N_SIZES]; /* ucx_perftest */
+    char dev_path[64];        /* "emulator staged", "cuda nccl"... */
 } results;
 
 static int size_index(size_t bytes)
@@ -175,29 +235,40 @@ static int size_index(size_t bytes)
     return -1;
 }
 
-static int run_ranks(const char *self, int ranks, int quick, results *res, int slot)
+/* Files one result line of a rank-0 body into res; 0 when it is not one. */
+static int parse_result(const char *body, results *res, int slot)
 {
-    FILE *p =
-        bench_relaunch(self, ranks, 0, 0, "bench transport --worker%s", quick ? " --quick" : "");
+    int size, dev = strncmp(body, "dev-", 4) == 0;
+    size_t bytes;
+    double v;
+    char backend[32], path[32];
+    figures *f = dev ? &res->dev : &res->host;
+    const char *line = dev ? body + 4 : body;
+    if (dev && sscanf(line, "path %31s %31s", backend, path) == 2) {
+        snprintf(res->dev_path, sizeof res->dev_path, "%s, path %s", backend, path);
+        return 1;
+    }
+    if (sscanf(line, "p2p %zu %lf", &bytes, &v) == 2 && size_index(bytes) >= 0)
+        f->p2p[size_index(bytes)] = v;
+    else if (!dev && sscanf(line, "lat %zu %lf", &bytes, &v) == 2 && size_index(bytes) >= 0)
+        res->lat[size_index(bytes)] = v;
+    else if (sscanf(line, "ring %d %zu %lf", &size, &bytes, &v) == 3 && size_index(bytes) >= 0)
+        f->ring[slot][size_index(bytes)] = v;
+    else if (sscanf(line, "allreduce %d %zu %lf", &size, &bytes, &v) == 3 && size_index(bytes) >= 0)
+        f->allreduce[slot][size_index(bytes)] = v;
+    else
+        return 0;
+    return 1;
+}
+
+static int run_ranks(const char *self, int ranks, int quick, int device, results *res, int slot)
+{
+    FILE *p = bench_relaunch(self, ranks, 0, 0, "bench transport --worker%s%s",
+                             quick ? " --quick" : "", device ? " --device" : "");
     if (!p) return -1;
     char line[512];
-    while (fgets(line, sizeof line, p)) {
-        int size;
-        size_t bytes;
-        double v;
-        char *body = bench_rank_line(line);
-        if (sscanf(body, "p2p %zu %lf", &bytes, &v) == 2 && size_index(bytes) >= 0)
-            res->p2p[size_index(bytes)] = v;
-        else if (sscanf(body, "lat %zu %lf", &bytes, &v) == 2 && size_index(bytes) >= 0)
-            res->lat[size_index(bytes)] = v;
-        else if (sscanf(body, "ring %d %zu %lf", &size, &bytes, &v) == 3 && size_index(bytes) >= 0)
-            res->ring[slot][size_index(bytes)] = v;
-        else if (sscanf(body, "allreduce %d %zu %lf", &size, &bytes, &v) == 3 &&
-                 size_index(bytes) >= 0)
-            res->allreduce[slot][size_index(bytes)] = v;
-        else
-            fputs(line, stderr);
-    }
+    while (fgets(line, sizeof line, p))
+        if (!parse_result(bench_rank_line(line), res, slot)) fputs(line, stderr);
     return pclose(p) == 0 ? 0 : -1;
 }
 
@@ -242,15 +313,73 @@ static void ratio_cell(char *out, size_t len, double ours, double ref)
         snprintf(out, len, "n/a");
 }
 
+static void print_host_tables(const results *res, const int *rank_counts, int n_counts,
+                              size_t max_bytes)
+{
+    printf("point-to-point, 2 ranks (MiB/s; latency in usec, half round trip)\n");
+    printf("%10s %12s %12s %7s %10s %10s %7s\n", "bytes", "burst", "ucx_perftest", "ratio",
+           "lat burst", "lat ucx", "ratio");
+    for (size_t s = 0; s < N_SIZES && default_sizes[s] <= max_bytes; s++) {
+        char r1[16], r2[16];
+        ratio_cell(r1, sizeof r1, res->host.p2p[s], res->perf_bw[s]);
+        ratio_cell(r2, sizeof r2, res->perf_lat[s], res->lat[s]); /* lower is better */
+        printf("%10zu %12.1f %12.1f %7s", default_sizes[s], res->host.p2p[s], res->perf_bw[s], r1);
+        if (default_sizes[s] <= 65536)
+            printf(" %10.2f %10.2f %7s\n", res->lat[s], res->perf_lat[s], r2);
+        else
+            printf("\n");
+    }
+    for (int k = 0; k < n_counts; k++) {
+        printf("\n%d ranks: ring bandwidth per rank and all-reduce bus bandwidth (MiB/s)\n",
+               rank_counts[k]);
+        printf("%10s %12s %12s %12s\n", "bytes", "ring", "vs perftest", "allreduce");
+        for (size_t s = 0; s < N_SIZES && default_sizes[s] <= max_bytes; s++) {
+            char r1[16];
+            ratio_cell(r1, sizeof r1, res->host.ring[k][s], res->perf_bw[s]);
+            printf("%10zu %12.1f %12s %12.1f\n", default_sizes[s], res->host.ring[k][s], r1,
+                   res->host.allreduce[k][s]);
+        }
+    }
+}
+
+/* Device buffers against host buffers of the same run: what the device path
+ * (on a staged path: device-to-host copy, wire, host-to-device copy) costs. */
+static void print_device_tables(const results *res, const int *rank_counts, int n_counts,
+                                size_t max_bytes)
+{
+    printf("\ndevice buffers (%s): bandwidth in MiB/s, ratio to host buffers in this run\n",
+           res->dev_path[0] ? res->dev_path : "path unknown");
+    printf("%10s %12s %7s\n", "bytes", "p2p", "vs host");
+    for (size_t s = 0; s < N_SIZES && default_sizes[s] <= max_bytes; s++) {
+        char r[16];
+        ratio_cell(r, sizeof r, res->dev.p2p[s], res->host.p2p[s]);
+        printf("%10zu %12.1f %7s\n", default_sizes[s], res->dev.p2p[s], r);
+    }
+    for (int k = 0; k < n_counts; k++) {
+        printf("\n%d ranks, device buffers: ring per rank and all-reduce bus bandwidth (MiB/s)\n",
+               rank_counts[k]);
+        printf("%10s %12s %7s %12s %7s\n", "bytes", "ring", "vs host", "allreduce", "vs host");
+        for (size_t s = 0; s < N_SIZES && default_sizes[s] <= max_bytes; s++) {
+            char r1[16], r2[16];
+            ratio_cell(r1, sizeof r1, res->dev.ring[k][s], res->host.ring[k][s]);
+            ratio_cell(r2, sizeof r2, res->dev.allreduce[k][s], res->host.allreduce[k][s]);
+            printf("%10zu %12.1f %7s %12.1f %7s\n", default_sizes[s], res->dev.ring[k][s], r1,
+                   res->dev.allreduce[k][s], r2);
+        }
+    }
+}
+
 int bench_transport(int argc, char **argv)
 {
-    int quick = 0, is_worker = 0, rank_counts[8] = {2, 4}, n_counts = 2;
+    int quick = 0, device = 0, is_worker = 0, rank_counts[8] = {2, 4}, n_counts = 2;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
+        } else if (strcmp(argv[i], "--device") == 0) {
+            device = 1;
         } else if (strcmp(argv[i], "--worker") == 0) {
             is_worker = 1;
         } else if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
@@ -273,7 +402,7 @@ int bench_transport(int argc, char **argv)
             return EXIT_USAGE;
         }
     }
-    if (is_worker) return worker(quick);
+    if (is_worker) return worker(quick, device);
 
     char self[4096];
     if (bench_self_path("burst bench transport", self, sizeof self) != 0) return EXIT_RUN_FAILURE;
@@ -284,7 +413,7 @@ int bench_transport(int argc, char **argv)
     for (int k = 0; k < n_counts; k++) has_two |= rank_counts[k] == 2;
     for (int k = has_two ? 0 : -1; k < n_counts; k++) {
         int ranks = k < 0 ? 2 : rank_counts[k];
-        if (run_ranks(self, ranks, quick, res, k < 0 ? 7 : k) != 0) {
+        if (run_ranks(self, ranks, quick, device, res, k < 0 ? 7 : k) != 0) {
             fprintf(stderr, "burst bench transport: the %d-rank run failed\n", ranks);
             free(res);
             return EXIT_RUN_FAILURE;
@@ -303,30 +432,8 @@ int bench_transport(int argc, char **argv)
     if (!have_perftest)
         printf("ucx_perftest not found (Debian package ucx-utils): ratios are n/a\n");
 
-    printf("point-to-point, 2 ranks (MiB/s; latency in usec, half round trip)\n");
-    printf("%10s %12s %12s %7s %10s %10s %7s\n", "bytes", "burst", "ucx_perftest", "ratio",
-           "lat burst", "lat ucx", "ratio");
-    for (size_t s = 0; s < N_SIZES && default_sizes[s] <= max_bytes; s++) {
-        char r1[16], r2[16];
-        ratio_cell(r1, sizeof r1, res->p2p[s], res->perf_bw[s]);
-        ratio_cell(r2, sizeof r2, res->perf_lat[s], res->lat[s]); /* lower is better */
-        printf("%10zu %12.1f %12.1f %7s", default_sizes[s], res->p2p[s], res->perf_bw[s], r1);
-        if (default_sizes[s] <= 65536)
-            printf(" %10.2f %10.2f %7s\n", res->lat[s], res->perf_lat[s], r2);
-        else
-            printf("\n");
-    }
-    for (int k = 0; k < n_counts; k++) {
-        printf("\n%d ranks: ring bandwidth per rank and all-reduce bus bandwidth (MiB/s)\n",
-               rank_counts[k]);
-        printf("%10s %12s %12s %12s\n", "bytes", "ring", "vs perftest", "allreduce");
-        for (size_t s = 0; s < N_SIZES && default_sizes[s] <= max_bytes; s++) {
-            char r1[16];
-            ratio_cell(r1, sizeof r1, res->ring[k][s], res->perf_bw[s]);
-            printf("%10zu %12.1f %12s %12.1f\n", default_sizes[s], res->ring[k][s], r1,
-                   res->allreduce[k][s]);
-        }
-    }
+    print_host_tables(res, rank_counts, n_counts, max_bytes);
+    if (device) print_device_tables(res, rank_counts, n_counts, max_bytes);
     printf("\nratio: burst / ucx_perftest bandwidth (for latency: ucx_perftest / burst), "
            "measured in this run.\n");
     free(res);
