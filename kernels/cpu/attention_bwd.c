@@ -63,6 +63,15 @@ static void tile_probs(const bk_attn_geom *g, int cls, int64_t i0, int64_t bq, i
             _mm512_store_ps(s + i, bk_attn_exp2_ps(x));
         }
     }
+#elif defined(__AVX2__) && defined(__FMA__)
+    const __m256 s2 = _mm256_set1_ps(sl2);
+    for (int64_t j = 0; j < bk; j++) {
+        float *s = st + j * BK_ATTN_TQ;
+        for (int64_t i = 0; i < nq; i += 8) {
+            __m256 x = _mm256_fmsub_ps(_mm256_load_ps(s + i), s2, _mm256_load_ps(off + i));
+            _mm256_store_ps(s + i, bk_attn_exp2_ps256(x));
+        }
+    }
 #else
     for (int64_t j = 0; j < bk; j++) {
         float *restrict s = st + j * BK_ATTN_TQ;

@@ -12,7 +12,7 @@
 #include "kernels/attention_tile.h"
 #include "kernels/device_ops.h"
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -82,6 +82,28 @@ static inline __m512 bk_attn_exp2_ps(__m512 x)
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f)); /* ln2 */
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, xi);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+/* 2^x for 8 lanes, the same polynomial as the AVX-512 bk_attn_exp2_ps; 2^i is
+ * built in the exponent field, so results below 2^-126 (x < -126, -inf
+ * included) are flushed to exactly 0 rather than made denormal. */
+static inline __m256 bk_attn_exp2_ps256(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-126.0f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    x = _mm256_min_ps(x, _mm256_set1_ps(127.0f));
+    __m256 xi = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(x, xi);
+    __m256 p = _mm256_set1_ps(1.5403530393381608e-4f);                 /* ln2^6 / 720 */
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-3f)); /* ln2^5 / 120 */
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-3f)); /* ln2^4 / 24 */
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-2f)); /* ln2^3 / 6 */
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f)); /* ln2^2 / 2 */
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f)); /* ln2 */
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(xi), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 #endif
 

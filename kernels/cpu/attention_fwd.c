@@ -42,44 +42,57 @@ typedef struct {
     int64_t n_qt, n_kt;
 } fwd_args;
 
-/* Scores to base 2 (s2 = s * sl2) in place; per query, the online rescale
- * factor alpha and the exp2 offset after this tile. nq is a multiple of 16. */
-static void tile_scale_max(float *restrict st, int64_t bk, int64_t nq, float sl2,
-                           float *restrict m2, float *restrict alpha, float *restrict off)
+/* Per query, the online rescale factor alpha and the exp2 offset after this
+ * tile of raw scores S^T [bk, nq]; the scores stay raw (tile_exp_sum scales
+ * them on the way), and their max scales with them since sl2 > 0. nq is a
+ * multiple of 16. */
+static void tile_max(const float *restrict st, int64_t bk, int64_t nq, float sl2,
+                     float *restrict m2, float *restrict alpha, float *restrict off)
 {
     float mx[BK_ATTN_TQ];
     for (int64_t i = 0; i < nq; i++) mx[i] = -INFINITY;
     for (int64_t j = 0; j < bk; j++) {
-        float *restrict s = st + j * BK_ATTN_TQ;
+        const float *restrict s = st + j * BK_ATTN_TQ;
 #pragma omp simd
-        for (int64_t i = 0; i < nq; i++) {
-            float t = s[i] * sl2;
-            s[i] = t;
-            mx[i] = mx[i] > t ? mx[i] : t;
-        }
+        for (int64_t i = 0; i < nq; i++) mx[i] = mx[i] > s[i] ? mx[i] : s[i];
     }
     for (int64_t i = 0; i < nq; i++) {
-        alpha[i] = bk_attn_online_rescale(&m2[i], mx[i]);
+        alpha[i] = bk_attn_online_rescale(&m2[i], mx[i] * sl2);
         off[i] = bk_attn_exp_offset(m2[i]);
     }
 }
 
-/* P^T = exp2(S^T - off) in place, with the per-query sums added to l after
- * scaling l by alpha. */
-static void tile_exp_sum(float *restrict st, int64_t bk, int64_t nq, const float *restrict off,
-                         const float *restrict alpha, float *restrict l)
+/* P^T = exp2(S^T * sl2 - off) in place, with the per-query sums added to l
+ * after scaling l by alpha. */
+static void tile_exp_sum(float *restrict st, int64_t bk, int64_t nq, float sl2,
+                         const float *restrict off, const float *restrict alpha,
+                         float *restrict l)
 {
 #ifdef __AVX512F__
+    const __m512 s2 = _mm512_set1_ps(sl2);
     for (int64_t i = 0; i < nq; i += 16) {
         __m512 o = _mm512_load_ps(off + i), sum = _mm512_setzero_ps();
         for (int64_t j = 0; j < bk; j++) {
             float *s = st + j * BK_ATTN_TQ + i;
-            __m512 p = bk_attn_exp2_ps(_mm512_sub_ps(_mm512_load_ps(s), o));
+            __m512 p = bk_attn_exp2_ps(_mm512_fmsub_ps(_mm512_load_ps(s), s2, o));
             _mm512_store_ps(s, p);
             sum = _mm512_add_ps(sum, p);
         }
         __m512 lv = _mm512_load_ps(l + i);
         _mm512_store_ps(l + i, _mm512_fmadd_ps(lv, _mm512_load_ps(alpha + i), sum));
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    const __m256 s2 = _mm256_set1_ps(sl2);
+    for (int64_t i = 0; i < nq; i += 8) {
+        __m256 o = _mm256_load_ps(off + i), sum = _mm256_setzero_ps();
+        for (int64_t j = 0; j < bk; j++) {
+            float *s = st + j * BK_ATTN_TQ + i;
+            __m256 p = bk_attn_exp2_ps256(_mm256_fmsub_ps(_mm256_load_ps(s), s2, o));
+            _mm256_store_ps(s, p);
+            sum = _mm256_add_ps(sum, p);
+        }
+        __m256 lv = _mm256_load_ps(l + i);
+        _mm256_store_ps(l + i, _mm256_fmadd_ps(lv, _mm256_load_ps(alpha + i), sum));
     }
 #else
     float sum[BK_ATTN_TQ];
@@ -88,7 +101,7 @@ static void tile_exp_sum(float *restrict st, int64_t bk, int64_t nq, const float
         float *restrict s = st + j * BK_ATTN_TQ;
 #pragma omp simd
         for (int64_t i = 0; i < nq; i++) {
-            float p = exp2f(s[i] - off[i]);
+            float p = exp2f(s[i] * sl2 - off[i]);
             s[i] = p;
             sum[i] += p;
         }
@@ -169,8 +182,8 @@ static void fwd_unit(const fwd_args *a, const fwd_scratch *ws, float *st, int h,
             } else {
                 (*n_full)++;
             }
-            tile_scale_max(st, bk, nq, sl2, w->m2, w->alpha, w->off);
-            tile_exp_sum(st, bk, nq, w->off, w->alpha, w->l);
+            tile_max(st, bk, nq, sl2, w->m2, w->alpha, w->off);
+            tile_exp_sum(st, bk, nq, sl2, w->off, w->alpha, w->l);
 
             int rescale = 0;
             for (int64_t i = 0; i < nq; i++) rescale |= w->alpha[i] != 1.0f;

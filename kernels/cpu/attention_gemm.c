@@ -7,7 +7,8 @@
  * With AVX-512 an 8 x 32 block of C lives in 16 zmm accumulators for the whole
  * K loop: per k, 2 vector loads of B, 8 broadcasts of A, 16 FMAs, so the loop
  * is bound by FMA throughput. Lanes beyond N are handled by masked loads and
- * stores. Without AVX-512 a plain loop nest with `omp simd` over N is used. */
+ * stores. With AVX2 and FMA (no AVX-512) a 6 x 16 block in 12 ymm accumulators
+ * does the same; without either a plain loop nest with `omp simd` over N. */
 #include "kernels/cpu/attention_cpu.h"
 
 #ifdef __AVX512F__
@@ -218,6 +219,108 @@ void bk_attn_tile_gemm(int64_t M, int64_t N, int64_t K, const float *A, ptrdiff_
                 break;
             }
         }
+    }
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+
+/* AVX2 + FMA (16 ymm registers): a block of up to 6 rows x 16 columns of C
+ * lives in 12 accumulators for the whole K loop; per k, 2 vector loads of B, 6
+ * broadcasts of A and 12 FMAs, which keeps both FMA pipes busy. With full set
+ * (a compile-time constant after inlining) the loads and stores are plain;
+ * otherwise lanes beyond N are masked. */
+static inline __attribute__((always_inline)) void
+micro8x2(int R, int64_t K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *B,
+         ptrdiff_t ldb, float *C, ptrdiff_t ldc, __m256i m0, __m256i m1, int full, int accumulate)
+{
+    __m256 c0[6], c1[6];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        if (!accumulate) {
+            c0[r] = _mm256_setzero_ps();
+            c1[r] = _mm256_setzero_ps();
+        } else if (full) {
+            c0[r] = _mm256_loadu_ps(C + r * ldc);
+            c1[r] = _mm256_loadu_ps(C + r * ldc + 8);
+        } else {
+            c0[r] = _mm256_maskload_ps(C + r * ldc, m0);
+            c1[r] = _mm256_maskload_ps(C + r * ldc + 8, m1);
+        }
+    }
+    const float *a_row[6];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) a_row[r] = A + r * a_rs;
+    for (int64_t k = 0; k < K; k++) {
+        const float *b = B + k * ldb;
+        __m256 b0 = full ? _mm256_loadu_ps(b) : _mm256_maskload_ps(b, m0);
+        __m256 b1 = full ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, m1);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            __m256 a = _mm256_broadcast_ss(a_row[r] + k * a_cs);
+            c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);
+            c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        if (full) {
+            _mm256_storeu_ps(C + r * ldc, c0[r]);
+            _mm256_storeu_ps(C + r * ldc + 8, c1[r]);
+        } else {
+            _mm256_maskstore_ps(C + r * ldc, m0, c0[r]);
+            _mm256_maskstore_ps(C + r * ldc + 8, m1, c1[r]);
+        }
+    }
+}
+
+/* The lanes of a vector of 8 that hold columns n < left. */
+static __m256i lanes8(int64_t left)
+{
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    int n = left < 0 ? 0 : left > 8 ? 8 : (int)left;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
+}
+
+/* One column panel of 16 (full) or fewer (masked) columns, every row of C.
+ * The row-count switch gives each remainder its own fully unrolled block. */
+static inline __attribute__((always_inline)) void
+panel16(int64_t M, int64_t K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *B,
+        ptrdiff_t ldb, float *C, ptrdiff_t ldc, __m256i m0, __m256i m1, int full, int accumulate)
+{
+    int64_t m = 0;
+    for (; m + 6 <= M; m += 6)
+        micro8x2(6, K, A + m * a_rs, a_rs, a_cs, B, ldb, C + m * ldc, ldc, m0, m1, full,
+                 accumulate);
+    const float *a = A + m * a_rs;
+    float *c = C + m * ldc;
+    switch (M - m) {
+    case 5: micro8x2(5, K, a, a_rs, a_cs, B, ldb, c, ldc, m0, m1, full, accumulate); break;
+    case 4: micro8x2(4, K, a, a_rs, a_cs, B, ldb, c, ldc, m0, m1, full, accumulate); break;
+    case 3: micro8x2(3, K, a, a_rs, a_cs, B, ldb, c, ldc, m0, m1, full, accumulate); break;
+    case 2: micro8x2(2, K, a, a_rs, a_cs, B, ldb, c, ldc, m0, m1, full, accumulate); break;
+    case 1: micro8x2(1, K, a, a_rs, a_cs, B, ldb, c, ldc, m0, m1, full, accumulate); break;
+    default: break;
+    }
+}
+
+void bk_attn_tile_gemm(int64_t M, int64_t N, int64_t K, const float *A, ptrdiff_t a_rs,
+                       ptrdiff_t a_cs, const float *B, ptrdiff_t ldb, float *C, ptrdiff_t ldc,
+                       int accumulate)
+{
+    const __m256i all = _mm256_set1_epi32(-1);
+    int64_t n = 0;
+    for (; n + 16 <= N; n += 16) {
+        if (accumulate)
+            panel16(M, K, A, a_rs, a_cs, B + n, ldb, C + n, ldc, all, all, 1, 1);
+        else
+            panel16(M, K, A, a_rs, a_cs, B + n, ldb, C + n, ldc, all, all, 1, 0);
+    }
+    if (n < N) {
+        __m256i m0 = lanes8(N - n), m1 = lanes8(N - n - 8);
+        if (accumulate)
+            panel16(M, K, A, a_rs, a_cs, B + n, ldb, C + n, ldc, m0, m1, 0, 1);
+        else
+            panel16(M, K, A, a_rs, a_cs, B + n, ldb, C + n, ldc, m0, m1, 0, 0);
     }
 }
 

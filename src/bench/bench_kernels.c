@@ -34,7 +34,9 @@ static void usage(FILE *out)
             "side min(SEQ, 2048) (sgemm is n/a without CBLAS). Then the per-op kernels.\n"
             "FLOPs: forward 4 * SEQ^2 * d per head, backward 2.5x that, both halved for the\n"
             "causal mask (a diagonal block). Times are the best of REPS runs of one kernel call\n"
-            "(bk_attn_fwd, bk_attn_bwd); threads are the OpenMP default (OMP_NUM_THREADS).\n\n"
+            "(bk_attn_fwd, bk_attn_bwd); threads are the OpenMP default (OMP_NUM_THREADS).\n"
+            "fwd512 and bwd512: the same work as the ring calls it, in pieces of 512 query\n"
+            "rows against the whole key block, as ratios to sgemm.\n\n"
             "  --quick        SEQ = 1024 and one run each: a few seconds\n"
             "  --seq N        block size in tokens (repeatable; default 4096 8192 16384;\n"
             "                 32768 is accepted but takes minutes per configuration)\n"
@@ -113,60 +115,99 @@ static double sgemm_gflops(int n, int reps)
 #endif
 }
 
-/* One configuration: fills buffers, times forward and backward. */
-static int bench_attention(int64_t seq, int d, int hkv, int causal, int reps, double *fwd_gf,
-                           double *bwd_gf)
+/* One configuration's buffers: Q, dO, O, dQ [seq, hq, d]; K, V, dK, dV
+ * [seq, hkv, d]; lse, delta [seq, hq]. */
+typedef struct {
+    int64_t *pos;
+    float *Q, *K, *V, *dO, *O, *dQ, *dK, *dV, *lse, *delta;
+} attn_bufs;
+
+static void attn_bufs_free(attn_bufs *b)
+{
+    free(b->pos), free(b->Q), free(b->K), free(b->V), free(b->dO), free(b->O), free(b->dQ);
+    free(b->dK), free(b->dV), free(b->lse), free(b->delta);
+}
+
+/* Seconds of one forward (backward with bwd) over the whole block, in calls
+ * of `piece` query rows against the whole key block (0: one call), as the
+ * ring makes them; the best of reps. O and lse are left final. */
+static double time_attention(const bk_attn_geom *whole, attn_bufs *b, int64_t piece, int bwd,
+                             int reps)
+{
+    bk_queue q = bk_host_queue();
+    const int64_t seq = whole->n_q, hq = whole->h_q, d = whole->d;
+    const int64_t step = piece > 0 ? piece : seq;
+    double best = INFINITY;
+    for (int r = 0; r < reps; r++) {
+        if (!bwd && bk_attn_fwd_init(&q, seq, (int)hq, (int)d, b->O, b->lse) != BK_OK) return -1;
+        double t0 = now();
+        for (int64_t r0 = 0; r0 < seq; r0 += step) {
+            bk_attn_geom g = *whole;
+            g.n_q = seq - r0 < step ? seq - r0 : step;
+            g.q_pos = whole->q_pos + r0;
+            const int64_t row = r0 * hq * d;
+            bk_status st =
+                bwd ? bk_attn_bwd(&q, &g, b->Q + row, b->K, b->V, b->dO + row, b->lse + r0 * hq,
+                                  b->delta + r0 * hq, b->dQ + row, b->dK, b->dV, NULL)
+                    : bk_attn_fwd(&q, &g, b->Q + row, b->K, b->V, b->O + row, b->lse + r0 * hq,
+                                  NULL);
+            if (st != BK_OK) return -1;
+        }
+        double t = now() - t0;
+        if (t < best) best = t;
+    }
+    if (!bwd && bk_attn_fwd_finalize(&q, seq, (int)hq, (int)d, b->O, b->lse) != BK_OK) return -1;
+    if (!bwd && bk_attn_delta(&q, seq, (int)hq, (int)d, b->dO, b->O, b->delta) != BK_OK) return -1;
+    return best;
+}
+
+/* The ring's pieces of query rows (src/attn/ring_run.c's default). */
+enum { RING_PIECE = 512 };
+
+/* One configuration: fills buffers, times forward and backward, as one call
+ * (gf[0], gf[1]) and in the ring's pieces (gf[2], gf[3]); GFLOP/s. */
+static int bench_attention(int64_t seq, int d, int hkv, int causal, int reps, double gf[4])
 {
     const int hq = 8;
     const size_t nq = (size_t)seq * hq * d, nk = (size_t)seq * hkv * d;
-    int64_t *pos = malloc((size_t)seq * sizeof *pos);
-    float *Q = rand_buf(nq, 3), *K = rand_buf(nk, 4), *V = rand_buf(nk, 5), *dO = rand_buf(nq, 6);
-    float *O = malloc(nq * sizeof *O), *dQ = calloc(nq, sizeof *dQ), *dK = calloc(nk, sizeof *dK),
-          *dV = calloc(nk, sizeof *dV);
-    float *lse = malloc((size_t)seq * hq * sizeof *lse),
-          *delta = malloc((size_t)seq * hq * sizeof *delta);
+    attn_bufs b = {malloc((size_t)seq * sizeof(int64_t)), rand_buf(nq, 3), rand_buf(nk, 4),
+                   rand_buf(nk, 5), rand_buf(nq, 6), malloc(nq * sizeof(float)),
+                   calloc(nq, sizeof(float)), calloc(nk, sizeof(float)), calloc(nk, sizeof(float)),
+                   malloc((size_t)seq * hq * sizeof(float)), malloc((size_t)seq * hq * sizeof(float))};
     int rc = 1;
-    if (!pos || !Q || !K || !V || !dO || !O || !dQ || !dK || !dV || !lse || !delta) {
+    if (!b.pos || !b.Q || !b.K || !b.V || !b.dO || !b.O || !b.dQ || !b.dK || !b.dV || !b.lse ||
+        !b.delta) {
         fprintf(stderr, "burst bench kernels: out of memory at seq %ld\n", (long)seq);
         goto out;
     }
-    for (int64_t i = 0; i < seq; i++) pos[i] = i;
-    bk_queue q = bk_host_queue();
-    bk_attn_geom g = {seq,
-                      seq,
-                      hq,
-                      hkv,
-                      d,
-                      1.0f / sqrtf((float)d),
-                      pos,
-                      pos,
-                      NULL,
-                      NULL,
+    for (int64_t i = 0; i < seq; i++) b.pos[i] = i;
+    bk_attn_geom g = {seq, seq, hq, hkv, d, 1.0f / sqrtf((float)d), b.pos, b.pos, NULL, NULL,
                       causal ? bk_attn_mask_causal() : bk_attn_mask_none()};
     double flops = 4.0 * (double)seq * (double)seq * d * hq * (causal ? 0.5 : 1.0);
-    double best_f = INFINITY, best_b = INFINITY;
-    for (int r = 0; r < reps; r++) {
-        if (bk_attn_fwd_init(&q, seq, hq, d, O, lse) != BK_OK) goto out;
-        double t0 = now();
-        if (bk_attn_fwd(&q, &g, Q, K, V, O, lse, NULL) != BK_OK) goto out;
-        double t = now() - t0;
-        if (t < best_f) best_f = t;
+    for (int k = 0; k < 4; k++) {
+        double t = time_attention(&g, &b, k < 2 ? 0 : RING_PIECE, k % 2, reps);
+        if (t < 0) goto out;
+        gf[k] = (k % 2 ? 2.5 : 1.0) * flops / t * 1e-9;
     }
-    if (bk_attn_fwd_finalize(&q, seq, hq, d, O, lse) != BK_OK) goto out;
-    if (bk_attn_delta(&q, seq, hq, d, dO, O, delta) != BK_OK) goto out;
-    for (int r = 0; r < reps; r++) {
-        double t0 = now();
-        if (bk_attn_bwd(&q, &g, Q, K, V, dO, lse, delta, dQ, dK, dV, NULL) != BK_OK) goto out;
-        double t = now() - t0;
-        if (t < best_b) best_b = t;
-    }
-    *fwd_gf = flops / best_f * 1e-9;
-    *bwd_gf = 2.5 * flops / best_b * 1e-9;
     rc = 0;
 out:
-    free(pos), free(Q), free(K), free(V), free(dO), free(O), free(dQ), free(dK), free(dV);
-    free(lse), free(delta);
+    attn_bufs_free(&b);
     return rc;
+}
+
+/* One row of the table: GFLOP/s and ratios to sgemm (mm, 0 without CBLAS) of
+ * the whole-block calls and of the ring's pieces. */
+static void print_attention_row(int causal, int64_t seq, int d, int hkv, double mm,
+                                const double gf[4])
+{
+    char mms[16] = "n/a", r[4][16] = {"n/a", "n/a", "n/a", "n/a"};
+    if (mm > 0) {
+        snprintf(mms, sizeof mms, "%.1f", mm);
+        for (int k = 0; k < 4; k++) snprintf(r[k], sizeof r[k], "%.2f", gf[k] / mm);
+    }
+    printf("%-7s %6ld %4d %4d %10s %10.1f %8s %10.1f %8s %8s %8s\n", causal ? "causal" : "full",
+           (long)seq, d, hkv, mms, gf[0], r[0], gf[1], r[1], r[2], r[3]);
+    fflush(stdout);
 }
 
 static int parse_int(const char *opt, const char *s, long lo, long hi, long *out)
@@ -301,8 +342,8 @@ int bench_kernels(int argc, char **argv)
 
     printf("attention kernels: %d OpenMP threads, BLAS %s, Hq = 8, fp32, %s time\n",
            omp_get_max_threads(), BURST_BLAS_NAME, use_cpu_time ? "CPU" : "wall");
-    printf("%-7s %6s %4s %4s %10s %10s %8s %10s %8s\n", "mask", "seq", "d", "hkv", "sgemm GF/s",
-           "fwd GF/s", "fwd/mm", "bwd GF/s", "bwd/mm");
+    printf("%-7s %6s %4s %4s %10s %10s %8s %10s %8s %8s %8s\n", "mask", "seq", "d", "hkv",
+           "sgemm GF/s", "fwd GF/s", "fwd/mm", "bwd GF/s", "bwd/mm", "fwd512", "bwd512");
     int failed = 0;
     for (int s = 0; s < n_seq; s++) {
         int side = seqs[s] < 2048 ? (int)seqs[s] : 2048;
@@ -316,20 +357,12 @@ int bench_kernels(int argc, char **argv)
                     /* the reference right before each configuration, so that both see
                      * the same machine (it is shared) */
                     double mm = sgemm_gflops(side, 3);
-                    double fg = 0, bg = 0;
-                    if (bench_attention(seqs[s], d, hkv, m, reps, &fg, &bg)) {
+                    double gf[4];
+                    if (bench_attention(seqs[s], d, hkv, m, reps, gf)) {
                         failed = 1;
                         continue;
                     }
-                    char fr[16] = "n/a", br[16] = "n/a", mms[16] = "n/a";
-                    if (mm > 0) {
-                        snprintf(mms, sizeof mms, "%.1f", mm);
-                        snprintf(fr, sizeof fr, "%.2f", fg / mm);
-                        snprintf(br, sizeof br, "%.2f", bg / mm);
-                    }
-                    printf("%-7s %6ld %4d %4d %10s %10.1f %8s %10.1f %8s\n", m ? "causal" : "full",
-                           (long)seqs[s], d, hkv, mms, fg, fr, bg, br);
-                    fflush(stdout);
+                    print_attention_row(m, seqs[s], d, hkv, mm, gf);
                 }
             }
         }
