@@ -111,17 +111,6 @@ static int print_config(const train_config *c)
     return 0;
 }
 
-/* Says why the world failed (a rank lost, a wait timed out) on this rank, and
- * 1; 0 when it has not. An agreement that a failure interrupted looks to the
- * caller like another rank's failure, which it does not report itself. */
-static int report_world_failure(const trainer *t)
-{
-    const char *why = bt_world_error(t->world);
-    if (!why[0]) return 0;
-    fprintf(stderr, "burst train: rank %d: %s\n", t->rank, why);
-    return 1;
-}
-
 /* Leaves the world: in order after a run every rank finished or stopped
  * together, by abort after a failure that other ranks may not have seen. */
 static int leave_world(trainer *t, int status)
@@ -131,7 +120,9 @@ static int leave_world(trainer *t, int status)
         bt_comm_free(t->cp_comm);
         t->dp_comm = t->cp_comm = NULL;
         int finalized = bt_world_finalize(t->world) == BT_OK;
-        if (!finalized) report_world_failure(t);
+        /* the ranks agreed to stop or finished: a finalize that fails lost a
+         * rank after that, which no one has reported yet */
+        if (!finalized) trainer_report_world_failure(t);
         status = status == 0 && finalized ? 0 : EXIT_RUN_FAILURE;
     } else {
         bt_world_abort(t->world);
@@ -161,8 +152,7 @@ int cmd_train(int argc, char **argv)
     }
     status = trainer_setup(&t, err, sizeof err);
     if (status != 0) {
-        if (report_world_failure(&t)) status = EXIT_RUN_FAILURE;
-        else if (t.rank == 0 && err[0]) fprintf(stderr, "burst train: %s\n", err);
+        if (t.rank == 0 && err[0]) fprintf(stderr, "burst train: %s\n", err);
         bt_world_abort(t.world);
         trainer_free(&t);
         return status;

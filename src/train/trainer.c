@@ -27,10 +27,22 @@ int64_t trainer_sample_index(const train_config *c, int64_t step, int dp_rank, i
     return ((step - 1) * c->dp + dp_rank) * c->micro_batches + mb;
 }
 
+int trainer_report_world_failure(const trainer *t)
+{
+    const char *why = bt_world_error(t->world);
+    if (!why[0]) return 0;
+    fprintf(stderr, "burst train: rank %d: %s\n", t->rank, why);
+    return 1;
+}
+
 int trainer_fail_together(trainer *t, int says, int name_rank, char *err, size_t err_len)
 {
     if (says && name_rank) fprintf(stderr, "burst train: rank %d: %s\n", t->rank, err);
     else if (says) fprintf(stderr, "burst train: %s\n", err);
+    /* A rank with nothing to say whose world has already failed, before the
+     * barrier below lets any rank leave: the agreement that brought it here
+     * was cut short by a lost rank, which it names. */
+    else trainer_report_world_failure(t);
     if (err_len) err[0] = '\0';
     bt_barrier(bt_world_comm(t->world)); /* a failed wait changes nothing: every rank fails */
     return EXIT_USAGE;

@@ -120,10 +120,14 @@ int trainer_make_arena(trainer *t, char *err, size_t err_len);
  * than in a step); 0 or -1 with err. */
 int trainer_check_scratch_room(const trainer *t, char *err, size_t err_len);
 /* Ends a setup that every rank knows has failed: each rank with something to
- * say prints it (naming itself with name_rank; err emptied), then the ranks
- * wait for each other, so that none leaves, and no launcher stops the others,
- * before every message is out. EXIT_USAGE. */
+ * say prints it (naming itself with name_rank; err emptied), a rank without
+ * whose world has failed names the lost rank (the agreement was cut short),
+ * then the ranks wait for each other, so that none leaves, and no launcher
+ * stops the others, before every message is out. EXIT_USAGE. */
 int trainer_fail_together(trainer *t, int says, int name_rank, char *err, size_t err_len);
+/* Prints "burst train: rank R: <the world's error>" and returns 1 when the
+ * world has failed (a rank lost, a wait timed out); 0 otherwise. */
+int trainer_report_world_failure(const trainer *t);
 /* After a part of the setup that is each rank's own: 0, or EXIT_USAGE on
  * every rank when any failed, each rank that did naming itself and why. */
 int trainer_agree_on_own_part(trainer *t, int failed, char *err, size_t err_len);
