@@ -37,6 +37,11 @@ SUITE_LIBS = tests/lib/libburst_tests.a $(CHECK_LIBS)
 # configure names the package to install when a dependency is missing.
 TESTS += tests/build/test_configure.sh
 EXTRA_DIST += tests/build/test_configure.sh
+# README's two commands in either order: build-aux/build.sh configures again
+# when a program configure looks for appears; cuobjdump is found where
+# install-deps.sh test puts it.
+TESTS += tests/build/test_build_tools.sh
+EXTRA_DIST += tests/build/test_build_tools.sh
 # tests/run.sh's summary: a skip is no pass; CI must not skip the real Slurm.
 TESTS += tests/build/test_check_summary.sh
 EXTRA_DIST += tests/build/test_check_summary.sh tests/lib/check_summary.sh
