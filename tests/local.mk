@@ -70,7 +70,7 @@ check_PROGRAMS += tests/kernels/test_simt
 TESTS += tests/kernels/test_simt
 tests_kernels_test_simt_SOURCES = tests/kernels/test_simt.cc
 tests_kernels_test_simt_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
-tests_kernels_test_simt_LDADD = libburst_kernels_emu.a $(SUITE_LIBS) -lm
+tests_kernels_test_simt_LDADD = libburst_kernels_emu.a libburst_kernels.a $(SUITE_LIBS) -lm
 
 # The emulator's mma test, built against an mma whose A-fragment layout is
 # deliberately wrong, and the attention sweep on it: the script expects both
@@ -80,7 +80,8 @@ TESTS += tests/kernels/test_simt_wrong_layout.sh
 EXTRA_DIST += tests/kernels/test_simt_wrong_layout.sh
 tests_kernels_test_simt_wrong_layout_SOURCES = tests/kernels/test_simt.cc kernels/emu/simt_mma.cc
 tests_kernels_test_simt_wrong_layout_CPPFLAGS = $(EMU_SUITE_CPPFLAGS) -DBK_EMU_MMA_WRONG_LAYOUT
-tests_kernels_test_simt_wrong_layout_LDADD = libburst_kernels_emu.a $(SUITE_LIBS) -lm
+tests_kernels_test_simt_wrong_layout_LDADD = libburst_kernels_emu.a libburst_kernels.a $(SUITE_LIBS) \
+	-lm
 
 # One test source per device suite, linked twice: with the emulator
 # (kernels/emu/select_emu.c ahead of the libraries; every build) and with the
@@ -310,12 +311,18 @@ tests_train_burst_emu_LDADD = libburst_train.a libburst_attn.a libburst_transpor
 	libburst_kernels_emu.a libburst_kernels.a libburst_io.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
 
 # The model runner on the emulated device against the host, on 1, 2 and 4
-# ranks (tests/train/model_device_worker).
-check_PROGRAMS += tests/train/model_device_worker tests/train/test_model_device
+# ranks (tests/train/model_device_worker); a kernel failing on the device in
+# a step reported as a device error, not as refused arguments
+# (tests/train/model_fail_worker, its own backend: the emulator's with
+# failures injected).
+check_PROGRAMS += tests/train/model_device_worker tests/train/model_fail_worker \
+	tests/train/test_model_device
 TESTS += tests/train/test_model_device
 tests_train_model_device_worker_SOURCES = tests/train/model_device_worker.c kernels/emu/select_emu.c
 tests_train_model_device_worker_LDADD = libburst_train.a libburst_attn.a libburst_transport.a \
 	libburst_kernels_emu.a libburst_kernels.a libburst_io.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
+tests_train_model_fail_worker_SOURCES = tests/train/model_fail_worker.c
+tests_train_model_fail_worker_LDADD = $(tests_train_model_device_worker_LDADD)
 tests_train_test_model_device_SOURCES = tests/train/test_model_device.c
 tests_train_test_model_device_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_model_device_LDADD = $(SUITE_LIBS) $(LDADD)
