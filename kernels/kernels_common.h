@@ -51,10 +51,16 @@ extern "C" {
 /* What the calling thread's last kernel failure that carries a message was:
  * after a BK_ERR_DEVICE "device error: " and the runtime call or kernel that
  * failed with CUDA's error string ("device error: cudaMemcpyAsync: an
- * illegal memory access was encountered"), or the emulator's message; ""
- * when there was none. Like cudaGetLastError, but kept until the next such
- * failure, so that whoever reports a failed step can name it. */
+ * illegal memory access was encountered"), or the emulator's message; after
+ * a BK_ERR_NOMEM of a kernel's own allocation "out of memory: cannot
+ * allocate N bytes (H) for WHAT"; "" when there was none. Like
+ * cudaGetLastError, but kept until the next such failure, so that whoever
+ * reports a failed step can name it. */
 const char *bk_kernel_error(void);
+/* A kernel's allocation of bytes for what failed: records bk_kernel_error's
+ * message (util/alloc.h's words) and returns BK_ERR_NOMEM. On the thread
+ * that called the kernel: an OpenMP worker's message would not reach it. */
+bk_status bk_out_of_memory(size_t bytes, const char *what);
 #ifdef __cplusplus
 }
 #endif

@@ -1,10 +1,12 @@
 /* status.c: names of kernel status codes, and the message of each thread's
- * last failure (bk_kernel_error, kept by bk_device_failed; nothing else
- * here, so that the emulator's own tests link it without a backend). */
+ * last failure (bk_kernel_error, kept by bk_device_failed and
+ * bk_out_of_memory; nothing else here, so that the emulator's own tests link
+ * it without a backend). */
 #include <string.h>
 
 #include "kernels/device_ops.h"
 #include "kernels/kernels_common.h"
+#include "util/alloc.h"
 
 const char *bk_status_name(bk_status st)
 {
@@ -27,6 +29,12 @@ bk_status bk_device_failed(const char *call, const char *detail)
     snprintf(last_error, sizeof last_error, "device error: %.*s: %s", (int)name, call,
              detail && detail[0] ? detail : "failed");
     return BK_ERR_DEVICE;
+}
+
+bk_status bk_out_of_memory(size_t bytes, const char *what)
+{
+    bu_no_memory(last_error, sizeof last_error, bytes, what);
+    return BK_ERR_NOMEM;
 }
 
 const char *bk_kernel_error(void)
