@@ -18,13 +18,6 @@
 #include "util/alloc.h"
 
 
-double bt_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 bt_status bt_fail(bt_world *w, bt_status st, const char *fmt, ...)
 {
     pthread_mutex_lock(&w->err_lock);
