@@ -7,6 +7,8 @@
 # wheels into $BURST_CUDA_TOOLS (default /opt/burst/cuda-tools), with links in
 # its bin/, where configure looks for them, when the toolkit lacks them.
 set -e
+# shellcheck source=build-aux/tool-paths.sh
+. "$(cd "$(dirname "$0")" && pwd)/tool-paths.sh"
 profile=${1:-build}
 packages="build-essential autoconf automake libtool pkg-config libucx-dev libhdf5-dev \
 libinih-dev check libsubunit-dev libpmix-dev libopenblas-openmp-dev"
@@ -23,7 +25,7 @@ install_cuda_tools() {
     [ -x "$nvcc" ] || return 0
     cuda_bin=$(dirname "$nvcc")
     [ -x "$cuda_bin/cuobjdump" ] && [ -x "$cuda_bin/nvdisasm" ] && return 0
-    tools=${BURST_CUDA_TOOLS:-/opt/burst/cuda-tools}
+    tools=$burst_cuda_tools
     [ -x "$tools/bin/cuobjdump" ] && return 0
     major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
     if [ "$(id -u)" -ne 0 ] && [ -z "${BURST_CUDA_TOOLS:-}" ]; then

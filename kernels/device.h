@@ -13,8 +13,9 @@
  * before anything is written. Checks that need the data (tokens, labels in
  * range) run a small kernel and wait for it. Host memory passed with a CUDA
  * device queue is refused with BK_ERR_UNSUPPORTED; a CUDA error gives
- * BK_ERR_DEVICE. Functions that return a value to the host (bk_grad_sqnorm,
- * n_valid of the cross-entropy, attention stats) wait for the stream. */
+ * BK_ERR_DEVICE (bk_kernel_error() says which). Functions that return a
+ * value to the host (bk_grad_sqnorm, n_valid of the cross-entropy, attention
+ * stats) wait for the stream. */
 #ifndef BURST_KERNELS_DEVICE_H
 #define BURST_KERNELS_DEVICE_H
 

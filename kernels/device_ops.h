@@ -110,6 +110,12 @@ typedef struct bk_device_ops {
 /* The device backend of this program, or NULL when it has none. */
 const bk_device_ops *bk_device_backend(void);
 
+/* Every BK_ERR_DEVICE of a backend comes from here: records "device error:
+ * CALL: DETAIL" (CALL up to its first '(', so that a stringified call gives
+ * its name) as the calling thread's bk_kernel_error(), and returns
+ * BK_ERR_DEVICE. */
+bk_status bk_device_failed(const char *call, const char *detail);
+
 extern const bk_device_ops bk_cuda_ops; /* kernels/cuda/device_table.cu under nvcc */
 extern const bk_device_ops bk_emu_ops;  /* the same file for the emulator */
 

@@ -4,7 +4,9 @@
  *
  * A kernel never touches hidden globals: everything it needs (where buffers
  * live, the CUDA stream, the CPU thread count, the arena its memory comes
- * from) comes through its bk_queue. */
+ * from) comes through its bk_queue. The one thing a kernel leaves behind is
+ * write-only, as errno is: the message of the calling thread's last failure
+ * (bk_kernel_error). */
 #ifndef BURST_KERNELS_COMMON_H
 #define BURST_KERNELS_COMMON_H
 
@@ -42,6 +44,26 @@ static inline bk_queue bk_host_queue(void)
 }
 
 const char *bk_status_name(bk_status st);
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* What the calling thread's last kernel failure that carries a message was:
+ * after a BK_ERR_DEVICE "device error: " and the runtime call or kernel that
+ * failed with CUDA's error string ("device error: cudaMemcpyAsync: an
+ * illegal memory access was encountered"), or the emulator's message; after
+ * a BK_ERR_NOMEM of a kernel's own allocation "out of memory: cannot
+ * allocate N bytes (H) for WHAT"; "" when there was none. Like
+ * cudaGetLastError, but kept until the next such failure, so that whoever
+ * reports a failed step can name it. */
+const char *bk_kernel_error(void);
+/* A kernel's allocation of bytes for what failed: records bk_kernel_error's
+ * message (util/alloc.h's words) and returns BK_ERR_NOMEM. On the thread
+ * that called the kernel: an OpenMP worker's message would not reach it. */
+bk_status bk_out_of_memory(size_t bytes, const char *what);
+#ifdef __cplusplus
+}
+#endif
 
 /* Argument check: in debug builds (--enable-debug) a violated condition aborts
  * with the condition and location; otherwise the kernel returns BK_ERR_ARG. */

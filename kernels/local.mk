@@ -2,9 +2,6 @@
 # Attention and the other ops keep their file lists in their own fragments.
 libburst_kernels_a_SOURCES += kernels/kernels_common.h kernels/status.c kernels/shared_math.h \
 	kernels/arena.h kernels/arena.c
-if HAVE_CUDA
-libburst_kernels_a_SOURCES += kernels/cuda/shared_math.cu
-endif
 # The double-precision references that the tests and `burst selftest` check
 # the kernels against (one copy, shared by both).
 libburst_kernels_a_SOURCES += kernels/ref/attention_ref.h kernels/ref/attention_ref.c \

@@ -3,6 +3,3 @@ libburst_kernels_a_SOURCES += kernels/ops.h kernels/ops_math.h kernels/cpu/ops_c
 	kernels/cpu/gemm.c kernels/cpu/norm.c kernels/cpu/rope.c kernels/cpu/swiglu.c \
 	kernels/cpu/embedding.c kernels/cpu/adamw.c kernels/cpu/grad_norm.c kernels/cpu/vector.c \
 	kernels/cpu/cross_entropy.c
-if HAVE_CUDA
-libburst_kernels_a_SOURCES += kernels/cuda/ops_math.cu
-endif

@@ -37,6 +37,11 @@ SUITE_LIBS = tests/lib/libburst_tests.a $(CHECK_LIBS)
 # configure names the package to install when a dependency is missing.
 TESTS += tests/build/test_configure.sh
 EXTRA_DIST += tests/build/test_configure.sh
+# README's two commands in either order: build-aux/build.sh configures again
+# when a program configure looks for appears; cuobjdump is found where
+# install-deps.sh test puts it.
+TESTS += tests/build/test_build_tools.sh
+EXTRA_DIST += tests/build/test_build_tools.sh
 # tests/run.sh's summary: a skip is no pass; CI must not skip the real Slurm.
 TESTS += tests/build/test_check_summary.sh
 EXTRA_DIST += tests/build/test_check_summary.sh tests/lib/check_summary.sh
@@ -47,14 +52,15 @@ check_PROGRAMS += tests/kernels/test_attention
 TESTS += tests/kernels/test_attention
 tests_kernels_test_attention_SOURCES = tests/kernels/test_attention.c
 tests_kernels_test_attention_CFLAGS = $(SUITE_CFLAGS)
-tests_kernels_test_attention_LDADD = $(SUITE_LIBS) libburst_kernels.a $(EXTERNAL_LIBS)
+tests_kernels_test_attention_LDADD = $(SUITE_LIBS) libburst_kernels.a libburst_util.a \
+	$(EXTERNAL_LIBS)
 
 # GEMM, norms, RoPE, SwiGLU, embedding, AdamW, cross-entropy.
 check_PROGRAMS += tests/kernels/test_ops
 TESTS += tests/kernels/test_ops
 tests_kernels_test_ops_SOURCES = tests/kernels/test_ops.c
 tests_kernels_test_ops_CFLAGS = $(SUITE_CFLAGS)
-tests_kernels_test_ops_LDADD = $(SUITE_LIBS) libburst_kernels.a $(EXTERNAL_LIBS)
+tests_kernels_test_ops_LDADD = $(SUITE_LIBS) libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS)
 
 # The device kernels (kernels/cuda/) on the CPU: the SIMT emulator's own
 # primitives, then the kernels on an emulated device queue against the
@@ -65,7 +71,8 @@ check_PROGRAMS += tests/kernels/test_simt
 TESTS += tests/kernels/test_simt
 tests_kernels_test_simt_SOURCES = tests/kernels/test_simt.cc
 tests_kernels_test_simt_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
-tests_kernels_test_simt_LDADD = libburst_kernels_emu.a $(SUITE_LIBS) -lm
+tests_kernels_test_simt_LDADD = libburst_kernels_emu.a libburst_kernels.a libburst_util.a \
+	$(SUITE_LIBS) -lm
 
 # The emulator's mma test, built against an mma whose A-fragment layout is
 # deliberately wrong, and the attention sweep on it: the script expects both
@@ -75,13 +82,15 @@ TESTS += tests/kernels/test_simt_wrong_layout.sh
 EXTRA_DIST += tests/kernels/test_simt_wrong_layout.sh
 tests_kernels_test_simt_wrong_layout_SOURCES = tests/kernels/test_simt.cc kernels/emu/simt_mma.cc
 tests_kernels_test_simt_wrong_layout_CPPFLAGS = $(EMU_SUITE_CPPFLAGS) -DBK_EMU_MMA_WRONG_LAYOUT
-tests_kernels_test_simt_wrong_layout_LDADD = libburst_kernels_emu.a $(SUITE_LIBS) -lm
+tests_kernels_test_simt_wrong_layout_LDADD = libburst_kernels_emu.a libburst_kernels.a \
+	libburst_util.a $(SUITE_LIBS) -lm
 
 # One test source per device suite, linked twice: with the emulator
 # (kernels/emu/select_emu.c ahead of the libraries; every build) and with the
 # CUDA backend (CUDA builds; skips, exit 77, without a GPU).
-DEV_SUITE_LIBS_EMU = $(SUITE_LIBS) libburst_kernels_emu.a libburst_kernels.a $(EXTERNAL_LIBS) -lstdc++
-DEV_SUITE_LIBS_CUDA = $(SUITE_LIBS) libburst_kernels.a $(EXTERNAL_LIBS)
+DEV_SUITE_LIBS_EMU = $(SUITE_LIBS) libburst_kernels_emu.a libburst_kernels.a libburst_util.a \
+	$(EXTERNAL_LIBS) -lstdc++
+DEV_SUITE_LIBS_CUDA = $(SUITE_LIBS) libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS)
 DEV_SUITE_UTIL = tests/kernels/dev_util.h tests/kernels/dev_util.c
 
 check_PROGRAMS += tests/kernels/test_dev_ops_emu
@@ -163,10 +172,11 @@ EXTRA_DIST += tests/kernels/test_cuda_resources.sh tests/kernels/test_cuda_sass.
 check_PROGRAMS += tests/transport/transport_worker tests/transport/test_transport
 TESTS += tests/transport/test_transport
 tests_transport_transport_worker_SOURCES = tests/transport/transport_worker.c
-tests_transport_transport_worker_LDADD = libburst_transport.a $(EXTERNAL_LIBS)
+tests_transport_transport_worker_LDADD = libburst_transport.a libburst_util.a $(EXTERNAL_LIBS)
 tests_transport_test_transport_SOURCES = tests/transport/test_transport.c
 tests_transport_test_transport_CFLAGS = $(SUITE_CFLAGS)
-tests_transport_test_transport_LDADD = $(SUITE_LIBS) libburst_transport.a $(EXTERNAL_LIBS)
+tests_transport_test_transport_LDADD = $(SUITE_LIBS) libburst_transport.a libburst_util.a \
+	$(EXTERNAL_LIBS)
 
 # The transport on device memory: staging, self copies, device collectives and
 # refusals, with real ranks whose device is the SIMT emulator
@@ -179,7 +189,8 @@ tests_transport_transport_dev_worker_LDADD = libburst_attn.a libburst_transport.
 	libburst_kernels_emu.a libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
 tests_transport_test_transport_device_SOURCES = tests/transport/test_transport_device.c
 tests_transport_test_transport_device_CFLAGS = $(SUITE_CFLAGS)
-tests_transport_test_transport_device_LDADD = $(SUITE_LIBS) libburst_transport.a $(EXTERNAL_LIBS)
+tests_transport_test_transport_device_LDADD = $(SUITE_LIBS) libburst_transport.a libburst_util.a \
+	$(EXTERNAL_LIBS)
 
 # A real single-node Slurm started by the test itself (skips where not root).
 TESTS += tests/transport/test_slurm.sh
@@ -239,6 +250,17 @@ TESTS += tests/attn/test_sparse_pattern
 tests_attn_test_sparse_pattern_SOURCES = tests/attn/test_sparse_pattern.c
 tests_attn_test_sparse_pattern_CFLAGS = $(SUITE_CFLAGS)
 tests_attn_test_sparse_pattern_LDADD = $(SUITE_LIBS) $(LDADD)
+
+# Memory that cannot be had is an error naming the size, not a crash: the CPU
+# attention, the ring planner, a rank's messages to itself, with the
+# allocator wrapped so that each allocation fails in turn.
+check_PROGRAMS += tests/attn/test_out_of_memory
+TESTS += tests/attn/test_out_of_memory
+tests_attn_test_out_of_memory_SOURCES = tests/attn/test_out_of_memory.c
+tests_attn_test_out_of_memory_CFLAGS = $(SUITE_CFLAGS)
+tests_attn_test_out_of_memory_LDFLAGS = -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
+	-Wl,--wrap=aligned_alloc
+tests_attn_test_out_of_memory_LDADD = $(SUITE_LIBS) $(LDADD)
 
 # ------------------------------------------------------------------ train
 # The LM head fused with the cross-entropy loss, chunked along the sequence.
@@ -305,12 +327,18 @@ tests_train_burst_emu_LDADD = libburst_train.a libburst_attn.a libburst_transpor
 	libburst_kernels_emu.a libburst_kernels.a libburst_io.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
 
 # The model runner on the emulated device against the host, on 1, 2 and 4
-# ranks (tests/train/model_device_worker).
-check_PROGRAMS += tests/train/model_device_worker tests/train/test_model_device
+# ranks (tests/train/model_device_worker); a kernel failing on the device in
+# a step reported as a device error, not as refused arguments
+# (tests/train/model_fail_worker, its own backend: the emulator's with
+# failures injected).
+check_PROGRAMS += tests/train/model_device_worker tests/train/model_fail_worker \
+	tests/train/test_model_device
 TESTS += tests/train/test_model_device
 tests_train_model_device_worker_SOURCES = tests/train/model_device_worker.c kernels/emu/select_emu.c
 tests_train_model_device_worker_LDADD = libburst_train.a libburst_attn.a libburst_transport.a \
 	libburst_kernels_emu.a libburst_kernels.a libburst_io.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
+tests_train_model_fail_worker_SOURCES = tests/train/model_fail_worker.c
+tests_train_model_fail_worker_LDADD = $(tests_train_model_device_worker_LDADD)
 tests_train_test_model_device_SOURCES = tests/train/test_model_device.c
 tests_train_test_model_device_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_model_device_LDADD = $(SUITE_LIBS) $(LDADD)

@@ -62,10 +62,14 @@ static bt_status self_isend(bt_backend *b, bt_request *req, const void *buf)
         deliver(b, recv, buf, req->mem, req->bytes);
         return recv->status;
     }
-    struct queued *q = malloc(sizeof *q);
+    struct queued *q = bt_calloc(b->world, sizeof *q, "a message a rank sends itself");
+    if (q) q->data = bt_calloc(b->world, req->bytes, "a message a rank sends itself");
+    if (!q || !q->data) {
+        free(q);
+        return BT_ERR_SYS;
+    }
     q->tag = req->tag;
     q->bytes = req->bytes;
-    q->data = malloc(req->bytes ? req->bytes : 1);
     q->next = NULL;
     bt_status st = copy_between(b, q->data, BT_MEM_HOST, buf, req->mem, req->bytes);
     if (st != BT_OK) {
@@ -149,10 +153,16 @@ static const bt_backend_ops self_ops = {
 
 bt_status bt_backend_self_create(bt_world *w, bt_backend **out)
 {
-    bt_backend *b = calloc(1, sizeof *b);
+    bt_backend *b = bt_calloc(w, sizeof *b, "the self backend");
+    self_state *s = b ? bt_calloc(w, sizeof *s, "the self backend's queues") : NULL;
+    *out = NULL;
+    if (!s) {
+        free(b);
+        return BT_ERR_SYS;
+    }
     b->ops = &self_ops;
     b->world = w;
-    b->impl = calloc(1, sizeof(self_state));
+    b->impl = s;
     *out = b;
     return BT_OK;
 }

@@ -185,7 +185,8 @@ static bt_status ucx_isend(bt_backend *b, bt_request *req, const void *buf)
 static bt_status ucx_irecv(bt_backend *b, bt_request *req)
 {
     ucx_state *s = b->impl;
-    ucx_recv *rv = calloc(1, sizeof *rv);
+    ucx_recv *rv = bt_calloc(b->world, sizeof *rv, "a UCX receive");
+    if (!rv) return BT_ERR_SYS;
     ucp_request_param_t p;
     memset(&p, 0, sizeof p);
     /* Always get a request back, so the matched length is read one way only. */
@@ -338,12 +339,16 @@ int bt_backend_ucx_cuda(const bt_backend *b) { return b->ops == &ucx_cuda_ops; }
 bt_status bt_backend_ucx_create(bt_world *w, bt_backend **out, unsigned char **addr,
                                 size_t *addr_len)
 {
-    bt_backend *b = calloc(1, sizeof *b);
-    ucx_state *s = calloc(1, sizeof *s);
+    bt_backend *b = bt_calloc(w, sizeof *b, "the UCX backend");
+    ucx_state *s = b ? bt_calloc(w, sizeof *s, "the UCX backend") : NULL;
+    *out = NULL;
+    if (!s) {
+        free(b);
+        return BT_ERR_SYS;
+    }
     b->ops = &ucx_ops;
     b->world = w;
     b->impl = s;
-    *out = NULL;
 
     ucp_config_t *config;
     ucs_status_t us = ucp_config_read(NULL, NULL, &config);
@@ -378,8 +383,9 @@ bt_status bt_backend_ucx_create(bt_world *w, bt_backend **out, unsigned char **a
 bt_status bt_backend_ucx_connect(bt_backend *b)
 {
     ucx_state *s = b->impl;
-    s->eps = calloc((size_t)b->world->size, sizeof *s->eps);
-    s->peers = calloc((size_t)b->world->size, sizeof *s->peers);
-    if (!s->eps || !s->peers) return bt_fail(b->world, BT_ERR_SYS, "out of memory for UCX endpoints");
+    size_t n = (size_t)b->world->size;
+    s->eps = bt_calloc(b->world, n * sizeof *s->eps, "the UCX endpoints");
+    s->peers = s->eps ? bt_calloc(b->world, n * sizeof *s->peers, "the UCX endpoints") : NULL;
+    if (!s->peers) return BT_ERR_SYS;
     return BT_OK;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "transport/transport.h"
+#include "util/clock.h"
 
 typedef struct bt_backend bt_backend;
 
@@ -160,6 +161,15 @@ struct bt_world {
 /* Records the first error (later ones are ignored); returns st. */
 bt_status bt_fail(bt_world *w, bt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The transport's clock: util's monotonic seconds (util/clock.h). */
+static inline double bt_now(void)
+{
+    return bu_now();
+}
+/* A zeroed buffer of bytes (util/alloc.h's bu_calloc), or NULL after
+ * bt_fail(w, BT_ERR_SYS, "out of memory: cannot allocate N bytes (H) for
+ * WHAT"): the transport's one way to allocate. */
+void *bt_calloc(bt_world *w, size_t bytes, const char *what);
 double bt_now(void);
 
 /* Bootstrap: who am I, where is rank 0, what is the secret. */

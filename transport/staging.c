@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "transport/internal.h"
+#include "util/parse.h"
 
 /* 1 MiB chunks: a copy of that size runs near full PCIe speed (about 40 us at
  * 25 GB/s, against a few us to start a copy or a UCX rendezvous), and a large
@@ -80,20 +81,12 @@ typedef struct {
 
 /* ------------------------------------------------------------------ settings */
 
-static size_t parse_bytes(const char *text)
-{
-    char *end;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (end == text) return 0;
-    if (*end == 'K' || *end == 'k') v <<= 10, end++;
-    else if (*end == 'M' || *end == 'm') v <<= 20, end++;
-    return *end == '\0' ? (size_t)v : 0;
-}
-
 size_t bt_staging_chunk_bytes(void)
 {
     const char *env = getenv("BURST_STAGE_CHUNK");
-    return env ? parse_bytes(env) : STAGE_CHUNK_BYTES_DEFAULT;
+    uint64_t bytes;
+    if (!env) return STAGE_CHUNK_BYTES_DEFAULT;
+    return bu_parse_bytes(env, &bytes) == 0 && bytes <= SIZE_MAX ? (size_t)bytes : 0;
 }
 
 static int slots_setting(void)

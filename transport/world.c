@@ -15,14 +15,8 @@
 
 #include "transport/internal.h"
 #include "transport/launch.h"
+#include "util/alloc.h"
 
-
-double bt_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 bt_status bt_fail(bt_world *w, bt_status st, const char *fmt, ...)
 {
@@ -39,6 +33,14 @@ bt_status bt_fail(bt_world *w, bt_status st, const char *fmt, ...)
     }
     pthread_mutex_unlock(&w->err_lock);
     return st;
+}
+
+void *bt_calloc(bt_world *w, size_t bytes, const char *what)
+{
+    char err[256];
+    void *p = bu_calloc(bytes, what, err, sizeof err);
+    if (!p) bt_fail(w, BT_ERR_SYS, "%s", err);
+    return p;
 }
 
 void bt_options_default(bt_options *opt)
@@ -114,10 +116,16 @@ bt_status bt_world_init(const bt_options *opt_in, bt_world **out, char *err, siz
     w->size = w->ident.size;
 
     if (w->size == 1) {
-        w->peers = calloc(1, sizeof *w->peers);
         w->n_nodes = 1;
         w->local_size = 1;
-        bt_backend_self_create(w, &w->intra);
+        w->peers = bt_calloc(w, sizeof *w->peers, "the world's peers");
+        st = w->peers ? bt_backend_self_create(w, &w->intra) : BT_ERR_SYS;
+        if (st != BT_OK) {
+            snprintf(err, err_len, "%s", w->err);
+            free(w->peers);
+            free(w);
+            return st;
+        }
         w->inter = w->self = w->intra;
         w->backends[w->n_backends++] = w->intra;
     } else {
@@ -133,8 +141,8 @@ bt_status bt_world_init(const bt_options *opt_in, bt_world **out, char *err, siz
         }
         if (st == BT_OK) {
             /* A rank's messages to itself: copied at once, in either memory. */
-            bt_backend_self_create(w, &w->self);
-            w->backends[w->n_backends++] = w->self;
+            st = bt_backend_self_create(w, &w->self);
+            if (st == BT_OK) w->backends[w->n_backends++] = w->self;
         }
         if (st == BT_OK) st = bt_control_start(w);
         if (st != BT_OK) {

@@ -50,6 +50,25 @@ int bu_parse_u64(const char *s, uint64_t *out, int *overflow)
     return errno == ERANGE ? range_error(overflow) : 0;
 }
 
+int bu_parse_bytes(const char *s, uint64_t *out)
+{
+    if (!isdigit((unsigned char)*s)) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE) return -1;
+    int shift = 0;
+    switch (tolower((unsigned char)*end)) {
+    case 'k': shift = 10; break;
+    case 'm': shift = 20; break;
+    case 'g': shift = 30; break;
+    }
+    if (shift) end++;
+    if (*end != '\0' || v > (UINT64_MAX >> shift)) return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
 const char *bu_human_bytes(double bytes, char *buf, size_t len)
 {
     const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -197,13 +197,11 @@ static void bwd_group(const bwd_args *a, const bwd_scratch *ws, float *st, float
 
 /* Cuts key tiles [0, n_kt) into n contiguous slices of about equal unmasked
  * work (query tiles the mask leaves for each key tile). */
-static void cut_slices(const bwd_args *a, int n, int64_t *cut)
+static bk_status cut_slices(const bwd_args *a, int n, int64_t *cut)
 {
     int64_t *work = calloc((size_t)a->n_kt + 1, sizeof *work); /* prefix sums */
-    if (!work) {
-        fprintf(stderr, "burst attention: out of memory\n");
-        abort();
-    }
+    if (!work)
+        return bk_out_of_memory(((size_t)a->n_kt + 1) * sizeof *work, "the attention's slices");
     for (int64_t kt = 0; kt < a->n_kt; kt++) {
         int64_t live = 0;
         for (int64_t t = 0; t < a->n_qt; t++)
@@ -219,6 +217,58 @@ static void cut_slices(const bwd_args *a, int n, int64_t *cut)
     }
     cut[n] = a->n_kt;
     free(work);
+    return BK_OK;
+}
+
+/* One thread's scratch: 0, or -1 when memory ran out (bwd_scratch_free
+ * frees what was had either way). */
+static int bwd_scratch_take(size_t d, bwd_scratch w[BK_ATTN_QGROUP], float **st, float **dp)
+{
+    int ok = 1;
+    for (int s = 0; s < BK_ATTN_QGROUP; s++) {
+        w[s].qt = bk_attn_scratch(d * BK_ATTN_TQ);
+        w[s].dot = bk_attn_scratch(d * BK_ATTN_TQ);
+        w[s].dq = bk_attn_scratch(d * BK_ATTN_TQ);
+        w[s].off = bk_attn_scratch(2 * BK_ATTN_TQ);
+        ok = ok && w[s].qt && w[s].dot && w[s].dq && w[s].off;
+        if (w[s].off) w[s].delta = w[s].off + BK_ATTN_TQ;
+    }
+    *st = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ); /* S^T, P^T, dS^T */
+    *dp = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ); /* dP^T */
+    return ok && *st && *dp ? 0 : -1;
+}
+
+/* What bwd_scratch_take asks for (each piece is rounded up to 64 bytes). */
+static size_t bwd_scratch_bytes(size_t d)
+{
+    return ((size_t)BK_ATTN_QGROUP * (3 * d + 2) * BK_ATTN_TQ +
+            2 * (size_t)BK_ATTN_TK * BK_ATTN_TQ) *
+           sizeof(float);
+}
+
+static void bwd_scratch_free(bwd_scratch w[BK_ATTN_QGROUP], float *st, float *dp)
+{
+    for (int s = 0; s < BK_ATTN_QGROUP; s++) {
+        free(w[s].qt);
+        free(w[s].dot);
+        free(w[s].dq);
+        free(w[s].off);
+    }
+    free(st);
+    free(dp);
+}
+
+/* The private dQ copies of slices 1..n_slices-1 (slice 0 writes dQ itself):
+ * BK_OK, or BK_ERR_NOMEM with the ones had freed. */
+static bk_status dq_copies(float **dq_slice, int64_t n_slices, size_t dq_size)
+{
+    for (int64_t s = 1; s < n_slices; s++) {
+        dq_slice[s] = bk_attn_scratch(dq_size);
+        if (dq_slice[s]) continue;
+        for (int64_t t = 1; t < s; t++) free(dq_slice[t]);
+        return bk_out_of_memory(dq_size * sizeof(float), "a private copy of the attention's dQ");
+    }
+    return BK_OK;
 }
 
 static int gcd(int x, int y)
@@ -229,6 +279,59 @@ static int gcd(int x, int y)
         y = r;
     }
     return x;
+}
+
+/* Every unit (key/value head, key slice) on nt threads, the tile counts
+ * added into *n_skip, *n_mask, *n_full: BK_OK, or BK_ERR_NOMEM when a thread
+ * could not have its scratch (it computes nothing, the others go on). */
+static bk_status bwd_units(const bwd_args *a, int nt, int64_t *n_skip_out, int64_t *n_mask_out,
+                           int64_t *n_full_out)
+{
+    const bk_attn_geom *g = a->g;
+    const int64_t n_slices = a->n_slices, n_qt = a->n_qt, units = (int64_t)g->h_kv * n_slices;
+    const int grp = g->h_q / g->h_kv;
+    int64_t n_skip = 0, n_mask = 0, n_full = 0;
+    int short_of_memory = 0;
+#pragma omp parallel num_threads(nt) reduction(+ : n_skip, n_mask, n_full)
+    {
+        bwd_scratch w[BK_ATTN_QGROUP];
+        float *st, *dp;
+        int have =
+            bk_attn_scratch_had(bwd_scratch_take((size_t)g->d, w, &st, &dp) == 0, &short_of_memory);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < units; u++) {
+            if (!have) continue;
+            int hk = (int)(u / n_slices);
+            int64_t s = u % n_slices;
+            /* the unit's (query head, query tile) items, head-major, in groups that
+             * share each key tile */
+            bwd_item items[BK_ATTN_QGROUP];
+            int n_items = 0;
+            for (int h = hk * grp; h < (hk + 1) * grp; h++)
+                for (int64_t t = 0; t < n_qt; t++) {
+                    bwd_item *e = &items[n_items++];
+                    e->h = h;
+                    e->t = t;
+                    e->i0 = t * BK_ATTN_TQ;
+                    e->bq = g->n_q - e->i0 < BK_ATTN_TQ ? g->n_q - e->i0 : BK_ATTN_TQ;
+                    e->nq = (e->bq + 15) / 16 * 16;
+                    e->live = 0;
+                    if (n_items == BK_ATTN_QGROUP) {
+                        bwd_group(a, w, st, dp, items, n_items, a->cut[s], a->cut[s + 1],
+                                  a->dq_slice[s], &n_skip, &n_mask, &n_full);
+                        n_items = 0;
+                    }
+                }
+            if (n_items > 0)
+                bwd_group(a, w, st, dp, items, n_items, a->cut[s], a->cut[s + 1], a->dq_slice[s],
+                          &n_skip, &n_mask, &n_full);
+        }
+        bwd_scratch_free(w, st, dp);
+    }
+    *n_skip_out += n_skip, *n_mask_out += n_mask, *n_full_out += n_full;
+    return short_of_memory ? bk_out_of_memory(bwd_scratch_bytes((size_t)g->d),
+                                              "the attention's scratch of a thread")
+                           : BK_OK;
 }
 
 bk_status bk_attn_bwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, const float *K,
@@ -259,77 +362,33 @@ bk_status bk_attn_bwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, 
     bk_attn_range *kr = malloc((size_t)n_kt * sizeof *kr);
     int64_t *cut = malloc(((size_t)n_slices + 1) * sizeof *cut);
     float **dq_slice = calloc((size_t)n_slices, sizeof *dq_slice);
-    if (!qr || !kr || !cut || !dq_slice) {
-        fprintf(stderr, "burst attention: out of memory\n");
-        abort();
+    const size_t dq_size = (size_t)g->n_q * (size_t)g->h_q * (size_t)g->d;
+    if (!qr || !kr || !cut || !dq_slice)
+        status = bk_out_of_memory((size_t)(n_qt + n_kt) * sizeof *qr +
+                                      ((size_t)n_slices + 1) * sizeof *cut +
+                                      (size_t)n_slices * sizeof *dq_slice,
+                                  "the attention's tiles and slices");
+    else
+        status = dq_copies(dq_slice, n_slices, dq_size);
+    if (status != BK_OK) {
+        free(qr), free(kr), free(cut), free(dq_slice);
+        return status;
     }
     bk_attn_ranges(g->q_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->q_seg : NULL, g->n_q, BK_ATTN_TQ,
                    qr);
     bk_attn_ranges(g->kv_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->kv_seg : NULL, g->n_kv,
                    BK_ATTN_TK, kr);
-    const size_t dq_size = (size_t)g->n_q * (size_t)g->h_q * (size_t)g->d;
     dq_slice[0] = dQ;
-    for (int64_t s = 1; s < n_slices; s++) dq_slice[s] = bk_attn_scratch(dq_size);
     bwd_args a = {g,  Q,        K,  V,  dO,   lse,  delta, dQ,           dK,
                   dV, dq_slice, qr, kr, n_qt, n_kt, cut,   (int)n_slices};
     if (n_slices > 1)
-        cut_slices(&a, (int)n_slices, cut);
+        status = cut_slices(&a, (int)n_slices, cut);
     else
         cut[0] = 0, cut[1] = n_kt;
 
-    const int64_t units = (int64_t)g->h_kv * n_slices;
-    const int grp = g->h_q / g->h_kv;
     int64_t n_skip = 0, n_mask = 0, n_full = 0;
-#pragma omp parallel num_threads(nt) reduction(+ : n_skip, n_mask, n_full)
-    {
-        const size_t d = (size_t)g->d;
-        bwd_scratch w[BK_ATTN_QGROUP];
-        for (int s = 0; s < BK_ATTN_QGROUP; s++) {
-            w[s].qt = bk_attn_scratch(d * BK_ATTN_TQ);
-            w[s].dot = bk_attn_scratch(d * BK_ATTN_TQ);
-            w[s].dq = bk_attn_scratch(d * BK_ATTN_TQ);
-            w[s].off = bk_attn_scratch(2 * BK_ATTN_TQ);
-            w[s].delta = w[s].off + BK_ATTN_TQ;
-        }
-        float *st = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ); /* S^T, P^T, dS^T */
-        float *dp = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ); /* dP^T */
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t u = 0; u < units; u++) {
-            int hk = (int)(u / n_slices);
-            int64_t s = u % n_slices;
-            /* the unit's (query head, query tile) items, head-major, in groups that
-             * share each key tile */
-            bwd_item items[BK_ATTN_QGROUP];
-            int n_items = 0;
-            for (int h = hk * grp; h < (hk + 1) * grp; h++)
-                for (int64_t t = 0; t < n_qt; t++) {
-                    bwd_item *e = &items[n_items++];
-                    e->h = h;
-                    e->t = t;
-                    e->i0 = t * BK_ATTN_TQ;
-                    e->bq = g->n_q - e->i0 < BK_ATTN_TQ ? g->n_q - e->i0 : BK_ATTN_TQ;
-                    e->nq = (e->bq + 15) / 16 * 16;
-                    e->live = 0;
-                    if (n_items == BK_ATTN_QGROUP) {
-                        bwd_group(&a, w, st, dp, items, n_items, cut[s], cut[s + 1], dq_slice[s],
-                                  &n_skip, &n_mask, &n_full);
-                        n_items = 0;
-                    }
-                }
-            if (n_items > 0)
-                bwd_group(&a, w, st, dp, items, n_items, cut[s], cut[s + 1], dq_slice[s], &n_skip,
-                          &n_mask, &n_full);
-        }
-        for (int s = 0; s < BK_ATTN_QGROUP; s++) {
-            free(w[s].qt);
-            free(w[s].dot);
-            free(w[s].dq);
-            free(w[s].off);
-        }
-        free(st);
-        free(dp);
-    }
-    if (n_slices > 1) {
+    if (status == BK_OK) status = bwd_units(&a, nt, &n_skip, &n_mask, &n_full);
+    if (status == BK_OK && n_slices > 1) {
         /* sum the private dQ copies into dQ */
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t i = 0; i < (int64_t)dq_size; i++) {
@@ -337,14 +396,15 @@ bk_status bk_attn_bwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, 
             for (int64_t s = 1; s < n_slices; s++) acc += dq_slice[s][i];
             dQ[i] += acc;
         }
-        for (int64_t s = 1; s < n_slices; s++) free(dq_slice[s]);
     }
+    for (int64_t s = 1; s < n_slices; s++) free(dq_slice[s]);
     free(dq_slice);
     free(cut);
     free(qr);
     free(kr);
-    bk_attn_stats_set(stats, (int64_t)g->h_q * n_qt * n_kt, n_skip, n_mask, n_full);
-    return BK_OK;
+    if (status == BK_OK)
+        bk_attn_stats_set(stats, (int64_t)g->h_q * n_qt * n_kt, n_skip, n_mask, n_full);
+    return status;
 }
 
 bk_status bk_attn_delta(const bk_queue *q, int64_t n_q, int h_q, int d, const float *dO,

@@ -62,8 +62,13 @@ void bk_attn_tile_gemm(int64_t M, int64_t N, int64_t K, const float *A, ptrdiff_
 /* Threads to use for a queue. */
 int bk_attn_threads(const bk_queue *q);
 
-/* Scratch: 64-byte aligned, zero-initialised; aborts when memory is exhausted. */
+/* Scratch: 64-byte aligned, zero-initialised; NULL when memory is exhausted
+ * (the caller reports it with bk_out_of_memory, on the calling thread). */
 float *bk_attn_scratch(size_t n_floats);
+/* In a parallel region, whether this thread has its scratch (had != 0); when
+ * not, sets the shared *short_of_memory, so that the call ends with
+ * BK_ERR_NOMEM (the thread then computes nothing). Returns had. */
+int bk_attn_scratch_had(int had, int *short_of_memory);
 
 #ifdef __AVX512F__
 /* 2^x for 16 lanes: round-to-nearest split x = i + f, |f| <= 1/2, degree-6

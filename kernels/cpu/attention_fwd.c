@@ -217,6 +217,42 @@ static void fwd_unit(const fwd_args *a, const fwd_scratch *ws, float *st, int h,
     }
 }
 
+/* One thread's scratch: 0, or -1 when memory ran out (fwd_scratch_free
+ * frees what was had either way). */
+static int fwd_scratch_take(size_t d, fwd_scratch w[BK_ATTN_QGROUP], float **st)
+{
+    int ok = 1;
+    for (int s = 0; s < BK_ATTN_QGROUP; s++) {
+        w[s].qt = bk_attn_scratch(d * BK_ATTN_TQ);
+        w[s].ot = bk_attn_scratch(d * BK_ATTN_TQ);
+        w[s].m2 = bk_attn_scratch(4 * BK_ATTN_TQ);
+        ok = ok && w[s].qt && w[s].ot && w[s].m2;
+        if (!w[s].m2) continue;
+        w[s].l = w[s].m2 + BK_ATTN_TQ;
+        w[s].alpha = w[s].l + BK_ATTN_TQ;
+        w[s].off = w[s].alpha + BK_ATTN_TQ;
+    }
+    *st = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ);
+    return ok && *st ? 0 : -1;
+}
+
+/* What fwd_scratch_take asks for (each piece is rounded up to 64 bytes). */
+static size_t fwd_scratch_bytes(size_t d)
+{
+    return ((size_t)BK_ATTN_QGROUP * (2 * d + 4) * BK_ATTN_TQ + (size_t)BK_ATTN_TK * BK_ATTN_TQ) *
+           sizeof(float);
+}
+
+static void fwd_scratch_free(fwd_scratch w[BK_ATTN_QGROUP], float *st)
+{
+    for (int s = 0; s < BK_ATTN_QGROUP; s++) {
+        free(w[s].qt);
+        free(w[s].ot);
+        free(w[s].m2);
+    }
+    free(st);
+}
+
 bk_status bk_attn_fwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, const float *K,
                       const float *V, float *O, float *lse, bk_attn_stats *stats)
 {
@@ -236,8 +272,9 @@ bk_status bk_attn_fwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, 
     bk_attn_range *qr = malloc((size_t)n_qt * sizeof *qr);
     bk_attn_range *kr = malloc((size_t)n_kt * sizeof *kr);
     if (!qr || !kr) {
-        fprintf(stderr, "burst attention: out of memory\n");
-        abort();
+        free(qr);
+        free(kr);
+        return bk_out_of_memory((size_t)(n_qt + n_kt) * sizeof *qr, "the attention's tile ranges");
     }
     bk_attn_ranges(g->q_pos, g->mask.flags & BK_ATTN_DOCUMENT ? g->q_seg : NULL, g->n_q, BK_ATTN_TQ,
                    qr);
@@ -247,39 +284,32 @@ bk_status bk_attn_fwd(const bk_queue *q, const bk_attn_geom *g, const float *Q, 
     const int64_t n_grp = (n_qt + BK_ATTN_QGROUP - 1) / BK_ATTN_QGROUP;
     const int64_t units = (int64_t)g->h_q * n_grp;
     int64_t n_skip = 0, n_mask = 0, n_full = 0;
+    int short_of_memory = 0;
 
 #pragma omp parallel num_threads(bk_attn_threads(q)) reduction(+ : n_skip, n_mask, n_full)
     {
-        const size_t d = (size_t)g->d;
         fwd_scratch w[BK_ATTN_QGROUP];
-        for (int s = 0; s < BK_ATTN_QGROUP; s++) {
-            w[s].qt = bk_attn_scratch(d * BK_ATTN_TQ);
-            w[s].ot = bk_attn_scratch(d * BK_ATTN_TQ);
-            w[s].m2 = bk_attn_scratch(4 * BK_ATTN_TQ);
-            w[s].l = w[s].m2 + BK_ATTN_TQ;
-            w[s].alpha = w[s].l + BK_ATTN_TQ;
-            w[s].off = w[s].alpha + BK_ATTN_TQ;
-        }
-        float *st = bk_attn_scratch((size_t)BK_ATTN_TK * BK_ATTN_TQ);
+        float *st;
+        int have =
+            bk_attn_scratch_had(fwd_scratch_take((size_t)g->d, w, &st) == 0, &short_of_memory);
         /* head-major, so that the threads stream the same K/V head together (it
          * then comes from the shared cache rather than memory once per thread);
          * within a head later query tiles first: under a causal mask they are
          * the longest, which leaves short units for the end of the schedule */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t u = 0; u < units; u++) {
+            if (!have) continue;
             int64_t t0 = (n_grp - 1 - u % n_grp) * BK_ATTN_QGROUP;
             int n_sub = n_qt - t0 < BK_ATTN_QGROUP ? (int)(n_qt - t0) : BK_ATTN_QGROUP;
             fwd_unit(&a, w, st, (int)(u / n_grp), t0, n_sub, &n_skip, &n_mask, &n_full);
         }
-        for (int s = 0; s < BK_ATTN_QGROUP; s++) {
-            free(w[s].qt);
-            free(w[s].ot);
-            free(w[s].m2);
-        }
-        free(st);
+        fwd_scratch_free(w, st);
     }
     free(qr);
     free(kr);
+    if (short_of_memory)
+        return bk_out_of_memory(fwd_scratch_bytes((size_t)g->d),
+                                "the attention's scratch of a thread");
     bk_attn_stats_set(stats, (int64_t)g->h_q * n_qt * n_kt, n_skip, n_mask, n_full);
     return BK_OK;
 }

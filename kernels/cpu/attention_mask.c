@@ -154,11 +154,15 @@ float *bk_attn_scratch(size_t n_floats)
     size_t bytes = (n_floats * sizeof(float) + 63) / 64 * 64;
     if (bytes == 0) bytes = 64;
     float *p = aligned_alloc(64, bytes);
-    if (!p) {
-        /* bk_status has no out-of-memory code: fail loudly rather than compute garbage */
-        fprintf(stderr, "burst attention: out of memory allocating %zu bytes of scratch\n", bytes);
-        abort();
-    }
-    memset(p, 0, bytes);
+    if (p) memset(p, 0, bytes);
     return p;
+}
+
+int bk_attn_scratch_had(int had, int *short_of_memory)
+{
+    if (!had) {
+#pragma omp atomic write
+        *short_of_memory = 1;
+    }
+    return had;
 }

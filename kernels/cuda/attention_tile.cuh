@@ -246,12 +246,8 @@ static inline bk_status bk_att_allow_smem(const void *kernel, size_t bytes)
     return BK_OK;
 #else
     if (bytes <= 48 * 1024) return BK_OK;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
-        cudaSuccess) {
-        (void)cudaGetLastError();
-        return BK_ERR_DEVICE;
-    }
-    return BK_OK;
+    return BK_CUDA(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 #endif
 }
 

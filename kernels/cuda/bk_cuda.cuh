@@ -5,9 +5,12 @@
  *
  *   BK_DEV_FN(name)     a launcher's external name: bk_cuda_name / bk_emu_name
  *   BK_LAUNCH(k, grid, block, smem, stream, args...)
- *                       launches kernel k; evaluates to a bk_status
+ *                       launches kernel k; evaluates to a bk_status (a failed
+ *                       launch's message kept for bk_kernel_error)
  *   BK_LAUNCH_NAMED(name, k, ...)  the same, k a pointer to a kernel (a template
  *                       instance), name what the emulator's messages call it
+ *   BK_CUDA(call)       a CUDA runtime call's bk_status, its failure kept for
+ *                       bk_kernel_error (CUDA only)
  *   BK_SHARED(T, a, n)  a __shared__ array T a[n] (bounds-checked in the emulator)
  *   BK_SHARED_DYN(T, a) the launch's dynamic shared memory as T a[]
  *   BK_SPTR(T)          a pointer into shared memory (one declarator per
@@ -23,6 +26,7 @@
 
 #include <stdint.h>
 
+#include "kernels/device_ops.h"
 #include "kernels/kernels_common.h"
 
 #ifdef BK_EMULATOR
@@ -37,7 +41,7 @@
 #define BK_DEV_FN(name) bk_emu_##name
 static inline bk_status bk_launch_status(int rc)
 {
-    return rc == 0 ? BK_OK : BK_ERR_DEVICE;
+    return rc == 0 ? BK_OK : bk_device_failed("kernel launch", bk_emu::last_error());
 }
 /* A launch runs what its stream still has queued first (simt_stream.h). */
 #define BK_LAUNCH(kernel, grid, block, smem, stream, ...)                                          \
@@ -50,9 +54,18 @@ static inline bk_status bk_launch_status(int rc)
          bk_emu::launch((name), (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); })))
 #else
 #define BK_DEV_FN(name) bk_cuda_##name
+/* BK_OK, or BK_ERR_DEVICE after clearing the (non-sticky) error, with call
+ * and CUDA's error string kept for bk_kernel_error. */
+static inline bk_status bk_cuda_status(cudaError_t e, const char *call)
+{
+    if (e == cudaSuccess) return BK_OK;
+    (void)cudaGetLastError();
+    return bk_device_failed(call, cudaGetErrorString(e));
+}
+#define BK_CUDA(call)   bk_cuda_status((call), #call)
 static inline bk_status bk_launch_status(void)
 {
-    return cudaGetLastError() == cudaSuccess ? BK_OK : BK_ERR_DEVICE;
+    return bk_cuda_status(cudaGetLastError(), "kernel launch");
 }
 #define BK_LAUNCH(kernel, grid, block, smem, stream, ...)                                          \
     (kernel<<<(grid), (block), (smem), static_cast<cudaStream_t>(stream)>>>(__VA_ARGS__),          \

@@ -96,6 +96,20 @@ void *take(size_t bytes, const char *call)
     return p;
 }
 
+/* A failed take: BK_ERR_DEVICE, as the runtime's cudaErrorMemoryAllocation. */
+bk_status out_of_memory(const char *call, size_t bytes)
+{
+    char detail[128];
+    size_t limit = memory().limit; /* fixed once read */
+    if (limit)
+        snprintf(detail, sizeof detail,
+                 "out of memory (%zu bytes asked of a device of BK_EMU_DEVICE_BYTES=%zu)", bytes,
+                 limit);
+    else
+        snprintf(detail, sizeof detail, "out of memory (%zu bytes asked of the host)", bytes);
+    return bk_device_failed(call, detail);
+}
+
 void give_back(void *p)
 {
     emu_memory &m = memory();
@@ -142,7 +156,7 @@ extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)
     *p = NULL;
     if (bytes == 0) return BK_OK;
     *p = take(bytes, "cudaMalloc");
-    return *p ? BK_OK : BK_ERR_DEVICE;
+    return *p ? BK_OK : out_of_memory("cudaMalloc", bytes);
 }
 
 /* As cudaFree, which waits for the device: no queued copy may touch p after. */
@@ -159,7 +173,8 @@ extern "C" bk_status BK_DEV_FN(free)(void *p)
 extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *src, size_t bytes,
                                      int dir)
 {
-    if (bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes) != 0) return BK_ERR_DEVICE;
+    if (bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes) != 0)
+        return bk_device_failed("cudaMemcpyAsync", "the stream's queue cannot grow");
     if (dir != BK_COPY_DEVICE_TO_DEVICE) bk_emu::stream_flush(q->stream);
     return BK_OK;
 }
@@ -174,7 +189,7 @@ extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **
 {
     if (q->arena) return arena_scratch(q, bytes, p);
     *p = bytes ? take(bytes, "cudaMallocAsync") : NULL;
-    return *p || !bytes ? BK_OK : BK_ERR_DEVICE;
+    return *p || !bytes ? BK_OK : out_of_memory("cudaMallocAsync", bytes);
 }
 
 /* As cudaFreeAsync: after what q's stream holds. */
@@ -201,14 +216,6 @@ static cudaStream_t stream_of(const bk_queue *q)
     return static_cast<cudaStream_t>(q->stream);
 }
 
-/* BK_OK, or BK_ERR_DEVICE after clearing the (non-sticky) error */
-static bk_status status_of(cudaError_t e)
-{
-    if (e == cudaSuccess) return BK_OK;
-    (void)cudaGetLastError();
-    return BK_ERR_DEVICE;
-}
-
 extern "C" int BK_DEV_FN(available)(void)
 {
     int n = 0;
@@ -221,14 +228,15 @@ extern "C" int BK_DEV_FN(available)(void)
 
 extern "C" bk_status BK_DEV_FN(use)(int index, int *count)
 {
-    bk_status st = status_of(cudaGetDeviceCount(count));
-    if (st != BK_OK || *count < 1) return st != BK_OK ? st : BK_ERR_DEVICE;
-    return status_of(cudaSetDevice(index % *count));
+    bk_status st = BK_CUDA(cudaGetDeviceCount(count));
+    if (st != BK_OK || *count < 1)
+        return st != BK_OK ? st : bk_device_failed("cudaGetDeviceCount", "no CUDA device");
+    return BK_CUDA(cudaSetDevice(index % *count));
 }
 
 extern "C" bk_status BK_DEV_FN(mem_info)(size_t *free_bytes, size_t *total_bytes)
 {
-    return status_of(cudaMemGetInfo(free_bytes, total_bytes));
+    return BK_CUDA(cudaMemGetInfo(free_bytes, total_bytes));
 }
 
 extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)
@@ -236,12 +244,12 @@ extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)
     if (p == NULL) return BK_ERR_ARG;
     *p = NULL;
     if (bytes == 0) return BK_OK;
-    return status_of(cudaMalloc(p, bytes));
+    return BK_CUDA(cudaMalloc(p, bytes));
 }
 
 extern "C" bk_status BK_DEV_FN(free)(void *p)
 {
-    return p ? status_of(cudaFree(p)) : BK_OK;
+    return p ? BK_CUDA(cudaFree(p)) : BK_OK;
 }
 
 extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *src, size_t bytes,
@@ -251,14 +259,14 @@ extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *s
     cudaMemcpyKind kind = dir == BK_COPY_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
                           : dir == BK_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
                                                           : cudaMemcpyDeviceToDevice;
-    bk_status st = status_of(cudaMemcpyAsync(dst, src, bytes, kind, stream_of(q)));
+    bk_status st = BK_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream_of(q)));
     if (st != BK_OK || dir == BK_COPY_DEVICE_TO_DEVICE) return st;
-    return status_of(cudaStreamSynchronize(stream_of(q)));
+    return BK_CUDA(cudaStreamSynchronize(stream_of(q)));
 }
 
 extern "C" bk_status BK_DEV_FN(sync)(const bk_queue *q)
 {
-    return status_of(cudaStreamSynchronize(stream_of(q)));
+    return BK_CUDA(cudaStreamSynchronize(stream_of(q)));
 }
 
 extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **p)
@@ -266,7 +274,7 @@ extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **
     if (q->arena) return arena_scratch(q, bytes, p);
     *p = NULL;
     if (bytes == 0) return BK_OK;
-    return status_of(cudaMallocAsync(p, bytes, stream_of(q)));
+    return BK_CUDA(cudaMallocAsync(p, bytes, stream_of(q)));
 }
 
 extern "C" void BK_DEV_FN(scratch_free)(const bk_queue *q, void *p)

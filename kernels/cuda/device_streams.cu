@@ -17,13 +17,15 @@ extern "C" bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const v
                                            size_t bytes, int dir)
 {
     (void)dir;
-    return bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes) == 0 ? BK_OK : BK_ERR_DEVICE;
+    return bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes) == 0
+               ? BK_OK
+               : bk_device_failed("cudaMemcpyAsync", "the stream's queue cannot grow");
 }
 
 extern "C" bk_status BK_DEV_FN(stream_create)(void **stream)
 {
     *stream = bk_emu::stream_create();
-    return *stream ? BK_OK : BK_ERR_DEVICE;
+    return *stream ? BK_OK : bk_device_failed("cudaStreamCreate", "out of host memory");
 }
 
 extern "C" bk_status BK_DEV_FN(stream_destroy)(void *stream)
@@ -35,7 +37,7 @@ extern "C" bk_status BK_DEV_FN(stream_destroy)(void *stream)
 extern "C" bk_status BK_DEV_FN(event_create)(void **event)
 {
     *event = bk_emu::event_create();
-    return *event ? BK_OK : BK_ERR_DEVICE;
+    return *event ? BK_OK : bk_device_failed("cudaEventCreate", "out of host memory");
 }
 
 extern "C" bk_status BK_DEV_FN(event_destroy)(void *event)
@@ -88,12 +90,14 @@ extern "C" bk_status BK_DEV_FN(host_free)(void *p)
 
 #else /* CUDA */
 
-static bk_status status_of(cudaError_t e)
+/* BK_CUDA's status (bk_cuda.cuh), but BK_ERR_NOMEM when the runtime ran out
+ * of memory */
+static bk_status status_of(cudaError_t e, const char *call)
 {
-    if (e == cudaSuccess) return BK_OK;
-    (void)cudaGetLastError();
-    return e == cudaErrorMemoryAllocation ? BK_ERR_NOMEM : BK_ERR_DEVICE;
+    bk_status st = bk_cuda_status(e, call);
+    return e == cudaErrorMemoryAllocation ? BK_ERR_NOMEM : st;
 }
+#define STATUS_OF(call) status_of((call), #call)
 
 extern "C" bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const void *src,
                                            size_t bytes, int dir)
@@ -102,68 +106,68 @@ extern "C" bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const v
     cudaMemcpyKind kind = dir == BK_COPY_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
                           : dir == BK_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
                                                           : cudaMemcpyDeviceToDevice;
-    return status_of(cudaMemcpyAsync(dst, src, bytes, kind, static_cast<cudaStream_t>(q->stream)));
+    return STATUS_OF(cudaMemcpyAsync(dst, src, bytes, kind, static_cast<cudaStream_t>(q->stream)));
 }
 
 extern "C" bk_status BK_DEV_FN(stream_create)(void **stream)
 {
     cudaStream_t s = NULL;
-    bk_status st = status_of(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    bk_status st = STATUS_OF(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     *stream = s;
     return st;
 }
 
 extern "C" bk_status BK_DEV_FN(stream_destroy)(void *stream)
 {
-    return stream ? status_of(cudaStreamDestroy(static_cast<cudaStream_t>(stream))) : BK_OK;
+    return stream ? STATUS_OF(cudaStreamDestroy(static_cast<cudaStream_t>(stream))) : BK_OK;
 }
 
 extern "C" bk_status BK_DEV_FN(event_create)(void **event)
 {
     cudaEvent_t e = NULL;
-    bk_status st = status_of(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    bk_status st = STATUS_OF(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     *event = e;
     return st;
 }
 
 extern "C" bk_status BK_DEV_FN(event_destroy)(void *event)
 {
-    return event ? status_of(cudaEventDestroy(static_cast<cudaEvent_t>(event))) : BK_OK;
+    return event ? STATUS_OF(cudaEventDestroy(static_cast<cudaEvent_t>(event))) : BK_OK;
 }
 
 extern "C" bk_status BK_DEV_FN(event_record)(void *event, const bk_queue *q)
 {
-    return status_of(
+    return STATUS_OF(
         cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(q->stream)));
 }
 
 extern "C" bk_status BK_DEV_FN(stream_wait_event)(const bk_queue *q, void *event)
 {
-    return status_of(cudaStreamWaitEvent(static_cast<cudaStream_t>(q->stream),
+    return STATUS_OF(cudaStreamWaitEvent(static_cast<cudaStream_t>(q->stream),
                                          static_cast<cudaEvent_t>(event), 0));
 }
 
 extern "C" bk_status BK_DEV_FN(event_sync)(void *event)
 {
-    return status_of(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+    return STATUS_OF(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
 }
 
 extern "C" int BK_DEV_FN(event_query)(void *event)
 {
     cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (e == cudaErrorNotReady) return 0;
-    return e == cudaSuccess ? 1 : -(int)status_of(e);
+    return e == cudaSuccess ? 1 : -(int)status_of(e, "cudaEventQuery");
 }
 
 extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
 {
     *p = NULL;
-    return bytes ? status_of(cudaMallocHost(p, bytes)) : BK_OK;
+    return bytes ? STATUS_OF(cudaMallocHost(p, bytes)) : BK_OK;
 }
 
 extern "C" bk_status BK_DEV_FN(host_free)(void *p)
 {
-    return p ? status_of(cudaFreeHost(p)) : BK_OK;
+    return p ? STATUS_OF(cudaFreeHost(p)) : BK_OK;
 }
 
 #endif

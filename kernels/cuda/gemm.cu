@@ -60,23 +60,28 @@ static struct {
 } g_lt[MAX_DEVICES];
 static pthread_mutex_t g_lt_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* BK_OK, or BK_ERR_DEVICE with call and cuBLASLt's message kept for
+ * bk_kernel_error. */
+static bk_status lt_status(cublasStatus_t s, const char *call)
+{
+    return s == CUBLAS_STATUS_SUCCESS ? BK_OK : bk_device_failed(call, cublasLtGetStatusString(s));
+}
+
 /* The handle and workspace of the current device, created on first use. */
 static bk_status lt_for_device(cublasLtHandle_t *h, void **ws)
 {
     int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MAX_DEVICES) {
-        (void)cudaGetLastError();
-        return BK_ERR_DEVICE;
-    }
-    bk_status st = BK_OK;
+    *h = NULL;
+    *ws = NULL;
+    bk_status st = BK_CUDA(cudaGetDevice(&dev));
+    if (st != BK_OK) return st;
+    if (dev < 0 || dev >= MAX_DEVICES)
+        return bk_device_failed("cudaGetDevice", "device index past 64");
     pthread_mutex_lock(&g_lt_lock);
     if (!g_lt[dev].ready) {
-        if (cublasLtCreate(&g_lt[dev].handle) != CUBLAS_STATUS_SUCCESS)
-            st = BK_ERR_DEVICE;
-        else if (cudaMalloc(&g_lt[dev].workspace, WORKSPACE_BYTES) != cudaSuccess)
-            st = BK_ERR_DEVICE;
-        else
-            g_lt[dev].ready = 1;
+        st = lt_status(cublasLtCreate(&g_lt[dev].handle), "cublasLtCreate");
+        if (st == BK_OK) st = BK_CUDA(cudaMalloc(&g_lt[dev].workspace, WORKSPACE_BYTES));
+        if (st == BK_OK) g_lt[dev].ready = 1;
     }
     *h = g_lt[dev].handle;
     *ws = g_lt[dev].workspace;
@@ -115,7 +120,7 @@ static bk_status lt_matmul(const bk_queue *q, const lt_call *p)
 {
     cublasLtHandle_t h;
     void *ws;
-    if (lt_for_device(&h, &ws) != BK_OK) return BK_ERR_DEVICE;
+    if (lt_for_device(&h, &ws) != BK_OK) return BK_ERR_DEVICE; /* its failure kept */
     cublasOperation_t op_b = p->tb == BK_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_a = p->ta == BK_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtMatmulDesc_t desc = NULL;
@@ -126,14 +131,15 @@ static bk_status lt_matmul(const bk_queue *q, const lt_call *p)
     cublasLtMatrixLayout_t la = p->ta == BK_TRANS ? layout(p->ab_type, p->k, p->m, p->lda)
                                                   : layout(p->ab_type, p->m, p->k, p->lda);
     cublasLtMatrixLayout_t lc = layout(p->c_type, p->m, p->n, p->ldc);
-    bk_status st = (lb && la && lc) ? BK_OK : BK_ERR_DEVICE;
-    if (st == BK_OK &&
-        cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
-        st = BK_ERR_DEVICE;
+    bk_status st =
+        (lb && la && lc) ? BK_OK : bk_device_failed("cublasLtMatrixLayoutCreate", "failed");
+    if (st == BK_OK)
+        st = lt_status(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                       "cublasLtMatmulDescCreate");
     if (st == BK_OK) {
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b);
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a);
-        if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) st = BK_ERR_DEVICE;
+        st = lt_status(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     }
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
@@ -145,11 +151,11 @@ static bk_status lt_matmul(const bk_queue *q, const lt_call *p)
             found == 0)
             st = BK_ERR_UNSUPPORTED;
     }
-    if (st == BK_OK &&
-        cublasLtMatmul(h, desc, &p->alpha, p->b, lb, p->a, la, &p->beta, p->c, lc, p->c, lc,
-                       &heur.algo, ws, WORKSPACE_BYTES,
-                       static_cast<cudaStream_t>(q->stream)) != CUBLAS_STATUS_SUCCESS)
-        st = BK_ERR_DEVICE;
+    if (st == BK_OK)
+        st = lt_status(cublasLtMatmul(h, desc, &p->alpha, p->b, lb, p->a, la, &p->beta, p->c, lc,
+                                      p->c, lc, &heur.algo, ws, WORKSPACE_BYTES,
+                                      static_cast<cudaStream_t>(q->stream)),
+                       "cublasLtMatmul");
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (desc) cublasLtMatmulDescDestroy(desc);
     if (lc) cublasLtMatrixLayoutDestroy(lc);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "src/attn/attn_options.h"
+#include "util/alloc.h"
 #include "util/parse.h"
 
 void attn_options_default(attn_options *o)
@@ -129,7 +130,9 @@ int attn_options_build(attn_options *o, ring_plan_config *cfg, char *err, size_t
         o->kernel_mask.flags |= BK_ATTN_CAUSAL;
     } else if (strcmp(o->mask, "document") == 0) {
         o->kernel_mask = bk_attn_mask_document(1);
-        o->segments = malloc((size_t)N * sizeof(int32_t));
+        o->segments = bu_calloc((size_t)N * sizeof(int32_t), "the document ids of the sequence",
+                                err, err_len);
+        if (!o->segments) return -1;
         for (int64_t p = 0; p < N; p++) o->segments[p] = (int32_t)(p / o->doc_len);
     } else { /* sparse: causal blocks, the diagonal and a seeded fraction of the rest */
         int64_t bs = o->sparse_block, nb = (N + bs - 1) / bs;
@@ -138,7 +141,9 @@ int attn_options_build(attn_options *o, ring_plan_config *cfg, char *err, size_t
                      (long long)bs, (long long)nb);
             return -1;
         }
-        o->sparse_bits = calloc((size_t)((nb * nb + 63) / 64), sizeof(uint64_t));
+        o->sparse_bits = bu_calloc((size_t)((nb * nb + 63) / 64) * sizeof(uint64_t),
+                                   "the block-sparse bitmap", err, err_len);
+        if (!o->sparse_bits) return -1;
         uint64_t rng = 42;
         for (int64_t q = 0; q < nb; q++)
             for (int64_t k = 0; k <= q; k++) {

@@ -48,7 +48,7 @@ static block_floats sizes_of(const ring_schedule *s)
 /* dst[bytes] = src on the ring's queue. */
 static bt_status copy_bytes(const ring_run *run, void *dst, const void *src, size_t bytes)
 {
-    return ring_run_kernel(bk_copy(run->c->queue, dst, src, bytes));
+    return attn_kernel_status(bk_copy(run->c->queue, dst, src, bytes));
 }
 
 static int q_side(const ring_run *run)
@@ -58,7 +58,7 @@ static int q_side(const ring_run *run)
 
 static bt_status zero_floats(const ring_run *run, float *dst, size_t floats)
 {
-    return ring_run_kernel(bk_fill(run->c->queue, (int64_t)floats, dst, 0.0f));
+    return attn_kernel_status(bk_fill(run->c->queue, (int64_t)floats, dst, 0.0f));
 }
 
 /* The home block's travelling inputs into slot: [Q | dO | lse | delta]
@@ -130,7 +130,7 @@ static bt_status backward_piece(ring_run *run, int64_t r0, int64_t rows, void *a
     bk_attn_geom g = ring_run_geometry(run, rows, p->q_pos + r0, p->q_seg + r0, p->kv_pos,
                                        p->kv_seg);
     bk_attn_stats ks;
-    bt_status st = ring_run_kernel(ring_run_attn_bwd(
+    bt_status st = attn_kernel_status(ring_run_attn_bwd(
         run, &g, ring_run_at(run, p->Q, qo), p->K, p->V, ring_run_at(run, p->dO, qo), p->lse + lo,
         p->delta + lo, p->dQ + qo, p->dK, p->dV, ring_run_tile_stats(run, &ks)));
     ring_run_count_tiles(run, &ks);
@@ -165,8 +165,8 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
     if (st == BT_OK && acc_recv) {
         st = ring_run_wait(run, &acc_recv);
         if (st == BT_OK)
-            st = ring_run_kernel(bk_axpy(run->c->queue, (int64_t)acc_floats, 1.0f, b->acc_in[a],
-                                         b->acc_out[a]));
+            st = attn_kernel_status(
+                bk_axpy(run->c->queue, (int64_t)acc_floats, 1.0f, b->acc_in[a], b->acc_out[a]));
         if (st == BT_OK) st = ring_run_mark(run, b->acc_in_used[a]);
     }
     if (st == BT_OK) st = ring_run_mark(run, b->acc_out_used[a]);
@@ -195,7 +195,8 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
     double t_start = bu_now();
     ring_inputs in;
     /* delta from the fp32 dO, whatever travels */
-    st = ring_run_kernel(bk_attn_delta(c->queue, s->layout.n, s->h_q, s->d, dO, O, run.b->delta));
+    st =
+        attn_kernel_status(bk_attn_delta(c->queue, s->layout.n, s->h_q, s->d, dO, O, run.b->delta));
     if (st == BT_OK) st = ring_run_home_inputs(&run, Q, K, V, dO, &in);
     bwd_home h = {in.Q, in.K, in.V, in.dO, lse, run.b->delta, dQ, dK, dV};
     if (st == BT_OK) st = zero_home_accumulators(&run, &h);

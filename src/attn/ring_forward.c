@@ -18,7 +18,7 @@ static bt_status forward_piece(ring_run *run, int64_t r0, int64_t rows, void *ar
     bk_attn_geom g = ring_run_geometry(run, rows, run->b->home_pos + r0, run->b->home_seg + r0,
                                        run->b->block_pos, run->b->block_seg);
     bk_attn_stats ks;
-    bt_status st = ring_run_kernel(ring_run_attn_fwd(
+    bt_status st = attn_kernel_status(ring_run_attn_fwd(
         run, &g, ring_run_at(run, p->Q, (size_t)r0 * q_row), p->K, p->V, p->O + (size_t)r0 * q_row,
         p->lse + (size_t)r0 * (size_t)s->h_q, ring_run_tile_stats(run, &ks)));
     ring_run_count_tiles(run, &ks);
@@ -36,12 +36,12 @@ bt_status ring_forward(const ring_exec_ctx *c, const float *Q, const float *K, c
     size_t kv_bytes = (size_t)s->layout.n * (size_t)s->h_kv * (size_t)s->d * run.elem;
     unsigned char *home = run.b->slot[SLOT_HOME];
     ring_inputs in;
-    st = ring_run_kernel(bk_attn_fwd_init(c->queue, s->layout.n, s->h_q, s->d, O, lse));
+    st = attn_kernel_status(bk_attn_fwd_init(c->queue, s->layout.n, s->h_q, s->d, O, lse));
     if (st == BT_OK) st = ring_run_home_inputs(&run, Q, K, V, NULL, &in);
     /* The copies last: the emulator runs copies late and kernels at once, so
      * a send of the home slot that did not wait for them shows in the tests. */
-    if (st == BT_OK) st = ring_run_kernel(bk_copy(c->queue, home, in.K, kv_bytes));
-    if (st == BT_OK) st = ring_run_kernel(bk_copy(c->queue, home + kv_bytes, in.V, kv_bytes));
+    if (st == BT_OK) st = attn_kernel_status(bk_copy(c->queue, home, in.K, kv_bytes));
+    if (st == BT_OK) st = attn_kernel_status(bk_copy(c->queue, home + kv_bytes, in.V, kv_bytes));
     if (st == BT_OK) st = ring_run_mark(&run, run.b->slot_used[SLOT_HOME]); /* sent at step 0 */
 
     for (int step = 0; step < s->n_steps && st == BT_OK; step++) {
@@ -57,7 +57,7 @@ bt_status ring_forward(const ring_exec_ctx *c, const float *Q, const float *K, c
     }
     st = ring_run_finish(&run, st);
     if (st == BT_OK)
-        st = ring_run_kernel(bk_attn_fwd_finalize(c->queue, s->layout.n, s->h_q, s->d, O, lse));
+        st = attn_kernel_status(bk_attn_fwd_finalize(c->queue, s->layout.n, s->h_q, s->d, O, lse));
     stats->total_s = bu_now() - t_start;
     return st;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "src/attn/ring_plan.h"
+#include "util/alloc.h"
 
 const char *ring_pass_name(ring_pass pass)
 {
@@ -95,7 +96,23 @@ ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err,
     }
     if (attn_need_validate(&cfg->need, err, err_len) != 0) return NULL;
 
-    ring_schedule *s = calloc(1, sizeof *s);
+    ring_schedule *s = bu_calloc(sizeof *s, "a ring schedule", err, err_len);
+    if (!s) return NULL;
+    size_t p = (size_t)P;
+    s->steps = bu_calloc(p * p * sizeof *s->steps, "the ring's steps", err, err_len);
+    s->home_acc_from = bu_calloc(p * sizeof(int), "the ring's accumulators", err, err_len);
+    s->home_acc_channel = bu_calloc(p * sizeof(int), "the ring's accumulators", err, err_len);
+    /* the planner's scratch, per rank */
+    seq_chunk (*chunks)[2] = bu_calloc(p * sizeof *chunks, "the ring planner", err, err_len);
+    int *n_chunks = bu_calloc(p * sizeof(int), "the ring planner", err, err_len);
+    int64_t *pairs = bu_calloc(p * sizeof(int64_t), "the ring planner", err, err_len);
+    char *required = bu_calloc(p, "the ring planner", err, err_len);
+    if (!s->steps || !s->home_acc_from || !s->home_acc_channel || !chunks || !n_chunks || !pairs ||
+        !required) { /* err names one that failed */
+        free(chunks), free(n_chunks), free(pairs), free(required);
+        ring_schedule_free(s);
+        return NULL;
+    }
     s->pass = pass;
     s->topo = cfg->topo;
     s->P = P;
@@ -107,9 +124,6 @@ ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err,
     s->d = cfg->d;
     s->n_steps = P;
     s->pairs_counted = cfg->count_pairs;
-    s->steps = calloc((size_t)P * (size_t)P, sizeof *s->steps);
-    s->home_acc_from = malloc((size_t)P * sizeof(int));
-    s->home_acc_channel = calloc((size_t)P, sizeof(int));
     s->in_bytes = cfg->in_bytes ? cfg->in_bytes : 4;
     size_t n = (size_t)cfg->layout.n, f = sizeof(float), e = (size_t)s->in_bytes;
     size_t q_elems = n * (size_t)cfg->h_q * (size_t)cfg->d,
@@ -131,11 +145,7 @@ ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err,
         }
     }
 
-    seq_chunk (*chunks)[2] = malloc((size_t)P * sizeof *chunks);
-    int *n_chunks = malloc((size_t)P * sizeof(int));
     for (int r = 0; r < P; r++) n_chunks[r] = seq_layout_chunks(&cfg->layout, r, chunks[r]);
-    int64_t *pairs = malloc((size_t)P * sizeof(int64_t));
-    char *required = malloc((size_t)P);
 
     for (int b = 0; b < P; b++) {
         /* Which holders compute block b: queries of the holder against keys of

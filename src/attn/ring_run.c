@@ -16,7 +16,8 @@
 static bt_status wait_on_device(ring_run *run, bt_request **req)
 {
     void *mark = run->b->queue_mark;
-    if (bk_device_event_record(mark, run->c->queue) != BK_OK) return BT_ERR_SYS;
+    bt_status recorded = attn_kernel_status(bk_device_event_record(mark, run->c->queue));
+    if (recorded != BT_OK) return recorded;
     double idle_since = -1.0;
     for (;;) {
         int done = 0;
@@ -48,7 +49,7 @@ bt_status ring_run_wait(ring_run *run, bt_request **req)
 bt_status ring_run_mark(ring_run *run, void *used)
 {
     if (run->mem != BT_MEM_DEVICE) return BT_OK;
-    return bk_device_event_record(used, run->c->queue) == BK_OK ? BT_OK : BT_ERR_SYS;
+    return attn_kernel_status(bk_device_event_record(used, run->c->queue));
 }
 
 bt_status ring_run_await(ring_run *run, void *used)
@@ -113,7 +114,8 @@ bt_status ring_run_home_inputs(ring_run *run, const float *Q, const float *K, co
     uint16_t *at = run->b->home_in;
     for (int k = 0; k < 4; k++) {
         if (!from[k]) continue;
-        if (bk_round_bf16(run->c->queue, count[k], from[k], at) != BK_OK) return BT_ERR_SYS;
+        bt_status st = attn_kernel_status(bk_round_bf16(run->c->queue, count[k], from[k], at));
+        if (st != BT_OK) return st;
         *to[k] = at;
         at += count[k];
     }

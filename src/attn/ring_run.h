@@ -19,6 +19,7 @@
 #ifndef BURST_ATTN_RING_RUN_H
 #define BURST_ATTN_RING_RUN_H
 
+#include "src/attn/kernel_status.h"
 #include "src/attn/ring.h"
 
 /* Every pointer before `memory` is memory of the ring's queue. */
@@ -169,11 +170,5 @@ bt_status ring_run_pieces(ring_run *run, ring_piece_fn fn, void *arg);
  * uncounted). */
 bk_attn_stats *ring_run_tile_stats(const ring_run *run, bk_attn_stats *ks);
 void ring_run_count_tiles(ring_run *run, const bk_attn_stats *ks);
-/* A kernel's status as the ring's: BT_ERR_ARG for a refused call, BT_ERR_SYS
- * for a device that failed. */
-static inline bt_status ring_run_kernel(bk_status st)
-{
-    return st == BK_OK ? BT_OK : st == BK_ERR_ARG ? BT_ERR_ARG : BT_ERR_SYS;
-}
 
 #endif

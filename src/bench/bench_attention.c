@@ -26,10 +26,10 @@
 #include "src/attn/attn_options.h"
 #include "src/bench/bench.h"
 #include "src/bench/relaunch.h"
-#include "src/cli/cli.h"
 #include "src/attn/ring.h"
 #include "util/parse.h"
 #include "util/clock.h"
+#include "util/exit_codes.h"
 
 /* The four problems of every run: Hq = 8 always; GQA has 4 query heads per K/V head. */
 typedef struct {

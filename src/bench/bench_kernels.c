@@ -20,8 +20,8 @@
 
 #include "kernels/attention.h"
 #include "src/bench/bench.h"
-#include "src/cli/cli.h"
 #include "util/clock.h"
+#include "util/exit_codes.h"
 
 static void usage(FILE *out)
 {

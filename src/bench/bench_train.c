@@ -20,10 +20,10 @@
 
 #include "src/bench/bench.h"
 #include "src/bench/relaunch.h"
-#include "src/cli/cli.h"
 #include "src/train/config.h"
 #include "util/parse.h"
 #include "util/clock.h"
+#include "util/exit_codes.h"
 
 #define MAX_LIST 8
 #define MiB      (1024.0 * 1024.0)

@@ -16,10 +16,10 @@
 #include "src/attn/device_link.h"
 #include "src/bench/bench.h"
 #include "src/bench/relaunch.h"
-#include "src/cli/cli.h"
 #include "transport/launch.h"
 #include "transport/transport.h"
 #include "util/clock.h"
+#include "util/exit_codes.h"
 
 static const size_t default_sizes[] = {4096, 65536, 1 << 20, 16 << 20, 64 << 20};
 #define N_SIZES (sizeof default_sizes / sizeof default_sizes[0])

@@ -15,12 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "src/cli/cli.h"
 #include "src/cli/placement.h"
 #include "transport/launch.h"
+#include "util/clock.h"
 
 typedef struct {
     pid_t pid;
@@ -149,13 +149,6 @@ static void signal_all(rank_proc *procs, int n, int sig)
         }
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int cmd_run(int argc, char **argv)
 {
     int n = 0, nodes = 1, kill_on_failure = 1, i;
@@ -256,7 +249,7 @@ int cmd_run(int argc, char **argv)
         if (read(signal_pipe[0], &sig, 1) == 1) {
             fprintf(stderr, "burst run: forwarding signal %d to every rank\n", sig);
             signal_all(procs, n, sig);
-            if (!stop_deadline) stop_deadline = now_s() + 10;
+            if (!stop_deadline) stop_deadline = bu_now() + 10;
         }
         for (int k = 1; k < m; k++) {
             if (!(pfds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -295,20 +288,20 @@ int cmd_run(int argc, char **argv)
                     first_failed = r;
                     if (kill_on_failure) {
                         signal_all(procs, n, SIGTERM);
-                        stop_deadline = now_s() + 5;
+                        stop_deadline = bu_now() + 5;
                     }
                 }
             }
         }
-        if (stop_deadline && now_s() > stop_deadline && running > 0) {
+        if (stop_deadline && bu_now() > stop_deadline && running > 0) {
             signal_all(procs, n, SIGKILL);
-            stop_deadline = now_s() + 3600;
+            stop_deadline = bu_now() + 3600;
         }
         /* A rank's descendants may hold its pipes open after it exited. */
         if (running == 0 && open_streams > 0) {
             static double drain_deadline;
-            if (!drain_deadline) drain_deadline = now_s() + 2;
-            if (now_s() > drain_deadline) break;
+            if (!drain_deadline) drain_deadline = bu_now() + 2;
+            if (bu_now() > drain_deadline) break;
         }
     }
     int result = first_failed >= 0 ? procs[first_failed].status : 0;

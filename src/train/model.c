@@ -14,6 +14,7 @@
 
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "src/attn/kernel_status.h"
 #include "src/train/model.h"
 #include "util/alloc.h"
 #include "util/rng.h"
@@ -478,9 +479,12 @@ void model_runner_free(model_runner *r)
 
 /* ------------------------------------------------------------------ math helpers */
 
+/* A kernel call's failure returned as the engine's status (BT_ERR_ARG for a
+ * refused call, BT_ERR_SYS for a failed device; src/attn/kernel_status.h). */
 #define CHECK_KERNEL(call)                                                                     \
     do {                                                                                       \
-        if ((call) != BK_OK) return BT_ERR_ARG;                                                \
+        bt_status check_st_ = attn_kernel_status(call);                                        \
+        if (check_st_ != BT_OK) return check_st_;                                              \
     } while (0)
 
 /* Rows of the chunk that starts at row r0 of m rows: the MLP's chunks and
@@ -801,7 +805,7 @@ bt_status model_predict(model_runner *r, model_params params, const int64_t *tok
             if (seen[v] > seen[best]) best = v;
         predicted[i] = best;
     }
-    return kst == BK_OK ? BT_OK : BT_ERR_ARG;
+    return attn_kernel_status(kst);
 }
 
 bt_status model_forward_backward(model_runner *r, int mb, model_params params, float *G,
@@ -845,7 +849,7 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params, f
         stored_layer *e = stored(r, l);
         if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
         const float *x_in = stored_input(r, e);
-        if (!x_in) return BT_ERR_ARG;
+        if (!x_in) return BT_ERR_SYS; /* the device failed */
         st = attention_inputs(r, l, x_in);
         if (st == BT_OK) st = attention_output_for_backward(r, e, stats);
         if (st == BT_OK) st = mlp_backward(r, l, x_in, G);

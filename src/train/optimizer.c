@@ -31,6 +31,7 @@
 
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "src/attn/kernel_status.h"
 #include "src/train/optimizer.h"
 
 /* A run of the owned shard with one decay setting: [off, off + len) relative to
@@ -195,10 +196,12 @@ zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
     return z;
 }
 
-/* A failed kernel: the arguments were checked, so the device failed. */
+/* A failed kernel as the engine's status (src/attn/kernel_status.h): the
+ * arguments were checked, so the device failed. */
 #define KERNEL(call)                                                                               \
     do {                                                                                           \
-        if ((call) != BK_OK) return BT_ERR_SYS;                                                    \
+        bt_status kernel_st_ = attn_kernel_status(call);                                           \
+        if (kernel_st_ != BT_OK) return kernel_st_;                                                \
     } while (0)
 
 /* On a device, waits for the queue: a collective's buffers must be complete. */
@@ -351,7 +354,7 @@ bt_status zero1_gather_params(zero1 *z, float *full)
     else
         memcpy(slot, z->master, (size_t)own * sizeof(float));
     memset(slot + own, 0, (size_t)(z->shard - own) * sizeof(float));
-    st = kst == BK_OK ? BT_OK : BT_ERR_SYS;
+    st = attn_kernel_status(kst);
     /* a rank whose copy failed still takes part, so that none waits for it */
     bt_status gst =
         bt_allgather_mem(z->comm, slot, all, (size_t)z->shard * sizeof(float), BT_MEM_HOST);

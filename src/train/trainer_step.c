@@ -15,6 +15,7 @@
 
 #include "kernels/device.h"
 #include "src/attn/attn_need.h"
+#include "src/attn/kernel_status.h"
 #include "src/train/trainer.h"
 #include "util/exit_codes.h"
 
@@ -22,6 +23,17 @@ static int fail(const char *detail)
 {
     fprintf(stderr, "burst train: %s\n", detail);
     return EXIT_RUN_FAILURE;
+}
+
+/* `what` failed with st, the engine's status: the transport's error when it
+ * holds one, else "what: " and the kernels' (a refused call, or a device
+ * error with CUDA's message; src/attn/kernel_status.h). */
+static int fail_with(const trainer *t, const char *what, bt_status st)
+{
+    if (bt_world_error(t->world)[0]) return fail(bt_world_error(t->world));
+    char msg[512], kernels[320];
+    snprintf(msg, sizeof msg, "%s: %s", what, attn_kernel_failure(st, kernels, sizeof kernels));
+    return fail(msg);
 }
 
 /* The document ids of micro-batch mb's sample (mask = document), else NULL. */
@@ -92,8 +104,8 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
                             trainer_step_result *res)
 {
     int64_t n = t->layout.n;
-    if (bk_fill(&t->queue, t->model.n_params, t->grads, 0.0f) != BK_OK)
-        return fail("the device failed");
+    bk_status kst = bk_fill(&t->queue, t->model.n_params, t->grads, 0.0f);
+    if (kst != BK_OK) return fail_with(t, "clearing the gradients", attn_kernel_status(kst));
     const int64_t *tokens = t->plan.on_device ? t->dev_tokens : t->tokens,
                   *labels = t->plan.on_device ? t->dev_labels : t->labels;
     model_step_stats ms = {0};
@@ -106,9 +118,7 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
         bt_status st =
             model_forward_backward(t->runner, mb, trainer_params(t), t->grads, tokens + mb * n,
                                    labels + mb * n, scale, loss_sum, counted, &ms);
-        if (st != BT_OK)
-            return fail(bt_world_error(t->world)[0] ? bt_world_error(t->world)
-                                                        : "a kernel refused its arguments");
+        if (st != BT_OK) return fail_with(t, "forward and backward", st);
     }
     res->attn_bytes = ring_bytes_sent(t) - sent_before;
     res->attn_s = ms.attn_fwd_s + ms.attn_bwd_s + ms.attn_recompute_s;
@@ -128,7 +138,8 @@ static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_ba
     const float *bufs[1] = {t->grads};
     int64_t count = t->model.n_params;
     double sq = 0;
-    if (bk_grad_sqnorm(&t->queue, 1, bufs, &count, &sq) != BK_OK) return fail("the device failed");
+    bk_status kst = bk_grad_sqnorm(&t->queue, 1, bufs, &count, &sq);
+    if (kst != BK_OK) return fail_with(t, "the gradient norm", attn_kernel_status(kst));
     int bad = !isfinite(loss_sum) || !isfinite(sq);
     *first_bad = bad ? t->rank : INT64_MAX;
     double sums[4] = {loss_sum, (double)counted, res->attn_bytes, sequence_pairs(t)};
@@ -176,10 +187,12 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
         status = forward_backward(t, valid > 0 ? 1.0f / (float)valid : 0.0f, &loss_sum, &counted,
                                   res);
     if (status != 0) return status;
+    bk_status kst = BK_OK;
     if (t->opts.inject_step == step && t->opts.inject_rank == t->rank)
-        status = bk_fill(&t->queue, 1, t->grads, NAN) != BK_OK;
-    if (t->opts.overflow_step == step) status |= bk_fill(&t->queue, 1, t->grads, FLT_MAX) != BK_OK;
-    if (status != 0) return fail("the device failed");
+        kst = bk_fill(&t->queue, 1, t->grads, NAN);
+    if (t->opts.overflow_step == step && kst == BK_OK)
+        kst = bk_fill(&t->queue, 1, t->grads, FLT_MAX);
+    if (kst != BK_OK) return fail_with(t, "injecting a fault", attn_kernel_status(kst));
     if ((status = agree(t, loss_sum, counted, &first_bad, res)) != 0) return status;
     char what[96];
     if (first_bad != INT64_MAX) {
@@ -191,9 +204,7 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
     bt_status st = t->params16
                        ? zero1_step_bf16(t->opt, t->params16, t->grads, lr, step, &res->grad_norm)
                        : zero1_step(t->opt, t->params, t->grads, lr, step, &res->grad_norm);
-    if (st != BT_OK)
-        return fail(bt_world_error(t->world)[0] ? bt_world_error(t->world)
-                                                : "the optimizer step failed on this rank");
+    if (st != BT_OK) return fail_with(t, "the optimizer step", st);
     /* Finite gradients everywhere can still sum to an infinite one: the norm is
      * all-reduced, so every rank sees it, and the optimizer updated nothing. */
     if (!isfinite(res->grad_norm))

@@ -5,16 +5,22 @@
 # (cuobjdump -sass of the built objects). Skips (exit 77) when the build has no
 # CUDA. A CUDA build without cuobjdump (or the nvdisasm it runs) fails: the
 # toolkit has both, and build-aux/install-deps.sh test installs them from PyPI
-# where it does not (configure finds them there).
+# where it does not (configure finds them there). cuobjdump is the one
+# configure found, else the first in PATH, the toolkit's folder and the
+# installer's (build-aux/tool-paths.sh), so that a build configured before the
+# installer ran finds it too.
 build=${BURST_TEST_BUILDDIR:-.}
+src=${BURST_TEST_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 if ! grep -q '^#define HAVE_CUDA 1' "$build/config.h" 2>/dev/null; then
     echo "SKIP: this build has no CUDA (configure --with-cuda)"
     exit 77
 fi
+# shellcheck source=build-aux/tool-paths.sh
+. "$src/build-aux/tool-paths.sh"
 tool=${CUOBJDUMP:-$(sed -n 's/^CUOBJDUMP = //p' "$build/Makefile" 2>/dev/null)}
-[ -n "$tool" ] || tool=$(command -v cuobjdump)
+[ -n "$tool" ] || tool=$(burst_tool_find cuobjdump | head -n 1)
 if [ -z "$tool" ] || [ ! -x "$tool" ]; then
-    echo "FAIL: cuobjdump not found (run build-aux/install-deps.sh test, or configure CUOBJDUMP=...)"
+    echo "FAIL: cuobjdump not found in PATH, /usr/local/cuda/bin or $burst_cuda_tools/bin (run build-aux/install-deps.sh test, or configure CUOBJDUMP=...)"
     exit 1
 fi
 sass=$(mktemp)

@@ -11,7 +11,7 @@
  * Shapes are small and ragged: sizes that are not multiples of the block
  * sizes (256 threads per row, 32 lanes per warp, 256-row chunks of the RMSNorm
  * weight gradient, 8192-element blocks of the gradient norm), one row, one
- * column. Tolerances are the CPU tests' (tests/test_ops.c): the inputs are
+ * column. Tolerances are the CPU tests' (tests/kernels/test_ops.c): the inputs are
  * fp32 and the kernels compute in fp32 with the same per-element functions
  * (ops_math.h); only the order of the reductions differs (a tree instead of a
  * loop), which stays well inside them. */

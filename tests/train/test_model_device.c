@@ -4,7 +4,9 @@
  * attention outputs kept (the early chunks recomputed through their own
  * ring) and a document mask; the same with the layers' products on bf16
  * operands. The ranks are tests/train/model_device_worker,
- * which compares its own loss and gradients. */
+ * which compares its own loss and gradients. A kernel that fails on the
+ * device in a step is a device error with its message, not refused
+ * arguments (tests/train/model_fail_worker). */
 #include <check.h>
 #include <stdio.h>
 
@@ -54,10 +56,26 @@ START_TEST(bf16_products_match_host)
 }
 END_TEST
 
+/* A device failure in the model's kernels or the ring's is a device error
+ * with the device's message; a refused call stays an argument error; the
+ * emulator's failed allocation names cudaMalloc. */
+START_TEST(device_failure_is_a_device_error)
+{
+    static char worker[4096];
+    test_program_path("tests/train/model_fail_worker", worker, sizeof worker);
+    char *argv[] = {(char *)test_burst_path(), "run", "-n", "1", "--", worker, NULL};
+    char *env[] = {"BK_EMU_DEVICE_BYTES=268435456", NULL}; /* 256 MiB */
+    test_run_result r = test_run(argv, env);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "ok device failures"), "exit %d\n%s",
+                  r.exit_code, r.out);
+    test_run_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model_device");
     check_add_tests(check_tcase(s, "model_device", 600), device_runner_matches_host,
-                    bf16_products_match_host);
+                    bf16_products_match_host, device_failure_is_a_device_error);
     return check_run(s);
 }

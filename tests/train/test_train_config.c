@@ -103,8 +103,8 @@ START_TEST(presets_set_their_dimensions)
     ck_assert_int_eq(c.vocab, 128256);
     ck_assert_double_eq(c.rope_theta, 500000.0);
     /* Every preset is a valid model with 8 ranks of context parallelism. */
-    const char *names[] = {"tiny", "small", "7b", "13b", "70b", "llama3-8b"};
-    for (int i = 0; i < 6; i++) {
+    const char *names[] = {"tiny", "small", "300m", "1b", "7b", "13b", "70b", "llama3-8b"};
+    for (int i = 0; i < 8; i++) {
         train_config p;
         train_config_default(&p);
         ck_assert_int_eq(train_config_preset(&p, names[i]), 0);

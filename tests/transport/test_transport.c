@@ -13,6 +13,7 @@
 
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
+#include "transport/internal.h"
 #include "transport/launch.h"
 
 /* The ranks' program, tests/transport/transport_worker of the build. */
@@ -319,6 +320,26 @@ START_TEST(selftest_on_two_emulated_nodes)
 }
 END_TEST
 
+/* BURST_STAGE_CHUNK is a byte count with an optional K, M or G
+ * (util/parse.h); anything else gives 0, which the device setup refuses. */
+START_TEST(staging_chunk_setting_is_a_byte_count)
+{
+    static const struct {
+        const char *value;
+        size_t bytes;
+    } cases[] = {{"4096", 4096},  {"64K", 65536},  {"64k", 65536}, {"1M", 1 << 20},
+                 {"2g", (size_t)2 << 30}, {"", 0}, {"1X", 0},       {"-1", 0},
+                 {"1MB", 0},      {"K", 0},        {"99999999999999999999", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("BURST_STAGE_CHUNK", cases[i].value, 1);
+        ck_assert_msg(bt_staging_chunk_bytes() == cases[i].bytes, "'%s': %zu bytes, expected %zu",
+                      cases[i].value, bt_staging_chunk_bytes(), cases[i].bytes);
+    }
+    unsetenv("BURST_STAGE_CHUNK");
+    ck_assert_int_eq(bt_staging_chunk_bytes(), 1 << 20);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("transport");
@@ -326,8 +347,8 @@ int main(void)
     check_add_loop_tests(ok, 1, 6, p2p_sizes_channels_and_counters,
                          collectives_against_serial_reference);
     check_add_tests(ok, collectives_on_two_emulated_nodes, endpoints_use_shared_memory_on_a_node,
-                    sub_communicators,
-                    launcher_numbers_ranks_node_major, selftest_on_two_emulated_nodes);
+                    sub_communicators, launcher_numbers_ranks_node_major,
+                    selftest_on_two_emulated_nodes, staging_chunk_setting_is_a_byte_count);
     TCase *fail = check_tcase(s, "failures", 120);
     tcase_add_loop_test(fail, killed_rank_is_named_by_every_survivor, 2, 5);
     check_add_tests(fail, rank_killed_during_a_large_transfer_is_named,
