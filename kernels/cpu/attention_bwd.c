@@ -54,23 +54,12 @@ static void tile_probs(const bk_attn_geom *g, int cls, int64_t i0, int64_t bq, i
                        float *restrict st)
 {
     if (cls == BK_ATTN_TILE_PARTIAL) bk_attn_tile_mask(g, i0, bq, j0, bk, st);
-#ifdef __AVX512F__
-    const __m512 s2 = _mm512_set1_ps(sl2);
+#if BK_ATTN_VEC
+    const bk_vf s2 = bk_vset1(sl2);
     for (int64_t j = 0; j < bk; j++) {
         float *s = st + j * BK_ATTN_TQ;
-        for (int64_t i = 0; i < nq; i += 16) {
-            __m512 x = _mm512_fmsub_ps(_mm512_load_ps(s + i), s2, _mm512_load_ps(off + i));
-            _mm512_store_ps(s + i, bk_attn_exp2_ps(x));
-        }
-    }
-#elif defined(__AVX2__) && defined(__FMA__)
-    const __m256 s2 = _mm256_set1_ps(sl2);
-    for (int64_t j = 0; j < bk; j++) {
-        float *s = st + j * BK_ATTN_TQ;
-        for (int64_t i = 0; i < nq; i += 8) {
-            __m256 x = _mm256_fmsub_ps(_mm256_load_ps(s + i), s2, _mm256_load_ps(off + i));
-            _mm256_store_ps(s + i, bk_attn_exp2_ps256(x));
-        }
+        for (int64_t i = 0; i < nq; i += BK_VW)
+            bk_vstore(s + i, bk_attn_exp2(bk_vfmsub(bk_vload(s + i), s2, bk_vload(off + i))));
     }
 #else
     for (int64_t j = 0; j < bk; j++) {

@@ -70,44 +70,70 @@ float *bk_attn_scratch(size_t n_floats);
  * BK_ERR_NOMEM (the thread then computes nothing). Returns had. */
 int bk_attn_scratch_had(int had, int *short_of_memory);
 
-#ifdef __AVX512F__
-/* 2^x for 16 lanes: round-to-nearest split x = i + f, |f| <= 1/2, degree-6
- * Taylor polynomial of 2^f (relative error < 2e-7), scaled by 2^i. -inf and
- * anything below -150 give exactly 0. */
-static inline __m512 bk_attn_exp2_ps(__m512 x)
+/* The vector of the widest instruction set this file is built for (AVX-512,
+ * else AVX2 with FMA): BK_VW floats and the few operations the softmax passes
+ * use, so that each pass and the exp2 polynomial are written once. Loads and
+ * stores are aligned (scratch rows are 64-byte aligned, BK_ATTN_TQ floats
+ * apart). BK_ATTN_VEC is 0 without either: the passes then use `omp simd`. */
+#if defined(__AVX512F__)
+#define BK_ATTN_VEC 1
+typedef __m512 bk_vf;
+enum { BK_VW = 16 };
+static inline bk_vf bk_vload(const float *p) { return _mm512_load_ps(p); }
+static inline void bk_vstore(float *p, bk_vf v) { _mm512_store_ps(p, v); }
+static inline bk_vf bk_vset1(float x) { return _mm512_set1_ps(x); }
+static inline bk_vf bk_vadd(bk_vf a, bk_vf b) { return _mm512_add_ps(a, b); }
+static inline bk_vf bk_vfmadd(bk_vf a, bk_vf b, bk_vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline bk_vf bk_vfmsub(bk_vf a, bk_vf b, bk_vf c) { return _mm512_fmsub_ps(a, b, c); }
+#elif defined(__AVX2__) && defined(__FMA__)
+#define BK_ATTN_VEC 1
+typedef __m256 bk_vf;
+enum { BK_VW = 8 };
+static inline bk_vf bk_vload(const float *p) { return _mm256_load_ps(p); }
+static inline void bk_vstore(float *p, bk_vf v) { _mm256_store_ps(p, v); }
+static inline bk_vf bk_vset1(float x) { return _mm256_set1_ps(x); }
+static inline bk_vf bk_vadd(bk_vf a, bk_vf b) { return _mm256_add_ps(a, b); }
+static inline bk_vf bk_vfmadd(bk_vf a, bk_vf b, bk_vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline bk_vf bk_vfmsub(bk_vf a, bk_vf b, bk_vf c) { return _mm256_fmsub_ps(a, b, c); }
+#else
+#define BK_ATTN_VEC 0
+#endif
+
+#if BK_ATTN_VEC
+/* 2^f for |f| <= 1/2: the degree-6 Taylor polynomial (relative error < 2e-7). */
+static inline bk_vf bk_attn_exp2_poly(bk_vf f)
+{
+    bk_vf p = bk_vset1(1.5403530393381608e-4f);              /* ln2^6 / 720 */
+    p = bk_vfmadd(p, f, bk_vset1(1.3333558146428443e-3f)); /* ln2^5 / 120 */
+    p = bk_vfmadd(p, f, bk_vset1(9.6181291076284772e-3f)); /* ln2^4 / 24 */
+    p = bk_vfmadd(p, f, bk_vset1(5.5504108664821580e-2f)); /* ln2^3 / 6 */
+    p = bk_vfmadd(p, f, bk_vset1(2.4022650695910071e-1f)); /* ln2^2 / 2 */
+    p = bk_vfmadd(p, f, bk_vset1(6.9314718055994531e-1f)); /* ln2 */
+    return bk_vfmadd(p, f, bk_vset1(1.0f));
+}
+#endif
+
+#if defined(__AVX512F__)
+/* 2^x: round-to-nearest split x = i + f, the polynomial of 2^f, scaled by 2^i
+ * (vscalefps). -inf and anything below -150 give exactly 0. */
+static inline bk_vf bk_attn_exp2(bk_vf x)
 {
     x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
     __m512 xi = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_sub_ps(x, xi);
-    __m512 p = _mm512_set1_ps(1.5403530393381608e-4f);                 /* ln2^6 / 720 */
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f)); /* ln2^5 / 120 */
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f)); /* ln2^4 / 24 */
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f)); /* ln2^3 / 6 */
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f)); /* ln2^2 / 2 */
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f)); /* ln2 */
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, xi);
+    return _mm512_scalef_ps(bk_attn_exp2_poly(_mm512_sub_ps(x, xi)), xi);
 }
-#elif defined(__AVX2__) && defined(__FMA__)
-/* 2^x for 8 lanes, the same polynomial as the AVX-512 bk_attn_exp2_ps; 2^i is
- * built in the exponent field, so results below 2^-126 (x < -126, -inf
- * included) are flushed to exactly 0 rather than made denormal. */
-static inline __m256 bk_attn_exp2_ps256(__m256 x)
+#elif BK_ATTN_VEC
+/* 2^x as the AVX-512 version, with 2^i built in the exponent field: results
+ * below 2^-126 (x < -126, -inf included) are flushed to exactly 0 rather than
+ * made denormal. */
+static inline bk_vf bk_attn_exp2(bk_vf x)
 {
     const __m256 lo = _mm256_set1_ps(-126.0f);
     __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
-    x = _mm256_min_ps(x, _mm256_set1_ps(127.0f));
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(127.0f));
     __m256 xi = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 f = _mm256_sub_ps(x, xi);
-    __m256 p = _mm256_set1_ps(1.5403530393381608e-4f);                 /* ln2^6 / 720 */
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-3f)); /* ln2^5 / 120 */
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-3f)); /* ln2^4 / 24 */
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-2f)); /* ln2^3 / 6 */
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f)); /* ln2^2 / 2 */
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f)); /* ln2 */
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(xi), _mm256_set1_epi32(127)), 23);
+    __m256 p = bk_attn_exp2_poly(_mm256_sub_ps(x, xi));
     return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 #endif

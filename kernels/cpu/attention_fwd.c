@@ -68,31 +68,17 @@ static void tile_exp_sum(float *restrict st, int64_t bk, int64_t nq, float sl2,
                          const float *restrict off, const float *restrict alpha,
                          float *restrict l)
 {
-#ifdef __AVX512F__
-    const __m512 s2 = _mm512_set1_ps(sl2);
-    for (int64_t i = 0; i < nq; i += 16) {
-        __m512 o = _mm512_load_ps(off + i), sum = _mm512_setzero_ps();
+#if BK_ATTN_VEC
+    const bk_vf s2 = bk_vset1(sl2);
+    for (int64_t i = 0; i < nq; i += BK_VW) {
+        bk_vf o = bk_vload(off + i), sum = bk_vset1(0.0f);
         for (int64_t j = 0; j < bk; j++) {
             float *s = st + j * BK_ATTN_TQ + i;
-            __m512 p = bk_attn_exp2_ps(_mm512_fmsub_ps(_mm512_load_ps(s), s2, o));
-            _mm512_store_ps(s, p);
-            sum = _mm512_add_ps(sum, p);
+            bk_vf p = bk_attn_exp2(bk_vfmsub(bk_vload(s), s2, o));
+            bk_vstore(s, p);
+            sum = bk_vadd(sum, p);
         }
-        __m512 lv = _mm512_load_ps(l + i);
-        _mm512_store_ps(l + i, _mm512_fmadd_ps(lv, _mm512_load_ps(alpha + i), sum));
-    }
-#elif defined(__AVX2__) && defined(__FMA__)
-    const __m256 s2 = _mm256_set1_ps(sl2);
-    for (int64_t i = 0; i < nq; i += 8) {
-        __m256 o = _mm256_load_ps(off + i), sum = _mm256_setzero_ps();
-        for (int64_t j = 0; j < bk; j++) {
-            float *s = st + j * BK_ATTN_TQ + i;
-            __m256 p = bk_attn_exp2_ps256(_mm256_fmsub_ps(_mm256_load_ps(s), s2, o));
-            _mm256_store_ps(s, p);
-            sum = _mm256_add_ps(sum, p);
-        }
-        __m256 lv = _mm256_load_ps(l + i);
-        _mm256_store_ps(l + i, _mm256_fmadd_ps(lv, _mm256_load_ps(alpha + i), sum));
+        bk_vstore(l + i, bk_vfmadd(bk_vload(l + i), bk_vload(alpha + i), sum));
     }
 #else
     float sum[BK_ATTN_TQ];
