@@ -99,7 +99,7 @@ static void set_memory_type(ucp_request_param_t *p, const bt_request *req)
 /* PEER between nodes, NONE inside a node (see the top of this file). */
 static ucp_err_handling_mode_t endpoint_err_mode(const bt_world *w, int peer)
 {
-    return w->peers[peer].node == w->node ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+    return bt_peer_on_my_node(w, peer) ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
 }
 
 static ucp_ep_h endpoint(bt_backend *b, int peer, bt_status *st)

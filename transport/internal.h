@@ -274,11 +274,18 @@ static inline uint64_t bt_make_tag(uint32_t comm_id, int channel, int src_world_
  * to the channel), so a chunk is never matched by a host message. */
 enum { BT_STAGED_CHANNEL_BIT = 0x80 };
 
+/* Whether a world peer is on this rank's node (as the launch says: burst
+ * run --nodes, BURST_NODE_ID, or the host). */
+static inline int bt_peer_on_my_node(const bt_world *w, int world_peer)
+{
+    return w->peers[world_peer].node == w->node;
+}
+
 /* Backend reaching a world peer with host memory. */
 static inline bt_backend *bt_backend_for(bt_world *w, int world_peer)
 {
     if (world_peer == w->rank) return w->self;
-    return w->peers[world_peer].node == w->node ? w->intra : w->inter;
+    return bt_peer_on_my_node(w, world_peer) ? w->intra : w->inter;
 }
 
 #endif

@@ -308,6 +308,8 @@ void bk_attn_tile_gemm(int64_t M, int64_t N, int64_t K, const float *A, ptrdiff_
                        int accumulate)
 {
     const __m256i all = _mm256_set1_epi32(-1);
+    /* full and accumulate passed as literals, so that each inlined panel has
+     * neither test nor masked access in its k loop */
     int64_t n = 0;
     for (; n + 16 <= N; n += 16) {
         if (accumulate)

@@ -369,7 +369,7 @@ static void scenario_wires(void)
         if (peer == rank) continue;
         char wires[256];
         must(bt_world_wires(world, peer, wires, sizeof wires), "wires");
-        int same_node = world->peers[peer].node == world->node, n, n_shm, n_queues, n_net;
+        int same_node = bt_peer_on_my_node(world, peer), n, n_shm, n_queues, n_net;
         count_wires(wires, shm, &n, &n_shm);
         count_wires(wires, shm_queues, &n, &n_queues);
         count_wires(wires, net, &n, &n_net);
