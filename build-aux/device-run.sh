@@ -8,8 +8,8 @@
 #   sh device-run.sh train              # the default run on the CPU and on the GPU
 #                                       # (1 rank), then 4 ranks sharing it (cp = 4)
 #   sh device-run.sh 1m [SETTINGS...]   # 300m on 1,048,576 tokens, 3 steps
-#   sh device-run.sh bench [ARGS...]    # burst bench kernels and train --device cuda
-#                                       # (ARGS go to bench train)
+#   sh device-run.sh kernels [ARGS...]  # burst bench kernels --device cuda ARGS
+#   sh device-run.sh bench [ARGS...]    # burst bench train --device cuda ARGS
 #
 # CUDA's libraries come from the machine: /usr/local/cuda, else the lib/
 # folders of the `nvidia` wheels of its python3 (a PyTorch installation).
@@ -70,12 +70,14 @@ train)
     part train-300m-1m "$burst" train --set train.device=cuda --set model.preset=300m \
         --set data.seq_len=1048576 --set train.steps=3 --set train.warmup_steps=1 "$@"
     ;;
+kernels)
+    part bench-kernels "$burst" bench kernels --device cuda "$@"
+    ;;
 bench)
-    part bench-kernels "$burst" bench kernels --device cuda
     part bench-train "$burst" bench train --device cuda "$@"
     ;;
 *)
-    echo "device-run: unknown part '$what' (tests, train, 1m or bench)" >&2
+    echo "device-run: unknown part '$what' (tests, train, 1m, kernels or bench)" >&2
     exit 2
     ;;
 esac
