@@ -43,15 +43,24 @@ static inline bk_status bk_launch_status(int rc)
 {
     return rc == 0 ? BK_OK : bk_device_failed("kernel launch", bk_emu::last_error());
 }
-/* A launch runs what its stream still has queued first (simt_stream.h). */
+/* BK_OK when this process may call the emulated runtime (bk_emu::runtime_owned
+ * says why not), else BK_ERR_DEVICE with call's failure kept for
+ * bk_kernel_error. */
+static inline bk_status bk_emu_runtime(const char *call)
+{
+    char why[160];
+    return bk_emu::runtime_owned(why, sizeof why) ? BK_OK : bk_device_failed(call, why);
+}
+/* A launch runs what its stream still has queued first (simt_stream.h); in a
+ * forked child of the runtime's owner it fails, as on a GPU. */
 #define BK_LAUNCH(kernel, grid, block, smem, stream, ...)                                          \
-    (bk_emu::stream_flush(stream),                                                                 \
-     bk_launch_status(                                                                             \
-         bk_emu::launch(#kernel, (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); })))
+    BK_LAUNCH_NAMED(#kernel, kernel, grid, block, smem, stream, __VA_ARGS__)
 #define BK_LAUNCH_NAMED(name, kernel, grid, block, smem, stream, ...)                              \
-    (bk_emu::stream_flush(stream),                                                                 \
-     bk_launch_status(                                                                             \
-         bk_emu::launch((name), (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); })))
+    (bk_emu_runtime("kernel launch") != BK_OK                                                      \
+         ? BK_ERR_DEVICE                                                                           \
+         : (bk_emu::stream_flush(stream),                                                          \
+            bk_launch_status(                                                                      \
+                bk_emu::launch((name), (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))))
 #else
 #define BK_DEV_FN(name) bk_cuda_##name
 /* BK_OK, or BK_ERR_DEVICE after clearing the (non-sticky) error, with call

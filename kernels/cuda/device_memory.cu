@@ -127,9 +127,10 @@ void bk_emu::trace_alloc(const char *call, size_t bytes)
     trace(m, call, bytes);
 }
 
+/* Nothing to report in a forked child, as cudaGetDeviceCount fails there. */
 extern "C" int BK_DEV_FN(available)(void)
 {
-    return 1;
+    return bk_emu_runtime("cudaGetDeviceCount") == BK_OK;
 }
 
 /* One device, whose memory is the host's: nothing to choose, nothing to report. */
@@ -137,11 +138,13 @@ extern "C" bk_status BK_DEV_FN(use)(int index, int *count)
 {
     (void)index;
     *count = 1;
-    return BK_OK;
+    return bk_emu_runtime("cudaSetDevice");
 }
 
 extern "C" bk_status BK_DEV_FN(mem_info)(size_t *free_bytes, size_t *total_bytes)
 {
+    bk_status st = bk_emu_runtime("cudaMemGetInfo");
+    if (st != BK_OK) return st;
     emu_memory &m = memory();
     std::lock_guard<std::mutex> hold(m.lock);
     if (!m.limit) return BK_ERR_UNSUPPORTED;
@@ -154,7 +157,8 @@ extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)
 {
     if (p == NULL) return BK_ERR_ARG;
     *p = NULL;
-    if (bytes == 0) return BK_OK;
+    bk_status st = bk_emu_runtime("cudaMalloc");
+    if (st != BK_OK || bytes == 0) return st;
     *p = take(bytes, "cudaMalloc");
     return *p ? BK_OK : out_of_memory("cudaMalloc", bytes);
 }
@@ -163,6 +167,8 @@ extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)
 extern "C" bk_status BK_DEV_FN(free)(void *p)
 {
     if (p == NULL) return BK_OK;
+    bk_status st = bk_emu_runtime("cudaFree");
+    if (st != BK_OK) return st;
     bk_emu::flush_all();
     give_back(p);
     return BK_OK;
@@ -173,6 +179,8 @@ extern "C" bk_status BK_DEV_FN(free)(void *p)
 extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *src, size_t bytes,
                                      int dir)
 {
+    bk_status st = bk_emu_runtime("cudaMemcpyAsync");
+    if (st != BK_OK) return st;
     if (bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes) != 0)
         return bk_device_failed("cudaMemcpyAsync", "the stream's queue cannot grow");
     if (dir != BK_COPY_DEVICE_TO_DEVICE) bk_emu::stream_flush(q->stream);
@@ -181,13 +189,16 @@ extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *s
 
 extern "C" bk_status BK_DEV_FN(sync)(const bk_queue *q)
 {
-    bk_emu::stream_flush(q->stream);
-    return BK_OK;
+    bk_status st = bk_emu_runtime("cudaStreamSynchronize");
+    if (st == BK_OK) bk_emu::stream_flush(q->stream);
+    return st;
 }
 
 extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **p)
 {
     if (q->arena) return arena_scratch(q, bytes, p);
+    bk_status st = bk_emu_runtime("cudaMallocAsync");
+    if (st != BK_OK) return st;
     *p = bytes ? take(bytes, "cudaMallocAsync") : NULL;
     return *p || !bytes ? BK_OK : out_of_memory("cudaMallocAsync", bytes);
 }

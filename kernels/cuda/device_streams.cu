@@ -17,6 +17,8 @@ extern "C" bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const v
                                            size_t bytes, int dir)
 {
     (void)dir;
+    bk_status st = bk_emu_runtime("cudaMemcpyAsync");
+    if (st != BK_OK) return st;
     return bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes) == 0
                ? BK_OK
                : bk_device_failed("cudaMemcpyAsync", "the stream's queue cannot grow");
@@ -24,6 +26,8 @@ extern "C" bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const v
 
 extern "C" bk_status BK_DEV_FN(stream_create)(void **stream)
 {
+    bk_status st = bk_emu_runtime("cudaStreamCreate");
+    if (st != BK_OK) return st;
     *stream = bk_emu::stream_create();
     return *stream ? BK_OK : bk_device_failed("cudaStreamCreate", "out of host memory");
 }
@@ -36,6 +40,8 @@ extern "C" bk_status BK_DEV_FN(stream_destroy)(void *stream)
 
 extern "C" bk_status BK_DEV_FN(event_create)(void **event)
 {
+    bk_status st = bk_emu_runtime("cudaEventCreate");
+    if (st != BK_OK) return st;
     *event = bk_emu::event_create();
     return *event ? BK_OK : bk_device_failed("cudaEventCreate", "out of host memory");
 }
@@ -75,6 +81,9 @@ extern "C" int BK_DEV_FN(event_query)(void *event)
 
 extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
 {
+    *p = NULL;
+    bk_status st = bk_emu_runtime("cudaMallocHost");
+    if (st != BK_OK) return st;
     if (bytes) bk_emu::trace_alloc("cudaMallocHost", bytes);
     *p = bytes ? malloc(bytes) : NULL;
     return *p || bytes == 0 ? BK_OK : BK_ERR_NOMEM;

@@ -21,6 +21,8 @@ extern "C" bk_status BK_DEV_FN(gemm)(const bk_queue *q, bk_transpose ta, bk_tran
                                      int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                                      const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
+    bk_status st = bk_emu_runtime("cublasLtMatmul");
+    if (st != BK_OK) return st;
     bk_queue host = bk_host_queue();
     host.n_threads = 1;
     bk_emu::stream_flush(q->stream); /* in its stream's order, like cuBLASLt's */
@@ -33,6 +35,8 @@ extern "C" bk_status BK_DEV_FN(gemm_bf16)(const bk_queue *q, bk_transpose ta, bk
                                           int64_t ldb, float beta, void *c, bk_dtype c_type,
                                           int64_t ldc)
 {
+    bk_status st = bk_emu_runtime("cublasLtMatmul");
+    if (st != BK_OK) return st;
     bk_queue host = bk_host_queue();
     host.n_threads = 1;
     bk_emu::stream_flush(q->stream); /* in its stream's order, like cuBLASLt's */

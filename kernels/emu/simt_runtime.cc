@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <atomic>
 
 #include "kernels/emu/simt_internal.h"
 
@@ -46,6 +49,21 @@ void set_fatal(int fatal)
 void set_order(int reverse)
 {
     g_reverse = reverse;
+}
+
+/* The process whose first runtime call initialised the emulated runtime (0:
+ * none yet); a forked child inherits it, which is how it knows it is one. */
+static std::atomic<pid_t> g_runtime_owner{0};
+
+int runtime_owned(char *why, size_t len)
+{
+    pid_t me = getpid(), owner = 0;
+    if (g_runtime_owner.compare_exchange_strong(owner, me) || owner == me) return 1;
+    snprintf(why, len,
+             "initialization error: the runtime was initialised in process %ld, and process %ld "
+             "is a child forked from it after that",
+             (long)owner, (long)me);
+    return 0;
 }
 
 const char *last_error(void)

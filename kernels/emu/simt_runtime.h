@@ -49,6 +49,14 @@ const char *last_error(void);
  * between the two orders reveal a missing barrier. */
 void set_order(int reverse);
 
+/* 1 when this process may call the emulated CUDA runtime; else 0 with the
+ * reason in why. As the CUDA runtime documents, a process that has
+ * initialised it and then forks leaves a child that cannot use it: the first
+ * call of a process makes it the runtime's owner, and a forked child, which
+ * inherits the owner, is refused (cudaErrorInitializationError on a GPU).
+ * Every runtime call of the emulated device and every launch asks first. */
+int runtime_owned(char *why, size_t len);
+
 /* Built-in variables of the running thread. GNU __thread rather than C++
  * thread_local: POD variables need no TLS wrapper functions (through which
  * GCC 12's UBSan reports false null-pointer loads). */

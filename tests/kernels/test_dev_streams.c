@@ -8,6 +8,8 @@
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/kernels/dev_util.h"
 #include "tests/lib/arrays.h"
@@ -198,13 +200,39 @@ START_TEST(a_device_is_chosen_by_index)
 }
 END_TEST
 
+/* The CUDA runtime documents that a child forked after the parent initialised
+ * it cannot use it: every call fails there (cudaErrorInitializationError).
+ * The emulated runtime refuses the same, so that code forking after device
+ * setup (a test runner, a launcher) fails in make check as on a GPU. */
+START_TEST(a_forked_child_cannot_use_the_device)
+{
+    const uint64_t word = 42;
+    void *p = dev_put(&word, sizeof word), *s = NULL; /* the runtime is initialised here */
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        void *q = NULL;
+        int refused = bk_device_malloc(64, &q) == BK_ERR_DEVICE &&
+                      bk_device_stream_create(&s) == BK_ERR_DEVICE;
+        _exit(refused ? 0 : 1);
+    }
+    int status = -1;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "a forked child could still allocate device memory or a stream");
+    ck_assert_int_eq(bk_device_stream_create(&s), BK_OK); /* the parent still can */
+    ck_assert_int_eq(bk_device_stream_destroy(s), BK_OK);
+    dev_free(p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dev_streams");
     TCase *tc = check_tcase(s, "streams", 120);
     check_add_tests(tc, one_stream_runs_in_order, an_event_query_polls_without_waiting,
-                    an_event_orders_two_streams, bad_calls_are_refused,
-                    a_device_is_chosen_by_index);
+                    an_event_orders_two_streams, bad_calls_are_refused, a_device_is_chosen_by_index,
+                    a_forked_child_cannot_use_the_device);
     /* what only the emulator promises (on a GPU these are races) */
     if (!strcmp(bk_device_backend_name(), "emulator"))
         check_add_tests(check_tcase(s, "emulator", 120), a_missing_wait_reads_old_data,
