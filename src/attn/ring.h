@@ -34,10 +34,17 @@ void ring_buffers_free(ring_buffers *b);
  * allocating (what a memory report and its pre-check count for the ring). */
 size_t ring_buffers_bytes(const ring_schedule *const *scheds, int n_scheds);
 
-/* Query rows per kernel call unless a ring_exec_ctx says otherwise: small
- * enough that the transport is polled often, large enough for the kernel's
- * tiles. */
+/* Query rows per kernel call on the host unless a ring_exec_ctx says
+ * otherwise: small enough that the transport is polled often, large enough
+ * for the kernel's tiles. */
 enum { RING_PIECE_ROWS = 512 };
+
+/* The query rows per kernel call of a ring over blocks of n rows: piece_rows
+ * when > 0; else RING_PIECE_ROWS on the host, and on a device the whole block,
+ * since there the calls return before their kernels run (the host polls the
+ * transport no sooner for smaller pieces) and a piece of 512 rows gives the
+ * kernel a grid of 8 blocks per head, too few to fill a GPU. */
+int64_t ring_piece_rows(int64_t piece_rows, int64_t n, int on_device);
 
 typedef struct {
     bt_comm *comm;               /* the context-parallel group */
@@ -48,7 +55,7 @@ typedef struct {
     const int32_t *segments;     /* [N] global document ids (document mask), else NULL */
     ring_buffers *buffers;       /* made for sched by ring_buffers_create; NULL: made for this call */
     int64_t piece_rows;          /* query rows per kernel call between transport polls;
-                                  * 0: RING_PIECE_ROWS */
+                                  * 0: ring_piece_rows' default */
     bk_dtype in_type;            /* what Q, K, V and dO travel and reach the kernels as:
                                   * BK_F32 (0), or BK_BF16, rounded once at home (bk_round_bf16:
                                   * half the bytes on the wire and in the slots, and on a device

@@ -246,10 +246,16 @@ void ring_run_count_tiles(ring_run *run, const bk_attn_stats *ks)
     run->stats->tiles_skipped += ks->tiles_skipped;
 }
 
+int64_t ring_piece_rows(int64_t piece_rows, int64_t n, int on_device)
+{
+    if (piece_rows > 0) return piece_rows;
+    return on_device && n > 0 ? n : RING_PIECE_ROWS;
+}
+
 bt_status ring_run_pieces(ring_run *run, ring_piece_fn fn, void *arg)
 {
     int64_t n = run->s->layout.n;
-    int64_t piece = run->c->piece_rows > 0 ? run->c->piece_rows : RING_PIECE_ROWS;
+    int64_t piece = ring_piece_rows(run->c->piece_rows, n, run->mem == BT_MEM_DEVICE);
     double t0 = bu_now();
     bt_status st = BT_OK;
     for (int64_t r0 = 0; r0 < n && st == BT_OK; r0 += piece) {

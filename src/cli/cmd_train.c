@@ -14,16 +14,19 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: burst train [--config FILE] [--set section.key=value ...] [--print-config]\n\n"
+            "usage: burst train [--config FILE] [--set section.key=value ...] [--print-config]\n"
+            "       burst train --list-keys\n\n"
             "Trains a LLaMA-style model on sequences split across ranks. Launch it on every\n"
             "rank: `burst run -n 4 -- burst train ...`, or `srun -n 16 burst train ...`.\n"
             "Attention: [parallel] mask = causal, window, document or sparse (every key is\n"
-            "described in doc/TRAINING.md; --print-config lists them with their values).\n\n"
+            "listed by --list-keys and in doc/TRAINING.md; --print-config gives their values).\n\n"
             "  --config FILE        INI configuration; every key is checked (unknown keys,\n"
             "                       types and ranges are errors naming the key)\n"
             "  --set S.K=V          override one key after the file (repeatable, in order)\n"
             "  --print-config       check the configuration as a run on dp x cp ranks would,\n"
             "                       print it with defaults and exit (2 when it is not valid)\n"
+            "  --list-keys          print every key with its default, whether a resumed run\n"
+            "                       must keep the checkpoint's value, and its meaning; exit\n"
             "  --resume             continue from the latest checkpoint in [train] checkpoint_dir\n"
             "                       (bit for bit: the losses equal those of an uninterrupted\n"
             "                       run); refused, naming the key, when the configuration\n"
@@ -70,6 +73,9 @@ static int parse_args(int argc, char **argv, train_config *c, train_args *a)
             }
         } else if (strcmp(argv[i], "--print-config") == 0) {
             a->print_config = 1;
+        } else if (strcmp(argv[i], "--list-keys") == 0) {
+            train_config_list_keys(stdout);
+            return 0;
         } else if (strcmp(argv[i], "--resume") == 0) {
             a->opts.resume = 1;
         } else if (strcmp(argv[i], "--stop-after") == 0 && i + 1 < argc) {

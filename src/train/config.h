@@ -47,7 +47,8 @@ typedef struct {
     char sparse_pattern[64]; /* mask = sparse: e.g. local:4+global:1 (src/attn/sparse_pattern.h) */
     char backward[8];       /* auto | q | kv */
     char ring[8];           /* auto | flat | double */
-    int64_t piece_rows;     /* query rows per attention kernel call between transport polls */
+    int64_t piece_rows;     /* query rows per attention kernel call between transport polls;
+                             * 0: ring_piece_rows' default */
     /* [train] */
     int64_t steps;
     int micro_batches;      /* gradient accumulation: sequences per rank per step */
@@ -104,10 +105,15 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
 recall_shape train_config_recall(const train_config *c);
 /* The effective configuration as INI text (loads back to the same values). */
 void train_config_print(FILE *out, const train_config *c);
+/* Every key as a Markdown table (key, default, whether a resumed run must
+ * keep the checkpoint's value, meaning): `burst train --list-keys`, and the
+ * table of doc/TRAINING.md, which test_train_config compares with it. */
+void train_config_list_keys(FILE *out);
 /* Whether a run configured as `now` continues the numbers of a checkpoint
  * written under `was`: 0 when every key that changes them is equal (the model's
  * dimensions, the data, dp, cp, layout, mask and window, micro-batches, the
- * optimizer and its schedule, the loss; the list and why is in config.c), or -1
+ * optimizer and its schedule, the loss: the keys marked RESUME in config.c's
+ * table, which says why), or -1
  * with the first that differs named with both values, as
  * "[model] d_model = 64, this run has 128". */
 int train_config_resume_check(const train_config *was, const train_config *now, char *err,

@@ -201,7 +201,8 @@ int trainer_report_start(trainer *t)
            c->mask,
            ring_pass_name(ring_choose_backward(t->plan.backward, c->n_heads, c->n_kv_heads,
                                                c->d_model / c->n_heads, in_bytes)),
-           (long long)c->piece_rows, in_bytes == 2 ? "bf16" : "fp32");
+           (long long)ring_piece_rows(c->piece_rows, t->layout.n, t->plan.on_device),
+           in_bytes == 2 ? "bf16" : "fp32");
     memory_report(t);
     if (t->plan.on_device)
         printf("device: %s, device %d of rank 0; its sgemm: %.1f GFLOP/s (rank 0 alone); %s; layer "

@@ -491,6 +491,20 @@ START_TEST(ring_buffers_make_only_what_steps_touch)
 }
 END_TEST
 
+/* The kernel's pieces: what the caller asks, else 512 query rows on the host
+ * and the whole block on a device (where a call returns before its kernel
+ * runs, and 512-row pieces leave most of a GPU idle). */
+START_TEST(kernel_pieces_are_whole_blocks_on_a_device)
+{
+    ck_assert_int_eq(ring_piece_rows(24, 4096, 0), 24);
+    ck_assert_int_eq(ring_piece_rows(24, 4096, 1), 24);
+    ck_assert_int_eq(ring_piece_rows(0, 4096, 0), RING_PIECE_ROWS);
+    ck_assert_int_eq(ring_piece_rows(0, 4096, 1), 4096);
+    ck_assert_int_eq(ring_piece_rows(0, 1 << 20, 1), 1 << 20);
+    ck_assert_int_eq(ring_piece_rows(0, 0, 1), RING_PIECE_ROWS); /* no rows: any positive size */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ring_schedule");
@@ -500,6 +514,7 @@ int main(void)
         sequence_pairs_match_a_brute_force_count, schedules_compute_every_needed_pair_once,
         q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha,
         auto_never_sends_more_than_the_cheaper_direction, bf16_inputs_halve_the_travelling_tensors,
-        sliding_window_sends_only_the_window, ring_buffers_make_only_what_steps_touch);
+        sliding_window_sends_only_the_window, ring_buffers_make_only_what_steps_touch,
+        kernel_pieces_are_whole_blocks_on_a_device);
     return check_run(s);
 }

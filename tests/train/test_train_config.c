@@ -9,7 +9,9 @@
  * documents come from, the sparse pattern and its number of blocks, the recall
  * task's shape) catch what they should; configuration text in memory loads as
  * a file does; a resumed run is refused exactly the keys that change the
- * numbers, with both values. Files are written in a fresh temporary directory. */
+ * numbers, with both values; the key table of doc/TRAINING.md is the one
+ * `burst train --list-keys` prints. Files are written in a fresh temporary
+ * directory. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,8 +69,60 @@ START_TEST(defaults_are_valid_on_one_rank)
     ck_assert_str_eq(c.metrics, "");
     ck_assert_double_eq(c.lr, 3e-3);
     ck_assert_double_eq(c.timeout, 60.0);
+    ck_assert_int_eq(c.piece_rows, 0); /* the ring's own choice (ring_piece_rows) */
+    ck_assert_double_eq(c.norm_eps, 1e-5);
+    ck_assert_double_eq(c.rope_theta, 10000.0); /* the preset's */
     /* Not valid for two ranks with dp = cp = 1. */
     ck_assert_int_eq(train_config_validate(&c, 2, err, sizeof err), -1);
+}
+END_TEST
+
+/* Everything between the two markers of doc/TRAINING.md, or NULL. */
+static char *doc_key_table(void)
+{
+    const char *srcdir = getenv("BURST_TEST_SRCDIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/doc/TRAINING.md", srcdir ? srcdir : ".");
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot read %s", path);
+    static const char begin[] = "<!-- begin: output of burst train with list-keys -->\n",
+                      end[] = "<!-- end: output of burst train with list-keys -->";
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    char line[4096];
+    int inside = 0, seen = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, end, sizeof end - 1) == 0) inside = 0;
+        if (inside) fputs(line, mem);
+        if (strcmp(line, begin) == 0) inside = seen = 1;
+    }
+    fclose(f);
+    fclose(mem);
+    if (!seen) free(text), text = NULL;
+    return text;
+}
+
+START_TEST(the_documented_key_table_is_the_programs)
+{
+    char *listed = NULL, *documented = doc_key_table();
+    size_t len = 0;
+    FILE *mem = open_memstream(&listed, &len);
+    train_config_list_keys(mem);
+    fclose(mem);
+    ck_assert_msg(documented != NULL, "doc/TRAINING.md has no key table between its markers");
+    ck_assert_msg(strcmp(listed, documented) == 0,
+                  "doc/TRAINING.md's key table differs from `burst train --list-keys`; "
+                  "paste the command's output between the markers");
+    /* one row per key, each with a meaning */
+    int rows = 0;
+    for (const char *p = listed; (p = strstr(p, "\n| `[")) != NULL; p++) {
+        rows++;
+        const char *eol = strchr(p + 1, '\n');
+        ck_assert(eol && eol - p > 20 && memcmp(eol - 4, " | |", 4) != 0);
+    }
+    ck_assert_int_ge(rows, 60);
+    free(listed), free(documented);
 }
 END_TEST
 
@@ -293,7 +347,7 @@ START_TEST(set_errors_name_the_assignment)
         {"memory.ckpt_fraction=2", "--set memory.ckpt_fraction=2: must be 0, 0.5"},
         {"model.preset=huge", "--set model.preset=huge: not one of"},
         {"memory.fused_head=2", "--set memory.fused_head=2: not a boolean"},
-        {"parallel.piece_rows=0", "--set parallel.piece_rows=0: out of range"},
+        {"parallel.piece_rows=-1", "--set parallel.piece_rows=-1: out of range"},
         {"parallel.mask=full", "--set parallel.mask=full: not one of causal, window, document, "
                                "sparse"},
     };
@@ -631,7 +685,8 @@ int main(void)
 {
     Suite *s = suite_create("train_config");
     TCase *tc = check_tcase(s, "config", 0);
-    check_add_tests(tc, defaults_are_valid_on_one_rank, presets_set_their_dimensions,
+    check_add_tests(tc, defaults_are_valid_on_one_rank, the_documented_key_table_is_the_programs,
+                    presets_set_their_dimensions,
                     small_preset_has_about_25m_parameters,
                     file_keys_override_the_preset_wherever_they_stand);
     tcase_add_loop_test(tc, file_errors_name_line_and_key, 0, N_BAD_FILES);
