@@ -9,6 +9,9 @@
  *                       launch's message kept for bk_kernel_error)
  *   BK_LAUNCH_NAMED(name, k, ...)  the same, k a pointer to a kernel (a template
  *                       instance), name what the emulator's messages call it
+ *   bk_allow_dynamic_smem(kernel, bytes)
+ *                       cudaFuncSetAttribute(MaxDynamicSharedMemorySize), which
+ *                       a launch with over 48 KiB of it needs (the emulator too)
  *   BK_CUDA(call)       a CUDA runtime call's bk_status, its failure kept for
  *                       bk_kernel_error (CUDA only)
  *   BK_SHARED(T, a, n)  a __shared__ array T a[n] (bounds-checked in the emulator)
@@ -59,8 +62,9 @@ static inline bk_status bk_emu_runtime(const char *call)
     (bk_emu_runtime("kernel launch") != BK_OK                                                      \
          ? BK_ERR_DEVICE                                                                           \
          : (bk_emu::stream_flush(stream),                                                          \
-            bk_launch_status(                                                                      \
-                bk_emu::launch((name), (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))))
+            bk_launch_status(bk_emu::launch((name), reinterpret_cast<const void *>(kernel),        \
+                                            (grid), (block), (smem),                               \
+                                            [&]() { kernel(__VA_ARGS__); }))))
 #else
 #define BK_DEV_FN(name) bk_cuda_##name
 /* BK_OK, or BK_ERR_DEVICE after clearing the (non-sticky) error, with call
@@ -81,6 +85,22 @@ static inline bk_status bk_launch_status(void)
      bk_launch_status())
 #define BK_LAUNCH_NAMED(name, kernel, grid, block, smem, stream, ...)                              \
     ((void)(name), BK_LAUNCH(kernel, grid, block, smem, stream, __VA_ARGS__))
+#endif
+
+/* ---------------------------------------------------------------- kernel attributes */
+#ifdef BK_EMULATOR
+static inline bk_status bk_allow_dynamic_smem(const void *kernel, size_t bytes)
+{
+    return bk_emu::func_set_max_dynamic_smem(kernel, bytes) == 0
+               ? BK_OK
+               : bk_device_failed("cudaFuncSetAttribute", "invalid value (over 163 KiB)");
+}
+#else
+static inline bk_status bk_allow_dynamic_smem(const void *kernel, size_t bytes)
+{
+    return BK_CUDA(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
 #endif
 
 /* ---------------------------------------------------------------- shared memory */

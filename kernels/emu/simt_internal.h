@@ -89,6 +89,7 @@ enum { MAX_SHARED_ARRAYS = 64 };
 
 struct launch_state {
     const char *name;
+    const void *kernel; /* the launched function (its attributes), or NULL */
     dim3 grid, block;
     size_t dyn_smem;
     void (*body)(void *);

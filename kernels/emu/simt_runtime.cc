@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 
 #include "kernels/emu/simt_internal.h"
 
@@ -64,6 +65,36 @@ int runtime_owned(char *why, size_t len)
              "is a child forked from it after that",
              (long)owner, (long)me);
     return 0;
+}
+
+/* The kernels whose dynamic shared memory limit was raised, with the limit
+ * (cudaFuncSetAttribute's record; a handful of kernels, so a short list). */
+enum { DEFAULT_DYN_SMEM = 48 * 1024, MAX_DYN_SMEM = 163 * 1024, MAX_RAISED = 64 };
+static struct {
+    std::mutex lock;
+    const void *kernel[MAX_RAISED];
+    size_t bytes[MAX_RAISED];
+    int n;
+} g_raised;
+
+int func_set_max_dynamic_smem(const void *kernel, size_t bytes)
+{
+    if (kernel == NULL || bytes > MAX_DYN_SMEM) return -1;
+    std::lock_guard<std::mutex> hold(g_raised.lock);
+    int i = 0;
+    while (i < g_raised.n && g_raised.kernel[i] != kernel) i++;
+    if (i == MAX_RAISED) return -1;
+    if (i == g_raised.n) g_raised.n++;
+    g_raised.kernel[i] = kernel, g_raised.bytes[i] = bytes;
+    return 0;
+}
+
+static size_t max_dynamic_smem(const void *kernel)
+{
+    std::lock_guard<std::mutex> hold(g_raised.lock);
+    for (int i = 0; i < g_raised.n; i++)
+        if (g_raised.kernel[i] == kernel) return g_raised.bytes[i];
+    return DEFAULT_DYN_SMEM;
 }
 
 const char *last_error(void)
@@ -364,6 +395,11 @@ static int check_config(launch_state *L)
                    b.x, b.y, b.z);
     else if (g.x > 2147483647u || g.y > 65535 || g.z > 65535)
         fail_block(L, "grid of %u x %u x %u blocks exceeds CUDA's limits", g.x, g.y, g.z);
+    else if (L->dyn_smem > DEFAULT_DYN_SMEM && L->dyn_smem > max_dynamic_smem(L->kernel))
+        fail_block(L,
+                   "%zu bytes of dynamic shared memory, over the 48 KiB a kernel may have unless "
+                   "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) raised its limit (to %zu)",
+                   L->dyn_smem, max_dynamic_smem(L->kernel));
     return L->failed ? -1 : 0;
 }
 
@@ -380,12 +416,13 @@ static int finish(launch_state *L, int rc)
     return -1;
 }
 
-int launch_raw(const char *name, dim3 grid, dim3 block, size_t dyn_smem, void (*body)(void *),
-               void *ctx)
+int launch_raw(const char *name, const void *kernel, dim3 grid, dim3 block, size_t dyn_smem,
+               void (*body)(void *), void *ctx)
 {
     launch_state *L = static_cast<launch_state *>(calloc(1, sizeof(launch_state)));
     if (L == NULL) return -1;
     L->name = name;
+    L->kernel = kernel;
     L->grid = grid;
     L->block = block;
     L->dyn_smem = dyn_smem;

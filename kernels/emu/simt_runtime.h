@@ -26,17 +26,24 @@ namespace bk_emu
 {
 
 /* Runs body(ctx) as every thread of every block; 0 on success, -1 on an error
- * (when not fatal). */
-int launch_raw(const char *name, dim3 grid, dim3 block, size_t dyn_smem, void (*body)(void *),
-               void *ctx);
+ * (when not fatal). kernel is the launched function, for its attributes. */
+int launch_raw(const char *name, const void *kernel, dim3 grid, dim3 block, size_t dyn_smem,
+               void (*body)(void *), void *ctx);
 
-template <class F> int launch(const char *name, dim3 grid, dim3 block, size_t dyn_smem, F &&f)
+template <class F>
+int launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t dyn_smem, F &&f)
 {
     typedef typename std::remove_reference<F>::type fn_type;
     return launch_raw(
-        name, grid, block, dyn_smem, [](void *p) { (*static_cast<fn_type *>(p))(); },
+        name, kernel, grid, block, dyn_smem, [](void *p) { (*static_cast<fn_type *>(p))(); },
         static_cast<void *>(&f));
 }
+
+/* cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+ * bytes): as on a GPU, a launch with more than 48 KiB of dynamic shared
+ * memory fails unless this raised the kernel's limit to at least that much.
+ * -1 when bytes is over what a block may have (sm_80's 163 KiB). */
+int func_set_max_dynamic_smem(const void *kernel, size_t bytes);
 
 /* 1 (the default): an error prints its message and aborts the process.
  * 0: launch returns -1 and last_error() holds the message. */

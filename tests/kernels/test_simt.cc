@@ -541,6 +541,42 @@ __global__ void k_mismatched_collectives(int *out)
         out[threadIdx.x] = __shfl_sync(0xffffffffu, 1, 0);
 }
 
+/* Writes every byte of its dynamic shared memory and sums them back. */
+__global__ void k_dynamic_smem(size_t bytes, unsigned long long *sum)
+{
+    BK_SHARED_DYN(unsigned char, buf);
+    for (size_t i = threadIdx.x; i < bytes; i += blockDim.x) buf[i] = 1;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long s = 0;
+        for (size_t i = 0; i < bytes; i++) s += buf[i];
+        *sum = s;
+    }
+}
+
+/* 64 KiB of dynamic shared memory needs the kernel's limit raised first, as
+ * on a GPU; more than a block may have cannot be allowed. */
+START_TEST(dynamic_shared_memory_over_48k_needs_the_attribute)
+{
+    bk_emu::set_fatal(0);
+    const size_t big = 64 * 1024;
+    unsigned long long sum = 0;
+    ck_assert_int_eq(
+        BK_LAUNCH(k_dynamic_smem, dim3(1), dim3(64), 48 * 1024, NULL, (size_t)48 * 1024, &sum),
+        BK_OK);
+    ck_assert_int_eq(sum, 48 * 1024);
+    expect_error(BK_LAUNCH(k_dynamic_smem, dim3(1), dim3(64), big, NULL, big, &sum),
+                 "k_dynamic_smem", "block (0,0,0)", "over the 48 KiB");
+    ck_assert_int_eq(bk_allow_dynamic_smem(reinterpret_cast<const void *>(k_dynamic_smem), big),
+                     BK_OK);
+    ck_assert_int_eq(BK_LAUNCH(k_dynamic_smem, dim3(1), dim3(64), big, NULL, big, &sum), BK_OK);
+    ck_assert_int_eq(sum, big);
+    ck_assert_int_eq(
+        bk_allow_dynamic_smem(reinterpret_cast<const void *>(k_dynamic_smem), 200 * 1024),
+        BK_ERR_DEVICE);
+}
+END_TEST
+
 START_TEST(barrier_not_reached_is_reported)
 {
     bk_emu::set_fatal(0);
@@ -650,6 +686,7 @@ static Suite *simt_suite(void)
     tcase_add_test(mma, mma_with_ldmatrix_matches_scalar_product);
     TCase *err = check_tcase(s, "errors", 120);
     tcase_add_test(err, barrier_not_reached_is_reported);
+    tcase_add_test(err, dynamic_shared_memory_over_48k_needs_the_attribute);
     tcase_add_test(err, shared_out_of_bounds_is_reported);
     tcase_add_test(err, bad_lane_masks_are_reported);
     tcase_add_test_raise_signal(err, errors_abort_by_default, SIGABRT);
