@@ -42,8 +42,8 @@ extern "C" size_t BK_DEV_FN(scratch_bytes)(int64_t rows, int64_t width, int64_t 
 
 #include <stdio.h>
 
+#include <map>
 #include <mutex>
-#include <unordered_map>
 
 /* What the emulated device's runtime calls (cudaMalloc, cudaMallocAsync) have
  * handed out and not taken back. Two environment variables make it visible:
@@ -55,12 +55,25 @@ extern "C" size_t BK_DEV_FN(scratch_bytes)(int64_t rows, int64_t width, int64_t 
  *                          "emu: cudaMalloc N bytes", "emu: cudaMallocAsync
  *                          N bytes" or, for page-locked host memory
  *                          (device_streams.cu), "emu: cudaMallocHost N
- *                          bytes", so a test sees which calls allocate. */
+ *                          bytes", so a test sees which calls allocate.
+ * Stricter than a GPU where that shows our bugs: each allocation is followed
+ * by a red zone (from its exact end to RED_ZONE bytes past the 256-byte
+ * rounding) filled with RED_BYTE and checked when it is freed and at every
+ * stream synchronisation, so a kernel writing past the end of a buffer fails
+ * there (a GPU may let it corrupt the neighbour silently); and a kernel is
+ * given only pointers into live device allocations (check_ptrs), as
+ * cudaPointerGetAttributes decides on a GPU: a host pointer is refused. */
 namespace
 {
+enum { RED_ZONE = 256, RED_BYTE = 0xdb };
+
+struct allocation {
+    size_t bytes, rounded; /* asked for; counted against the limit (256-byte rounding) */
+};
+
 struct emu_memory {
     std::mutex lock;
-    std::unordered_map<void *, size_t> live; /* pointer -> bytes (rounded) */
+    std::map<const char *, allocation> live; /* by address, to find the one holding a pointer */
     size_t live_bytes = 0, limit = 0;        /* limit 0: none */
     int trace = 0;
 };
@@ -91,9 +104,40 @@ void *take(size_t bytes, const char *call)
     /* cudaMalloc's alignment (256 bytes), so that code relying on it is tested */
     size_t rounded = (bytes + 255) / 256 * 256;
     if (m.limit && rounded > m.limit - m.live_bytes) return NULL;
-    void *p = aligned_alloc(256, rounded);
-    if (p) m.live[p] = rounded, m.live_bytes += rounded;
+    char *p = static_cast<char *>(aligned_alloc(256, rounded + RED_ZONE));
+    if (p == NULL) return NULL;
+    memset(p + bytes, RED_BYTE, rounded + RED_ZONE - bytes);
+    m.live[p] = allocation{bytes, rounded};
+    m.live_bytes += rounded;
     return p;
+}
+
+/* 0, or -1 with the message kept for bk_kernel_error when something wrote into
+ * the red zone of the allocation at p. */
+int red_zone_intact(const char *p, const allocation &a, const char *call)
+{
+    const unsigned char *zone = reinterpret_cast<const unsigned char *>(p) + a.bytes;
+    for (size_t i = 0; i < a.rounded + RED_ZONE - a.bytes; i++) {
+        if (zone[i] == RED_BYTE) continue;
+        char detail[200];
+        snprintf(detail, sizeof detail,
+                 "device memory written past the end of an allocation of %zu bytes at %p "
+                 "(byte %zu past it holds 0x%02x)",
+                 a.bytes, static_cast<const void *>(p), i, zone[i]);
+        bk_device_failed(call, detail);
+        return -1;
+    }
+    return 0;
+}
+
+/* Every live allocation's red zone (at a synchronisation). */
+int red_zones_intact(const char *call)
+{
+    emu_memory &m = memory();
+    std::lock_guard<std::mutex> hold(m.lock);
+    for (const auto &at : m.live)
+        if (red_zone_intact(at.first, at.second, call) != 0) return -1;
+    return 0;
 }
 
 /* A failed take: BK_ERR_DEVICE, as the runtime's cudaErrorMemoryAllocation. */
@@ -110,13 +154,32 @@ bk_status out_of_memory(const char *call, size_t bytes)
     return bk_device_failed(call, detail);
 }
 
-void give_back(void *p)
+/* Frees p; -1 (the memory freed all the same) when its red zone was written. */
+int give_back(void *p, const char *call)
 {
     emu_memory &m = memory();
     std::lock_guard<std::mutex> hold(m.lock);
-    auto at = m.live.find(p);
-    if (at != m.live.end()) m.live_bytes -= at->second, m.live.erase(at);
+    auto at = m.live.find(static_cast<const char *>(p));
+    int rc = 0;
+    if (at != m.live.end()) {
+        rc = red_zone_intact(at->first, at->second, call);
+        m.live_bytes -= at->second.rounded;
+        m.live.erase(at);
+    }
     free(p);
+    return rc;
+}
+
+/* Whether p points into a live allocation (its end included, for empty views). */
+int is_device_memory(const void *p)
+{
+    const char *c = static_cast<const char *>(p);
+    emu_memory &m = memory();
+    std::lock_guard<std::mutex> hold(m.lock);
+    auto at = m.live.upper_bound(c);
+    if (at == m.live.begin()) return 0;
+    --at;
+    return c <= at->first + at->second.bytes;
 }
 } // namespace
 
@@ -170,8 +233,7 @@ extern "C" bk_status BK_DEV_FN(free)(void *p)
     bk_status st = bk_emu_runtime("cudaFree");
     if (st != BK_OK) return st;
     bk_emu::flush_all();
-    give_back(p);
-    return BK_OK;
+    return give_back(p, "cudaFree") == 0 ? BK_OK : BK_ERR_DEVICE;
 }
 
 /* Copies are queued on the stream (simt_stream.h); one to or from the host
@@ -190,8 +252,9 @@ extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *s
 extern "C" bk_status BK_DEV_FN(sync)(const bk_queue *q)
 {
     bk_status st = bk_emu_runtime("cudaStreamSynchronize");
-    if (st == BK_OK) bk_emu::stream_flush(q->stream);
-    return st;
+    if (st != BK_OK) return st;
+    bk_emu::stream_flush(q->stream);
+    return red_zones_intact("cudaStreamSynchronize") == 0 ? BK_OK : BK_ERR_DEVICE;
 }
 
 extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **p)
@@ -211,12 +274,18 @@ extern "C" void BK_DEV_FN(scratch_free)(const bk_queue *q, void *p)
         return;
     }
     bk_emu::stream_flush(q->stream);
-    if (p) give_back(p);
+    if (p && give_back(p, "cudaFreeAsync") != 0) { /* no status to return it in */
+        fprintf(stderr, "bk_emu: %s\n", bk_kernel_error());
+        abort();
+    }
 }
 
+/* As the GPU's: a pointer outside every live device allocation (host memory,
+ * freed memory) is not served (BK_ERR_UNSUPPORTED). */
 extern "C" bk_status BK_DEV_FN(check_ptrs)(const void *const *ptrs, int n)
 {
-    (void)ptrs, (void)n;
+    for (int i = 0; i < n; i++)
+        if (ptrs[i] != NULL && !is_device_memory(ptrs[i])) return BK_ERR_UNSUPPORTED;
     return BK_OK;
 }
 

@@ -75,41 +75,42 @@ void ring_schedule_free(ring_schedule *s)
     free(s);
 }
 
-ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err, size_t err_len)
+/* The configuration's own checks; M is the number of nodes of the ring. */
+static int plan_config_ok(const ring_plan_config *cfg, int M, char *err, size_t err_len)
 {
-    int P = cfg->layout.P, M = cfg->topo == TOPO_DOUBLE ? cfg->nodes : 1;
+    int P = cfg->layout.P;
     if (M < 1 || P % M != 0) {
         snprintf(err, err_len, "double ring: %d ranks do not split into %d nodes of equal size", P,
                  M);
-        return NULL;
+        return 0;
     }
     if (cfg->h_kv < 1 || cfg->h_q < cfg->h_kv || cfg->h_q % cfg->h_kv != 0 || cfg->d < 8 ||
         cfg->d % 8 != 0) {
         snprintf(err, err_len, "heads Hq=%d, Hkv=%d, d=%d: Hq must be a multiple of Hkv and d a "
                                "multiple of 8", cfg->h_q, cfg->h_kv, cfg->d);
-        return NULL;
+        return 0;
     }
     if (cfg->in_bytes != 0 && cfg->in_bytes != 4 && cfg->in_bytes != 2) {
         snprintf(err, err_len, "inputs of %d bytes an element: 4 (fp32) or 2 (bf16)",
                  cfg->in_bytes);
-        return NULL;
+        return 0;
     }
-    if (attn_need_validate(&cfg->need, err, err_len) != 0) return NULL;
+    return attn_need_validate(&cfg->need, err, err_len) == 0;
+}
 
+/* An empty schedule for P ranks on M nodes: its shape, the bytes a block and
+ * an accumulator take, every step idle; NULL with err when out of memory. */
+static ring_schedule *schedule_new(const ring_plan_config *cfg, ring_pass pass, int M, char *err,
+                                   size_t err_len)
+{
+    int P = cfg->layout.P;
+    size_t p = (size_t)P;
     ring_schedule *s = bu_calloc(sizeof *s, "a ring schedule", err, err_len);
     if (!s) return NULL;
-    size_t p = (size_t)P;
     s->steps = bu_calloc(p * p * sizeof *s->steps, "the ring's steps", err, err_len);
     s->home_acc_from = bu_calloc(p * sizeof(int), "the ring's accumulators", err, err_len);
     s->home_acc_channel = bu_calloc(p * sizeof(int), "the ring's accumulators", err, err_len);
-    /* the planner's scratch, per rank */
-    seq_chunk (*chunks)[2] = bu_calloc(p * sizeof *chunks, "the ring planner", err, err_len);
-    int *n_chunks = bu_calloc(p * sizeof(int), "the ring planner", err, err_len);
-    int64_t *pairs = bu_calloc(p * sizeof(int64_t), "the ring planner", err, err_len);
-    char *required = bu_calloc(p, "the ring planner", err, err_len);
-    if (!s->steps || !s->home_acc_from || !s->home_acc_channel || !chunks || !n_chunks || !pairs ||
-        !required) { /* err names one that failed */
-        free(chunks), free(n_chunks), free(pairs), free(required);
+    if (!s->steps || !s->home_acc_from || !s->home_acc_channel) { /* err names one */
         ring_schedule_free(s);
         return NULL;
     }
@@ -144,84 +145,144 @@ ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err,
             x->acc_from = x->acc_to = -1;
         }
     }
+    return s;
+}
 
-    for (int r = 0; r < P; r++) n_chunks[r] = seq_layout_chunks(&cfg->layout, r, chunks[r]);
+/* The planner's scratch: each rank's chunks of the sequence, and for the
+ * block being planned, the pairs each step computes and whether each step's
+ * holder must have the block. */
+typedef struct {
+    seq_chunk (*chunks)[2]; /* [P][2] */
+    int *n_chunks;          /* [P] */
+    int64_t *pairs;         /* [P] by step */
+    char *required;         /* [P] by step */
+} plan_scratch;
 
-    for (int b = 0; b < P; b++) {
-        /* Which holders compute block b: queries of the holder against keys of
-         * b, or (Q-side) queries of b against keys of the holder. */
-        for (int st = 0; st < P; st++) {
-            int h = holder(s, b, st), q = pass == RING_BWD_Q_SIDE ? b : h,
-                k = pass == RING_BWD_Q_SIDE ? h : b;
-            pairs[st] = attn_need_pairs(&cfg->need, chunks[q], n_chunks[q], chunks[k], n_chunks[k],
-                                        cfg->count_pairs);
-        }
-        /* A holder needs the block if it computes it or must pass it on to one
-         * that does: the next intra step, or (at a round start) the same local
-         * index on the next node one round later. The double ring carries a
-         * block through every step up to the last that computes it, so that its
-         * trailing accumulator can follow the same path in step order. */
-        int last = 0;
-        for (int st = 0; st < P; st++)
-            if (pairs[st] > 0) last = st;
-        for (int st = P - 1; st >= 0; st--) {
-            required[st] = pairs[st] > 0;
-            if (st + 1 < P && (st + 1) % s->L != 0 && required[st + 1]) required[st] = 1;
-            if (st % s->L == 0 && st + s->L < P && required[st + s->L]) required[st] = 1;
-            if (cfg->topo == TOPO_DOUBLE && st <= last) required[st] = 1;
-        }
-        required[0] = 1;
-        for (int st = 0; st < P; st++) {
-            if (!required[st]) continue;
-            int h = holder(s, b, st);
-            ring_step *x = ring_step_at(s, h, st);
-            x->block = b;
-            x->slot = ring_slot_of_step(s, st);
-            x->compute = pairs[st] > 0;
-            x->pairs = pairs[st];
-            if (st == 0) continue;
-            int src = st % s->L != 0 ? st - 1 : st - s->L, from = holder(s, b, src);
-            ring_link link = link_between(s, from, h);
-            ring_xfer xf = {0, b, 0, input_channel(pass, link), link};
-            ring_step *sender = ring_step_at(s, from, src), *receiver = ring_step_at(s, h, src);
-            xf.peer = h;
-            xf.slot = ring_slot_of_step(s, src);
-            sender->send[sender->n_send++] = xf;
-            xf.peer = from;
-            xf.slot = ring_slot_of_step(s, st);
-            receiver->recv[receiver->n_recv++] = xf;
-        }
-        if (pass == RING_FORWARD) continue;
-        /* The trailing accumulator follows the block one step behind through
-         * every holder (each adds its share, relays add nothing), so between
-         * any two ranks, on one channel, accumulators travel in step order.
-         * The last holder sends it home on a channel of its own. */
-        int prev = -1;
-        for (int st = 0; st < P; st++) {
-            if (!required[st]) continue;
-            int h = holder(s, b, st);
-            if (prev >= 0) {
-                ring_step *a = ring_step_at(s, prev, st - 1), *c = ring_step_at(s, h, st);
-                a->acc_to = h;
-                a->acc_to_channel = acc_channel(link_between(s, prev, h));
-                c->acc_from = prev;
-                c->acc_from_channel = a->acc_to_channel;
-            }
-            prev = h;
-            last = st;
-        }
-        if (prev != b) {
-            ring_step *a = ring_step_at(s, prev, last);
-            a->acc_to = b;
-            a->acc_to_channel = RING_CH_BWD_ACC_HOME;
-            s->home_acc_from[b] = prev;
-            s->home_acc_channel[b] = RING_CH_BWD_ACC_HOME;
-        }
+static void scratch_free(plan_scratch *w)
+{
+    free(w->chunks), free(w->n_chunks), free(w->pairs), free(w->required);
+}
+
+static int scratch_new(const seq_layout *layout, plan_scratch *w, char *err, size_t err_len)
+{
+    size_t p = (size_t)layout->P;
+    w->chunks = bu_calloc(p * sizeof *w->chunks, "the ring planner", err, err_len);
+    w->n_chunks = bu_calloc(p * sizeof(int), "the ring planner", err, err_len);
+    w->pairs = bu_calloc(p * sizeof(int64_t), "the ring planner", err, err_len);
+    w->required = bu_calloc(p, "the ring planner", err, err_len);
+    if (!w->chunks || !w->n_chunks || !w->pairs || !w->required) { /* err names one */
+        scratch_free(w);
+        return -1;
     }
-    free(chunks);
-    free(n_chunks);
-    free(pairs);
-    free(required);
+    for (int r = 0; r < layout->P; r++) w->n_chunks[r] = seq_layout_chunks(layout, r, w->chunks[r]);
+    return 0;
+}
+
+/* w->pairs[st]: the pairs the holder of block b at step st computes, its
+ * queries against b's keys, or (Q-side) b's queries against its keys. */
+static void block_pairs(const ring_schedule *s, const ring_plan_config *cfg, int b,
+                        plan_scratch *w)
+{
+    for (int st = 0; st < s->P; st++) {
+        int h = holder(s, b, st), q = s->pass == RING_BWD_Q_SIDE ? b : h,
+            k = s->pass == RING_BWD_Q_SIDE ? h : b;
+        w->pairs[st] = attn_need_pairs(&cfg->need, w->chunks[q], w->n_chunks[q], w->chunks[k],
+                                       w->n_chunks[k], cfg->count_pairs);
+    }
+}
+
+/* w->required[st]: whether the holder at step st needs the block, because it
+ * computes it or must pass it on to one that does: the next intra step, or
+ * (at a round start) the same local index on the next node one round later.
+ * The double ring carries a block through every step up to the last that
+ * computes it, so that its trailing accumulator can follow the same path in
+ * step order. */
+static void block_path(const ring_schedule *s, plan_scratch *w)
+{
+    int P = s->P, last = 0;
+    for (int st = 0; st < P; st++)
+        if (w->pairs[st] > 0) last = st;
+    for (int st = P - 1; st >= 0; st--) {
+        w->required[st] = w->pairs[st] > 0;
+        if (st + 1 < P && (st + 1) % s->L != 0 && w->required[st + 1]) w->required[st] = 1;
+        if (st % s->L == 0 && st + s->L < P && w->required[st + s->L]) w->required[st] = 1;
+        if (s->topo == TOPO_DOUBLE && st <= last) w->required[st] = 1;
+    }
+    w->required[0] = 1;
+}
+
+/* Block b's holders along its path, each with the slot it lands in, and the
+ * send and receive that bring it there from the previous holder. */
+static void route_block(ring_schedule *s, int b, const plan_scratch *w)
+{
+    for (int st = 0; st < s->P; st++) {
+        if (!w->required[st]) continue;
+        int h = holder(s, b, st);
+        ring_step *x = ring_step_at(s, h, st);
+        x->block = b;
+        x->slot = ring_slot_of_step(s, st);
+        x->compute = w->pairs[st] > 0;
+        x->pairs = w->pairs[st];
+        if (st == 0) continue;
+        int src = st % s->L != 0 ? st - 1 : st - s->L, from = holder(s, b, src);
+        ring_link link = link_between(s, from, h);
+        ring_xfer xf = {0, b, 0, input_channel(s->pass, link), link};
+        ring_step *sender = ring_step_at(s, from, src), *receiver = ring_step_at(s, h, src);
+        xf.peer = h;
+        xf.slot = ring_slot_of_step(s, src);
+        sender->send[sender->n_send++] = xf;
+        xf.peer = from;
+        xf.slot = ring_slot_of_step(s, st);
+        receiver->recv[receiver->n_recv++] = xf;
+    }
+}
+
+/* The trailing accumulator of block b follows the block one step behind
+ * through every holder (each adds its share, relays add nothing), so between
+ * any two ranks, on one channel, accumulators travel in step order. The last
+ * holder sends it home on a channel of its own. */
+static void route_accumulator(ring_schedule *s, int b, const plan_scratch *w)
+{
+    int prev = -1, last = 0;
+    for (int st = 0; st < s->P; st++) {
+        if (!w->required[st]) continue;
+        int h = holder(s, b, st);
+        if (prev >= 0) {
+            ring_step *a = ring_step_at(s, prev, st - 1), *c = ring_step_at(s, h, st);
+            a->acc_to = h;
+            a->acc_to_channel = acc_channel(link_between(s, prev, h));
+            c->acc_from = prev;
+            c->acc_from_channel = a->acc_to_channel;
+        }
+        prev = h;
+        last = st;
+    }
+    if (prev != b) {
+        ring_step *a = ring_step_at(s, prev, last);
+        a->acc_to = b;
+        a->acc_to_channel = RING_CH_BWD_ACC_HOME;
+        s->home_acc_from[b] = prev;
+        s->home_acc_channel[b] = RING_CH_BWD_ACC_HOME;
+    }
+}
+
+ring_schedule *ring_plan(const ring_plan_config *cfg, ring_pass pass, char *err, size_t err_len)
+{
+    int M = cfg->topo == TOPO_DOUBLE ? cfg->nodes : 1;
+    if (!plan_config_ok(cfg, M, err, err_len)) return NULL;
+    ring_schedule *s = schedule_new(cfg, pass, M, err, err_len);
+    plan_scratch w;
+    if (!s || scratch_new(&cfg->layout, &w, err, err_len) != 0) {
+        ring_schedule_free(s);
+        return NULL;
+    }
+    for (int b = 0; b < s->P; b++) {
+        block_pairs(s, cfg, b, &w);
+        block_path(s, &w);
+        route_block(s, b, &w);
+        if (pass != RING_FORWARD) route_accumulator(s, b, &w);
+    }
+    scratch_free(&w);
     return s;
 }
 

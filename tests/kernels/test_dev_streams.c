@@ -226,16 +226,49 @@ START_TEST(a_forked_child_cannot_use_the_device)
 }
 END_TEST
 
+/* A kernel is given device memory only: a host pointer is refused before the
+ * launch, as cudaPointerGetAttributes makes the GPU's check refuse it. */
+START_TEST(a_host_pointer_is_refused_by_a_kernel)
+{
+    bk_queue q = queue_on(NULL);
+    float host[64];
+    ck_assert_int_eq(bk_fill(&q, 64, host, 1.0f), BK_ERR_UNSUPPORTED);
+    float *d = dev_put(host, sizeof host);
+    ck_assert_int_eq(bk_fill(&q, 64, d, 1.0f), BK_OK);
+    ck_assert_int_eq(bk_fill(&q, 32, d + 32, 1.0f), BK_OK); /* inside the allocation */
+    dev_free(d);
+}
+END_TEST
+
+/* The emulator's red zones: a kernel writing one element past the end of its
+ * buffer is reported at the next synchronisation and when the buffer is freed
+ * (a GPU may corrupt the neighbouring allocation silently). */
+START_TEST(a_write_past_the_end_is_reported)
+{
+    bk_queue q = queue_on(NULL);
+    float host[100] = {0};
+    float *d = dev_put(host, sizeof host);
+    ck_assert_int_eq(bk_fill(&q, 100, d, 2.0f), BK_OK);
+    ck_assert_int_eq(bk_device_sync(&q), BK_OK);
+    ck_assert_int_eq(bk_fill(&q, 101, d, 2.0f), BK_OK); /* the planted overrun */
+    ck_assert_int_eq(bk_device_sync(&q), BK_ERR_DEVICE);
+    ck_assert_msg(strstr(bk_kernel_error(), "past the end of an allocation of 400 bytes"), "%s",
+                  bk_kernel_error());
+    ck_assert_int_eq(bk_device_free(d), BK_ERR_DEVICE);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dev_streams");
     TCase *tc = check_tcase(s, "streams", 120);
     check_add_tests(tc, one_stream_runs_in_order, an_event_query_polls_without_waiting,
                     an_event_orders_two_streams, bad_calls_are_refused, a_device_is_chosen_by_index,
-                    a_forked_child_cannot_use_the_device);
-    /* what only the emulator promises (on a GPU these are races) */
+                    a_forked_child_cannot_use_the_device, a_host_pointer_is_refused_by_a_kernel);
+    /* what only the emulator promises (on a GPU these are races or silent corruption) */
     if (!strcmp(bk_device_backend_name(), "emulator"))
         check_add_tests(check_tcase(s, "emulator", 120), a_missing_wait_reads_old_data,
-                        a_queued_upload_reads_the_host_buffer_late);
+                        a_queued_upload_reads_the_host_buffer_late,
+                        a_write_past_the_end_is_reported);
     return dev_test_main(s);
 }
