@@ -169,11 +169,6 @@ static void *take(model_runner *r, size_t bytes, size_t *part, const char *what)
     return bu_calloc(bytes, what, r->failed, sizeof r->failed);
 }
 
-int model_ring_in_bytes(const bk_queue *q)
-{
-    return q->where == BK_DEVICE ? 2 : 4;
-}
-
 /* The forward and the backward ring for the current documents. The buffers
  * made for the first plan hold every later one: what travels depends on the
  * layout and the heads, not on the documents. */
@@ -373,13 +368,10 @@ static model_runner *runner_plan(const model_runner_config *cfg, char *err, size
     /* a chunk of the fused head never spans more than this rank's tokens */
     if (r->cfg.head.chunk_tokens > r->n && r->n > 0) r->cfg.head.chunk_tokens = r->n;
 
-    /* On a device Q, K, V and dO travel in bf16: the device kernels round
-     * fp32 inputs to bf16 as they load them, so this halves the ring's bytes
-     * and slots and changes no result. */
     ring_plan_config pc = {.topo = cfg->topo, .nodes = cfg->nodes, .layout = cfg->layout,
                            .need = {.mask = cfg->mask, .N = cfg->layout.N}, .h_q = d->n_heads,
                            .h_kv = d->n_kv_heads, .d = d->head_dim,
-                           .in_bytes = model_ring_in_bytes(cfg->queue)};
+                           .in_bytes = cfg->ring_bf16 ? 2 : 4};
     r->plan = pc;
     if (cfg->mask.flags & BK_ATTN_DOCUMENT) { /* one document until told otherwise */
         size_t seg_bytes = (size_t)cfg->layout.N * sizeof(int32_t);

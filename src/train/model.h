@@ -82,6 +82,8 @@ typedef struct {
                       * and the LM head read an fp32 copy widened at each step;
                       * the stored activations bf16 */
     lm_head_opts head;
+    int ring_bf16;               /* Q, K, V and dO travel the rings in bf16 (plan_ring_bf16),
+                                  * else fp32 (ring_exec_ctx.in_type) */
     const bk_queue *queue;
 } model_runner_config;
 
@@ -95,9 +97,6 @@ typedef struct {
                            (0 with the fused head) */
 } model_memory;
 
-/* Bytes of an element of Q, K, V and dO as the runner's rings carry them on
- * queue q: 2 (bf16) on a device, 4 (fp32) on the host (ring_exec_ctx.in_type). */
-int model_ring_in_bytes(const bk_queue *q);
 
 /* What model_runner_create(cfg) allocates, known before allocating anything
  * large: 0, or -1 with err for a configuration the runner refuses. */

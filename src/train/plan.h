@@ -30,6 +30,7 @@ typedef struct {
     int on_device;              /* [train] device = cuda */
     int bf16_matmul;            /* bf16 parameters (fp32 masters in the optimizer's shards) and
                                  * the layers' products on bf16 operands ([train] matmul) */
+    int ring_bf16;              /* Q, K, V and dO travel the attention rings in bf16 */
 } train_plan;
 
 /* [parallel] layout, with auto: zigzag under the causal mask (it balances the
@@ -64,6 +65,11 @@ int plan_device(const char *device);
 /* 1 when the layers' matrix products take bf16 operands ([train] matmul: bf16,
  * or auto on a device). */
 int plan_bf16_matmul(const char *device, const char *matmul);
+/* 1 when Q, K, V and dO travel the attention rings in bf16: on a device, whose
+ * attention kernels round their fp32 inputs to bf16 as they load them, so
+ * rounding once at home halves the rings' bytes and slots and changes no
+ * result; on the CPU they travel in fp32, which its kernels compute in. */
+int plan_ring_bf16(int on_device);
 /* Keeping half of the tokens recomputes the attention of the early zigzag
  * chunks through a ring over the first half of the sequence: it needs the
  * zigzag layout and the plain causal mask. */

@@ -80,6 +80,7 @@ static int make_plan(trainer *t, char *err, size_t err_len)
     p->keep = plan_keep(c->ckpt_fraction);
     p->on_device = plan_device(c->device);
     p->bf16_matmul = plan_bf16_matmul(c->device, c->matmul);
+    p->ring_bf16 = plan_ring_bf16(p->on_device);
     return 0;
 }
 
@@ -100,7 +101,7 @@ static int runner_config(trainer *t, model_runner_config *rc, char *err, size_t 
         .mask = t->plan.mask, .backward = t->plan.backward, .piece_rows = c->piece_rows,
         .keep = t->plan.keep,
         .micro_batches = c->micro_batches, .fused_head = c->fused_head,
-        .bf16_matmul = t->plan.bf16_matmul,
+        .bf16_matmul = t->plan.bf16_matmul, .ring_bf16 = t->plan.ring_bf16,
         .head = {.chunk_tokens = c->head_chunk, .z_loss = (float)c->z_loss, .ignore_index = TOKEN_IGNORE},
         .queue = &t->queue};
     return 0;

@@ -196,7 +196,7 @@ int trainer_report_start(trainer *t)
            (long long)t->model.n_params, c->layers, c->d_model, c->n_heads, c->n_kv_heads,
            c->vocab, t->world_size, c->dp, c->cp, (long long)c->seq_len, (long long)t->layout.n,
            seq_layout_name(t->layout.kind), c->ckpt_fraction, c->fused_head ? "fused" : "unfused");
-    int in_bytes = model_ring_in_bytes(&t->queue);
+    int in_bytes = t->plan.ring_bf16 ? 2 : 4;
     printf("attention: mask %s; %s; kernel pieces of %lld query rows; inputs travel in %s\n",
            c->mask,
            ring_pass_name(ring_choose_backward(t->plan.backward, c->n_heads, c->n_kv_heads,
