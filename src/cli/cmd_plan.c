@@ -1,4 +1,5 @@
-/* cmd_plan.c: `burst plan` plans distributed attention without running it:
+/* cmd_plan.c: `burst plan attention` (plain `burst plan` too) plans
+ * distributed attention without running it:
  * what each rank sends per pass, the backward direction `auto` picks, the load
  * imbalance of the layout, and with --dump-schedule every step of every rank. */
 #include <stdio.h>
@@ -9,7 +10,8 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: burst plan [OPTIONS] [--dump-schedule]\n\n"
+    fprintf(out, "usage: burst plan attention [OPTIONS] [--dump-schedule]\n"
+                 "       burst plan [OPTIONS] [--dump-schedule]   (the same)\n\n"
                  "Plans the attention ring for a sequence split over ranks and prints, per pass,\n"
                  "the bytes each rank sends and the steps it computes; --dump-schedule prints\n"
                  "every step of every rank (which block it holds, what it sends and receives\n"
@@ -43,7 +45,8 @@ int cmd_plan(int argc, char **argv)
     attn_options_default(&o);
     int dump = 0;
     const char *pass = "all";
-    for (int i = 1; i < argc; i++) {
+    int first = argc > 1 && strcmp(argv[1], "attention") == 0 ? 2 : 1; /* the plan's subject */
+    for (int i = first; i < argc; i++) {
         int used = attn_options_parse(&o, argc, argv, &i, "burst plan");
         if (used < 0) return EXIT_USAGE;
         if (used) continue;
@@ -71,13 +74,15 @@ int cmd_plan(int argc, char **argv)
     }
     cfg.count_pairs = dump && o.seq <= 65536; /* exact pair counts in a readable dump */
     ring_pass bwd = ring_choose_backward(o.bwd, o.h_q, o.h_kv, o.d, cfg.in_bytes);
-    printf("plan: N=%lld over %d ranks (%d node%s), %s ring, layout %s, mask %s, Hq=%d Hkv=%d d=%d\n",
-           (long long)o.seq, o.ranks, o.nodes, o.nodes > 1 ? "s" : "",
-           cfg.topo == TOPO_DOUBLE ? "double" : "flat", seq_layout_name(cfg.layout.kind), o.mask,
-           o.h_q, o.h_kv, o.d);
+    printf(
+        "plan: N=%lld over %d ranks (%d node%s), %s ring, layout %s, mask %s, Hq=%d Hkv=%d d=%d\n",
+        (long long)o.seq, o.ranks, o.nodes, o.nodes > 1 ? "s" : "",
+        cfg.topo == TOPO_DOUBLE ? "double" : "flat", seq_layout_name(cfg.layout.kind), o.mask,
+        o.h_q, o.h_kv, o.d);
     if (o.seq <= (1 << 20))
         printf("load imbalance (max/mean pairs per rank): %.3f\n", attn_options_imbalance(&cfg));
-    printf("backward: %s%s\n", ring_pass_name(bwd), o.bwd == BWD_AUTO ? " (auto: fewer bytes)" : "");
+    printf("backward: %s%s\n", ring_pass_name(bwd),
+           o.bwd == BWD_AUTO ? " (auto: fewer bytes)" : "");
     ring_pass passes[2] = {RING_FORWARD, bwd};
     int status = 0;
     for (int p = 0; p < 2; p++) {

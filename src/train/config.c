@@ -42,19 +42,26 @@ typedef struct {
     int tied;
 } model_preset;
 
-static const model_preset presets[] = {
-    {"tiny", 2, 64, 4, 2, 192, 256, 10000.0, 65536, 1},
-    /* 23.5M parameters with the embedding shared by the head. */
-    {"small", 6, 512, 8, 8, 1408, 8192, 10000.0, 65536, 1},
-    /* 316M (tied) and 1.10B (untied, the TinyLlama shape): the GPU benchmark's
-     * sizes, small enough for one GPU at long sequences. */
-    {"300m", 24, 1024, 16, 8, 2816, 32000, 10000.0, 1 << 20, 1},
-    {"1b", 22, 2048, 32, 4, 5632, 32000, 10000.0, 1 << 20, 0},
-    {"7b", 32, 4096, 32, 32, 11008, 32000, 10000.0, 1 << 20, 0},
-    {"13b", 40, 5120, 40, 40, 13824, 32000, 10000.0, 1 << 20, 0},
-    {"70b", 80, 8192, 64, 8, 28672, 32000, 10000.0, 1 << 20, 0},
-    {"llama3-8b", 32, 4096, 32, 8, 14336, 128256, 500000.0, 1 << 20, 0},
-};
+/* The presets, one row each: X(name, layers, d_model, n_heads, n_kv_heads,
+ * d_ff, vocab, rope_theta, max_seq, tied). tiny is the default; small has
+ * 23.5M parameters with the embedding shared by the head; 300m (316M, tied)
+ * and 1b (1.10B, untied, the TinyLlama shape) are the GPU benchmark's sizes,
+ * small enough for one GPU at long sequences. */
+/* clang-format off */
+#define MODEL_PRESETS(X)                                                      \
+    X("tiny", 2, 64, 4, 2, 192, 256, 10000.0, 65536, 1)                       \
+    X("small", 6, 512, 8, 8, 1408, 8192, 10000.0, 65536, 1)                   \
+    X("300m", 24, 1024, 16, 8, 2816, 32000, 10000.0, 1 << 20, 1)              \
+    X("1b", 22, 2048, 32, 4, 5632, 32000, 10000.0, 1 << 20, 0)                \
+    X("7b", 32, 4096, 32, 32, 11008, 32000, 10000.0, 1 << 20, 0)              \
+    X("13b", 40, 5120, 40, 40, 13824, 32000, 10000.0, 1 << 20, 0)             \
+    X("70b", 80, 8192, 64, 8, 28672, 32000, 10000.0, 1 << 20, 0)              \
+    X("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 500000.0, 1 << 20, 0)
+#define PRESET_ROW(name, ...) {name, __VA_ARGS__},
+#define PRESET_NAME(name, ...) name,
+/* clang-format on */
+
+static const model_preset presets[] = {MODEL_PRESETS(PRESET_ROW)};
 
 static void set_string(char *dst, size_t size, const char *src)
 {
@@ -107,8 +114,7 @@ typedef struct {
     const char *doc;            /* one line: what the key means */
 } field;
 
-static const char *const preset_names[] = {"tiny", "small", "300m",      "1b",     "7b",
-                                           "13b",  "70b",   "llama3-8b", "custom", NULL};
+static const char *const preset_names[] = {MODEL_PRESETS(PRESET_NAME) "custom", NULL};
 static const char *const source_names[] = {"synthetic", "hdf5", NULL};
 static const char *const task_names[] = {"copy", "counting", "recall", NULL};
 static const char *const sampling_names[] = {"sequential", "shuffled", NULL};
@@ -151,7 +157,7 @@ enum { FREE = 0, RESUME = 1 };
 /* clang-format off */
 static const field fields[] = {
     ENUM("model", preset, preset_names, "tiny", FREE,
-        "named dimensions (tiny, small, 300m, 1b, 7b, 13b, 70b, llama3-8b) or custom; sets every key marked 'preset' and is applied before the other keys"),
+        "named dimensions, or custom; sets every key marked 'preset' and is applied before the other keys"),
     INT("model", layers, 1, PRESET, RESUME,
         "transformer layers"),
     INT("model", d_model, 1, PRESET, RESUME,
@@ -177,9 +183,9 @@ static const field fields[] = {
     DBL("model", norm_eps, 0, 1, INFINITY, 0, "1e-05", RESUME,
         "RMSNorm epsilon"),
     ENUM("data", source, source_names, "synthetic", RESUME,
-        "synthetic (generated in memory) or hdf5 (corpus files)"),
+        "where samples come from: synthetic (generated in memory) or hdf5 (corpus files)"),
     ENUM("data", task, task_names, "copy", RESUME,
-        "synthetic task: copy, counting or recall"),
+        "the synthetic task"),
     INT("data", recall_pairs, 1, "8", RESUME,
         "recall: key-value pairs per sample, distinct keys (at most recall_keys and seq_len / 4)"),
     INT("data", recall_queries, 1, "128", RESUME,
@@ -191,7 +197,7 @@ static const field fields[] = {
     STR("data", path, "", RESUME,
         "hdf5: corpus files, comma-separated"),
     ENUM("data", sampling, sampling_names, "sequential", RESUME,
-        "hdf5: sequential or shuffled windows"),
+        "hdf5: the order of the windows"),
     I64("data", seq_len, 1, "4096", RESUME,
         "tokens per sequence (global, split over the cp ranks)"),
     I64("data", doc_len, 0, "0", RESUME,
@@ -203,9 +209,9 @@ static const field fields[] = {
     INT("parallel", cp, 1, "1", RESUME,
         "context-parallel ranks a sequence is split over"),
     ENUM("parallel", layout, layout_names, "auto", RESUME,
-        "auto, zigzag or contiguous: which tokens each cp rank holds"),
+        "which tokens each cp rank holds (auto: zigzag under the causal mask, contiguous under the others)"),
     ENUM("parallel", mask, mask_names, "causal", RESUME,
-        "causal, window, document or sparse (see Masks)"),
+        "which keys a query sees (see Masks)"),
     I64("parallel", window, 0, "1024", RESUME,
         "tokens a query sees under mask = window, itself included"),
     I64("parallel", sparse_block, 1, "512", RESUME,
@@ -215,7 +221,7 @@ static const field fields[] = {
     ENUM("parallel", backward, backward_names, "auto", FREE,
         "direction of the backward ring: q (Q, dO, lse, delta travel), kv (K, V travel), auto (fewer bytes: Q-side for multi-head attention, KV-side as soon as n_heads >= 2 n_kv_heads)"),
     ENUM("parallel", ring, ring_names, "auto", FREE,
-        "auto, flat or double (a ring inside each node and one between nodes)"),
+        "the ring's shape: flat, or double (a ring inside each node and one between nodes); auto: double when the cp group spans nodes"),
     I64("parallel", piece_rows, 0, "0", FREE,
         "query rows per attention kernel call in the ring; 0: 512 on the CPU, where the transport is polled between calls (smaller pieces move the next blocks sooner), and a rank's whole block on a device, where the calls return before their kernels run and small pieces only starve the GPU"),
     I64("train", steps, 1, "100", RESUME,
@@ -241,9 +247,9 @@ static const field fields[] = {
     U64("train", seed, "1234", FREE,
         "seed of the initial weights"),
     ENUM("train", on_nonfinite, nonfinite_names, "stop", FREE,
-        "a non-finite gradient norm stops the run, or skips the step"),
+        "what a non-finite gradient norm does: stop the run, or skip the step"),
     ENUM("train", device, device_names, "cpu", FREE,
-        "cpu or cuda: where the model computes"),
+        "where the model computes"),
     ENUM("train", matmul, matmul_names, "auto", FREE,
         "the parameters' type and the layers' matrix products: bf16 (a device only), fp32, or auto (bf16 on a device, fp32 on the CPU)"),
     INT("train", log_every, 1, "1", FREE,
@@ -273,7 +279,7 @@ static const field fields[] = {
     I64("memory", limit_bytes, 0, "0", FREE,
         "most bytes one rank's training state may take (0: no limit of its own)"),
     ENUM("transport", intra, intra_names, "auto", FREE,
-        "the path of device buffers inside a node: auto, ucx or nccl"),
+        "the path of device buffers inside a node (auto: nccl where it serves the node)"),
     DBL("transport", timeout, 0, 1, INFINITY, 0, "60", FREE,
         "seconds a rank waits for its peers before it names them and fails"),
 };
@@ -899,7 +905,12 @@ void train_config_list_keys(FILE *out)
     for (int i = 0; i < N_FIELDS; i++) {
         const field *f = &fields[i];
         const char *def = !f->def ? "preset" : f->def[0] ? f->def : "(empty)";
-        fprintf(out, "| `[%s] %s` | %s | %s | %s |\n", f->section, f->key, def,
-                f->resume ? "must match" : "free", f->doc);
+        char list[160], choices[180] = "";
+        if (f->choices) {
+            list_choices(f->choices, list, sizeof list);
+            snprintf(choices, sizeof choices, " (one of: %s)", list);
+        }
+        fprintf(out, "| `[%s] %s` | %s | %s | %s%s |\n", f->section, f->key, def,
+                f->resume ? "must match" : "free", f->doc, choices);
     }
 }

@@ -13,7 +13,7 @@
 
 typedef struct {
     /* [model] */
-    char preset[32];        /* tiny | small | 300m | 1b | 7b | 13b | 70b | llama3-8b | custom */
+    char preset[32];        /* a name of config.c's MODEL_PRESETS, or custom */
     int layers;
     int d_model;
     int n_heads;            /* query heads */

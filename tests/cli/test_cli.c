@@ -60,6 +60,23 @@ START_TEST(every_command_has_help)
 }
 END_TEST
 
+/* `burst plan attention` is `burst plan`. */
+START_TEST(plan_attention_is_plan)
+{
+    test_run_result a, b;
+    char *args[] = {
+        (char *)test_burst_path(), "plan", "attention", "--ranks", "4", "--seq", "512", NULL};
+    a = test_run(args, NULL);
+    char *plain[] = {(char *)test_burst_path(), "plan", "--ranks", "4", "--seq", "512", NULL};
+    b = test_run(plain, NULL);
+    ck_assert_int_eq(a.exit_code, 0);
+    ck_assert_int_eq(b.exit_code, 0);
+    ck_assert(test_output_has(&a, "plan: N=512 over 4 ranks"));
+    ck_assert_str_eq(a.out, b.out);
+    test_run_free(&a), test_run_free(&b);
+}
+END_TEST
+
 START_TEST(version_names_optional_parts)
 {
     test_run_result r = burst("version", NULL);
@@ -85,15 +102,15 @@ START_TEST(bench_kernels_device_errors)
                             {"--gemm", "64", "apply to --device cuda only"},
                             {"--hkv", "3", "--hkv 3 does not divide Hq = 8"}};
     for (int i = 0; i < 3; i++) {
-        char *argv[] = {(char *)test_burst_path(), "bench", "kernels", (char *)bad[i][0],
-                        (char *)bad[i][1], NULL};
+        char *argv[] = {(char *)test_burst_path(), "bench",           "kernels",
+                        (char *)bad[i][0],         (char *)bad[i][1], NULL};
         test_run_result r = test_run(argv, NULL);
         ck_assert_msg(r.exit_code == 2, "%s %s exited %d", bad[i][0], bad[i][1], r.exit_code);
         ck_assert_msg(test_output_has(&r, bad[i][2]), "%s %s: %s", bad[i][0], bad[i][1], r.out);
         test_run_free(&r);
     }
-    char *argv[] = {(char *)test_burst_path(), "bench", "kernels", "--device", "cuda", "--quick",
-                    NULL};
+    char *argv[] = {
+        (char *)test_burst_path(), "bench", "kernels", "--device", "cuda", "--quick", NULL};
     char *env[] = {"CUDA_VISIBLE_DEVICES=", NULL};
     test_run_result r = test_run(argv, env);
     ck_assert_msg(r.exit_code == 1, "no device: exited %d: %s", r.exit_code, r.out);
@@ -109,8 +126,8 @@ START_TEST(bench_train_refuses_bad_options)
                             {"--models", "custom"},  {"--peak-tflops", "0"},
                             {"--peak-tflops", "9x"}, {"--gpus", "0"}};
     for (int i = 0; i < 6; i++) {
-        char *argv[] = {(char *)test_burst_path(), "bench", "train", (char *)bad[i][0],
-                        (char *)bad[i][1], NULL};
+        char *argv[] = {(char *)test_burst_path(), "bench",           "train",
+                        (char *)bad[i][0],         (char *)bad[i][1], NULL};
         test_run_result r = test_run(argv, NULL);
         char says[96];
         snprintf(says, sizeof says, "%s: bad value '%s'", bad[i][0], bad[i][1]);
@@ -132,9 +149,9 @@ START_TEST(bench_train_runs_on_the_device)
     test_program_path("tests/train/burst_emu", emu, sizeof emu);
     /* a peak of 0.01 GFLOP/s, so that even the emulator under the sanitizers
      * (a few MFLOP/s) prints a non-zero MFU */
-    char *argv[] = {emu,        "bench",   "train", "--device", "cuda", "--models", "tiny",
-                    "--ranks",  "2",       "--seq", "64",       "--steps", "2",     "--mem-seq",
-                    "0",        "--peak-tflops", "0.00001", NULL};
+    char *argv[] = {emu,    "bench",     "train", "--device",      "cuda",    "--models",
+                    "tiny", "--ranks",   "2",     "--seq",         "64",      "--steps",
+                    "2",    "--mem-seq", "0",     "--peak-tflops", "0.00001", NULL};
     char *env[] = {"OMP_NUM_THREADS=1", NULL};
     test_run_result r = test_run(argv, env);
     ck_assert_msg(r.exit_code == 0, "exited %d:\n%s", r.exit_code, r.out);
@@ -165,7 +182,7 @@ int main(void)
 {
     Suite *s = suite_create("cli");
     TCase *tc = check_tcase(s, "cli", 60);
-    check_add_tests(tc, help_lists_every_command, no_command_is_usage_error,
+    check_add_tests(tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
                     unknown_command_is_usage_error, every_command_has_help,
                     version_names_optional_parts, bench_kernels_device_errors,
                     bench_train_refuses_bad_options);
