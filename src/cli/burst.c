@@ -17,7 +17,7 @@ static const struct subcommand subcommands[] = {
     {"train", cmd_train, "train a LLaMA-style model across ranks (synthetic data)"},
     {"data", cmd_data, "HDF5 corpora: import, synth (passkey, copy), info, validate"},
     {"bench", cmd_bench, "benchmarks: kernels, transport"},
-    {"plan", cmd_plan, "plan attention: distributed attention's bytes, steps, --dump-schedule"},
+    {"plan", cmd_plan, "plan attention (bytes, steps) or memory (a rank's parts, what fits)"},
     {"run", cmd_run, "local launcher: start N ranks of a program on this machine"},
     {"selftest", cmd_selftest, "check the kernels and the transport on this machine (any world size)"},
     {"version", cmd_version, "print the version and which optional parts were built"},

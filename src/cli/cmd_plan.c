@@ -11,7 +11,8 @@
 static void usage(FILE *out)
 {
     fprintf(out, "usage: burst plan attention [OPTIONS] [--dump-schedule]\n"
-                 "       burst plan [OPTIONS] [--dump-schedule]   (the same)\n\n"
+                 "       burst plan [OPTIONS] [--dump-schedule]   (the same)\n"
+                 "       burst plan memory ...   (a rank's memory: burst plan memory --help)\n\n"
                  "Plans the attention ring for a sequence split over ranks and prints, per pass,\n"
                  "the bytes each rank sends and the steps it computes; --dump-schedule prints\n"
                  "every step of every rank (which block it holds, what it sends and receives\n"
@@ -45,6 +46,7 @@ int cmd_plan(int argc, char **argv)
     attn_options_default(&o);
     int dump = 0;
     const char *pass = "all";
+    if (argc > 1 && strcmp(argv[1], "memory") == 0) return cmd_plan_memory(argc - 1, argv + 1);
     int first = argc > 1 && strcmp(argv[1], "attention") == 0 ? 2 : 1; /* the plan's subject */
     for (int i = first; i < argc; i++) {
         int used = attn_options_parse(&o, argc, argv, &i, "burst plan");

@@ -84,14 +84,15 @@ static int make_plan(trainer *t, char *err, size_t err_len)
     return 0;
 }
 
-/* The model runner's configuration: this rank's CP group, the planned ring. */
-static int runner_config(trainer *t, model_runner_config *rc, char *err, size_t err_len)
+/* The model runner's configuration: this rank's CP group, the planned ring
+ * over a world of `nodes` nodes of `local_size` ranks. */
+static int runner_config(trainer *t, int nodes, int local_size, model_runner_config *rc,
+                         char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     ring_topology topo;
     int cp_nodes;
-    if (plan_topology(t->plan.ring, c->cp, bt_world_n_nodes(t->world),
-                      bt_world_local_size(t->world), &topo, &cp_nodes) != 0) {
+    if (plan_topology(t->plan.ring, c->cp, nodes, local_size, &topo, &cp_nodes) != 0) {
         snprintf(err, err_len, "[parallel] ring = double, but the CP group of %d ranks does not span "
                                "several nodes with the same number of ranks each", c->cp);
         return -1;
@@ -254,6 +255,39 @@ int trainer_agree_on_own_part(trainer *t, int failed, char *err, size_t err_len)
     return trainer_fail_together(t, failed, 1, err, err_len);
 }
 
+/* The sequence layout, the runner's configuration and the rank's memory
+ * counted from them (t->mem): the part of the setup that needs no world, so
+ * that trainer_plan_offline counts exactly what a run counts. */
+static int plan_rank_memory(trainer *t, int nodes, int local_size, model_runner_config *rc,
+                            char *err, size_t err_len)
+{
+    const train_config *c = &t->cfg;
+    if (seq_layout_init(&t->layout, t->plan.layout, c->cp, c->seq_len, err, err_len) != 0)
+        return -1;
+    if (runner_config(t, nodes, local_size, rc, err, err_len) != 0) return -1;
+    return trainer_plan_memory(t, rc, err, err_len);
+}
+
+int trainer_plan_offline(trainer *t, int world_size, int nodes, char *err, size_t err_len)
+{
+    const train_config *c = &t->cfg;
+    if (err_len) err[0] = '\0';
+    t->rank = 0;
+    t->world_size = world_size;
+    t->queue = bk_host_queue();
+    if (nodes < 1 || world_size % nodes != 0) {
+        snprintf(err, err_len, "%d ranks do not split into %d nodes of equal size", world_size,
+                 nodes);
+        return -1;
+    }
+    if (train_config_validate(c, world_size, err, err_len) != 0 ||
+        make_model_layout(t, err, err_len) != 0 || make_plan(t, err, err_len) != 0)
+        return -1;
+    if (t->plan.on_device) t->queue = (bk_queue){BK_DEVICE, NULL, 0, NULL}; /* no device touched */
+    model_runner_config rc;
+    return plan_rank_memory(t, nodes, world_size / nodes, &rc, err, err_len);
+}
+
 int trainer_setup(trainer *t, char *err, size_t err_len)
 {
     train_config *c = &t->cfg;
@@ -277,12 +311,11 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     if (make_plan(t, err, err_len) != 0) return EXIT_USAGE;
     int status = make_queue(t, err, err_len);
     if (status != 0) return status;
-    if (seq_layout_init(&t->layout, t->plan.layout, c->cp, c->seq_len, err, err_len) != 0)
+    model_runner_config rc;
+    if (plan_rank_memory(t, bt_world_n_nodes(t->world), bt_world_local_size(t->world), &rc, err,
+                         err_len) != 0)
         return EXIT_USAGE;
     t->shard = token_shard_of(&t->layout, t->cp_rank);
-    model_runner_config rc;
-    if (runner_config(t, &rc, err, err_len) != 0 || trainer_plan_memory(t, &rc, err, err_len) != 0)
-        return EXIT_USAGE;
     status = trainer_check_memory(t, err, err_len);
     if (status == 0) status = trainer_make_arena(t, err, err_len);
     if (status != 0) return status;

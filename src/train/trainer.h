@@ -94,6 +94,11 @@ enum { STOP_AGREED = -1 };
  * to say have printed it before any rank returns, and err is empty. t->cfg,
  * t->opts and t->world are set by the caller. */
 int trainer_setup(trainer *t, char *err, size_t err_len);
+/* What trainer_setup counts of rank 0's memory (t->mem, t->layout, t->plan,
+ * t->model), for a world of world_size ranks on `nodes` nodes, without a
+ * world, a device or any large allocation: `burst plan memory`. t->cfg is
+ * set by the caller; trainer_free frees the rest. 0, or -1 with err. */
+int trainer_plan_offline(trainer *t, int world_size, int nodes, char *err, size_t err_len);
 /* Trains from the first step (or the checkpoint), checkpoints, evaluates.
  * 0, STOP_AGREED or an exit status. */
 int trainer_run(trainer *t);

@@ -77,6 +77,68 @@ START_TEST(plan_attention_is_plan)
 }
 END_TEST
 
+/* The text after `label` on its line, up to `stop` (or the line's end), in a
+ * static buffer. */
+static const char *line_after(const test_run_result *r, const char *label, const char *stop)
+{
+    static char buf[1024];
+    const char *at = strstr(r->out, label);
+    ck_assert_msg(at != NULL, "no '%s' in:\n%s", label, r->out);
+    at += strlen(label);
+    size_t n = strcspn(at, "\n");
+    const char *cut = stop ? strstr(at, stop) : NULL;
+    if (cut && (size_t)(cut - at) < n) n = (size_t)(cut - at);
+    snprintf(buf, sizeof buf, "%.*s", (int)n, at);
+    return buf;
+}
+
+/* `burst plan memory` counts a rank's memory part by part as the run counts
+ * it (the same function): on the CPU and on the (emulated) device, the parts
+ * it prints are those `burst train` prints at setup; a budget the run does
+ * not fit in exits 2, saying so; bad options are refused. */
+START_TEST(plan_memory_counts_what_a_run_counts)
+{
+    char emu[4096];
+    test_program_path("tests/train/burst_emu", emu, sizeof emu);
+    const char *programs[2] = {test_burst_path(), emu};
+    const char *device[2] = {"train.device=cpu", "train.device=cuda"};
+    for (int k = 0; k < 2; k++) {
+        char *plan[] = {(char *)programs[k], "plan",  "memory",          "--set",
+                        "data.seq_len=256",  "--set", (char *)device[k], NULL};
+        char *train[] = {(char *)programs[k],
+                         "train",
+                         "--set",
+                         "data.seq_len=256",
+                         "--set",
+                         (char *)device[k],
+                         "--set",
+                         "train.steps=1",
+                         "--set",
+                         "train.warmup_steps=0",
+                         NULL};
+        test_run_result p = test_run(plan, NULL), t = test_run(train, NULL);
+        ck_assert_msg(p.exit_code == 0 && test_output_has(&p, "fits: yes"), "%s", p.out);
+        ck_assert_msg(t.exit_code == 0, "%s", t.out);
+        char planned[1024];
+        snprintf(planned, sizeof planned, "%s", line_after(&p, "memory per rank: ", NULL));
+        ck_assert_str_eq(planned, line_after(&t, "memory per rank: ", "; process baseline"));
+        if (k == 1) { /* the arena the run takes is the one planned */
+            ck_assert_msg(test_output_has(&p, "device per rank: arena "), "%s", p.out);
+            ck_assert_msg(test_output_has(&t, "device arena per rank: capacity "), "%s", t.out);
+        }
+        test_run_free(&p), test_run_free(&t);
+    }
+    char *tight[] = {(char *)test_burst_path(), "plan", "memory", "--host-memory", "1M", NULL};
+    test_run_result r = test_run(tight, NULL);
+    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, "fits: no"), "%s", r.out);
+    test_run_free(&r);
+    char *bad[] = {(char *)test_burst_path(), "plan", "memory", "--ranks", "0", NULL};
+    r = test_run(bad, NULL);
+    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, "--ranks '0'"), "%s", r.out);
+    test_run_free(&r);
+}
+END_TEST
+
 START_TEST(version_names_optional_parts)
 {
     test_run_result r = burst("version", NULL);
@@ -183,9 +245,9 @@ int main(void)
     Suite *s = suite_create("cli");
     TCase *tc = check_tcase(s, "cli", 60);
     check_add_tests(tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
-                    unknown_command_is_usage_error, every_command_has_help,
-                    version_names_optional_parts, bench_kernels_device_errors,
-                    bench_train_refuses_bad_options);
+                    plan_memory_counts_what_a_run_counts, unknown_command_is_usage_error,
+                    every_command_has_help, version_names_optional_parts,
+                    bench_kernels_device_errors, bench_train_refuses_bad_options);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device);
     return check_run(s);

@@ -1,0 +1,176 @@
+/* cmd_plan_memory.c: `burst plan memory`: the memory one rank of a training
+ * run needs, part by part, on a cluster described on the command line,
+ * without starting any rank: the count trainer_setup makes
+ * (trainer_plan_offline), compared as the run compares it (on a device the
+ * device parts with their arena's margin against one GPU's memory, on the CPU
+ * the whole against a node's share; [memory] limit_bytes either way), and the
+ * largest sequence of the form 2^k x 2 cp that fits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/cli/cli.h"
+#include "src/train/trainer.h"
+#include "util/parse.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: burst plan memory [--config FILE] [--set section.key=value ...] [--ranks N]\n"
+            "                         [--gpus-per-node G] [--device-memory SIZE] [--host-memory "
+            "SIZE]\n\n"
+            "Counts what one rank of `burst train` with this configuration needs, part by part,\n"
+            "as the run itself counts it at setup, without starting any rank, and says whether\n"
+            "it fits, as the run decides: on a device ([train] device = cuda) the device parts\n"
+            "and the arena's margin against one GPU's memory, each rank driving a GPU of its\n"
+            "own; on the CPU the whole against a node's memory shared by its ranks; and\n"
+            "[memory] limit_bytes either way. Then the longest sequence 2^k x 2 cp that fits.\n\n"
+            "  --config FILE, --set S.K=V  the configuration, as `burst train` takes it\n"
+            "  --ranks N            ranks of the job (default: [parallel] dp x cp)\n"
+            "  --gpus-per-node G    ranks (GPUs) per node (default: all ranks on one node)\n"
+            "  --device-memory SIZE one GPU's memory (default 80G; G means GiB)\n"
+            "  --host-memory SIZE   one node's memory for the ranks (default: this machine's\n"
+            "                       available memory)\n\n"
+            "Exit status: 0 it fits, 2 it does not (or a bad configuration).\n");
+}
+
+typedef struct {
+    train_config cfg;
+    int ranks, per_node;
+    uint64_t device_bytes, host_bytes;
+} plan_args;
+
+static int parse_size(const char *opt, const char *s, uint64_t *out)
+{
+    if (bu_parse_bytes(s, out) == 0 && *out > 0) return 0;
+    fprintf(stderr, "burst plan memory: %s '%s': expected a size such as 80G or 512M\n", opt, s);
+    return -1;
+}
+
+/* 0 to go on, or an exit status (0 after --help). */
+static int parse_args(int argc, char **argv, plan_args *a)
+{
+    char err[512];
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t n;
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            usage(stdout);
+            return -1;
+        } else if (strcmp(arg, "--config") == 0 && val) {
+            if (train_config_load(&a->cfg, argv[++i], err, sizeof err) != 0) goto bad_config;
+        } else if (strcmp(arg, "--set") == 0 && val) {
+            if (train_config_set(&a->cfg, argv[++i], err, sizeof err) != 0) goto bad_config;
+        } else if ((strcmp(arg, "--ranks") == 0 || strcmp(arg, "--gpus-per-node") == 0) && val) {
+            if (bu_parse_i64_min(argv[++i], 1, &n) != 0 || n > 1 << 20) {
+                fprintf(stderr, "burst plan memory: %s '%s': expected a count >= 1\n", arg, val);
+                return EXIT_USAGE;
+            }
+            *(strcmp(arg, "--ranks") == 0 ? &a->ranks : &a->per_node) = (int)n;
+        } else if (strcmp(arg, "--device-memory") == 0 && val) {
+            if (parse_size(arg, argv[++i], &a->device_bytes) != 0) return EXIT_USAGE;
+        } else if (strcmp(arg, "--host-memory") == 0 && val) {
+            if (parse_size(arg, argv[++i], &a->host_bytes) != 0) return EXIT_USAGE;
+        } else {
+            fprintf(stderr, "burst plan memory: unknown argument '%s'\n\n", arg);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    return 0;
+bad_config:
+    fprintf(stderr, "burst plan memory: %s\n", err);
+    return EXIT_USAGE;
+}
+
+/* The verdict for cfg: 1 fits, 0 does not, -1 a configuration the run
+ * refuses (err). *t holds the count until the caller frees it. */
+static int fits(const plan_args *a, const train_config *cfg, trainer *t, char *err, size_t err_len)
+{
+    memset(t, 0, sizeof *t);
+    t->cfg = *cfg;
+    if (trainer_plan_offline(t, a->ranks, a->ranks / a->per_node, err, err_len) != 0) return -1;
+    /* what trainer_check_memory compares, with the arena's margin on a device
+     * (trainer_make_arena takes the two together) */
+    double total = (double)trainer_memory_total(&t->mem);
+    if (cfg->limit_bytes > 0 && total > (double)cfg->limit_bytes) return 0;
+    if (t->plan.on_device) return (double)trainer_arena_bytes(&t->mem) <= (double)a->device_bytes;
+    return total <= (double)a->host_bytes / a->per_node;
+}
+
+/* The longest sequence 2^k x unit that fits with everything else as given
+ * (unit: what the layout needs of a length on cp ranks), or 0. */
+static int64_t longest_fitting(const plan_args *a)
+{
+    int64_t unit = 2 * (int64_t)a->cfg.cp, best = 0;
+    train_config c = a->cfg;
+    char err[512];
+    for (int64_t seq = unit; seq <= ((int64_t)1 << 30); seq *= 2) { /* up to 1G tokens */
+        trainer t;
+        c.seq_len = seq;
+        if (c.max_seq < seq) c.max_seq = seq;
+        int ok = fits(a, &c, &t, err, sizeof err);
+        trainer_free(&t);
+        if (ok != 1) break;
+        best = seq;
+    }
+    return best;
+}
+
+static void report(const plan_args *a, const trainer *t, int ok)
+{
+    const train_config *c = &t->cfg;
+    char parts[512], h[4][32];
+    trainer_memory_parts(&t->mem, parts, sizeof parts);
+    printf("plan memory: %lld parameters (%s); %d ranks = dp %d x cp %d, %d per node; sequence "
+           "%lld tokens (%lld per rank); %s\n",
+           (long long)t->model.n_params, c->preset, a->ranks, c->dp, c->cp, a->per_node,
+           (long long)c->seq_len, (long long)t->layout.n,
+           t->plan.on_device ? "on a GPU per rank" : "on the CPU");
+    printf("memory per rank: %s\n", parts);
+    printf("memory per rank, the parts together: %s (a process adds its own baseline)\n",
+           bu_human_bytes((double)trainer_memory_total(&t->mem), h[0], 32));
+    if (c->limit_bytes > 0)
+        printf("[memory] limit_bytes: %s\n", bu_human_bytes((double)c->limit_bytes, h[1], 32));
+    if (t->plan.on_device)
+        printf("device per rank: arena %s (the device parts and their margin) of a GPU's %s\n",
+               bu_human_bytes((double)trainer_arena_bytes(&t->mem), h[1], 32),
+               bu_human_bytes((double)a->device_bytes, h[2], 32));
+    else
+        printf("host per rank: %s of %s (a node's %s over %d ranks)\n",
+               bu_human_bytes((double)trainer_memory_total(&t->mem), h[1], 32),
+               bu_human_bytes((double)a->host_bytes / a->per_node, h[2], 32),
+               bu_human_bytes((double)a->host_bytes, h[3], 32), a->per_node);
+    printf("fits: %s\n", ok ? "yes" : "no");
+}
+
+int cmd_plan_memory(int argc, char **argv)
+{
+    plan_args a = {.device_bytes = (uint64_t)80 << 30};
+    train_config_default(&a.cfg);
+    int status = parse_args(argc, argv, &a);
+    if (status != 0) return status < 0 ? 0 : status;
+    if (a.ranks == 0) a.ranks = a.cfg.dp * a.cfg.cp;
+    if (a.per_node == 0 || a.per_node > a.ranks) a.per_node = a.ranks;
+    if (a.host_bytes == 0) {
+        double avail = trainer_available_bytes();
+        a.host_bytes = avail > 0 ? (uint64_t)avail : (uint64_t)1 << 40;
+    }
+    trainer t;
+    char err[512];
+    int ok = fits(&a, &a.cfg, &t, err, sizeof err);
+    if (ok < 0) {
+        fprintf(stderr, "burst plan memory: %s\n", err);
+        trainer_free(&t);
+        return EXIT_USAGE;
+    }
+    report(&a, &t, ok);
+    trainer_free(&t);
+    int64_t longest = longest_fitting(&a);
+    if (longest > 0)
+        printf("longest sequence 2^k x %d that fits: %lld tokens\n", 2 * a.cfg.cp,
+               (long long)longest);
+    else
+        printf("no sequence fits with this configuration\n");
+    return ok ? 0 : EXIT_USAGE;
+}
