@@ -168,8 +168,9 @@ int cmd_plan_memory(int argc, char **argv)
     trainer_free(&t);
     int64_t longest = longest_fitting(&a);
     if (longest > 0)
-        printf("longest sequence 2^k x %d that fits: %lld tokens\n", 2 * a.cfg.cp,
-               (long long)longest);
+        printf("longest sequence 2^k x %d that fits: %lld tokens (memory alone: [model] max_seq "
+               "raised where needed)\n",
+               2 * a.cfg.cp, (long long)longest);
     else
         printf("no sequence fits with this configuration\n");
     return ok ? 0 : EXIT_USAGE;

@@ -175,7 +175,7 @@ static const field fields[] = {
     DBL("model", rope_scaling, 0, 1, INFINITY, 0, "1", RESUME,
         "RoPE position interpolation factor (1: none)"),
     I64("model", max_seq, 1, PRESET, FREE,
-        "longest sequence the model is trained on"),
+        "the longest [data] seq_len this model may be trained on"),
     BOOL("model", tied_embeddings, PRESET, RESUME,
         "the LM head shares the embedding matrix"),
     DBL("model", init_std, 0, 1, INFINITY, 0, "0.02", FREE,
