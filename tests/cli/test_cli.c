@@ -93,41 +93,47 @@ static const char *line_after(const test_run_result *r, const char *label, const
 }
 
 /* `burst plan memory` counts a rank's memory part by part as the run counts
- * it (the same function): on the CPU and on the (emulated) device, the parts
- * it prints are those `burst train` prints at setup; a budget the run does
- * not fit in exits 2, saying so; bad options are refused. */
-START_TEST(plan_memory_counts_what_a_run_counts)
+ * it (the same function): the parts it prints are those `burst train` prints
+ * at setup, on the CPU (burst) and on the emulated device (burst_emu, in the
+ * device test case for its time under the sanitizers). */
+static void expect_plan_counts_what_the_run_counts(int on_device)
 {
     char emu[4096];
     test_program_path("tests/train/burst_emu", emu, sizeof emu);
-    const char *programs[2] = {test_burst_path(), emu};
-    const char *device[2] = {"train.device=cpu", "train.device=cuda"};
-    for (int k = 0; k < 2; k++) {
-        char *plan[] = {(char *)programs[k], "plan",  "memory",          "--set",
-                        "data.seq_len=256",  "--set", (char *)device[k], NULL};
-        char *train[] = {(char *)programs[k],
-                         "train",
-                         "--set",
-                         "data.seq_len=256",
-                         "--set",
-                         (char *)device[k],
-                         "--set",
-                         "train.steps=1",
-                         "--set",
-                         "train.warmup_steps=0",
-                         NULL};
-        test_run_result p = test_run(plan, NULL), t = test_run(train, NULL);
-        ck_assert_msg(p.exit_code == 0 && test_output_has(&p, "fits: yes"), "%s", p.out);
-        ck_assert_msg(t.exit_code == 0, "%s", t.out);
-        char planned[1024];
-        snprintf(planned, sizeof planned, "%s", line_after(&p, "memory per rank: ", NULL));
-        ck_assert_str_eq(planned, line_after(&t, "memory per rank: ", "; process baseline"));
-        if (k == 1) { /* the arena the run takes is the one planned */
-            ck_assert_msg(test_output_has(&p, "device per rank: arena "), "%s", p.out);
-            ck_assert_msg(test_output_has(&t, "device arena per rank: capacity "), "%s", t.out);
-        }
-        test_run_free(&p), test_run_free(&t);
+    char *program = on_device ? emu : (char *)test_burst_path();
+    char *device = on_device ? "train.device=cuda" : "train.device=cpu";
+    char *plan[] = {program, "plan", "memory", "--set", "data.seq_len=64", "--set", device, NULL};
+    char *train[] = {program, "train",         "--set", "data.seq_len=64",      "--set", device,
+                     "--set", "train.steps=1", "--set", "train.warmup_steps=0", NULL};
+    test_run_result p = test_run(plan, NULL), t = test_run(train, NULL);
+    ck_assert_msg(p.exit_code == 0 && test_output_has(&p, "fits: yes"), "%s", p.out);
+    ck_assert_msg(t.exit_code == 0, "%s", t.out);
+    char planned[1024];
+    snprintf(planned, sizeof planned, "%s", line_after(&p, "memory per rank: ", NULL));
+    ck_assert_str_eq(planned, line_after(&t, "memory per rank: ", "; process baseline"));
+    if (on_device) { /* the arena planned, the arena the run takes */
+        ck_assert_msg(test_output_has(&p, "device per rank: arena "), "%s", p.out);
+        ck_assert_msg(test_output_has(&t, "device arena per rank: capacity "), "%s", t.out);
     }
+    test_run_free(&p), test_run_free(&t);
+}
+
+START_TEST(plan_memory_counts_what_a_run_counts)
+{
+    expect_plan_counts_what_the_run_counts(0);
+}
+END_TEST
+
+START_TEST(plan_memory_counts_what_a_device_run_counts)
+{
+    expect_plan_counts_what_the_run_counts(1);
+}
+END_TEST
+
+/* A budget the run does not fit in exits 2, saying so; bad options are
+ * refused naming them. */
+START_TEST(plan_memory_refuses_what_does_not_fit)
+{
     char *tight[] = {(char *)test_burst_path(), "plan", "memory", "--host-memory", "1M", NULL};
     test_run_result r = test_run(tight, NULL);
     ck_assert_msg(r.exit_code == 2 && test_output_has(&r, "fits: no"), "%s", r.out);
@@ -245,10 +251,12 @@ int main(void)
     Suite *s = suite_create("cli");
     TCase *tc = check_tcase(s, "cli", 60);
     check_add_tests(tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
-                    plan_memory_counts_what_a_run_counts, unknown_command_is_usage_error,
-                    every_command_has_help, version_names_optional_parts,
-                    bench_kernels_device_errors, bench_train_refuses_bad_options);
+                    plan_memory_counts_what_a_run_counts, plan_memory_refuses_what_does_not_fit,
+                    unknown_command_is_usage_error, every_command_has_help,
+                    version_names_optional_parts, bench_kernels_device_errors,
+                    bench_train_refuses_bad_options);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
-    check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device);
+    check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device,
+                    plan_memory_counts_what_a_device_run_counts);
     return check_run(s);
 }
