@@ -138,7 +138,8 @@ static bt_status backward_piece(ring_run *run, int64_t r0, int64_t rows, void *a
 }
 
 /* One step: compute on the held bundle into a fresh accumulator, add the one
- * trailing from the previous holder, pass it on or keep it at home. */
+ * trailing from the previous holder; keep it if this is its home (else
+ * post_accumulators passes it on). */
 static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step *x, int step,
                                int *home_done)
 {
@@ -170,18 +171,35 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
         if (st == BT_OK) st = ring_run_mark(run, b->acc_in_used[a]);
     }
     if (st == BT_OK) st = ring_run_mark(run, b->acc_out_used[a]);
+    if (st != BT_OK || x->acc_to >= 0 || x->block != run->rank) return st;
+    *home_done = 1; /* the chain ends where it began: at home */
+    return home_gradients(run, h, b->acc_out[a]);
+}
+
+/* After computing: the step's accumulator passed on, and this rank's own
+ * final accumulator received in the step its last holder sends it, as one
+ * transport group. A receive posted earlier, alone, would wait on a channel
+ * whose NCCL stream also carries this rank's own sends home (doc/TRANSPORT.md). */
+static bt_status post_accumulators(ring_run *run, const ring_step *x, int step,
+                                   bt_request **home_recv)
+{
+    const ring_schedule *s = run->s;
+    ring_buffers *b = run->b;
+    int a = step % 2, send = x->block >= 0 && x->acc_to >= 0;
+    if (!send && !x->home_acc_in) return BT_OK;
+    bt_status st = send ? ring_run_await(run, b->acc_out_used[a]) : BT_OK;
+    if (st == BT_OK && x->home_acc_in) /* once the last pass's copy out of it has run */
+        st = ring_run_await(run, b->home_acc_used);
+    if (st == BT_OK) st = bt_group_start(run->world);
     if (st != BT_OK) return st;
-    if (x->acc_to >= 0) {
-        st = ring_run_await(run, b->acc_out_used[a]);
-        return st == BT_OK ? ring_run_isend(run, x->acc_to, x->acc_to_channel, b->acc_out[a],
-                                            s->acc_bytes, &run->acc_send[a])
-                           : st;
-    }
-    if (x->block == run->rank) { /* the chain ends where it began: at home */
-        *home_done = 1;
-        return home_gradients(run, h, b->acc_out[a]);
-    }
-    return BT_OK;
+    if (x->home_acc_in)
+        st = ring_run_irecv(run, s->home_acc_from[run->rank], s->home_acc_channel[run->rank],
+                            b->home_acc, s->acc_bytes, home_recv);
+    if (st == BT_OK && send)
+        st = ring_run_isend(run, x->acc_to, x->acc_to_channel, b->acc_out[a], s->acc_bytes,
+                            &run->acc_send[a]);
+    bt_status ended = bt_group_end(run->world);
+    return st != BT_OK ? st : ended;
 }
 
 bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, const float *V,
@@ -203,20 +221,13 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
     /* the copies last, as in ring_forward.c */
     if (st == BT_OK) st = bundle_pack(&run, &h, run.b->slot[SLOT_HOME]);
     if (st == BT_OK) st = ring_run_mark(&run, run.b->slot_used[SLOT_HOME]); /* sent at step 0 */
-    /* The final accumulator of the home block is received from the start, so
-     * its sender never waits on this rank to reach the end. */
     int from = s->home_acc_from[run.rank], home_done = 0;
     bt_request *home_recv = NULL;
-    if (st == BT_OK && from >= 0) /* once the last pass's copy out of it has run */
-        st = ring_run_await(&run, run.b->home_acc_used);
-    if (st == BT_OK && from >= 0)
-        st = ring_run_irecv(&run, from, s->home_acc_channel[run.rank], run.b->home_acc,
-                            s->acc_bytes, &home_recv);
-
     for (int step = 0; step < s->n_steps && st == BT_OK; step++) {
         const ring_step *x = ring_step_at(s, run.rank, step);
         st = ring_run_begin_step(&run, x, step);
         if (st == BT_OK && x->block >= 0) st = backward_step(&run, &h, x, step, &home_done);
+        if (st == BT_OK) st = post_accumulators(&run, x, step, &home_recv);
     }
     if (st == BT_OK && from >= 0) {
         st = ring_run_wait(&run, &home_recv);

@@ -240,7 +240,9 @@ static void route_block(ring_schedule *s, int b, const plan_scratch *w)
 /* The trailing accumulator of block b follows the block one step behind
  * through every holder (each adds its share, relays add nothing), so between
  * any two ranks, on one channel, accumulators travel in step order. The last
- * holder sends it home on a channel of its own. */
+ * holder sends it home on a channel of its own, at the end of its step, and
+ * home receives it in the same step (doc/TRANSPORT.md: both ends of every
+ * grouped transfer are posted in the same step). */
 static void route_accumulator(ring_schedule *s, int b, const plan_scratch *w)
 {
     int prev = -1, last = 0;
@@ -263,6 +265,7 @@ static void route_accumulator(ring_schedule *s, int b, const plan_scratch *w)
         a->acc_to_channel = RING_CH_BWD_ACC_HOME;
         s->home_acc_from[b] = prev;
         s->home_acc_channel[b] = RING_CH_BWD_ACC_HOME;
+        ring_step_at(s, b, last)->home_acc_in = 1;
     }
 }
 
@@ -329,6 +332,7 @@ void ring_schedule_dump(FILE *out, const ring_schedule *s)
                         x->recv[k].channel);
             if (x->acc_from >= 0) fprintf(out, "; acc += from %d", x->acc_from);
             if (x->acc_to >= 0) fprintf(out, "; acc -> %d%s", x->acc_to, x->acc_to == x->block ? " (home)" : "");
+            if (x->home_acc_in) fprintf(out, "; own acc <- %d", s->home_acc_from[r]);
             fprintf(out, "\n");
         }
         if (s->pass != RING_FORWARD && s->home_acc_from[r] >= 0)

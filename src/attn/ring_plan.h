@@ -76,6 +76,8 @@ typedef struct {
     int acc_from;      /* add the running accumulator from this rank, or -1 (start from 0) */
     int acc_to;        /* then send it to this rank, or -1 (this is its home: keep it) */
     int acc_from_channel, acc_to_channel;
+    int home_acc_in; /* this rank's final accumulator arrives this step (home_acc_from
+                      * sends it after computing), so it is received then too */
 } ring_step;
 
 typedef struct {

@@ -39,7 +39,7 @@ struct ring_buffers {
     size_t home_in_bytes;                  /* capacity of home_in (0: no bf16 schedule) */
     int64_t n, rows;                       /* capacity in tokens and in token-heads (n * Hq) */
     bk_queue memory;                       /* the queue whose memory holds the buffers above */
-    /* device only: host mirrors of the position tables [2][n] and the event of
+    /* device only: page-locked host mirrors of the position tables [2][n] and the event of
      * each one's last upload; parity: the mirror filled last */
     int64_t *pos_host[2];
     int32_t *seg_host[2];
@@ -143,7 +143,8 @@ bt_status ring_run_finish(ring_run *run, bt_status st);
  * part after the queue has run out of work, since until then the device was
  * computing while the host waited. */
 bt_status ring_run_wait(ring_run *run, bt_request **req);
-/* Start of a step: post what arrives later, wait for the held block, pass it on. */
+/* Start of a step: wait for the held block, then post what arrives later and
+ * pass the held block on, as one transport group. */
 bt_status ring_run_begin_step(ring_run *run, const ring_step *x, int step);
 /* Positions (and document ids) of block's tokens into the block tables. */
 bt_status ring_run_block_positions(ring_run *run, int block);

@@ -82,8 +82,69 @@ static int needs(const ring_schedule *s, const bk_attn_mask *m, int q_rank, int 
     return any;
 }
 
+/* The other end of x (posted by rank r at step st): a transfer of the same
+ * block on the same channel, the other way, posted by the peer in the same step. */
+static int other_end_in_step(const ring_schedule *s, int r, int st, const ring_xfer *x, int sending)
+{
+    const ring_step *y = ring_step_at(s, x->peer, st);
+    const ring_xfer *ends = sending ? y->recv : y->send;
+    int n = sending ? y->n_recv : y->n_send, found = 0;
+    for (int k = 0; k < n; k++)
+        found += ends[k].peer == r && ends[k].block == x->block && ends[k].channel == x->channel;
+    return found;
+}
+
+/* What the ring's transport groups rest on (doc/TRANSPORT.md: they cannot
+ * deadlock on NCCL, whose channels run their posts in order): both ends of
+ * every grouped transfer are posted in the same step (an input block's send
+ * and receive; a final accumulator's send home and its receive), and a
+ * trailing accumulator sent after step st is received at step st + 1, on a
+ * channel that carries nothing else. */
+static void check_posting_steps(const ring_schedule *s, const char *what)
+{
+    for (int r = 0; r < s->P; r++)
+        for (int st = 0; st < s->n_steps; st++) {
+            const ring_step *x = ring_step_at(s, r, st);
+            for (int k = 0; k < x->n_send; k++)
+                ck_assert_msg(other_end_in_step(s, r, st, &x->send[k], 1) == 1,
+                              "%s: rank %d step %d: send of block %d to %d has no receive there",
+                              what, r, st, x->send[k].block, x->send[k].peer);
+            for (int k = 0; k < x->n_recv; k++)
+                ck_assert_msg(other_end_in_step(s, r, st, &x->recv[k], 0) == 1,
+                              "%s: rank %d step %d: receive of block %d from %d has no send there",
+                              what, r, st, x->recv[k].block, x->recv[k].peer);
+            if (x->home_acc_in) {
+                const ring_step *y = ring_step_at(s, s->home_acc_from[r], st);
+                ck_assert_msg(y->acc_to == r && y->acc_to_channel == RING_CH_BWD_ACC_HOME,
+                              "%s: rank %d receives its accumulator at step %d, rank %d does "
+                              "not send it then",
+                              what, r, st, s->home_acc_from[r]);
+            }
+            if (x->acc_to < 0) continue;
+            if (x->acc_to_channel == RING_CH_BWD_ACC_HOME) {
+                ck_assert_msg(ring_step_at(s, x->acc_to, st)->home_acc_in &&
+                                  s->home_acc_from[x->acc_to] == r,
+                              "%s: rank %d sends block %d's accumulator home at step %d, "
+                              "unreceived then",
+                              what, r, x->block, st);
+            } else {
+                ck_assert(st + 1 < s->n_steps);
+                const ring_step *y = ring_step_at(s, x->acc_to, st + 1);
+                ck_assert(y->acc_from == r && y->acc_from_channel == x->acc_to_channel);
+                ck_assert(x->acc_to_channel == RING_CH_BWD_ACC_INTRA ||
+                          x->acc_to_channel == RING_CH_BWD_ACC_INTER);
+            }
+        }
+    for (int b = 0; b < s->P; b++) {
+        int received = 0;
+        for (int st = 0; st < s->n_steps; st++) received += ring_step_at(s, b, st)->home_acc_in;
+        ck_assert_int_eq(received, s->home_acc_from[b] >= 0);
+    }
+}
+
 static void check_schedule(const ring_schedule *s, const bk_attn_mask *m, const char *what)
 {
+    check_posting_steps(s, what);
     int P = s->P;
     int *computed = calloc((size_t)P * P, sizeof(int));
     for (int r = 0; r < P; r++)
