@@ -717,6 +717,65 @@ START_TEST(attention_state_kernels)
 END_TEST
 
 /* ---------------------------------------------------------------- invalid arguments */
+/* One fp32 GEMM on operands one element past an allocation's start (4-byte
+ * aligned, where cuBLASLt's default asks for 256), against the float64
+ * reference. */
+static void gemm_misaligned_case(int ta, int tb, int64_t k, float beta)
+{
+    bk_queue q = dev_queue();
+    int64_t m = 19, n = 23, lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 3, ldc = n + 1;
+    int64_t na = (ta ? k : m) * lda, nb = (tb ? n : k) * ldb, nc = m * ldc;
+    float *a = test_rand_f(&rs, na + 1, -1, 1), *b = test_rand_f(&rs, nb + 1, -1, 1),
+          *c = test_rand_f(&rs, nc + 1, -1, 1), *out = test_alloc((size_t)(nc + 1) * 4, 1);
+    double *want = test_alloc((size_t)(m * n) * 8, 1);
+    float *dense = test_alloc((size_t)(m * n) * 4, 1);
+    ref_gemm(ta, tb, m, n, k, 0.75, a + 1, lda, b + 1, ldb, beta, c + 1, ldc, want);
+    float *ga = PUT(a, na + 1), *gb = PUT(b, nb + 1), *gc = PUT(c, nc + 1);
+    ck_assert_int_eq(bk_gemm(&q, ta ? BK_TRANS : BK_NO_TRANS, tb ? BK_TRANS : BK_NO_TRANS, m, n, k,
+                             0.75f, ga + 1, lda, gb + 1, ldb, beta, gc + 1, ldc),
+                     BK_OK);
+    GET(out, gc, nc + 1);
+    for (int64_t i = 0; i < m; i++) memcpy(dense + i * n, out + 1 + i * ldc, (size_t)n * 4);
+    test_assert_close("gemm on misaligned operands", dense, want, m * n, 2e-6 * (double)k + 1e-6,
+                      1e-5);
+    ck_assert_float_eq(out[0], c[0]); /* nothing before C written */
+    dev_free(ga), dev_free(gb), dev_free(gc);
+    free(a), free(b), free(c), free(out), free(want), free(dense);
+}
+
+/* Sub-buffer operands (as the model passes `out + r0 * cols`), every
+ * transpose case, and k = 0 (C = beta C, never handed to cuBLASLt). */
+START_TEST(gemm_takes_misaligned_operands_and_k_zero)
+{
+    rs = test_rng(92);
+    for (int t = 0; t < 4; t++) {
+        gemm_misaligned_case(t & 1, t >> 1, 37, -0.5f);
+        gemm_misaligned_case(t & 1, t >> 1, 0, -0.5f);
+        gemm_misaligned_case(t & 1, t >> 1, 0, 0.0f);
+    }
+}
+END_TEST
+
+/* The emulator's model of cuBLASLt must catch a call that leaves the
+ * alignment preferences at their documented default (256 bytes) and passes a
+ * 4-byte-aligned operand: BK_EMU_LT_DEFAULT_ALIGNMENT plants that mistake. */
+START_TEST(the_cublaslt_model_refuses_pointers_below_the_default_alignment)
+{
+    if (strcmp(bk_device_backend_name(), "emulator") != 0) return;
+    setenv("BK_EMU_LT_DEFAULT_ALIGNMENT", "1", 1);
+    bk_queue q = dev_queue();
+    float x[17] = {0};
+    float *g = PUT(x, 17);
+    ck_assert_int_eq(bk_gemm(&q, BK_NO_TRANS, BK_NO_TRANS, 2, 2, 2, 1.0f, g, 2, g, 2, 0.0f, g, 2),
+                     BK_OK);
+    ck_assert_int_eq(
+        bk_gemm(&q, BK_NO_TRANS, BK_NO_TRANS, 2, 2, 2, 1.0f, g + 1, 2, g, 2, 0.0f, g + 8, 2),
+        BK_ERR_DEVICE);
+    ck_assert_msg(strstr(bk_kernel_error(), "misaligned") != NULL, "error: %s", bk_kernel_error());
+    dev_free(g);
+}
+END_TEST
+
 START_TEST(invalid_arguments_are_refused)
 {
     bk_queue q = dev_queue();
@@ -748,7 +807,8 @@ static Suite *dev_ops_suite(void)
                     cross_entropy_edge_rows_and_invalid_labels, gemm_matches_reference,
                     attention_state_kernels, device_to_device_copy, vector_helpers_match_host,
                     gemm_runs_after_queued_copies, round_bf16_matches_nearest, widen_bf16_is_exact,
-                    invalid_arguments_are_refused);
+                    invalid_arguments_are_refused, gemm_takes_misaligned_operands_and_k_zero,
+                    the_cublaslt_model_refuses_pointers_below_the_default_alignment);
     return s;
 }
 
