@@ -37,7 +37,7 @@ static int hooks_complete(const bt_device_hooks *h)
 {
     return h->host_alloc && h->host_free && h->stream_create && h->stream_destroy &&
            h->event_create && h->event_destroy && h->event_record && h->event_query &&
-           h->copy_async;
+           h->copy_async && h->copy;
 }
 
 static device_caps my_caps(bt_world *w, const bt_device_hooks *hooks)
@@ -167,9 +167,11 @@ bt_status bt_world_set_device(bt_world *w, const bt_device_hooks *hooks)
     if (hooks) {
         w->hooks = *hooks;
         w->has_hooks = 1;
-        if (hooks->stream_create(&w->dev_stream) != 0 || hooks->event_create(&w->dev_event) != 0)
-            return bt_fail(w, BT_ERR_SYS, "device hooks (%s): cannot create the transport's "
-                           "stream and event", hooks->name ? hooks->name : "?");
+        if (hooks->stream_create(&w->dev_stream) != 0)
+            return bt_fail(w, BT_ERR_SYS,
+                           "device hooks (%s): cannot create the transport's "
+                           "stream",
+                           hooks->name ? hooks->name : "?");
     }
     st = agree_paths(w, hooks);
     if (st == BT_OK && w->opt.verbose)
@@ -181,11 +183,8 @@ bt_status bt_world_set_device(bt_world *w, const bt_device_hooks *hooks)
 
 void bt_device_release(bt_world *w)
 {
-    if (w->has_hooks) {
-        if (w->dev_event) w->hooks.event_destroy(w->dev_event);
-        if (w->dev_stream) w->hooks.stream_destroy(w->dev_stream);
-    }
-    w->dev_event = w->dev_stream = NULL;
+    if (w->has_hooks && w->dev_stream) w->hooks.stream_destroy(w->dev_stream);
+    w->dev_stream = NULL;
     free(w->paths);
     w->paths = NULL;
 }
@@ -273,9 +272,8 @@ bt_status bt_device_copy_wait(bt_world *w, void *dst, const void *src, size_t by
 {
     if (bytes == 0) return BT_OK;
     if (!w->has_hooks) return bt_mem_check(w, NULL, w->rank, BT_MEM_DEVICE);
-    if (w->hooks.copy_async(w->dev_stream, dst, src, bytes, dir) != 0 ||
-        w->hooks.event_record(w->dev_event, w->dev_stream) != 0)
+    if (w->hooks.copy(w->dev_stream, dst, src, bytes, dir) != 0)
         return bt_fail(w, BT_ERR_SYS, "device (%s): a copy of %zu bytes failed", w->hooks.name,
                        bytes);
-    return bt_device_event_wait(w, w->dev_event, "a device copy");
+    return BT_OK;
 }

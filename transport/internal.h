@@ -132,7 +132,6 @@ struct bt_world {
     int has_hooks;            /* ... with hooks */
     bt_device_hooks hooks;
     void *dev_stream;         /* the transport's own device copies */
-    void *dev_event;
     unsigned char *paths;     /* [size] bt_path of each peer */
     bt_backend *staging;      /* BT_PATH_STAGED, or NULL */
     bt_backend *nccl;         /* BT_PATH_NCCL, or NULL */
@@ -250,7 +249,9 @@ bt_backend *bt_backend_for_mem(bt_world *w, int world_peer, bt_mem mem);
 /* BT_OK when b accepts mem; else the world fails with BT_ERR_ARG and a message
  * naming the backend (b NULL: no path), the peer and the memory kind. */
 bt_status bt_mem_check(bt_world *w, const bt_backend *b, int world_peer, bt_mem mem);
-/* dst[bytes] = src[bytes] with the hooks (dir as copy_async), waited for. */
+/* dst[bytes] = src[bytes] with the hooks' blocking copy (dir as copy_async):
+ * the host side may be pageable memory (a message queued for the rank itself,
+ * a collective staged through plain host memory). */
 bt_status bt_device_copy_wait(bt_world *w, void *dst, const void *src, size_t bytes, int dir);
 /* Calls poll(arg, &st) until it answers nonzero or sets st, with bt_progress
  * between calls; fails on a lost peer or after the timeout, naming what it

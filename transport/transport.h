@@ -127,8 +127,12 @@ typedef struct {
     int (*event_destroy)(void *e);
     int (*event_record)(void *e, void *stream);
     int (*event_query)(void *e); /* 1 done, 0 pending, <0 error */
-    /* queued on stream; dir: 0 host to device, 1 device to host, 2 device to device */
+    /* queued on stream; dir: 0 host to device, 1 device to host, 2 device to
+     * device. The host side is page-locked (host_alloc): a queued copy of
+     * pageable memory runs synchronously on a GPU, overlapping nothing. */
     int (*copy_async)(void *stream, void *dst, const void *src, size_t bytes, int dir);
+    /* the same, returning once the copy is done; the host side may be pageable */
+    int (*copy)(void *stream, void *dst, const void *src, size_t bytes, int dir);
 } bt_device_hooks;
 
 /* Tells the world how to reach device memory, before any BT_MEM_DEVICE call.

@@ -6,19 +6,50 @@
  * (cheaper to record and wait for). In the SIMT emulator they are the ordered
  * queues of kernels/emu/simt_stream.h, where queued copies run as late as the
  * program allows, and page-locked memory is plain host memory (its
- * allocations traced as device_memory.cu's, BK_EMU_TRACE_ALLOC). */
+ * allocations traced as device_memory.cu's, BK_EMU_TRACE_ALLOC) that the
+ * emulator remembers, so that a queued copy from or to pageable memory is
+ * refused. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "kernels/cuda/dev_common.cuh"
 
 #ifdef BK_EMULATOR
 
+#include <map>
+#include <mutex>
+
+namespace
+{
+std::mutex g_pinned_lock;
+std::map<uintptr_t, size_t> g_pinned; /* page-locked allocations: start -> bytes */
+
+/* Whether [p, p + bytes) lies in one page-locked allocation. */
+bool is_pinned(const void *p, size_t bytes)
+{
+    std::lock_guard<std::mutex> hold(g_pinned_lock);
+    auto it = g_pinned.upper_bound((uintptr_t)p);
+    if (it == g_pinned.begin()) return false;
+    --it;
+    return (uintptr_t)p + bytes <= it->first + it->second;
+}
+} // namespace
+
+/* A queued copy whose host side is pageable memory is refused: on a GPU the
+ * runtime copies it synchronously (through a staging buffer of its own), so it
+ * overlaps nothing, which is never what code that queues a copy wants. */
 extern "C" bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const void *src,
                                            size_t bytes, int dir)
 {
-    (void)dir;
     bk_status st = bk_emu_runtime("cudaMemcpyAsync");
     if (st != BK_OK) return st;
+    const void *host = dir == BK_COPY_HOST_TO_DEVICE   ? src
+                       : dir == BK_COPY_DEVICE_TO_HOST ? (const void *)dst
+                                                       : NULL;
+    if (host && bytes > 0 && !is_pinned(host, bytes))
+        return bk_device_failed("cudaMemcpyAsync", "the host buffer is pageable memory (not from "
+                                                   "bk_host_pinned_malloc): the copy would run "
+                                                   "synchronously");
     return bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes) == 0
                ? BK_OK
                : bk_device_failed("cudaMemcpyAsync", "the stream's queue cannot grow");
@@ -86,13 +117,23 @@ extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
     if (st != BK_OK) return st;
     if (bytes) bk_emu::trace_alloc("cudaMallocHost", bytes);
     *p = bytes ? malloc(bytes) : NULL;
+    if (*p) {
+        std::lock_guard<std::mutex> hold(g_pinned_lock);
+        g_pinned[(uintptr_t)*p] = bytes;
+    }
     return *p || bytes == 0 ? BK_OK : BK_ERR_NOMEM;
 }
 
 /* As cudaFreeHost, which waits for the device's copies from or to p. */
 extern "C" bk_status BK_DEV_FN(host_free)(void *p)
 {
-    if (p != NULL) bk_emu::flush_all();
+    if (p == NULL) return BK_OK;
+    bk_emu::flush_all();
+    {
+        std::lock_guard<std::mutex> hold(g_pinned_lock);
+        if (g_pinned.erase((uintptr_t)p) == 0)
+            return bk_device_failed("cudaFreeHost", "not a page-locked allocation");
+    }
     free(p);
     return BK_OK;
 }

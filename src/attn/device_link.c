@@ -66,6 +66,17 @@ static int copy_async(void *stream, void *dst, const void *src, size_t bytes, in
                          : bk_device_copy(&q, dst, src, bytes));
 }
 
+/* as copy_async, returning once the copy is done */
+static int copy(void *stream, void *dst, const void *src, size_t bytes, int dir)
+{
+    bk_queue q = on(stream);
+    bk_status st = dir == 0   ? bk_device_upload(&q, dst, src, bytes)
+                   : dir == 1 ? bk_device_download(&q, dst, src, bytes)
+                              : bk_device_copy(&q, dst, src, bytes);
+    if (st == BK_OK && dir == 2) st = bk_device_sync(&q);
+    return ok(st);
+}
+
 bt_device_hooks attn_device_hooks(int device_id)
 {
     bt_device_hooks h = {
@@ -80,6 +91,7 @@ bt_device_hooks attn_device_hooks(int device_id)
         .event_record = event_record,
         .event_query = event_query,
         .copy_async = copy_async,
+        .copy = copy,
     };
     return h;
 }

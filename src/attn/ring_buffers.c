@@ -98,14 +98,17 @@ static int events_of(ring_buffers *b, void **ev[N_EVENTS])
     return k;
 }
 
-/* The device's host mirrors of the position tables and the events; 0 or -1. */
+/* The device's host mirrors of the position tables, page-locked so that
+ * their uploads are queued rather than run at once ([n] positions, then [n]
+ * document ids, in one allocation), and the events; 0 or -1. */
 static int make_device_side(ring_buffers *b)
 {
     size_t n = (size_t)(b->n > 0 ? b->n : 1);
     for (int k = 0; k < 2; k++) {
-        b->pos_host[k] = calloc(n, sizeof(int64_t));
-        b->seg_host[k] = calloc(n, sizeof(int32_t));
-        if (!b->pos_host[k] || !b->seg_host[k]) return -1;
+        void *p = NULL;
+        if (bk_host_pinned_malloc(n * (sizeof(int64_t) + sizeof(int32_t)), &p) != BK_OK) return -1;
+        b->pos_host[k] = p;
+        b->seg_host[k] = (int32_t *)(b->pos_host[k] + n);
     }
     void **ev[N_EVENTS];
     for (int k = 0, count = events_of(b, ev); k < count; k++)
@@ -147,7 +150,8 @@ void ring_buffers_free(ring_buffers *b)
                     b->home_seg,   b->block_seg,  b->home_in};
     for (int k = 0; k < RING_N_SLOTS; k++) bk_free(&b->memory, b->slot[k]);
     for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) bk_free(&b->memory, bufs[k]);
-    for (int k = 0; k < 2; k++) free(b->pos_host[k]), free(b->seg_host[k]);
+    for (int k = 0; k < 2; k++)
+        if (b->pos_host[k]) bk_host_pinned_free(b->pos_host[k]);
     void **ev[N_EVENTS];
     for (int k = 0, count = events_of(b, ev); k < count; k++)
         if (*ev[k]) bk_device_event_destroy(*ev[k]);

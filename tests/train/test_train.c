@@ -1012,10 +1012,12 @@ END_TEST
  * With head_chunk0 > 0, the LM head of rank 0 works on chunks of that many
  * tokens and every other rank's on chunks of head_chunk1: each rank's device
  * memory is its own setting's (no rank checks another's). */
-static test_run_result train_ranks_on_device(int ranks, int nodes, int head_chunk0, int head_chunk1)
+static test_run_result train_ranks_on_device_steps(int ranks, int nodes, int head_chunk0,
+                                                   int head_chunk1, int steps)
 {
     on_emulator = 1;
-    char n[16], m[16], cp[32], script[160];
+    char n[16], m[16], cp[32], script[160], n_steps[32];
+    snprintf(n_steps, sizeof n_steps, "train.steps=%d", steps);
     snprintf(n, sizeof n, "%d", ranks);
     snprintf(m, sizeof m, "%d", nodes);
     snprintf(cp, sizeof cp, "parallel.cp=%d", ranks);
@@ -1024,7 +1026,7 @@ static test_run_result train_ranks_on_device(int ranks, int nodes, int head_chun
              "exec \"$@\" --set memory.head_chunk=%d",
              head_chunk0, head_chunk1);
     const char *sets[] = {
-        "train.device=cuda", "data.seq_len=64", "train.steps=3", "train.warmup_steps=1", cp, NULL};
+        "train.device=cuda", "data.seq_len=64", n_steps, "train.warmup_steps=1", cp, NULL};
     char *argv[32];
     int a = 0;
     argv[a++] = (char *)program(), argv[a++] = "run", argv[a++] = "-n", argv[a++] = n;
@@ -1037,6 +1039,22 @@ static test_run_result train_ranks_on_device(int ranks, int nodes, int head_chun
     on_emulator = 0;
     char *env[] = {"OMP_NUM_THREADS=1", "BK_EMU_TRACE_ALLOC=1", NULL};
     return test_run(argv, env);
+}
+
+static test_run_result train_ranks_on_device(int ranks, int nodes, int head_chunk0, int head_chunk1)
+{
+    return train_ranks_on_device_steps(ranks, nodes, head_chunk0, head_chunk1, 3);
+}
+
+/* How many lines of rank in out start with text after the rank's prefix. */
+static int rank_lines(const char *out, int rank, const char *text)
+{
+    char want[160];
+    snprintf(want, sizeof want, "[%d] %s", rank, text);
+    int n = 0;
+    for (const char *at = strstr(out, want); at; at = strstr(at + 1, want))
+        n += at == out || at[-1] == '\n';
+    return n;
 }
 
 /* r's output without the emulator's allocation lines, its last 3000
@@ -1069,15 +1087,18 @@ static const char *rank_line(const char *out, int rank, const char *text, int la
 }
 
 /* Ranks on two emulated nodes stage their device messages through pinned
- * host buffers: the transport takes that pool when the device is linked, in
- * the setup, before the arena (the last runtime allocation of the setup):
- * every rank takes some, and none after its arena (in the steps, the
- * evaluation or the end). */
+ * host buffers, and the ring uploads block positions from pinned mirrors:
+ * the transport takes its pool when the device is linked, before the arena,
+ * the ring its mirrors with its buffers, and nothing is taken in the steps,
+ * the evaluation or the end (cudaMallocHost is slow and waits for the
+ * device): a run of 3 steps takes as many as a run of 1. */
 START_TEST(device_staging_buffers_taken_at_setup)
 {
+    test_run_result one = train_ranks_on_device_steps(2, 2, 0, 0, 1);
     test_run_result r = train_ranks_on_device(2, 2, 0, 0);
     ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "step     3/3"), "exit %d:\n%s",
                   r.exit_code, untraced(&r));
+    ck_assert_msg(one.exit_code == 0, "exit %d:\n%s", one.exit_code, untraced(&one));
     long long capacity = number_after(&r, "device arena per rank: ", "capacity ");
     char arena[64];
     snprintf(arena, sizeof arena, "emu: cudaMalloc %lld bytes\n", capacity);
@@ -1085,13 +1106,17 @@ START_TEST(device_staging_buffers_taken_at_setup)
         const char *taken = rank_line(r.out, rank, arena, 0),
                    *first = rank_line(r.out, rank, "emu: cudaMallocHost ", 0),
                    *last = rank_line(r.out, rank, "emu: cudaMallocHost ", 1);
-        ck_assert_msg(capacity > 0 && taken && first && last < taken,
+        ck_assert_msg(capacity > 0 && taken && first && first < taken && last,
                       "rank %d: its arena of %lld bytes taken at byte %td of the output, its "
                       "pinned buffers from byte %td to %td (-1: none)",
                       rank, capacity, taken ? taken - r.out : -1, first ? first - r.out : -1,
                       last ? last - r.out : -1);
+        int n3 = rank_lines(r.out, rank, "emu: cudaMallocHost "),
+            n1 = rank_lines(one.out, rank, "emu: cudaMallocHost ");
+        ck_assert_msg(n3 == n1, "rank %d: %d pinned allocations in 3 steps, %d in 1", rank, n3, n1);
     }
     test_run_free(&r);
+    test_run_free(&one);
 }
 END_TEST
 
