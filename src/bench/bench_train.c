@@ -184,7 +184,7 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
     while (fgets(line, sizeof line, p)) {
         if (verbose) fputs(line, stderr);
         char *body = bench_rank_line(line);
-        const char *peak = strstr(body, "peak memory rank 0 ");
+        const char *peak = strstr(body, "peak host memory rank 0 ");
         char pu[8], eu[8];
         double pv, ev;
         if (sscanf(body, "sgemm per rank: %lf", &r->sgemm) == 1) continue;
@@ -194,8 +194,8 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
             continue;
         if (device_arena_line(body, arena)) continue;
         if (strncmp(body, "done:", 5) == 0 && peak &&
-            sscanf(peak, "peak memory rank 0 %lf %7s (estimated %lf %7[^,], ratio %lf)", &pv, pu,
-                   &ev, eu, &r->ratio) == 5) {
+            sscanf(peak, "peak host memory rank 0 %lf %7s (estimated %lf %7[^,], ratio %lf)", &pv,
+                   pu, &ev, eu, &r->ratio) == 5) {
             r->peak = to_bytes(pv, pu);
             r->estimate = to_bytes(ev, eu);
             done = 1;

@@ -311,6 +311,8 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     if (make_plan(t, err, err_len) != 0) return EXIT_USAGE;
     int status = make_queue(t, err, err_len);
     if (status != 0) return status;
+    /* on a device, the runtime's own host memory is part of the baseline */
+    if (t->queue.where == BK_DEVICE) t->baseline_bytes = trainer_rss_bytes();
     model_runner_config rc;
     if (plan_rank_memory(t, bt_world_n_nodes(t->world), bt_world_local_size(t->world), &rc, err,
                          err_len) != 0)
@@ -395,13 +397,12 @@ int trainer_run(trainer *t)
         status = trainer_evaluate(t);
     if (status == 0) trainer_report_arena(t, "at the end"); /* every rank: collective */
     if (status == 0 && t->rank == 0) {
-        double peak = trainer_peak_rss_bytes(), est = trainer_estimated_bytes(t);
+        double peak = trainer_peak_rss_bytes(), est = trainer_estimated_host_bytes(t);
         char p[32], e[32];
-        printf("done: step %lld of %lld, final loss %.4f; peak memory rank 0 %s (estimated %s, "
-               "ratio %.2f)\n",
+        printf("done: step %lld of %lld, final loss %.4f; peak host memory rank 0 %s (estimated "
+               "%s, ratio %.2f)\n",
                (long long)(step - 1), (long long)c->steps, res.loss,
-               bu_human_bytes(peak, p, sizeof p),
-               bu_human_bytes(est, e, sizeof e), peak / est);
+               bu_human_bytes(peak, p, sizeof p), bu_human_bytes(est, e, sizeof e), peak / est);
     }
     return status;
 }

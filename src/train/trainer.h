@@ -222,6 +222,10 @@ size_t trainer_arena_bytes(const trainer_memory *m);
 /* The estimate of this rank's memory that the report prints and the end
  * compares: the process baseline and the training state. */
 double trainer_estimated_bytes(const trainer *t);
+/* Of that, what lives in this process's host memory, which its peak RSS is
+ * compared with at the end: all of it on the CPU, less the device parts on a
+ * device. */
+double trainer_estimated_host_bytes(const trainer *t);
 /* The report at start (collective): rank 0 measures sgemm alone, then prints
  * the model, the grid, memory and that rate. 0, or an exit status. */
 int trainer_report_start(trainer *t);

@@ -75,6 +75,12 @@ double trainer_estimated_bytes(const trainer *t)
     return t->baseline_bytes + (double)trainer_memory_total(&t->mem);
 }
 
+double trainer_estimated_host_bytes(const trainer *t)
+{
+    size_t on_device = t->arena ? trainer_device_bytes(&t->mem) : 0;
+    return t->baseline_bytes + (double)(trainer_memory_total(&t->mem) - on_device);
+}
+
 /* This rank's device memory: what is used of its total, or -1 and -1 when
  * the device does not report it. */
 static void device_memory_now(int64_t *used, int64_t *total)
