@@ -10,6 +10,7 @@
 #   sh device-run.sh 1m [SETTINGS...]   # 300m on 1,048,576 tokens, 3 steps
 #   sh device-run.sh kernels [ARGS...]  # burst bench kernels --device cuda ARGS
 #   sh device-run.sh bench [ARGS...]    # burst bench train --device cuda ARGS
+#   sh device-run.sh plan [ARGS...]     # burst plan memory ARGS (what the run will need)
 #
 # CUDA's libraries come from the machine: /usr/local/cuda, else the lib/
 # folders of the `nvidia` wheels of its python3 (a PyTorch installation).
@@ -76,8 +77,11 @@ kernels)
 bench)
     part bench-train "$burst" bench train --device cuda "$@"
     ;;
+plan)
+    part plan-memory "$burst" plan memory "$@"
+    ;;
 *)
-    echo "device-run: unknown part '$what' (tests, train, 1m, kernels or bench)" >&2
+    echo "device-run: unknown part '$what' (tests, train, 1m, kernels, bench or plan)" >&2
     exit 2
     ;;
 esac
