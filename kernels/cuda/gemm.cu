@@ -116,7 +116,58 @@ static bk_status scale_c(const bk_queue *q, const lt_desc *d)
     return BK_OK;
 }
 
-static bk_status lt_run(const bk_queue *q, const lt_desc *d);
+/* Runs d if cuBLASLt has an algorithm for it; BK_ERR_UNSUPPORTED when its
+ * heuristic has none (one per build, below). */
+static bk_status lt_try(const bk_queue *q, const lt_desc *d);
+
+static size_t dtype_bytes(bk_dtype t)
+{
+    return t == BK_BF16 ? 2 : 4;
+}
+
+/* The bytes a stored layout spans from its first element. */
+static size_t span_bytes(const lt_layout *l, bk_dtype t)
+{
+    return ((size_t)l->ld * (size_t)(l->cols - 1) + (size_t)l->rows) * dtype_bytes(t);
+}
+
+enum { LT_STAGE_ALIGN = 256 };
+
+/* The call again on copies of its operands at 256-byte-aligned scratch (the
+ * spans copied whole, leading dimensions kept, C copied in and back), for a
+ * description the heuristic has no algorithm for at the operands' own
+ * alignment: on an H200 it has none for fp32 operands 4-byte aligned. */
+static bk_status lt_run_staged(const bk_queue *q, const lt_desc *d)
+{
+    const void *from[3] = {d->first_ptr, d->second_ptr, d->c_ptr};
+    size_t bytes[3] = {span_bytes(&d->first, d->ab_type), span_bytes(&d->second, d->ab_type),
+                       span_bytes(&d->c, d->c_type)},
+           at[3], total = 0;
+    for (int i = 0; i < 3; i++)
+        at[i] = total, total += (bytes[i] + LT_STAGE_ALIGN - 1) / LT_STAGE_ALIGN * LT_STAGE_ALIGN;
+    unsigned char *scratch = NULL;
+    bk_status st = BK_DEV_FN(scratch)(q, total + LT_STAGE_ALIGN, (void **)&scratch);
+    if (st != BK_OK) return st;
+    unsigned char *base =
+        scratch + (LT_STAGE_ALIGN - (uintptr_t)scratch % LT_STAGE_ALIGN) % LT_STAGE_ALIGN;
+    for (int i = 0; i < 3 && st == BK_OK; i++)
+        st = BK_DEV_FN(copy)(q, base + at[i], from[i], bytes[i], BK_COPY_DEVICE_TO_DEVICE);
+    lt_desc s = *d;
+    s.first_ptr = base + at[0], s.second_ptr = base + at[1], s.c_ptr = base + at[2];
+    s.align_first = s.align_second = s.align_c = LT_STAGE_ALIGN;
+    if (st == BK_OK) st = lt_try(q, &s);
+    if (st == BK_OK) st = BK_DEV_FN(copy)(q, d->c_ptr, s.c_ptr, bytes[2], BK_COPY_DEVICE_TO_DEVICE);
+    BK_DEV_FN(scratch_free)(q, scratch);
+    return st;
+}
+
+static bk_status lt_run(const bk_queue *q, const lt_desc *d)
+{
+    bk_status st = lt_try(q, d);
+    int aligned = d->align_first >= LT_STAGE_ALIGN && d->align_second >= LT_STAGE_ALIGN &&
+                  d->align_c >= LT_STAGE_ALIGN;
+    return st == BK_ERR_UNSUPPORTED && !aligned ? lt_run_staged(q, d) : st;
+}
 
 static bk_status gemm_call(const bk_queue *q, const lt_desc *d)
 {
@@ -151,10 +202,10 @@ extern "C" bk_status BK_DEV_FN(gemm_bf16)(const bk_queue *q, bk_transpose ta, bk
 
 /* ------------------------------------------------------------------ a model of cuBLASLt */
 
-static size_t dtype_bytes(bk_dtype t)
-{
-    return t == BK_BF16 ? 2 : 4;
-}
+/* The model's heuristic: no algorithm when a pointer's alignment preference is
+ * below 16 bytes. The documentation lets the heuristic answer none for any
+ * preferences; on an H200 it did for fp32 operands 4-byte aligned. */
+enum { LT_MODEL_MIN_ALIGN = 16 };
 
 /* What cuBLASLt's documentation requires of a matmul, as far as we call it:
  * compute and scale type fp32 with fp32 A, B, C, or bf16 A, B and bf16 or
@@ -195,10 +246,13 @@ static const char *lt_model_refuses(const lt_desc *d)
  * row-major D^T [C, R] = op2(S)^T op1(F)^T, where a stored column-major
  * matrix read row-major is its transpose; so S comes first, with its own
  * flag, then F. */
-static bk_status lt_run(const bk_queue *q, const lt_desc *d)
+static bk_status lt_try(const bk_queue *q, const lt_desc *d)
 {
     bk_status st = bk_emu_runtime("cublasLtMatmul");
     if (st != BK_OK) return st;
+    if (d->align_first < LT_MODEL_MIN_ALIGN || d->align_second < LT_MODEL_MIN_ALIGN ||
+        d->align_c < LT_MODEL_MIN_ALIGN)
+        return BK_ERR_UNSUPPORTED;
     const char *why = lt_model_refuses(d);
     if (why) return bk_device_failed("cublasLtMatmul", why);
     bk_queue host = bk_host_queue();
@@ -408,7 +462,7 @@ static bk_status ask_heuristic(cublasLtHandle_t h, const lt_desc *d, const lt_ha
     return st;
 }
 
-static bk_status lt_run(const bk_queue *q, const lt_desc *d)
+static bk_status lt_try(const bk_queue *q, const lt_desc *d)
 {
     cublasLtHandle_t h;
     void *ws;

@@ -1,8 +1,8 @@
 /* ring_run.c: the step machinery shared by ring_forward.c and
- * ring_backward.c (ring_run.h). It makes no decisions: a step waits for the
- * block it holds, then posts the receives and sends the schedule lists as one
- * transport group (the next blocks arrive while this one is computed); a slot
- * is only overwritten once the sends reading it have completed. */
+ * ring_backward.c (ring_run.h). It makes no decisions: a step posts the
+ * receives and sends the schedule lists as one transport group (the next
+ * blocks arrive while this one is computed) and waits for the block it holds;
+ * a slot is only overwritten once the sends reading it have completed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,49 +181,66 @@ bt_status ring_run_finish(ring_run *run, bt_status st)
     return st;
 }
 
-/* Everything the step's posts wait for, waited for before any is posted (a
- * request posted in a group completes only after the group ends): the held
- * block, received in an earlier step; each receive slot free again (the sends
- * and the kernels reading its old block done); each sent slot written. */
-static bt_status ready_step(ring_run *run, const ring_step *x, int step)
+/* The receive slots free again: the sends and the kernels reading their old
+ * blocks done. */
+static bt_status ready_receive_slots(ring_run *run, const ring_step *x)
 {
     bt_status st = BT_OK;
-    if (x->block >= 0 && step > 0) st = ring_run_wait(run, &run->slot_recv[x->slot]);
     for (int k = 0; k < x->n_recv && st == BT_OK; k++) {
         st = drain_slot_sends(run, x->recv[k].slot);
         if (st == BT_OK) st = ring_run_await(run, run->b->slot_used[x->recv[k].slot]);
     }
-    for (int k = 0; k < x->n_send && st == BT_OK; k++)
-        st = ring_run_await(run, run->b->slot_used[x->send[k].slot]);
     return st;
 }
 
-/* The step's receives (blocks for later steps) and sends (the held block,
- * forwarded), one group: the peers post the other ends in their group of the
- * same step (ring_plan.c), so no rank's receive waits behind its own send. */
-static bt_status post_step(ring_run *run, const ring_step *x)
+static bt_status post_receives(ring_run *run, const ring_step *x)
 {
-    bt_status st = bt_group_start(run->world);
-    if (st != BT_OK) return st;
+    bt_status st = BT_OK;
     for (int k = 0; k < x->n_recv && st == BT_OK; k++) {
         const ring_xfer *r = &x->recv[k];
         st = ring_run_irecv(run, r->peer, r->channel, run->b->slot[r->slot], run->s->input_bytes,
                             &run->slot_recv[r->slot]);
     }
-    for (int k = 0; k < x->n_send && st == BT_OK; k++) {
-        const ring_xfer *t = &x->send[k];
-        bt_request **req = &run->slot_sends[t->slot][run->n_slot_sends[t->slot]++];
-        st = ring_run_isend(run, t->peer, t->channel, run->b->slot[t->slot],
-                            run->s->input_bytes, req);
-    }
-    bt_status ended = bt_group_end(run->world);
-    return st != BT_OK ? st : ended;
+    return st;
 }
 
+/* Forwards the held block (it has arrived, or the queue has packed it at
+ * home) to its next holders. */
+static bt_status post_sends(ring_run *run, const ring_step *x)
+{
+    bt_status st = BT_OK;
+    for (int k = 0; k < x->n_send && st == BT_OK; k++) {
+        const ring_xfer *t = &x->send[k];
+        st = ring_run_await(run, run->b->slot_used[t->slot]);
+        if (st != BT_OK) break;
+        bt_request **req = &run->slot_sends[t->slot][run->n_slot_sends[t->slot]++];
+        st = ring_run_isend(run, t->peer, t->channel, run->b->slot[t->slot], run->s->input_bytes,
+                            req);
+    }
+    return st;
+}
+
+/* The step's receives (blocks for later steps) and sends (the held block)
+ * form one transport group; the peers post the other ends in their group of
+ * the same step (ring_plan.c), so on NCCL, which issues a group's posts
+ * together at its end, no rank's receive waits behind its own send. The
+ * receives are posted first and the held block waited for inside the group
+ * (it came in an earlier group): on the backends that post at once (UCX, the
+ * staged path) the next blocks then start to travel before this one is in,
+ * as the ring needs to overlap. Nothing in the group waits for a request
+ * posted in it, which would complete only after the group's end. */
 bt_status ring_run_begin_step(ring_run *run, const ring_step *x, int step)
 {
-    bt_status st = ready_step(run, x, step);
-    if (st == BT_OK && x->n_recv + x->n_send > 0) st = post_step(run, x);
+    if (x->n_recv + x->n_send == 0)
+        return x->block >= 0 && step > 0 ? ring_run_wait(run, &run->slot_recv[x->slot]) : BT_OK;
+    bt_status st = ready_receive_slots(run, x);
+    if (st == BT_OK) st = bt_group_start(run->world);
+    if (st != BT_OK) return st;
+    st = post_receives(run, x);
+    if (st == BT_OK && x->block >= 0 && step > 0) st = ring_run_wait(run, &run->slot_recv[x->slot]);
+    if (st == BT_OK) st = post_sends(run, x);
+    bt_status ended = bt_group_end(run->world);
+    if (st == BT_OK) st = ended;
     /* start the transfers now rather than at the first poll between pieces */
     if (st == BT_OK && x->n_send > 0) st = bt_progress(run->world);
     return st;

@@ -143,8 +143,8 @@ bt_status ring_run_finish(ring_run *run, bt_status st);
  * part after the queue has run out of work, since until then the device was
  * computing while the host waited. */
 bt_status ring_run_wait(ring_run *run, bt_request **req);
-/* Start of a step: wait for the held block, then post what arrives later and
- * pass the held block on, as one transport group. */
+/* Start of a step, as one transport group: post what arrives later, wait for
+ * the held block, pass it on. */
 bt_status ring_run_begin_step(ring_run *run, const ring_step *x, int step);
 /* Positions (and document ids) of block's tokens into the block tables. */
 bt_status ring_run_block_positions(ring_run *run, int block);
