@@ -179,7 +179,7 @@ int is_device_memory(const void *p)
     auto at = m.live.upper_bound(c);
     if (at == m.live.begin()) return 0;
     --at;
-    return c <= at->first + at->second.bytes;
+    return c < at->first + at->second.bytes;
 }
 } // namespace
 

@@ -180,7 +180,7 @@ extern "C" bk_status BK_DEV_FN(gemm)(const bk_queue *q, bk_transpose ta, bk_tran
                                      const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     BK_CHECK_ARG(gemm_args_ok(ta, tb, m, n, k, a, lda, b, ldb, c, ldc));
-    BK_DEV_PTRS(a, b, c);
+    BK_DEV_PTRS(k > 0 ? a : NULL, k > 0 ? b : NULL, c); /* empty operands are not read */
     lt_desc d = lt_describe(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, BK_F32, BK_F32);
     return gemm_call(q, &d);
 }
@@ -193,7 +193,7 @@ extern "C" bk_status BK_DEV_FN(gemm_bf16)(const bk_queue *q, bk_transpose ta, bk
 {
     BK_CHECK_ARG(gemm_args_ok(ta, tb, m, n, k, a, lda, b, ldb, c, ldc));
     BK_CHECK_ARG(c_type == BK_F32 || c_type == BK_BF16);
-    BK_DEV_PTRS(a, b, c);
+    BK_DEV_PTRS(k > 0 ? a : NULL, k > 0 ? b : NULL, c); /* empty operands are not read */
     lt_desc d = lt_describe(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, BK_BF16, c_type);
     return gemm_call(q, &d);
 }
@@ -452,11 +452,17 @@ static bk_status ask_heuristic(cublasLtHandle_t h, const lt_desc *d, const lt_ha
             "cublasLtMatmulPreferenceSetAttribute");
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    if (st == BK_OK &&
-        (cublasLtMatmulAlgoGetHeuristic(h, x->desc, x->first, x->second, x->c, x->c, pref, 1, &heur,
-                                        &found) != CUBLAS_STATUS_SUCCESS ||
-         found == 0))
+    cublasStatus_t asked = CUBLAS_STATUS_SUCCESS;
+    if (st == BK_OK)
+        asked = cublasLtMatmulAlgoGetHeuristic(h, x->desc, x->first, x->second, x->c, x->c, pref,
+                                               1, &heur, &found);
+    if (st == BK_OK && (asked != CUBLAS_STATUS_SUCCESS || found == 0)) {
+        /* kept for bk_kernel_error, while the status says a staged call may do */
+        (void)bk_device_failed("cublasLtMatmulAlgoGetHeuristic",
+                               asked != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(asked)
+                                                              : "no algorithm");
         st = BK_ERR_UNSUPPORTED;
+    }
     if (st == BK_OK) *algo = heur.algo;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     return st;

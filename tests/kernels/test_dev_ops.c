@@ -731,9 +731,10 @@ static void gemm_misaligned_case(int ta, int tb, int64_t k, float beta)
     float *dense = test_alloc((size_t)(m * n) * 4, 1);
     ref_gemm(ta, tb, m, n, k, 0.75, a + 1, lda, b + 1, ldb, beta, c + 1, ldc, want);
     float *ga = PUT(a, na + 1), *gb = PUT(b, nb + 1), *gc = PUT(c, nc + 1);
-    ck_assert_int_eq(bk_gemm(&q, ta ? BK_TRANS : BK_NO_TRANS, tb ? BK_TRANS : BK_NO_TRANS, m, n, k,
-                             0.75f, ga + 1, lda, gb + 1, ldb, beta, gc + 1, ldc),
-                     BK_OK);
+    bk_status st = bk_gemm(&q, ta ? BK_TRANS : BK_NO_TRANS, tb ? BK_TRANS : BK_NO_TRANS, m, n, k,
+                           0.75f, ga + 1, lda, gb + 1, ldb, beta, gc + 1, ldc);
+    ck_assert_msg(st == BK_OK, "ta %d tb %d k %lld beta %g: status %d (%s)", ta, tb, (long long)k,
+                  beta, st, bk_kernel_error());
     GET(out, gc, nc + 1);
     for (int64_t i = 0; i < m; i++) memcpy(dense + i * n, out + 1 + i * ldc, (size_t)n * 4);
     test_assert_close("gemm on misaligned operands", dense, want, m * n, 2e-6 * (double)k + 1e-6,
