@@ -106,3 +106,16 @@ BK_EMU_CXXCOMPILE = $(CXX) -x c++ -DBK_EMULATOR $(DEFS) $(DEFAULT_INCLUDES) $(IN
 	$(AM_V_CXX)$(BK_EMU_CXXCOMPILE) -c -o $@ $<
 $(BK_CU_EMU_OBJS): $(BK_CU_HDRS) $(SIMT_EMU_HDRS)
 CLEANFILES += $(BK_CU_EMU_OBJS)
+
+# A model of NCCL, and of the CUDA runtime calls around it, between the
+# processes of one machine (kernels/emu/nccl_emu.cc: NCCL's documented
+# semantics, strict where they allow either behaviour), for programs linked
+# with the emulator instead of libnccl. It needs NCCL's header for the
+# signatures. Its own checks: tests/transport/test_nccl_emu. It catches
+# allocation failures in its worker threads, so it keeps C++ exceptions.
+if HAVE_NCCL
+noinst_LIBRARIES += libburst_nccl_emu.a
+libburst_nccl_emu_a_SOURCES = kernels/emu/nccl_emu.cc
+libburst_nccl_emu_a_CXXFLAGS = -std=gnu++17 -pthread -fno-strict-aliasing $(WARN_CXXFLAGS) \
+	$(OPT_CFLAGS) $(SAN_CFLAGS)
+endif

@@ -192,6 +192,18 @@ tests_transport_test_transport_device_CFLAGS = $(SUITE_CFLAGS)
 tests_transport_test_transport_device_LDADD = $(SUITE_LIBS) libburst_transport.a libburst_util.a \
 	$(EXTERNAL_LIBS)
 
+# The model of NCCL (kernels/emu/nccl_emu.cc) against what NCCL documents,
+# with forked ranks: a ring step posted as one group completes, the same ring
+# posted call by call deadlocks and every rank reports its pending operations,
+# collectives, matching order, a peer that aborts or dies.
+if HAVE_NCCL
+check_PROGRAMS += tests/transport/test_nccl_emu
+TESTS += tests/transport/test_nccl_emu
+tests_transport_test_nccl_emu_SOURCES = tests/transport/test_nccl_emu.c
+tests_transport_test_nccl_emu_CFLAGS = $(SUITE_CFLAGS)
+tests_transport_test_nccl_emu_LDADD = libburst_nccl_emu.a $(SUITE_LIBS) -lrt -lstdc++
+endif
+
 # A real single-node Slurm started by the test itself (skips where not root).
 TESTS += tests/transport/test_slurm.sh
 EXTRA_DIST += tests/transport/test_slurm.sh tests/transport/soak_failures.sh tests/lib/slurm/start.sh tests/lib/slurm/stop.sh \
