@@ -186,7 +186,7 @@ TESTS += tests/transport/test_transport_device
 tests_transport_transport_dev_worker_SOURCES = tests/transport/transport_dev_worker.c \
 	kernels/emu/select_emu.c
 tests_transport_transport_dev_worker_LDADD = libburst_attn.a libburst_transport.a \
-	libburst_kernels_emu.a libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
+	libburst_kernels_emu.a libburst_kernels.a libburst_util.a $(EMU_EXTERNAL_LIBS) -lstdc++
 tests_transport_test_transport_device_SOURCES = tests/transport/test_transport_device.c
 tests_transport_test_transport_device_CFLAGS = $(SUITE_CFLAGS)
 tests_transport_test_transport_device_LDADD = $(SUITE_LIBS) libburst_transport.a libburst_util.a \
@@ -248,7 +248,7 @@ tests_attn_ring_worker_SOURCES = tests/attn/ring_worker.c
 check_PROGRAMS += tests/attn/ring_worker_emu
 tests_attn_ring_worker_emu_SOURCES = tests/attn/ring_worker.c kernels/emu/select_emu.c
 tests_attn_ring_worker_emu_LDADD = libburst_attn.a libburst_transport.a libburst_kernels_emu.a \
-	libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
+	libburst_kernels.a libburst_util.a $(EMU_EXTERNAL_LIBS) -lstdc++
 tests_attn_test_ring_schedule_SOURCES = tests/attn/test_ring_schedule.c
 tests_attn_test_ring_schedule_CFLAGS = $(SUITE_CFLAGS)
 tests_attn_test_ring_schedule_LDADD = $(SUITE_LIBS) $(LDADD)
@@ -336,7 +336,8 @@ tests_train_test_train_LDADD = $(SUITE_LIBS) $(LDADD)
 check_PROGRAMS += tests/train/burst_emu
 tests_train_burst_emu_SOURCES = $(burst_SOURCES) kernels/emu/select_emu.c
 tests_train_burst_emu_LDADD = libburst_train.a libburst_attn.a libburst_transport.a \
-	libburst_kernels_emu.a libburst_kernels.a libburst_io.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
+	libburst_kernels_emu.a libburst_kernels.a libburst_io.a libburst_util.a $(EMU_EXTERNAL_LIBS) \
+	-lstdc++
 
 # The model runner on the emulated device against the host, on 1, 2 and 4
 # ranks (tests/train/model_device_worker); a kernel failing on the device in
@@ -348,7 +349,8 @@ check_PROGRAMS += tests/train/model_device_worker tests/train/model_fail_worker 
 TESTS += tests/train/test_model_device
 tests_train_model_device_worker_SOURCES = tests/train/model_device_worker.c kernels/emu/select_emu.c
 tests_train_model_device_worker_LDADD = libburst_train.a libburst_attn.a libburst_transport.a \
-	libburst_kernels_emu.a libburst_kernels.a libburst_io.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
+	libburst_kernels_emu.a libburst_kernels.a libburst_io.a libburst_util.a $(EMU_EXTERNAL_LIBS) \
+	-lstdc++
 tests_train_model_fail_worker_SOURCES = tests/train/model_fail_worker.c
 tests_train_model_fail_worker_LDADD = $(tests_train_model_device_worker_LDADD)
 tests_train_test_model_device_SOURCES = tests/train/test_model_device.c

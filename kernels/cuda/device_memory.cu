@@ -196,11 +196,20 @@ extern "C" int BK_DEV_FN(available)(void)
     return bk_emu_runtime("cudaGetDeviceCount") == BK_OK;
 }
 
-/* One device, whose memory is the host's: nothing to choose, nothing to report. */
+/* The node's emulated GPUs: BK_EMU_GPUS_PER_NODE (default 1), as the model
+ * of NCCL (kernels/emu/nccl_emu.cc) counts them. Each process has memory of
+ * its own; the device index only tells the transport which ranks share a GPU. */
+static int gpus_per_node(void)
+{
+    const char *s = getenv("BK_EMU_GPUS_PER_NODE");
+    int n = s ? atoi(s) : 1;
+    return n >= 1 && n <= 64 ? n : 1;
+}
+
 extern "C" bk_status BK_DEV_FN(use)(int index, int *count)
 {
     (void)index;
-    *count = 1;
+    *count = gpus_per_node();
     return bk_emu_runtime("cudaSetDevice");
 }
 

@@ -137,25 +137,24 @@ static bt_status backward_piece(ring_run *run, int64_t r0, int64_t rows, void *a
     return st;
 }
 
+/* Receives in flight: the trailing accumulator of each step parity (posted
+ * in the step before, with the send it matches) and this rank's own final one. */
+typedef struct {
+    bt_request *acc[2];
+    bt_request *home;
+} bwd_recvs;
+
 /* One step: compute on the held bundle into a fresh accumulator, add the one
- * trailing from the previous holder; keep it if this is its home (else
- * post_accumulators passes it on). */
+ * trailing from the previous holder (acc_recv, posted by the step before);
+ * keep it if this is its home (else post_accumulators passes it on). */
 static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step *x, int step,
-                               int *home_done)
+                               bt_request **acc_recv, int *home_done)
 {
     const ring_schedule *s = run->s;
     ring_buffers *b = run->b;
     int a = step % 2;
-    bt_request *acc_recv = NULL;
-    bt_status st = BT_OK;
     size_t acc_floats = s->acc_bytes / sizeof(float);
-    if (x->acc_from >= 0) { /* acc_in[a] may still be read by an earlier step's add */
-        st = ring_run_await(run, b->acc_in_used[a]);
-        if (st == BT_OK)
-            st = ring_run_irecv(run, x->acc_from, x->acc_from_channel, b->acc_in[a], s->acc_bytes,
-                                &acc_recv);
-    }
-    if (st == BT_OK) st = ring_run_wait(run, &run->acc_send[a]); /* acc_out[a] free again */
+    bt_status st = ring_run_wait(run, &run->acc_send[a]); /* acc_out[a] free again */
     if (st == BT_OK) st = zero_floats(run, b->acc_out[a], acc_floats);
     if (st == BT_OK && x->compute) {
         st = ring_run_block_positions(run, x->block);
@@ -163,8 +162,8 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
         if (st == BT_OK) st = ring_run_pieces(run, backward_piece, &p);
         if (st == BT_OK) st = ring_run_mark(run, b->slot_used[x->slot]);
     }
-    if (st == BT_OK && acc_recv) {
-        st = ring_run_wait(run, &acc_recv);
+    if (st == BT_OK && x->acc_from >= 0) {
+        st = ring_run_wait(run, acc_recv);
         if (st == BT_OK)
             st = attn_kernel_status(
                 bk_axpy(run->c->queue, (int64_t)acc_floats, 1.0f, b->acc_in[a], b->acc_out[a]));
@@ -176,25 +175,34 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
     return home_gradients(run, h, b->acc_out[a]);
 }
 
-/* After computing: the step's accumulator passed on, and this rank's own
- * final accumulator received in the step its last holder sends it, as one
- * transport group. A receive posted earlier, alone, would wait on a channel
- * whose NCCL stream also carries this rank's own sends home (doc/TRANSPORT.md). */
-static bt_status post_accumulators(ring_run *run, const ring_step *x, int step,
-                                   bt_request **home_recv)
+/* After computing step x (next: this rank's step after it, or NULL), one
+ * transport group: the step's accumulator passed on, the accumulator the next
+ * step adds (its holder sends it now), and this rank's own final accumulator
+ * in the step its last holder sends it. Every send is matched by a receive of
+ * the same step: a receive posted alone later would sit behind this rank's
+ * send on the channel's NCCL stream while the peer's sits behind its own, on
+ * every rank (doc/TRANSPORT.md). */
+static bt_status post_accumulators(ring_run *run, const ring_step *x, const ring_step *next,
+                                   int step, bwd_recvs *r)
 {
     const ring_schedule *s = run->s;
     ring_buffers *b = run->b;
-    int a = step % 2, send = x->block >= 0 && x->acc_to >= 0;
-    if (!send && !x->home_acc_in) return BT_OK;
+    int a = step % 2, send = x->block >= 0 && x->acc_to >= 0,
+        take = next && next->block >= 0 && next->acc_from >= 0;
+    if (!send && !take && !x->home_acc_in) return BT_OK;
     bt_status st = send ? ring_run_await(run, b->acc_out_used[a]) : BT_OK;
+    if (st == BT_OK && take) /* acc_in may still be read by the add of the step before */
+        st = ring_run_await(run, b->acc_in_used[1 - a]);
     if (st == BT_OK && x->home_acc_in) /* once the last pass's copy out of it has run */
         st = ring_run_await(run, b->home_acc_used);
     if (st == BT_OK) st = bt_group_start(run->world);
     if (st != BT_OK) return st;
-    if (x->home_acc_in)
+    if (take)
+        st = ring_run_irecv(run, next->acc_from, next->acc_from_channel, b->acc_in[1 - a],
+                            s->acc_bytes, &r->acc[1 - a]);
+    if (st == BT_OK && x->home_acc_in)
         st = ring_run_irecv(run, s->home_acc_from[run->rank], s->home_acc_channel[run->rank],
-                            b->home_acc, s->acc_bytes, home_recv);
+                            b->home_acc, s->acc_bytes, &r->home);
     if (st == BT_OK && send)
         st = ring_run_isend(run, x->acc_to, x->acc_to_channel, b->acc_out[a], s->acc_bytes,
                             &run->acc_send[a]);
@@ -222,15 +230,17 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
     if (st == BT_OK) st = bundle_pack(&run, &h, run.b->slot[SLOT_HOME]);
     if (st == BT_OK) st = ring_run_mark(&run, run.b->slot_used[SLOT_HOME]); /* sent at step 0 */
     int from = s->home_acc_from[run.rank], home_done = 0;
-    bt_request *home_recv = NULL;
+    bwd_recvs recvs = {{NULL, NULL}, NULL};
     for (int step = 0; step < s->n_steps && st == BT_OK; step++) {
-        const ring_step *x = ring_step_at(s, run.rank, step);
+        const ring_step *x = ring_step_at(s, run.rank, step),
+                        *next = step + 1 < s->n_steps ? ring_step_at(s, run.rank, step + 1) : NULL;
         st = ring_run_begin_step(&run, x, step);
-        if (st == BT_OK && x->block >= 0) st = backward_step(&run, &h, x, step, &home_done);
-        if (st == BT_OK) st = post_accumulators(&run, x, step, &home_recv);
+        if (st == BT_OK && x->block >= 0)
+            st = backward_step(&run, &h, x, step, &recvs.acc[step % 2], &home_done);
+        if (st == BT_OK) st = post_accumulators(&run, x, next, step, &recvs);
     }
     if (st == BT_OK && from >= 0) {
-        st = ring_run_wait(&run, &home_recv);
+        st = ring_run_wait(&run, &recvs.home);
         if (st == BT_OK) st = home_gradients(&run, &h, run.b->home_acc), home_done = 1;
         if (st == BT_OK) st = ring_run_mark(&run, run.b->home_acc_used);
     }

@@ -241,8 +241,9 @@ static void route_block(ring_schedule *s, int b, const plan_scratch *w)
  * through every holder (each adds its share, relays add nothing), so between
  * any two ranks, on one channel, accumulators travel in step order. The last
  * holder sends it home on a channel of its own, at the end of its step, and
- * home receives it in the same step (doc/TRANSPORT.md: both ends of every
- * grouped transfer are posted in the same step). */
+ * home receives it in the same step; each trailing accumulator's receive is
+ * posted at the end of the step its sender sends it too (doc/TRANSPORT.md:
+ * both ends of every grouped transfer are posted in the same step). */
 static void route_accumulator(ring_schedule *s, int b, const plan_scratch *w)
 {
     int prev = -1, last = 0;

@@ -98,8 +98,9 @@ static int other_end_in_step(const ring_schedule *s, int r, int st, const ring_x
  * deadlock on NCCL, whose channels run their posts in order): both ends of
  * every grouped transfer are posted in the same step (an input block's send
  * and receive; a final accumulator's send home and its receive), and a
- * trailing accumulator sent after step st is received at step st + 1, on a
- * channel that carries nothing else. */
+ * trailing accumulator sent after step st is the one its receiver adds at
+ * step st + 1 (the receiver posts that receive after step st, with its own
+ * sends), on a channel that carries accumulators only. */
 static void check_posting_steps(const ring_schedule *s, const char *what)
 {
     for (int r = 0; r < s->P; r++)
