@@ -168,9 +168,7 @@ bt_status bt_world_set_device(bt_world *w, const bt_device_hooks *hooks)
         w->hooks = *hooks;
         w->has_hooks = 1;
         if (hooks->stream_create(&w->dev_stream) != 0)
-            return bt_fail(w, BT_ERR_SYS,
-                           "device hooks (%s): cannot create the transport's "
-                           "stream",
+            return bt_fail(w, BT_ERR_SYS, "device hooks (%s): cannot create the transport's stream",
                            hooks->name ? hooks->name : "?");
     }
     st = agree_paths(w, hooks);

@@ -15,13 +15,14 @@
  * calls, like the built-in CPU GEMM's packing buffers).
  *
  * In the SIMT emulator the same entry points build the same description and
- * hand it to a model of cuBLASLt (lt_model_run): it refuses what cuBLASLt's
- * documentation refuses (pointer alignment below the preference, leading
- * dimensions shorter than a column, an unsupported type combination, k = 0,
- * operand shapes that do not chain) and runs the column-major product the
- * description states on the CPU GEMM, once the copies queued before it on its
- * stream have run, as they would on the GPU. A wrong mapping gives wrong
- * products in every emulated test. */
+ * hand it to a model of cuBLASLt (lt_try below BK_EMULATOR): its heuristic has
+ * no algorithm below 16-byte alignment (so the staged call runs), it refuses
+ * what cuBLASLt's documentation refuses (pointer alignment below the
+ * preference, leading dimensions shorter than a column, an unsupported type
+ * combination, k = 0, operand shapes that do not chain) and runs the
+ * column-major product the description states on the CPU GEMM, once the
+ * copies queued before it on its stream have run, as they would on the GPU.
+ * A wrong mapping gives wrong products in every emulated test. */
 #include "kernels/cuda/dev_common.cuh"
 
 #include <stdint.h>
@@ -56,6 +57,13 @@ static unsigned lt_alignment(const void *p)
     unsigned al = 256;
     while (al > 1 && a % al != 0) al /= 2;
     return al;
+}
+
+/* The least of the description's three alignment preferences, in bytes. */
+static unsigned lt_min_alignment(const lt_desc *d)
+{
+    unsigned m = d->align_first < d->align_second ? d->align_first : d->align_second;
+    return m < d->align_c ? m : d->align_c;
 }
 
 /* A row-major rows x cols matrix with leading dimension ld is the column-major
@@ -164,9 +172,8 @@ static bk_status lt_run_staged(const bk_queue *q, const lt_desc *d)
 static bk_status lt_run(const bk_queue *q, const lt_desc *d)
 {
     bk_status st = lt_try(q, d);
-    int aligned = d->align_first >= LT_STAGE_ALIGN && d->align_second >= LT_STAGE_ALIGN &&
-                  d->align_c >= LT_STAGE_ALIGN;
-    return st == BK_ERR_UNSUPPORTED && !aligned ? lt_run_staged(q, d) : st;
+    return st == BK_ERR_UNSUPPORTED && lt_min_alignment(d) < LT_STAGE_ALIGN ? lt_run_staged(q, d)
+                                                                            : st;
 }
 
 static bk_status gemm_call(const bk_queue *q, const lt_desc *d)
@@ -250,9 +257,7 @@ static bk_status lt_try(const bk_queue *q, const lt_desc *d)
 {
     bk_status st = bk_emu_runtime("cublasLtMatmul");
     if (st != BK_OK) return st;
-    if (d->align_first < LT_MODEL_MIN_ALIGN || d->align_second < LT_MODEL_MIN_ALIGN ||
-        d->align_c < LT_MODEL_MIN_ALIGN)
-        return BK_ERR_UNSUPPORTED;
+    if (lt_min_alignment(d) < LT_MODEL_MIN_ALIGN) return BK_ERR_UNSUPPORTED;
     const char *why = lt_model_refuses(d);
     if (why) return bk_device_failed("cublasLtMatmul", why);
     bk_queue host = bk_host_queue();
@@ -359,7 +364,6 @@ enum { LT_CACHE = 256 };
 static struct {
     lt_shape shape;
     cublasLtMatmulAlgo_t algo;
-    int used;
 } g_algos[LT_CACHE];
 static int g_n_algos;
 

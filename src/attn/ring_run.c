@@ -231,8 +231,6 @@ static bt_status post_sends(ring_run *run, const ring_step *x)
  * posted in it, which would complete only after the group's end. */
 bt_status ring_run_begin_step(ring_run *run, const ring_step *x, int step)
 {
-    if (x->n_recv + x->n_send == 0)
-        return x->block >= 0 && step > 0 ? ring_run_wait(run, &run->slot_recv[x->slot]) : BT_OK;
     bt_status st = ready_receive_slots(run, x);
     if (st == BT_OK) st = bt_group_start(run->world);
     if (st != BT_OK) return st;

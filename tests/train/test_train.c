@@ -1095,14 +1095,20 @@ static test_run_result train_ranks_on_device(int ranks, int nodes, int head_chun
     return train_ranks_on_device_steps(ranks, nodes, head_chunk0, head_chunk1, 3);
 }
 
-/* How many lines of rank in out start with text after the rank's prefix. */
-static int rank_lines(const char *out, int rank, const char *text)
+/* The lines of rank in out that start with text after the rank's prefix
+ * "[rank] ": how many, and the first and the last of them (NULL when none). */
+static int rank_lines(const char *out, int rank, const char *text, const char **first,
+                      const char **last)
 {
     char want[160];
     snprintf(want, sizeof want, "[%d] %s", rank, text);
     int n = 0;
+    *first = *last = NULL;
     for (const char *at = strstr(out, want); at; at = strstr(at + 1, want))
-        n += at == out || at[-1] == '\n';
+        if (at == out || at[-1] == '\n') {
+            if (n++ == 0) *first = at;
+            *last = at;
+        }
     return n;
 }
 
@@ -1123,18 +1129,6 @@ static const char *untraced(const test_run_result *r)
     return n > 3000 ? kept + n - 3000 : kept;
 }
 
-/* The first (or, last != 0, the last) line of rank in out that starts with
- * text after the rank's prefix "[rank] "; NULL when there is none. */
-static const char *rank_line(const char *out, int rank, const char *text, int last)
-{
-    char want[160];
-    snprintf(want, sizeof want, "[%d] %s", rank, text);
-    const char *found = NULL;
-    for (const char *at = strstr(out, want); at && (!found || last); at = strstr(at + 1, want))
-        if (at == out || at[-1] == '\n') found = at;
-    return found;
-}
-
 /* Ranks on two emulated nodes stage their device messages through pinned
  * host buffers, and the ring uploads block positions from pinned mirrors:
  * the transport takes its pool when the device is linked, before the arena,
@@ -1152,16 +1146,15 @@ START_TEST(device_staging_buffers_taken_at_setup)
     char arena[64];
     snprintf(arena, sizeof arena, "emu: cudaMalloc %lld bytes\n", capacity);
     for (int rank = 0; rank < 2; rank++) {
-        const char *taken = rank_line(r.out, rank, arena, 0),
-                   *first = rank_line(r.out, rank, "emu: cudaMallocHost ", 0),
-                   *last = rank_line(r.out, rank, "emu: cudaMallocHost ", 1);
+        const char *taken, *first, *last, *ignored;
+        rank_lines(r.out, rank, arena, &taken, &ignored);
+        int n3 = rank_lines(r.out, rank, "emu: cudaMallocHost ", &first, &last),
+            n1 = rank_lines(one.out, rank, "emu: cudaMallocHost ", &ignored, &ignored);
         ck_assert_msg(capacity > 0 && taken && first && first < taken && last,
                       "rank %d: its arena of %lld bytes taken at byte %td of the output, its "
                       "pinned buffers from byte %td to %td (-1: none)",
                       rank, capacity, taken ? taken - r.out : -1, first ? first - r.out : -1,
                       last ? last - r.out : -1);
-        int n3 = rank_lines(r.out, rank, "emu: cudaMallocHost "),
-            n1 = rank_lines(one.out, rank, "emu: cudaMallocHost ");
         ck_assert_msg(n3 == n1, "rank %d: %d pinned allocations in 3 steps, %d in 1", rank, n3, n1);
     }
     test_run_free(&r);
