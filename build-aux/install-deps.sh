@@ -11,7 +11,7 @@ set -e
 . "$(cd "$(dirname "$0")" && pwd)/tool-paths.sh"
 profile=${1:-build}
 packages="build-essential autoconf automake libtool pkg-config libucx-dev libhdf5-dev \
-libinih-dev check libsubunit-dev libpmix-dev libopenblas-openmp-dev"
+libinih-dev libjansson-dev check libsubunit-dev libpmix-dev libopenblas-openmp-dev"
 case "$profile" in
 build) ;;
 test) packages="$packages ucx-utils hdf5-tools slurm-wlm munge python3-pip" ;;

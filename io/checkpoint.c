@@ -340,7 +340,7 @@ int io_checkpoint_write_rank(const char *dir, int64_t step, int rank, const io_c
         snprintf(path, sizeof path, "%s/model.h5", tmp);
         rc = write_model(path, meta, params, err, err_len);
     }
-    if (rc == 0) {
+    if (rc == 0 && !(meta && meta->weights_only)) {
         snprintf(path, sizeof path, "%s/optim-%d.h5", tmp, rank);
         rc = write_optim(path, rank, shard_begin, shard_len, m, v, err, err_len);
     }

@@ -19,6 +19,8 @@ typedef struct {
     int world_size;
     int64_t n_params;
     const char *config_text; /* the effective configuration (INI) */
+    int weights_only;        /* written: no optimizer files (a model imported or converted;
+                                a run may start from it, not resume it) */
 } io_ckpt_meta;
 
 /* Phase 1 (rank 0, before the others write): creates DIR/step-S.tmp afresh. */

@@ -12,5 +12,8 @@ libburst_io_a_SOURCES += io/dataset_int64.h io/dataset_int64.c
 # NumPy .npy headers, for `burst data import --from npy`.
 libburst_io_a_SOURCES += io/npy.h io/npy.c
 
+# safetensors (Hugging Face weights): mmap'd reader, atomic writer.
+libburst_io_a_SOURCES += io/safetensors.h io/safetensors.c
+
 # The corpus format.
 dist_doc_DATA += doc/CORPUS.md

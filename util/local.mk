@@ -1,5 +1,6 @@
 # util/local.mk: what every wing may use and that uses nothing of ours: the
 # clock, the random-number generator, number parsing, exit codes, the CPUs a
-# process may run on, checked allocation.
+# process may run on, checked allocation, error messages.
 libburst_util_a_SOURCES += util/clock.h util/clock.c util/rng.h util/parse.h util/parse.c \
-	util/exit_codes.h util/cores.h util/cores.c util/alloc.h util/alloc.c
+	util/exit_codes.h util/cores.h util/cores.c util/alloc.h util/alloc.c \
+	util/fail.h util/fail.c

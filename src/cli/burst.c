@@ -15,11 +15,14 @@ struct subcommand {
 
 static const struct subcommand subcommands[] = {
     {"train", cmd_train, "train a LLaMA-style model across ranks (synthetic data)"},
+    {"convert", cmd_convert, "Hugging Face safetensors folders to and from burst checkpoints"},
+    {"eval", cmd_eval, "the loss of a model (checkpoint or Hugging Face folder) on a corpus"},
     {"data", cmd_data, "HDF5 corpora: import, synth (passkey, copy), info, validate"},
     {"bench", cmd_bench, "benchmarks: kernels, transport"},
     {"plan", cmd_plan, "plan attention (bytes, steps) or memory (a rank's parts, what fits)"},
     {"run", cmd_run, "local launcher: start N ranks of a program on this machine"},
-    {"selftest", cmd_selftest, "check the kernels and the transport on this machine (any world size)"},
+    {"selftest", cmd_selftest,
+     "check the kernels and the transport on this machine (any world size)"},
     {"version", cmd_version, "print the version and which optional parts were built"},
 };
 #define N_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])

@@ -8,6 +8,8 @@
 
 /* Each subcommand takes argv with argv[0] = its own name. */
 int cmd_train(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_plan(int argc, char **argv);

@@ -117,26 +117,6 @@ static int print_config(const train_config *c)
     return 0;
 }
 
-/* Leaves the world: in order after a run every rank finished or stopped
- * together, by abort after a failure that other ranks may not have seen. */
-static int leave_world(trainer *t, int status)
-{
-    if (status == 0 || status == STOP_AGREED) {
-        bt_comm_free(t->dp_comm);
-        bt_comm_free(t->cp_comm);
-        t->dp_comm = t->cp_comm = NULL;
-        int finalized = bt_world_finalize(t->world) == BT_OK;
-        /* the ranks agreed to stop or finished: a finalize that fails lost a
-         * rank after that, which no one has reported yet */
-        if (!finalized) trainer_report_world_failure(t);
-        status = status == 0 && finalized ? 0 : EXIT_RUN_FAILURE;
-    } else {
-        bt_world_abort(t->world);
-    }
-    trainer_free(t);
-    return status;
-}
-
 int cmd_train(int argc, char **argv)
 {
     trainer t;
@@ -163,5 +143,5 @@ int cmd_train(int argc, char **argv)
         trainer_free(&t);
         return status;
     }
-    return leave_world(&t, trainer_run(&t));
+    return trainer_leave_world(&t, trainer_run(&t));
 }

@@ -24,6 +24,7 @@
 #include "src/attn/ring.h"
 #include "src/train/config.h"
 #include "src/train/plan.h"
+#include "util/fail.h"
 #include "util/parse.h"
 
 /* inih's line buffer holds INI_MAX_LINE bytes including "\r\n\0"; longer lines
@@ -182,6 +183,8 @@ static const field fields[] = {
         "standard deviation of the initial weights"),
     DBL("model", norm_eps, 0, 1, INFINITY, 0, "1e-05", RESUME,
         "RMSNorm epsilon"),
+    STR("model", init_from, "", FREE,
+        "start from these weights (a burst checkpoint folder, one step-S folder of one, or a Hugging Face folder): the model keys come from them, optimizer and step start afresh"),
     ENUM("data", source, source_names, "synthetic", RESUME,
         "where samples come from: synthetic (generated in memory) or hdf5 (corpus files)"),
     ENUM("data", task, task_names, "copy", RESUME,
@@ -285,6 +288,8 @@ static const field fields[] = {
 };
 /* clang-format on */
 enum { N_FIELDS = sizeof fields / sizeof fields[0] };
+_Static_assert((int)N_FIELDS <= (int)TRAIN_CONFIG_MAX_KEYS,
+               "train_config.given has a flag per key");
 
 static const char *const sections[] = {"model", "data", "parallel", "train", "eval", "memory", "transport"};
 enum { N_SECTIONS = sizeof sections / sizeof sections[0] };
@@ -302,6 +307,15 @@ static const field *find_field(const char *section, const char *key)
         if (strcmp(fields[i].section, section) == 0 && strcmp(fields[i].key, key) == 0)
             return &fields[i];
     return NULL;
+}
+
+/* Records that a file or --set gave f; an explicit preset gives its keys. */
+static void mark_given(train_config *c, const field *f)
+{
+    c->given[f - fields] = 1;
+    if (strcmp(f->section, "model") != 0 || strcmp(f->key, "preset") != 0) return;
+    for (int i = 0; i < N_FIELDS; i++)
+        if (!fields[i].def) c->given[i] = 1;
 }
 
 /* ---- parsing one value ------------------------------------------------ */
@@ -622,6 +636,7 @@ static int load_handler(void *user, const char *section, const char *name, const
         load_error(st, "[%s] %s = '%s': %s", section, name, value, why);
         return 0;
     }
+    mark_given(st->c, f);
     return 1;
 }
 
@@ -728,6 +743,7 @@ int train_config_set(train_config *c, const char *assignment, char *err, size_t 
     }
     if (strcmp(section, "model") == 0 && strcmp(key, "preset") == 0)
         train_config_preset(&work, value);
+    mark_given(&work, f);
     *c = work;
     return 0;
 }
@@ -741,17 +757,6 @@ recall_shape train_config_recall(const train_config *c)
                           .values = c->recall_values};
 }
 
-static int fail(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t err_len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* Where the documents of mask = document come from: [data] doc_len for the
  * synthetic source, the corpus's own boundaries for hdf5. */
 static int validate_documents(const train_config *c, const bk_attn_mask *mask, char *err,
@@ -760,19 +765,19 @@ static int validate_documents(const train_config *c, const bk_attn_mask *mask, c
     int documents = (mask->flags & BK_ATTN_DOCUMENT) != 0;
     int synthetic = plan_source(c->source) == SOURCE_SYNTHETIC;
     if (documents && synthetic && c->doc_len == 0)
-        return fail(err, err_len,
-                    "[parallel] mask = document with [data] source = synthetic needs [data] "
-                    "doc_len (the mean tokens per document)");
+        return bu_fail(err, err_len,
+                       "[parallel] mask = document with [data] source = synthetic needs [data] "
+                       "doc_len (the mean tokens per document)");
     if (c->doc_len != 0 && !documents)
-        return fail(err, err_len,
-                    "[data] doc_len = %" PRId64 " is only used with [parallel] mask = document "
-                    "(here mask = %s)",
-                    c->doc_len, c->mask);
+        return bu_fail(err, err_len,
+                       "[data] doc_len = %" PRId64 " is only used with [parallel] mask = document "
+                       "(here mask = %s)",
+                       c->doc_len, c->mask);
     if (c->doc_len != 0 && !synthetic)
-        return fail(err, err_len,
-                    "[data] doc_len = %" PRId64 " is for the synthetic source: an hdf5 corpus "
-                    "brings its documents (/doc_offsets); set doc_len = 0",
-                    c->doc_len);
+        return bu_fail(err, err_len,
+                       "[data] doc_len = %" PRId64 " is for the synthetic source: an hdf5 corpus "
+                       "brings its documents (/doc_offsets); set doc_len = 0",
+                       c->doc_len);
     return 0;
 }
 
@@ -784,9 +789,9 @@ static int validate_recall(const train_config *c, char *err, size_t err_len)
     recall_shape recall = train_config_recall(c);
     if (recall_check(&recall, c->vocab, err, err_len) != 0) return -1;
     if (plan_mask(c->mask, c->window).flags & BK_ATTN_DOCUMENT)
-        return fail(err, err_len,
-                    "[data] task = recall asks each query of a pair of the same sequence: "
-                    "[parallel] mask = document would cut them apart");
+        return bu_fail(err, err_len,
+                       "[data] task = recall asks each query of a pair of the same sequence: "
+                       "[parallel] mask = document would cut them apart");
     return 0;
 }
 
@@ -799,49 +804,53 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
         train_config scratch = *c;
         format_field(c, f, value, sizeof value);
         if (set_field(&scratch, f, value, why, sizeof why) != 0)
-            return fail(err, err_len, "[%s] %s = '%s': %s", f->section, f->key, value, why);
+            return bu_fail(err, err_len, "[%s] %s = '%s': %s", f->section, f->key, value, why);
     }
-    if (world_size < 1) return fail(err, err_len, "the world size %d is not positive", world_size);
+    if (world_size < 1)
+        return bu_fail(err, err_len, "the world size %d is not positive", world_size);
 
     if (c->n_heads % c->n_kv_heads != 0)
-        return fail(err, err_len,
-                    "[model] n_heads = %d is not a multiple of [model] n_kv_heads = %d", c->n_heads,
-                    c->n_kv_heads);
+        return bu_fail(err, err_len,
+                       "[model] n_heads = %d is not a multiple of [model] n_kv_heads = %d",
+                       c->n_heads, c->n_kv_heads);
     if (c->d_model % c->n_heads != 0)
-        return fail(err, err_len, "[model] d_model = %d is not a multiple of [model] n_heads = %d",
-                    c->d_model, c->n_heads);
+        return bu_fail(err, err_len,
+                       "[model] d_model = %d is not a multiple of [model] n_heads = %d", c->d_model,
+                       c->n_heads);
     if ((c->d_model / c->n_heads) % 8 != 0)
-        return fail(err, err_len,
-                    "[model] d_model / n_heads = %d: the head dimension must be a multiple of 8",
-                    c->d_model / c->n_heads);
+        return bu_fail(err, err_len,
+                       "[model] d_model / n_heads = %d: the head dimension must be a multiple of 8",
+                       c->d_model / c->n_heads);
 
     if (!plan_device(c->device) && strcmp(c->matmul, "bf16") == 0)
-        return fail(err, err_len, "[train] matmul = bf16 needs [train] device = cuda: the CPU "
-                                  "computes its matrix products in fp32");
+        return bu_fail(err, err_len,
+                       "[train] matmul = bf16 needs [train] device = cuda: the CPU "
+                       "computes its matrix products in fp32");
     if (plan_device(c->device) && !c->fused_head)
-        return fail(err, err_len, "[memory] fused_head = false needs [train] device = cpu: the "
-                                  "reference head runs on the host");
+        return bu_fail(err, err_len,
+                       "[memory] fused_head = false needs [train] device = cpu: the "
+                       "reference head runs on the host");
     if (plan_device(c->device) && c->d_model / c->n_heads > 128)
-        return fail(err, err_len,
-                    "[model] d_model / n_heads = %d: the device's attention takes head "
-                    "dimensions up to 128",
-                    c->d_model / c->n_heads);
+        return bu_fail(err, err_len,
+                       "[model] d_model / n_heads = %d: the device's attention takes head "
+                       "dimensions up to 128",
+                       c->d_model / c->n_heads);
 
     if ((int64_t)c->dp * c->cp != world_size)
-        return fail(err, err_len,
-                    "[parallel] dp = %d times cp = %d is %" PRId64
-                    " ranks, but the world size is %d",
-                    c->dp, c->cp, (int64_t)c->dp * c->cp, world_size);
+        return bu_fail(err, err_len,
+                       "[parallel] dp = %d times cp = %d is %" PRId64
+                       " ranks, but the world size is %d",
+                       c->dp, c->cp, (int64_t)c->dp * c->cp, world_size);
 
     if (plan_source(c->source) == SOURCE_HDF5 && !c->path[0])
-        return fail(err, err_len, "[data] source = hdf5 needs [data] path (corpus files)");
+        return bu_fail(err, err_len, "[data] source = hdf5 needs [data] path (corpus files)");
     if (validate_recall(c, err, err_len) != 0) return -1;
 
     bk_attn_mask mask = plan_mask(c->mask, c->window);
     if ((mask.flags & BK_ATTN_WINDOW) && c->window < 1)
-        return fail(err, err_len,
-                    "[parallel] window = %" PRId64 " must be at least 1 for mask = window",
-                    c->window);
+        return bu_fail(err, err_len,
+                       "[parallel] window = %" PRId64 " must be at least 1 for mask = window",
+                       c->window);
     if (validate_documents(c, &mask, err, err_len) != 0) return -1;
     if ((mask.flags & BK_ATTN_BLOCK_SPARSE) &&
         plan_sparse_mask(c->sparse_pattern, c->sparse_block, c->seq_len, &mask, NULL, err,
@@ -852,29 +861,31 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
     int zigzag = kind == LAYOUT_ZIGZAG;
     int64_t unit = zigzag ? 2 * (int64_t)c->cp : c->cp;
     if (c->seq_len % unit != 0)
-        return fail(err, err_len,
-                    "[data] seq_len = %" PRId64 " is not a multiple of %" PRId64
-                    " (%s[parallel] cp = %d) as the %s layout needs",
-                    c->seq_len, unit, zigzag ? "2 * " : "", c->cp, layout);
+        return bu_fail(err, err_len,
+                       "[data] seq_len = %" PRId64 " is not a multiple of %" PRId64
+                       " (%s[parallel] cp = %d) as the %s layout needs",
+                       c->seq_len, unit, zigzag ? "2 * " : "", c->cp, layout);
     if (c->seq_len > c->max_seq)
-        return fail(err, err_len, "[data] seq_len = %" PRId64 " exceeds [model] max_seq = %" PRId64,
-                    c->seq_len, c->max_seq);
+        return bu_fail(err, err_len,
+                       "[data] seq_len = %" PRId64 " exceeds [model] max_seq = %" PRId64,
+                       c->seq_len, c->max_seq);
 
     if (plan_keep(c->ckpt_fraction) == KEEP_HALF && !plan_keep_half_allowed(kind, &mask))
-        return fail(err, err_len,
-                    "[memory] ckpt_fraction = 0.5 needs the causal mask with the zigzag layout "
-                    "(here mask = %s, layout = %s); use 0 or 1",
-                    c->mask, layout);
+        return bu_fail(err, err_len,
+                       "[memory] ckpt_fraction = 0.5 needs the causal mask with the zigzag layout "
+                       "(here mask = %s, layout = %s); use 0 or 1",
+                       c->mask, layout);
 
     if (c->min_lr > c->lr)
-        return fail(err, err_len, "[train] min_lr = %g exceeds [train] lr = %g", c->min_lr, c->lr);
+        return bu_fail(err, err_len, "[train] min_lr = %g exceeds [train] lr = %g", c->min_lr,
+                       c->lr);
     if (c->warmup_steps > c->steps)
-        return fail(err, err_len,
-                    "[train] warmup_steps = %" PRId64 " exceeds [train] steps = %" PRId64,
-                    c->warmup_steps, c->steps);
+        return bu_fail(err, err_len,
+                       "[train] warmup_steps = %" PRId64 " exceeds [train] steps = %" PRId64,
+                       c->warmup_steps, c->steps);
     if (c->head_chunk < 1)
-        return fail(err, err_len, "[memory] head_chunk = %" PRId64 " must be at least 1",
-                    c->head_chunk);
+        return bu_fail(err, err_len, "[memory] head_chunk = %" PRId64 " must be at least 1",
+                       c->head_chunk);
     return 0;
 }
 
@@ -891,9 +902,45 @@ int train_config_resume_check(const train_config *was, const train_config *now, 
         format_field(now, f, b, sizeof b);
         if (strcmp(a, b) == 0) continue;
         const char *q = f->type == F_STR ? "'" : "";
-        return fail(err, err_len, "[%s] %s = %s%s%s, this run has %s%s%s", f->section, f->key, q, a,
-                    q, q, b, q);
+        return bu_fail(err, err_len, "[%s] %s = %s%s%s, this run has %s%s%s", f->section, f->key, q,
+                       a, q, q, b, q);
     }
+    return 0;
+}
+
+/* ---- a model taken from the weights it starts from --------------------- */
+
+/* The [model] keys that fix the parameters' shapes: a run cannot load
+ * weights of another shape. */
+static int is_shape_key(const field *f)
+{
+    static const char *const keys[] = {"layers", "d_model", "n_heads",        "n_kv_heads",
+                                       "d_ff",   "vocab",   "tied_embeddings"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(f->key, keys[i]) == 0) return 1;
+    return 0;
+}
+
+int train_config_take_model(train_config *c, const train_config *src, const char *src_name,
+                            char *err, size_t err_len)
+{
+    train_config work = *c;
+    for (int i = 0; i < N_FIELDS; i++) {
+        const field *f = &fields[i];
+        if (strcmp(f->section, "model") != 0 || !f->resume) continue;
+        char mine[512], theirs[512], why[256];
+        format_field(c, f, mine, sizeof mine);
+        format_field(src, f, theirs, sizeof theirs);
+        if (c->given[i] && is_shape_key(f) && strcmp(mine, theirs) != 0)
+            return bu_fail(err, err_len,
+                           "[model] %s = %s, but %s has %s (init_from sets the model's shape)",
+                           f->key, mine, src_name, theirs);
+        if (!c->given[i] && set_field(&work, f, theirs, why, sizeof why) != 0)
+            return bu_fail(err, err_len, "%s: [model] %s = %s: %s", src_name, f->key, theirs, why);
+    }
+    if (!c->given[find_field("model", "preset") - fields])
+        set_string(work.preset, sizeof work.preset, "custom");
+    *c = work;
     return 0;
 }
 

@@ -11,6 +11,8 @@
 
 #include "src/train/data/recall.h"
 
+enum { TRAIN_CONFIG_MAX_KEYS = 96 };
+
 typedef struct {
     /* [model] */
     char preset[32];        /* a name of config.c's MODEL_PRESETS, or custom */
@@ -26,6 +28,7 @@ typedef struct {
     int tied_embeddings;    /* LM head shares the embedding matrix */
     double init_std;
     double norm_eps;
+    char init_from[180]; /* weights to start from: a burst checkpoint or a Hugging Face folder */
     /* [data] */
     char source[16];        /* synthetic (in memory) | hdf5 (corpus files) */
     char task[16];          /* synthetic task: copy | counting | recall */
@@ -79,6 +82,9 @@ typedef struct {
     /* [transport] */
     char intra[8];          /* auto | ucx | nccl */
     double timeout;         /* seconds */
+    /* which keys a file or --set gave (an explicit preset gives its keys), by
+     * the key's row in config.c's table */
+    unsigned char given[TRAIN_CONFIG_MAX_KEYS];
 } train_config;
 
 void train_config_default(train_config *c);
@@ -116,6 +122,14 @@ void train_config_list_keys(FILE *out);
  * table, which says why), or -1
  * with the first that differs named with both values, as
  * "[model] d_model = 64, this run has 128". */
+/* Takes the model from src (the configuration of the weights [model]
+ * init_from names, called src_name): the shape keys (layers, d_model,
+ * n_heads, n_kv_heads, d_ff, vocab, tied_embeddings) must be src's where c was
+ * given them (-1 naming both values), and are src's otherwise; the other
+ * [model] keys that change the numbers (rope_theta, rope_scaling, norm_eps)
+ * are src's unless given, so that a later stage may change RoPE. */
+int train_config_take_model(train_config *c, const train_config *src, const char *src_name,
+                            char *err, size_t err_len);
 int train_config_resume_check(const train_config *was, const train_config *now, char *err,
                               size_t err_len);
 

@@ -24,6 +24,7 @@
  * reference only, and allocates its [n, V] logits at every call. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/device.h"
 #include "kernels/ops.h"
@@ -61,8 +62,9 @@ enum { LOSS_PIECE_ROWS = 1024 };
 
 /* *loss_sum += loss[0] + ... + loss[rows - 1] in double, in row order
  * (ignored rows are 0); device losses are copied to the host first, piece
- * by piece, without allocating. */
-static bk_status add_losses(const bk_queue *q, int64_t rows, const float *loss, double *loss_sum)
+ * by piece, without allocating; with row_loss, each row's loss there too. */
+static bk_status add_losses(const bk_queue *q, int64_t rows, const float *loss, double *loss_sum,
+                            float *row_loss)
 {
     float piece[LOSS_PIECE_ROWS];
     double s = 0.0;
@@ -75,6 +77,7 @@ static bk_status add_losses(const bk_queue *q, int64_t rows, const float *loss, 
             seen = piece;
         }
         for (int64_t r = 0; r < n; r++) s += (double)seen[r];
+        if (row_loss) memcpy(row_loss + r0, seen, (size_t)n * sizeof(float));
     }
     *loss_sum += s;
     return BK_OK;
@@ -116,12 +119,12 @@ static bk_status as_operand(const bk_queue *q, const head_weight *w, const float
 }
 
 /* One block of `rows` tokens starting at h, labels, dh: logits into `logits`
- * [rows, V], per-row losses into `loss` [rows]. Adds to *loss_sum, *n_valid
- * and dW. */
+ * [rows, V], per-row losses into `loss` [rows] (and row_loss on the host when
+ * given). Adds to *loss_sum, *n_valid and dW; without dh, the loss alone. */
 static bk_status head_block(const bk_queue *q, const lm_head_opts *o, int64_t rows, int64_t D,
                             int64_t V, const float *h, const head_weight *w, const int64_t *labels,
                             float scale, double *loss_sum, int64_t *n_valid, float *dh, float *dW,
-                            float *logits, float *loss)
+                            float *logits, float *loss, float *row_loss)
 {
     operand hx, dl;
     bk_status st = as_operand(q, w, h, rows * D, w->h16, &hx);
@@ -133,9 +136,10 @@ static bk_status head_block(const bk_queue *q, const lm_head_opts *o, int64_t ro
     st = bk_cross_entropy_fwd_bwd(q, rows, V, logits, V, labels, o->ignore_index, scale, o->z_loss,
                                   loss, NULL, &valid);
     if (st != BK_OK) return st;
-    st = add_losses(q, rows, loss, loss_sum);
+    st = add_losses(q, rows, loss, loss_sum, row_loss);
     if (st != BK_OK) return st;
     *n_valid += valid;
+    if (!dh) return BK_OK; /* the loss alone */
     if (valid == 0) {
         /* Every row ignored: dlogits is 0, so dh is 0 and dW does not change;
          * skip the GEMMs (and never multiply 0 by a non-finite h). */
@@ -185,19 +189,31 @@ size_t lm_head_bf16_scratch_floats(const lm_head_opts *o, int64_t V, int64_t D)
     return at + floats;
 }
 
+/* W16 and the scratch its products' bf16 operands take (after the fp32 part). */
+static head_weight bf16_weight(const lm_head_opts *o, int64_t V, const uint16_t *W16,
+                               float *scratch)
+{
+    uint16_t *operands = (uint16_t *)(scratch + bf16_operands_at(lm_head_scratch_floats(o, V)));
+    return (head_weight){.W = {NULL, W16},
+                         .dlogits16 = operands,
+                         .h16 = operands + dlogits16_halves((size_t)o->chunk_tokens, (size_t)V)};
+}
+
 /* The fused pass over chunks of tokens, with the weight and its scratch. */
 static bk_status fused_chunks(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
                               int64_t V, const float *h, const head_weight *w,
                               const int64_t *labels, float scale, double *loss_sum,
-                              int64_t *n_valid, float *dh, float *dW, float *scratch)
+                              int64_t *n_valid, float *dh, float *dW, float *scratch,
+                              float *row_loss)
 {
     int64_t chunk = o->chunk_tokens;
     float *logits = scratch;                           /* [chunk, V] */
     float *loss = scratch + (size_t)chunk * (size_t)V; /* [chunk] */
     for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         int64_t rows = n - r0 < chunk ? n - r0 : chunk;
-        bk_status st = head_block(q, o, rows, D, V, h + r0 * D, w, labels + r0, scale, loss_sum,
-                                  n_valid, dh + r0 * D, dW, logits, loss);
+        bk_status st =
+            head_block(q, o, rows, D, V, h + r0 * D, w, labels + r0, scale, loss_sum, n_valid,
+                       dh ? dh + r0 * D : NULL, dW, logits, loss, row_loss ? row_loss + r0 : NULL);
         if (st != BK_OK) return st;
     }
     return BK_OK;
@@ -211,7 +227,8 @@ bk_status lm_head_fused(const bk_queue *q, const lm_head_opts *o, int64_t n, int
     if (st != BK_OK) return st;
     BK_CHECK_ARG(scratch != NULL && lm_head_scratch_floats(o, V) > 0);
     head_weight w = {.W = {W, NULL}};
-    return fused_chunks(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, scratch);
+    return fused_chunks(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, scratch,
+                        NULL);
 }
 
 bk_status lm_head_fused_bf16(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
@@ -222,11 +239,25 @@ bk_status lm_head_fused_bf16(const bk_queue *q, const lm_head_opts *o, int64_t n
     bk_status st = check_args(q, o, n, D, V, h, W16, labels, loss_sum, n_valid, dh, dW);
     if (st != BK_OK) return st;
     BK_CHECK_ARG(scratch != NULL && lm_head_bf16_scratch_floats(o, V, D) > 0);
-    uint16_t *operands = (uint16_t *)(scratch + bf16_operands_at(lm_head_scratch_floats(o, V)));
-    head_weight w = {.W = {NULL, W16},
-                     .dlogits16 = operands,
-                     .h16 = operands + dlogits16_halves((size_t)o->chunk_tokens, (size_t)V)};
-    return fused_chunks(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, scratch);
+    head_weight w = bf16_weight(o, V, W16, scratch);
+    return fused_chunks(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, scratch,
+                        NULL);
+}
+
+bk_status lm_head_loss(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D, int64_t V,
+                       const float *h, const float *W, const uint16_t *W16, const int64_t *labels,
+                       double *loss_sum, int64_t *n_valid, float *row_loss, float *scratch)
+{
+    const void *weight = W16 ? (const void *)W16 : (const void *)W;
+    float no_grad[1]; /* check_args wants gradient buffers; none is written */
+    bk_status st =
+        check_args(q, o, n, D, V, h, weight, labels, loss_sum, n_valid, no_grad, no_grad);
+    if (st != BK_OK) return st;
+    BK_CHECK_ARG(scratch != NULL && (W == NULL) != (W16 == NULL));
+    BK_CHECK_ARG(W16 ? lm_head_bf16_scratch_floats(o, V, D) > 0 : lm_head_scratch_floats(o, V) > 0);
+    head_weight w = W16 ? bf16_weight(o, V, W16, scratch) : (head_weight){.W = {W, NULL}};
+    return fused_chunks(q, o, n, D, V, h, &w, labels, 0.0f, loss_sum, n_valid, NULL, NULL, scratch,
+                        row_loss);
 }
 
 bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D, int64_t V,
@@ -248,7 +279,8 @@ bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, i
         return BK_ERR_UNSUPPORTED;
     }
     head_weight w = {.W = {W, NULL}};
-    st = head_block(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, logits, loss);
+    st = head_block(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, logits, loss,
+                    NULL);
     free(logits);
     free(loss);
     return st;

@@ -38,6 +38,15 @@ bk_status lm_head_fused_bf16(const bk_queue *q, const lm_head_opts *o, int64_t n
                              float *scratch);
 size_t lm_head_bf16_scratch_floats(const lm_head_opts *o, int64_t V, int64_t D);
 
+/* The loss alone (evaluation), with W [V, D] or W16 (the other NULL): the
+ * losses lm_head_fused or lm_head_fused_bf16 would give, added to *loss_sum
+ * and *n_valid, with no gradient computed; with row_loss, each row's loss
+ * (0 for ignored rows) into row_loss [n] on the host. scratch as the fused
+ * call of the same weight type takes. */
+bk_status lm_head_loss(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D, int64_t V,
+                       const float *h, const float *W, const uint16_t *W16, const int64_t *labels,
+                       double *loss_sum, int64_t *n_valid, float *row_loss, float *scratch);
+
 /* The reference: the same results with all [n, V] logits in memory at once. */
 bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
                           int64_t V, const float *h, const float *W, const int64_t *labels,

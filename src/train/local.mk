@@ -4,7 +4,11 @@ libburst_train_a_SOURCES += src/train/model.h src/train/model.c \
 	src/train/lm_head.h src/train/lm_head.c src/train/optimizer.h src/train/optimizer.c \
 	src/train/config.h src/train/config.c src/train/plan.h src/train/plan.c \
 	src/train/trainer.h src/train/trainer.c src/train/trainer_memory.c src/train/trainer_step.c \
-	src/train/trainer_ckpt.c src/train/trainer_eval.c src/train/trainer_report.c \
+	src/train/trainer_ckpt.c src/train/trainer_eval.c src/train/trainer_nll.c src/train/trainer_report.c \
 	src/train/data/token_source.h src/train/data/synthetic_source.c \
 	src/train/data/recall.h src/train/data/recall.c \
 	src/train/data/hdf5_source.c src/train/data/window_order.h src/train/data/window_order.c
+# Hugging Face model folders (config.json, safetensors) to and from our parameters.
+libburst_train_a_SOURCES += src/train/hf_model.h src/train/hf_model.c
+# [model] init_from: the weights a run starts from (burst checkpoint or Hugging Face folder).
+libburst_train_a_SOURCES += src/train/init_source.h src/train/init_source.c

@@ -800,6 +800,26 @@ bt_status model_predict(model_runner *r, model_params params, const int64_t *tok
     return attn_kernel_status(kst);
 }
 
+bt_status model_forward_loss(model_runner *r, model_params params, const int64_t *tokens,
+                             const int64_t *labels, double *loss_sum, int64_t *n_valid,
+                             float *row_loss)
+{
+    model_step_stats stats = {0};
+    bt_status st = use_params(r, params, 1);
+    if (st == BT_OK) st = forward_layers(r, tokens, -1, &stats);
+    if (st != BT_OK) return st;
+    const bk_queue *q = r->cfg.queue;
+    float *hn = r->a; /* [n, D] the final-normed hidden states; a is free after the layers */
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, r->n, r->D, r->x, param32(r, r->m->final_norm),
+                                r->m->dims.norm_eps, hn, NULL));
+    lm_head_opts ho = r->cfg.head;
+    ho.z_loss = 0.0f; /* the likelihood alone */
+    CHECK_KERNEL(lm_head_loss(q, &ho, r->n, r->D, r->V, hn, r->P ? r->P + r->m->head : NULL,
+                              r->p16 ? r->p16 + r->m->head : NULL, labels, loss_sum, n_valid,
+                              row_loss, r->head_scratch));
+    return BT_OK;
+}
+
 bt_status model_forward_backward(model_runner *r, int mb, model_params params, float *G,
                                  const int64_t *tokens, const int64_t *labels, float loss_scale,
                                  double *loss_sum, int64_t *n_valid, model_step_stats *stats)

@@ -139,6 +139,15 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params, f
                                  double *loss_sum, int64_t *n_valid, model_step_stats *stats);
 
 /* Forward only (collective over the CP group, like a training step): the
+ * negative log-likelihood of labels [n] (ignore_index rows skipped) added to
+ * *loss_sum (nats, summed) and *n_valid, and with row_loss each row's into
+ * row_loss [n] on the host (0 for ignored rows). Needs the fused head
+ * (model_runner_config.fused_head, or bf16 parameters). */
+bt_status model_forward_loss(model_runner *r, model_params params, const int64_t *tokens,
+                             const int64_t *labels, double *loss_sum, int64_t *n_valid,
+                             float *row_loss);
+
+/* Forward only (collective over the CP group, like a training step): the
  * most likely next token at local rows[n_rows] of this rank's tokens [n]. */
 bt_status model_predict(model_runner *r, model_params params, const int64_t *tokens,
                         const int64_t *rows, int n_rows, int64_t *predicted);

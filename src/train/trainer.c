@@ -16,6 +16,7 @@
 #include "kernels/arena.h"
 #include "kernels/device.h"
 #include "src/attn/device_link.h"
+#include "src/train/init_source.h"
 #include "src/train/trainer.h"
 #include "util/alloc.h"
 #include "util/clock.h"
@@ -51,11 +52,7 @@ int trainer_fail_together(trainer *t, int says, int name_rank, char *err, size_t
 static int make_model_layout(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
-    model_dims dims = {.layers = c->layers, .d_model = c->d_model, .n_heads = c->n_heads,
-                       .n_kv_heads = c->n_kv_heads, .head_dim = c->d_model / c->n_heads,
-                       .d_ff = c->d_ff, .vocab = c->vocab, .tied = c->tied_embeddings,
-                       .rope_theta = (float)c->rope_theta, .rope_scaling = (float)c->rope_scaling,
-                       .norm_eps = (float)c->norm_eps};
+    model_dims dims = model_dims_of(c);
     if (model_layout_init(&t->model, &dims) == 0) return 0;
     bu_no_memory(err, err_len, (size_t)c->layers * sizeof(layer_offsets), "the model's layer table");
     return -1;
@@ -179,6 +176,18 @@ model_params trainer_params(const trainer *t)
     return (model_params){t->params, t->params16};
 }
 
+/* The parameters of [model] init_from, read by every rank. */
+static int init_source_take_params(trainer *t, float *host, char *err, size_t err_len)
+{
+    init_source s;
+    char why[1024];
+    if (init_source_open(t->cfg.init_from, &s, why, sizeof why) == 0 &&
+        init_source_params(&s, &t->model, host, why, sizeof why) == 0)
+        return 0;
+    snprintf(err, err_len, "[model] init_from: %s", why);
+    return -1;
+}
+
 /* The parameters, initialised (on the host, then copied to the device; with
  * bf16 parameters, into the optimizer's masters and rounded). */
 static int init_params(trainer *t, char *err, size_t err_len)
@@ -188,7 +197,12 @@ static int init_params(trainer *t, char *err, size_t err_len)
     float *host = t->plan.on_device ? bu_calloc(bytes, "the parameters' initial values", err, err_len)
                                     : t->params;
     if (!host) return -1;
-    model_init_params(&t->model, host, c->seed, c->init_std);
+    if (!c->init_from[0]) {
+        model_init_params(&t->model, host, c->seed, c->init_std);
+    } else if (init_source_take_params(t, host, err, err_len) != 0) {
+        if (host != t->params) free(host);
+        return -1;
+    }
     if (host == t->params) return 0;
     int failed = t->params16 ? zero1_set_params(t->opt, host, t->params16) != 0
                              : bk_device_upload(&t->queue, t->params, host, bytes) != BK_OK;
@@ -296,7 +310,9 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     t->world_size = bt_world_size(t->world);
     t->queue = bk_host_queue();
     t->baseline_bytes = trainer_rss_bytes();
-    if (train_config_validate(c, t->world_size, err, err_len) != 0) return EXIT_USAGE;
+    if (init_source_take_model(c, err, err_len) != 0 ||
+        train_config_validate(c, t->world_size, err, err_len) != 0)
+        return EXIT_USAGE;
     if (t->opts.resume && !c->checkpoint_dir[0]) {
         snprintf(err, err_len, "--resume needs [train] checkpoint_dir");
         return EXIT_USAGE;
@@ -423,4 +439,24 @@ void trainer_free(trainer *t)
     if (t->metrics) fclose(t->metrics);
     bk_arena_destroy(t->arena); /* after every buffer that came from it */
     memset(t, 0, sizeof *t);
+}
+
+/* Leaves the world: in order after a run every rank finished or stopped
+ * together, by abort after a failure that other ranks may not have seen. */
+int trainer_leave_world(trainer *t, int status)
+{
+    if (status == 0 || status == STOP_AGREED) {
+        bt_comm_free(t->dp_comm);
+        bt_comm_free(t->cp_comm);
+        t->dp_comm = t->cp_comm = NULL;
+        int finalized = bt_world_finalize(t->world) == BT_OK;
+        /* the ranks agreed to stop or finished: a finalize that fails lost a
+         * rank after that, which no one has reported yet */
+        if (!finalized) trainer_report_world_failure(t);
+        status = status == 0 && finalized ? 0 : EXIT_RUN_FAILURE;
+    } else {
+        bt_world_abort(t->world);
+    }
+    trainer_free(t);
+    return status;
 }

@@ -104,6 +104,10 @@ int trainer_plan_offline(trainer *t, int world_size, int nodes, char *err, size_
 int trainer_run(trainer *t);
 /* Frees what setup made (each part may be missing after an early failure). */
 void trainer_free(trainer *t);
+/* Leaves the world after trainer_run's status and frees t: in order when every
+ * rank finished or stopped together, by abort after a failure the other ranks
+ * may not have seen. The exit status: 0, or EXIT_RUN_FAILURE. */
+int trainer_leave_world(trainer *t, int status);
 
 /* Parts of the setup (trainer_memory.c), each collective where it says so.
  * Counts every part of this rank's memory from the configuration alone (and
@@ -182,6 +186,13 @@ typedef struct {
  * alone could not read a sample: it must leave the world by abort, so that
  * the others, waiting for it in the ring, stop naming it. */
 int trainer_evaluate(trainer *t);
+/* `burst eval`: the negative log-likelihood of the model on samples [0,
+ * samples) of the data source (all its windows when samples is 0 or more than
+ * it holds), the dp groups taking them in turn. Rank 0 prints
+ * "eval: nll X over N tokens (ppl Y)" and, with out_json, writes the mean,
+ * each sample's and each power-of-two position bucket's NLL there. 0, or an
+ * exit status with err. */
+int trainer_eval_nll(trainer *t, int64_t samples, const char *out_json, char *err, size_t err_len);
 /* Passkey retrieval over [eval] eval_path: 0; -1 with err when the ranks
  * stopped together; or EXIT_RUN_FAILURE with err (this rank alone). */
 int trainer_eval_passkey(trainer *t, eval_counts *out, char *err, size_t err_len);

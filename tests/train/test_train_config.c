@@ -423,6 +423,15 @@ static void assert_same(const train_config *a, const train_config *b)
 #undef SAME_NUM
 }
 
+/* Equal values, bit for bit (which keys were given aside). */
+static int same_values(const train_config *a, const train_config *b)
+{
+    train_config x = *a, y = *b;
+    memset(x.given, 0, sizeof x.given);
+    memset(y.given, 0, sizeof y.given);
+    return memcmp(&x, &y, sizeof x) == 0;
+}
+
 static void round_trip(const train_config *c, const char *name)
 {
     char path[512], err[512] = "";
@@ -436,7 +445,7 @@ static void round_trip(const train_config *c, const char *name)
     int rc = train_config_load(&back, path, err, sizeof err);
     ck_assert_msg(rc == 0, "%s", err);
     assert_same(c, &back);
-    ck_assert(memcmp(c, &back, sizeof back) == 0);
+    ck_assert(same_values(c, &back));
 }
 
 START_TEST(printed_configuration_loads_back_the_same)
@@ -612,17 +621,17 @@ START_TEST(configuration_text_loads_like_a_file)
     train_config_default(&back);
     ck_assert_msg(train_config_load_text(&back, text, "ck/model.h5:/config", err, sizeof err) == 0,
                   "%s", err);
-    ck_assert(memcmp(&c, &back, sizeof c) == 0);
+    ck_assert(same_values(&c, &back));
     free(text);
     /* errors name the text's name and line; the struct is left as it was */
     ck_assert_int_eq(train_config_load_text(&back, "[model]\nlayers = x\n", "ck/model.h5:/config",
                                             err, sizeof err),
                      -1);
     ck_assert_str_eq(err, "ck/model.h5:/config:2: [model] layers = 'x': not an integer");
-    ck_assert(memcmp(&c, &back, sizeof c) == 0);
+    ck_assert(same_values(&c, &back));
     /* empty text changes nothing */
     ck_assert_int_eq(train_config_load_text(&back, "", "empty", err, sizeof err), 0);
-    ck_assert(memcmp(&c, &back, sizeof c) == 0);
+    ck_assert(same_values(&c, &back));
 }
 END_TEST
 
@@ -681,6 +690,36 @@ START_TEST(resume_refuses_keys_that_change_the_numbers)
 }
 END_TEST
 
+/* init_from: the shape keys come from the source and must match where
+ * given; RoPE keys come from it unless given. */
+START_TEST(init_from_takes_the_model_and_refuses_another_shape)
+{
+    char err[512] = "";
+    train_config src, c;
+    train_config_default(&src);
+    src.d_model = 96, src.vocab = 1000, src.rope_theta = 500000.0, src.norm_eps = 1e-6;
+    train_config_default(&c);
+    ck_assert_int_eq(train_config_set(&c, "model.rope_theta=1e6", err, sizeof err), 0);
+    ck_assert_msg(train_config_take_model(&c, &src, "hf", err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.d_model, 96);
+    ck_assert_int_eq(c.vocab, 1000);
+    ck_assert(c.norm_eps == 1e-6);
+    ck_assert(c.rope_theta == 1e6); /* given: a later stage's RoPE */
+    ck_assert_str_eq(c.preset, "custom");
+
+    train_config_default(&c);
+    ck_assert_int_eq(train_config_set(&c, "model.d_model=128", err, sizeof err), 0);
+    ck_assert_int_eq(train_config_take_model(&c, &src, "hf", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "d_model = 128") && strstr(err, "hf has 96"), "%s", err);
+    ck_assert_int_eq(c.d_model, 128); /* left as it was */
+    /* an explicit preset gives its keys: tiny's d_model is 64 */
+    train_config_default(&c);
+    ck_assert_int_eq(train_config_set(&c, "model.preset=tiny", err, sizeof err), 0);
+    ck_assert_int_eq(train_config_take_model(&c, &src, "hf", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "d_model = 64"), "%s", err);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train_config");
@@ -695,6 +734,7 @@ int main(void)
     tcase_add_loop_test(tc, validate_catches_inconsistent_configurations, 0, N_BAD_WHOLES);
     tcase_add_test(tc, validate_accepts_consistent_configurations);
     check_add_tests(tc, configuration_text_loads_like_a_file,
-                    resume_refuses_keys_that_change_the_numbers);
+                    resume_refuses_keys_that_change_the_numbers,
+                    init_from_takes_the_model_and_refuses_another_shape);
     return check_run(s);
 }

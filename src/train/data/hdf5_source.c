@@ -276,6 +276,7 @@ token_source *hdf5_source_create(const char *paths, int vocab, int shuffled, uin
     }
     if (documents && load_documents(s, err, err_len) != 0) goto fail;
     s->order = window_order_make((uint64_t)s->first_window[s->n_files], shuffled, seed);
+    s->base.n_samples = s->first_window[s->n_files];
     size_t sample_bytes = (size_t)s->shard.n * sizeof(int64_t);
     if (!(s->have_tokens = bu_calloc(sample_bytes, "the prefetched tokens", err, err_len)) ||
         !(s->have_labels = bu_calloc(sample_bytes, "the prefetched labels", err, err_len)))

@@ -48,6 +48,7 @@ struct token_source {
      * without communicating. 0, or -1 with a message on stderr. */
     int (*documents)(token_source *s, int64_t index, int32_t *segments);
     int vocab;
+    int64_t n_samples; /* distinct samples (a corpus's windows); 0: unbounded (synthetic) */
 };
 
 /* The last token of a document predicts nothing: labels [n] (in the shard's
