@@ -5,7 +5,12 @@
 # With the test profile on a machine with the CUDA toolkit, it also installs
 # cuobjdump and nvdisasm (the SASS checks of the kernels) from their PyPI
 # wheels into $BURST_CUDA_TOOLS (default /opt/burst/cuda-tools), with links in
-# its bin/, where configure looks for them, when the toolkit lacks them.
+# its bin/, where configure looks for them, when the toolkit lacks them. The
+# test profile also makes the oracle of the Hugging Face tests: a venv in
+# $BURST_HF_ORACLE (default /opt/burst/hf-oracle) over Debian's python3-torch
+# (CPU only, about 250 MB, where PyPI's torch brings several GB of CUDA wheels)
+# with transformers from PyPI, pinned to the last release that supports
+# Debian 12's torch 1.13.
 set -e
 # shellcheck source=build-aux/tool-paths.sh
 . "$(cd "$(dirname "$0")" && pwd)/tool-paths.sh"
@@ -14,7 +19,7 @@ packages="build-essential autoconf automake libtool pkg-config libucx-dev libhdf
 libinih-dev libjansson-dev check libsubunit-dev libpmix-dev libopenblas-openmp-dev"
 case "$profile" in
 build) ;;
-test) packages="$packages ucx-utils hdf5-tools slurm-wlm munge python3-pip" ;;
+test) packages="$packages ucx-utils hdf5-tools slurm-wlm munge python3-pip python3-torch python3-venv" ;;
 *) echo "install-deps.sh: unknown profile '$profile' (build or test)" >&2; exit 2 ;;
 esac
 
@@ -44,13 +49,35 @@ install_cuda_tools() {
     done
 }
 
+# The transformers oracle: a venv over the system Python (whose site-packages
+# hold Debian's torch), with transformers added.
+install_hf_oracle() {
+    venv=$burst_hf_oracle
+    "$venv/bin/python" -c "import torch, transformers" 2>/dev/null && return 0
+    if [ "$(id -u)" -ne 0 ] && [ -z "${BURST_HF_ORACLE:-}" ]; then
+        echo "the Hugging Face tests need transformers; run as root, or set BURST_HF_ORACLE to a writable folder" >&2
+        return 1
+    fi
+    echo "installing transformers 4.46.3 into $venv"
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv --system-site-packages "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "transformers==4.46.3" 2>&1 |
+        grep -v 'Running pip as the .root. user' >&2 || true
+    "$venv/bin/python" -c "import torch, transformers" ||
+        { echo "install-deps.sh: transformers does not import in $venv" >&2; return 1; }
+}
+
+test_tools() {
+    install_cuda_tools && install_hf_oracle
+}
+
 missing=
 for p in $packages; do
     status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
     case "$status" in *"install ok installed"*) ;; *) missing="$missing $p" ;; esac
 done
 if [ -z "$missing" ]; then
-    [ "$profile" = test ] && install_cuda_tools
+    [ "$profile" = test ] && test_tools
     exit 0
 fi
 
@@ -64,5 +91,5 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # shellcheck disable=SC2086
 apt-get install -y -qq --no-install-recommends $missing >/dev/null
-[ "$profile" = test ] && install_cuda_tools
+[ "$profile" = test ] && test_tools
 exit 0

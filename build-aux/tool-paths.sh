@@ -4,10 +4,13 @@
 # (AC_PATH_PROG in configure.ac) and the folders it looks in, so that build.sh
 # reconfigures when one of them appears (a package or install-deps.sh test
 # installed it after the last configure) and the SASS test finds cuobjdump
-# where install-deps.sh puts it.
+# where install-deps.sh puts it; and where the transformers oracle lives.
 #   BURST_CUDA_TOOLS  where install-deps.sh test installs cuobjdump and nvdisasm
 #                     (default /opt/burst/cuda-tools; the tools in its bin/)
+#   BURST_HF_ORACLE   the Python venv install-deps.sh test makes for the tests
+#                     oracle, Hugging Face transformers (default /opt/burst/hf-oracle)
 burst_cuda_tools=${BURST_CUDA_TOOLS:-/opt/burst/cuda-tools}
+burst_hf_oracle=${BURST_HF_ORACLE:-/opt/burst/hf-oracle}
 burst_tool_names="nvcc cuobjdump srun ucx_perftest"
 # PATH, the toolkit's default folder, the installer's folder: the union of the
 # folders configure searches for these programs.

@@ -224,6 +224,11 @@ tests_io_test_h5util_CFLAGS = $(SUITE_CFLAGS)
 tests_io_test_h5util_LDADD = $(SUITE_LIBS) libburst_io.a $(EXTERNAL_LIBS)
 
 # Training checkpoints in HDF5 (io/checkpoint.c).
+check_PROGRAMS += tests/io/test_safetensors
+TESTS += tests/io/test_safetensors
+tests_io_test_safetensors_SOURCES = tests/io/test_safetensors.c
+tests_io_test_safetensors_CFLAGS = $(SUITE_CFLAGS)
+tests_io_test_safetensors_LDADD = $(SUITE_LIBS) libburst_io.a libburst_util.a $(EXTERNAL_LIBS)
 check_PROGRAMS += tests/io/test_checkpoint
 TESTS += tests/io/test_checkpoint
 tests_io_test_checkpoint_SOURCES = tests/io/test_checkpoint.c
@@ -386,4 +391,7 @@ tests_cli_test_placement_LDADD = $(SUITE_LIBS)
 
 # `burst data`: import, synthesise, describe and validate HDF5 corpora.
 TESTS += tests/cli/test_data.sh
+# Hugging Face import, export and eval against transformers (the oracle venv).
+TESTS += tests/train/test_hf.sh
+EXTRA_DIST += tests/train/test_hf.sh tests/train/hf_oracle.py
 EXTRA_DIST += tests/cli/test_data.sh

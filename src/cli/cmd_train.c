@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "src/cli/cli.h"
+#include "src/train/init_source.h"
 #include "src/train/trainer.h"
 #include "util/parse.h"
 
@@ -103,13 +104,14 @@ static int parse_args(int argc, char **argv, train_config *c, train_args *a)
     return -1; /* go on */
 }
 
-/* --print-config: the configuration validated as a run on the dp x cp ranks it
- * names would validate it, printed only when valid. */
-static int print_config(const train_config *c)
+/* --print-config: the configuration ([model] init_from applied) validated as a run on the dp x cp
+ * ranks it names would validate it, printed only when valid. */
+static int print_config(train_config *c)
 {
-    char err[512];
+    char err[1024];
     int64_t world = (int64_t)c->dp * c->cp;
-    if (train_config_validate(c, world <= INT_MAX ? (int)world : INT_MAX, err, sizeof err) != 0) {
+    if (init_source_take_model(c, err, sizeof err) != 0 ||
+        train_config_validate(c, world <= INT_MAX ? (int)world : INT_MAX, err, sizeof err) != 0) {
         fprintf(stderr, "burst train: %s\n", err);
         return EXIT_USAGE;
     }

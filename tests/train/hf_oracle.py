@@ -7,9 +7,12 @@ tiny random models built here, no hub download.
   tokens OUT.npy --n N --vocab V [--seed S]
   nll DIR TOKENS.npy --seq S --samples K     -> {"nll": mean, "tokens": count}
   load DIR                                   -> fails unless every key loads
+  corrupt SRC OUT --kind dtype|missing|extra|shape   a broken copy of SRC
 """
 import argparse
 import json
+import os
+import shutil
 import sys
 
 import numpy as np
@@ -65,6 +68,23 @@ def load(a):
     print(f"{a.dir}: {type(model).__name__}, every key loaded")
 
 
+def corrupt(a):
+    from safetensors.torch import load_file, save_file
+    w = load_file(os.path.join(a.src, "model.safetensors"))
+    name = "model.layers.0.self_attn.k_proj.weight"
+    if a.kind == "dtype":
+        w[name] = w[name].to(torch.int64)
+    elif a.kind == "missing":
+        del w[name]
+    elif a.kind == "extra":
+        w["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(w[name].shape[1])
+    elif a.kind == "shape":
+        w[name] = w[name][:-1].contiguous()
+    os.makedirs(a.out)
+    shutil.copy(os.path.join(a.src, "config.json"), a.out)
+    save_file(w, os.path.join(a.out, "model.safetensors"), metadata={"format": "pt"})
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -90,10 +110,14 @@ def main():
     n.add_argument("--samples", type=int, required=True)
     ld = sub.add_parser("load")
     ld.add_argument("dir")
+    c = sub.add_parser("corrupt")
+    c.add_argument("src")
+    c.add_argument("out")
+    c.add_argument("--kind", required=True, choices=["dtype", "missing", "extra", "shape"])
     a = p.parse_args()
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
-    {"make": make, "tokens": tokens, "nll": nll, "load": load}[a.cmd](a)
+    {"make": make, "tokens": tokens, "nll": nll, "load": load, "corrupt": corrupt}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,147 @@
+#!/bin/sh
+# test_hf.sh: Hugging Face models in and out, with transformers as the oracle
+# (tests/train/hf_oracle.py, on the CPU, tiny random models built here):
+#   import: `burst eval` of a Hugging Face folder, and of the checkpoint
+#     `burst convert` makes of it, on 1 rank and on cp = 4 (zigzag, 2 emulated
+#     nodes), gives transformers' NLL within 1e-4 relative: untied GQA 1:1 in
+#     fp32, tied GQA 4:1 in bf16 with linear RoPE scaling and another theta;
+#     the comparison has teeth: a wrong theta moves the NLL past it;
+#   export: 3 steps trained from the import, exported in fp32 and in bf16
+#     shards, load in transformers with every key used; the fp32 export's NLL is
+#     burst's within 1e-4, the bf16 export's within 2e-3 (its weights rounded);
+#     importing the fp32 export gives the trained parameters bit for bit;
+#   stages: a run from the import at another theta, seq_len and cp starts
+#     from its parameters bit for bit; resuming it with another theta is
+#     refused, and so is an init_from whose shape differs from a key given;
+#   bad inputs (truncated file, tensor of another dtype, shape, missing or
+#     extra, a config key we do not compute, an export over a folder in use)
+#     exit 2 naming what is wrong and leave no output behind.
+# The oracle is the venv build-aux/install-deps.sh test makes
+# ($BURST_HF_ORACLE, default /opt/burst/hf-oracle); without it the test skips,
+# and fails under CI=true.
+set -u
+: "${BURST:?BURST is not set (run through make check)}"
+: "${BURST_TEST_SRCDIR:?BURST_TEST_SRCDIR is not set (run through make check)}"
+PY=${BURST_HF_ORACLE:-/opt/burst/hf-oracle}/bin/python
+O=$BURST_TEST_SRCDIR/tests/train/hf_oracle.py
+if ! "$PY" -c "import transformers, torch" 2>/dev/null; then
+    echo "transformers not found at $PY (build-aux/install-deps.sh test installs it)"
+    [ "${CI:-}" = true ] && exit 1
+    exit 77
+fi
+T=$(mktemp -d /tmp/burst-test-hf-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+cd "$T" || exit 1
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# expect CODE NEEDLE CMD...: CMD exits CODE and its output contains NEEDLE.
+expect() {
+    code=$1 needle=$2
+    shift 2
+    out=$("$@" 2>&1)
+    rc=$?
+    [ "$rc" -eq "$code" ] || fail "$* exited $rc, not $code: $out"
+    case $out in *"$needle"*) ;; *) fail "$* does not print '$needle': $out" ;; esac
+}
+# close A B TOL: |A - B| <= TOL |B|
+close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d;
+    m = b < 0 ? -b : b; exit !(d <= t * m) }'; }
+SEQ=64 SAMPLES=6
+oracle() { "$PY" "$O" nll "$1" t.npy --seq $SEQ --samples $SAMPLES | sed 's/.*"nll": \([^,]*\),.*/\1/'; }
+# burst_nll MODEL [RANKS ARGS...]: burst eval's NLL
+burst_nll() {
+    model=$1 ranks=${2:-1}
+    shift 2 2>/dev/null || shift 1
+    "$BURST" run -n "$ranks" --nodes "$([ "$ranks" -ge 4 ] && echo 2 || echo 1)" -- "$BURST" eval \
+        --init-from "$model" --data c.h5 --set data.seq_len=$SEQ --samples $SAMPLES \
+        --set parallel.cp="$ranks" "$@" 2>&1 | sed -n 's/.*eval: nll \([0-9.]*\) over.*/\1/p'
+}
+# agree WHAT WANT GOT TOL
+agree() {
+    if [ -z "$3" ] || ! close "$3" "$2" "$4"; then fail "$1: burst $3, transformers $2 (tolerance $4)"
+    else echo "ok: $1: $3 (transformers $2)"; fi
+}
+
+"$PY" "$O" tokens t.npy --n 4000 --vocab 96
+"$BURST" data import --from npy t.npy -o c.h5 --vocab 96 >/dev/null || fail "data import"
+dims="--vocab 96 --hidden 64 --layers 2 --heads 4 --ff 96"
+"$PY" "$O" make a $dims --kv 4 || fail "make a"
+"$PY" "$O" make b $dims --kv 1 --tied --dtype bfloat16 --theta 500 \
+    --rope-scaling '{"rope_type": "linear", "factor": 4.0}' || fail "make b"
+
+# ---- import
+for m in a b; do
+    want=$(oracle $m)
+    agree "$m, Hugging Face folder, 1 rank" "$want" "$(burst_nll $m 1)" 1e-4
+    expect 0 "burst convert: $m -> ck-$m" "$BURST" convert --from hf --to burst $m ck-$m
+    [ ! -e ck-$m/step-0/optim-0.h5 ] || fail "ck-$m has optimizer files"
+    agree "$m, checkpoint, 1 rank" "$want" "$(burst_nll ck-$m 1)" 1e-4
+    agree "$m, checkpoint step-0, cp 4 on 2 nodes" "$want" \
+        "$(burst_nll ck-$m/step-0 4 --set parallel.layout=zigzag)" 1e-4
+done
+wrong=$(burst_nll a 1 --set model.rope_theta=20000)
+! close "$wrong" "$(oracle a)" 1e-3 || fail "a wrong theta still agrees ($wrong): the check has no teeth"
+
+# ---- export
+expect 0 "checkpoint: run/step-3" "$BURST" train --set model.init_from=ck-a --set data.source=hdf5 \
+    --set data.path=c.h5 --set data.seq_len=$SEQ --set train.steps=3 --set train.warmup_steps=1 \
+    --set train.lr=0.01 --set train.checkpoint_dir=run
+trained=$(burst_nll run 1)
+expect 0 "-> out32" "$BURST" convert --from burst --to hf run out32 --dtype fp32
+expect 0 "every key loaded" "$PY" "$O" load out32
+agree "export fp32" "$(oracle out32)" "$trained" 1e-4
+expect 0 "-> back" "$BURST" convert --from hf --to burst out32 back
+h5diff run/step-3/model.h5 back/step-0/model.h5 /params /params >/dev/null ||
+    fail "import(export(run)) is not run's parameters bit for bit"
+expect 0 "-> out16" "$BURST" convert --from burst --to hf run out16 --shard-size 40K
+shards=$(ls out16 | grep -c '^model-.*-of-.*\.safetensors$')
+[ -f out16/model.safetensors.index.json ] && [ "$shards" -ge 3 ] ||
+    fail "a 40K shard size did not give shards and an index: $(ls out16 | tr '\n' ' ')"
+expect 0 "every key loaded" "$PY" "$O" load out16
+agree "export bf16, $shards shards" "$(oracle out16)" "$trained" 2e-3
+
+# ---- stages: another theta, seq_len and cp; a step of lr 1e-30 rounds away
+# (|update| <= lr), so the checkpoint after it holds the parameters it started from
+expect 0 "checkpoint: stage/step-1" "$BURST" run -n 2 -- "$BURST" train --set model.init_from=ck-a \
+    --set model.rope_theta=40000 --set data.source=hdf5 --set data.path=c.h5 --set data.seq_len=128 \
+    --set parallel.cp=2 --set train.steps=2 --set train.warmup_steps=1 --set train.lr=1e-30 \
+    --set train.min_lr=0 --set train.weight_decay=0 --set train.checkpoint_dir=stage --stop-after 1
+h5diff ck-a/step-0/model.h5 stage/step-1/model.h5 /params /params >/dev/null ||
+    fail "a run from ck-a at lr 1e-30 does not hold ck-a's parameters"
+expect 2 "rope_theta" "$BURST" run -n 2 -- "$BURST" train --set model.init_from=ck-a \
+    --set model.rope_theta=80000 --set data.source=hdf5 --set data.path=c.h5 --set data.seq_len=128 \
+    --set parallel.cp=2 --set train.steps=2 --set train.warmup_steps=1 --set train.lr=1e-30 \
+    --set train.min_lr=0 --set train.weight_decay=0 --set train.checkpoint_dir=stage --resume
+expect 2 "[model] d_model = 128, but ck-a has 64" "$BURST" train --set model.init_from=ck-a \
+    --set model.d_model=128 --print-config
+
+# ---- bad inputs: exit 2, the culprit named, nothing written
+bad() { # bad FOLDER NEEDLE
+    expect 2 "$2" "$BURST" convert --from hf --to burst "$1" out-bad
+    [ ! -e out-bad ] || { fail "$1 left out-bad behind"; rm -rf out-bad; }
+}
+cp -r a trunc && truncate -s -100 trunc/model.safetensors
+bad trunc "past the end of the data"
+for k in dtype missing extra shape; do "$PY" "$O" corrupt a c-$k --kind $k; done
+bad c-dtype "dtype I64, expected F32, F16 or BF16"
+bad c-missing "no tensor 'model.layers.0.self_attn.k_proj.weight'"
+bad c-extra "tensor 'model.layers.0.self_attn.q_proj.bias' is not part of the model"
+bad c-shape "model.layers.0.self_attn.k_proj.weight' has shape [63, 64]"
+edit() { # edit NAME SED: a copy of a with config.json edited
+    cp -r a "$1" && sed -i "$2" "$1/config.json"
+}
+edit k-bias 's/"attention_bias": false/"attention_bias": true/'
+bad k-bias "attention_bias = true"
+edit k-type 's/"model_type": "llama"/"model_type": "gpt2"/'
+bad k-type "model_type = 'gpt2'"
+edit k-act 's/"hidden_act": "silu"/"hidden_act": "gelu"/'
+bad k-act "hidden_act = 'gelu'"
+edit k-rope 's/"rope_scaling": null/"rope_scaling": {"rope_type": "longrope", "factor": 8.0}/'
+bad k-rope "rope_scaling.rope_type = 'longrope'"
+mkdir busy && echo x >busy/keep
+expect 2 "busy exists and is not empty" "$BURST" convert --from burst --to hf run busy
+[ "$(ls busy)" = keep ] && [ ! -e busy.tmp ] || fail "a refused export touched busy: $(ls busy)"
+expect 2 "neither a burst checkpoint" "$BURST" eval --init-from nowhere --data c.h5
+
+[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "all Hugging Face checks passed"
