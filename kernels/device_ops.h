@@ -64,7 +64,7 @@ typedef struct bk_device_ops {
                              float *dw);
     /* sign +1: forward, -1: backward */
     bk_status (*rope)(const bk_queue *q, int64_t n, int64_t H, int64_t d, const int64_t *pos,
-                      float theta, float factor, const float *x, float *out, float sign);
+                      bk_rope rope, const float *x, float *out, float sign);
     bk_status (*swiglu_fwd)(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
                             const float *up, int64_t ld_in, float *out);
     bk_status (*swiglu_bwd)(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,

@@ -66,14 +66,15 @@ bk_status bk_rmsnorm_bwd(const bk_queue *q, int64_t n, int64_t d, const float *x
 /* ---------------------------------------------------------------- RoPE */
 /* Rotary embedding of x[n, H, d] into out[n, H, d] (out may be x): token r sits
  * at GLOBAL position pos[r]; the pair (x[i], x[i + d/2]) of each head rotates by
- * (pos / factor) * theta^(-2i/d) (LLaMA's half-split "rotate_half" pairing; see
- * ops_math.h). d must be even and > 0, theta > 0, factor > 0 (1 = no position
- * interpolation). */
+ * pos * freq_i, the frequencies theta^(-2i/d) scaled as rope->type says
+ * (LLaMA's half-split "rotate_half" pairing and Hugging Face's scalings; see
+ * ops_math.h). d must be even and > 0, *rope valid (bk_rope_valid). */
 bk_status bk_rope_fwd(const bk_queue *q, int64_t n, int64_t H, int64_t d, const int64_t *pos,
-                      float theta, float factor, const float *x, float *out);
-/* The backward: dx = rotation of dy by the negative angle. dx may be dy. */
+                      const bk_rope *rope, const float *x, float *out);
+/* The backward: dx = rotation of dy by the negative angle (times the same
+ * scale). dx may be dy. */
 bk_status bk_rope_bwd(const bk_queue *q, int64_t n, int64_t H, int64_t d, const int64_t *pos,
-                      float theta, float factor, const float *dy, float *dx);
+                      const bk_rope *rope, const float *dy, float *dx);
 
 /* ---------------------------------------------------------------- SwiGLU */
 /* out[rows, cols] = silu(gate) * up. gate and up are rows of cols values with a

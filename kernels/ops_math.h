@@ -85,26 +85,116 @@ BK_HOSTDEV float bk_rmsnorm_bwd_dw(float x, float dy, float rstd)
 /* ---------------------------------------------------------------- RoPE
  * LLaMA's half-split ("rotate_half") pairing: in a head of d values, element i
  * pairs with element i + d/2 for i < d/2, and the pair rotates by the angle
- *   angle_i = (pos / factor) * theta^(-2i / d)
+ *   angle_i = pos * freq_i,   freq_i = scaled(theta^(-2i / d))
  * where pos is the token's GLOBAL position (so a rank holding a zigzag or
- * striped shard rotates exactly as the unsplit sequence would) and factor is the
- * position-interpolation scale (1 = none). The angle is computed in double:
- * at pos ~ 1e6 an fp32 product would be off by ~0.06 rad. */
+ * striped shard rotates exactly as the unsplit sequence would) and the
+ * scaling is Hugging Face's rope_type (transformers' modeling_rope_utils):
+ *   default  freq_i unchanged
+ *   linear   freq_i / factor (position interpolation)
+ *   llama3   wavelengths 2 pi / freq_i above original / low_freq_factor
+ *            interpolated (/ factor), below original / high_freq_factor kept,
+ *            a smooth mix between
+ *   yarn     a linear ramp over the pair index between the dimensions where
+ *            beta_fast and beta_slow rotations fit in the original context:
+ *            kept below it, interpolated (/ factor) above it; cos and sin are
+ *            multiplied by attention_factor.
+ * The angle is computed in double: at pos ~ 1e6 an fp32 product would be off
+ * by ~0.06 rad. */
+typedef enum { BK_ROPE_DEFAULT, BK_ROPE_LINEAR, BK_ROPE_LLAMA3, BK_ROPE_YARN } bk_rope_type;
+
+typedef struct {
+    bk_rope_type type;
+    double theta;                             /* the base */
+    double factor;                            /* linear, llama3, yarn: the extension factor */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    double original_max_positions;            /* llama3, yarn: the context pretrained on */
+    double beta_fast, beta_slow;              /* yarn: rotations bounding the ramp */
+    double attention_factor;                  /* yarn: cos and sin are scaled by it */
+} bk_rope;
+
 BK_HOSTDEV double bk_rope_inv_freq(int64_t i, int64_t d, double theta)
 {
     return pow(theta, -2.0 * (double)i / (double)d);
 }
 
-/* cos and sin of the angle (pos / factor) * inv_freq. The angle is reduced in
+BK_HOSTDEV double bk_rope_llama3_freq(const bk_rope *r, double f)
+{
+    const double two_pi = 6.28318530717958647693;
+    double wavelen = two_pi / f, low_wavelen = r->original_max_positions / r->low_freq_factor,
+           high_wavelen = r->original_max_positions / r->high_freq_factor;
+    if (wavelen < high_wavelen) return f;
+    if (wavelen > low_wavelen) return f / r->factor;
+    double smooth = (r->original_max_positions / wavelen - r->low_freq_factor) /
+                    (r->high_freq_factor - r->low_freq_factor);
+    return (1.0 - smooth) * f / r->factor + smooth * f;
+}
+
+/* The pair index at which `rotations` full turns fit in the original context. */
+BK_HOSTDEV double bk_rope_yarn_dim(const bk_rope *r, double rotations, int64_t d)
+{
+    const double two_pi = 6.28318530717958647693;
+    return (double)d * log(r->original_max_positions / (rotations * two_pi)) /
+           (2.0 * log(r->theta));
+}
+
+BK_HOSTDEV double bk_rope_yarn_freq(const bk_rope *r, int64_t i, int64_t d, double f)
+{
+    double low = floor(bk_rope_yarn_dim(r, r->beta_fast, d));
+    double high = ceil(bk_rope_yarn_dim(r, r->beta_slow, d));
+    low = low > 0.0 ? low : 0.0;
+    high = high < (double)(d - 1) ? high : (double)(d - 1);
+    if (low == high) high += 0.001; /* a ramp of one step, as transformers makes it */
+    double ramp = ((double)i - low) / (high - low);
+    ramp = ramp < 0.0 ? 0.0 : (ramp > 1.0 ? 1.0 : ramp);
+    return f / r->factor * ramp + f * (1.0 - ramp);
+}
+
+/* freq_i of pair i of a head of d values under r. */
+BK_HOSTDEV double bk_rope_pair_freq(const bk_rope *r, int64_t i, int64_t d)
+{
+    double f = bk_rope_inv_freq(i, d, r->theta);
+    switch (r->type) {
+    case BK_ROPE_LINEAR:
+        return f / r->factor;
+    case BK_ROPE_LLAMA3:
+        return bk_rope_llama3_freq(r, f);
+    case BK_ROPE_YARN:
+        return bk_rope_yarn_freq(r, i, d, f);
+    default:
+        return f;
+    }
+}
+
+/* What cos and sin are multiplied by: yarn's attention factor, else 1. */
+BK_HOSTDEV float bk_rope_scale(const bk_rope *r)
+{
+    return r->type == BK_ROPE_YARN ? (float)r->attention_factor : 1.0f;
+}
+
+/* Whether r is one the kernels compute (the parameters of its type in range). */
+BK_HOSTDEV int bk_rope_valid(const bk_rope *r)
+{
+    int scaled = r->type != BK_ROPE_DEFAULT;
+    return r->theta > 0.0 && (!scaled || r->factor > 0.0) &&
+           (r->type != BK_ROPE_LLAMA3 ||
+            (r->original_max_positions > 0.0 && r->low_freq_factor > 0.0 &&
+             r->high_freq_factor > r->low_freq_factor)) &&
+           (r->type != BK_ROPE_YARN ||
+            (r->theta > 1.0 && r->original_max_positions > 0.0 && r->beta_fast > 0.0 &&
+             r->beta_slow > 0.0 && r->attention_factor > 0.0)) &&
+           (int)r->type >= 0 && r->type <= BK_ROPE_YARN;
+}
+
+/* cos and sin of the angle pos * freq. The angle is reduced in
  * double to t = angle - q pi/2 with |t| <= pi/4 (exact enough even at
  * angle ~ 1e6), then sin t and cos t come from their Taylor series in fp32
  * (degree 9 and 10: error < 2e-9 on |t| <= pi/4) and the quadrant q mod 4
  * picks signs and swaps. No libm call, so the CPU loop vectorises and the GPU
  * computes the same values. */
-BK_HOSTDEV void bk_rope_sincos(int64_t pos, double inv_freq, double factor, float *c, float *s)
+BK_HOSTDEV void bk_rope_sincos(int64_t pos, double freq, float *c, float *s)
 {
     const double two_over_pi = 0.63661977236758134308, pi_over_2 = 1.57079632679489661923;
-    double angle = ((double)pos / factor) * inv_freq;
+    double angle = (double)pos * freq;
     double qd = rint(angle * two_over_pi);
     float t = (float)(angle - qd * pi_over_2), t2 = t * t;
     float sn = 1.0f / 362880.0f;

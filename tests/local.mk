@@ -27,7 +27,7 @@ list-test-results:
 # SUITE_CFLAGS and links SUITE_LIBS before the libraries it tests.
 check_LIBRARIES = tests/lib/libburst_tests.a
 tests_lib_libburst_tests_a_SOURCES = tests/lib/check_main.h tests/lib/check_main.c \
-	tests/lib/arrays.h tests/lib/arrays.c tests/lib/close.h tests/lib/close.c tests/lib/rng.h tests/lib/testutil.h \
+	tests/lib/arrays.h tests/lib/arrays.c tests/lib/close.h tests/lib/close.c tests/lib/rng.h tests/lib/rope_cases.h tests/lib/testutil.h \
 	tests/lib/testutil.c tests/lib/worker_util.h tests/lib/worker_device.h
 SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_lib_libburst_tests_a_CFLAGS = $(SUITE_CFLAGS)

@@ -4,7 +4,7 @@
  * Why this loop order: the sines and cosines depend on (row, pair) but not on
  * the head, so each row computes them once into a small stack table and
  * applies them to all H heads; the frequencies depend only on the pair, so a
- * thread computes them once for all its rows. Pairs go in chunks of PAIR_CHUNK
+ * thread computes them once for all its rows (with their scaling). Pairs go in chunks of PAIR_CHUNK
  * so the tables live on the stack whatever d is. The backward is the same
  * rotation with the sine negated. */
 #include "kernels/cpu/ops_cpu.h"
@@ -13,12 +13,13 @@
 #define ROPE_PAR_MIN 16384
 
 static bk_status rope_apply(const bk_queue *q, int64_t n, int64_t H, int64_t d, const int64_t *pos,
-                            float theta, float factor, const float *x, float *out, float sign)
+                            const bk_rope *rope, const float *x, float *out, float sign)
 {
-    BK_CPU_OR_DEVICE(q, rope, (q, n, H, d, pos, theta, factor, x, out, sign));
+    BK_CHECK_ARG(rope != NULL && bk_rope_valid(rope));
+    BK_CPU_OR_DEVICE(q, rope, (q, n, H, d, pos, *rope, x, out, sign));
     BK_CHECK_ARG(n >= 0 && H > 0 && d > 0 && d % 2 == 0);
     BK_CHECK_ARG(pos != NULL && x != NULL && out != NULL);
-    BK_CHECK_ARG(theta > 0.0f && factor > 0.0f);
+    float scale = bk_rope_scale(rope);
     int nt = bk_cpu_threads(q);
     int64_t half = d / 2, row_len = H * d;
 
@@ -26,18 +27,18 @@ static bk_status rope_apply(const bk_queue *q, int64_t n, int64_t H, int64_t d, 
     {
         int tid = omp_get_thread_num(), nth = omp_get_num_threads();
         int64_t r0 = n * tid / nth, r1 = n * (tid + 1) / nth; /* this thread's rows */
-        double inv_freq[PAIR_CHUNK];
+        double freq[PAIR_CHUNK];
         float cs[PAIR_CHUNK], sn[PAIR_CHUNK];
         for (int64_t i0 = 0; i0 < half; i0 += PAIR_CHUNK) {
             int64_t ni = half - i0 < PAIR_CHUNK ? half - i0 : PAIR_CHUNK;
-            for (int64_t i = 0; i < ni; i++) inv_freq[i] = bk_rope_inv_freq(i0 + i, d, theta);
+            for (int64_t i = 0; i < ni; i++) freq[i] = bk_rope_pair_freq(rope, i0 + i, d);
             for (int64_t r = r0; r < r1; r++) {
 #pragma omp simd
                 for (int64_t i = 0; i < ni; i++) {
                     float c, s;
-                    bk_rope_sincos(pos[r], inv_freq[i], factor, &c, &s);
-                    cs[i] = c;
-                    sn[i] = s * sign;
+                    bk_rope_sincos(pos[r], freq[i], &c, &s);
+                    cs[i] = c * scale;
+                    sn[i] = s * scale * sign;
                 }
                 for (int64_t h = 0; h < H; h++) {
                     const float *x1 = x + r * row_len + h * d + i0; /* x[r, h, i0 + i] */
@@ -58,13 +59,13 @@ static bk_status rope_apply(const bk_queue *q, int64_t n, int64_t H, int64_t d, 
 }
 
 bk_status bk_rope_fwd(const bk_queue *q, int64_t n, int64_t H, int64_t d, const int64_t *pos,
-                      float theta, float factor, const float *x, float *out)
+                      const bk_rope *rope, const float *x, float *out)
 {
-    return rope_apply(q, n, H, d, pos, theta, factor, x, out, 1.0f);
+    return rope_apply(q, n, H, d, pos, rope, x, out, 1.0f);
 }
 
 bk_status bk_rope_bwd(const bk_queue *q, int64_t n, int64_t H, int64_t d, const int64_t *pos,
-                      float theta, float factor, const float *dy, float *dx)
+                      const bk_rope *rope, const float *dy, float *dx)
 {
-    return rope_apply(q, n, H, d, pos, theta, factor, dy, dx, -1.0f);
+    return rope_apply(q, n, H, d, pos, rope, dy, dx, -1.0f);
 }

@@ -73,7 +73,7 @@ bk_status BK_DEV_FN(rmsnorm_bwd)(const bk_queue *q, int64_t n, int64_t d, const 
                                  const float *w, const float *rstd, const float *dy, float *dx,
                                  float *dw);
 bk_status BK_DEV_FN(rope)(const bk_queue *q, int64_t n, int64_t H, int64_t d, const int64_t *pos,
-                          float theta, float factor, const float *x, float *out, float sign);
+                          bk_rope rope, const float *x, float *out, float sign);
 bk_status BK_DEV_FN(swiglu_fwd)(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
                                 const float *up, int64_t ld_in, float *out);
 bk_status BK_DEV_FN(swiglu_bwd)(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,

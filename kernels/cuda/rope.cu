@@ -12,15 +12,17 @@
 
 enum { ROPE_THREADS = 128 };
 
-__global__ void bk_rope_kernel(int64_t n, int64_t H, int64_t d, const int64_t *pos, float theta,
-                               float factor, const float *x, float *out, float sign)
+__global__ void bk_rope_kernel(int64_t n, int64_t H, int64_t d, const int64_t *pos, bk_rope rope,
+                               const float *x, float *out, float sign)
 {
     int64_t half = d / 2, row_len = H * d;
+    float scale = bk_rope_scale(&rope);
     for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
         for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
             float c, s;
-            bk_rope_sincos(pos[r], bk_rope_inv_freq(i, d, theta), factor, &c, &s);
-            s *= sign;
+            bk_rope_sincos(pos[r], bk_rope_pair_freq(&rope, i, d), &c, &s);
+            c *= scale;
+            s *= scale * sign;
             for (int64_t h = 0; h < H; h++) {
                 const float *xh = x + r * row_len + h * d; /* x[r, h, :] */
                 float *oh = out + r * row_len + h * d;
@@ -34,15 +36,15 @@ __global__ void bk_rope_kernel(int64_t n, int64_t H, int64_t d, const int64_t *p
 }
 
 extern "C" bk_status BK_DEV_FN(rope)(const bk_queue *q, int64_t n, int64_t H, int64_t d,
-                                     const int64_t *pos, float theta, float factor, const float *x,
-                                     float *out, float sign)
+                                     const int64_t *pos, bk_rope rope, const float *x, float *out,
+                                     float sign)
 {
     BK_CHECK_ARG(n >= 0 && H > 0 && d > 0 && d % 2 == 0);
     BK_CHECK_ARG(pos != NULL && x != NULL && out != NULL);
-    BK_CHECK_ARG(theta > 0.0f && factor > 0.0f);
+    BK_CHECK_ARG(bk_rope_valid(&rope));
     BK_DEV_PTRS(pos, x, out);
     if (n == 0) return BK_OK;
     unsigned blocks = (unsigned)(n < 65535 ? n : 65535);
     return BK_LAUNCH(bk_rope_kernel, dim3(blocks), dim3(ROPE_THREADS), 0, q->stream, n, H, d, pos,
-                     theta, factor, x, out, sign);
+                     rope, x, out, sign);
 }

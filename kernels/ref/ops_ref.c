@@ -53,18 +53,55 @@ void ref_rmsnorm_bwd(int64_t n, int64_t d, const double *x, const double *w, dou
     }
 }
 
-void ref_rope(int64_t n, int64_t H, int64_t d, const int64_t *pos, double theta, double factor,
+/* transformers' llama3: low frequencies divided by the factor, high ones
+ * kept, the medium band a mix weighted by where the wavelength falls. */
+static double ref_llama3(const bk_rope *r, double inv)
+{
+    double wavelen = 2.0 * M_PI / inv, old_len = r->original_max_positions;
+    double low_wavelen = old_len / r->low_freq_factor, high_wavelen = old_len / r->high_freq_factor;
+    double llama = wavelen > low_wavelen ? inv / r->factor : inv;
+    double smooth =
+        (old_len / wavelen - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+    double smoothed = (1.0 - smooth) * llama / r->factor + smooth * llama;
+    int medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+    return medium ? smoothed : llama;
+}
+
+/* transformers' yarn: find_correction_range, then a linear ramp. */
+static double ref_yarn(const bk_rope *r, int64_t i, int64_t d, double inv)
+{
+    double dim_fast =
+        d * log(r->original_max_positions / (r->beta_fast * 2.0 * M_PI)) / (2.0 * log(r->theta));
+    double dim_slow =
+        d * log(r->original_max_positions / (r->beta_slow * 2.0 * M_PI)) / (2.0 * log(r->theta));
+    double low = fmax(floor(dim_fast), 0.0), high = fmin(ceil(dim_slow), (double)(d - 1));
+    if (low == high) high += 0.001;
+    double ramp = fmin(fmax(((double)i - low) / (high - low), 0.0), 1.0);
+    double extrapolation = 1.0 - ramp;
+    return inv / r->factor * (1.0 - extrapolation) + inv * extrapolation;
+}
+
+static double ref_freq(const bk_rope *r, int64_t i, int64_t d)
+{
+    double inv = 1.0 / pow(r->theta, (double)(2 * i) / (double)d);
+    if (r->type == BK_ROPE_LINEAR) return inv / r->factor;
+    if (r->type == BK_ROPE_LLAMA3) return ref_llama3(r, inv);
+    if (r->type == BK_ROPE_YARN) return ref_yarn(r, i, d, inv);
+    return inv;
+}
+
+void ref_rope(int64_t n, int64_t H, int64_t d, const int64_t *pos, const bk_rope *r,
               const double *x, double sign, double *out)
 {
     int64_t half = d / 2;
-    for (int64_t r = 0; r < n; r++)
+    double scale = r->type == BK_ROPE_YARN ? r->attention_factor : 1.0;
+    for (int64_t r0 = 0; r0 < n; r0++)
         for (int64_t h = 0; h < H; h++) {
-            const double *xh = x + (r * H + h) * d;
-            double *oh = out + (r * H + h) * d;
+            const double *xh = x + (r0 * H + h) * d;
+            double *oh = out + (r0 * H + h) * d;
             for (int64_t i = 0; i < half; i++) {
-                double angle =
-                    sign * ((double)pos[r] / factor) * pow(theta, -2.0 * (double)i / (double)d);
-                double c = cos(angle), s = sin(angle);
+                double angle = sign * (double)pos[r0] * ref_freq(r, i, d);
+                double c = scale * cos(angle), s = scale * sin(angle);
                 double x1 = xh[i], x2 = xh[i + half];
                 oh[i] = x1 * c - x2 * s;
                 oh[i + half] = x1 * s + x2 * c;

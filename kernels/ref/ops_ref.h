@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "kernels/ops_math.h"
+
 /* C[m, n] = alpha op(A) op(B) + beta C; c_in (float, may hold NaN when beta = 0)
  * is read, c_out[m, n] (dense, double) written. trans flags are 0/1. */
 void ref_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const float *a,
@@ -20,8 +22,11 @@ void ref_rmsnorm_fwd(int64_t n, int64_t d, const double *x, const double *w, dou
 void ref_rmsnorm_bwd(int64_t n, int64_t d, const double *x, const double *w, double eps,
                      const double *dy, double *dx, double *dw);
 
-/* out[n, H, d]: half-split rotation by sign * (pos / factor) theta^(-2i/d). */
-void ref_rope(int64_t n, int64_t H, int64_t d, const int64_t *pos, double theta, double factor,
+/* out[n, H, d]: half-split rotation by sign * pos * freq_i, freq_i the
+ * frequency theta^(-2i/d) scaled as r->type says, written here from
+ * transformers' formulas (modeling_rope_utils), independently of ops_math.h;
+ * yarn scales cos and sin by its attention factor. */
+void ref_rope(int64_t n, int64_t H, int64_t d, const int64_t *pos, const bk_rope *r,
               const double *x, double sign, double *out);
 
 void ref_swiglu_fwd(int64_t n, const double *g, const double *u, double *out);

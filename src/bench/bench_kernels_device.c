@@ -261,7 +261,8 @@ static bk_status op_rmsnorm_bwd(const bk_queue *q, void *c)
 static bk_status op_rope_fwd(const bk_queue *q, void *c)
 {
     op_ctx *o = c; /* cols = H * 128: heads of 128 */
-    return bk_rope_fwd(q, o->rows, o->cols / 128, 128, o->tok, 5e5f, 1.0f, o->x, o->y);
+    const bk_rope rope = {.type = BK_ROPE_DEFAULT, .theta = 5e5, .factor = 1.0};
+    return bk_rope_fwd(q, o->rows, o->cols / 128, 128, o->tok, &rope, o->x, o->y);
 }
 static bk_status op_swiglu_fwd(const bk_queue *q, void *c)
 {

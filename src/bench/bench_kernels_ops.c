@@ -96,10 +96,11 @@ static int bench_bandwidth(FILE *out, int quick)
     row(out, "rmsnorm bwd", shape, t, 3 * fb);
 
     snprintf(shape, sizeof shape, "[%lld, %lld, %lld]", (long long)nr, (long long)H, (long long)hd);
-    rc |= bk_rope_fwd(&q, nr, H, hd, pos, 500000.0f, 1.0f, a, b) != BK_OK;
-    TIME_CALLS(tmin, t, bk_rope_fwd(&q, nr, H, hd, pos, 500000.0f, 1.0f, a, b));
+    const bk_rope rope = {.type = BK_ROPE_DEFAULT, .theta = 500000.0, .factor = 1.0};
+    rc |= bk_rope_fwd(&q, nr, H, hd, pos, &rope, a, b) != BK_OK;
+    TIME_CALLS(tmin, t, bk_rope_fwd(&q, nr, H, hd, pos, &rope, a, b));
     row(out, "rope fwd", shape, t, 2 * fb);
-    TIME_CALLS(tmin, t, bk_rope_bwd(&q, nr, H, hd, pos, 500000.0f, 1.0f, a, b));
+    TIME_CALLS(tmin, t, bk_rope_bwd(&q, nr, H, hd, pos, &rope, a, b));
     row(out, "rope bwd", shape, t, 2 * fb);
 
     snprintf(shape, sizeof shape, "[%lld, %lld]", (long long)n, (long long)d);

@@ -127,6 +127,7 @@ static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const device_names[] = {"cpu", "cuda", NULL};
 static const char *const matmul_names[] = {"auto", "bf16", "fp32", NULL};
 static const char *const intra_names[] = {"auto", "ucx", "nccl", NULL};
+static const char *const rope_type_names[] = {"default", "linear", "llama3", "yarn", NULL};
 
 /* clang-format off */
 #define AT(name) offsetof(train_config, name), sizeof(((train_config *)0)->name)
@@ -173,8 +174,22 @@ static const field fields[] = {
         "vocabulary size"),
     DBL("model", rope_theta, 0, 1, INFINITY, 0, PRESET, RESUME,
         "RoPE base"),
+    ENUM("model", rope_type, rope_type_names, "default", RESUME,
+        "RoPE scaling as Hugging Face names it: default (none), linear (positions / rope_scaling), llama3 or yarn (the frequencies rescaled by rope_scaling, see the rope_* keys)"),
     DBL("model", rope_scaling, 0, 1, INFINITY, 0, "1", RESUME,
-        "RoPE position interpolation factor (1: none)"),
+        "the RoPE scaling factor of linear, llama3 and yarn; with rope_type = default, a factor other than 1 means linear"),
+    DBL("model", rope_low_freq_factor, 0, 1, INFINITY, 0, "1", RESUME,
+        "llama3: wavelengths above rope_original_max_positions / this are interpolated"),
+    DBL("model", rope_high_freq_factor, 0, 1, INFINITY, 0, "4", RESUME,
+        "llama3: wavelengths below rope_original_max_positions / this are kept"),
+    DBL("model", rope_original_max_positions, 0, 1, INFINITY, 0, "8192", RESUME,
+        "llama3 and yarn: the context length the model was pretrained on"),
+    DBL("model", rope_beta_fast, 0, 1, INFINITY, 0, "32", RESUME,
+        "yarn: rotations in the original context below which a pair is interpolated"),
+    DBL("model", rope_beta_slow, 0, 1, INFINITY, 0, "1", RESUME,
+        "yarn: rotations in the original context above which a pair is kept"),
+    DBL("model", rope_attention_factor, 0, 0, INFINITY, 0, "0", RESUME,
+        "yarn: what cos and sin are multiplied by (0: 0.1 ln(rope_scaling) + 1)"),
     I64("model", max_seq, 1, PRESET, FREE,
         "the longest [data] seq_len this model may be trained on"),
     BOOL("model", tied_embeddings, PRESET, RESUME,
@@ -750,6 +765,41 @@ int train_config_set(train_config *c, const char *assignment, char *err, size_t 
 
 /* ---- the configuration as a whole ------------------------------------- */
 
+bk_rope train_config_rope(const train_config *c)
+{
+    static const bk_rope_type types[] = {BK_ROPE_DEFAULT, BK_ROPE_LINEAR, BK_ROPE_LLAMA3,
+                                         BK_ROPE_YARN};
+    bk_rope r = {.type = BK_ROPE_DEFAULT,
+                 .theta = c->rope_theta,
+                 .factor = c->rope_scaling,
+                 .low_freq_factor = c->rope_low_freq_factor,
+                 .high_freq_factor = c->rope_high_freq_factor,
+                 .original_max_positions = c->rope_original_max_positions,
+                 .beta_fast = c->rope_beta_fast,
+                 .beta_slow = c->rope_beta_slow,
+                 .attention_factor = c->rope_attention_factor};
+    for (int i = 0; rope_type_names[i]; i++)
+        if (strcmp(c->rope_type, rope_type_names[i]) == 0) r.type = types[i];
+    if (r.type == BK_ROPE_DEFAULT && r.factor != 1.0) r.type = BK_ROPE_LINEAR;
+    if (r.type == BK_ROPE_YARN && r.attention_factor == 0.0)
+        r.attention_factor = 0.1 * log(r.factor) + 1.0;
+    return r;
+}
+
+void train_config_set_rope(train_config *c, const bk_rope *r)
+{
+    static const char *const names[] = {"default", "linear", "llama3", "yarn"};
+    set_string(c->rope_type, sizeof c->rope_type, names[r->type]);
+    c->rope_theta = r->theta;
+    c->rope_scaling = r->type == BK_ROPE_DEFAULT ? 1.0 : r->factor;
+    c->rope_low_freq_factor = r->low_freq_factor;
+    c->rope_high_freq_factor = r->high_freq_factor;
+    c->rope_original_max_positions = r->original_max_positions;
+    c->rope_beta_fast = r->beta_fast;
+    c->rope_beta_slow = r->beta_slow;
+    c->rope_attention_factor = r->type == BK_ROPE_YARN ? r->attention_factor : 0.0;
+}
+
 recall_shape train_config_recall(const train_config *c)
 {
     return (recall_shape){.seq_len = c->seq_len, .pairs = c->recall_pairs,
@@ -821,6 +871,13 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
         return bu_fail(err, err_len,
                        "[model] d_model / n_heads = %d: the head dimension must be a multiple of 8",
                        c->d_model / c->n_heads);
+    if (strcmp(c->rope_type, "llama3") == 0 && c->rope_high_freq_factor <= c->rope_low_freq_factor)
+        return bu_fail(err, err_len,
+                       "[model] rope_high_freq_factor = %g must exceed rope_low_freq_factor = %g",
+                       c->rope_high_freq_factor, c->rope_low_freq_factor);
+    if (strcmp(c->rope_type, "yarn") == 0 && c->rope_theta <= 1.0)
+        return bu_fail(err, err_len, "[model] rope_theta = %g: yarn needs a base above 1",
+                       c->rope_theta);
 
     if (!plan_device(c->device) && strcmp(c->matmul, "bf16") == 0)
         return bu_fail(err, err_len,

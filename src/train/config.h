@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kernels/ops_math.h"
 #include "src/train/data/recall.h"
 
 enum { TRAIN_CONFIG_MAX_KEYS = 96 };
@@ -23,7 +24,13 @@ typedef struct {
     int d_ff;               /* SwiGLU hidden size */
     int vocab;
     double rope_theta;
-    double rope_scaling;    /* position interpolation factor (1 = none) */
+    char rope_type[8];   /* default | linear | llama3 | yarn (kernels/ops_math.h) */
+    double rope_scaling; /* the factor of linear, llama3, yarn (with rope_type default,
+                          * a factor other than 1 is linear) */
+    double rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
+    double rope_original_max_positions;                 /* llama3, yarn */
+    double rope_beta_fast, rope_beta_slow;              /* yarn */
+    double rope_attention_factor;                       /* yarn; 0: 0.1 ln(factor) + 1 */
     int64_t max_seq;
     int tied_embeddings;    /* LM head shares the embedding matrix */
     double init_std;
@@ -107,6 +114,11 @@ int train_config_set(train_config *c, const char *assignment, char *err, size_t 
  * dp * cp = world, sequence length compatible with the layout and the ranks,
  * and so on. Returns 0 or -1 with a message naming the key. */
 int train_config_validate(const train_config *c, int world_size, char *err, size_t err_len);
+/* The RoPE of [model] rope_* (rope_type default with a factor other than 1
+ * is linear; yarn's attention factor 0 is 0.1 ln(factor) + 1). */
+bk_rope train_config_rope(const train_config *c);
+/* The rope_* keys of c set to r's values. */
+void train_config_set_rope(train_config *c, const bk_rope *r);
 /* The shape of the recall task ([data] recall_* and seq_len). */
 recall_shape train_config_recall(const train_config *c);
 /* The effective configuration as INI text (loads back to the same values). */

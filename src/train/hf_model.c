@@ -110,35 +110,100 @@ static int check_kind(json_t *root, const char *file, hf_config *c, char *err, s
                : 0;
 }
 
+/* A number of the RoPE parameters (named "KEY.name" in messages): def when
+ * absent (def < 0: required), refused unless positive. */
+static int rope_real(json_t *params, const char *file, const char *key, const char *name,
+                     double def, double *out, char *err, size_t err_len)
+{
+    json_t *v = json_object_get(params, name);
+    if (!v || json_is_null(v)) {
+        if (def < 0) return bu_fail(err, err_len, "%s: %s has no %s", file, key, name);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_number(v) || !(json_number_value(v) > 0))
+        return bu_fail(err, err_len, "%s: %s.%s is not a positive number", file, key, name);
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int read_llama3(json_t *p, const char *file, const char *key, bk_rope *r, char *err,
+                       size_t err_len)
+{
+    r->type = BK_ROPE_LLAMA3;
+    return rope_real(p, file, key, "low_freq_factor", -1, &r->low_freq_factor, err, err_len) ||
+                   rope_real(p, file, key, "high_freq_factor", -1, &r->high_freq_factor, err,
+                             err_len) ||
+                   rope_real(p, file, key, "original_max_position_embeddings", -1,
+                             &r->original_max_positions, err, err_len)
+               ? -1
+               : 0;
+}
+
+/* yarn, as transformers computes it: the ramp over the context of
+ * max_position_embeddings (or of original_max_position_embeddings, which
+ * later transformers read, where the two agree on the factor). */
+static int read_yarn(json_t *p, const char *file, const char *key, bk_rope *r, char *err,
+                     size_t err_len)
+{
+    r->type = BK_ROPE_YARN;
+    double max_positions = r->original_max_positions;
+    if (json_object_get(p, "mscale") || json_object_get(p, "mscale_all_dim"))
+        return bu_fail(err, err_len, "%s: %s.mscale: DeepSeek's yarn variant is not computed", file,
+                       key);
+    if (rope_real(p, file, key, "beta_fast", 32, &r->beta_fast, err, err_len) ||
+        rope_real(p, file, key, "beta_slow", 1, &r->beta_slow, err, err_len) ||
+        rope_real(p, file, key, "attention_factor", 0.1 * log(r->factor) + 1.0,
+                  &r->attention_factor, err, err_len) ||
+        rope_real(p, file, key, "original_max_position_embeddings", max_positions,
+                  &r->original_max_positions, err, err_len))
+        return -1;
+    if (r->original_max_positions != max_positions &&
+        fabs(max_positions / r->original_max_positions - r->factor) > 1e-9 * r->factor)
+        return bu_fail(err, err_len,
+                       "%s: %s.original_max_position_embeddings = %g with max_position_embeddings "
+                       "%g and factor %g: transformers versions read this yarn differently",
+                       file, key, r->original_max_positions, max_positions, r->factor);
+    return 0;
+}
+
 /* rope_theta and the scaling: rope_scaling (transformers 4) or
- * rope_parameters (5); default and linear are computed, the others refused
- * so that a model is never silently computed with another RoPE. */
-static int read_rope(json_t *root, const char *file, hf_config *c, char *err, size_t err_len)
+ * rope_parameters (5). default, linear, llama3 and yarn are computed; any
+ * other is refused, so that a model is never silently computed with
+ * another RoPE. */
+static int read_rope(json_t *root, const char *file, int64_t max_positions, bk_rope *r, char *err,
+                     size_t err_len)
 {
     json_t *params = json_object_get(root, "rope_parameters");
     const char *key = "rope_parameters";
     if (!params || json_is_null(params))
         params = json_object_get(root, "rope_scaling"), key = "rope_scaling";
-    double theta = 0;
-    if (real_key(root, file, "rope_theta", 10000.0, &theta, err, err_len) != 0) return -1;
-    if (json_is_object(params) && json_object_get(params, "rope_theta") &&
-        real_key(params, file, "rope_parameters.rope_theta", theta, &theta, err, err_len) != 0)
-        return -1;
-    c->rope_theta = theta;
-    c->rope_scaling = 1.0;
+    *r = (bk_rope){.type = BK_ROPE_DEFAULT,
+                   .factor = 1,
+                   .low_freq_factor = 1,
+                   .high_freq_factor = 4,
+                   .original_max_positions = (double)max_positions,
+                   .beta_fast = 32,
+                   .beta_slow = 1,
+                   .attention_factor = 1};
+    if (real_key(root, file, "rope_theta", 10000.0, &r->theta, err, err_len) != 0) return -1;
     if (!params || json_is_null(params)) return 0;
     if (!json_is_object(params)) return bu_fail(err, err_len, "%s: %s is not an object", file, key);
+    if (rope_real(params, file, key, "rope_theta", r->theta, &r->theta, err, err_len) != 0)
+        return -1;
     const char *type = json_string_value(json_object_get(params, "rope_type"));
     if (!type) type = json_string_value(json_object_get(params, "type"));
     if (!type || strcmp(type, "default") == 0) return 0;
-    if (strcmp(type, "linear") != 0)
+    int known = !strcmp(type, "linear") || !strcmp(type, "llama3") || !strcmp(type, "yarn");
+    if (!known)
         return bu_fail(err, err_len,
-                       "%s: %s.rope_type = '%s': burstengine computes default and linear RoPE only",
+                       "%s: %s.rope_type = '%s': burstengine computes default, linear, llama3 "
+                       "and yarn RoPE",
                        file, key, type);
-    double factor = 1;
-    if (real_key(params, file, "factor", 1.0, &factor, err, err_len) != 0) return -1;
-    c->rope_scaling = factor;
-    return 0;
+    if (rope_real(params, file, key, "factor", -1, &r->factor, err, err_len) != 0) return -1;
+    if (strcmp(type, "linear") == 0) return (r->type = BK_ROPE_LINEAR), 0;
+    return strcmp(type, "llama3") == 0 ? read_llama3(params, file, key, r, err, err_len)
+                                       : read_yarn(params, file, key, r, err, err_len);
 }
 
 static int read_dims(json_t *root, const char *file, hf_config *c, char *err, size_t err_len)
@@ -178,10 +243,7 @@ static int read_dims(json_t *root, const char *file, hf_config *c, char *err, si
                       .norm_eps = (float)eps};
     c->max_positions = maxpos;
     c->norm_eps = eps;
-    if (read_rope(root, file, c, err, err_len) != 0) return -1;
-    d->rope_theta = (float)c->rope_theta;
-    d->rope_scaling = (float)c->rope_scaling;
-    return 0;
+    return read_rope(root, file, maxpos, &d->rope, err, err_len);
 }
 
 /* A token id key (an integer, or a list whose first is taken); -1 when absent. */
@@ -463,21 +525,42 @@ static int write_json(const char *file, json_t *j, char *err, size_t err_len)
     return rc;
 }
 
+/* rope_scaling as transformers reads it: null, or the type and its
+ * parameters. yarn's context goes in max_position_embeddings, which every
+ * transformers version reads for it (see read_yarn). */
+static json_t *rope_json(const bk_rope *r)
+{
+    switch (r->type) {
+    case BK_ROPE_LINEAR:
+        return json_pack("{s:s, s:f}", "rope_type", "linear", "factor", r->factor);
+    case BK_ROPE_LLAMA3:
+        return json_pack("{s:s, s:f, s:f, s:f, s:I}", "rope_type", "llama3", "factor", r->factor,
+                         "low_freq_factor", r->low_freq_factor, "high_freq_factor",
+                         r->high_freq_factor, "original_max_position_embeddings",
+                         (json_int_t)r->original_max_positions);
+    case BK_ROPE_YARN:
+        return json_pack("{s:s, s:f, s:f, s:f, s:f}", "rope_type", "yarn", "factor", r->factor,
+                         "beta_fast", r->beta_fast, "beta_slow", r->beta_slow, "attention_factor",
+                         r->attention_factor);
+    default:
+        return json_null();
+    }
+}
+
 static json_t *config_json(const model_layout *m, const hf_write_opts *o)
 {
     const model_dims *d = &m->dims;
-    json_t *scaling = d->rope_scaling == 1.0f ? json_null()
-                                              : json_pack("{s:s, s:f}", "rope_type", "linear",
-                                                          "factor", (double)d->rope_scaling);
+    int64_t max_positions =
+        d->rope.type == BK_ROPE_YARN ? (int64_t)d->rope.original_max_positions : o->max_positions;
     return json_pack(
         "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:b, s:I, "
         "s:s, s:b, s:b, s:s, s:f, s:b}",
         "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_size", d->d_model,
         "intermediate_size", d->d_ff, "num_hidden_layers", d->layers, "num_attention_heads",
         d->n_heads, "num_key_value_heads", d->n_kv_heads, "head_dim", d->head_dim, "vocab_size",
-        d->vocab, "rms_norm_eps", (double)d->norm_eps, "rope_theta", (double)d->rope_theta,
-        "rope_scaling", scaling, "tie_word_embeddings", d->tied, "max_position_embeddings",
-        (json_int_t)o->max_positions, "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0,
+        d->vocab, "rms_norm_eps", (double)d->norm_eps, "rope_theta", d->rope.theta, "rope_scaling",
+        rope_json(&d->rope), "tie_word_embeddings", d->tied, "max_position_embeddings",
+        (json_int_t)max_positions, "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0,
         "torch_dtype", o->bf16 ? "bfloat16" : "float32", "initializer_range", 0.02, "use_cache", 1);
 }
 

@@ -27,8 +27,7 @@
 /* What config.json says that we represent. */
 typedef struct {
     model_dims dims;
-    double rope_theta, rope_scaling,
-        norm_eps;                       /* as config.json gives them (dims rounds to float) */
+    double norm_eps;                    /* as config.json gives it (dims rounds to float) */
     int64_t max_positions;              /* max_position_embeddings */
     int64_t bos_token_id, eos_token_id; /* -1 when absent */
     char model_type[16];                /* llama | mistral */

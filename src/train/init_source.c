@@ -19,8 +19,7 @@ model_dims model_dims_of(const train_config *c)
                         .d_ff = c->d_ff,
                         .vocab = c->vocab,
                         .tied = c->tied_embeddings,
-                        .rope_theta = (float)c->rope_theta,
-                        .rope_scaling = (float)c->rope_scaling,
+                        .rope = train_config_rope(c),
                         .norm_eps = (float)c->norm_eps};
 }
 
@@ -90,8 +89,7 @@ static int hf_source_config(const init_source *s, train_config *out, int64_t *ma
     out->d_ff = d->d_ff;
     out->vocab = d->vocab;
     out->tied_embeddings = d->tied;
-    out->rope_theta = h.rope_theta;
-    out->rope_scaling = h.rope_scaling;
+    train_config_set_rope(out, &d->rope);
     out->norm_eps = h.norm_eps;
     if (max_positions) *max_positions = h.max_positions;
     return 0;

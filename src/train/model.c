@@ -643,10 +643,8 @@ static bt_status attention_inputs(model_runner *r, int l, const float *x_in)
     CHECK_KERNEL(mm(r, r->a, n, D, o->wq, r->QD, r->q, 0));
     CHECK_KERNEL(mm(r, r->a, n, D, o->wk, r->KD, r->k, 0));
     CHECK_KERNEL(mm(r, r->a, n, D, o->wv, r->KD, r->v, 0));
-    CHECK_KERNEL(bk_rope_fwd(q, n, d->n_heads, d->head_dim, r->pos, d->rope_theta, d->rope_scaling,
-                             r->q, r->q));
-    CHECK_KERNEL(bk_rope_fwd(q, n, d->n_kv_heads, d->head_dim, r->pos, d->rope_theta,
-                             d->rope_scaling, r->k, r->k));
+    CHECK_KERNEL(bk_rope_fwd(q, n, d->n_heads, d->head_dim, r->pos, &d->rope, r->q, r->q));
+    CHECK_KERNEL(bk_rope_fwd(q, n, d->n_kv_heads, d->head_dim, r->pos, &d->rope, r->k, r->k));
     return BT_OK;
 }
 
@@ -876,10 +874,8 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params, f
         stats->attn_bwd_s += rs.total_s;
         stats->attn_wait_s += rs.wait_s;
         if (st != BT_OK) break;
-        CHECK_KERNEL(bk_rope_bwd(q, n, d->n_heads, d->head_dim, r->pos, d->rope_theta,
-                                 d->rope_scaling, r->dq, r->dq));
-        CHECK_KERNEL(bk_rope_bwd(q, n, d->n_kv_heads, d->head_dim, r->pos, d->rope_theta,
-                                 d->rope_scaling, r->dk, r->dk));
+        CHECK_KERNEL(bk_rope_bwd(q, n, d->n_heads, d->head_dim, r->pos, &d->rope, r->dq, r->dq));
+        CHECK_KERNEL(bk_rope_bwd(q, n, d->n_kv_heads, d->head_dim, r->pos, &d->rope, r->dk, r->dk));
         /* Q/K/V projections and the attention norm */
         CHECK_KERNEL(mm_grad_weight(r, r->a, n, D, r->dq, QD, G + o->wq));
         CHECK_KERNEL(mm_grad_weight(r, r->a, n, D, r->dk, KD, G + o->wk));

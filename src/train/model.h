@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels_common.h"
+#include "kernels/ops_math.h"
 #include "src/train/lm_head.h"
 #include "src/attn/ring.h"
 #include "src/train/plan.h"
@@ -26,7 +27,8 @@
 typedef struct {
     int layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab;
     int tied;
-    float rope_theta, rope_scaling, norm_eps;
+    bk_rope rope;
+    float norm_eps;
 } model_dims;
 
 /* Offsets (in floats) of every tensor in the flat parameter buffer. Matrices

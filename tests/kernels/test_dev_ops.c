@@ -24,6 +24,7 @@
 #include "kernels/bf16.h"
 #include "kernels/ref/ops_ref.h"
 #include "tests/kernels/dev_util.h"
+#include "tests/lib/rope_cases.h"
 #include "tests/lib/arrays.h"
 #include "tests/lib/check_main.h"
 #include "tests/lib/close.h"
@@ -96,23 +97,25 @@ START_TEST(rope_matches_reference)
         int64_t *pos = test_alloc((size_t)n * sizeof(int64_t), 1);
         for (int64_t r = 0; r < n; r++) pos[r] = (int64_t)(bu_rng_next(&rs) % 2000000); /* zigzag-like */
         pos[0] = 0;
-        float theta = s % 2 ? 500000.0f : 10000.0f, factor = s % 3 == 2 ? 4.0f : 1.0f;
+        bk_rope rope = test_rope((int)s, s % 2 ? 500000.0 : 10000.0); /* each scaling */
         float *x = test_rand_f(&rs, len, -1, 1), *y = test_alloc((size_t)len * 4, 1);
         double *xd = test_to_d(x, len), *yr = test_alloc((size_t)len * 8, 1), *dxr = test_alloc((size_t)len * 8, 1);
-        ref_rope(n, H, d, pos, theta, factor, xd, 1.0, yr);
-        ref_rope(n, H, d, pos, theta, factor, xd, -1.0, dxr);
+        ref_rope(n, H, d, pos, &rope, xd, 1.0, yr);
+        ref_rope(n, H, d, pos, &rope, xd, -1.0, dxr);
         int64_t *gp = PUT(pos, n);
         float *gx = PUT(x, len), *gy = PUT(x, len);
-        ck_assert_int_eq(bk_rope_fwd(&q, n, H, d, gp, theta, factor, gx, gy), BK_OK);
+        ck_assert_int_eq(bk_rope_fwd(&q, n, H, d, gp, &rope, gx, gy), BK_OK);
         GET(y, gy, len);
         test_assert_close("rope fwd", y, yr, len, 2e-6, 1e-5);
-        ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, gp, theta, factor, gx, gy), BK_OK);
+        ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, gp, &rope, gx, gy), BK_OK);
         GET(y, gy, len);
         test_assert_close("rope bwd", y, dxr, len, 2e-6, 1e-5);
-        /* in place, and the backward undoes the forward */
-        ck_assert_int_eq(bk_rope_fwd(&q, n, H, d, gp, theta, factor, gx, gx), BK_OK);
-        ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, gp, theta, factor, gx, gx), BK_OK);
+        /* in place, and the backward undoes the forward (times yarn's scale squared) */
+        ck_assert_int_eq(bk_rope_fwd(&q, n, H, d, gp, &rope, gx, gx), BK_OK);
+        ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, gp, &rope, gx, gx), BK_OK);
         GET(y, gx, len);
+        double s2 = (double)bk_rope_scale(&rope) * bk_rope_scale(&rope);
+        for (int64_t i = 0; i < len; i++) xd[i] *= s2;
         test_assert_close("rope bwd(fwd(x))", y, xd, len, 4e-6, 1e-5);
         dev_free(gp), dev_free(gx), dev_free(gy);
         free(pos), free(x), free(y), free(xd), free(yr), free(dxr);
@@ -789,7 +792,8 @@ START_TEST(invalid_arguments_are_refused)
     ck_assert_int_eq(bk_rmsnorm_fwd(NULL, 1, 4, g, g, 1e-5f, g, NULL), BK_ERR_ARG);
     ck_assert_int_eq(bk_rmsnorm_fwd(&q, -1, 4, g, g, 1e-5f, g, NULL), BK_ERR_ARG);
     ck_assert_int_eq(bk_rmsnorm_bwd(&q, 1, 4, g, g, NULL, g, g, g), BK_ERR_ARG);
-    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 3, (const int64_t *)g, 1e4f, 1.0f, g, g), BK_ERR_ARG);
+    const bk_rope rope = test_rope(0, 1e4);
+    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 3, (const int64_t *)g, &rope, g, g), BK_ERR_ARG);
     ck_assert_int_eq(bk_swiglu_fwd(&q, 1, 4, g, g, 3, g), BK_ERR_ARG);
     ck_assert_int_eq(bk_scale(&q, 4, NULL, 1.0f), BK_ERR_ARG);
     ck_assert_int_eq(

@@ -13,6 +13,7 @@
 #include "kernels/arena.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ops_ref.h"
+#include "tests/lib/rope_cases.h"
 #include "tests/lib/arrays.h"
 #include "tests/lib/check_main.h"
 #include "tests/lib/close.h"
@@ -89,10 +90,10 @@ START_TEST(rope_sincos_is_accurate)
     for (int it = 0; it < 200000; it++) {
         int64_t pos = it < 1000 ? it : (int64_t)(bu_rng_next(&rng) % 2147483648ull);
         int64_t i = (int64_t)(bu_rng_next(&rng) % 64);
-        double inv = bk_rope_inv_freq(i, 128, 500000.0), factor = it % 2 ? 1.0 : 8.0;
-        double angle = ((double)pos / factor) * inv;
+        double freq = bk_rope_inv_freq(i, 128, 500000.0) / (it % 2 ? 1.0 : 8.0);
+        double angle = (double)pos * freq;
         float c, s;
-        bk_rope_sincos(pos, inv, factor, &c, &s);
+        bk_rope_sincos(pos, freq, &c, &s);
         double e = fmax(fabs(c - cos(angle)), fabs(s - sin(angle)));
         if (e > worst) worst = e;
     }
@@ -334,23 +335,28 @@ START_TEST(rope_matches_reference)
         /* global positions of a zigzag shard: far apart, up to ~2M */
         for (int64_t r = 0; r < n; r++) pos[r] = (int64_t)(bu_rng_next(&rng) % 2000000);
         pos[0] = 0;
-        float theta = s % 2 ? 500000.0f : 10000.0f, factor = s % 3 == 2 ? 4.0f : 1.0f;
-        float *x = test_rand_f(&rng, len, -1, 1), *y = test_rand_f(&rng, len, 0, 1),
-              *dx = test_rand_f(&rng, len, 0, 1);
-        double *xd = test_to_d(x, len), *yr = test_zeros_d(len), *dxr = test_zeros_d(len);
-        ref_rope(n, H, d, pos, theta, factor, xd, 1.0, yr);
-        ref_rope(n, H, d, pos, theta, factor, xd, -1.0, dxr);
-        ck_assert_int_eq(bk_rope_fwd(&q, n, H, d, pos, theta, factor, x, y), BK_OK);
-        test_assert_close("rope fwd", y, yr, len, 2e-6, 1e-5);
-        ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, pos, theta, factor, x, dx), BK_OK);
-        test_assert_close("rope bwd", dx, dxr, len, 2e-6, 1e-5);
-        /* in place, and backward undoes forward */
-        float *xi = test_copy_f(x, len);
-        ck_assert_int_eq(bk_rope_fwd(&q, n, H, d, pos, theta, factor, xi, xi), BK_OK);
-        test_assert_close("rope fwd in place", xi, yr, len, 2e-6, 1e-5);
-        ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, pos, theta, factor, xi, xi), BK_OK);
-        test_assert_close("rope bwd(fwd(x))", xi, xd, len, 4e-6, 1e-5);
-        free(pos), free(x), free(y), free(dx), free(xd), free(yr), free(dxr), free(xi);
+        for (int k = 0; k < 4; k++) { /* default, linear, llama3, yarn */
+            bk_rope rope = test_rope(k, s % 2 ? 500000.0 : 10000.0);
+            float *x = test_rand_f(&rng, len, -1, 1), *y = test_rand_f(&rng, len, 0, 1),
+                  *dx = test_rand_f(&rng, len, 0, 1);
+            double *xd = test_to_d(x, len), *yr = test_zeros_d(len), *dxr = test_zeros_d(len);
+            ref_rope(n, H, d, pos, &rope, xd, 1.0, yr);
+            ref_rope(n, H, d, pos, &rope, xd, -1.0, dxr);
+            ck_assert_int_eq(bk_rope_fwd(&q, n, H, d, pos, &rope, x, y), BK_OK);
+            test_assert_close("rope fwd", y, yr, len, 2e-6, 1e-5);
+            ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, pos, &rope, x, dx), BK_OK);
+            test_assert_close("rope bwd", dx, dxr, len, 2e-6, 1e-5);
+            /* in place, and backward undoes forward (times yarn's scale squared) */
+            float *xi = test_copy_f(x, len);
+            ck_assert_int_eq(bk_rope_fwd(&q, n, H, d, pos, &rope, xi, xi), BK_OK);
+            test_assert_close("rope fwd in place", xi, yr, len, 2e-6, 1e-5);
+            ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, pos, &rope, xi, xi), BK_OK);
+            double s2 = (double)bk_rope_scale(&rope) * bk_rope_scale(&rope);
+            for (int64_t i = 0; i < len; i++) xd[i] *= s2;
+            test_assert_close("rope bwd(fwd(x))", xi, xd, len, 4e-6, 1e-5);
+            free(x), free(y), free(dx), free(xd), free(yr), free(dxr), free(xi);
+        }
+        free(pos);
     }
 }
 END_TEST
@@ -361,7 +367,8 @@ START_TEST(rope_pairs_are_half_split)
     bk_queue q = bk_host_queue();
     int64_t pos = 1;
     float x[4] = {1, 0, 0, 0}, y[4];
-    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 4, &pos, 1.0f, 1.0f, x, y), BK_OK);
+    const bk_rope unit = {.type = BK_ROPE_DEFAULT, .theta = 1.0, .factor = 1.0};
+    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 4, &pos, &unit, x, y), BK_OK);
     ck_assert_float_eq_tol(y[0], cosf(1.0f), 1e-6f);
     ck_assert_float_eq_tol(y[2], sinf(1.0f), 1e-6f);
     ck_assert_float_eq_tol(y[1], 0.0f, 1e-7f);
@@ -372,7 +379,7 @@ END_TEST
 typedef struct {
     int64_t n, H, d;
     const int64_t *pos;
-    double theta, factor;
+    bk_rope rope;
     const double *r;
 } rope_ctx;
 
@@ -381,7 +388,7 @@ static double rope_loss(const double *x, const void *p)
     const rope_ctx *c = p;
     int64_t len = c->n * c->H * c->d;
     double *y = test_zeros_d(len);
-    ref_rope(c->n, c->H, c->d, c->pos, c->theta, c->factor, x, 1.0, y);
+    ref_rope(c->n, c->H, c->d, c->pos, &c->rope, x, 1.0, y);
     double l = dot_d(y, c->r, len);
     free(y);
     return l;
@@ -395,9 +402,9 @@ START_TEST(rope_backward_finite_differences)
     float *x = test_rand_f(&rng, len, -1, 1), *dy = test_rand_f(&rng, len, -1, 1),
           *dx = test_rand_f(&rng, len, 0, 1);
     double *xd = test_to_d(x, len), *rd = test_to_d(dy, len), *g = test_zeros_d(len);
-    rope_ctx c = {n, H, d, pos, 10000.0, 2.0, rd};
+    rope_ctx c = {n, H, d, pos, test_rope(3, 10000.0), rd}; /* yarn: a ramp and a scale */
     fd_grad(rope_loss, &c, xd, len, g);
-    ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, pos, 10000.0f, 2.0f, dy, dx), BK_OK);
+    ck_assert_int_eq(bk_rope_bwd(&q, n, H, d, pos, &c.rope, dy, dx), BK_OK);
     test_assert_close("rope dx vs fd", dx, g, len, 1e-5, 1e-4);
     free(x), free(dy), free(dx), free(xd), free(rd), free(g);
 }
@@ -855,13 +862,21 @@ START_TEST(invalid_arguments_are_rejected)
     ck_assert_int_eq(bk_rmsnorm_fwd(&q, 1, 0, buf, buf, 1e-5f, out, NULL), BK_ERR_ARG);
     ck_assert_int_eq(bk_rmsnorm_fwd(&q, 1, 4, buf, NULL, 1e-5f, out, NULL), BK_ERR_ARG);
     ck_assert_int_eq(bk_rmsnorm_bwd(&q, 1, 4, buf, buf, NULL, buf, out, out), BK_ERR_ARG);
-    /* RoPE: odd d, zero heads, NULL positions, bad theta / factor */
-    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 5, pos, 1e4f, 1.0f, buf, out), BK_ERR_ARG);
-    ck_assert_int_eq(bk_rope_bwd(&q, 1, 1, 3, pos, 1e4f, 1.0f, buf, out), BK_ERR_ARG);
-    ck_assert_int_eq(bk_rope_fwd(&q, 1, 0, 4, pos, 1e4f, 1.0f, buf, out), BK_ERR_ARG);
-    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 4, NULL, 1e4f, 1.0f, buf, out), BK_ERR_ARG);
-    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 4, pos, 0.0f, 1.0f, buf, out), BK_ERR_ARG);
-    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 4, pos, 1e4f, -1.0f, buf, out), BK_ERR_ARG);
+    /* RoPE: odd d, zero heads, NULL positions, bad theta / factor / llama3 bands / yarn base */
+    bk_rope rope = test_rope(0, 1e4);
+    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 5, pos, &rope, buf, out), BK_ERR_ARG);
+    ck_assert_int_eq(bk_rope_bwd(&q, 1, 1, 3, pos, &rope, buf, out), BK_ERR_ARG);
+    ck_assert_int_eq(bk_rope_fwd(&q, 1, 0, 4, pos, &rope, buf, out), BK_ERR_ARG);
+    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 4, NULL, &rope, buf, out), BK_ERR_ARG);
+    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 4, pos, NULL, buf, out), BK_ERR_ARG);
+    rope.theta = 0.0;
+    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 4, pos, &rope, buf, out), BK_ERR_ARG);
+    rope = test_rope(1, 1e4), rope.factor = -1.0;
+    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 4, pos, &rope, buf, out), BK_ERR_ARG);
+    rope = test_rope(2, 1e4), rope.high_freq_factor = rope.low_freq_factor;
+    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 4, pos, &rope, buf, out), BK_ERR_ARG);
+    rope = test_rope(3, 1.0);
+    ck_assert_int_eq(bk_rope_fwd(&q, 1, 1, 4, pos, &rope, buf, out), BK_ERR_ARG);
     /* SwiGLU: ld_in < cols, NULL */
     ck_assert_int_eq(bk_swiglu_fwd(&q, 2, 4, buf, buf, 3, out), BK_ERR_ARG);
     ck_assert_int_eq(bk_swiglu_bwd(&q, 2, 4, buf, buf, 4, NULL, out, out), BK_ERR_ARG);

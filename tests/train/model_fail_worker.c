@@ -110,9 +110,16 @@ int main(void)
             failures++;
         }
 
-    model_dims dims = {.layers = 1, .d_model = 32, .n_heads = 2, .n_kv_heads = 1,
-                       .head_dim = 16, .d_ff = 48, .vocab = 23, .tied = 0,
-                       .rope_theta = 10000, .rope_scaling = 1, .norm_eps = 1e-5f};
+    model_dims dims = {.layers = 1,
+                       .d_model = 32,
+                       .n_heads = 2,
+                       .n_kv_heads = 1,
+                       .head_dim = 16,
+                       .d_ff = 48,
+                       .vocab = 23,
+                       .tied = 0,
+                       .rope = {.type = BK_ROPE_DEFAULT, .theta = 10000, .factor = 1},
+                       .norm_eps = 1e-5f};
     model_layout m;
     if (model_layout_init(&m, &dims) != 0) worker_exit(BT_ERR_SYS, "out of memory");
     seq_layout layout;

@@ -4,7 +4,8 @@
 #   import: `burst eval` of a Hugging Face folder, and of the checkpoint
 #     `burst convert` makes of it, on 1 rank and on cp = 4 (zigzag, 2 emulated
 #     nodes), gives transformers' NLL within 1e-4 relative: untied GQA 1:1 in
-#     fp32, tied GQA 4:1 in bf16 with linear RoPE scaling and another theta;
+#     fp32, tied GQA 4:1 in bf16 with linear RoPE scaling and another theta,
+#     llama3 and yarn RoPE (GQA 2:1, untied and tied);
 #     the comparison has teeth: a wrong theta moves the NLL past it;
 #   export: 3 steps trained from the import, exported in fp32 and in bf16
 #     shards, load in transformers with every key used; the fp32 export's NLL is
@@ -46,6 +47,10 @@ expect() {
 # close A B TOL: |A - B| <= TOL |B|
 close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d;
     m = b < 0 ? -b : b; exit !(d <= t * m) }'; }
+agree_not() {
+    if close "$2" "$3" 1e-3; then fail "$1: $2 agrees with $3 (tolerance 1e-3)"
+    else echo "ok: $1 differs: $2, not $3"; fi
+}
 SEQ=64 SAMPLES=6
 oracle() { "$PY" "$O" nll "$1" t.npy --seq $SEQ --samples $SAMPLES | sed 's/.*"nll": \([^,]*\),.*/\1/'; }
 # burst_nll MODEL [RANKS ARGS...]: burst eval's NLL
@@ -68,9 +73,16 @@ dims="--vocab 96 --hidden 64 --layers 2 --heads 4 --ff 96"
 "$PY" "$O" make a $dims --kv 4 || fail "make a"
 "$PY" "$O" make b $dims --kv 1 --tied --dtype bfloat16 --theta 500 \
     --rope-scaling '{"rope_type": "linear", "factor": 4.0}' || fail "make b"
+# llama3 and yarn over a 64-token original context: every band of llama3 and
+# yarn's ramp hold pairs of a 16-wide head at the lengths evaluated
+"$PY" "$O" make c $dims --kv 2 --rope-scaling '{"rope_type": "llama3", "factor": 8.0,
+    "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}' ||
+    fail "make c"
+"$PY" "$O" make d $dims --kv 2 --tied --max-pos 64 \
+    --rope-scaling '{"rope_type": "yarn", "factor": 4.0}' || fail "make d"
 
 # ---- import
-for m in a b; do
+for m in a b c d; do
     want=$(oracle $m)
     agree "$m, Hugging Face folder, 1 rank" "$want" "$(burst_nll $m 1)" 1e-4
     expect 0 "burst convert: $m -> ck-$m" "$BURST" convert --from hf --to burst $m ck-$m
@@ -79,8 +91,11 @@ for m in a b; do
     agree "$m, checkpoint step-0, cp 4 on 2 nodes" "$want" \
         "$(burst_nll ck-$m/step-0 4 --set parallel.layout=zigzag)" 1e-4
 done
-wrong=$(burst_nll a 1 --set model.rope_theta=20000)
-! close "$wrong" "$(oracle a)" 1e-3 || fail "a wrong theta still agrees ($wrong): the check has no teeth"
+agree_not "a at another theta" "$(burst_nll a 1 --set model.rope_theta=20000)" "$(oracle a)"
+
+# the scalings matter: each model evaluated without its own differs
+agree_not "c without llama3" "$(burst_nll c 1 --set model.rope_type=default --set model.rope_scaling=1)" "$(oracle c)"
+agree_not "d without yarn" "$(burst_nll d 1 --set model.rope_type=default --set model.rope_scaling=1)" "$(oracle d)"
 
 # ---- export
 expect 0 "checkpoint: run/step-3" "$BURST" train --set model.init_from=ck-a --set data.source=hdf5 \
@@ -99,6 +114,10 @@ shards=$(ls out16 | grep -c '^model-.*-of-.*\.safetensors$')
     fail "a 40K shard size did not give shards and an index: $(ls out16 | tr '\n' ' ')"
 expect 0 "every key loaded" "$PY" "$O" load out16
 agree "export bf16, $shards shards" "$(oracle out16)" "$trained" 2e-3
+for m in c d; do # the scaling goes out as it came in
+    expect 0 "-> out-$m" "$BURST" convert --from burst --to hf ck-$m out-$m --dtype fp32
+    agree "export of $m's scaling" "$(oracle $m)" "$(oracle out-$m)" 1e-6
+done
 
 # ---- stages: another theta, seq_len and cp; a step of lr 1e-30 rounds away
 # (|update| <= lr), so the checkpoint after it holds the parameters it started from

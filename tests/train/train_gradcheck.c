@@ -21,6 +21,7 @@
 
 #include "src/train/data/token_source.h"
 #include "src/train/model.h"
+#include "tests/lib/rope_cases.h"
 #include "tests/lib/worker_util.h"
 
 enum { SMALL_TENSOR = 128, SAMPLES_OF_LARGE = 8, MAX_TENSORS = 32 };
@@ -249,8 +250,7 @@ int main(int argc, char **argv)
                        .d_ff = 24,
                        .vocab = 19,
                        .tied = 0,
-                       .rope_theta = 10000,
-                       .rope_scaling = 1,
+                       .rope = test_rope(3, 10000.0), /* yarn: a ramp and a scale */
                        .norm_eps = 1e-5f};
     model_layout m;
     model_layout_init(&m, &dims);
