@@ -394,4 +394,4 @@ TESTS += tests/cli/test_data.sh
 # Hugging Face import, export and eval against transformers (the oracle venv).
 TESTS += tests/train/test_hf.sh
 EXTRA_DIST += tests/train/test_hf.sh tests/train/hf_oracle.py
-EXTRA_DIST += tests/cli/test_data.sh
+EXTRA_DIST += tests/cli/test_data.sh tests/lib/expect.sh

@@ -46,7 +46,8 @@ static void usage_import(FILE *out)
             "Imports token files into one corpus; every input is read twice in blocks\n"
             "(checked, then written), never loaded whole.\n"
             "  --from text       raw bytes as byte-level tokens (vocab 256, tokenizer \"bytes\")\n"
-            "  --from bin        flat little-endian uint16 tokens (the common .bin format)\n"
+            "  --from bin        flat little-endian tokens, uint16 (the common .bin format)\n"
+            "                    or --dtype uint32\n"
             "  --from npy        a NumPy .npy 1-D integer array (u1 u2 u4 u8 i1 i2 i4 i8,\n"
             "                    little-endian, C order); negative values are refused\n"
             "  -o, --output F    the corpus to write\n"
@@ -55,7 +56,10 @@ static void usage_import(FILE *out)
             "  --tokenizer NAME  tokenizer name stored in the file (default \"bytes\" for text,\n"
             "                    else \"unknown\")\n"
             "  --docs-per-line   text: every line (with its newline) is a document\n"
+            "  --doc-sep ID      token ID ends a document (it belongs to the document it\n"
+            "                    ends): a tokenizer's end-of-text, e.g. --doc-sep 128001\n"
             "  --docs-per-file   every input file is a document\n"
+            "  --dtype uint16|uint32  bin: the width of a token (default uint16)\n"
             "Tokens are stored as uint16 when V <= 65536, else uint32.\n");
 }
 
@@ -111,8 +115,10 @@ typedef struct {
     int is_signed;
 } input;
 
-/* Opens an input and positions it at its first token. */
-static int open_input(import_kind kind, const char *path, input *in, char *err, size_t len)
+/* Opens an input and positions it at its first token; bin_width is the
+ * bytes of a .bin token. */
+static int open_input(import_kind kind, int bin_width, const char *path, input *in, char *err,
+                      size_t len)
 {
     memset(in, 0, sizeof *in);
     in->path = path;
@@ -135,9 +141,10 @@ static int open_input(import_kind kind, const char *path, input *in, char *err, 
     fseek(in->f, 0, SEEK_END);
     long size = ftell(in->f);
     rewind(in->f);
-    in->itemsize = kind == FROM_TEXT ? 1 : 2;
+    in->itemsize = kind == FROM_TEXT ? 1 : bin_width;
     if (size < 0 || size % in->itemsize) {
-        snprintf(err, len, "%s: %ld bytes is not a whole number of uint16 tokens", path, size);
+        snprintf(err, len, "%s: %ld bytes is not a whole number of uint%d tokens", path, size,
+                 8 * in->itemsize);
         fclose(in->f);
         return -1;
     }
@@ -172,8 +179,8 @@ static int cmd_import(int argc, char **argv)
         return 0;
     }
     const char *from = NULL, *outp = NULL, *tokenizer = NULL;
-    int64_t vocab = 0;
-    int per_line = 0, per_file = 0, n_in = 0;
+    int64_t vocab = 0, doc_sep = -1; /* the token that ends a document; -1: none */
+    int per_line = 0, per_file = 0, n_in = 0, bin_width = 2;
     const char **inputs = calloc((size_t)argc, sizeof *inputs);
     if (!inputs) return EXIT_RUN_FAILURE;
     int rc = EXIT_USAGE;
@@ -193,7 +200,19 @@ static int cmd_import(int argc, char **argv)
             tokenizer = argv[++i];
         else if (strcmp(a, "--docs-per-line") == 0)
             per_line = 1;
-        else if (strcmp(a, "--docs-per-file") == 0)
+        else if (strcmp(a, "--doc-sep") == 0 && more) {
+            if (bu_parse_i64(argv[++i], &doc_sep, NULL) != 0 || doc_sep < 0) {
+                fprintf(stderr, "burst data import: --doc-sep %s is not a token id\n", argv[i]);
+                goto done;
+            }
+        } else if (strcmp(a, "--dtype") == 0 && more) {
+            const char *t = argv[++i];
+            bin_width = strcmp(t, "uint16") == 0 ? 2 : strcmp(t, "uint32") == 0 ? 4 : 0;
+            if (!bin_width) {
+                fprintf(stderr, "burst data import: --dtype %s: must be uint16 or uint32\n", t);
+                goto done;
+            }
+        } else if (strcmp(a, "--docs-per-file") == 0)
             per_file = 1;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "burst data import: unknown or incomplete option '%s'\n", a);
@@ -220,6 +239,15 @@ static int cmd_import(int argc, char **argv)
         fprintf(stderr, "burst data import: --docs-per-line applies to --from text only\n");
         goto done;
     }
+    if (per_line && doc_sep >= 0 && doc_sep != '\n') {
+        fprintf(stderr, "burst data import: --docs-per-line and --doc-sep name two separators\n");
+        goto done;
+    }
+    if (per_line) doc_sep = '\n';
+    if (bin_width != 2 && kind != FROM_BIN) {
+        fprintf(stderr, "burst data import: --dtype applies to --from bin only\n");
+        goto done;
+    }
     if (kind == FROM_TEXT && vocab == 0) vocab = 256;
     if (!tokenizer) tokenizer = kind == FROM_TEXT ? "bytes" : "unknown";
 
@@ -236,7 +264,7 @@ static int cmd_import(int argc, char **argv)
     int64_t max = -1, total = 0;
     for (int k = 0; k < n_in; k++) {
         input in;
-        if (open_input(kind, inputs[k], &in, err, sizeof err) != 0) {
+        if (open_input(kind, bin_width, inputs[k], &in, err, sizeof err) != 0) {
             fprintf(stderr, "burst data import: %s\n", err);
             goto free_bufs;
         }
@@ -279,15 +307,15 @@ static int cmd_import(int argc, char **argv)
     /* Pass 2: write. */
     for (int k = 0; k < n_in; k++) {
         input in;
-        if (open_input(kind, inputs[k], &in, err, sizeof err) != 0) goto write_fail;
+        if (open_input(kind, bin_width, inputs[k], &in, err, sizeof err) != 0) goto write_fail;
         int64_t got, pos = 0;
         while (pos < in.n &&
                (got = read_block(&in, raw, tok, (int64_t)BLOCK, err, sizeof err)) > 0) {
             if (got > in.n - pos) got = in.n - pos;
-            if (per_line) {
+            if (doc_sep >= 0) {
                 int64_t start = 0;
                 for (int64_t i = 0; i < got; i++)
-                    if (tok[i] == '\n') {
+                    if (tok[i] == doc_sep) {
                         if (io_corpus_append(w, tok + start, i + 1 - start, err, sizeof err) ||
                             io_corpus_mark_document(w, err, sizeof err)) {
                             fclose(in.f);
@@ -310,7 +338,8 @@ static int cmd_import(int argc, char **argv)
             snprintf(err, sizeof err, "%s: changed while importing", inputs[k]);
             goto write_fail;
         }
-        if ((per_file || per_line) && io_corpus_mark_document(w, err, sizeof err)) goto write_fail;
+        if ((per_file || doc_sep >= 0) && io_corpus_mark_document(w, err, sizeof err))
+            goto write_fail;
     }
     if (io_corpus_commit(w, err, sizeof err) != 0) {
         fprintf(stderr, "burst data import: %s\n", err);

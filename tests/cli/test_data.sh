@@ -5,19 +5,11 @@
 # bad inputs refused with exit 2 and the file named.
 set -u
 : "${BURST:?BURST is not set (run through make check)}"
+: "${BURST_TEST_SRCDIR:?BURST_TEST_SRCDIR is not set (run through make check)}"
 T=$(mktemp -d /tmp/burst-test-data-XXXXXX)
 trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-# expect CODE NEEDLE CMD...: CMD exits CODE and its output contains NEEDLE.
-expect() {
-    code=$1 needle=$2
-    shift 2
-    out=$("$@" 2>&1)
-    rc=$?
-    [ "$rc" -eq "$code" ] || fail "$* exited $rc, not $code: $out"
-    case $out in *"$needle"*) ;; *) fail "$* does not print '$needle': $out" ;; esac
-}
+# shellcheck source=tests/lib/expect.sh
+. "$BURST_TEST_SRCDIR/tests/lib/expect.sh"
 command -v h5dump >/dev/null 2>&1 ||
     { echo "FAIL: h5dump not found: it checks the corpora's contents (apt-get install hdf5-tools)"; exit 1; }
 # tokens FILE: the tokens of a corpus, one per line (needs h5dump).
@@ -56,6 +48,17 @@ expect 0 "3 tokens, vocab 1000" "$BURST" data import --from npy "$T/x.npy" --voc
     --tokenizer mytok -o "$T/n.h5"
 expect 0 "tokenizer:   mytok" "$BURST" data info "$T/n.h5"
 [ "$(tokens "$T/n.h5" | tr '\n' ' ')" = "5 256 9 " ] || fail "npy tokens: $(tokens "$T/n.h5")"
+# --doc-sep: token 256 ends a document (5 256 | 9): two documents, the separator in the first
+expect 0 "3 tokens" "$BURST" data import --from npy "$T/x.npy" --doc-sep 256 -o "$T/ds.h5"
+expect 0 "documents:   2" "$BURST" data info "$T/ds.h5"
+h5dump -d /doc_offsets -y -w 0 "$T/ds.h5" | grep -q '0, 2' || fail "--doc-sep offsets: $(h5dump -d /doc_offsets "$T/ds.h5")"
+expect 2 "--doc-sep x is not a token id" "$BURST" data import --from npy "$T/x.npy" --doc-sep x -o "$T/bad.h5"
+# bin of uint32 tokens: 70000, 1
+for b in 160 021 001 000 001 000 000 000; do printf "\\$b"; done >"$T/w.bin"
+expect 0 "2 tokens, vocab 70001, uint32" "$BURST" data import --from bin --dtype uint32 "$T/w.bin" -o "$T/w.h5"
+[ "$(tokens "$T/w.h5" | tr '\n' ' ')" = "70000 1 " ] || fail "uint32 bin tokens: $(tokens "$T/w.h5")"
+expect 2 "--dtype applies to --from bin only" "$BURST" data import --from npy "$T/x.npy" --dtype uint32 -o "$T/bad.h5"
+expect 2 "whole number of uint32 tokens" "$BURST" data import --from bin --dtype uint32 "$T/t.bin" -o "$T/bad.h5"
 # Npy refusals: Fortran order, 2-D, float, truncated.
 for bad in "'fortran_order': True, 'shape': (3,)|Fortran" "'fortran_order': False, 'shape': (3, 1)|not 1-D"; do
     h="{'descr': '<u4', ${bad%|*}, }"

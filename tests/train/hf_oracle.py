@@ -2,8 +2,8 @@
 import, export and evaluation (tests/train/test_hf.sh). Everything is local:
 tiny random models built here, no hub download.
 
-  make DIR --vocab V --hidden D --layers L --heads H --kv KV --ff F
-           [--tied] [--rope-scaling JSON] [--dtype float32|bfloat16] [--seed S]
+  make DIR --vocab V --hidden D --layers L --heads H --kv KV --ff F [--tied]
+           [--rope-scaling JSON] [--dtype float32|float16|bfloat16] [--arch llama|mistral]
   tokens OUT.npy --n N --vocab V [--seed S]
   nll DIR TOKENS.npy --seq S --samples K     -> {"nll": mean, "tokens": count}
   load DIR                                   -> fails unless every key loads
@@ -18,20 +18,24 @@ import sys
 import numpy as np
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM)
 
 
 def make(a):
     torch.manual_seed(a.seed)
-    cfg = LlamaConfig(
+    common = dict(
         vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.ff,
         num_hidden_layers=a.layers, num_attention_heads=a.heads,
         num_key_value_heads=a.kv, tie_word_embeddings=a.tied,
         rope_theta=a.theta, rms_norm_eps=1e-5, max_position_embeddings=a.max_pos,
-        rope_scaling=json.loads(a.rope_scaling) if a.rope_scaling else None,
         # large weights: outputs far from uniform, so a wrong mapping shows
         initializer_range=0.25, torch_dtype=a.dtype)
-    model = LlamaForCausalLM(cfg)
+    if a.arch == "mistral":
+        model = MistralForCausalLM(MistralConfig(sliding_window=None, **common))
+    else:
+        scaling = json.loads(a.rope_scaling) if a.rope_scaling else None
+        model = LlamaForCausalLM(LlamaConfig(rope_scaling=scaling, **common))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):  # gains other than 1: their mapping shows
@@ -98,6 +102,7 @@ def main():
     m.add_argument("--rope-scaling", default="")
     m.add_argument("--dtype", default="float32")
     m.add_argument("--seed", type=int, default=1)
+    m.add_argument("--arch", default="llama", choices=["llama", "mistral"])
     t = sub.add_parser("tokens")
     t.add_argument("out")
     t.add_argument("--n", type=int, required=True)
