@@ -30,8 +30,8 @@ static void usage(FILE *out)
             "                     by_position: [{start, end, tokens, nll}]} with power-of-two\n"
             "                     position buckets\n"
             "  --config, --set    as for burst train: seq_len, mask, dp x cp, device, ...\n\n"
-            "The run holds what training would (the optimizer's state included), so\n"
-            "`burst plan memory` and [memory] limit_bytes apply as for training.\n"
+            "The run holds what training would but the gradients and the optimizer's\n"
+            "state; [memory] limit_bytes applies as for training.\n"
             "Exit status: 0 done, 1 a failure while running, 2 bad usage or input.\n");
 }
 
@@ -111,7 +111,7 @@ int cmd_eval(int argc, char **argv)
     eval_args a = {0};
     int status = parse_args(argc, argv, &t.cfg, &a);
     if (status >= 0) return status;
-    t.opts = (trainer_opts){.inject_step = -1, .overflow_step = -1};
+    t.opts = (trainer_opts){.inject_step = -1, .overflow_step = -1, .forward_only = 1};
     char err[1024];
     bt_options opt;
     bt_options_default(&opt);

@@ -45,16 +45,21 @@ static int int_key(json_t *root, const char *file, const char *key, int64_t def,
     return 0;
 }
 
-static int real_key(json_t *root, const char *file, const char *key, double def, double *out,
-                    char *err, size_t err_len)
+/* A positive number: obj's key name (PREFIX.name in messages, with a
+ * prefix), def when absent or null (def < 0: required). */
+static int positive_key(json_t *obj, const char *file, const char *prefix, const char *name,
+                        double def, double *out, char *err, size_t err_len)
 {
-    json_t *v = json_object_get(root, key);
+    char label[96];
+    snprintf(label, sizeof label, "%s%s%s", prefix ? prefix : "", prefix ? "." : "", name);
+    json_t *v = json_object_get(obj, name);
     if (!v || json_is_null(v)) {
+        if (def < 0) return bu_fail(err, err_len, "%s: no %s", file, label);
         *out = def;
         return 0;
     }
     if (!json_is_number(v) || !(json_number_value(v) > 0))
-        return bu_fail(err, err_len, "%s: %s is not a positive number", file, key);
+        return bu_fail(err, err_len, "%s: %s is not a positive number", file, label);
     *out = json_number_value(v);
     return 0;
 }
@@ -110,32 +115,15 @@ static int check_kind(json_t *root, const char *file, hf_config *c, char *err, s
                : 0;
 }
 
-/* A number of the RoPE parameters (named "KEY.name" in messages): def when
- * absent (def < 0: required), refused unless positive. */
-static int rope_real(json_t *params, const char *file, const char *key, const char *name,
-                     double def, double *out, char *err, size_t err_len)
-{
-    json_t *v = json_object_get(params, name);
-    if (!v || json_is_null(v)) {
-        if (def < 0) return bu_fail(err, err_len, "%s: %s has no %s", file, key, name);
-        *out = def;
-        return 0;
-    }
-    if (!json_is_number(v) || !(json_number_value(v) > 0))
-        return bu_fail(err, err_len, "%s: %s.%s is not a positive number", file, key, name);
-    *out = json_number_value(v);
-    return 0;
-}
-
 static int read_llama3(json_t *p, const char *file, const char *key, bk_rope *r, char *err,
                        size_t err_len)
 {
     r->type = BK_ROPE_LLAMA3;
-    return rope_real(p, file, key, "low_freq_factor", -1, &r->low_freq_factor, err, err_len) ||
-                   rope_real(p, file, key, "high_freq_factor", -1, &r->high_freq_factor, err,
-                             err_len) ||
-                   rope_real(p, file, key, "original_max_position_embeddings", -1,
-                             &r->original_max_positions, err, err_len)
+    return positive_key(p, file, key, "low_freq_factor", -1, &r->low_freq_factor, err, err_len) ||
+                   positive_key(p, file, key, "high_freq_factor", -1, &r->high_freq_factor, err,
+                                err_len) ||
+                   positive_key(p, file, key, "original_max_position_embeddings", -1,
+                                &r->original_max_positions, err, err_len)
                ? -1
                : 0;
 }
@@ -151,12 +139,12 @@ static int read_yarn(json_t *p, const char *file, const char *key, bk_rope *r, c
     if (json_object_get(p, "mscale") || json_object_get(p, "mscale_all_dim"))
         return bu_fail(err, err_len, "%s: %s.mscale: DeepSeek's yarn variant is not computed", file,
                        key);
-    if (rope_real(p, file, key, "beta_fast", 32, &r->beta_fast, err, err_len) ||
-        rope_real(p, file, key, "beta_slow", 1, &r->beta_slow, err, err_len) ||
-        rope_real(p, file, key, "attention_factor", 0.1 * log(r->factor) + 1.0,
-                  &r->attention_factor, err, err_len) ||
-        rope_real(p, file, key, "original_max_position_embeddings", max_positions,
-                  &r->original_max_positions, err, err_len))
+    if (positive_key(p, file, key, "beta_fast", 32, &r->beta_fast, err, err_len) ||
+        positive_key(p, file, key, "beta_slow", 1, &r->beta_slow, err, err_len) ||
+        positive_key(p, file, key, "attention_factor", 0.1 * log(r->factor) + 1.0,
+                     &r->attention_factor, err, err_len) ||
+        positive_key(p, file, key, "original_max_position_embeddings", max_positions,
+                     &r->original_max_positions, err, err_len))
         return -1;
     if (r->original_max_positions != max_positions &&
         fabs(max_positions / r->original_max_positions - r->factor) > 1e-9 * r->factor)
@@ -186,10 +174,11 @@ static int read_rope(json_t *root, const char *file, int64_t max_positions, bk_r
                    .beta_fast = 32,
                    .beta_slow = 1,
                    .attention_factor = 1};
-    if (real_key(root, file, "rope_theta", 10000.0, &r->theta, err, err_len) != 0) return -1;
+    if (positive_key(root, file, NULL, "rope_theta", 10000.0, &r->theta, err, err_len) != 0)
+        return -1;
     if (!params || json_is_null(params)) return 0;
     if (!json_is_object(params)) return bu_fail(err, err_len, "%s: %s is not an object", file, key);
-    if (rope_real(params, file, key, "rope_theta", r->theta, &r->theta, err, err_len) != 0)
+    if (positive_key(params, file, key, "rope_theta", r->theta, &r->theta, err, err_len) != 0)
         return -1;
     const char *type = json_string_value(json_object_get(params, "rope_type"));
     if (!type) type = json_string_value(json_object_get(params, "type"));
@@ -200,7 +189,7 @@ static int read_rope(json_t *root, const char *file, int64_t max_positions, bk_r
                        "%s: %s.rope_type = '%s': burstengine computes default, linear, llama3 "
                        "and yarn RoPE",
                        file, key, type);
-    if (rope_real(params, file, key, "factor", -1, &r->factor, err, err_len) != 0) return -1;
+    if (positive_key(params, file, key, "factor", -1, &r->factor, err, err_len) != 0) return -1;
     if (strcmp(type, "linear") == 0) return (r->type = BK_ROPE_LINEAR), 0;
     return strcmp(type, "llama3") == 0 ? read_llama3(params, file, key, r, err, err_len)
                                        : read_yarn(params, file, key, r, err, err_len);
@@ -220,7 +209,7 @@ static int read_dims(json_t *root, const char *file, hf_config *c, char *err, si
         int_key(root, file, "vocab_size", -1, 2, &vocab, err, err_len) ||
         int_key(root, file, "head_dim", hidden / heads, 1, &head_dim, err, err_len) ||
         int_key(root, file, "max_position_embeddings", 2048, 1, &maxpos, err, err_len) ||
-        real_key(root, file, "rms_norm_eps", 1e-6, &eps, err, err_len))
+        positive_key(root, file, NULL, "rms_norm_eps", 1e-6, &eps, err, err_len))
         return -1;
     if (hidden % heads != 0 || head_dim != hidden / heads)
         return bu_fail(err, err_len,

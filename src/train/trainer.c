@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/arena.h"
+#include "kernels/bf16.h"
 #include "kernels/device.h"
 #include "src/attn/device_link.h"
 #include "src/train/init_source.h"
@@ -28,18 +29,25 @@ int64_t trainer_sample_index(const train_config *c, int64_t step, int dp_rank, i
     return ((step - 1) * c->dp + dp_rank) * c->micro_batches + mb;
 }
 
+const char *trainer_command(const trainer *t)
+{
+    return t->opts.forward_only ? "burst eval" : "burst train";
+}
+
 int trainer_report_world_failure(const trainer *t)
 {
     const char *why = bt_world_error(t->world);
     if (!why[0]) return 0;
-    fprintf(stderr, "burst train: rank %d: %s\n", t->rank, why);
+    fprintf(stderr, "%s: rank %d: %s\n", trainer_command(t), t->rank, why);
     return 1;
 }
 
 int trainer_fail_together(trainer *t, int says, int name_rank, char *err, size_t err_len)
 {
-    if (says && name_rank) fprintf(stderr, "burst train: rank %d: %s\n", t->rank, err);
-    else if (says) fprintf(stderr, "burst train: %s\n", err);
+    if (says && name_rank)
+        fprintf(stderr, "%s: rank %d: %s\n", trainer_command(t), t->rank, err);
+    else if (says)
+        fprintf(stderr, "%s: %s\n", trainer_command(t), err);
     /* A rank with nothing to say whose world has already failed, before the
      * barrier below lets any rank leave: the agreement that brought it here
      * was cut short by a lost rank, which it names. */
@@ -188,6 +196,18 @@ static int init_source_take_params(trainer *t, float *host, char *err, size_t er
     return -1;
 }
 
+/* Without an optimizer (forward only): the bf16 parameters from host [n_params]. */
+static int upload_bf16(trainer *t, const float *host)
+{
+    size_t n = (size_t)t->model.n_params;
+    uint16_t *h16 = malloc(n * sizeof *h16);
+    if (!h16) return -1;
+    for (size_t i = 0; i < n; i++) h16[i] = bk_float_to_bf16(host[i]);
+    int rc = bk_device_upload(&t->queue, t->params16, h16, n * sizeof *h16) == BK_OK ? 0 : -1;
+    free(h16);
+    return rc;
+}
+
 /* The parameters, initialised (on the host, then copied to the device; with
  * bf16 parameters, into the optimizer's masters and rounded). */
 static int init_params(trainer *t, char *err, size_t err_len)
@@ -204,8 +224,9 @@ static int init_params(trainer *t, char *err, size_t err_len)
         return -1;
     }
     if (host == t->params) return 0;
-    int failed = t->params16 ? zero1_set_params(t->opt, host, t->params16) != 0
-                             : bk_device_upload(&t->queue, t->params, host, bytes) != BK_OK;
+    int failed = !t->params16 ? bk_device_upload(&t->queue, t->params, host, bytes) != BK_OK
+                 : t->opt     ? zero1_set_params(t->opt, host, t->params16) != 0
+                              : upload_bf16(t, host) != 0;
     free(host);
     if (failed) snprintf(err, err_len, "cannot copy the parameters to the device");
     return failed ? -1 : 0;
@@ -222,7 +243,8 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
         t->params16 = params;
     else
         t->params = params;
-    if (!params || !(t->grads = model_buffer(t, m->grads, "the gradients", err, err_len)) ||
+    if (!params ||
+        (m->grads && !(t->grads = model_buffer(t, m->grads, "the gradients", err, err_len))) ||
         !(t->tokens = bu_calloc(m->tokens / 2, "the tokens", err, err_len)) ||
         !(t->labels = bu_calloc(m->tokens / 2, "the labels", err, err_len)) ||
         (m->segments && !(t->segments = bu_calloc(m->segments, "the document ids", err, err_len))))
@@ -340,7 +362,7 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     int failed = make_source(t, err, err_len) != 0 ||
                  !(t->runner = model_runner_create(&rc, err, err_len));
     status = trainer_agree_on_own_part(t, failed, err, err_len);
-    if (status == 0) status = make_optimizer(t, err, err_len);
+    if (status == 0 && !t->opts.forward_only) status = make_optimizer(t, err, err_len);
     if (status == 0)
         status = trainer_agree_on_own_part(t, make_buffers(t, err, err_len) != 0 ||
                                           trainer_check_scratch_room(t, err, err_len) != 0,

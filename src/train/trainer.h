@@ -31,6 +31,7 @@ typedef struct {
                                      FLT_MAX, finite locally, infinite once summed */
     int resume;                   /* continue from the latest checkpoint */
     int64_t stop_after;           /* stop (checkpointed) after this step; 0 = run to the end */
+    int forward_only;             /* burst eval: no gradients and no optimizer are made */
 } trainer_opts;
 
 /* The bytes of one rank's training state, by part, known before any of it is
@@ -137,6 +138,8 @@ int trainer_fail_together(trainer *t, int says, int name_rank, char *err, size_t
 /* Prints "burst train: rank R: <the world's error>" and returns 1 when the
  * world has failed (a rank lost, a wait timed out); 0 otherwise. */
 int trainer_report_world_failure(const trainer *t);
+/* The command a message names: burst eval (forward_only) or burst train. */
+const char *trainer_command(const trainer *t);
 /* After a part of the setup that is each rank's own: 0, or EXIT_USAGE on
  * every rank when any failed, each rank that did naming itself and why. */
 int trainer_agree_on_own_part(trainer *t, int failed, char *err, size_t err_len);

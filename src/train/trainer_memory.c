@@ -93,6 +93,7 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
                                       : (size_t)t->model.n_params * sizeof(float);
     m->optimizer = zero1_bytes(t->model.n_params, t->world_size, t->rank, param_type);
     m->reduce_copy = zero1_step_bytes(t->model.n_params, t->world_size);
+    if (t->opts.forward_only) m->grads = m->optimizer = m->reduce_copy = 0;
     size_t mb = (size_t)t->cfg.micro_batches;
     m->tokens = 2 * (size_t)t->layout.n * mb * sizeof(int64_t);
     /* the recall source makes each sample whole (tokens, labels) first */

@@ -170,6 +170,9 @@ mkdir busy && echo x >busy/keep
 expect 2 "busy exists and is not empty" "$BURST" convert --from burst --to hf run busy
 [ "$(ls busy)" = keep ] && [ ! -e busy.tmp ] || fail "a refused export touched busy: $(ls busy)"
 expect 2 "neither a burst checkpoint" "$BURST" eval --init-from nowhere --data c.h5
+# eval makes no gradients and no optimizer
+expect 2 "burst eval: a rank needs" "$BURST" eval --init-from a --data c.h5 --set memory.limit_bytes=1000
+case $out in *"gradients 0.0 B, optimizer 0.0 B"*) ;; *) fail "eval counts gradients or an optimizer: $out" ;; esac
 
 [ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all Hugging Face checks passed"
