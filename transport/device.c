@@ -193,6 +193,17 @@ const char *bt_comm_device_path(bt_comm *c, int peer)
     return path_names[c->world->paths[c->world_ranks[peer]]];
 }
 
+bt_status bt_world_device_path_table(bt_world *w, char *table)
+{
+    if (!w || !table || !w->paths) return BT_ERR_ARG;
+    bt_status st = bt_allgather(w->world_comm, w->paths, table, (size_t)w->size);
+    for (size_t i = 0; st == BT_OK && i < (size_t)w->size * (size_t)w->size; i++) {
+        const char *name = path_names[(unsigned char)table[i]];
+        table[i] = name ? name[0] : '-';
+    }
+    return st;
+}
+
 bt_backend *bt_backend_for_mem(bt_world *w, int world_peer, bt_mem mem)
 {
     if (mem == BT_MEM_HOST) return bt_backend_for(w, world_peer);

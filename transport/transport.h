@@ -190,6 +190,11 @@ bt_status bt_group_end(bt_world *w);
  * support), "staged" (pinned host buffers), "copy" (the rank itself); NULL
  * when no device hooks are set (on either end). */
 const char *bt_comm_device_path(bt_comm *c, int peer);
+/* Collective over the world, after bt_world_set_device: the path of every
+ * pair, row r the paths from rank r to each rank, one letter each (c copy,
+ * n nccl, d direct, s staged, - none), into table [size * size] on every
+ * rank; for rank 0 to print at start. */
+bt_status bt_world_device_path_table(bt_world *w, char *table);
 
 /* Byte counters, per channel, of everything this rank sent and received since
  * the start or the last reset (collectives count on their reserved channels). */

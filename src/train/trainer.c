@@ -128,6 +128,29 @@ static int make_source(trainer *t, char *err, size_t err_len)
     return t->data ? 0 : -1;
 }
 
+/* Rank 0 prints the path of every pair's device buffers (collective): a row
+ * per rank up to 64 ranks, else how many pairs take each path. */
+static int report_device_paths(trainer *t)
+{
+    size_t n = (size_t)t->world_size;
+    char *table = malloc(n * n);
+    int failed = !table || bt_world_device_path_table(t->world, table) != BT_OK;
+    if (!failed && t->rank == 0 && n > 1) {
+        printf("device paths from each rank to every rank (c copy, n nccl, d direct, s staged):\n");
+        for (size_t r = 0; r < n && n <= 64; r++)
+            printf("  rank %zu: %.*s\n", r, (int)n, table + r * n);
+        size_t count[4] = {0};
+        for (size_t i = 0; i < n * n && n > 64; i++)
+            for (int k = 0; k < 4; k++) count[k] += table[i] == "cnds"[k];
+        if (n > 64)
+            printf("  pairs: copy %zu, nccl %zu, direct %zu, staged %zu\n", count[0], count[1],
+                   count[2], count[3]);
+        fflush(stdout);
+    }
+    free(table);
+    return failed ? -1 : 0;
+}
+
 /* [train] device = cuda: this rank's GPU (its local index modulo the node's
  * GPUs: ranks beyond the count share), and the transport told how to move
  * device memory. Collective: the ranks agree the device is there before the
@@ -150,7 +173,8 @@ static int make_queue(trainer *t, char *err, size_t err_len)
     t->device_index = bt_world_local_rank(t->world) % count;
     t->device_count = count;
     t->queue = (bk_queue){BK_DEVICE, NULL, 0, NULL};
-    if (attn_link_device(t->world, t->device_index) == BT_OK) return 0;
+    if (attn_link_device(t->world, t->device_index) == BT_OK && report_device_paths(t) == 0)
+        return 0;
     snprintf(err, err_len, "%s", bt_world_error(t->world));
     return EXIT_RUN_FAILURE;
 }

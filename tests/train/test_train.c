@@ -946,7 +946,9 @@ START_TEST(device_engine_over_nccl)
     for (int p = 2; p <= 4; p += 2) {
         char cp[32];
         snprintf(cp, sizeof cp, "parallel.cp=%d", p);
-        run_ok(p, 1, with(dev, (const char *[]){cp, NULL}), &staged);
+        /* one emulated GPU shared: staged; four: NCCL (rank 0 prints every pair's path) */
+        run_saying(p, 1, with(dev, (const char *[]){cp, NULL}), p == 2 ? "rank 1: sc" : NULL,
+                   &staged);
         run_env = four_gpus;
         run_ok(p, 1, with(nccl, (const char *[]){cp, NULL}), &over_nccl);
         run_env = one_thread;
@@ -955,8 +957,8 @@ START_TEST(device_engine_over_nccl)
     }
     run_ok(1, 1, (const char *[]){"data.seq_len=64", NULL}, &cpu);
     run_env = four_gpus;
-    run_ok(4, 2, with(nccl, (const char *[]){"parallel.cp=4", "parallel.ring=double", NULL}),
-           &over_nccl);
+    run_saying(4, 2, with(nccl, (const char *[]){"parallel.cp=4", "parallel.ring=double", NULL}),
+               "rank 2: sscn", &over_nccl); /* NCCL inside a node, staged between */
     run_ok(4, 1, with(nccl, (const char *[]){"parallel.dp=2", "parallel.cp=2", NULL}), &grid);
     run_env = one_thread;
     expect_same(&cpu, &over_nccl, 2e-2, "2 nodes x 2 GPUs, double ring over NCCL vs CPU");
