@@ -101,6 +101,8 @@ typedef struct {
     ring_exec_stats *stats;
     bt_mem mem;        /* where the buffers live, for the transport */
     size_t elem;       /* bytes of a travelling input element: 4 (fp32) or 2 (bf16) */
+    int ungrouped;     /* testing aid (BURST_TEST_RING_UNGROUPED=1): a step's posts each in a
+                        * group of its own, receives first: the order that deadlocks over NCCL */
 } ring_run;
 
 /* The home block's inputs as the kernels and the slots take them (fp32 or

@@ -966,6 +966,17 @@ START_TEST(device_engine_over_nccl)
     run_ok(4, 1, (const char *[]){"parallel.dp=2", "parallel.cp=2", "data.seq_len=64", NULL},
            &cpu_grid);
     expect_same(&cpu_grid, &grid, 2e-2, "dp x cp = 2 x 2 over NCCL vs CPU");
+    /* the ring's former order, each post its own group with receives first,
+     * deadlocks over NCCL: the model of NCCL stops it, naming the stall */
+    static char *ungrouped[] = {"OMP_NUM_THREADS=1", "BK_EMU_GPUS_PER_NODE=4",
+                                "BK_EMU_NCCL_TIMEOUT=5", "BURST_TEST_RING_UNGROUPED=1", NULL};
+    run_env = ungrouped;
+    test_run_result r =
+        train(2, 1, with(nccl, (const char *[]){"parallel.cp=2", NULL}), NULL, NULL);
+    run_env = one_thread;
+    ck_assert_msg(r.exit_code != 0 && test_output_has(&r, "no progress for 5 s"),
+                  "the ungrouped ring over NCCL exited %d:\n%s", r.exit_code, r.out);
+    test_run_free(&r);
     on_emulator = 0;
 }
 END_TEST
