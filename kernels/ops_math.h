@@ -98,18 +98,29 @@ BK_HOSTDEV float bk_rmsnorm_bwd_dw(float x, float dy, float rstd)
  *            beta_fast and beta_slow rotations fit in the original context:
  *            kept below it, interpolated (/ factor) above it; cos and sin are
  *            multiplied by attention_factor.
+ *   dynamic  (dynamic NTK) the base raised for a sequence of sequence_length
+ *            tokens beyond the original context: theta (factor L / original -
+ *            (factor - 1))^(d / (d - 2)), L = max(sequence_length, original),
+ *            as transformers computes it for a batch of that length.
  * The angle is computed in double: at pos ~ 1e6 an fp32 product would be off
  * by ~0.06 rad. */
-typedef enum { BK_ROPE_DEFAULT, BK_ROPE_LINEAR, BK_ROPE_LLAMA3, BK_ROPE_YARN } bk_rope_type;
+typedef enum {
+    BK_ROPE_DEFAULT,
+    BK_ROPE_LINEAR,
+    BK_ROPE_LLAMA3,
+    BK_ROPE_YARN,
+    BK_ROPE_DYNAMIC
+} bk_rope_type;
 
 typedef struct {
     bk_rope_type type;
     double theta;                             /* the base */
     double factor;                            /* linear, llama3, yarn: the extension factor */
     double low_freq_factor, high_freq_factor; /* llama3 */
-    double original_max_positions;            /* llama3, yarn: the context pretrained on */
+    double original_max_positions;            /* llama3, yarn, dynamic: the context pretrained on */
     double beta_fast, beta_slow;              /* yarn: rotations bounding the ramp */
     double attention_factor;                  /* yarn: cos and sin are scaled by it */
+    double sequence_length;                   /* dynamic: the tokens of the sequences computed */
 } bk_rope;
 
 BK_HOSTDEV double bk_rope_inv_freq(int64_t i, int64_t d, double theta)
@@ -149,9 +160,19 @@ BK_HOSTDEV double bk_rope_yarn_freq(const bk_rope *r, int64_t i, int64_t d, doub
     return f / r->factor * ramp + f * (1.0 - ramp);
 }
 
+/* dynamic NTK's base for heads of d values. */
+BK_HOSTDEV double bk_rope_dynamic_theta(const bk_rope *r, int64_t d)
+{
+    double len = r->sequence_length > r->original_max_positions ? r->sequence_length
+                                                                : r->original_max_positions;
+    double grow = r->factor * len / r->original_max_positions - (r->factor - 1.0);
+    return r->theta * pow(grow, (double)d / (double)(d - 2));
+}
+
 /* freq_i of pair i of a head of d values under r. */
 BK_HOSTDEV double bk_rope_pair_freq(const bk_rope *r, int64_t i, int64_t d)
 {
+    if (r->type == BK_ROPE_DYNAMIC) return bk_rope_inv_freq(i, d, bk_rope_dynamic_theta(r, d));
     double f = bk_rope_inv_freq(i, d, r->theta);
     switch (r->type) {
     case BK_ROPE_LINEAR:
@@ -182,7 +203,9 @@ BK_HOSTDEV int bk_rope_valid(const bk_rope *r)
            (r->type != BK_ROPE_YARN ||
             (r->theta > 1.0 && r->original_max_positions > 0.0 && r->beta_fast > 0.0 &&
              r->beta_slow > 0.0 && r->attention_factor > 0.0)) &&
-           (int)r->type >= 0 && r->type <= BK_ROPE_YARN;
+           (r->type != BK_ROPE_DYNAMIC ||
+            (r->factor >= 1.0 && r->original_max_positions > 0.0 && r->sequence_length > 0.0)) &&
+           (int)r->type >= 0 && r->type <= BK_ROPE_DYNAMIC;
 }
 
 /* cos and sin of the angle pos * freq. The angle is reduced in

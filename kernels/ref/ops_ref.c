@@ -83,7 +83,13 @@ static double ref_yarn(const bk_rope *r, int64_t i, int64_t d, double inv)
 
 static double ref_freq(const bk_rope *r, int64_t i, int64_t d)
 {
-    double inv = 1.0 / pow(r->theta, (double)(2 * i) / (double)d);
+    double base = r->theta;
+    if (r->type == BK_ROPE_DYNAMIC) { /* transformers' _compute_dynamic_ntk_parameters */
+        double seq = fmax(r->sequence_length, r->original_max_positions);
+        base *= pow(r->factor * seq / r->original_max_positions - (r->factor - 1.0),
+                    (double)d / (double)(d - 2));
+    }
+    double inv = 1.0 / pow(base, (double)(2 * i) / (double)d);
     if (r->type == BK_ROPE_LINEAR) return inv / r->factor;
     if (r->type == BK_ROPE_LLAMA3) return ref_llama3(r, inv);
     if (r->type == BK_ROPE_YARN) return ref_yarn(r, i, d, inv);

@@ -39,9 +39,9 @@ static void usage(FILE *out)
                  "safetensors in bf16, fp16 or fp32) as a burst checkpoint of weights only\n"
                  "(OUT/latest, OUT/step-0/model.h5), which [model] init_from starts a run from;\n"
                  "exports a checkpoint as a folder transformers' from_pretrained loads.\n"
-                 "What burstengine does not compute (biases, another activation or model type,\n"
-                 "a head_dim other than hidden_size / heads, RoPE scaling other than linear) is\n"
-                 "refused, naming the key.\n\n");
+                 "RoPE scaling (linear, llama3, yarn, dynamic) is kept. What burstengine does\n"
+                 "not compute (biases, another activation or model type, a head_dim other than\n"
+                 "hidden_size / heads, another RoPE scaling) is refused, naming the key.\n\n");
     for (int i = 0; i < N_OPTIONS; i++) {
         char head[40];
         snprintf(head, sizeof head, "%s %s", options[i].name, options[i].arg);

@@ -127,7 +127,8 @@ static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const device_names[] = {"cpu", "cuda", NULL};
 static const char *const matmul_names[] = {"auto", "bf16", "fp32", NULL};
 static const char *const intra_names[] = {"auto", "ucx", "nccl", NULL};
-static const char *const rope_type_names[] = {"default", "linear", "llama3", "yarn", NULL};
+static const char *const rope_type_names[] = {"default", "linear",  "llama3",
+                                              "yarn",    "dynamic", NULL};
 
 /* clang-format off */
 #define AT(name) offsetof(train_config, name), sizeof(((train_config *)0)->name)
@@ -175,7 +176,7 @@ static const field fields[] = {
     DBL("model", rope_theta, 0, 1, INFINITY, 0, PRESET, RESUME,
         "RoPE base"),
     ENUM("model", rope_type, rope_type_names, "default", RESUME,
-        "RoPE scaling as Hugging Face names it: default (none), linear (positions / rope_scaling), llama3 or yarn (the frequencies rescaled by rope_scaling, see the rope_* keys)"),
+        "RoPE scaling as Hugging Face names it: default (none), linear (positions / rope_scaling), llama3 or yarn (the frequencies rescaled by rope_scaling, see the rope_* keys), dynamic (NTK: the base raised for [data] seq_len beyond rope_original_max_positions)"),
     DBL("model", rope_scaling, 0, 1, INFINITY, 0, "1", RESUME,
         "the RoPE scaling factor of linear, llama3 and yarn; with rope_type = default, a factor other than 1 means linear"),
     DBL("model", rope_low_freq_factor, 0, 1, INFINITY, 0, "1", RESUME,
@@ -183,7 +184,7 @@ static const field fields[] = {
     DBL("model", rope_high_freq_factor, 0, 1, INFINITY, 0, "4", RESUME,
         "llama3: wavelengths below rope_original_max_positions / this are kept"),
     DBL("model", rope_original_max_positions, 0, 1, INFINITY, 0, "8192", RESUME,
-        "llama3 and yarn: the context length the model was pretrained on"),
+        "llama3, yarn and dynamic: the context length the model was pretrained on"),
     DBL("model", rope_beta_fast, 0, 1, INFINITY, 0, "32", RESUME,
         "yarn: rotations in the original context below which a pair is interpolated"),
     DBL("model", rope_beta_slow, 0, 1, INFINITY, 0, "1", RESUME,
@@ -768,7 +769,7 @@ int train_config_set(train_config *c, const char *assignment, char *err, size_t 
 bk_rope train_config_rope(const train_config *c)
 {
     static const bk_rope_type types[] = {BK_ROPE_DEFAULT, BK_ROPE_LINEAR, BK_ROPE_LLAMA3,
-                                         BK_ROPE_YARN};
+                                         BK_ROPE_YARN, BK_ROPE_DYNAMIC};
     bk_rope r = {.type = BK_ROPE_DEFAULT,
                  .theta = c->rope_theta,
                  .factor = c->rope_scaling,
@@ -777,7 +778,8 @@ bk_rope train_config_rope(const train_config *c)
                  .original_max_positions = c->rope_original_max_positions,
                  .beta_fast = c->rope_beta_fast,
                  .beta_slow = c->rope_beta_slow,
-                 .attention_factor = c->rope_attention_factor};
+                 .attention_factor = c->rope_attention_factor,
+                 .sequence_length = (double)c->seq_len};
     for (int i = 0; rope_type_names[i]; i++)
         if (strcmp(c->rope_type, rope_type_names[i]) == 0) r.type = types[i];
     if (r.type == BK_ROPE_DEFAULT && r.factor != 1.0) r.type = BK_ROPE_LINEAR;
@@ -788,8 +790,7 @@ bk_rope train_config_rope(const train_config *c)
 
 void train_config_set_rope(train_config *c, const bk_rope *r)
 {
-    static const char *const names[] = {"default", "linear", "llama3", "yarn"};
-    set_string(c->rope_type, sizeof c->rope_type, names[r->type]);
+    set_string(c->rope_type, sizeof c->rope_type, rope_type_names[r->type]);
     c->rope_theta = r->theta;
     c->rope_scaling = r->type == BK_ROPE_DEFAULT ? 1.0 : r->factor;
     c->rope_low_freq_factor = r->low_freq_factor;
@@ -875,6 +876,10 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
         return bu_fail(err, err_len,
                        "[model] rope_high_freq_factor = %g must exceed rope_low_freq_factor = %g",
                        c->rope_high_freq_factor, c->rope_low_freq_factor);
+    if (strcmp(c->rope_type, "dynamic") == 0 && c->rope_scaling < 1.0)
+        return bu_fail(err, err_len,
+                       "[model] rope_scaling = %g: dynamic needs a factor of 1 or more",
+                       c->rope_scaling);
     if (strcmp(c->rope_type, "yarn") == 0 && c->rope_theta <= 1.0)
         return bu_fail(err, err_len, "[model] rope_theta = %g: yarn needs a base above 1",
                        c->rope_theta);

@@ -28,7 +28,7 @@ typedef struct {
     double rope_scaling; /* the factor of linear, llama3, yarn (with rope_type default,
                           * a factor other than 1 is linear) */
     double rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
-    double rope_original_max_positions;                 /* llama3, yarn */
+    double rope_original_max_positions;                 /* llama3, yarn, dynamic */
     double rope_beta_fast, rope_beta_slow;              /* yarn */
     double rope_attention_factor;                       /* yarn; 0: 0.1 ln(factor) + 1 */
     int64_t max_seq;
@@ -115,7 +115,8 @@ int train_config_set(train_config *c, const char *assignment, char *err, size_t 
  * and so on. Returns 0 or -1 with a message naming the key. */
 int train_config_validate(const train_config *c, int world_size, char *err, size_t err_len);
 /* The RoPE of [model] rope_* (rope_type default with a factor other than 1
- * is linear; yarn's attention factor 0 is 0.1 ln(factor) + 1). */
+ * is linear; yarn's attention factor 0 is 0.1 ln(factor) + 1; dynamic's
+ * sequence is [data] seq_len). */
 bk_rope train_config_rope(const train_config *c);
 /* The rope_* keys of c set to r's values. */
 void train_config_set_rope(train_config *c, const bk_rope *r);

@@ -183,14 +183,16 @@ static int read_rope(json_t *root, const char *file, int64_t max_positions, bk_r
     const char *type = json_string_value(json_object_get(params, "rope_type"));
     if (!type) type = json_string_value(json_object_get(params, "type"));
     if (!type || strcmp(type, "default") == 0) return 0;
-    int known = !strcmp(type, "linear") || !strcmp(type, "llama3") || !strcmp(type, "yarn");
+    int known = !strcmp(type, "linear") || !strcmp(type, "llama3") || !strcmp(type, "yarn") ||
+                !strcmp(type, "dynamic");
     if (!known)
         return bu_fail(err, err_len,
-                       "%s: %s.rope_type = '%s': burstengine computes default, linear, llama3 "
-                       "and yarn RoPE",
+                       "%s: %s.rope_type = '%s': burstengine computes default, linear, llama3, "
+                       "yarn and dynamic RoPE",
                        file, key, type);
     if (positive_key(params, file, key, "factor", -1, &r->factor, err, err_len) != 0) return -1;
     if (strcmp(type, "linear") == 0) return (r->type = BK_ROPE_LINEAR), 0;
+    if (strcmp(type, "dynamic") == 0) return (r->type = BK_ROPE_DYNAMIC), 0;
     return strcmp(type, "llama3") == 0 ? read_llama3(params, file, key, r, err, err_len)
                                        : read_yarn(params, file, key, r, err, err_len);
 }
@@ -515,8 +517,8 @@ static int write_json(const char *file, json_t *j, char *err, size_t err_len)
 }
 
 /* rope_scaling as transformers reads it: null, or the type and its
- * parameters. yarn's context goes in max_position_embeddings, which every
- * transformers version reads for it (see read_yarn). */
+ * parameters. The context of yarn and dynamic goes in max_position_embeddings,
+ * which every transformers version reads for them (see read_yarn). */
 static json_t *rope_json(const bk_rope *r)
 {
     switch (r->type) {
@@ -531,6 +533,8 @@ static json_t *rope_json(const bk_rope *r)
         return json_pack("{s:s, s:f, s:f, s:f, s:f}", "rope_type", "yarn", "factor", r->factor,
                          "beta_fast", r->beta_fast, "beta_slow", r->beta_slow, "attention_factor",
                          r->attention_factor);
+    case BK_ROPE_DYNAMIC:
+        return json_pack("{s:s, s:f}", "rope_type", "dynamic", "factor", r->factor);
     default:
         return json_null();
     }
@@ -539,8 +543,9 @@ static json_t *rope_json(const bk_rope *r)
 static json_t *config_json(const model_layout *m, const hf_write_opts *o)
 {
     const model_dims *d = &m->dims;
+    int own_context = d->rope.type == BK_ROPE_YARN || d->rope.type == BK_ROPE_DYNAMIC;
     int64_t max_positions =
-        d->rope.type == BK_ROPE_YARN ? (int64_t)d->rope.original_max_positions : o->max_positions;
+        own_context ? (int64_t)d->rope.original_max_positions : o->max_positions;
     return json_pack(
         "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:b, s:I, "
         "s:s, s:b, s:b, s:s, s:f, s:b}",

@@ -335,7 +335,7 @@ START_TEST(rope_matches_reference)
         /* global positions of a zigzag shard: far apart, up to ~2M */
         for (int64_t r = 0; r < n; r++) pos[r] = (int64_t)(bu_rng_next(&rng) % 2000000);
         pos[0] = 0;
-        for (int k = 0; k < 4; k++) { /* default, linear, llama3, yarn */
+        for (int k = 0; k < TEST_ROPE_CASES; k++) { /* default, linear, llama3, yarn, dynamic */
             bk_rope rope = test_rope(k, s % 2 ? 500000.0 : 10000.0);
             float *x = test_rand_f(&rng, len, -1, 1), *y = test_rand_f(&rng, len, 0, 1),
                   *dx = test_rand_f(&rng, len, 0, 1);

@@ -5,7 +5,7 @@
 #     `burst convert` makes of it, on 1 rank and on cp = 4 (zigzag, 2 emulated
 #     nodes), gives transformers' NLL within 1e-4 relative: untied GQA 1:1 in
 #     fp32, tied GQA 4:1 in bf16 with linear RoPE scaling and another theta,
-#     llama3 RoPE in fp16, yarn RoPE, and a Mistral (GQA 2:1); on the
+#     llama3 RoPE in fp16, yarn RoPE, dynamic NTK, and a Mistral; on the
 #     emulated device (CUDA builds) within 1e-3 (measured: 3e-5 and 1.1e-4), its products in bf16;
 #     the comparison has teeth: a wrong theta moves the NLL past it;
 #   export: 3 steps trained from the import, exported in fp32 and in bf16
@@ -74,9 +74,11 @@ dims="--vocab 96 --hidden 64 --layers 2 --heads 4 --ff 96"
 "$PY" "$O" make d $dims --kv 2 --tied --max-pos 64 \
     --rope-scaling '{"rope_type": "yarn", "factor": 4.0}' || fail "make d"
 "$PY" "$O" make e $dims --kv 2 --arch mistral || fail "make e"
+"$PY" "$O" make f $dims --kv 4 --max-pos 32 --rope-scaling '{"rope_type": "dynamic", "factor": 2.0}' ||
+    fail "make f" # dynamic NTK: 64-token windows beyond a 32-token context
 
 # ---- import
-for m in a b c d e; do
+for m in a b c d e f; do
     want=$(oracle $m)
     agree "$m, Hugging Face folder, 1 rank" "$want" "$(burst_nll $m 1)" 1e-4
     expect 0 "burst convert: $m -> ck-$m" "$BURST" convert --from hf --to burst $m ck-$m
@@ -99,6 +101,7 @@ fi
 # the scalings matter: each model evaluated without its own differs
 agree_not "c without llama3" "$(burst_nll c 1 --set model.rope_type=default --set model.rope_scaling=1)" "$(oracle c)"
 agree_not "d without yarn" "$(burst_nll d 1 --set model.rope_type=default --set model.rope_scaling=1)" "$(oracle d)"
+agree_not "f without dynamic" "$(burst_nll f 1 --set model.rope_type=default --set model.rope_scaling=1)" "$(oracle f)"
 
 # ---- export
 expect 0 "checkpoint: run/step-3" "$BURST" train --set model.init_from=ck-a --set data.source=hdf5 \
@@ -117,7 +120,7 @@ shards=$(ls out16 | grep -c '^model-.*-of-.*\.safetensors$')
     fail "a 40K shard size did not give shards and an index: $(ls out16 | tr '\n' ' ')"
 expect 0 "every key loaded" "$PY" "$O" load out16
 agree "export bf16, $shards shards" "$(oracle out16)" "$trained" 2e-3
-for m in c d; do # the scaling goes out as it came in
+for m in c d f; do # the scaling goes out as it came in
     expect 0 "-> out-$m" "$BURST" convert --from burst --to hf ck-$m out-$m --dtype fp32
     agree "export of $m's scaling" "$(oracle $m)" "$(oracle out-$m)" 1e-6
 done
