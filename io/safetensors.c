@@ -206,8 +206,8 @@ static io_st_model *open_files(char **paths, int n_files, char *err, size_t err_
     }
     int64_t room = 0;
     int failed = 0;
-    for (int i = 0; i < n_files && !failed; i++, m->n_files++) {
-        st_file *f = &m->files[i];
+    for (int i = 0; i < n_files && !failed; i++) {
+        st_file *f = &m->files[m->n_files++]; /* closed with the model whatever happens next */
         f->path = strdup(paths[i]);
         failed = !f->path || map_file(f, paths[i], err, err_len) != 0;
         if (failed) break;
