@@ -53,15 +53,18 @@ void bt_options_default(bt_options *opt)
     if (t && atof(t) > 0) opt->timeout_s = atof(t);
 }
 
+/* A communicator of size ranks, world_ranks[i] the world rank of its rank i
+ * (NULL: the world itself); NULL with the world's error when out of memory. */
 static bt_comm *comm_new(bt_world *w, uint32_t id, int rank, int size, const int *world_ranks)
 {
-    bt_comm *c = calloc(1, sizeof *c);
-    c->world = w;
-    c->id = id;
-    c->rank = rank;
-    c->size = size;
-    c->world_ranks = malloc((size_t)size * sizeof(int));
-    memcpy(c->world_ranks, world_ranks, (size_t)size * sizeof(int));
+    bt_comm *c = bt_calloc(w, sizeof *c, "a communicator");
+    int *ranks = c ? bt_calloc(w, (size_t)size * sizeof(int), "a communicator's ranks") : NULL;
+    if (!ranks) {
+        free(c);
+        return NULL;
+    }
+    for (int i = 0; i < size; i++) ranks[i] = world_ranks ? world_ranks[i] : i;
+    *c = (bt_comm){.world = w, .id = id, .rank = rank, .size = size, .world_ranks = ranks};
     return c;
 }
 
@@ -103,6 +106,10 @@ bt_status bt_world_init(const bt_options *opt_in, bt_world **out, char *err, siz
     if (st != BT_OK) return st;
 
     bt_world *w = calloc(1, sizeof *w);
+    if (!w) {
+        bu_no_memory(err, err_len, sizeof *w, "the world");
+        return BT_ERR_SYS;
+    }
     w->opt = opt;
     w->ctl_fd = -1;
     w->ctl_wake[0] = w->ctl_wake[1] = -1;
@@ -154,11 +161,13 @@ bt_status bt_world_init(const bt_options *opt_in, bt_world **out, char *err, siz
             return st;
         }
     }
-    int *ranks = malloc((size_t)w->size * sizeof(int));
-    for (int i = 0; i < w->size; i++) ranks[i] = i;
-    w->world_comm = comm_new(w, 1, w->rank, w->size, ranks);
+    w->world_comm = comm_new(w, 1, w->rank, w->size, NULL);
     w->max_comm_id = 1;
-    free(ranks);
+    if (!w->world_comm) {
+        snprintf(err, err_len, "%s", w->err);
+        bt_world_abort(w);
+        return BT_ERR_SYS;
+    }
 
     if (opt.verbose)
         fprintf(stderr, "burst: rank %d of %d (node %d of %d, local %d), bootstrap %s\n", w->rank,
@@ -250,10 +259,14 @@ bt_status bt_comm_split(bt_comm *parent, int color, int key, bt_comm **out)
     bt_world *w = parent->world;
     *out = NULL;
     struct split_entry mine = {color, key, w->max_comm_id, parent->rank};
-    struct split_entry *all = malloc((size_t)parent->size * sizeof *all);
-    bt_status st = bt_allgather(parent, &mine, all, sizeof mine);
+    struct split_entry *all = bt_calloc(w, (size_t)parent->size * sizeof *all, "a split's members");
+    int *ranks = all ? bt_calloc(w, (size_t)parent->size * sizeof(int), "a split's ranks") : NULL;
+    /* out of memory: the world has failed (bt_calloc), and the other members
+     * learn it in the allgather they wait in, as from any failed rank */
+    bt_status st = ranks ? bt_allgather(parent, &mine, all, sizeof mine) : BT_ERR_SYS;
     if (st != BT_OK) {
         free(all);
+        free(ranks);
         return st;
     }
     /* A fresh id larger than any id a member has used keeps (id, pair of ranks)
@@ -264,7 +277,6 @@ bt_status bt_comm_split(bt_comm *parent, int color, int key, bt_comm **out)
     base += 1;
     qsort(all, (size_t)parent->size, sizeof *all, split_entry_cmp);
     int n_colors = 0, my_color_index = -1, n = 0, my_rank = -1;
-    int *ranks = malloc((size_t)parent->size * sizeof(int));
     for (int i = 0; i < parent->size; i++) {
         if (all[i].color < 0) continue;
         if (i == 0 || all[i].color != all[i - 1].color || all[i - 1].color < 0) n_colors++;
@@ -278,7 +290,7 @@ bt_status bt_comm_split(bt_comm *parent, int color, int key, bt_comm **out)
     if (color >= 0) *out = comm_new(w, (uint32_t)(base + my_color_index), my_rank, n, ranks);
     free(ranks);
     free(all);
-    return BT_OK;
+    return color >= 0 && !*out ? BT_ERR_SYS : BT_OK;
 }
 
 bt_status bt_comm_intra_node(bt_world *w, bt_comm **out)
@@ -324,7 +336,8 @@ static bt_status post(bt_comm *c, int kind, int peer, int channel, void *buf, si
         atomic_store(&w->error_seen, 1);
         return st;
     }
-    bt_request *r = calloc(1, sizeof *r);
+    bt_request *r = bt_calloc(w, sizeof *r, "a request");
+    if (!r) return BT_ERR_SYS;
     r->world = w;
     r->kind = kind;
     r->mem = mem;
