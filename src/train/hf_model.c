@@ -76,13 +76,12 @@ static int false_key(json_t *root, const char *file, const char *key, const char
 }
 
 /* model_type, architectures, hidden_act and the keys we cannot compute. */
-static int check_kind(json_t *root, const char *file, hf_config *c, char *err, size_t err_len)
+static int check_kind(json_t *root, const char *file, char *err, size_t err_len)
 {
     const char *type = json_string_value(json_object_get(root, "model_type"));
     if (!type || (strcmp(type, "llama") != 0 && strcmp(type, "mistral") != 0))
         return bu_fail(err, err_len, "%s: model_type = '%s': only llama and mistral are read", file,
                        type ? type : "(none)");
-    snprintf(c->model_type, sizeof c->model_type, "%s", type);
     json_t *arch = json_object_get(root, "architectures"), *a;
     size_t i;
     json_array_foreach(arch, i, a)
@@ -237,14 +236,6 @@ static int read_dims(json_t *root, const char *file, hf_config *c, char *err, si
     return read_rope(root, file, maxpos, &d->rope, err, err_len);
 }
 
-/* A token id key (an integer, or a list whose first is taken); -1 when absent. */
-static int64_t token_key(json_t *root, const char *key)
-{
-    json_t *v = json_object_get(root, key);
-    if (json_is_array(v)) v = json_array_get(v, 0);
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
-}
-
 int hf_config_read(const char *path, hf_config *out, char *err, size_t err_len)
 {
     char file[PATH_MAX];
@@ -255,11 +246,8 @@ int hf_config_read(const char *path, hf_config *out, char *err, size_t err_len)
     if (!root) return bu_fail(err, err_len, "%s: %s", file, je.text);
     memset(out, 0, sizeof *out);
     int rc = !json_is_object(root) ? bu_fail(err, err_len, "%s: not a JSON object", file)
-             : check_kind(root, file, out, err, err_len) != 0
-                 ? -1
-                 : read_dims(root, file, out, err, err_len);
-    out->bos_token_id = token_key(root, "bos_token_id");
-    out->eos_token_id = token_key(root, "eos_token_id");
+             : check_kind(root, file, err, err_len) != 0 ? -1
+                                                         : read_dims(root, file, out, err, err_len);
     json_decref(root);
     return rc;
 }

@@ -29,8 +29,6 @@ typedef struct {
     model_dims dims;
     double norm_eps;                    /* as config.json gives it (dims rounds to float) */
     int64_t max_positions;              /* max_position_embeddings */
-    int64_t bos_token_id, eos_token_id; /* -1 when absent */
-    char model_type[16];                /* llama | mistral */
 } hf_config;
 
 /* Whether path is a Hugging Face model folder (it holds config.json). */
