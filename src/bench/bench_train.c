@@ -35,10 +35,10 @@ static void usage(FILE *out)
         "usage: burst bench train [--models LIST] [--ranks LIST] [--seq LIST] [--steps N]\n"
         "                         [--mem-model M] [--mem-ranks P] [--mem-seq N]\n"
         "                         [--device cpu|cuda] [--peak-tflops T] [--gpus G]\n"
-        "                         [--threads N] [--quick] [--verbose]\n\n"
+        "                         [--ckpt-fraction F] [--threads N] [--quick] [--verbose]\n\n"
         "Runs `burst run -n P -- burst train` for each model, rank count and sequence\n"
         "length (synthetic counting task, N steps, causal zigzag ring, fused head,\n"
-        "checkpoint fraction 0.5) and prints, per run: tokens/s and achieved GFLOP/s\n"
+        "checkpoint fraction F) and prints, per run: tokens/s and achieved GFLOP/s\n"
         "averaged over steps 2..N (step 1 is warm-up; with N = 1 it is step 1), the\n"
         "fraction of the sgemm rate (the child measures sgemm on rank 0 with the same\n"
         "threads in the same run, or on its device; for P ranks the reference is P times\n"
@@ -63,6 +63,9 @@ static void usage(FILE *out)
         "  --peak-tflops T the dense bf16 peak of one GPU in TFLOP/s (H100/H200 SXM:\n"
         "                  989); adds MFU = achieved / (min(P, G) x T) (default: no MFU)\n"
         "  --gpus G        GPUs the ranks of a run share, for the MFU (default 1)\n"
+        "  --ckpt-fraction F  [memory] ckpt_fraction of the throughput runs: the share\n"
+        "                  of attention outputs kept rather than recomputed in the\n"
+        "                  backward, 0..1 (default 0.5; 1 recomputes no attention)\n"
         "  --threads N     OpenMP/BLAS threads per rank (default: online cores / P)\n"
         "  --quick         tiny only, 8K, 2 steps, memory table on tiny (under a minute)\n"
         "  --verbose       copy the children's commands and output to stderr\n\n"
@@ -295,6 +298,7 @@ int bench_train(int argc, char **argv)
     long long ranks[MAX_LIST] = {1, 2}, seqs[MAX_LIST] = {0}, v[MAX_LIST];
     int n_models = 2, n_ranks = 2, n_seqs = 0, steps = 3, threads = 0, verbose = 0, quick = 0;
     long long mem_seq = 8192, mem_ranks = 2;
+    double ckpt = 0.5;
     const char *device = "cpu";
     char model_names[256], mem_model_name[64];
     mfu_ref mfu = {0.0, 1};
@@ -349,6 +353,11 @@ int bench_train(int argc, char **argv)
             if (parse_list(val, v, 1, 1024) != 1) return bad_option(a, val);
             mfu.gpus = (int)v[0];
             i++;
+        } else if (strcmp(a, "--ckpt-fraction") == 0) {
+            char *end;
+            ckpt = strtod(val, &end);
+            if (*end != '\0' || !(ckpt >= 0 && ckpt <= 1)) return bad_option(a, val);
+            i++;
         } else if (strcmp(a, "--mem-ranks") == 0) {
             if (parse_list(val, v, 1, 64) != 1) return bad_option(a, val);
             mem_ranks = v[0];
@@ -376,8 +385,8 @@ int bench_train(int argc, char **argv)
     int failures = 0;
     double t_start = bu_now();
     printf("Throughput and memory (%d steps per run; timing over steps %s; causal zigzag, fused "
-           "head, checkpoint fraction 0.5)\n\n",
-           steps, steps > 1 ? "2..N" : "1");
+           "head, checkpoint fraction %g)\n\n",
+           steps, steps > 1 ? "2..N" : "1", ckpt);
     int on_device = strcmp(device, "cpu") != 0;
     print_run_header(on_device);
     fflush(stdout);
@@ -395,7 +404,7 @@ int bench_train(int argc, char **argv)
                            .steps = steps,
                            .fused = 1,
                            .seq = list[s],
-                           .ckpt = 0.5};
+                           .ckpt = ckpt};
                 run r;
                 if (launch(self, &cfg, &r, threads, verbose) != 0) failures++;
                 print_run(&r, &mfu);

@@ -12,7 +12,7 @@ recomputed. Each figure is the median of --reps runs after one warm-up.
 
 PyTorch is not a dependency of burstengine: without it this says so and exits 0.
 Usage: python3 src/bench/torch_reference.py [--threads 2] [--seq 4096 8192]
-       [--d 64 128] [--reps 3] [--no-train]
+       [--d 64 128] [--reps 3] [--no-train] [--no-attention]
 """
 import argparse
 import statistics
@@ -118,11 +118,12 @@ def main():
     ap.add_argument("--seq", type=int, nargs="+", default=[4096, 8192])
     ap.add_argument("--d", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--no-train", action="store_true", help="skip the training steps")
+    ap.add_argument("--no-attention", action="store_true", help="skip the SDPA figures")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32")
-    for seq in a.seq:
+    for seq in [] if a.no_attention else a.seq:
         for d in a.d:
             for causal in (False, True):
                 attention(seq, d, causal, a.reps)

@@ -190,10 +190,11 @@ END_TEST
 /* The training benchmark's usage errors name the option and the value. */
 START_TEST(bench_train_refuses_bad_options)
 {
-    const char *bad[][2] = {{"--device", "gpu"},     {"--models", "tiny,huge"},
-                            {"--models", "custom"},  {"--peak-tflops", "0"},
-                            {"--peak-tflops", "9x"}, {"--gpus", "0"}};
-    for (int i = 0; i < 6; i++) {
+    const char *bad[][2] = {{"--device", "gpu"},        {"--models", "tiny,huge"},
+                            {"--models", "custom"},     {"--peak-tflops", "0"},
+                            {"--peak-tflops", "9x"},    {"--gpus", "0"},
+                            {"--ckpt-fraction", "1.5"}, {"--ckpt-fraction", "half"}};
+    for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
         char *argv[] = {(char *)test_burst_path(), "bench",           "train",
                         (char *)bad[i][0],         (char *)bad[i][1], NULL};
         test_run_result r = test_run(argv, NULL);
@@ -219,10 +220,12 @@ START_TEST(bench_train_runs_on_the_device)
      * (a few MFLOP/s) prints a non-zero MFU */
     char *argv[] = {emu,    "bench",     "train", "--device",      "cuda",    "--models",
                     "tiny", "--ranks",   "2",     "--seq",         "64",      "--steps",
-                    "2",    "--mem-seq", "0",     "--peak-tflops", "0.00001", NULL};
+                    "2",    "--mem-seq", "0",     "--peak-tflops", "0.00001", "--ckpt-fraction",
+                    "1",    NULL};
     char *env[] = {"OMP_NUM_THREADS=1", NULL};
     test_run_result r = test_run(argv, env);
     ck_assert_msg(r.exit_code == 0, "exited %d:\n%s", r.exit_code, r.out);
+    ck_assert_msg(test_output_has(&r, "checkpoint fraction 1)"), "%s", r.out);
     const char *row = strstr(r.out, "| tiny | 2 | 64 | ");
     ck_assert_msg(row != NULL, "no row:\n%s", r.out);
     double s_step, tokens, gflops, ref, fraction, exposed, mfu, peak, estimate, ratio;
