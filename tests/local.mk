@@ -214,6 +214,14 @@ clean-local-tests:
 	-rm -rf tests/slurm-state
 .PHONY: clean-local-tests
 
+# ------------------------------------------------------------------ util
+# The option-table walker every command's options go through (util/options.c).
+check_PROGRAMS += tests/util/test_options
+TESTS += tests/util/test_options
+tests_util_test_options_SOURCES = tests/util/test_options.c
+tests_util_test_options_CFLAGS = $(SUITE_CFLAGS)
+tests_util_test_options_LDADD = $(SUITE_LIBS) libburst_util.a $(EXTERNAL_LIBS)
+
 # ------------------------------------------------------------------ io
 # The one HDF5 error policy (io/h5util.c): messages naming the file, the
 # attribute and HDF5's detail; nothing printed, in any thread; the stack empty.

@@ -3,4 +3,4 @@
 # process may run on, checked allocation, error messages.
 libburst_util_a_SOURCES += util/clock.h util/clock.c util/rng.h util/parse.h util/parse.c \
 	util/exit_codes.h util/cores.h util/cores.c util/alloc.h util/alloc.c \
-	util/fail.h util/fail.c
+	util/fail.h util/fail.c util/options.h util/options.c

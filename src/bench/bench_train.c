@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include "config.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,59 +25,10 @@
 #include "util/parse.h"
 #include "util/clock.h"
 #include "util/exit_codes.h"
+#include "util/options.h"
 
 #define MAX_LIST 8
 #define MiB      (1024.0 * 1024.0)
-
-static void usage(FILE *out)
-{
-    fprintf(
-        out,
-        "usage: burst bench train [--models LIST] [--ranks LIST] [--seq LIST] [--steps N]\n"
-        "                         [--mem-model M] [--mem-ranks P] [--mem-seq N]\n"
-        "                         [--device cpu|cuda] [--peak-tflops T] [--gpus G]\n"
-        "                         [--ckpt-fraction F] [--threads N] [--quick] [--verbose]\n\n"
-        "Runs `burst run -n P -- burst train` for each model, rank count and sequence\n"
-        "length (synthetic counting task, N steps, causal zigzag ring, fused head,\n"
-        "checkpoint fraction F) and prints, per run: tokens/s and achieved GFLOP/s\n"
-        "averaged over steps 2..N (step 1 is warm-up; with N = 1 it is step 1), the\n"
-        "fraction of the sgemm rate (the child measures sgemm on rank 0 with the same\n"
-        "threads in the same run, or on its device; for P ranks the reference is P times\n"
-        "that rate), the exposed communication of the attention rings per step (the most\n"
-        "any rank waited for a transfer), with --peak-tflops the MFU, and rank 0's peak\n"
-        "resident memory (on a device: the largest peak of any rank's device arena)\n"
-        "with the ratio to the engine's estimate. Then a\n"
-        "memory table: one configuration with the fused head on and off and checkpoint\n"
-        "fraction 0, 0.5 and 1 (one step each, so its time includes warm-up). Rows are\n"
-        "printed as each run finishes; a failed run prints 'failed' and the exit status is 1.\n\n"
-        "  --models LIST   model presets (train's [model] preset: tiny, small ~23M,\n"
-        "                  300m, 1b, 7b, ...) (default tiny,small)\n"
-        "  --ranks LIST    rank counts P, each rank one CP rank (default 1,2)\n"
-        "  --seq LIST      sequence lengths in tokens, applied to every model; K suffix\n"
-        "                  = 1024 (default: tiny 8K,16K,32K; small 8K)\n"
-        "  --steps N       steps per run (default 3)\n"
-        "  --mem-model M   model of the memory table (default small)\n"
-        "  --mem-ranks P   rank count of the memory table (default 2)\n"
-        "  --mem-seq N     sequence length of the memory table (default 8K; 0 = no table)\n"
-        "  --device D      cpu, or cuda: every rank trains on a GPU ([train] device;\n"
-        "                  ranks beyond the node's GPUs share them) (default cpu)\n"
-        "  --peak-tflops T the dense bf16 peak of one GPU in TFLOP/s (H100/H200 SXM:\n"
-        "                  989); adds MFU = achieved / (min(P, G) x T) (default: no MFU)\n"
-        "  --gpus G        GPUs the ranks of a run share, for the MFU (default 1)\n"
-        "  --ckpt-fraction F  [memory] ckpt_fraction of the throughput runs: the share\n"
-        "                  of attention outputs kept rather than recomputed in the\n"
-        "                  backward, 0..1 (default 0.5; 1 recomputes no attention)\n"
-        "  --threads N     OpenMP/BLAS threads per rank (default: online cores / P)\n"
-        "  --quick         tiny only, 8K, 2 steps, memory table on tiny (under a minute)\n"
-        "  --verbose       copy the children's commands and output to stderr\n\n"
-        "Time: the default run took 12 minutes on a quiet 2-core machine and would take\n"
-        "30 or more under heavy load. Attention work grows with the square of the length;\n"
-        "one step of small takes about 0.5 minute at 8K quiet and an estimated 2 at 16K,\n"
-        "4 at 32K and 15 at 64K (several times that under load), so the small model\n"
-        "beyond 8K and 64K for either model are opt-in via --seq (tiny at 64K: an\n"
-        "estimated 1 minute per step quiet). The unfused head materialises seq/P x vocab\n"
-        "x 4 bytes of logits per rank (small: 1 GiB per rank at 64K on 2 ranks).\n");
-}
 
 /* One child run: its settings and what was read back. */
 typedef struct {
@@ -286,128 +238,163 @@ static int parse_models(const char *arg, char *names, size_t names_len, const ch
     return n;
 }
 
-static int bad_option(const char *opt, const char *value)
+/* What the command line sets. */
+typedef struct {
+    const char *models[MAX_LIST], *mem_model, *device;
+    char model_names[256], mem_model_name[64];
+    long long ranks[MAX_LIST], seqs[MAX_LIST], mem_seq;
+    int n_models, n_ranks, n_seqs, steps, threads, verbose, quick, mem_ranks;
+    double ckpt;
+    mfu_ref mfu;
+} bench_train_opts;
+
+static int set_models(void *o, const char *v)
 {
-    fprintf(stderr, "burst bench train: %s: bad value '%s'\n", opt, value);
-    return EXIT_USAGE;
+    bench_train_opts *b = o;
+    return (b->n_models = parse_models(v, b->model_names, sizeof b->model_names, b->models)) > 0
+               ? 0
+               : -1;
 }
 
-int bench_train(int argc, char **argv)
+static int set_ranks(void *o, const char *v)
 {
-    const char *models[MAX_LIST] = {"tiny", "small"}, *mem_model = "small";
-    long long ranks[MAX_LIST] = {1, 2}, seqs[MAX_LIST] = {0}, v[MAX_LIST];
-    int n_models = 2, n_ranks = 2, n_seqs = 0, steps = 3, threads = 0, verbose = 0, quick = 0;
-    long long mem_seq = 8192, mem_ranks = 2;
-    double ckpt = 0.5;
-    const char *device = "cpu";
-    char model_names[256], mem_model_name[64];
-    mfu_ref mfu = {0.0, 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--quick") == 0) {
-            quick = 1;
-        } else if (strcmp(a, "--verbose") == 0) {
-            verbose = 1;
-        } else if (!val) {
-            fprintf(stderr, "burst bench train: unknown option or missing value '%s'\n", a);
-            usage(stderr);
-            return EXIT_USAGE;
-        } else if (strcmp(a, "--models") == 0) {
-            if ((n_models = parse_models(val, model_names, sizeof model_names, models)) <= 0)
-                return bad_option(a, val);
-            i++;
-        } else if (strcmp(a, "--ranks") == 0) {
-            if ((n_ranks = parse_list(val, ranks, 1, 64)) <= 0) return bad_option(a, val);
-            i++;
-        } else if (strcmp(a, "--seq") == 0) {
-            if ((n_seqs = parse_list(val, seqs, 16, 1LL << 24)) <= 0) return bad_option(a, val);
-            i++;
-        } else if (strcmp(a, "--steps") == 0) {
-            if (parse_list(val, v, 1, 1000) != 1) return bad_option(a, val);
-            steps = (int)v[0];
-            i++;
-        } else if (strcmp(a, "--threads") == 0) {
-            if (parse_list(val, v, 1, 1024) != 1) return bad_option(a, val);
-            threads = (int)v[0];
-            i++;
-        } else if (strcmp(a, "--mem-model") == 0) {
-            const char *m[MAX_LIST];
-            if (parse_models(val, mem_model_name, sizeof mem_model_name, m) != 1)
-                return bad_option(a, val);
-            mem_model = m[0];
-            i++;
-        } else if (strcmp(a, "--device") == 0) {
-            if (strcmp(val, "cpu") != 0 && strcmp(val, "cuda") != 0) return bad_option(a, val);
-            device = val;
-            i++;
-        } else if (strcmp(a, "--peak-tflops") == 0) {
-            char *end;
-            mfu.peak_tflops = strtod(val, &end);
-            if (*end != '\0' || !(mfu.peak_tflops > 0 && mfu.peak_tflops < 1e6))
-                return bad_option(a, val);
-            i++;
-        } else if (strcmp(a, "--gpus") == 0) {
-            if (parse_list(val, v, 1, 1024) != 1) return bad_option(a, val);
-            mfu.gpus = (int)v[0];
-            i++;
-        } else if (strcmp(a, "--ckpt-fraction") == 0) {
-            char *end;
-            ckpt = strtod(val, &end);
-            if (*end != '\0' || !(ckpt >= 0 && ckpt <= 1)) return bad_option(a, val);
-            i++;
-        } else if (strcmp(a, "--mem-ranks") == 0) {
-            if (parse_list(val, v, 1, 64) != 1) return bad_option(a, val);
-            mem_ranks = v[0];
-            i++;
-        } else if (strcmp(a, "--mem-seq") == 0) {
-            if (parse_list(val, v, 0, 1LL << 24) != 1) return bad_option(a, val);
-            mem_seq = v[0];
-            i++;
-        } else {
-            fprintf(stderr, "burst bench train: unknown option '%s'\n", a);
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-    }
-    if (quick) {
-        models[0] = "tiny", n_models = 1;
-        seqs[0] = 8192, n_seqs = 1;
-        steps = 2;
-        mem_model = "tiny";
-    }
+    bench_train_opts *b = o;
+    return (b->n_ranks = parse_list(v, b->ranks, 1, 64)) > 0 ? 0 : -1;
+}
 
-    char self[4096];
-    if (bench_self_path("burst bench train", self, sizeof self) != 0) return EXIT_RUN_FAILURE;
+static int set_seqs(void *o, const char *v)
+{
+    bench_train_opts *b = o;
+    return (b->n_seqs = parse_list(v, b->seqs, 16, 1LL << 24)) > 0 ? 0 : -1;
+}
 
+static int set_mem_model(void *o, const char *v)
+{
+    bench_train_opts *b = o;
+    const char *m[MAX_LIST];
+    if (parse_models(v, b->mem_model_name, sizeof b->mem_model_name, m) != 1) return -1;
+    b->mem_model = m[0];
+    return 0;
+}
+
+static int set_mem_seq(void *o, const char *v)
+{
+    return parse_list(v, &((bench_train_opts *)o)->mem_seq, 0, 1LL << 24) == 1 ? 0 : -1;
+}
+
+static int set_device(void *o, const char *v)
+{
+    if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) return -1;
+    ((bench_train_opts *)o)->device = v;
+    return 0;
+}
+
+static int set_peak(void *o, const char *v)
+{
+    char *end;
+    double t = strtod(v, &end);
+    if (end == v || *end != '\0' || !(t > 0 && t < 1e6)) return -1;
+    ((bench_train_opts *)o)->mfu.peak_tflops = t;
+    return 0;
+}
+
+#define OPT(field) offsetof(bench_train_opts, field)
+static const bu_option options[] = {
+    {"--models", "LIST", BU_OPT_CUSTOM, 0, 0, 0, set_models,
+     "model presets (train's [model] preset: tiny, small ~23M,\n"
+     "300m, 1b, 7b, ...) (default tiny,small)"},
+    {"--ranks", "LIST", BU_OPT_CUSTOM, 0, 0, 0, set_ranks,
+     "rank counts P, each rank one CP rank (default 1,2)"},
+    {"--seq", "LIST", BU_OPT_CUSTOM, 0, 0, 0, set_seqs,
+     "sequence lengths in tokens, applied to every model; K suffix\n"
+     "= 1024 (default: tiny 8K,16K,32K; small 8K)"},
+    {"--steps", "N", BU_OPT_INT, OPT(steps), 1, 1000, NULL, "steps per run (default 3)"},
+    {"--mem-model", "M", BU_OPT_CUSTOM, 0, 0, 0, set_mem_model,
+     "model of the memory table (default small)"},
+    {"--mem-ranks", "P", BU_OPT_INT, OPT(mem_ranks), 1, 64, NULL,
+     "rank count of the memory table (default 2)"},
+    {"--mem-seq", "N", BU_OPT_CUSTOM, 0, 0, 0, set_mem_seq,
+     "sequence length of the memory table (default 8K; 0 = no table)"},
+    {"--device", "D", BU_OPT_CUSTOM, 0, 0, 0, set_device,
+     "cpu, or cuda: every rank trains on a GPU ([train] device;\n"
+     "ranks beyond the node's GPUs share them) (default cpu)"},
+    {"--peak-tflops", "T", BU_OPT_CUSTOM, 0, 0, 0, set_peak,
+     "the dense bf16 peak of one GPU in TFLOP/s (H100/H200 SXM:\n"
+     "989); adds MFU = achieved / (min(P, G) x T) (default: no MFU)"},
+    {"--gpus", "G", BU_OPT_INT, OPT(mfu.gpus), 1, 1024, NULL,
+     "GPUs the ranks of a run share, for the MFU (default 1)"},
+    {"--ckpt-fraction", "F", BU_OPT_DOUBLE, OPT(ckpt), 0, 1, NULL,
+     "[memory] ckpt_fraction of the throughput runs: the share of\n"
+     "attention outputs kept rather than recomputed in the backward,\n"
+     "0..1 (default 0.5; 1 recomputes no attention)"},
+    {"--threads", "N", BU_OPT_INT, OPT(threads), 1, 1024, NULL,
+     "OpenMP/BLAS threads per rank (default: online cores / P)"},
+    {"--quick", NULL, BU_OPT_FLAG, OPT(quick), 0, 0, NULL,
+     "tiny only, 8K, 2 steps, memory table on tiny (under a minute)"},
+    {"--verbose", NULL, BU_OPT_FLAG, OPT(verbose), 0, 0, NULL,
+     "copy the children's commands and output to stderr"},
+};
+#undef OPT
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
+
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: burst bench train [OPTIONS]\n\n"
+        "Runs `burst run -n P -- burst train` for each model, rank count and sequence\n"
+        "length (synthetic counting task, N steps, causal zigzag ring, fused head,\n"
+        "checkpoint fraction F) and prints, per run: tokens/s and achieved GFLOP/s\n"
+        "averaged over steps 2..N (step 1 is warm-up; with N = 1 it is step 1), the\n"
+        "fraction of the sgemm rate (the child measures sgemm on rank 0 with the same\n"
+        "threads in the same run, or on its device; for P ranks the reference is P times\n"
+        "that rate), the exposed communication of the attention rings per step (the most\n"
+        "any rank waited for a transfer), with --peak-tflops the MFU, and rank 0's peak\n"
+        "resident memory (on a device: the largest peak of any rank's device arena)\n"
+        "with the ratio to the engine's estimate. Then a\n"
+        "memory table: one configuration with the fused head on and off and checkpoint\n"
+        "fraction 0, 0.5 and 1 (one step each, so its time includes warm-up). Rows are\n"
+        "printed as each run finishes; a failed run prints 'failed' and the exit status is 1.\n\n");
+    bu_options_print(out, options, N_OPTIONS, 19);
+    fprintf(out,
+            "\nTime: the default run took 12 minutes on a quiet 2-core machine and would take\n"
+            "30 or more under heavy load. Attention work grows with the square of the length;\n"
+            "one step of small takes about 0.5 minute at 8K quiet and an estimated 2 at 16K,\n"
+            "4 at 32K and 15 at 64K (several times that under load), so the small model\n"
+            "beyond 8K and 64K for either model are opt-in via --seq (tiny at 64K: an\n"
+            "estimated 1 minute per step quiet). The unfused head materialises seq/P x vocab\n"
+            "x 4 bytes of logits per rank (small: 1 GiB per rank at 64K on 2 ranks).\n");
+}
+
+/* The throughput table: a row per model x rank count x length, printed as it
+ * finishes. Returns the runs that failed. */
+static int throughput_rows(const bench_train_opts *o, const char *self)
+{
     int failures = 0;
-    double t_start = bu_now();
     printf("Throughput and memory (%d steps per run; timing over steps %s; causal zigzag, fused "
            "head, checkpoint fraction %g)\n\n",
-           steps, steps > 1 ? "2..N" : "1", ckpt);
-    int on_device = strcmp(device, "cpu") != 0;
+           o->steps, o->steps > 1 ? "2..N" : "1", o->ckpt);
+    int on_device = strcmp(o->device, "cpu") != 0;
     print_run_header(on_device);
     fflush(stdout);
-    for (int m = 0; m < n_models; m++) {
+    for (int m = 0; m < o->n_models; m++) {
         /* Default lengths per model: the small model past 8K is opt-in (see --help). */
         static const long long tiny_default[] = {8192, 16384, 32768}, small_default[] = {8192};
-        int is_tiny = strcmp(models[m], "tiny") == 0;
-        const long long *list = n_seqs ? seqs : is_tiny ? tiny_default : small_default;
-        int count = n_seqs ? n_seqs : is_tiny ? 3 : 1;
-        for (int p = 0; p < n_ranks; p++) {
+        int is_tiny = strcmp(o->models[m], "tiny") == 0;
+        const long long *list = o->n_seqs ? o->seqs : is_tiny ? tiny_default : small_default;
+        int count = o->n_seqs ? o->n_seqs : is_tiny ? 3 : 1;
+        for (int p = 0; p < o->n_ranks; p++) {
             for (int s = 0; s < count; s++) {
-                run cfg = {.model = models[m],
-                           .device = device,
-                           .ranks = (int)ranks[p],
-                           .steps = steps,
+                run cfg = {.model = o->models[m],
+                           .device = o->device,
+                           .ranks = (int)o->ranks[p],
+                           .steps = o->steps,
                            .fused = 1,
                            .seq = list[s],
-                           .ckpt = ckpt};
+                           .ckpt = o->ckpt};
                 run r;
-                if (launch(self, &cfg, &r, threads, verbose) != 0) failures++;
-                print_run(&r, &mfu);
+                if (launch(self, &cfg, &r, o->threads, o->verbose) != 0) failures++;
+                print_run(&r, &o->mfu);
                 fflush(stdout);
             }
         }
@@ -420,29 +407,33 @@ int bench_train(int argc, char **argv)
         on_device ? "device peak = the largest peak of any rank's device arena"
                   : "peak = rank 0's maximum resident set",
         on_device ? " of the parts on the device" : "");
+    return failures;
+}
 
-    /* The memory table: fused head x checkpoint fraction, one step each. */
+/* The memory table: fused head on and off x checkpoint fraction 0, 0.5, 1, one
+ * step each. Returns the runs that failed. */
+static int memory_table(const bench_train_opts *o, const char *self)
+{
     static const double fractions[] = {0, 0.5, 1};
-    if (mem_seq > 0) {
-        char name[16];
-        printf("\nPeak memory, %s, P=%lld, seq %s (1 step each)\n\n", mem_model, mem_ranks,
-               seq_name(mem_seq, name, sizeof name));
-        printf("| head | ckpt_fraction | s/step | peak rank 0 | estimate | peak/est |\n");
-        printf("| --- | --- | --- | --- | --- | --- |\n");
-        fflush(stdout);
-    }
-    for (int f = 1; mem_seq > 0 && f >= 0; f--) {
+    int failures = 0;
+    char name[16];
+    printf("\nPeak memory, %s, P=%d, seq %s (1 step each)\n\n", o->mem_model, o->mem_ranks,
+           seq_name(o->mem_seq, name, sizeof name));
+    printf("| head | ckpt_fraction | s/step | peak rank 0 | estimate | peak/est |\n");
+    printf("| --- | --- | --- | --- | --- | --- |\n");
+    fflush(stdout);
+    for (int f = 1; f >= 0; f--) {
         for (int k = 0; k < 3; k++) {
-            run cfg = {.model = mem_model,
-                       .device = device,
-                       .ranks = (int)mem_ranks,
+            run cfg = {.model = o->mem_model,
+                       .device = o->device,
+                       .ranks = o->mem_ranks,
                        .steps = 1,
                        .fused = f,
-                       .seq = mem_seq,
+                       .seq = o->mem_seq,
                        .ckpt = fractions[k]};
             run r;
             char p[32], e[32];
-            if (launch(self, &cfg, &r, threads, verbose) != 0) failures++;
+            if (launch(self, &cfg, &r, o->threads, o->verbose) != 0) failures++;
             if (r.ok)
                 printf("| %s | %g | %.2f | %s | %s | %.2f |\n", f ? "fused" : "unfused",
                        fractions[k], r.seconds, bu_human_bytes(r.peak, p, sizeof p),
@@ -452,6 +443,40 @@ int bench_train(int argc, char **argv)
             fflush(stdout);
         }
     }
+    return failures;
+}
+
+int bench_train(int argc, char **argv)
+{
+    bench_train_opts o = {.models = {"tiny", "small"},
+                          .mem_model = "small",
+                          .device = "cpu",
+                          .ranks = {1, 2},
+                          .mem_seq = 8192,
+                          .mem_ranks = 2,
+                          .n_models = 2,
+                          .n_ranks = 2,
+                          .steps = 3,
+                          .ckpt = 0.5,
+                          .mfu = {0.0, 1}};
+    int parsed = bu_options_parse("burst bench train", options, N_OPTIONS, argc, argv, &o, NULL);
+    if (parsed == 1) {
+        usage(stdout);
+        return 0;
+    }
+    if (parsed != 0) return EXIT_USAGE;
+    if (o.quick) {
+        o.models[0] = "tiny", o.n_models = 1;
+        o.seqs[0] = 8192, o.n_seqs = 1;
+        o.steps = 2;
+        o.mem_model = "tiny";
+    }
+
+    char self[4096];
+    if (bench_self_path("burst bench train", self, sizeof self) != 0) return EXIT_RUN_FAILURE;
+    double t_start = bu_now();
+    int failures = throughput_rows(&o, self);
+    if (o.mem_seq > 0) failures += memory_table(&o, self);
     printf("\ntotal time %.0f s\n", bu_now() - t_start);
     fflush(stdout);
     if (failures) fprintf(stderr, "burst bench train: %d run(s) failed\n", failures);

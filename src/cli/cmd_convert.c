@@ -3,6 +3,7 @@
  * Hugging Face folder that transformers loads. Nothing is written on a
  * refusal: the checkpoint and the folder are renamed into place when whole. */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,49 +13,8 @@
 #include "src/cli/cli.h"
 #include "src/train/hf_model.h"
 #include "src/train/init_source.h"
+#include "util/options.h"
 #include "util/parse.h"
-
-/* The options, one row each: what --help prints. */
-static const struct {
-    const char *name, *arg, *help;
-} options[] = {
-    {"--from", "hf|burst",
-     "what SRC is: a Hugging Face folder, or a burst checkpoint (its folder\n"
-     "or one step-S folder)"},
-    {"--to", "burst|hf", "what OUT becomes (the other kind)"},
-    {"--dtype", "bf16|fp32", "--to hf: the weights' type (default bf16)"},
-    {"--shard-size", "SIZE",
-     "--to hf: most bytes per safetensors file, e.g. 5G (default;\n"
-     "0: one file); above it, shards and model.safetensors.index.json"},
-    {"--tokenizer", "DIR", "--to hf: copy the tokenizer files of DIR beside the model"},
-};
-enum { N_OPTIONS = sizeof options / sizeof options[0] };
-
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: burst convert --from hf --to burst HF_DIR OUT\n"
-                 "       burst convert --from burst --to hf CKPT OUT_DIR [--dtype bf16|fp32]\n"
-                 "                     [--shard-size SIZE] [--tokenizer DIR]\n\n"
-                 "Imports a LlamaForCausalLM or MistralForCausalLM folder (config.json and\n"
-                 "safetensors in bf16, fp16 or fp32) as a burst checkpoint of weights only\n"
-                 "(OUT/latest, OUT/step-0/model.h5), which [model] init_from starts a run from;\n"
-                 "exports a checkpoint as a folder transformers' from_pretrained loads.\n"
-                 "RoPE scaling (linear, llama3, yarn, dynamic) is kept. What burstengine does\n"
-                 "not compute (biases, another activation or model type, a head_dim other than\n"
-                 "hidden_size / heads, another RoPE scaling) is refused, naming the key.\n\n");
-    for (int i = 0; i < N_OPTIONS; i++) {
-        char head[40];
-        snprintf(head, sizeof head, "%s %s", options[i].name, options[i].arg);
-        fprintf(out, "  %-26s ", head);
-        for (const char *p = options[i].help; *p; p++) {
-            fputc(*p, out);
-            if (*p == '\n') fprintf(out, "  %-26s ", "");
-        }
-        fputc('\n', out);
-    }
-    fprintf(out, "\nExit status: 0 done, 2 bad usage, a refused model or a failed write (then\n"
-                 "nothing is left behind).\n");
-}
 
 typedef struct {
     const char *from, *to, *src, *out, *tokenizer;
@@ -75,48 +35,70 @@ static int parse_size(const char *s, int64_t *out)
     return 0;
 }
 
-static int option(convert_args *a, const char *name, const char *value)
+static int set_dtype(void *a, const char *v)
 {
-    if (strcmp(name, "--from") == 0)
-        a->from = value;
-    else if (strcmp(name, "--to") == 0)
-        a->to = value;
-    else if (strcmp(name, "--tokenizer") == 0)
-        a->tokenizer = value;
-    else if (strcmp(name, "--dtype") == 0 && (!strcmp(value, "bf16") || !strcmp(value, "fp32")))
-        a->hf.bf16 = strcmp(value, "bf16") == 0;
-    else if (strcmp(name, "--shard-size") == 0 && parse_size(value, &a->hf.shard_bytes) == 0)
-        ;
-    else {
-        fprintf(stderr, "burst convert: %s '%s': not a valid value\n", name, value);
-        return -1;
-    }
+    if (strcmp(v, "bf16") != 0 && strcmp(v, "fp32") != 0) return -1;
+    ((convert_args *)a)->hf.bf16 = strcmp(v, "bf16") == 0;
     return 0;
 }
 
-static int is_option(const char *s)
+static int set_shard_size(void *a, const char *v)
 {
-    for (int i = 0; i < N_OPTIONS; i++)
-        if (strcmp(s, options[i].name) == 0) return 1;
+    return parse_size(v, &((convert_args *)a)->hf.shard_bytes);
+}
+
+/* SRC, then OUT. */
+static int take_path(void *a, const char *arg)
+{
+    convert_args *c = a;
+    if (!c->src)
+        c->src = arg;
+    else if (!c->out)
+        c->out = arg;
+    else
+        return -1;
     return 0;
+}
+
+/* The options, one row each: what is parsed and what --help prints. */
+static const bu_option options[] = {
+    {"--from", "hf|burst", BU_OPT_STRING, offsetof(convert_args, from), 0, 0, NULL,
+     "what SRC is: a Hugging Face folder, or a burst checkpoint (its folder\n"
+     "or one step-S folder)"},
+    {"--to", "burst|hf", BU_OPT_STRING, offsetof(convert_args, to), 0, 0, NULL,
+     "what OUT becomes (the other kind)"},
+    {"--dtype", "bf16|fp32", BU_OPT_CUSTOM, 0, 0, 0, set_dtype,
+     "--to hf: the weights' type (default bf16)"},
+    {"--shard-size", "SIZE", BU_OPT_CUSTOM, 0, 0, 0, set_shard_size,
+     "--to hf: most bytes per safetensors file, e.g. 5G (default;\n"
+     "0: one file); above it, shards and model.safetensors.index.json"},
+    {"--tokenizer", "DIR", BU_OPT_STRING, offsetof(convert_args, tokenizer), 0, 0, NULL,
+     "--to hf: copy the tokenizer files of DIR beside the model"},
+};
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: burst convert --from hf --to burst HF_DIR OUT\n"
+                 "       burst convert --from burst --to hf CKPT OUT_DIR [--dtype bf16|fp32]\n"
+                 "                     [--shard-size SIZE] [--tokenizer DIR]\n\n"
+                 "Imports a LlamaForCausalLM or MistralForCausalLM folder (config.json and\n"
+                 "safetensors in bf16, fp16 or fp32) as a burst checkpoint of weights only\n"
+                 "(OUT/latest, OUT/step-0/model.h5), which [model] init_from starts a run from;\n"
+                 "exports a checkpoint as a folder transformers' from_pretrained loads.\n"
+                 "RoPE scaling (linear, llama3, yarn, dynamic) is kept. What burstengine does\n"
+                 "not compute (biases, another activation or model type, a head_dim other than\n"
+                 "hidden_size / heads, another RoPE scaling) is refused, naming the key.\n\n");
+    bu_options_print(out, options, N_OPTIONS, 29);
+    fprintf(out, "\nExit status: 0 done, 2 bad usage, a refused model or a failed write (then\n"
+                 "nothing is left behind).\n");
 }
 
 static int parse_args(int argc, char **argv, convert_args *a)
 {
     *a = (convert_args){.hf = {.bf16 = 1, .shard_bytes = (int64_t)5 << 30}};
-    int positional = 0;
-    for (int i = 1; i < argc; i++) {
-        if (is_option(argv[i]) && i + 1 < argc) {
-            if (option(a, argv[i], argv[i + 1]) != 0) return -1;
-            i++;
-        } else if (argv[i][0] != '-' && positional < 2) {
-            *(positional++ ? &a->out : &a->src) = argv[i];
-        } else {
-            fprintf(stderr, "burst convert: unknown or incomplete argument '%s'\n\n", argv[i]);
-            usage(stderr);
-            return -1;
-        }
-    }
+    if (bu_options_parse("burst convert", options, N_OPTIONS, argc, argv, a, take_path) != 0)
+        return -1;
     int hf_to_burst = a->from && a->to && !strcmp(a->from, "hf") && !strcmp(a->to, "burst");
     int burst_to_hf = a->from && a->to && !strcmp(a->from, "burst") && !strcmp(a->to, "hf");
     if ((!hf_to_burst && !burst_to_hf) || !a->out) {

@@ -1,0 +1,156 @@
+/* test_options.c: the option-table walker (util/options.c): each kind of row
+ * sets its field, values out of range and unknown options are refused naming
+ * them, help wins, positionals go to their callback, and --help prints every
+ * row at the column asked. */
+#include <check.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/lib/check_main.h"
+#include "util/options.h"
+
+typedef struct {
+    int flag, count;
+    double ratio;
+    const char *name, *custom, *first_positional;
+    int n_positional;
+} settings;
+
+static int set_custom(void *s, const char *v)
+{
+    if (strcmp(v, "no") == 0) return -1;
+    ((settings *)s)->custom = v;
+    return 0;
+}
+
+static int take_positional(void *s, const char *arg)
+{
+    settings *t = s;
+    if (t->n_positional++ == 0) t->first_positional = arg;
+    return t->n_positional <= 2 ? 0 : -1;
+}
+
+static const bu_option opts[] = {
+    {"--flag", NULL, BU_OPT_FLAG, offsetof(settings, flag), 0, 0, NULL, "a flag"},
+    {"--count", "N", BU_OPT_INT, offsetof(settings, count), 1, 9, NULL, "a count\nof two lines"},
+    {"--ratio", "F", BU_OPT_DOUBLE, offsetof(settings, ratio), 0, 1, NULL, "a ratio"},
+    {"--name", "S", BU_OPT_STRING, offsetof(settings, name), 0, 0, NULL, "a name"},
+    {"--a-very-long-option", "VALUE", BU_OPT_CUSTOM, 0, 0, 0, set_custom, "custom"},
+};
+enum { N = sizeof opts / sizeof opts[0] };
+
+/* Parses argv (NULL-terminated) into *s; what was printed on stderr into err. */
+static int parse(char **argv, settings *s, int with_positional, char *err, size_t len)
+{
+    int argc = 0;
+    while (argv[argc]) argc++;
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    ck_assert_ptr_nonnull(tmp);
+    int saved = dup(STDERR_FILENO);
+    dup2(fileno(tmp), STDERR_FILENO);
+    int rc =
+        bu_options_parse("cmd", opts, N, argc, argv, s, with_positional ? take_positional : NULL);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    rewind(tmp);
+    size_t got = fread(err, 1, len - 1, tmp);
+    err[got] = '\0';
+    fclose(tmp);
+    return rc;
+}
+
+START_TEST(every_kind_sets_its_field)
+{
+    settings s = {0};
+    char err[256];
+    char *argv[] = {
+        "cmd", "--flag", "--count", "7", "--ratio", "0.25", "--name", "x", "--a-very-long-option",
+        "yes", "pos1",   "pos2",    NULL};
+    ck_assert_int_eq(parse(argv, &s, 1, err, sizeof err), 0);
+    ck_assert_str_eq(err, "");
+    ck_assert_int_eq(s.flag, 1);
+    ck_assert_int_eq(s.count, 7);
+    ck_assert(s.ratio == 0.25);
+    ck_assert_str_eq(s.name, "x");
+    ck_assert_str_eq(s.custom, "yes");
+    ck_assert_int_eq(s.n_positional, 2);
+    ck_assert_str_eq(s.first_positional, "pos1");
+}
+END_TEST
+
+START_TEST(bad_input_is_refused_naming_it)
+{
+    static const struct {
+        char *a, *b, *says;
+    } bad[] = {
+        {"--count", "0", "cmd: --count: bad value '0'\n"},
+        {"--count", "10", "cmd: --count: bad value '10'\n"},
+        {"--count", "3x", "cmd: --count: bad value '3x'\n"},
+        {"--ratio", "1.5", "cmd: --ratio: bad value '1.5'\n"},
+        {"--ratio", "nan", "cmd: --ratio: bad value 'nan'\n"},
+        {"--ratio", "", "cmd: --ratio: bad value ''\n"},
+        {"--a-very-long-option", "no", "cmd: --a-very-long-option: bad value 'no'\n"},
+        {"--bogus", NULL, "cmd: unknown option '--bogus'\n"},
+        {"stray", NULL, "cmd: unexpected argument 'stray'\n"},
+        {"--count", NULL, "cmd: --count needs a value\n"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        settings s = {0};
+        char err[256];
+        char *argv[] = {"cmd", bad[i].a, bad[i].b, NULL};
+        char says[160];
+        snprintf(says, sizeof says, "%s(`cmd --help` lists the options)\n", bad[i].says);
+        ck_assert_int_eq(parse(argv, &s, 0, err, sizeof err), -1);
+        ck_assert_str_eq(err, says);
+    }
+    /* a third positional is refused by the callback */
+    settings s = {0};
+    char err[256];
+    char *argv[] = {"cmd", "a", "b", "c", NULL};
+    ck_assert_int_eq(parse(argv, &s, 1, err, sizeof err), -1);
+    ck_assert_str_eq(err, "cmd: unexpected argument 'c'\n(`cmd --help` lists the options)\n");
+}
+END_TEST
+
+START_TEST(help_wins_over_everything)
+{
+    settings s = {0};
+    char err[256];
+    char *argv[] = {"cmd", "--bogus", "--count", "0", "-h", NULL};
+    ck_assert_int_eq(parse(argv, &s, 0, err, sizeof err), 1);
+    ck_assert_str_eq(err, "");
+    ck_assert_int_eq(s.count, 0);
+}
+END_TEST
+
+START_TEST(help_lists_every_row_at_its_column)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    bu_options_print(out, opts, N, 14);
+    fclose(out);
+    ck_assert_str_eq(text, "  --flag      a flag\n"
+                           "  --count N   a count\n"
+                           "              of two lines\n"
+                           "  --ratio F   a ratio\n"
+                           "  --name S    a name\n"
+                           "  --a-very-long-option VALUE\n"
+                           "              custom\n");
+    free(text);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("options");
+    TCase *tc = check_tcase(s, "options", 0);
+    check_add_tests(tc, every_kind_sets_its_field, bad_input_is_refused_naming_it,
+                    help_wins_over_everything, help_lists_every_row_at_its_column);
+    return check_run(s);
+}

@@ -1,0 +1,102 @@
+/* options.c: the option-table walker (options.h). */
+#include "util/options.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/parse.h"
+
+static const bu_option *find(const bu_option *opts, int n_opts, const char *name)
+{
+    for (int i = 0; i < n_opts; i++)
+        if (strcmp(opts[i].name, name) == 0) return &opts[i];
+    return NULL;
+}
+
+/* Stores value into the row's field: 0, or -1 when it is not valid. */
+static int store(const bu_option *o, void *settings, const char *value)
+{
+    char *field = (char *)settings + o->offset;
+    switch (o->kind) {
+    case BU_OPT_FLAG:
+        *(int *)(void *)field = 1;
+        return 0;
+    case BU_OPT_INT: {
+        int64_t v;
+        if (bu_parse_i64(value, &v, NULL) != 0 || v < o->lo || v > o->hi) return -1;
+        *(int *)(void *)field = (int)v;
+        return 0;
+    }
+    case BU_OPT_DOUBLE: {
+        char *end;
+        double v = strtod(value, &end);
+        if (end == value || *end != '\0' || !isfinite(v) || v < o->lo || v > o->hi) return -1;
+        *(double *)(void *)field = v;
+        return 0;
+    }
+    case BU_OPT_STRING:
+        *(const char **)(void *)field = value;
+        return 0;
+    case BU_OPT_CUSTOM:
+        return o->set(settings, value);
+    }
+    return -1;
+}
+
+/* After an error: where the options are listed. Returns -1. */
+static int refused(const char *cmd)
+{
+    fprintf(stderr, "(`%s --help` lists the options)\n", cmd);
+    return -1;
+}
+
+int bu_options_parse(const char *cmd, const bu_option *opts, int n_opts, int argc, char **argv,
+                     void *settings, int (*positional)(void *settings, const char *arg))
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const bu_option *o = find(opts, n_opts, a);
+        if (!o) {
+            if (a[0] != '-' && positional && positional(settings, a) == 0) continue;
+            fprintf(stderr, "%s: %s '%s'\n", cmd,
+                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            return refused(cmd);
+        }
+        const char *value = NULL;
+        if (o->kind != BU_OPT_FLAG) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "%s: %s needs a value\n", cmd, a);
+                return refused(cmd);
+            }
+            value = argv[++i];
+        }
+        if (store(o, settings, value) != 0) {
+            fprintf(stderr, "%s: %s: bad value '%s'\n", cmd, a, value);
+            return refused(cmd);
+        }
+    }
+    return 0;
+}
+
+void bu_options_print(FILE *out, const bu_option *opts, int n_opts, int width)
+{
+    for (int i = 0; i < n_opts; i++) {
+        char head[64];
+        snprintf(head, sizeof head, "%s%s%s", opts[i].name, opts[i].arg ? " " : "",
+                 opts[i].arg ? opts[i].arg : "");
+        int pad = width - 3 - (int)strlen(head);
+        if (pad >= 0)
+            fprintf(out, "  %s%*s ", head, pad, "");
+        else /* a long head: the help starts on the next line */
+            fprintf(out, "  %s\n  %*s ", head, width - 3, "");
+        for (const char *p = opts[i].help; *p; p++) {
+            fputc(*p, out);
+            if (*p == '\n') fprintf(out, "  %*s ", width - 3, "");
+        }
+        fputc('\n', out);
+    }
+}
