@@ -9,6 +9,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,46 +23,8 @@
 #include "src/bench/bench.h"
 #include "util/clock.h"
 #include "util/exit_codes.h"
-
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: burst bench kernels [--device cpu|cuda] [OPTIONS]\n\n"
-            "Attention forward and backward GFLOP/s on one block (query and key/value rows of\n"
-            "the same SEQ tokens, Hq = 8 query heads), for full and causal masks, head dims 64\n"
-            "and 128, Hkv = 8 and 2, each as a ratio to cblas_sgemm GFLOP/s measured in the\n"
-            "same run, right before each configuration (best of 3), on a square product of\n"
-            "side min(SEQ, 2048) (sgemm is n/a without CBLAS). Then the per-op kernels.\n"
-            "FLOPs: forward 4 * SEQ^2 * d per head, backward 2.5x that, both halved for the\n"
-            "causal mask (a diagonal block). Times are the best of REPS runs of one kernel call\n"
-            "(bk_attn_fwd, bk_attn_bwd); threads are the OpenMP default (OMP_NUM_THREADS).\n"
-            "fwd512 and bwd512: the same work as the ring calls it, in pieces of 512 query\n"
-            "rows against the whole key block, as ratios to sgemm.\n\n"
-            "  --quick        SEQ = 1024 and one run each: a few seconds\n"
-            "  --seq N        block size in tokens (repeatable; default 4096 8192 16384;\n"
-            "                 32768 is accepted but takes minutes per configuration)\n"
-            "  --d N          only head dim N (64 or 128 are the fast ones; any multiple of 8)\n"
-            "  --hkv N        only Hkv = N (must divide Hq: 8 on the CPU)\n"
-            "  --mask M       only M = full or causal\n"
-            "  --reps N       runs per measurement, best kept (default 2; 1 with --quick)\n"
-            "  --cpu-time     time with the process CPU clock instead of the wall clock:\n"
-            "                 GFLOP per CPU-second, insensitive to other processes taking\n"
-            "                 the cores (meant for OMP_NUM_THREADS=1 on a shared machine;\n"
-            "                 with more threads, spinning OpenMP threads count too)\n"
-            "  --no-ops       skip the per-op kernels\n"
-            "  -h, --help     this help\n\n"
-            "--device cuda: the device kernels on the GPU (CUDA builds). Attention forward and\n"
-            "backward TFLOP/s with bf16 Q/K/V on tensor cores (fp32 accumulation), Hq = 16,\n"
-            "Hkv = Hq and Hq / 4, each as a ratio to the cuBLASLt bf16 GEMM rate measured\n"
-            "right before it; then each op's GB/s as a ratio to device-to-device copy\n"
-            "bandwidth measured in the same run. Defaults: SEQ 4096 8192 16384 32768,\n"
-            "best of 3 batches of calls, each batch at least 20 ms. --quick: SEQ = 1024,\n"
-            "GEMM side 2048, 64 MiB op buffers, one batch. Besides the options above:\n"
-            "  --hq N         query heads (default 16)\n"
-            "  --gemm N       side of the reference GEMM (default 8192)\n"
-            "  --op-mib N     MiB of each per-op buffer (default 1024)\n"
-            "  --min-ms X     shortest batch that counts, in ms (default 20)\n");
-}
+#include "util/options.h"
+#include "util/parse.h"
 
 /* The clock all timings use: wall (default) or process CPU time (--cpu-time). */
 static int use_cpu_time;
@@ -210,18 +173,6 @@ static void print_attention_row(int causal, int64_t seq, int d, int hkv, double 
     fflush(stdout);
 }
 
-static int parse_int(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || *end || v < lo || v > hi) {
-        fprintf(stderr, "burst bench kernels: %s needs an integer in [%ld, %ld]\n", opt, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 /* --device cuda: fills the defaults o left at 0, then runs the device bench. */
 static int run_on_device(bench_device_opts *o, int quick)
 {
@@ -237,98 +188,150 @@ static int run_on_device(bench_device_opts *o, int quick)
     return bench_kernels_device(o) ? EXIT_RUN_FAILURE : 0;
 }
 
-int bench_kernels(int argc, char **argv)
-{
-    int quick = 0, ops = 1, reps = 0, only_d = 0, only_hkv = 0, only_mask = -1, n_seq = 0;
-    int on_device = 0, device_only_opt = 0;
+/* What the command line sets; the device-only values are -1 when not given. */
+typedef struct {
+    int on_device, quick, no_ops, cpu_time, reps, only_d, only_hkv, only_mask, n_seq;
     int64_t seqs[16];
-    bench_device_opts dev = {.only_mask = -1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--quick")) {
-            quick = 1;
-        } else if (!strcmp(a, "--device")) {
-            const char *d = ++i < argc ? argv[i] : "";
-            if (strcmp(d, "cpu") && strcmp(d, "cuda")) {
-                fprintf(stderr, "burst bench kernels: --device must be cpu or cuda, not '%s'\n", d);
-                return EXIT_USAGE;
-            }
-            on_device = !strcmp(d, "cuda");
-        } else if (!strcmp(a, "--hq")) {
-            if (parse_int(a, ++i < argc ? argv[i] : NULL, 1, 128, &v)) return EXIT_USAGE;
-            dev.hq = (int)v, device_only_opt = 1;
-        } else if (!strcmp(a, "--gemm")) {
-            if (parse_int(a, ++i < argc ? argv[i] : NULL, 16, 65536, &v)) return EXIT_USAGE;
-            dev.gemm_n = v, device_only_opt = 1;
-        } else if (!strcmp(a, "--op-mib")) {
-            if (parse_int(a, ++i < argc ? argv[i] : NULL, 1, 65536, &v)) return EXIT_USAGE;
-            dev.op_bytes = (int64_t)v << 20, device_only_opt = 1;
-        } else if (!strcmp(a, "--min-ms")) {
-            if (parse_int(a, ++i < argc ? argv[i] : NULL, 0, 60000, &v)) return EXIT_USAGE;
-            dev.min_ms = (double)v, device_only_opt = 1;
-        } else if (!strcmp(a, "--cpu-time")) {
-            use_cpu_time = 1;
-        } else if (!strcmp(a, "--no-ops")) {
-            ops = 0;
-        } else if (!strcmp(a, "--seq")) {
-            if (parse_int(a, ++i < argc ? argv[i] : NULL, 16, 1L << 20, &v)) return EXIT_USAGE;
-            if (n_seq == 16) {
-                fprintf(stderr, "burst bench kernels: at most 16 --seq\n");
-                return EXIT_USAGE;
-            }
-            seqs[n_seq++] = v;
-        } else if (!strcmp(a, "--d")) {
-            if (parse_int(a, ++i < argc ? argv[i] : NULL, 8, 1024, &v) || v % 8) {
-                fprintf(stderr, "burst bench kernels: --d must be a multiple of 8\n");
-                return EXIT_USAGE;
-            }
-            only_d = (int)v;
-        } else if (!strcmp(a, "--hkv")) {
-            if (parse_int(a, ++i < argc ? argv[i] : NULL, 1, 128, &v)) return EXIT_USAGE;
-            only_hkv = (int)v; /* checked against Hq below */
-        } else if (!strcmp(a, "--reps")) {
-            if (parse_int(a, ++i < argc ? argv[i] : NULL, 1, 100, &v)) return EXIT_USAGE;
-            reps = (int)v;
-        } else if (!strcmp(a, "--mask")) {
-            const char *m = ++i < argc ? argv[i] : "";
-            if (!strcmp(m, "full"))
-                only_mask = 0;
-            else if (!strcmp(m, "causal"))
-                only_mask = 1;
-            else {
-                fprintf(stderr, "burst bench kernels: --mask must be full or causal\n");
-                return EXIT_USAGE;
-            }
-        } else {
-            fprintf(stderr, "burst bench kernels: unknown option '%s'\n", a);
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-    }
-    int hq = on_device ? (dev.hq ? dev.hq : 16) : 8;
-    if (only_hkv && hq % only_hkv) {
-        fprintf(stderr, "burst bench kernels: --hkv %d does not divide Hq = %d\n", only_hkv, hq);
+    int hq, gemm_n, op_mib, min_ms;
+} kernels_opts;
+
+static int set_device(void *o, const char *v)
+{
+    if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) return -1;
+    ((kernels_opts *)o)->on_device = strcmp(v, "cuda") == 0;
+    return 0;
+}
+
+static int set_seq(void *o, const char *v)
+{
+    kernels_opts *k = o;
+    int64_t n;
+    if (k->n_seq == 16 || bu_parse_i64(v, &n, NULL) != 0 || n < 16 || n > (1 << 20)) return -1;
+    k->seqs[k->n_seq++] = n;
+    return 0;
+}
+
+static int set_d(void *o, const char *v)
+{
+    int64_t d;
+    if (bu_parse_i64(v, &d, NULL) != 0 || d < 8 || d > 1024 || d % 8) return -1;
+    ((kernels_opts *)o)->only_d = (int)d;
+    return 0;
+}
+
+static int set_mask(void *o, const char *v)
+{
+    int causal = strcmp(v, "causal") == 0;
+    if (!causal && strcmp(v, "full") != 0) return -1;
+    ((kernels_opts *)o)->only_mask = causal;
+    return 0;
+}
+
+#define OPT(field) offsetof(kernels_opts, field)
+static const bu_option options[] = {
+    {"--device", "cpu|cuda", BU_OPT_CUSTOM, 0, 0, 0, set_device,
+     "where the kernels run (default cpu; cuda: see below)"},
+    {"--quick", NULL, BU_OPT_FLAG, OPT(quick), 0, 0, NULL,
+     "SEQ = 1024 and one run each: a few seconds"},
+    {"--seq", "N", BU_OPT_CUSTOM, 0, 0, 0, set_seq,
+     "block size in tokens, 16..1048576 (repeatable, up to 16; default\n"
+     "4096 8192 16384; 32768 takes minutes per configuration)"},
+    {"--d", "N", BU_OPT_CUSTOM, 0, 0, 0, set_d,
+     "only head dim N (64 or 128 are the fast ones; any multiple of 8)"},
+    {"--hkv", "N", BU_OPT_INT, OPT(only_hkv), 1, 128, NULL,
+     "only Hkv = N (must divide Hq: 8 on the CPU)"},
+    {"--mask", "M", BU_OPT_CUSTOM, 0, 0, 0, set_mask, "only M = full or causal"},
+    {"--reps", "N", BU_OPT_INT, OPT(reps), 1, 100, NULL,
+     "runs per measurement, best kept (default 2; 1 with --quick)"},
+    {"--cpu-time", NULL, BU_OPT_FLAG, OPT(cpu_time), 0, 0, NULL,
+     "time with the process CPU clock instead of the wall clock:\n"
+     "GFLOP per CPU-second, insensitive to other processes taking\n"
+     "the cores (meant for OMP_NUM_THREADS=1 on a shared machine;\n"
+     "with more threads, spinning OpenMP threads count too)"},
+    {"--no-ops", NULL, BU_OPT_FLAG, OPT(no_ops), 0, 0, NULL, "skip the per-op kernels"},
+    {"--hq", "N", BU_OPT_INT, OPT(hq), 1, 128, NULL, "--device cuda: query heads (default 16)"},
+    {"--gemm", "N", BU_OPT_INT, OPT(gemm_n), 16, 65536, NULL,
+     "--device cuda: side of the reference GEMM (default 8192)"},
+    {"--op-mib", "N", BU_OPT_INT, OPT(op_mib), 1, 65536, NULL,
+     "--device cuda: MiB of each per-op buffer (default 1024)"},
+    {"--min-ms", "X", BU_OPT_INT, OPT(min_ms), 0, 60000, NULL,
+     "--device cuda: shortest batch that counts, in ms (default 20)"},
+};
+#undef OPT
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: burst bench kernels [--device cpu|cuda] [OPTIONS]\n\n"
+            "Attention forward and backward GFLOP/s on one block (query and key/value rows of\n"
+            "the same SEQ tokens, Hq = 8 query heads), for full and causal masks, head dims 64\n"
+            "and 128, Hkv = 8 and 2, each as a ratio to cblas_sgemm GFLOP/s measured in the\n"
+            "same run, right before each configuration (best of 3), on a square product of\n"
+            "side min(SEQ, 2048) (sgemm is n/a without CBLAS). Then the per-op kernels.\n"
+            "FLOPs: forward 4 * SEQ^2 * d per head, backward 2.5x that, both halved for the\n"
+            "causal mask (a diagonal block). Times are the best of REPS runs of one kernel call\n"
+            "(bk_attn_fwd, bk_attn_bwd); threads are the OpenMP default (OMP_NUM_THREADS).\n"
+            "fwd512 and bwd512: the same work as the ring calls it, in pieces of 512 query\n"
+            "rows against the whole key block, as ratios to sgemm.\n\n"
+            "--device cuda: the device kernels on the GPU (CUDA builds). Attention forward and\n"
+            "backward TFLOP/s with bf16 Q/K/V on tensor cores (fp32 accumulation), Hq = 16,\n"
+            "Hkv = Hq and Hq / 4, each as a ratio to the cuBLASLt bf16 GEMM rate measured\n"
+            "right before it; then each op's GB/s as a ratio to device-to-device copy\n"
+            "bandwidth measured in the same run. Defaults: SEQ 4096 8192 16384 32768,\n"
+            "best of 3 batches of calls, each batch at least 20 ms. --quick: SEQ = 1024,\n"
+            "GEMM side 2048, 64 MiB op buffers, one batch.\n\n");
+    bu_options_print(out, options, N_OPTIONS, 17);
+    fprintf(out, "  -h, --help     this help\n");
+}
+
+/* Refusals of combinations no single row can see: 0, or EXIT_USAGE. */
+static int check_combination(const kernels_opts *o)
+{
+    int hq = o->on_device ? (o->hq > 0 ? o->hq : 16) : 8;
+    if (o->only_hkv && hq % o->only_hkv) {
+        fprintf(stderr, "burst bench kernels: --hkv %d does not divide Hq = %d\n", o->only_hkv, hq);
         return EXIT_USAGE;
     }
-    if (on_device) {
-        if (use_cpu_time) {
-            fprintf(stderr, "burst bench kernels: --cpu-time applies to --device cpu only\n");
-            return EXIT_USAGE;
-        }
-        memcpy(dev.seqs, seqs, sizeof seqs);
-        dev.n_seq = n_seq, dev.only_d = only_d, dev.only_hkv = only_hkv;
-        dev.only_mask = only_mask, dev.ops = ops, dev.reps = reps;
-        return run_on_device(&dev, quick);
+    if (o->on_device && o->cpu_time) {
+        fprintf(stderr, "burst bench kernels: --cpu-time applies to --device cpu only\n");
+        return EXIT_USAGE;
     }
-    if (device_only_opt) {
+    if (!o->on_device && (o->hq >= 0 || o->gemm_n >= 0 || o->op_mib >= 0 || o->min_ms >= 0)) {
         fprintf(stderr, "burst bench kernels: --hq, --gemm, --op-mib and --min-ms apply to "
                         "--device cuda only\n");
         return EXIT_USAGE;
     }
+    return 0;
+}
+
+int bench_kernels(int argc, char **argv)
+{
+    kernels_opts o = {.only_mask = -1, .hq = -1, .gemm_n = -1, .op_mib = -1, .min_ms = -1};
+    int parsed = bu_options_parse("burst bench kernels", options, N_OPTIONS, argc, argv, &o, NULL);
+    if (parsed == 1) {
+        usage(stdout);
+        return 0;
+    }
+    if (parsed != 0 || check_combination(&o) != 0) return EXIT_USAGE;
+    if (o.on_device) {
+        bench_device_opts dev = {.n_seq = o.n_seq,
+                                 .hq = o.hq > 0 ? o.hq : 0,
+                                 .only_d = o.only_d,
+                                 .only_hkv = o.only_hkv,
+                                 .only_mask = o.only_mask,
+                                 .ops = !o.no_ops,
+                                 .reps = o.reps,
+                                 .gemm_n = o.gemm_n > 0 ? o.gemm_n : 0,
+                                 .op_bytes = o.op_mib > 0 ? (int64_t)o.op_mib << 20 : 0,
+                                 .min_ms = o.min_ms >= 0 ? o.min_ms : 0};
+        memcpy(dev.seqs, o.seqs, sizeof o.seqs);
+        return run_on_device(&dev, o.quick);
+    }
+    use_cpu_time = o.cpu_time;
+    int64_t *seqs = o.seqs;
+    int n_seq = o.n_seq, quick = o.quick, ops = !o.no_ops, reps = o.reps;
+    int only_d = o.only_d, only_hkv = o.only_hkv, only_mask = o.only_mask;
     if (n_seq == 0) {
         if (quick) {
             seqs[n_seq++] = 1024;

@@ -166,7 +166,7 @@ END_TEST
  * crash) where no device is visible, whatever the build and machine. */
 START_TEST(bench_kernels_device_errors)
 {
-    const char *bad[][3] = {{"--device", "gpu", "--device must be cpu or cuda, not 'gpu'"},
+    const char *bad[][3] = {{"--device", "gpu", "--device: bad value 'gpu'"},
                             {"--gemm", "64", "apply to --device cuda only"},
                             {"--hkv", "3", "--hkv 3 does not divide Hq = 8"}};
     for (int i = 0; i < 3; i++) {
