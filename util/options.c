@@ -8,10 +8,19 @@
 
 #include "util/parse.h"
 
-static const bu_option *find(const bu_option *opts, int n_opts, const char *name)
+/* Whether arg is one of the spellings of name ("--x" or "-x, --x"). */
+static int spells(const char *name, const char *arg)
+{
+    const char *comma = strstr(name, ", ");
+    if (!comma) return strcmp(name, arg) == 0;
+    size_t n = (size_t)(comma - name);
+    return (strlen(arg) == n && strncmp(name, arg, n) == 0) || strcmp(comma + 2, arg) == 0;
+}
+
+static const bu_option *find(const bu_option *opts, int n_opts, const char *arg)
 {
     for (int i = 0; i < n_opts; i++)
-        if (strcmp(opts[i].name, name) == 0) return &opts[i];
+        if (spells(opts[i].name, arg)) return &opts[i];
     return NULL;
 }
 
@@ -27,6 +36,12 @@ static int store(const bu_option *o, void *settings, const char *value)
         int64_t v;
         if (bu_parse_i64(value, &v, NULL) != 0 || v < o->lo || v > o->hi) return -1;
         *(int *)(void *)field = (int)v;
+        return 0;
+    }
+    case BU_OPT_I64: {
+        int64_t v;
+        if (bu_parse_i64(value, &v, NULL) != 0 || (double)v < o->lo || (double)v > o->hi) return -1;
+        *(int64_t *)(void *)field = v;
         return 0;
     }
     case BU_OPT_DOUBLE: {

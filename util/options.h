@@ -11,13 +11,14 @@
 typedef enum {
     BU_OPT_FLAG,   /* no value: sets an int field to 1 */
     BU_OPT_INT,    /* a decimal int field in [lo, hi] */
+    BU_OPT_I64,    /* a decimal int64_t field in [lo, hi] */
     BU_OPT_DOUBLE, /* a finite double field in [lo, hi] */
     BU_OPT_STRING, /* a const char * field: the argument itself (not copied) */
     BU_OPT_CUSTOM, /* set() reads the value */
 } bu_opt_kind;
 
 typedef struct {
-    const char *name; /* "--steps" */
+    const char *name; /* "--steps", or two spellings "-o, --output" */
     const char *arg;  /* the value's name in --help ("N"); NULL for a flag */
     bu_opt_kind kind;
     size_t offset; /* of the field in the settings (offsetof); CUSTOM: unused */

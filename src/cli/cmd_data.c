@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "io/npy.h"
 #include "src/cli/cli.h"
 #include "util/rng.h"
+#include "util/options.h"
 #include "util/parse.h"
 
 #define BLOCK ((size_t)1 << 20)
@@ -37,52 +39,6 @@ static void usage(FILE *out)
             "under a temporary name and renamed when complete. 'burst data SUBCOMMAND --help'\n"
             "describes each. Exit status: 0 success, 1 failure while writing or problems\n"
             "found by validate, 2 bad usage or bad input found before work.\n");
-}
-
-static void usage_import(FILE *out)
-{
-    fprintf(out,
-            "usage: burst data import --from text|bin|npy INPUT... -o OUT.h5 [OPTIONS]\n\n"
-            "Imports token files into one corpus; every input is read twice in blocks\n"
-            "(checked, then written), never loaded whole.\n"
-            "  --from text       raw bytes as byte-level tokens (vocab 256, tokenizer \"bytes\")\n"
-            "  --from bin        flat little-endian tokens, uint16 (the common .bin format)\n"
-            "                    or --dtype uint32\n"
-            "  --from npy        a NumPy .npy 1-D integer array (u1 u2 u4 u8 i1 i2 i4 i8,\n"
-            "                    little-endian, C order); negative values are refused\n"
-            "  -o, --output F    the corpus to write\n"
-            "  --vocab V         vocabulary size (default: 256 for text, else max token + 1);\n"
-            "                    a token >= V is refused\n"
-            "  --tokenizer NAME  tokenizer name stored in the file (default \"bytes\" for text,\n"
-            "                    else \"unknown\")\n"
-            "  --docs-per-line   text: every line (with its newline) is a document\n"
-            "  --doc-sep ID      token ID ends a document (it belongs to the document it\n"
-            "                    ends): a tokenizer's end-of-text, e.g. --doc-sep 128001\n"
-            "  --docs-per-file   every input file is a document\n"
-            "  --dtype uint16|uint32  bin: the width of a token (default uint16)\n"
-            "Tokens are stored as uint16 when V <= 65536, else uint32.\n");
-}
-
-static void usage_synth(FILE *out)
-{
-    fprintf(out, "usage: burst data synth --task passkey|copy --seq-len N --samples S -o OUT.h5 "
-                 "[OPTIONS]\n\n"
-                 "Writes S samples of N + 1 tokens each (sample i starts at token i*(N+1); its\n"
-                 "last token is the label of input N-1), and /answers int64 [S, 3]: the sample's\n"
-                 "start offset, the position of the answer token within the sample (always N),\n"
-                 "and the answer token. Tokens 0-3 are markers (0 fill, 1 KEY, 2 QUERY, 3 SEP);\n"
-                 "content tokens are drawn from [4, V).\n"
-                 "  passkey: random filler, with 'KEY k v' placed so that the value v sits\n"
-                 "           DISTANCE tokens before the answer, and the sample ends 'QUERY k v':\n"
-                 "           predicting the final v needs attention across DISTANCE tokens.\n"
-                 "           --pairs P adds P-1 distractor pairs with other keys.\n"
-                 "  copy:    the first half is random, then SEP, then the first half again; the\n"
-                 "           answer is the last token (its copy is about N/2 tokens back).\n"
-                 "  --vocab V              vocabulary (default 256, at least 8)\n"
-                 "  --distance MIN:MAX     passkey distance range (default 3(N-2)/4:N-2)\n"
-                 "  --pairs P              key-value pairs per passkey sample (default 1)\n"
-                 "  --seed X               random seed (default 1)\n"
-                 "  -o, --output F         the corpus to write\n");
 }
 
 static void usage_info(FILE *out)
@@ -172,118 +128,135 @@ static int64_t read_block(input *in, unsigned char *raw, int64_t *out, int64_t m
     return (int64_t)got;
 }
 
-static int cmd_import(int argc, char **argv)
-{
-    if (cli_wants_help(argc, argv)) {
-        usage_import(stdout);
-        return 0;
-    }
-    const char *from = NULL, *outp = NULL, *tokenizer = NULL;
-    int64_t vocab = 0, doc_sep = -1; /* the token that ends a document; -1: none */
-    int per_line = 0, per_file = 0, n_in = 0, bin_width = 2;
-    const char **inputs = calloc((size_t)argc, sizeof *inputs);
-    if (!inputs) return EXIT_RUN_FAILURE;
-    int rc = EXIT_USAGE;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int more = i + 1 < argc;
-        if (strcmp(a, "--from") == 0 && more)
-            from = argv[++i];
-        else if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && more)
-            outp = argv[++i];
-        else if (strcmp(a, "--vocab") == 0 && more) {
-            if (bu_parse_i64(argv[++i], &vocab, NULL) != 0 || vocab < 1 || vocab > (int64_t)UINT32_MAX) {
-                fprintf(stderr, "burst data import: --vocab %s is not in [1, 2^32-1]\n", argv[i]);
-                goto done;
-            }
-        } else if (strcmp(a, "--tokenizer") == 0 && more)
-            tokenizer = argv[++i];
-        else if (strcmp(a, "--docs-per-line") == 0)
-            per_line = 1;
-        else if (strcmp(a, "--doc-sep") == 0 && more) {
-            if (bu_parse_i64(argv[++i], &doc_sep, NULL) != 0 || doc_sep < 0) {
-                fprintf(stderr, "burst data import: --doc-sep %s is not a token id\n", argv[i]);
-                goto done;
-            }
-        } else if (strcmp(a, "--dtype") == 0 && more) {
-            const char *t = argv[++i];
-            bin_width = strcmp(t, "uint16") == 0 ? 2 : strcmp(t, "uint32") == 0 ? 4 : 0;
-            if (!bin_width) {
-                fprintf(stderr, "burst data import: --dtype %s: must be uint16 or uint32\n", t);
-                goto done;
-            }
-        } else if (strcmp(a, "--docs-per-file") == 0)
-            per_file = 1;
-        else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "burst data import: unknown or incomplete option '%s'\n", a);
-            goto done;
-        } else
-            inputs[n_in++] = a;
-    }
-    import_kind kind;
-    if (!from || !outp || n_in == 0) {
-        usage_import(stderr);
-        goto done;
-    }
-    if (strcmp(from, "text") == 0)
-        kind = FROM_TEXT;
-    else if (strcmp(from, "bin") == 0)
-        kind = FROM_BIN;
-    else if (strcmp(from, "npy") == 0)
-        kind = FROM_NPY;
-    else {
-        fprintf(stderr, "burst data import: --from %s: must be text, bin or npy\n", from);
-        goto done;
-    }
-    if (per_line && kind != FROM_TEXT) {
-        fprintf(stderr, "burst data import: --docs-per-line applies to --from text only\n");
-        goto done;
-    }
-    if (per_line && doc_sep >= 0 && doc_sep != '\n') {
-        fprintf(stderr, "burst data import: --docs-per-line and --doc-sep name two separators\n");
-        goto done;
-    }
-    if (per_line) doc_sep = '\n';
-    if (bin_width != 2 && kind != FROM_BIN) {
-        fprintf(stderr, "burst data import: --dtype applies to --from bin only\n");
-        goto done;
-    }
-    if (kind == FROM_TEXT && vocab == 0) vocab = 256;
-    if (!tokenizer) tokenizer = kind == FROM_TEXT ? "bytes" : "unknown";
+/* What the import's command line sets. */
+typedef struct {
+    int kind; /* import_kind; -1 until --from */
+    const char *from, *outp, *tokenizer;
+    int64_t vocab, doc_sep; /* 0: from the tokens; the token that ends a document, -1: none */
+    int per_line, per_file, bin_width;
+    const char **inputs; /* [argc] */
+    int n_in;
+} import_opts;
 
-    char err[768];
-    unsigned char *raw = malloc(BLOCK * 8);
-    int64_t *tok = malloc(BLOCK * sizeof *tok);
-    if (!raw || !tok) {
-        free(raw);
-        free(tok);
-        rc = EXIT_RUN_FAILURE;
-        goto done;
+static int set_from(void *o, const char *v)
+{
+    import_opts *im = o;
+    im->kind = strcmp(v, "text") == 0  ? FROM_TEXT
+               : strcmp(v, "bin") == 0 ? FROM_BIN
+               : strcmp(v, "npy") == 0 ? FROM_NPY
+                                       : -1;
+    im->from = v;
+    return im->kind < 0 ? -1 : 0;
+}
+
+static int set_dtype(void *o, const char *v)
+{
+    int width = strcmp(v, "uint16") == 0 ? 2 : strcmp(v, "uint32") == 0 ? 4 : 0;
+    ((import_opts *)o)->bin_width = width;
+    return width ? 0 : -1;
+}
+
+static int take_input(void *o, const char *arg)
+{
+    import_opts *im = o;
+    im->inputs[im->n_in++] = arg;
+    return 0;
+}
+
+#define OPT(field) offsetof(import_opts, field)
+static const bu_option import_options[] = {
+    {"--from", "text|bin|npy", BU_OPT_CUSTOM, 0, 0, 0, set_from,
+     "text: raw bytes as byte-level tokens (vocab 256,\n"
+     "tokenizer \"bytes\"); bin: flat little-endian tokens,\n"
+     "uint16 (the common .bin format) or --dtype uint32;\n"
+     "npy: a NumPy .npy 1-D integer array (u1 u2 u4 u8 i1\n"
+     "i2 i4 i8, little-endian, C order); negative values\n"
+     "are refused"},
+    {"-o, --output", "F", BU_OPT_STRING, OPT(outp), 0, 0, NULL, "the corpus to write"},
+    {"--vocab", "V", BU_OPT_I64, OPT(vocab), 1, 4294967295.0, NULL,
+     "vocabulary size, 1..2^32-1 (default: 256 for text,\n"
+     "else max token + 1); a token >= V is refused"},
+    {"--tokenizer", "NAME", BU_OPT_STRING, OPT(tokenizer), 0, 0, NULL,
+     "tokenizer name stored in the file (default \"bytes\"\n"
+     "for text, else \"unknown\")"},
+    {"--docs-per-line", NULL, BU_OPT_FLAG, OPT(per_line), 0, 0, NULL,
+     "text: every line (with its newline) is a document"},
+    {"--doc-sep", "ID", BU_OPT_I64, OPT(doc_sep), 0, 9.2e18, NULL,
+     "token ID ends a document (it belongs to the document\n"
+     "it ends): a tokenizer's end-of-text, e.g. 128001"},
+    {"--docs-per-file", NULL, BU_OPT_FLAG, OPT(per_file), 0, 0, NULL,
+     "every input file is a document"},
+    {"--dtype", "uint16|uint32", BU_OPT_CUSTOM, 0, 0, 0, set_dtype,
+     "bin: the width of a token (default uint16)"},
+};
+#undef OPT
+enum { N_IMPORT_OPTIONS = sizeof import_options / sizeof import_options[0] };
+
+static void usage_import(FILE *out)
+{
+    fprintf(out, "usage: burst data import --from text|bin|npy INPUT... -o OUT.h5 [OPTIONS]\n\n"
+                 "Imports token files into one corpus; every input is read twice in blocks\n"
+                 "(checked, then written), never loaded whole.\n\n");
+    bu_options_print(out, import_options, N_IMPORT_OPTIONS, 25);
+    fprintf(out, "\nTokens are stored as uint16 when V <= 65536, else uint32.\n");
+}
+
+/* Parses and checks the import's arguments: 0, or -1 (said on stderr). */
+static int import_args(int argc, char **argv, import_opts *o)
+{
+    if (bu_options_parse("burst data import", import_options, N_IMPORT_OPTIONS, argc, argv, o,
+                         take_input) != 0)
+        return -1;
+    const char *why = NULL;
+    if (o->kind < 0 || !o->outp || o->n_in == 0) {
+        usage_import(stderr);
+        return -1;
     }
-    /* Pass 1: every input opens, parses and holds tokens within the vocabulary. */
-    int64_t max = -1, total = 0;
-    for (int k = 0; k < n_in; k++) {
+    if (o->per_line && o->kind != FROM_TEXT)
+        why = "--docs-per-line applies to --from text only";
+    else if (o->per_line && o->doc_sep >= 0 && o->doc_sep != '\n')
+        why = "--docs-per-line and --doc-sep name two separators";
+    else if (o->bin_width != 2 && o->kind != FROM_BIN)
+        why = "--dtype applies to --from bin only";
+    if (why) {
+        fprintf(stderr, "burst data import: %s\n", why);
+        return -1;
+    }
+    if (o->per_line) o->doc_sep = '\n';
+    if (o->kind == FROM_TEXT && o->vocab == 0) o->vocab = 256;
+    if (!o->tokenizer) o->tokenizer = o->kind == FROM_TEXT ? "bytes" : "unknown";
+    return 0;
+}
+
+/* Pass 1: every input opens, parses and holds tokens within the vocabulary;
+ * *max is the largest token, *total the count. 0, or -1 (said on stderr). */
+static int check_inputs(const import_opts *o, unsigned char *raw, int64_t *tok, int64_t *max,
+                        int64_t *total)
+{
+    char err[768];
+    *max = -1, *total = 0;
+    for (int k = 0; k < o->n_in; k++) {
         input in;
-        if (open_input(kind, bin_width, inputs[k], &in, err, sizeof err) != 0) {
+        if (open_input(o->kind, o->bin_width, o->inputs[k], &in, err, sizeof err) != 0) {
             fprintf(stderr, "burst data import: %s\n", err);
-            goto free_bufs;
+            return -1;
         }
         int64_t got, pos = 0;
         while ((got = read_block(&in, raw, tok, (int64_t)BLOCK, err, sizeof err)) > 0) {
             for (int64_t i = 0; i < got; i++) {
-                if (tok[i] < 0 || (vocab > 0 && tok[i] >= vocab) ||
+                if (tok[i] < 0 || (o->vocab > 0 && tok[i] >= o->vocab) ||
                     tok[i] > (int64_t)UINT32_MAX - 1) {
                     fprintf(stderr,
                             "burst data import: %s: token %" PRId64 " at position %" PRId64
                             " is %s\n",
                             in.path, tok[i], pos + i,
-                            tok[i] < 0  ? "negative"
-                            : vocab > 0 ? "beyond --vocab"
-                                        : "too large");
+                            tok[i] < 0     ? "negative"
+                            : o->vocab > 0 ? "beyond --vocab"
+                                           : "too large");
                     fclose(in.f);
-                    goto free_bufs;
+                    return -1;
                 }
-                if (tok[i] > max) max = tok[i];
+                if (tok[i] > *max) *max = tok[i];
             }
             pos += got;
             if (pos >= in.n) break;
@@ -292,75 +265,144 @@ static int cmd_import(int argc, char **argv)
         if (got < 0 || pos < in.n) {
             fprintf(stderr, "burst data import: %s: %s\n", in.path,
                     got < 0 ? err : "input ended early");
-            goto free_bufs;
+            return -1;
         }
-        total += pos;
+        *total += pos;
     }
-    if (vocab == 0) vocab = max + 1 > 0 ? max + 1 : 1;
-    int bits = vocab <= 65536 ? 16 : 32;
-    io_corpus_writer *w = io_corpus_create(outp, bits, (uint32_t)vocab, tokenizer, err, sizeof err);
-    rc = EXIT_RUN_FAILURE;
-    if (!w) {
-        fprintf(stderr, "burst data import: %s\n", err);
-        goto free_bufs;
-    }
-    /* Pass 2: write. */
-    for (int k = 0; k < n_in; k++) {
+    return 0;
+}
+
+/* Appends got tokens to the corpus, marking a document after each doc_sep
+ * (-1: none). 0, or -1 with err set. */
+static int append_tokens(io_corpus_writer *w, const int64_t *tok, int64_t got, int64_t doc_sep,
+                         char *err, size_t err_len)
+{
+    int64_t start = 0;
+    for (int64_t i = 0; doc_sep >= 0 && i < got; i++)
+        if (tok[i] == doc_sep) {
+            if (io_corpus_append(w, tok + start, i + 1 - start, err, err_len) ||
+                io_corpus_mark_document(w, err, err_len))
+                return -1;
+            start = i + 1;
+        }
+    return io_corpus_append(w, tok + start, got - start, err, err_len);
+}
+
+/* Pass 2: every input into w. 0, or -1 with err set. */
+static int write_inputs(const import_opts *o, io_corpus_writer *w, unsigned char *raw, int64_t *tok,
+                        char *err, size_t err_len)
+{
+    for (int k = 0; k < o->n_in; k++) {
         input in;
-        if (open_input(kind, bin_width, inputs[k], &in, err, sizeof err) != 0) goto write_fail;
+        if (open_input(o->kind, o->bin_width, o->inputs[k], &in, err, err_len) != 0) return -1;
         int64_t got, pos = 0;
-        while (pos < in.n &&
-               (got = read_block(&in, raw, tok, (int64_t)BLOCK, err, sizeof err)) > 0) {
+        while (pos < in.n && (got = read_block(&in, raw, tok, (int64_t)BLOCK, err, err_len)) > 0) {
             if (got > in.n - pos) got = in.n - pos;
-            if (doc_sep >= 0) {
-                int64_t start = 0;
-                for (int64_t i = 0; i < got; i++)
-                    if (tok[i] == doc_sep) {
-                        if (io_corpus_append(w, tok + start, i + 1 - start, err, sizeof err) ||
-                            io_corpus_mark_document(w, err, sizeof err)) {
-                            fclose(in.f);
-                            goto write_fail;
-                        }
-                        start = i + 1;
-                    }
-                if (io_corpus_append(w, tok + start, got - start, err, sizeof err)) {
-                    fclose(in.f);
-                    goto write_fail;
-                }
-            } else if (io_corpus_append(w, tok, got, err, sizeof err)) {
+            if (append_tokens(w, tok, got, o->doc_sep, err, err_len) != 0) {
                 fclose(in.f);
-                goto write_fail;
+                return -1;
             }
             pos += got;
         }
         fclose(in.f);
         if (pos < in.n) {
-            snprintf(err, sizeof err, "%s: changed while importing", inputs[k]);
-            goto write_fail;
+            snprintf(err, err_len, "%s: changed while importing", o->inputs[k]);
+            return -1;
         }
-        if ((per_file || doc_sep >= 0) && io_corpus_mark_document(w, err, sizeof err))
-            goto write_fail;
+        if ((o->per_file || o->doc_sep >= 0) && io_corpus_mark_document(w, err, err_len)) return -1;
+    }
+    return 0;
+}
+
+/* Both passes; the corpus is renamed into place only when whole. */
+static int import_corpus(import_opts *o, unsigned char *raw, int64_t *tok)
+{
+    int64_t max, total;
+    if (check_inputs(o, raw, tok, &max, &total) != 0) return EXIT_USAGE;
+    if (o->vocab == 0) o->vocab = max + 1 > 0 ? max + 1 : 1;
+    int bits = o->vocab <= 65536 ? 16 : 32;
+    char err[768];
+    io_corpus_writer *w =
+        io_corpus_create(o->outp, bits, (uint32_t)o->vocab, o->tokenizer, err, sizeof err);
+    if (!w) {
+        fprintf(stderr, "burst data import: %s\n", err);
+        return EXIT_RUN_FAILURE;
+    }
+    if (write_inputs(o, w, raw, tok, err, sizeof err) != 0) {
+        fprintf(stderr, "burst data import: %s\n", err);
+        io_corpus_abort(w);
+        return EXIT_RUN_FAILURE;
     }
     if (io_corpus_commit(w, err, sizeof err) != 0) {
         fprintf(stderr, "burst data import: %s\n", err);
-        goto free_bufs;
+        return EXIT_RUN_FAILURE;
     }
-    printf("%s: %" PRId64 " tokens, vocab %" PRId64 ", uint%d, from %d %s file%s\n", outp, total,
-           vocab, bits, n_in, from, n_in == 1 ? "" : "s");
-    rc = 0;
-    goto free_bufs;
-write_fail:
-    fprintf(stderr, "burst data import: %s\n", err);
-    io_corpus_abort(w);
-free_bufs:
+    printf("%s: %" PRId64 " tokens, vocab %" PRId64 ", uint%d, from %d %s file%s\n", o->outp, total,
+           o->vocab, bits, o->n_in, o->from, o->n_in == 1 ? "" : "s");
+    return 0;
+}
+
+static int cmd_import(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        usage_import(stdout);
+        return 0;
+    }
+    import_opts o = {.kind = -1, .doc_sep = -1, .bin_width = 2};
+    o.inputs = calloc((size_t)argc, sizeof *o.inputs);
+    unsigned char *raw = malloc(BLOCK * 8);
+    int64_t *tok = malloc(BLOCK * sizeof *tok);
+    int rc = EXIT_RUN_FAILURE;
+    if (o.inputs && raw && tok)
+        rc = import_args(argc, argv, &o) != 0 ? EXIT_USAGE : import_corpus(&o, raw, tok);
+    free(o.inputs);
     free(raw);
     free(tok);
-done:
-    free(inputs);
     return rc;
 }
 
 /* ------------------------------------------------------------------- synth */
+
+/* What the synth's command line sets. */
+typedef struct {
+    const char *task, *outp, *dist;
+    int64_t N, S, V, pairs, seed;
+} synth_opts;
+
+#define OPT(field) offsetof(synth_opts, field)
+static const bu_option synth_options[] = {
+    {"--task", "passkey|copy", BU_OPT_STRING, OPT(task), 0, 0, NULL, "the task (see above)"},
+    {"--seq-len", "N", BU_OPT_I64, OPT(N), 1, 1e15, NULL, "tokens of input per sample"},
+    {"--samples", "S", BU_OPT_I64, OPT(S), 1, 1e15, NULL, "samples to write"},
+    {"--vocab", "V", BU_OPT_I64, OPT(V), 8, 4294967295.0, NULL,
+     "vocabulary, 8..2^32-1 (default 256)"},
+    {"--distance", "MIN:MAX", BU_OPT_STRING, OPT(dist), 0, 0, NULL,
+     "passkey distance range (default 3(N-2)/4:N-2)"},
+    {"--pairs", "P", BU_OPT_I64, OPT(pairs), 1, 1e15, NULL,
+     "key-value pairs per passkey sample (default 1)"},
+    {"--seed", "X", BU_OPT_I64, OPT(seed), -9.2e18, 9.2e18, NULL, "random seed (default 1)"},
+    {"-o, --output", "F", BU_OPT_STRING, OPT(outp), 0, 0, NULL, "the corpus to write"},
+};
+#undef OPT
+enum { N_SYNTH_OPTIONS = sizeof synth_options / sizeof synth_options[0] };
+
+static void usage_synth(FILE *out)
+{
+    fprintf(out, "usage: burst data synth --task passkey|copy --seq-len N --samples S -o OUT.h5 "
+                 "[OPTIONS]\n\n"
+                 "Writes S samples of N + 1 tokens each (sample i starts at token i*(N+1); its\n"
+                 "last token is the label of input N-1), and /answers int64 [S, 3]: the sample's\n"
+                 "start offset, the position of the answer token within the sample (always N),\n"
+                 "and the answer token. Tokens 0-3 are markers (0 fill, 1 KEY, 2 QUERY, 3 SEP);\n"
+                 "content tokens are drawn from [4, V).\n"
+                 "  passkey: random filler, with 'KEY k v' placed so that the value v sits\n"
+                 "           DISTANCE tokens before the answer, and the sample ends 'QUERY k v':\n"
+                 "           predicting the final v needs attention across DISTANCE tokens.\n"
+                 "           --pairs P adds P-1 distractor pairs with other keys.\n"
+                 "  copy:    the first half is random, then SEP, then the first half again; the\n"
+                 "           answer is the last token (its copy is about N/2 tokens back).\n\n");
+    bu_options_print(out, synth_options, N_SYNTH_OPTIONS, 25);
+}
 
 static int cmd_synth(int argc, char **argv)
 {
@@ -368,47 +410,19 @@ static int cmd_synth(int argc, char **argv)
         usage_synth(stdout);
         return 0;
     }
-    const char *task = NULL, *outp = NULL, *dist = NULL;
-    int64_t N = 0, S = 0, V = 256, pairs = 1, seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int more = i + 1 < argc, bad = 0;
-        if (strcmp(a, "--task") == 0 && more)
-            task = argv[++i];
-        else if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && more)
-            outp = argv[++i];
-        else if (strcmp(a, "--distance") == 0 && more)
-            dist = argv[++i];
-        else if (strcmp(a, "--seq-len") == 0 && more)
-            bad = bu_parse_i64(argv[++i], &N, NULL);
-        else if (strcmp(a, "--samples") == 0 && more)
-            bad = bu_parse_i64(argv[++i], &S, NULL);
-        else if (strcmp(a, "--vocab") == 0 && more)
-            bad = bu_parse_i64(argv[++i], &V, NULL);
-        else if (strcmp(a, "--pairs") == 0 && more)
-            bad = bu_parse_i64(argv[++i], &pairs, NULL);
-        else if (strcmp(a, "--seed") == 0 && more)
-            bad = bu_parse_i64(argv[++i], &seed, NULL);
-        else {
-            fprintf(stderr, "burst data synth: unknown or incomplete option '%s'\n", a);
-            return EXIT_USAGE;
-        }
-        if (bad) {
-            fprintf(stderr, "burst data synth: %s %s is not an integer\n", a, argv[i]);
-            return EXIT_USAGE;
-        }
-    }
-    if (!task || !outp || N <= 0 || S <= 0) {
+    synth_opts o = {.V = 256, .pairs = 1, .seed = 1};
+    if (bu_options_parse("burst data synth", synth_options, N_SYNTH_OPTIONS, argc, argv, &o,
+                         NULL) != 0)
+        return EXIT_USAGE;
+    if (!o.task || !o.outp || o.N <= 0 || o.S <= 0) {
         usage_synth(stderr);
         return EXIT_USAGE;
     }
+    const char *task = o.task, *outp = o.outp, *dist = o.dist;
+    int64_t N = o.N, S = o.S, V = o.V, pairs = o.pairs, seed = o.seed;
     int passkey = strcmp(task, "passkey") == 0;
     if (!passkey && strcmp(task, "copy") != 0) {
         fprintf(stderr, "burst data synth: --task %s: must be passkey or copy\n", task);
-        return EXIT_USAGE;
-    }
-    if (V < 8 || V > (int64_t)UINT32_MAX) {
-        fprintf(stderr, "burst data synth: --vocab %" PRId64 " must be in [8, 2^32-1]\n", V);
         return EXIT_USAGE;
     }
     int64_t dmin = 3 * (N - 2) / 4, dmax = N - 2;

@@ -52,7 +52,7 @@ expect 0 "tokenizer:   mytok" "$BURST" data info "$T/n.h5"
 expect 0 "3 tokens" "$BURST" data import --from npy "$T/x.npy" --doc-sep 256 -o "$T/ds.h5"
 expect 0 "documents:   2" "$BURST" data info "$T/ds.h5"
 h5dump -d /doc_offsets -y -w 0 "$T/ds.h5" | grep -q '0, 2' || fail "--doc-sep offsets: $(h5dump -d /doc_offsets "$T/ds.h5")"
-expect 2 "--doc-sep x is not a token id" "$BURST" data import --from npy "$T/x.npy" --doc-sep x -o "$T/bad.h5"
+expect 2 "--doc-sep: bad value 'x'" "$BURST" data import --from npy "$T/x.npy" --doc-sep x -o "$T/bad.h5"
 # bin of uint32 tokens: 70000, 1
 for b in 160 021 001 000 001 000 000 000; do printf "\\$b"; done >"$T/w.bin"
 expect 0 "2 tokens, vocab 70001, uint32" "$BURST" data import --from bin --dtype uint32 "$T/w.bin" -o "$T/w.h5"

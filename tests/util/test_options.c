@@ -4,6 +4,7 @@
  * row at the column asked. */
 #include <check.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 typedef struct {
     int flag, count;
+    int64_t big;
     double ratio;
     const char *name, *custom, *first_positional;
     int n_positional;
@@ -36,8 +38,9 @@ static int take_positional(void *s, const char *arg)
 static const bu_option opts[] = {
     {"--flag", NULL, BU_OPT_FLAG, offsetof(settings, flag), 0, 0, NULL, "a flag"},
     {"--count", "N", BU_OPT_INT, offsetof(settings, count), 1, 9, NULL, "a count\nof two lines"},
+    {"--big", "N", BU_OPT_I64, offsetof(settings, big), -1, 5e9, NULL, "a big count"},
     {"--ratio", "F", BU_OPT_DOUBLE, offsetof(settings, ratio), 0, 1, NULL, "a ratio"},
-    {"--name", "S", BU_OPT_STRING, offsetof(settings, name), 0, 0, NULL, "a name"},
+    {"-n, --name", "S", BU_OPT_STRING, offsetof(settings, name), 0, 0, NULL, "a name"},
     {"--a-very-long-option", "VALUE", BU_OPT_CUSTOM, 0, 0, 0, set_custom, "custom"},
 };
 enum { N = sizeof opts / sizeof opts[0] };
@@ -69,7 +72,7 @@ START_TEST(every_kind_sets_its_field)
     settings s = {0};
     char err[256];
     char *argv[] = {
-        "cmd", "--flag", "--count", "7", "--ratio", "0.25", "--name", "x", "--a-very-long-option",
+        "cmd", "--flag", "--count", "7", "--ratio", "0.25", "-n", "x", "--a-very-long-option",
         "yes", "pos1",   "pos2",    NULL};
     ck_assert_int_eq(parse(argv, &s, 1, err, sizeof err), 0);
     ck_assert_str_eq(err, "");
@@ -80,6 +83,14 @@ START_TEST(every_kind_sets_its_field)
     ck_assert_str_eq(s.custom, "yes");
     ck_assert_int_eq(s.n_positional, 2);
     ck_assert_str_eq(s.first_positional, "pos1");
+    char *big[] = {"cmd", "--big", "4294967296", NULL};
+    ck_assert_int_eq(parse(big, &s, 0, err, sizeof err), 0);
+    ck_assert(s.big == 4294967296LL);
+    char *long_spelling[] = {"cmd", "--name", "y", NULL};
+    ck_assert_int_eq(parse(long_spelling, &s, 0, err, sizeof err), 0);
+    ck_assert_str_eq(s.name, "y");
+    char *half_spelling[] = {"cmd", "-n,", "y", NULL};
+    ck_assert_int_eq(parse(half_spelling, &s, 0, err, sizeof err), -1);
 }
 END_TEST
 
@@ -91,6 +102,8 @@ START_TEST(bad_input_is_refused_naming_it)
         {"--count", "0", "cmd: --count: bad value '0'\n"},
         {"--count", "10", "cmd: --count: bad value '10'\n"},
         {"--count", "3x", "cmd: --count: bad value '3x'\n"},
+        {"--big", "5000000001", "cmd: --big: bad value '5000000001'\n"},
+        {"--big", "-2", "cmd: --big: bad value '-2'\n"},
         {"--ratio", "1.5", "cmd: --ratio: bad value '1.5'\n"},
         {"--ratio", "nan", "cmd: --ratio: bad value 'nan'\n"},
         {"--ratio", "", "cmd: --ratio: bad value ''\n"},
@@ -138,8 +151,10 @@ START_TEST(help_lists_every_row_at_its_column)
     ck_assert_str_eq(text, "  --flag      a flag\n"
                            "  --count N   a count\n"
                            "              of two lines\n"
+                           "  --big N     a big count\n"
                            "  --ratio F   a ratio\n"
-                           "  --name S    a name\n"
+                           "  -n, --name S\n"
+                           "              a name\n"
                            "  --a-very-long-option VALUE\n"
                            "              custom\n");
     free(text);
