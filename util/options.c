@@ -67,13 +67,21 @@ static int refused(const char *cmd)
     return -1;
 }
 
-int bu_options_parse(const char *cmd, const bu_option *opts, int n_opts, int argc, char **argv,
-                     void *settings, int (*positional)(void *settings, const char *arg))
+/* The walk both parsers share. prefix: stop at "--" (skipped) or at the
+ * first argument that is no option, with *rest its index; help is then an
+ * option met on the way, not a word anywhere. */
+static int walk(const char *cmd, const bu_option *opts, int n_opts, int argc, char **argv,
+                void *settings, int (*positional)(void *settings, const char *arg), int prefix,
+                int *rest)
 {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
-    for (int i = 1; i < argc; i++) {
+    int i = 1;
+    for (; i < argc; i++) {
         const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return 1;
+        if (prefix && (strcmp(a, "--") == 0 || a[0] != '-')) {
+            i += strcmp(a, "--") == 0;
+            break;
+        }
         const bu_option *o = find(opts, n_opts, a);
         if (!o) {
             if (a[0] != '-' && positional && positional(settings, a) == 0) continue;
@@ -94,7 +102,22 @@ int bu_options_parse(const char *cmd, const bu_option *opts, int n_opts, int arg
             return refused(cmd);
         }
     }
+    if (rest) *rest = i;
     return 0;
+}
+
+int bu_options_parse(const char *cmd, const bu_option *opts, int n_opts, int argc, char **argv,
+                     void *settings, int (*positional)(void *settings, const char *arg))
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
+    return walk(cmd, opts, n_opts, argc, argv, settings, positional, 0, NULL);
+}
+
+int bu_options_parse_prefix(const char *cmd, const bu_option *opts, int n_opts, int argc,
+                            char **argv, void *settings, int *rest)
+{
+    return walk(cmd, opts, n_opts, argc, argv, settings, NULL, 1, rest);
 }
 
 void bu_options_print(FILE *out, const bu_option *opts, int n_opts, int width)

@@ -38,6 +38,14 @@ typedef struct {
 int bu_options_parse(const char *cmd, const bu_option *opts, int n_opts, int argc, char **argv,
                      void *settings, int (*positional)(void *settings, const char *arg));
 
+/* The same for a command whose own options come before another command's
+ * words (`burst run -n 2 -- prog --help`): the walk stops at "--" (skipped)
+ * or at the first argument that is no option, and *rest is the index where
+ * the other words start (argc when none). -h or --help counts only before
+ * that point. Returns 0, 1 for help, or -1 as bu_options_parse does. */
+int bu_options_parse_prefix(const char *cmd, const bu_option *opts, int n_opts, int argc,
+                            char **argv, void *settings, int *rest);
+
 /* Prints the table as --help's list: "  --name ARG" padded to width columns,
  * then the help, its later lines indented to the same column. */
 void bu_options_print(FILE *out, const bu_option *opts, int n_opts, int width);

@@ -141,6 +141,28 @@ START_TEST(help_wins_over_everything)
 }
 END_TEST
 
+/* A prefix walk stops at "--" or at the first word that is no option, and
+ * leaves a later --help to the other command. */
+START_TEST(a_prefix_walk_stops_at_the_other_command)
+{
+    settings s = {0};
+    int rest = -1;
+    char *dashes[] = {"cmd", "--count", "3", "--", "prog", "--help", NULL};
+    ck_assert_int_eq(bu_options_parse_prefix("cmd", opts, N, 6, dashes, &s, &rest), 0);
+    ck_assert_int_eq(s.count, 3);
+    ck_assert_int_eq(rest, 4);
+    char *bare[] = {"cmd", "--flag", "prog", "-h", NULL};
+    ck_assert_int_eq(bu_options_parse_prefix("cmd", opts, N, 4, bare, &s, &rest), 0);
+    ck_assert_int_eq(s.flag, 1);
+    ck_assert_int_eq(rest, 2);
+    char *none[] = {"cmd", "--flag", NULL};
+    ck_assert_int_eq(bu_options_parse_prefix("cmd", opts, N, 2, none, &s, &rest), 0);
+    ck_assert_int_eq(rest, 2);
+    char *help[] = {"cmd", "-h", "--", "prog", NULL};
+    ck_assert_int_eq(bu_options_parse_prefix("cmd", opts, N, 4, help, &s, &rest), 1);
+}
+END_TEST
+
 START_TEST(help_lists_every_row_at_its_column)
 {
     char *text = NULL;
@@ -166,6 +188,7 @@ int main(void)
     Suite *s = suite_create("options");
     TCase *tc = check_tcase(s, "options", 0);
     check_add_tests(tc, every_kind_sets_its_field, bad_input_is_refused_naming_it,
-                    help_wins_over_everything, help_lists_every_row_at_its_column);
+                    help_wins_over_everything, a_prefix_walk_stops_at_the_other_command,
+                    help_lists_every_row_at_its_column);
     return check_run(s);
 }
