@@ -97,7 +97,9 @@ static int walk(const char *cmd, const bu_option *opts, int n_opts, int argc, ch
             }
             value = argv[++i];
         }
-        if (store(o, settings, value) != 0) {
+        int stored = store(o, settings, value);
+        if (stored == -2) return -1; /* the setter said why */
+        if (stored != 0) {
             fprintf(stderr, "%s: %s: bad value '%s'\n", cmd, a, value);
             return refused(cmd);
         }

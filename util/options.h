@@ -23,7 +23,8 @@ typedef struct {
     bu_opt_kind kind;
     size_t offset; /* of the field in the settings (offsetof); CUSTOM: unused */
     double lo, hi; /* INT, DOUBLE: the values allowed */
-    /* CUSTOM: stores value into settings; 0, or -1 when value is not valid */
+    /* CUSTOM: stores value into settings; 0, -1 when value is not valid (the
+     * walker says so), or -2 when set() has said why on stderr itself */
     int (*set)(void *settings, const char *value);
     const char *help; /* lines separated by '\n', no trailing newline */
 } bu_option;

@@ -1,7 +1,26 @@
 /* cli.c: the conventions every subcommand shares when reading its arguments. */
+#include <stdio.h>
 #include <string.h>
 
 #include "src/cli/cli.h"
+
+int cli_set_config_file(void *settings, const char *path)
+{
+    const cli_config_ref *r = settings;
+    char err[512];
+    if (train_config_load(r->cfg, path, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "%s: %s\n", r->cmd, err);
+    return -2;
+}
+
+int cli_set_config_key(void *settings, const char *assignment)
+{
+    const cli_config_ref *r = settings;
+    char err[512];
+    if (train_config_set(r->cfg, assignment, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "%s: %s\n", r->cmd, err);
+    return -2;
+}
 
 int cli_wants_help(int argc, char **argv)
 {

@@ -4,6 +4,7 @@
 #ifndef BURST_CLI_H
 #define BURST_CLI_H
 
+#include "src/train/config.h"
 #include "util/exit_codes.h"
 
 /* Each subcommand takes argv with argv[0] = its own name. */
@@ -17,6 +18,16 @@ int cmd_plan_memory(int argc, char **argv); /* burst plan memory (from cmd_plan)
 int cmd_run(int argc, char **argv);
 int cmd_selftest(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+
+/* --config FILE and --set S.K=V, applied in order to a training
+ * configuration, as option-table setters (util/options.h): a command's
+ * settings begin with this struct. Errors name the command and the key. */
+typedef struct {
+    train_config *cfg;
+    const char *cmd; /* "burst train" */
+} cli_config_ref;
+int cli_set_config_file(void *settings, const char *path);
+int cli_set_config_key(void *settings, const char *assignment);
 
 /* True when argv holds -h or --help before a "--". */
 int cli_wants_help(int argc, char **argv);

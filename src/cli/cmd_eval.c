@@ -2,13 +2,63 @@
  * checkpoint or a Hugging Face folder) on an HDF5 corpus, over the ranks it
  * runs on, with the trainer's configuration, layout and rings
  * (trainer_eval_nll). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/cli/cli.h"
 #include "src/train/trainer.h"
-#include "util/parse.h"
+#include "util/options.h"
+
+/* What the command line sets; the configuration first (cli_config_ref). */
+typedef struct {
+    cli_config_ref config;
+    int64_t samples;
+    const char *out_json;
+    int have_model, have_data;
+} eval_args;
+
+/* One key of the configuration, as --set would set it: 0, or -2 (said). */
+static int set_key(eval_args *a, const char *key, const char *value)
+{
+    char assignment[1024];
+    snprintf(assignment, sizeof assignment, "%s=%s", key, value);
+    return cli_set_config_key(a, assignment);
+}
+
+static int set_model(void *a, const char *v)
+{
+    ((eval_args *)a)->have_model = 1;
+    return set_key(a, "model.init_from", v);
+}
+
+static int set_data(void *a, const char *v)
+{
+    ((eval_args *)a)->have_data = 1;
+    int rc = set_key(a, "data.source", "hdf5");
+    return rc != 0 ? rc : set_key(a, "data.path", v);
+}
+
+static const bu_option options[] = {
+    {"--init-from", "MODEL", BU_OPT_CUSTOM, 0, 0, 0, set_model,
+     "a burst checkpoint folder, one step-S folder of one, or a\n"
+     "Hugging Face folder ([model] init_from: the model's keys\n"
+     "come from it)"},
+    {"--data", "CORPUS", BU_OPT_CUSTOM, 0, 0, 0, set_data,
+     "HDF5 corpora ([data] path), read in order"},
+    {"--samples", "K", BU_OPT_I64, offsetof(eval_args, samples), 1, 9e18, NULL,
+     "the first K windows (default: every whole window)"},
+    {"--out", "F.json", BU_OPT_STRING, offsetof(eval_args, out_json), 0, 0, NULL,
+     "also write {nll, tokens, samples: [{index, nll}],\n"
+     "by_position: [{start, end, tokens, nll}]} with power-of-two\n"
+     "position buckets"},
+    {"--config", "FILE", BU_OPT_CUSTOM, 0, 0, 0, cli_set_config_file,
+     "as for burst train: seq_len, mask, dp x cp, device, ..."},
+    {"--set", "S.K=V", BU_OPT_CUSTOM, 0, 0, 0, cli_set_config_key,
+     "one key after the file (repeatable, in order)"},
+};
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
 
 static void usage(FILE *out)
 {
@@ -20,85 +70,26 @@ static void usage(FILE *out)
             "ranks it runs on as `burst train` would split them (`burst run -n 4 -- burst\n"
             "eval ... --set parallel.cp=4`). Prints one line,\n"
             "  eval: nll X over N tokens (ppl Y)\n"
-            "X the mean negative log-likelihood in nats over the N predicted tokens.\n\n"
-            "  --init-from MODEL  a burst checkpoint folder, one step-S folder of one, or a\n"
-            "                     Hugging Face folder ([model] init_from: the model's keys\n"
-            "                     come from it)\n"
-            "  --data CORPUS      HDF5 corpora ([data] path), read in order\n"
-            "  --samples K        the first K windows (default: every whole window)\n"
-            "  --out F.json       also write {nll, tokens, samples: [{index, nll}],\n"
-            "                     by_position: [{start, end, tokens, nll}]} with power-of-two\n"
-            "                     position buckets\n"
-            "  --config, --set    as for burst train: seq_len, mask, dp x cp, device, ...\n\n"
-            "The run holds what training would but the gradients and the optimizer's\n"
-            "state; [memory] limit_bytes applies as for training.\n"
-            "Exit status: 0 done, 1 a failure while running, 2 bad usage or input.\n");
+            "X the mean negative log-likelihood in nats over the N predicted tokens.\n\n");
+    bu_options_print(out, options, N_OPTIONS, 22);
+    fprintf(out, "\nThe run holds what training would but the gradients and the optimizer's\n"
+                 "state; [memory] limit_bytes applies as for training.\n"
+                 "Exit status: 0 done, 1 a failure while running, 2 bad usage or input.\n");
 }
 
-typedef struct {
-    int64_t samples;
-    const char *out_json;
-    int have_model, have_data;
-} eval_args;
-
-/* --set in the form train_config_set takes. */
-static int set(train_config *c, const char *key, const char *value)
+/* -1 to go on, or an exit status (0 after --help). */
+static int parse_args(int argc, char **argv, eval_args *a)
 {
-    char assignment[1024], err[512];
-    snprintf(assignment, sizeof assignment, "%s=%s", key, value);
-    if (train_config_set(c, assignment, err, sizeof err) == 0) return 0;
-    fprintf(stderr, "burst eval: %s\n", err);
-    return -1;
-}
-
-static int parse_args(int argc, char **argv, train_config *c, eval_args *a)
-{
-    char err[512];
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!value) {
-            bad = 1;
-        } else if (!strcmp(arg, "--config")) {
-            if (train_config_load(c, value, err, sizeof err) != 0) {
-                fprintf(stderr, "burst eval: %s\n", err);
-                return EXIT_USAGE;
-            }
-        } else if (!strcmp(arg, "--set")) {
-            bad = train_config_set(c, value, err, sizeof err) != 0;
-            if (bad) fprintf(stderr, "burst eval: %s\n", err);
-            if (bad) return EXIT_USAGE;
-        } else if (!strcmp(arg, "--init-from")) {
-            a->have_model = 1;
-            if (set(c, "model.init_from", value) != 0) return EXIT_USAGE;
-        } else if (!strcmp(arg, "--data")) {
-            a->have_data = 1;
-            if (set(c, "data.source", "hdf5") || set(c, "data.path", value)) return EXIT_USAGE;
-        } else if (!strcmp(arg, "--samples")) {
-            bad = bu_parse_i64_min(value, 1, &a->samples) != 0;
-        } else if (!strcmp(arg, "--out")) {
-            a->out_json = value;
-        } else {
-            bad = 1;
-        }
-        if (bad) {
-            fprintf(stderr, "burst eval: unknown argument or bad value '%s%s%s'\n\n", arg,
-                    value ? " " : "", value ? value : "");
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-        i++;
-    }
+    int parsed = bu_options_parse("burst eval", options, N_OPTIONS, argc, argv, a, NULL);
+    if (parsed == 1) usage(stdout);
+    if (parsed != 0) return parsed == 1 ? 0 : EXIT_USAGE;
     if (!a->have_model || !a->have_data) {
         fprintf(stderr, "burst eval: --init-from and --data are required\n\n");
         usage(stderr);
         return EXIT_USAGE;
     }
     /* windows in order; the likelihood comes from the fused head */
-    if (set(c, "data.sampling", "sequential") || set(c, "memory.fused_head", "true"))
+    if (set_key(a, "data.sampling", "sequential") || set_key(a, "memory.fused_head", "true"))
         return EXIT_USAGE;
     return -1; /* go on */
 }
@@ -108,8 +99,8 @@ int cmd_eval(int argc, char **argv)
     trainer t;
     memset(&t, 0, sizeof t);
     train_config_default(&t.cfg);
-    eval_args a = {0};
-    int status = parse_args(argc, argv, &t.cfg, &a);
+    eval_args a = {.config = {&t.cfg, "burst eval"}};
+    int status = parse_args(argc, argv, &a);
     if (status >= 0) return status;
     t.opts = (trainer_opts){.inject_step = -1, .overflow_step = -1, .forward_only = 1};
     char err[1024];

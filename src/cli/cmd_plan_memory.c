@@ -5,13 +5,56 @@
  * device parts with their arena's margin against one GPU's memory, on the CPU
  * the whole against a node's share; [memory] limit_bytes either way), and the
  * largest sequence of the form 2^k x 2 cp that fits. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/cli/cli.h"
 #include "src/train/trainer.h"
+#include "util/options.h"
 #include "util/parse.h"
+
+/* What the command line sets; the configuration first (cli_config_ref). */
+typedef struct {
+    cli_config_ref config;
+    train_config cfg;
+    int ranks, per_node;
+    uint64_t device_bytes, host_bytes;
+} plan_args;
+
+/* "80G", "512M": a positive byte count. */
+static int set_bytes(uint64_t *out, const char *v)
+{
+    return bu_parse_bytes(v, out) == 0 && *out > 0 ? 0 : -1;
+}
+
+static int set_device_memory(void *a, const char *v)
+{
+    return set_bytes(&((plan_args *)a)->device_bytes, v);
+}
+
+static int set_host_memory(void *a, const char *v)
+{
+    return set_bytes(&((plan_args *)a)->host_bytes, v);
+}
+
+static const bu_option options[] = {
+    {"--config", "FILE", BU_OPT_CUSTOM, 0, 0, 0, cli_set_config_file,
+     "the configuration, as `burst train` takes it"},
+    {"--set", "S.K=V", BU_OPT_CUSTOM, 0, 0, 0, cli_set_config_key,
+     "one key after the file (repeatable, in order)"},
+    {"--ranks", "N", BU_OPT_INT, offsetof(plan_args, ranks), 1, 1 << 20, NULL,
+     "ranks of the job (default: [parallel] dp x cp)"},
+    {"--gpus-per-node", "G", BU_OPT_INT, offsetof(plan_args, per_node), 1, 1 << 20, NULL,
+     "ranks (GPUs) per node (default: all ranks on one node)"},
+    {"--device-memory", "SIZE", BU_OPT_CUSTOM, 0, 0, 0, set_device_memory,
+     "one GPU's memory (default 80G; G means GiB)"},
+    {"--host-memory", "SIZE", BU_OPT_CUSTOM, 0, 0, 0, set_host_memory,
+     "one node's memory for the ranks (default: this machine's\n"
+     "available memory)"},
+};
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
 
 static void usage(FILE *out)
 {
@@ -24,63 +67,18 @@ static void usage(FILE *out)
             "it fits, as the run decides: on a device ([train] device = cuda) the device parts\n"
             "and the arena's margin against one GPU's memory, each rank driving a GPU of its\n"
             "own; on the CPU the whole against a node's memory shared by its ranks; and\n"
-            "[memory] limit_bytes either way. Then the longest sequence 2^k x 2 cp that fits.\n\n"
-            "  --config FILE, --set S.K=V  the configuration, as `burst train` takes it\n"
-            "  --ranks N            ranks of the job (default: [parallel] dp x cp)\n"
-            "  --gpus-per-node G    ranks (GPUs) per node (default: all ranks on one node)\n"
-            "  --device-memory SIZE one GPU's memory (default 80G; G means GiB)\n"
-            "  --host-memory SIZE   one node's memory for the ranks (default: this machine's\n"
-            "                       available memory)\n\n"
-            "Exit status: 0 it fits, 2 it does not (or a bad configuration).\n");
+            "[memory] limit_bytes either way. Then the longest sequence 2^k x 2 cp that fits.\n\n");
+    bu_options_print(out, options, N_OPTIONS, 23);
+    fprintf(out, "\nExit status: 0 it fits, 2 it does not (or a bad configuration).\n");
 }
 
-typedef struct {
-    train_config cfg;
-    int ranks, per_node;
-    uint64_t device_bytes, host_bytes;
-} plan_args;
-
-static int parse_size(const char *opt, const char *s, uint64_t *out)
-{
-    if (bu_parse_bytes(s, out) == 0 && *out > 0) return 0;
-    fprintf(stderr, "burst plan memory: %s '%s': expected a size such as 80G or 512M\n", opt, s);
-    return -1;
-}
-
-/* 0 to go on, or an exit status (0 after --help). */
+/* 0 to go on, or an exit status (-1 after --help). */
 static int parse_args(int argc, char **argv, plan_args *a)
 {
-    char err[512];
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t n;
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            usage(stdout);
-            return -1;
-        } else if (strcmp(arg, "--config") == 0 && val) {
-            if (train_config_load(&a->cfg, argv[++i], err, sizeof err) != 0) goto bad_config;
-        } else if (strcmp(arg, "--set") == 0 && val) {
-            if (train_config_set(&a->cfg, argv[++i], err, sizeof err) != 0) goto bad_config;
-        } else if ((strcmp(arg, "--ranks") == 0 || strcmp(arg, "--gpus-per-node") == 0) && val) {
-            if (bu_parse_i64_min(argv[++i], 1, &n) != 0 || n > 1 << 20) {
-                fprintf(stderr, "burst plan memory: %s '%s': expected a count >= 1\n", arg, val);
-                return EXIT_USAGE;
-            }
-            *(strcmp(arg, "--ranks") == 0 ? &a->ranks : &a->per_node) = (int)n;
-        } else if (strcmp(arg, "--device-memory") == 0 && val) {
-            if (parse_size(arg, argv[++i], &a->device_bytes) != 0) return EXIT_USAGE;
-        } else if (strcmp(arg, "--host-memory") == 0 && val) {
-            if (parse_size(arg, argv[++i], &a->host_bytes) != 0) return EXIT_USAGE;
-        } else {
-            fprintf(stderr, "burst plan memory: unknown argument '%s'\n\n", arg);
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-    }
-    return 0;
-bad_config:
-    fprintf(stderr, "burst plan memory: %s\n", err);
-    return EXIT_USAGE;
+    a->config = (cli_config_ref){&a->cfg, "burst plan memory"};
+    int parsed = bu_options_parse("burst plan memory", options, N_OPTIONS, argc, argv, a, NULL);
+    if (parsed == 1) usage(stdout);
+    return parsed == 0 ? 0 : parsed == 1 ? -1 : EXIT_USAGE;
 }
 
 /* The verdict for cfg: 1 fits, 0 does not, -1 a configuration the run

@@ -3,6 +3,7 @@
  * Exit status: 0 done, 1 a failure while training, 2 a bad configuration or
  * a run that does not fit in memory (found before any rank works). */
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,34 +11,66 @@
 #include "src/cli/cli.h"
 #include "src/train/init_source.h"
 #include "src/train/trainer.h"
-#include "util/parse.h"
+#include "util/options.h"
+
+/* What the command line sets; the configuration first (cli_config_ref). */
+typedef struct {
+    cli_config_ref config;
+    trainer_opts opts;
+    int print_config, list_keys;
+} train_args;
+
+static int set_inject_nan(void *a, const char *v)
+{
+    trainer_opts *o = &((train_args *)a)->opts;
+    char tail;
+    int n = sscanf(v, "%d:%d%c", &o->inject_step, &o->inject_rank, &tail);
+    return (n == 1 || n == 2) && o->inject_step >= 1 && o->inject_rank >= 0 ? 0 : -1;
+}
+
+#define OPT(field) offsetof(train_args, field)
+static const bu_option options[] = {
+    {"--config", "FILE", BU_OPT_CUSTOM, 0, 0, 0, cli_set_config_file,
+     "INI configuration; every key is checked (unknown keys,\n"
+     "types and ranges are errors naming the key)"},
+    {"--set", "S.K=V", BU_OPT_CUSTOM, 0, 0, 0, cli_set_config_key,
+     "override one key after the file (repeatable, in order)"},
+    {"--print-config", NULL, BU_OPT_FLAG, OPT(print_config), 0, 0, NULL,
+     "check the configuration as a run on dp x cp ranks would,\n"
+     "print it with defaults and exit (2 when it is not valid)"},
+    {"--list-keys", NULL, BU_OPT_FLAG, OPT(list_keys), 0, 0, NULL,
+     "print every key with its default, whether a resumed run\n"
+     "must keep the checkpoint's value, and its meaning; exit"},
+    {"--resume", NULL, BU_OPT_FLAG, OPT(opts.resume), 0, 0, NULL,
+     "continue from the latest checkpoint in [train] checkpoint_dir\n"
+     "(bit for bit: the losses equal those of an uninterrupted\n"
+     "run); refused, naming the key, when the configuration\n"
+     "differs in a key that changes the numbers"},
+    {"--stop-after", "S", BU_OPT_I64, OPT(opts.stop_after), 1, 9e18, NULL,
+     "stop after step S (checkpointed when checkpoint_dir is set),\n"
+     "e.g. to fit a job's time limit; --resume continues it"},
+    {"--inject-nan", "S[:R]", BU_OPT_CUSTOM, 0, 0, 0, set_inject_nan,
+     "testing aid: make rank R's (default 0) gradient NaN at step S"},
+    {"--inject-overflow", "S", BU_OPT_I64, OPT(opts.overflow_step), 1, 9e18, NULL,
+     "testing aid: make every rank's first gradient the largest\n"
+     "float at step S, so that only their sum is infinite"},
+};
+#undef OPT
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
 
 static void usage(FILE *out)
 {
+    fprintf(
+        out,
+        "usage: burst train [--config FILE] [--set section.key=value ...] [--print-config]\n"
+        "       burst train --list-keys\n\n"
+        "Trains a LLaMA-style model on sequences split across ranks. Launch it on every\n"
+        "rank: `burst run -n 4 -- burst train ...`, or `srun -n 16 burst train ...`.\n"
+        "Attention: [parallel] mask = causal, window, document or sparse (every key is\n"
+        "listed by --list-keys and in doc/TRAINING.md; --print-config gives their values).\n\n");
+    bu_options_print(out, options, N_OPTIONS, 25);
     fprintf(out,
-            "usage: burst train [--config FILE] [--set section.key=value ...] [--print-config]\n"
-            "       burst train --list-keys\n\n"
-            "Trains a LLaMA-style model on sequences split across ranks. Launch it on every\n"
-            "rank: `burst run -n 4 -- burst train ...`, or `srun -n 16 burst train ...`.\n"
-            "Attention: [parallel] mask = causal, window, document or sparse (every key is\n"
-            "listed by --list-keys and in doc/TRAINING.md; --print-config gives their values).\n\n"
-            "  --config FILE        INI configuration; every key is checked (unknown keys,\n"
-            "                       types and ranges are errors naming the key)\n"
-            "  --set S.K=V          override one key after the file (repeatable, in order)\n"
-            "  --print-config       check the configuration as a run on dp x cp ranks would,\n"
-            "                       print it with defaults and exit (2 when it is not valid)\n"
-            "  --list-keys          print every key with its default, whether a resumed run\n"
-            "                       must keep the checkpoint's value, and its meaning; exit\n"
-            "  --resume             continue from the latest checkpoint in [train] checkpoint_dir\n"
-            "                       (bit for bit: the losses equal those of an uninterrupted\n"
-            "                       run); refused, naming the key, when the configuration\n"
-            "                       differs in a key that changes the numbers\n"
-            "  --stop-after S       stop after step S (checkpointed when checkpoint_dir is set),\n"
-            "                       e.g. to fit a job's time limit; --resume continues it\n"
-            "  --inject-nan S[:R]   testing aid: make rank R's (default 0) gradient NaN at step S\n"
-            "  --inject-overflow S  testing aid: make every rank's first gradient the largest\n"
-            "                       float at step S, so that only their sum is infinite\n\n"
-            "Output: a progress line on rank 0 (step, loss, tokens/s, achieved GFLOP/s and its\n"
+            "\nOutput: a progress line on rank 0 (step, loss, tokens/s, achieved GFLOP/s and its\n"
             "fraction of this machine's sgemm rate, memory, ETA); [train] metrics names a\n"
             "JSON-lines file; [train] checkpoint_dir and checkpoint_every write checkpoints;\n"
             "[eval] eval_path (a passkey corpus) or [data] task = recall measure held-out\n"
@@ -48,60 +81,13 @@ static void usage(FILE *out)
             "available memory), found before any rank works.\n");
 }
 
-typedef struct {
-    trainer_opts opts;
-    int print_config;
-    const char *config_path;
-} train_args;
-
-static int parse_args(int argc, char **argv, train_config *c, train_args *a)
+/* 0 to go on, or an exit status (0 after --help or --list-keys). */
+static int parse_args(int argc, char **argv, train_args *a)
 {
-    char err[512];
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
-            a->config_path = argv[++i];
-            if (train_config_load(c, a->config_path, err, sizeof err) != 0) {
-                fprintf(stderr, "burst train: %s\n", err);
-                return EXIT_USAGE;
-            }
-        } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
-            if (train_config_set(c, argv[++i], err, sizeof err) != 0) {
-                fprintf(stderr, "burst train: %s\n", err);
-                return EXIT_USAGE;
-            }
-        } else if (strcmp(argv[i], "--print-config") == 0) {
-            a->print_config = 1;
-        } else if (strcmp(argv[i], "--list-keys") == 0) {
-            train_config_list_keys(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--resume") == 0) {
-            a->opts.resume = 1;
-        } else if (strcmp(argv[i], "--stop-after") == 0 && i + 1 < argc) {
-            if (bu_parse_i64_min(argv[++i], 1, &a->opts.stop_after) != 0) {
-                fprintf(stderr, "burst train: --stop-after '%s': expected a step >= 1\n", argv[i]);
-                return EXIT_USAGE;
-            }
-        } else if (strcmp(argv[i], "--inject-overflow") == 0 && i + 1 < argc) {
-            if (bu_parse_i64_min(argv[++i], 1, &a->opts.overflow_step) != 0) {
-                fprintf(stderr, "burst train: --inject-overflow '%s': expected a step >= 1\n",
-                        argv[i]);
-                return EXIT_USAGE;
-            }
-        } else if (strcmp(argv[i], "--inject-nan") == 0 && i + 1 < argc) {
-            if (sscanf(argv[++i], "%d:%d", &a->opts.inject_step, &a->opts.inject_rank) < 1) {
-                fprintf(stderr, "burst train: --inject-nan '%s': expected STEP or STEP:RANK\n", argv[i]);
-                return EXIT_USAGE;
-            }
-        } else {
-            fprintf(stderr, "burst train: unknown argument '%s'\n\n", argv[i]);
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-    }
-    return -1; /* go on */
+    int parsed = bu_options_parse("burst train", options, N_OPTIONS, argc, argv, a, NULL);
+    if (parsed == 1) usage(stdout);
+    if (parsed == 0 && a->list_keys) train_config_list_keys(stdout);
+    return parsed == 1 || (parsed == 0 && a->list_keys) ? 0 : parsed == 0 ? -1 : EXIT_USAGE;
 }
 
 /* --print-config: the configuration ([model] init_from applied) validated as a run on the dp x cp
@@ -123,9 +109,10 @@ int cmd_train(int argc, char **argv)
 {
     trainer t;
     memset(&t, 0, sizeof t);
-    train_args a = {.opts = {.inject_step = -1, .inject_rank = 0, .overflow_step = -1}};
+    train_args a = {.config = {&t.cfg, "burst train"},
+                    .opts = {.inject_step = -1, .inject_rank = 0, .overflow_step = -1}};
     train_config_default(&t.cfg);
-    int status = parse_args(argc, argv, &t.cfg, &a);
+    int status = parse_args(argc, argv, &a);
     if (status >= 0) return status;
     if (a.print_config) return print_config(&t.cfg);
     t.opts = a.opts;

@@ -140,7 +140,7 @@ START_TEST(plan_memory_refuses_what_does_not_fit)
     test_run_free(&r);
     char *bad[] = {(char *)test_burst_path(), "plan", "memory", "--ranks", "0", NULL};
     r = test_run(bad, NULL);
-    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, "--ranks '0'"), "%s", r.out);
+    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, "--ranks: bad value '0'"), "%s", r.out);
     test_run_free(&r);
 }
 END_TEST

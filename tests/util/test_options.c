@@ -24,6 +24,10 @@ typedef struct {
 static int set_custom(void *s, const char *v)
 {
     if (strcmp(v, "no") == 0) return -1;
+    if (strcmp(v, "said") == 0) {
+        fprintf(stderr, "cmd: the setter's own words\n");
+        return -2;
+    }
     ((settings *)s)->custom = v;
     return 0;
 }
@@ -120,6 +124,14 @@ START_TEST(bad_input_is_refused_naming_it)
         snprintf(says, sizeof says, "%s(`cmd --help` lists the options)\n", bad[i].says);
         ck_assert_int_eq(parse(argv, &s, 0, err, sizeof err), -1);
         ck_assert_str_eq(err, says);
+    }
+    /* a setter that says why itself: its words alone */
+    {
+        settings t = {0};
+        char err[256];
+        char *argv[] = {"cmd", "--a-very-long-option", "said", NULL};
+        ck_assert_int_eq(parse(argv, &t, 0, err, sizeof err), -1);
+        ck_assert_str_eq(err, "cmd: the setter's own words\n");
     }
     /* a third positional is refused by the callback */
     settings s = {0};
