@@ -24,7 +24,8 @@ static const bu_option *find(const bu_option *opts, int n_opts, const char *arg)
     return NULL;
 }
 
-/* Stores value into the row's field: 0, or -1 when it is not valid. */
+/* Stores value into the row's field: 0, -1 when it is not valid, or -2 when a
+ * CUSTOM setter has said why itself. */
 static int store(const bu_option *o, void *settings, const char *value)
 {
     char *field = (char *)settings + o->offset;
