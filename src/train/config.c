@@ -358,130 +358,150 @@ static void list_choices(const char *const *choices, char *buf, size_t len)
     }
 }
 
-/* Stores value into the field of c, or returns -1 with why (the reason only,
- * without the key: callers prefix where the value came from). */
+/* The setters of one field type: store value at `at`, or return -1 with why
+ * (the reason only, without the key: callers prefix where the value came
+ * from). */
+typedef int (*field_setter)(char *at, const field *f, const char *value, char *why, size_t why_len);
+
+static int set_integer(char *at, const field *f, const char *value, char *why, size_t why_len)
+{
+    int64_t v;
+    int overflow;
+    if (bu_parse_i64(value, &v, &overflow) != 0) {
+        snprintf(why, why_len, "not an integer");
+        return -1;
+    }
+    if (overflow || v < f->ilo || v > f->ihi) {
+        if (f->ihi == INT_MAX || f->ihi == INT64_MAX)
+            snprintf(why, why_len, "out of range (must be at least %" PRId64 "%s)", f->ilo,
+                     f->ihi == INT_MAX ? " and fit in an int" : "");
+        else
+            snprintf(why, why_len, "out of range (must be %" PRId64 " to %" PRId64 ")", f->ilo,
+                     f->ihi);
+        return -1;
+    }
+    if (f->type == F_INT)
+        *(int *)at = (int)v;
+    else
+        *(int64_t *)at = v;
+    return 0;
+}
+
+static int set_u64(char *at, const field *f, const char *value, char *why, size_t why_len)
+{
+    uint64_t v;
+    int overflow;
+    if (bu_parse_u64(value, &v, &overflow) != 0) {
+        snprintf(why, why_len, "not a non-negative integer");
+        return -1;
+    }
+    if (overflow) {
+        snprintf(why, why_len, "out of range (must fit in 64 bits)");
+        return -1;
+    }
+    *(uint64_t *)at = v;
+    return 0;
+}
+
+static int set_double(char *at, const field *f, const char *value, char *why, size_t why_len)
+{
+    double v;
+    if (parse_double(value, &v) != 0) {
+        snprintf(why, why_len, "not a number");
+        return -1;
+    }
+    if (!isfinite(v)) {
+        snprintf(why, why_len, "not a finite number");
+        return -1;
+    }
+    int low = f->dlo_open ? !(v > f->dlo) : !(v >= f->dlo);
+    int high = isfinite(f->dhi) && (f->dhi_open ? !(v < f->dhi) : !(v <= f->dhi));
+    if (low || high) {
+        if (isfinite(f->dhi))
+            snprintf(why, why_len, "out of range (must be %s %g and %s %g)",
+                     f->dlo_open ? ">" : ">=", f->dlo, f->dhi_open ? "<" : "<=", f->dhi);
+        else
+            snprintf(why, why_len, "out of range (must be %s %g)",
+                     f->dlo_open ? ">" : ">=", f->dlo);
+        return -1;
+    }
+    *(double *)at = v;
+    return 0;
+}
+
+static int set_bool(char *at, const field *f, const char *value, char *why, size_t why_len)
+{
+    static const char *const yes[] = {"true", "yes", "1"}, *const no[] = {"false", "no", "0"};
+    for (int i = 0; i < 3; i++) {
+        if (strcasecmp(value, yes[i]) == 0) {
+            *(int *)at = 1;
+            return 0;
+        }
+        if (strcasecmp(value, no[i]) == 0) {
+            *(int *)at = 0;
+            return 0;
+        }
+    }
+    snprintf(why, why_len, "not a boolean (true, false, yes, no, 1 or 0)");
+    return -1;
+}
+
+static int set_enum(char *at, const field *f, const char *value, char *why, size_t why_len)
+{
+    for (int i = 0; f->choices[i]; i++)
+        if (strcmp(value, f->choices[i]) == 0) {
+            set_string(at, f->size, value);
+            return 0;
+        }
+    char list[160];
+    list_choices(f->choices, list, sizeof list);
+    snprintf(why, why_len, "not one of %s", list);
+    return -1;
+}
+
+static int set_text(char *at, const field *f, const char *value, char *why, size_t why_len)
+{
+    size_t max = f->size - 1 < STRING_MAX_CHARS ? f->size - 1 : STRING_MAX_CHARS;
+    if (strlen(value) > max) {
+        snprintf(why, why_len, "too long (at most %zu characters)", max);
+        return -1;
+    }
+    if (strpbrk(value, ";\r\n")) {
+        snprintf(why, why_len, "must not contain ';' or line breaks");
+        return -1;
+    }
+    if (value[0] &&
+        (isspace((unsigned char)value[0]) || isspace((unsigned char)value[strlen(value) - 1]))) {
+        snprintf(why, why_len, "must not begin or end with white space");
+        return -1;
+    }
+    set_string(at, f->size, value);
+    return 0;
+}
+
+static int set_kept_fraction(char *at, const field *f, const char *value, char *why, size_t why_len)
+{
+    double v;
+    if (strcmp(value, "1/2") == 0)
+        v = 0.5;
+    else if (parse_double(value, &v) != 0 || !(v == 0.0 || v == 0.5 || v == 1.0)) {
+        snprintf(why, why_len, "must be 0, 0.5 (or 1/2) or 1");
+        return -1;
+    }
+    *(double *)at = v;
+    return 0;
+}
+
+/* Stores value into the field of c, or returns -1 with why. */
 static int set_field(train_config *c, const field *f, const char *value, char *why, size_t why_len)
 {
-    char *at = (char *)c + f->off;
-    int overflow;
-    switch (f->type) {
-    case F_INT:
-    case F_I64: {
-        int64_t v;
-        if (bu_parse_i64(value, &v, &overflow) != 0) {
-            snprintf(why, why_len, "not an integer");
-            return -1;
-        }
-        if (overflow || v < f->ilo || v > f->ihi) {
-            if (f->ihi == INT_MAX || f->ihi == INT64_MAX)
-                snprintf(why, why_len, "out of range (must be at least %" PRId64 "%s)", f->ilo,
-                         f->ihi == INT_MAX ? " and fit in an int" : "");
-            else
-                snprintf(why, why_len, "out of range (must be %" PRId64 " to %" PRId64 ")", f->ilo,
-                         f->ihi);
-            return -1;
-        }
-        if (f->type == F_INT)
-            *(int *)at = (int)v;
-        else
-            *(int64_t *)at = v;
-        return 0;
-    }
-    case F_U64: {
-        uint64_t v;
-        if (bu_parse_u64(value, &v, &overflow) != 0) {
-            snprintf(why, why_len, "not a non-negative integer");
-            return -1;
-        }
-        if (overflow) {
-            snprintf(why, why_len, "out of range (must fit in 64 bits)");
-            return -1;
-        }
-        *(uint64_t *)at = v;
-        return 0;
-    }
-    case F_DBL: {
-        double v;
-        if (parse_double(value, &v) != 0) {
-            snprintf(why, why_len, "not a number");
-            return -1;
-        }
-        if (!isfinite(v)) {
-            snprintf(why, why_len, "not a finite number");
-            return -1;
-        }
-        int low = f->dlo_open ? !(v > f->dlo) : !(v >= f->dlo);
-        int high = isfinite(f->dhi) && (f->dhi_open ? !(v < f->dhi) : !(v <= f->dhi));
-        if (low || high) {
-            if (isfinite(f->dhi))
-                snprintf(why, why_len, "out of range (must be %s %g and %s %g)",
-                         f->dlo_open ? ">" : ">=", f->dlo, f->dhi_open ? "<" : "<=", f->dhi);
-            else
-                snprintf(why, why_len, "out of range (must be %s %g)",
-                         f->dlo_open ? ">" : ">=", f->dlo);
-            return -1;
-        }
-        *(double *)at = v;
-        return 0;
-    }
-    case F_BOOL: {
-        static const char *const yes[] = {"true", "yes", "1"}, *const no[] = {"false", "no", "0"};
-        for (int i = 0; i < 3; i++) {
-            if (strcasecmp(value, yes[i]) == 0) {
-                *(int *)at = 1;
-                return 0;
-            }
-            if (strcasecmp(value, no[i]) == 0) {
-                *(int *)at = 0;
-                return 0;
-            }
-        }
-        snprintf(why, why_len, "not a boolean (true, false, yes, no, 1 or 0)");
-        return -1;
-    }
-    case F_ENUM: {
-        for (int i = 0; f->choices[i]; i++)
-            if (strcmp(value, f->choices[i]) == 0) {
-                set_string(at, f->size, value);
-                return 0;
-            }
-        char list[160];
-        list_choices(f->choices, list, sizeof list);
-        snprintf(why, why_len, "not one of %s", list);
-        return -1;
-    }
-    case F_STR: {
-        size_t max = f->size - 1 < STRING_MAX_CHARS ? f->size - 1 : STRING_MAX_CHARS;
-        if (strlen(value) > max) {
-            snprintf(why, why_len, "too long (at most %zu characters)", max);
-            return -1;
-        }
-        if (strpbrk(value, ";\r\n")) {
-            snprintf(why, why_len, "must not contain ';' or line breaks");
-            return -1;
-        }
-        if (value[0] && (isspace((unsigned char)value[0]) ||
-                         isspace((unsigned char)value[strlen(value) - 1]))) {
-            snprintf(why, why_len, "must not begin or end with white space");
-            return -1;
-        }
-        set_string(at, f->size, value);
-        return 0;
-    }
-    case F_CKPT: {
-        double v;
-        if (strcmp(value, "1/2") == 0)
-            v = 0.5;
-        else if (parse_double(value, &v) != 0 || !(v == 0.0 || v == 0.5 || v == 1.0)) {
-            snprintf(why, why_len, "must be 0, 0.5 (or 1/2) or 1");
-            return -1;
-        }
-        *(double *)at = v;
-        return 0;
-    }
-    }
-    snprintf(why, why_len, "unsupported type");
-    return -1;
+    static const field_setter setters[] = {
+        [F_INT] = set_integer, [F_I64] = set_integer,        [F_U64] = set_u64,
+        [F_DBL] = set_double,  [F_BOOL] = set_bool,          [F_ENUM] = set_enum,
+        [F_STR] = set_text,    [F_CKPT] = set_kept_fraction,
+    };
+    _Static_assert(sizeof setters / sizeof *setters == F_CKPT + 1, "a setter per field type");
+    return setters[f->type]((char *)c + f->off, f, value, why, why_len);
 }
 
 /* ---- the defaults ----------------------------------------------------- */
@@ -846,9 +866,9 @@ static int validate_recall(const train_config *c, char *err, size_t err_len)
     return 0;
 }
 
-int train_config_validate(const train_config *c, int world_size, char *err, size_t err_len)
+/* Every field on its own, with the parser's rules (for structs filled in code). */
+static int validate_fields(const train_config *c, char *err, size_t err_len)
 {
-    /* Every field on its own, with the parser's rules (for structs filled in code). */
     for (int i = 0; i < N_FIELDS; i++) {
         const field *f = &fields[i];
         char value[512], why[256];
@@ -857,9 +877,12 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
         if (set_field(&scratch, f, value, why, sizeof why) != 0)
             return bu_fail(err, err_len, "[%s] %s = '%s': %s", f->section, f->key, value, why);
     }
-    if (world_size < 1)
-        return bu_fail(err, err_len, "the world size %d is not positive", world_size);
+    return 0;
+}
 
+/* The heads and RoPE: what the model's shape needs of its keys together. */
+static int validate_model(const train_config *c, char *err, size_t err_len)
+{
     if (c->n_heads % c->n_kv_heads != 0)
         return bu_fail(err, err_len,
                        "[model] n_heads = %d is not a multiple of [model] n_kv_heads = %d",
@@ -883,7 +906,12 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
     if (strcmp(c->rope_type, "yarn") == 0 && c->rope_theta <= 1.0)
         return bu_fail(err, err_len, "[model] rope_theta = %g: yarn needs a base above 1",
                        c->rope_theta);
+    return 0;
+}
 
+/* What the device engine cannot do that the CPU engine can, and back. */
+static int validate_device(const train_config *c, char *err, size_t err_len)
+{
     if (!plan_device(c->device) && strcmp(c->matmul, "bf16") == 0)
         return bu_fail(err, err_len,
                        "[train] matmul = bf16 needs [train] device = cuda: the CPU "
@@ -897,17 +925,13 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
                        "[model] d_model / n_heads = %d: the device's attention takes head "
                        "dimensions up to 128",
                        c->d_model / c->n_heads);
+    return 0;
+}
 
-    if ((int64_t)c->dp * c->cp != world_size)
-        return bu_fail(err, err_len,
-                       "[parallel] dp = %d times cp = %d is %" PRId64
-                       " ranks, but the world size is %d",
-                       c->dp, c->cp, (int64_t)c->dp * c->cp, world_size);
-
-    if (plan_source(c->source) == SOURCE_HDF5 && !c->path[0])
-        return bu_fail(err, err_len, "[data] source = hdf5 needs [data] path (corpus files)");
-    if (validate_recall(c, err, err_len) != 0) return -1;
-
+/* The mask, the layout and the sequence length, and what the kept share of
+ * the attention outputs needs of them. */
+static int validate_sequence(const train_config *c, char *err, size_t err_len)
+{
     bk_attn_mask mask = plan_mask(c->mask, c->window);
     if ((mask.flags & BK_ATTN_WINDOW) && c->window < 1)
         return bu_fail(err, err_len,
@@ -937,7 +961,12 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
                        "[memory] ckpt_fraction = 0.5 needs the causal mask with the zigzag layout "
                        "(here mask = %s, layout = %s); use 0 or 1",
                        c->mask, layout);
+    return 0;
+}
 
+/* The learning-rate schedule and the head's chunks. */
+static int validate_schedule(const train_config *c, char *err, size_t err_len)
+{
     if (c->min_lr > c->lr)
         return bu_fail(err, err_len, "[train] min_lr = %g exceeds [train] lr = %g", c->min_lr,
                        c->lr);
@@ -949,6 +978,25 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
         return bu_fail(err, err_len, "[memory] head_chunk = %" PRId64 " must be at least 1",
                        c->head_chunk);
     return 0;
+}
+
+int train_config_validate(const train_config *c, int world_size, char *err, size_t err_len)
+{
+    if (validate_fields(c, err, err_len) != 0) return -1;
+    if (world_size < 1)
+        return bu_fail(err, err_len, "the world size %d is not positive", world_size);
+    if (validate_model(c, err, err_len) != 0 || validate_device(c, err, err_len) != 0) return -1;
+    if ((int64_t)c->dp * c->cp != world_size)
+        return bu_fail(err, err_len,
+                       "[parallel] dp = %d times cp = %d is %" PRId64
+                       " ranks, but the world size is %d",
+                       c->dp, c->cp, (int64_t)c->dp * c->cp, world_size);
+
+    if (plan_source(c->source) == SOURCE_HDF5 && !c->path[0])
+        return bu_fail(err, err_len, "[data] source = hdf5 needs [data] path (corpus files)");
+    if (validate_recall(c, err, err_len) != 0) return -1;
+    if (validate_sequence(c, err, err_len) != 0) return -1;
+    return validate_schedule(c, err, err_len);
 }
 
 /* ---- what a resumed run must share with its checkpoint ----------------- */

@@ -1,6 +1,7 @@
 # src/train/local.mk: the training engine: the model, the fused LM head, ZeRO-1
 # AdamW, the configuration and the token sources.
-libburst_train_a_SOURCES += src/train/model.h src/train/model.c \
+libburst_train_a_SOURCES += src/train/model.h src/train/model_internal.h \
+	src/train/model_params.c src/train/model_runner.c src/train/model_operands.c src/train/model_pass.c \
 	src/train/lm_head.h src/train/lm_head.c src/train/optimizer.h src/train/optimizer.c \
 	src/train/config.h src/train/config.c src/train/plan.h src/train/plan.c \
 	src/train/trainer.h src/train/trainer.c src/train/trainer_memory.c src/train/trainer_step.c \

@@ -1,6 +1,6 @@
 /* model_fail_worker.c: a kernel that fails on the device during a step is
  * reported as a device error, with the device's message, and one that refuses
- * its arguments as a refused call, whether the model (src/train/model.c) or
+ * its arguments as a refused call, whether the model (src/train/model_pass.c) or
  * the ring (src/attn/ring_forward.c) called it. One rank under `burst run`
  * (tests/train/test_model_device).
  *

@@ -1,0 +1,123 @@
+/* model_internal.h: what the files of the model runner share and nothing
+ * outside them sees: the runner itself (its dimensions, buffers and ring
+ * passes), the stored activations, and the products and conversions every pass
+ * goes through. model_runner.c makes and counts the buffers,
+ * model_operands.c holds every difference between fp32 and bf16 operands,
+ * model_pass.c runs the forward and the backward. */
+#ifndef BURST_MODEL_INTERNAL_H
+#define BURST_MODEL_INTERNAL_H
+
+#include <stdint.h>
+
+#include "kernels/ops.h"
+#include "src/attn/kernel_status.h"
+#include "src/train/model.h"
+
+typedef struct {
+    int layer, micro_batch; /* the key this entry was stored under */
+    void *x_in;             /* [n, D] the layer's input, in act_bytes elements */
+    void *o_kept;           /* [n_kept, Hq*hd] attention output of the kept rows, likewise */
+    float *lse_kept;        /* [n_kept, Hq] fp32 always */
+} stored_layer;
+
+/* Parameters [at, at + count) widened to fp32 at wide. */
+typedef struct {
+    int64_t at, count;
+    float *wide;
+} wide_region;
+
+struct model_runner {
+    model_runner_config cfg;
+    const model_layout *m;
+    int64_t n, D, QD, KD, F, V, Hq, n_kept;
+    size_t act_bytes;  /* of a stored activation: 2 (bf16, with bf16_matmul) or 4 (fp32) */
+    int64_t mlp_rows;  /* rows of one MLP chunk: min(n, mlp_rows of the config or the default) */
+    int64_t *pos;      /* [n] global positions, for the kernels */
+    int64_t *pos_host; /* [n] the same on the host (pos itself there) */
+    int32_t *segments; /* [N] document ids (document mask), else NULL */
+    ring_plan_config ring_cfg;       /* what the rings are planned from, less the segments */
+    ring_schedule *fwd, *bwd, *half; /* half: recompute of the early chunks */
+    ring_exec_ctx ring;
+    /* [layers]: one micro-batch's forward and backward run back to back, so
+     * only the set of the micro-batch in flight is ever live */
+    stored_layer *store;
+    /* workspace: [n, ...] for the attention part, [mlp_rows, ...] for the
+     * MLP's chunk (x1, b, rstd2, g, s, ds, dg). The final norm and the head
+     * use a, rstd1 and dx, and the backward's gradients of x1 and of a go
+     * into dx and a: no [n, D] buffer beyond these */
+    float *x, *a, *rstd1, *q, *k, *v, *o, *lse, *x1, *b, *rstd2, *g, *s;
+    float *dx, *d_o, *dq, *dk, *dv, *ds, *dg;
+    float *head_scratch; /* fused head: its chunk scratch; else the logits [V] of a prediction */
+    float *logits_host;  /* on a device: a prediction's logits [V] copied to the host */
+    /* bf16 matrix products only: two operands rounded to bf16 chunk by chunk,
+     * of mlp_rows * max(D, QD, 2F) elements each, and the fp32 copies (widened
+     * at each step's first micro-batch) of the parameters that fp32 kernels
+     * read: the norm gains and the embedding, one region each, in wide */
+    uint16_t *op16[2];
+    float *wide;
+    wide_region *regions;
+    int n_regions;
+    const float *P;      /* the parameters of the pass in progress: fp32, */
+    const uint16_t *p16; /* or bf16 (bf16_matmul) */
+    model_memory mem;    /* what the buffers below take, counted as they are made */
+    int allocate;        /* make the buffers (1) or only count them (0) */
+    int on_device;       /* the buffers the kernels read are device memory */
+    char failed[160];    /* the first allocation that failed */
+};
+
+/* A kernel call's failure returned as the engine's status (BT_ERR_ARG for a
+ * refused call, BT_ERR_SYS for a failed device; src/attn/kernel_status.h). */
+#define CHECK_KERNEL(call)                                                                         \
+    do {                                                                                           \
+        bt_status check_st_ = attn_kernel_status(call);                                            \
+        if (check_st_ != BT_OK) return check_st_;                                                  \
+    } while (0)
+
+/* Rows of the chunk that starts at row r0 of m rows: the MLP's chunks and
+ * the bf16 products' operands hold at most mlp_rows rows. */
+static inline int64_t runner_chunk_rows(const model_runner *r, int64_t r0, int64_t m)
+{
+    return m - r0 < r->mlp_rows ? m - r0 : r->mlp_rows;
+}
+
+/* The matrix products of the layers, with the weight W[k, n] at offset w of
+ * the parameters. In fp32, or with bf16_matmul on bf16 operands: the weight
+ * from the bf16 parameters, the activation or gradient rounded as it enters
+ * (into op16, mlp_rows rows at a time, so the operands never take [n, ...]),
+ * fp32 accumulation and results.
+ *
+ * out[m, cols] (+)= X[m, inner] op(W), op(W) [inner, cols]: W itself
+ * (tw = BK_NO_TRANS, W [inner, cols]) or its transpose (BK_TRANS, W
+ * [cols, inner]), at offset w of the parameters. */
+bk_status runner_times_weight(model_runner *r, const float *X, int64_t m, int64_t inner, int64_t w,
+                              bk_transpose tw, int64_t cols, float *out, int accumulate);
+
+/* C[m, n] = A[m, k] W[k, n] (+ C when accumulate) */
+bk_status runner_mm(model_runner *r, const float *A, int64_t m, int64_t k, int64_t w, int64_t n,
+                    float *C, int accumulate);
+
+/* dW[k, n] += A[m, k]^T dY[m, n] */
+bk_status runner_mm_grad_weight(model_runner *r, const float *A, int64_t m, int64_t k,
+                                const float *dY, int64_t n, float *dW);
+
+/* dA[m, k] (+)= dY[m, n] W[k, n]^T */
+bk_status runner_mm_grad_input(model_runner *r, const float *dY, int64_t m, int64_t n, int64_t w,
+                               int64_t k, float *dA, int accumulate);
+
+/* The parameters of the pass about to run (their type the runner's); with
+ * bf16 parameters, the fp32 copy of what fp32 kernels read widened from them
+ * (once per step: at the first micro-batch, and for every prediction). */
+bt_status runner_use_params(model_runner *r, model_params p, int refresh);
+
+/* The fp32 parameters from offset at of the flat index, for an fp32 kernel:
+ * the parameters themselves, or their widened copy. */
+const float *runner_param32(const model_runner *r, int64_t at);
+
+/* Activations as they are stored: dst[count] (act_bytes elements) = src,
+ * rounded to bf16 with bf16_matmul. */
+bk_status runner_keep(const model_runner *r, void *dst, const float *src, int64_t count);
+
+/* The stored activations back: dst[count] (fp32) = src (act_bytes elements). */
+bk_status runner_fetch(const model_runner *r, float *dst, const void *src, int64_t count);
+
+#endif

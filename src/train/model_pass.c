@@ -1,0 +1,309 @@
+/* model_pass.c: one forward + backward over this rank's share of a
+ * sequence, a forward for the loss alone, and a prediction; see model.h.
+ * Activations and gradients are fp32; every operation on a buffer is a kernel
+ * of the runner's queue (bk_copy, bk_axpy), so one text serves the CPU and a
+ * device, and the products and the stored activations go through
+ * model_operands.c, which holds every difference bf16 operands make. */
+#include "kernels/device.h"
+#include "src/train/model_internal.h"
+
+static stored_layer *stored(model_runner *r, int layer)
+{
+    return &r->store[layer];
+}
+
+/* Layer l's input x [n, D], about to enter the layer: stored under (l, mb)
+ * when mb >= 0. With bf16 activations x becomes its rounded values, stored or
+ * not, so that the backward recomputes the layer from the input the forward
+ * computed it from, and a prediction sees what training saw. */
+static bt_status enter_layer(model_runner *r, int l, int mb, float *x)
+{
+    int64_t D = r->D;
+    if (mb >= 0) {
+        stored_layer *e = stored(r, l);
+        e->layer = l;
+        e->micro_batch = mb;
+        CHECK_KERNEL(runner_keep(r, e->x_in, x, r->n * D));
+        if (r->act_bytes == 2) CHECK_KERNEL(runner_fetch(r, x, e->x_in, r->n * D));
+        return BT_OK;
+    }
+    /* a prediction stores nothing: x rounds through op16, chunk by chunk */
+    for (int64_t r0 = 0; r0 < r->n && r->act_bytes == 2; r0 += r->mlp_rows) {
+        int64_t count = runner_chunk_rows(r, r0, r->n) * D;
+        CHECK_KERNEL(runner_keep(r, r->op16[0], x + r0 * D, count));
+        CHECK_KERNEL(runner_fetch(r, x + r0 * D, r->op16[0], count));
+    }
+    return BT_OK;
+}
+
+/* The input of stored layer e in fp32: the stored buffer itself, or widened
+ * into r->x (free during the backward). NULL when the device failed. */
+static const float *stored_input(model_runner *r, const stored_layer *e)
+{
+    if (r->act_bytes != 2) return e->x_in;
+    return runner_fetch(r, r->x, e->x_in, r->n * r->D) == BK_OK ? r->x : NULL;
+}
+
+/* a = RMSNorm(x_in), q, k, v = a W, RoPE on q and k at the global positions. */
+static bt_status attention_inputs(model_runner *r, int l, const float *x_in)
+{
+    const bk_queue *q = r->cfg.queue;
+    const layer_offsets *o = &r->m->layer[l];
+    const model_dims *d = &r->m->dims;
+    int64_t n = r->n, D = r->D;
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, x_in, runner_param32(r, o->attn_norm), d->norm_eps, r->a,
+                                r->rstd1));
+    CHECK_KERNEL(runner_mm(r, r->a, n, D, o->wq, r->QD, r->q, 0));
+    CHECK_KERNEL(runner_mm(r, r->a, n, D, o->wk, r->KD, r->k, 0));
+    CHECK_KERNEL(runner_mm(r, r->a, n, D, o->wv, r->KD, r->v, 0));
+    CHECK_KERNEL(bk_rope_fwd(q, n, d->n_heads, d->head_dim, r->pos, &d->rope, r->q, r->q));
+    CHECK_KERNEL(bk_rope_fwd(q, n, d->n_kv_heads, d->head_dim, r->pos, &d->rope, r->k, r->k));
+    return BT_OK;
+}
+
+/* Rows [r0, r0 + rows) of the MLP part, into the chunk buffers: x1 = x_in +
+ * O Wo; b = RMSNorm(x1); g = b W_gate_up; s = SwiGLU(g); and, when out is
+ * given, out = x1 + s W_down (out may be x_in: a chunk reads its rows of x_in
+ * before it writes them). */
+static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, const float *x_in,
+                           float *out)
+{
+    const bk_queue *q = r->cfg.queue;
+    const layer_offsets *o = &r->m->layer[l];
+    int64_t D = r->D, F = r->F;
+    CHECK_KERNEL(bk_copy(q, r->x1, x_in + r0 * D, (size_t)(rows * D) * sizeof(float)));
+    CHECK_KERNEL(runner_mm(r, r->o + r0 * r->QD, rows, r->QD, o->wo, D, r->x1, 1));
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, rows, D, r->x1, runner_param32(r, o->mlp_norm),
+                                r->m->dims.norm_eps, r->b, r->rstd2));
+    CHECK_KERNEL(runner_mm(r, r->b, rows, D, o->w_gate_up, 2 * F, r->g, 0));
+    CHECK_KERNEL(bk_swiglu_fwd(q, rows, F, r->g, r->g + F, 2 * F, r->s));
+    if (out) {
+        CHECK_KERNEL(bk_copy(q, out + r0 * D, r->x1, (size_t)(rows * D) * sizeof(float)));
+        CHECK_KERNEL(runner_mm(r, r->s, rows, F, o->w_down, D, out + r0 * D, 1));
+    }
+    return BT_OK;
+}
+
+/* The MLP part of layer l forward, out[n, D] = x1 + MLP(x1) with x1 = x_in +
+ * O Wo, chunk by chunk: the MLP is token by token, so its buffers hold one
+ * chunk of mlp_rows rows, not the whole sequence. */
+static bt_status mlp_forward(model_runner *r, int l, const float *x_in, float *out)
+{
+    bt_status st = BT_OK;
+    for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->mlp_rows)
+        st = mlp_chunk(r, l, r0, runner_chunk_rows(r, r0, r->n), x_in, out);
+    return st;
+}
+
+/* The MLP part of layer l backward, chunk by chunk, each recomputed from
+ * x_in first: from dx [n, D] (the gradient of the layer's output), the
+ * weight and gain gradients accumulated into G, and dx += the gradient
+ * through the MLP branch, so that dx becomes the gradient of x1 (a chunk's
+ * rows of dx are read by that chunk alone, before it adds to them). */
+static bt_status mlp_backward(model_runner *r, int l, const float *x_in, float *G)
+{
+    const bk_queue *q = r->cfg.queue;
+    const layer_offsets *o = &r->m->layer[l];
+    int64_t D = r->D, F = r->F;
+    for (int64_t r0 = 0; r0 < r->n; r0 += r->mlp_rows) {
+        int64_t rows = runner_chunk_rows(r, r0, r->n);
+        bt_status st = mlp_chunk(r, l, r0, rows, x_in, NULL);
+        if (st != BT_OK) return st;
+        float *dx = r->dx + r0 * D;
+        CHECK_KERNEL(runner_mm_grad_weight(r, r->s, rows, F, dx, D, G + o->w_down));
+        CHECK_KERNEL(runner_mm_grad_input(r, dx, rows, D, o->w_down, F, r->ds, 0));
+        CHECK_KERNEL(bk_swiglu_bwd(q, rows, F, r->g, r->g + F, 2 * F, r->ds, r->dg, r->dg + F));
+        CHECK_KERNEL(runner_mm_grad_weight(r, r->b, rows, D, r->dg, 2 * F, G + o->w_gate_up));
+        /* b is free once its weight gradient is taken: the MLP branch's
+         * gradient of x1 goes there, then into dx */
+        CHECK_KERNEL(runner_mm_grad_input(r, r->dg, rows, 2 * F, o->w_gate_up, D, r->b, 0));
+        CHECK_KERNEL(bk_rmsnorm_bwd(q, rows, D, r->x1, runner_param32(r, o->mlp_norm), r->rstd2,
+                                    r->b, r->b, G + o->mlp_norm));
+        CHECK_KERNEL(bk_axpy(q, rows * D, 1.0f, r->b, dx));
+    }
+    return BT_OK;
+}
+
+static bt_status ring_fwd_timed(model_runner *r, const ring_schedule *s, const float *q,
+                                const float *k, const float *v, float *o, float *lse, double *t,
+                                model_step_stats *stats)
+{
+    ring_exec_ctx c = r->ring;
+    c.sched = s;
+    ring_exec_stats rs;
+    bt_status st = ring_forward(&c, q, k, v, o, lse, &rs);
+    *t += rs.total_s;
+    stats->attn_wait_s += rs.wait_s;
+    return st;
+}
+
+/* O and lse of layer l for the backward: kept, recomputed, or both. */
+static bt_status attention_output_for_backward(model_runner *r, stored_layer *e,
+                                               model_step_stats *stats)
+{
+    int64_t n = r->n, kept = r->n_kept, first_kept = n - kept;
+    bt_status st = BT_OK;
+    if (kept < n && !r->half)
+        st = ring_fwd_timed(r, r->fwd, r->q, r->k, r->v, r->o, r->lse, &stats->attn_recompute_s,
+                            stats);
+    else if (kept < n) /* the early chunk alone, through the half-sequence ring */
+        st = ring_fwd_timed(r, r->half, r->q, r->k, r->v, r->o, r->lse, &stats->attn_recompute_s,
+                            stats);
+    if (st != BT_OK) return st;
+    const bk_queue *q = r->cfg.queue;
+    CHECK_KERNEL(runner_fetch(r, r->o + first_kept * r->QD, e->o_kept, kept * r->QD));
+    CHECK_KERNEL(bk_copy(q, r->lse + first_kept * r->Hq, e->lse_kept,
+                         (size_t)(kept * r->Hq) * sizeof(float)));
+    return BT_OK;
+}
+
+/* Embedding and every layer; with mb >= 0 each layer's input and the kept part
+ * of O, lse are stored under (layer, mb). Leaves the last hidden state in r->x. */
+static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
+                                model_step_stats *stats)
+{
+    const model_dims *d = &r->m->dims;
+    int64_t n = r->n, D = r->D, QD = r->QD, first_kept = n - r->n_kept;
+    bt_status st = BT_OK;
+    CHECK_KERNEL(bk_embedding_gather(r->cfg.queue, n, r->V, D, tokens,
+                                     runner_param32(r, r->m->embed), r->x));
+    for (int l = 0; l < d->layers && st == BT_OK; l++) {
+        st = enter_layer(r, l, mb, r->x);
+        if (st == BT_OK) st = attention_inputs(r, l, r->x);
+        if (st == BT_OK)
+            st = ring_fwd_timed(r, r->fwd, r->q, r->k, r->v, r->o, r->lse, &stats->attn_fwd_s,
+                                stats);
+        if (st != BT_OK) break;
+        if (mb >= 0) {
+            stored_layer *e = stored(r, l);
+            CHECK_KERNEL(runner_keep(r, e->o_kept, r->o + first_kept * QD, r->n_kept * QD));
+            CHECK_KERNEL(bk_copy(r->cfg.queue, e->lse_kept, r->lse + first_kept * r->Hq,
+                                 (size_t)(r->n_kept * r->Hq) * sizeof(float)));
+        }
+        st = mlp_forward(r, l, r->x, r->x);
+    }
+    return st;
+}
+
+bt_status model_predict(model_runner *r, model_params params, const int64_t *tokens,
+                        const int64_t *rows, int n_rows, int64_t *predicted)
+{
+    model_step_stats stats = {0};
+    bt_status st = runner_use_params(r, params, 1);
+    if (st == BT_OK) st = forward_layers(r, tokens, -1, &stats);
+    if (st != BT_OK) return st;
+    int64_t D = r->D, V = r->V;
+    float *hn = r->a; /* [n, D] the final-normed hidden states; a is free after the layers */
+    CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, r->n, D, r->x, runner_param32(r, r->m->final_norm),
+                                r->m->dims.norm_eps, hn, NULL));
+    float *logits = r->head_scratch;                      /* [V], in the queue's memory */
+    float *seen = r->on_device ? r->logits_host : logits; /* the same on the host */
+    bk_status kst = BK_OK;
+    for (int i = 0; i < n_rows && kst == BK_OK; i++) {
+        /* logits [1, V] = h [1, D] W_head [V, D]^T */
+        kst = runner_times_weight(r, hn + rows[i] * D, 1, D, r->m->head, BK_TRANS, V, logits, 0);
+        if (kst == BK_OK && r->on_device)
+            kst = bk_device_download(r->cfg.queue, seen, logits, (size_t)V * sizeof(float));
+        int64_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (seen[v] > seen[best]) best = v;
+        predicted[i] = best;
+    }
+    return attn_kernel_status(kst);
+}
+
+bt_status model_forward_loss(model_runner *r, model_params params, const int64_t *tokens,
+                             const int64_t *labels, double *loss_sum, int64_t *n_valid,
+                             float *row_loss)
+{
+    model_step_stats stats = {0};
+    bt_status st = runner_use_params(r, params, 1);
+    if (st == BT_OK) st = forward_layers(r, tokens, -1, &stats);
+    if (st != BT_OK) return st;
+    const bk_queue *q = r->cfg.queue;
+    float *hn = r->a; /* [n, D] the final-normed hidden states; a is free after the layers */
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, r->n, r->D, r->x, runner_param32(r, r->m->final_norm),
+                                r->m->dims.norm_eps, hn, NULL));
+    lm_head_opts ho = r->cfg.head;
+    ho.z_loss = 0.0f; /* the likelihood alone */
+    CHECK_KERNEL(lm_head_loss(q, &ho, r->n, r->D, r->V, hn, r->P ? r->P + r->m->head : NULL,
+                              r->p16 ? r->p16 + r->m->head : NULL, labels, loss_sum, n_valid,
+                              row_loss, r->head_scratch));
+    return BT_OK;
+}
+
+bt_status model_forward_backward(model_runner *r, int mb, model_params params, float *G,
+                                 const int64_t *tokens, const int64_t *labels, float loss_scale,
+                                 double *loss_sum, int64_t *n_valid, model_step_stats *stats)
+{
+    const bk_queue *q = r->cfg.queue;
+    const model_dims *d = &r->m->dims;
+    int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, V = r->V;
+    bt_status st = BT_OK;
+    if (mb < 0 || mb >= r->cfg.micro_batches) return BT_ERR_ARG;
+    st = runner_use_params(r, params, mb == 0);
+    if (st == BT_OK) st = forward_layers(r, tokens, mb, stats);
+    if (st != BT_OK) return st;
+    const float *final_norm = runner_param32(r, r->m->final_norm);
+
+    /* ---- head and loss (the last op: its gradient comes with it). The
+     * final-normed states hn [n, D] and their rstd take a and rstd1, free
+     * until the backward recomputes the last layer's inputs; the head's
+     * gradient dh goes into dx, which the final norm's backward turns in
+     * place into the gradient of the last layer's output. */
+    float *hn = r->a, *rstd_f = r->rstd1;
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x, final_norm, d->norm_eps, hn, rstd_f));
+    const lm_head_opts *ho = &r->cfg.head;
+    float *dW = G + r->m->head;
+    if (r->p16)
+        CHECK_KERNEL(lm_head_fused_bf16(q, ho, n, D, V, hn, r->p16 + r->m->head, labels, loss_scale,
+                                        loss_sum, n_valid, r->dx, dW, r->head_scratch));
+    else if (r->cfg.fused_head)
+        CHECK_KERNEL(lm_head_fused(q, ho, n, D, V, hn, r->P + r->m->head, labels, loss_scale,
+                                   loss_sum, n_valid, r->dx, dW, r->head_scratch));
+    else
+        CHECK_KERNEL(lm_head_unfused(q, ho, n, D, V, hn, r->P + r->m->head, labels, loss_scale,
+                                     loss_sum, n_valid, r->dx, dW));
+    CHECK_KERNEL(
+        bk_rmsnorm_bwd(q, n, D, r->x, final_norm, rstd_f, r->dx, r->dx, G + r->m->final_norm));
+
+    /* ---- backward, layer by layer, recomputing what was not kept */
+    for (int l = d->layers - 1; l >= 0 && st == BT_OK; l--) {
+        const layer_offsets *o = &r->m->layer[l];
+        stored_layer *e = stored(r, l);
+        if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
+        const float *x_in = stored_input(r, e);
+        if (!x_in) return BT_ERR_SYS; /* the device failed */
+        st = attention_inputs(r, l, x_in);
+        if (st == BT_OK) st = attention_output_for_backward(r, e, stats);
+        if (st == BT_OK) st = mlp_backward(r, l, x_in, G);
+        if (st != BT_OK) break;
+        /* output projection and attention, from dx: now the gradient of x1 */
+        CHECK_KERNEL(runner_mm_grad_weight(r, r->o, n, QD, r->dx, D, G + o->wo));
+        CHECK_KERNEL(runner_mm_grad_input(r, r->dx, n, D, o->wo, QD, r->d_o, 0));
+        ring_exec_ctx c = r->ring;
+        c.sched = r->bwd;
+        ring_exec_stats rs;
+        st = ring_backward(&c, r->q, r->k, r->v, r->o, r->d_o, r->lse, r->dq, r->dk, r->dv, &rs);
+        stats->attn_bwd_s += rs.total_s;
+        stats->attn_wait_s += rs.wait_s;
+        if (st != BT_OK) break;
+        CHECK_KERNEL(bk_rope_bwd(q, n, d->n_heads, d->head_dim, r->pos, &d->rope, r->dq, r->dq));
+        CHECK_KERNEL(bk_rope_bwd(q, n, d->n_kv_heads, d->head_dim, r->pos, &d->rope, r->dk, r->dk));
+        /* Q/K/V projections and the attention norm */
+        CHECK_KERNEL(runner_mm_grad_weight(r, r->a, n, D, r->dq, QD, G + o->wq));
+        CHECK_KERNEL(runner_mm_grad_weight(r, r->a, n, D, r->dk, KD, G + o->wk));
+        CHECK_KERNEL(runner_mm_grad_weight(r, r->a, n, D, r->dv, KD, G + o->wv));
+        /* a is free once the weight gradients are taken: the attention
+         * branch's gradient of a, then of x_in, goes there, then into dx */
+        CHECK_KERNEL(runner_mm_grad_input(r, r->dq, n, QD, o->wq, D, r->a, 0));
+        CHECK_KERNEL(runner_mm_grad_input(r, r->dk, n, KD, o->wk, D, r->a, 1));
+        CHECK_KERNEL(runner_mm_grad_input(r, r->dv, n, KD, o->wv, D, r->a, 1));
+        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, x_in, runner_param32(r, o->attn_norm), r->rstd1, r->a,
+                                    r->a, G + o->attn_norm));
+        CHECK_KERNEL(bk_axpy(q, n * D, 1.0f, r->a, r->dx));
+    }
+    if (st != BT_OK) return st;
+    CHECK_KERNEL(bk_embedding_scatter_add(q, n, V, D, tokens, r->dx, G + r->m->embed));
+    return BT_OK;
+}

@@ -1,0 +1,330 @@
+/* model_runner.c: the runner's dimensions, ring passes and buffers, counted
+ * before anything is made (model_runner_memory) and made by the same code
+ * (model_runner_create). Every buffer the kernels read lives in the memory of
+ * the runner's queue, so one text serves the CPU and a device. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/device.h"
+#include "src/train/model_internal.h"
+#include "util/alloc.h"
+
+/* A zeroed buffer of bytes, counted into *part; made only when allocating,
+ * and never after a failure (the first one is named in r->failed). */
+static void *take(model_runner *r, size_t bytes, size_t *part, const char *what)
+{
+    *part += bytes;
+    if (!r->allocate || r->failed[0]) return NULL;
+    return bu_calloc(bytes, what, r->failed, sizeof r->failed);
+}
+
+/* The forward and the backward ring for the current documents. The buffers
+ * made for the first plan hold every later one: what travels depends on the
+ * layout and the heads, not on the documents. */
+static int schedule_rings(model_runner *r, char *err, size_t err_len)
+{
+    const model_dims *d = &r->m->dims;
+    ring_plan_config pc = r->ring_cfg;
+    pc.need.segments = r->segments;
+    ring_schedule *fwd = ring_plan(&pc, RING_FORWARD, err, err_len);
+    ring_schedule *bwd =
+        fwd ? ring_plan(&pc,
+                        ring_choose_backward(r->cfg.backward, d->n_heads, d->n_kv_heads,
+                                             d->head_dim, pc.in_bytes),
+                        err, err_len)
+            : NULL;
+    if (!bwd) {
+        ring_schedule_free(fwd);
+        return -1;
+    }
+    ring_schedule_free(r->fwd);
+    ring_schedule_free(r->bwd);
+    r->fwd = fwd;
+    r->bwd = bwd;
+    return 0;
+}
+
+int model_runner_set_documents(model_runner *r, const int32_t *segments, char *err, size_t err_len)
+{
+    if (!r->segments) return 0;
+    size_t bytes = (size_t)r->ring_cfg.layout.N * sizeof(int32_t);
+    if (memcmp(r->segments, segments, bytes) == 0) return 0; /* the rings planned already */
+    attn_need_ctx need = r->ring_cfg.need;
+    need.segments = segments;
+    if (attn_need_validate(&need, err, err_len) != 0) return -1; /* keep the last documents */
+    memcpy(r->segments, segments, bytes);
+    return schedule_rings(r, err, err_len);
+}
+
+/* A buffer the kernels read, in the memory of the runner's queue (bk_alloc:
+ * zeroed on the host; not on a device, where every one is written before it
+ * is read), counted as take does. */
+static void *take_buffer(model_runner *r, size_t bytes, size_t *part, const char *what)
+{
+    *part += bytes;
+    void *p = NULL;
+    if (!r->allocate || r->failed[0]) return NULL;
+    if (bk_alloc(r->cfg.queue, bytes, &p) == BK_OK) return p;
+    bu_no_memory(r->failed, sizeof r->failed, bytes, what);
+    return NULL;
+}
+
+static void give_back(const model_runner *r, void *p)
+{
+    bk_free(r->cfg.queue, p);
+}
+
+static size_t floats(int64_t count)
+{
+    return (size_t)count * sizeof(float);
+}
+
+/* Region k: parameters [at, at + count), widened at *total floats into wide. */
+static void add_region(wide_region *out, int *k, float *wide, int64_t *total, int64_t at,
+                       int64_t count)
+{
+    if (out) out[*k] = (wide_region){at, count, wide ? wide + *total : NULL};
+    (*k)++;
+    *total += count;
+}
+
+/* The parameters fp32 kernels read (the norm gains and the embedding; the
+ * head's products read the bf16 parameters), into out [2 * layers + 2] when
+ * given, packed one after the other from wide; returns how many, *total
+ * their floats. */
+static int wide_regions(const model_layout *m, float *wide, wide_region *out, int64_t *total)
+{
+    int64_t D = m->dims.d_model, VD = (int64_t)m->dims.vocab * D;
+    int k = 0;
+    *total = 0;
+    for (int l = 0; l < m->dims.layers; l++) {
+        add_region(out, &k, wide, total, m->layer[l].attn_norm, D);
+        add_region(out, &k, wide, total, m->layer[l].mlp_norm, D);
+    }
+    add_region(out, &k, wide, total, m->final_norm, D);
+    add_region(out, &k, wide, total, m->embed, VD);
+    return k;
+}
+
+/* With bf16 parameters: the fp32 copy of the parameters fp32 kernels read. */
+static void take_wide(model_runner *r)
+{
+    int64_t total = 0;
+    int n = wide_regions(r->m, NULL, NULL, &total);
+    r->regions = take(r, (size_t)n * sizeof *r->regions, &r->mem.workspace, "the fp32 parameters");
+    r->wide = take_buffer(r, floats(total), &r->mem.workspace, "the fp32 parameters");
+    if (r->regions && r->wide) r->n_regions = wide_regions(r->m, r->wide, r->regions, &total);
+}
+
+/* The layer's work buffers, the positions and the head's buffer. */
+static void take_workspace(model_runner *r)
+{
+    int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, F = r->F;
+    const lm_head_opts *ho = &r->cfg.head;
+    int64_t head = !r->cfg.fused_head   ? 0
+                   : r->cfg.bf16_matmul ? (int64_t)lm_head_bf16_scratch_floats(ho, r->V, D)
+                                        : (int64_t)lm_head_scratch_floats(ho, r->V);
+    int64_t c = r->mlp_rows; /* the MLP's buffers hold one chunk of rows */
+    float **bufs[] = {&r->x,   &r->a,  &r->rstd1, &r->q,     &r->k,  &r->v,  &r->o,
+                      &r->lse, &r->x1, &r->b,     &r->rstd2, &r->g,  &r->s,  &r->dx,
+                      &r->d_o, &r->dq, &r->dk,    &r->dv,    &r->ds, &r->dg, &r->head_scratch};
+    /* clang-format off */
+    const int64_t counts[] = {n * D,     n * D,  n,      n * QD,    n * KD, n * KD,    n * QD,
+                              n * r->Hq, c * D,  c * D,  c,         c * 2 * F, c * F, n * D,
+                              n * QD,    n * QD, n * KD, n * KD,    c * F,  c * 2 * F,
+                              head > r->V ? head : r->V};
+    /* clang-format on */
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
+        *bufs[i] = take_buffer(r, floats(counts[i]), &r->mem.workspace, "the layer workspace");
+    size_t pos_bytes = (size_t)n * sizeof(int64_t);
+    r->pos_host = take(r, pos_bytes, &r->mem.workspace, "the token positions");
+    r->pos = r->on_device ? take_buffer(r, pos_bytes, &r->mem.workspace, "the token positions")
+                          : r->pos_host;
+    if (r->on_device)
+        r->logits_host = take(r, floats(r->V), &r->mem.workspace, "a prediction's logits");
+    if (r->cfg.bf16_matmul) {
+        int64_t widest = D > QD ? D : QD;
+        if (2 * F > widest) widest = 2 * F;
+        widest *= c;
+        const char *what = "the bf16 operands of the matrix products";
+        for (int k = 0; k < 2; k++)
+            r->op16[k] = take_buffer(r, (size_t)widest * 2, &r->mem.workspace, what);
+        take_wide(r);
+    }
+    /* the reference head makes its logits [n, V] and losses [n] at every step */
+    r->mem.head_logits = r->cfg.fused_head ? 0 : floats(n * r->V + n);
+}
+
+/* One set of stored activations: per layer its input and the kept O, lse. */
+static void take_store(model_runner *r)
+{
+    int layers = r->m->dims.layers;
+    const char *what = "the stored activations";
+    r->store = take(r, (size_t)layers * sizeof *r->store, &r->mem.stored, what);
+    for (int l = 0; l < layers; l++) {
+        stored_layer e = {.layer = -1};
+        size_t a = r->act_bytes;
+        e.x_in = take_buffer(r, (size_t)(r->n * r->D) * a, &r->mem.stored, what);
+        e.o_kept = take_buffer(r, (size_t)(r->n_kept * r->QD + 1) * a, &r->mem.stored, what);
+        e.lse_kept = take_buffer(r, floats(r->n_kept * r->Hq + 1), &r->mem.stored, what);
+        if (r->store) r->store[l] = e;
+    }
+}
+
+/* The ring's buffers, sized for every pass the runner makes. */
+static void take_ring(model_runner *r)
+{
+    const ring_schedule *passes[3] = {r->fwd, r->bwd, r->half};
+    int n_passes = r->half ? 3 : 2;
+    size_t bytes = ring_buffers_bytes(passes, n_passes);
+    r->mem.ring += bytes;
+    if (!r->allocate || r->failed[0]) return;
+    if (!(r->ring.buffers = ring_buffers_create(passes, n_passes, r->cfg.queue)))
+        bu_no_memory(r->failed, sizeof r->failed, bytes, "the ring's buffers");
+}
+
+/* The runner's dimensions and its planned ring passes; nothing large yet. */
+static model_runner *runner_new(const model_runner_config *cfg, char *err, size_t err_len)
+{
+    const model_dims *d = &cfg->model->dims;
+    model_runner *r = bu_calloc(sizeof *r, "the model runner", err, err_len);
+    if (!r) return NULL;
+    r->cfg = *cfg;
+    r->m = cfg->model;
+    r->on_device = cfg->queue->where == BK_DEVICE;
+    if (cfg->bf16_matmul && (!r->on_device || !cfg->fused_head)) {
+        snprintf(err, err_len, "bf16 matrix products need a device queue and the fused LM head");
+        free(r);
+        return NULL;
+    }
+    r->n = cfg->layout.n;
+    r->act_bytes = cfg->bf16_matmul ? 2 : sizeof(float);
+    r->mlp_rows = cfg->mlp_rows > 0 ? cfg->mlp_rows : MODEL_MLP_ROWS;
+    if (r->mlp_rows > r->n) r->mlp_rows = r->n > 0 ? r->n : 1;
+    r->D = d->d_model;
+    r->Hq = d->n_heads;
+    r->QD = (int64_t)d->n_heads * d->head_dim;
+    r->KD = (int64_t)d->n_kv_heads * d->head_dim;
+    r->F = d->d_ff;
+    r->V = d->vocab;
+    int half = cfg->keep == KEEP_HALF;
+    if (half && !plan_keep_half_allowed(cfg->layout.kind, &cfg->mask)) {
+        snprintf(err, err_len,
+                 "[memory] ckpt_fraction = 0.5 needs a causal mask with the zigzag layout");
+        free(r);
+        return NULL;
+    }
+    r->n_kept = cfg->keep == KEEP_ALL ? r->n : half ? r->n / 2 : 0;
+    /* a chunk of the fused head never spans more than this rank's tokens */
+    if (r->cfg.head.chunk_tokens > r->n && r->n > 0) r->cfg.head.chunk_tokens = r->n;
+
+    ring_plan_config pc = {.topo = cfg->topo,
+                           .nodes = cfg->nodes,
+                           .layout = cfg->layout,
+                           .need = {.mask = cfg->mask, .N = cfg->layout.N},
+                           .h_q = d->n_heads,
+                           .h_kv = d->n_kv_heads,
+                           .d = d->head_dim,
+                           .in_bytes = cfg->ring_bf16 ? 2 : 4};
+    r->ring_cfg = pc;
+    if (cfg->mask.flags & BK_ATTN_DOCUMENT) { /* one document until told otherwise */
+        size_t seg_bytes = (size_t)cfg->layout.N * sizeof(int32_t);
+        r->mem.workspace += seg_bytes;
+        if (!(r->segments = bu_calloc(seg_bytes, "the document ids", err, err_len))) {
+            free(r);
+            return NULL;
+        }
+    }
+    if (schedule_rings(r, err, err_len) == 0 && half) {
+        /* The early chunks of the zigzag layout are the first half of the
+         * sequence, laid out contiguously: chunk r on rank r. */
+        ring_plan_config hc = pc;
+        hc.topo = TOPO_FLAT;
+        if (seq_layout_init(&hc.layout, LAYOUT_CONTIGUOUS, cfg->layout.P, cfg->layout.N / 2, err,
+                            err_len) == 0)
+            r->half = ring_plan(&hc, RING_FORWARD, err, err_len);
+    }
+    if (!r->fwd || !r->bwd || (half && !r->half)) {
+        model_runner_free(r);
+        return NULL;
+    }
+    r->ring = (ring_exec_ctx){.comm = cfg->cp,
+                              .queue = cfg->queue,
+                              .scale = 1.0f / sqrtf((float)d->head_dim),
+                              .mask = cfg->mask,
+                              .segments = r->segments,
+                              .piece_rows = cfg->piece_rows,
+                              .in_type = pc.in_bytes == 2 ? BK_BF16 : BK_F32};
+    return r;
+}
+
+/* Counts (and with r->allocate, makes) every buffer of the runner. */
+static void take_buffers(model_runner *r)
+{
+    take_ring(r);
+    take_workspace(r);
+    take_store(r);
+}
+
+int model_runner_memory(const model_runner_config *cfg, model_memory *mem, char *err,
+                        size_t err_len)
+{
+    model_runner *r = runner_new(cfg, err, err_len);
+    if (!r) return -1;
+    take_buffers(r);
+    *mem = r->mem;
+    model_runner_free(r);
+    return 0;
+}
+
+model_runner *model_runner_create(const model_runner_config *cfg, char *err, size_t err_len)
+{
+    model_runner *r = runner_new(cfg, err, err_len);
+    if (!r) return NULL;
+    r->allocate = 1;
+    take_buffers(r);
+    if (r->failed[0]) {
+        snprintf(err, err_len, "%s", r->failed);
+        model_runner_free(r);
+        return NULL;
+    }
+    seq_layout_positions(&cfg->layout, bt_comm_rank(cfg->cp), r->pos_host);
+    bk_queue q = *cfg->queue;
+    if (r->on_device &&
+        bk_device_upload(&q, r->pos, r->pos_host, (size_t)r->n * sizeof(int64_t)) != BK_OK) {
+        snprintf(err, err_len, "cannot copy the token positions to the device");
+        model_runner_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void model_runner_free(model_runner *r)
+{
+    if (!r) return;
+    ring_schedule_free(r->fwd);
+    ring_schedule_free(r->bwd);
+    ring_schedule_free(r->half);
+    ring_buffers_free(r->ring.buffers);
+    float *bufs[] = {r->x,   r->a,  r->rstd1, r->q,     r->k,  r->v,  r->o,
+                     r->lse, r->x1, r->b,     r->rstd2, r->g,  r->s,  r->dx,
+                     r->d_o, r->dq, r->dk,    r->dv,    r->ds, r->dg, r->head_scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) give_back(r, bufs[i]);
+    for (int e = 0; r->store && e < r->m->dims.layers; e++) {
+        give_back(r, r->store[e].x_in);
+        give_back(r, r->store[e].o_kept);
+        give_back(r, r->store[e].lse_kept);
+    }
+    free(r->store);
+    if (r->on_device) give_back(r, r->pos);
+    give_back(r, r->wide);
+    free(r->regions);
+    give_back(r, r->op16[0]);
+    give_back(r, r->op16[1]);
+    free(r->pos_host);
+    free(r->logits_host);
+    free(r->segments);
+    free(r);
+}
