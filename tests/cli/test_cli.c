@@ -17,6 +17,14 @@ static test_run_result burst(const char *a1, const char *a2)
     return test_run(argv, NULL);
 }
 
+/* `burst WORDS...` (words NULL-terminated, at most 7). */
+static test_run_result burst_words(const char *const *words)
+{
+    char *argv[9] = {(char *)test_burst_path()};
+    for (int k = 0; k < 7 && words[k]; k++) argv[k + 1] = (char *)words[k];
+    return test_run(argv, NULL);
+}
+
 START_TEST(help_lists_every_command)
 {
     test_run_result r = burst("--help", NULL);
@@ -145,6 +153,31 @@ START_TEST(plan_memory_refuses_what_does_not_fit)
 }
 END_TEST
 
+/* --shard-size of convert and the memories of plan memory are read alike
+ * (util/options BU_OPT_BYTES): units with or without B, refusals naming the
+ * option and the value. */
+START_TEST(byte_sizes_are_read_alike)
+{
+    char *fits[] = {(char *)test_burst_path(), "plan", "memory", "--device-memory", "80GiB",
+                    "--host-memory",           "64GB", NULL};
+    test_run_result r = test_run(fits, NULL);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "fits: yes"), "%s", r.out);
+    test_run_free(&r);
+    static const struct {
+        const char *words[5]; /* after `burst` */
+        const char *says;
+    } bad[] = {{{"plan", "memory", "--device-memory", "0"}, "--device-memory: bad value '0'"},
+               {{"plan", "memory", "--host-memory", "2T"}, "--host-memory: bad value '2T'"},
+               {{"convert", "--shard-size", "5X"}, "--shard-size: bad value '5X'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = burst_words(bad[i].words);
+        ck_assert_msg(r.exit_code == 2 && test_output_has(&r, bad[i].says), "%s: %s", bad[i].says,
+                      r.out);
+        test_run_free(&r);
+    }
+}
+END_TEST
+
 START_TEST(version_names_optional_parts)
 {
     test_run_result r = burst("version", NULL);
@@ -255,9 +288,9 @@ int main(void)
     TCase *tc = check_tcase(s, "cli", 60);
     check_add_tests(tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
                     plan_memory_counts_what_a_run_counts, plan_memory_refuses_what_does_not_fit,
-                    unknown_command_is_usage_error, every_command_has_help,
-                    version_names_optional_parts, bench_kernels_device_errors,
-                    bench_train_refuses_bad_options);
+                    byte_sizes_are_read_alike, unknown_command_is_usage_error,
+                    every_command_has_help, version_names_optional_parts,
+                    bench_kernels_device_errors, bench_train_refuses_bad_options);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device,
                     plan_memory_counts_what_a_device_run_counts);
