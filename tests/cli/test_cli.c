@@ -25,6 +25,35 @@ static test_run_result burst_words(const char *const *words)
     return test_run(argv, NULL);
 }
 
+/* `burst WORDS... --help` exits 0 and lists each of the options (NULL-
+ * terminated), each at the start of a line of the list. */
+static void expect_help_lists(const char *const *words, const char *const *options)
+{
+    const char *argv[9] = {0};
+    int n = 0;
+    while (n < 7 && words[n]) argv[n] = words[n], n++;
+    argv[n] = "--help";
+    test_run_result r = burst_words(argv);
+    ck_assert_msg(r.exit_code == 0, "%s --help exited %d", words[0], r.exit_code);
+    for (int i = 0; options[i]; i++) {
+        char line[96];
+        snprintf(line, sizeof line, "\n  %s ", options[i]);
+        ck_assert_msg(test_output_has(&r, line), "%s --help does not list %s:\n%s", words[0],
+                      options[i], r.out);
+    }
+    test_run_free(&r);
+}
+
+/* `burst WORDS...` exits 2 saying says, and where the options are listed. */
+static void expect_refusal(const char *const *words, const char *says)
+{
+    test_run_result r = burst_words(words);
+    ck_assert_msg(r.exit_code == 2, "%s: exited %d: %s", says, r.exit_code, r.out);
+    ck_assert_msg(test_output_has(&r, says), "not '%s' in: %s", says, r.out);
+    ck_assert_msg(test_output_has(&r, "--help` lists the options"), "no --help hint: %s", r.out);
+    test_run_free(&r);
+}
+
 START_TEST(help_lists_every_command)
 {
     test_run_result r = burst("--help", NULL);
@@ -82,6 +111,51 @@ START_TEST(plan_attention_is_plan)
     ck_assert(test_output_has(&a, "plan: N=512 over 4 ranks"));
     ck_assert_str_eq(a.out, b.out);
     test_run_free(&a), test_run_free(&b);
+}
+END_TEST
+
+/* plan attention's options, one table: --help lists each, a bad value and an
+ * unknown option are refused naming them. */
+START_TEST(plan_attention_options)
+{
+    static const char *const plan[] = {"plan", NULL}, *const attention[] = {"plan", "attention",
+                                                                            NULL};
+    static const char *const options[] = {"--seq",
+                                          "--ranks",
+                                          "--nodes",
+                                          "--flat",
+                                          "--hq",
+                                          "--hkv",
+                                          "--d",
+                                          "--mask",
+                                          "--window",
+                                          "--doc-len",
+                                          "--sparse-block",
+                                          "--sparse-density",
+                                          "--layout",
+                                          "--bwd",
+                                          "--pass",
+                                          "--dump-schedule",
+                                          NULL};
+    expect_help_lists(plan, options);
+    expect_help_lists(attention, options);
+    static const struct {
+        const char *words[5];
+        const char *says;
+    } bad[] = {
+        {{"plan", "--d", "12"}, "burst plan: --d: bad value '12'"},
+        {{"plan", "attention", "--pass", "sideways"}, "burst plan: --pass: bad value 'sideways'"},
+        {{"plan", "--mask", "square"}, "burst plan: --mask: bad value 'square'"},
+        {{"plan", "--layout", "spiral"}, "burst plan: --layout: bad value 'spiral'"},
+        {{"plan", "--bwd", "sideways"}, "burst plan: --bwd: bad value 'sideways'"},
+        {{"plan", "--sparse-density", "2"}, "burst plan: --sparse-density: bad value '2'"},
+        {{"plan", "--ranks", "0"}, "burst plan: --ranks: bad value '0'"},
+        {{"plan", "--seq"}, "burst plan: --seq needs a value"},
+        {{"plan", "--frobnicate"}, "burst plan: unknown option '--frobnicate'"},
+        {{"plan", "attention", "extra"}, "burst plan: unexpected argument 'extra'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_refusal(bad[i].words, bad[i].says);
 }
 END_TEST
 
@@ -169,12 +243,8 @@ START_TEST(byte_sizes_are_read_alike)
     } bad[] = {{{"plan", "memory", "--device-memory", "0"}, "--device-memory: bad value '0'"},
                {{"plan", "memory", "--host-memory", "2T"}, "--host-memory: bad value '2T'"},
                {{"convert", "--shard-size", "5X"}, "--shard-size: bad value '5X'"}};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        r = burst_words(bad[i].words);
-        ck_assert_msg(r.exit_code == 2 && test_output_has(&r, bad[i].says), "%s: %s", bad[i].says,
-                      r.out);
-        test_run_free(&r);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_refusal(bad[i].words, bad[i].says);
 }
 END_TEST
 
@@ -287,10 +357,11 @@ int main(void)
     Suite *s = suite_create("cli");
     TCase *tc = check_tcase(s, "cli", 60);
     check_add_tests(tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
-                    plan_memory_counts_what_a_run_counts, plan_memory_refuses_what_does_not_fit,
-                    byte_sizes_are_read_alike, unknown_command_is_usage_error,
-                    every_command_has_help, version_names_optional_parts,
-                    bench_kernels_device_errors, bench_train_refuses_bad_options);
+                    plan_attention_options, plan_memory_counts_what_a_run_counts,
+                    plan_memory_refuses_what_does_not_fit, byte_sizes_are_read_alike,
+                    unknown_command_is_usage_error, every_command_has_help,
+                    version_names_optional_parts, bench_kernels_device_errors,
+                    bench_train_refuses_bad_options);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device,
                     plan_memory_counts_what_a_device_run_counts);
