@@ -41,23 +41,6 @@ static void usage(FILE *out)
             "found by validate, 2 bad usage or bad input found before work.\n");
 }
 
-static void usage_info(FILE *out)
-{
-    fprintf(out, "usage: burst data info FILE...\n\n"
-                 "Prints, per corpus: tokens, vocabulary, tokenizer, token type, documents,\n"
-                 "chunking and compression of /tokens, and every dataset. Reads metadata only.\n"
-                 "A file that is not a valid corpus is named with its problem (exit 2).\n");
-}
-
-static void usage_validate(FILE *out)
-{
-    fprintf(out, "usage: burst data validate [--seq-len N] FILE...\n\n"
-                 "Checks each corpus fully: its metadata, every token against vocab_size (read\n"
-                 "in blocks), and /doc_offsets (starts at 0, strictly ascending, in range).\n"
-                 "With --seq-len N a corpus must hold at least N + 1 tokens (one sequence and\n"
-                 "its shifted label). Prints 'FILE: OK' or each problem; exit 1 on problems.\n");
-}
-
 /* ------------------------------------------------------------------ import */
 
 typedef enum { FROM_TEXT, FROM_BIN, FROM_NPY } import_kind;
@@ -534,50 +517,105 @@ out:
 
 /* -------------------------------------------------------- info and validate */
 
-static int cmd_info(int argc, char **argv)
+/* What the command lines of info and validate set: the corpora, and the
+ * sequence a corpus must hold (validate). */
+typedef struct {
+    const char **files;
+    int n_files;
+    int64_t seq_len;
+} corpora_opts;
+
+static int take_file(void *o, const char *arg)
 {
-    if (cli_wants_help(argc, argv)) {
-        usage_info(stdout);
-        return 0;
-    }
-    if (argc < 2) {
-        usage_info(stderr);
+    corpora_opts *c = o;
+    c->files[c->n_files++] = arg;
+    return 0;
+}
+
+static const bu_option validate_options[] = {
+    {"--seq-len", "N", BU_OPT_I64, offsetof(corpora_opts, seq_len), 1, 9.2e18, NULL,
+     "a corpus must hold at least N + 1 tokens (one sequence and\n"
+     "its shifted label)"},
+};
+enum { N_VALIDATE_OPTIONS = sizeof validate_options / sizeof validate_options[0] };
+
+static void usage_info(FILE *out)
+{
+    fprintf(out, "usage: burst data info FILE...\n\n"
+                 "Prints, per corpus: tokens, vocabulary, tokenizer, token type, documents,\n"
+                 "chunking and compression of /tokens, and every dataset. Reads metadata only.\n"
+                 "A file that is not a valid corpus is named with its problem (exit 2).\n");
+}
+
+static void usage_validate(FILE *out)
+{
+    fprintf(out, "usage: burst data validate [--seq-len N] FILE...\n\n"
+                 "Checks each corpus fully: its metadata, every token against vocab_size (read\n"
+                 "in blocks), and /doc_offsets (starts at 0, strictly ascending, in range).\n"
+                 "Prints 'FILE: OK' or each problem; exit 1 on problems.\n\n");
+    bu_options_print(out, validate_options, N_VALIDATE_OPTIONS, 16);
+}
+
+/* The options and the corpora of info or validate into *o (files: argc
+ * entries, the caller's to free): 0 to go on, -1 after --help, or EXIT_USAGE. */
+static int corpora_args(const char *cmd, const bu_option *opts, int n_opts,
+                        void (*print_usage)(FILE *), int argc, char **argv, corpora_opts *o)
+{
+    int parsed = bu_options_parse(cmd, opts, n_opts, argc, argv, o, take_file);
+    if (parsed == 1) print_usage(stdout);
+    if (parsed != 0) return parsed == 1 ? -1 : EXIT_USAGE;
+    if (o->n_files == 0) {
+        print_usage(stderr);
         return EXIT_USAGE;
     }
-    int rc = 0;
-    for (int i = 1; i < argc; i++) {
-        char err[768];
-        io_corpus *c = NULL;
-        io_corpus_layout lay;
-        if (io_corpus_open(argv[i], &c, err, sizeof err) != 0 ||
-            io_corpus_inspect(argv[i], &lay, err, sizeof err) != 0) {
-            fprintf(stderr, "burst data info: %s\n", err);
-            io_corpus_close(c);
-            rc = EXIT_USAGE;
-            continue;
-        }
-        printf("%s\n  tokens:      %" PRId64 "\n  vocab_size:  %u\n  tokenizer:   %s\n"
-               "  dtype:       uint%d\n  documents:   %" PRId64 "%s\n",
-               argv[i], io_corpus_n_tokens(c), io_corpus_vocab(c), io_corpus_tokenizer(c), lay.bits,
-               io_corpus_n_docs(c), io_corpus_n_docs(c) ? "" : " (no /doc_offsets)");
-        if (lay.chunk_tokens)
-            printf("  chunks:      %" PRId64 " tokens\n", lay.chunk_tokens);
-        else
-            printf("  chunks:      contiguous\n");
-        if (lay.deflate_level >= 0)
-            printf("  compression: deflate level %d%s\n", lay.deflate_level,
-                   lay.shuffle ? " + shuffle" : "");
-        else
-            printf("  compression: none\n");
-        printf("  datasets:\n");
-        for (char *line = lay.datasets; *line;) {
-            char *nl = strchr(line, '\n');
-            printf("    %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
-            line = nl ? nl + 1 : line + strlen(line);
-        }
+    return 0;
+}
+
+/* Describes one corpus: 0, or EXIT_USAGE when it is not a valid one. */
+static int describe_corpus(const char *path)
+{
+    char err[768];
+    io_corpus *c = NULL;
+    io_corpus_layout lay;
+    if (io_corpus_open(path, &c, err, sizeof err) != 0 ||
+        io_corpus_inspect(path, &lay, err, sizeof err) != 0) {
+        fprintf(stderr, "burst data info: %s\n", err);
         io_corpus_close(c);
+        return EXIT_USAGE;
     }
-    return rc;
+    printf("%s\n  tokens:      %" PRId64 "\n  vocab_size:  %u\n  tokenizer:   %s\n"
+           "  dtype:       uint%d\n  documents:   %" PRId64 "%s\n",
+           path, io_corpus_n_tokens(c), io_corpus_vocab(c), io_corpus_tokenizer(c), lay.bits,
+           io_corpus_n_docs(c), io_corpus_n_docs(c) ? "" : " (no /doc_offsets)");
+    if (lay.chunk_tokens)
+        printf("  chunks:      %" PRId64 " tokens\n", lay.chunk_tokens);
+    else
+        printf("  chunks:      contiguous\n");
+    if (lay.deflate_level >= 0)
+        printf("  compression: deflate level %d%s\n", lay.deflate_level,
+               lay.shuffle ? " + shuffle" : "");
+    else
+        printf("  compression: none\n");
+    printf("  datasets:\n");
+    for (char *line = lay.datasets; *line;) {
+        char *nl = strchr(line, '\n');
+        printf("    %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
+        line = nl ? nl + 1 : line + strlen(line);
+    }
+    io_corpus_close(c);
+    return 0;
+}
+
+static int cmd_info(int argc, char **argv)
+{
+    corpora_opts o = {.files = calloc((size_t)argc, sizeof *o.files)};
+    if (!o.files) return EXIT_RUN_FAILURE;
+    int rc = corpora_args("burst data info", NULL, 0, usage_info, argc, argv, &o);
+    int invalid = 0; /* every corpus is described, the invalid ones too */
+    for (int i = 0; rc == 0 && i < o.n_files; i++) invalid |= describe_corpus(o.files[i]) != 0;
+    free(o.files);
+    if (rc != 0) return rc < 0 ? 0 : rc;
+    return invalid ? EXIT_USAGE : 0;
 }
 
 /* Counts tokens beyond the vocabulary in [begin, begin + count) by halving the
@@ -649,29 +687,18 @@ static int validate_one(const char *path, int64_t seq_len, int64_t *buf, size_t 
 
 static int cmd_validate(int argc, char **argv)
 {
-    if (cli_wants_help(argc, argv)) {
-        usage_validate(stdout);
-        return 0;
-    }
-    int64_t seq_len = 0;
-    int first = 1;
-    if (argc > 2 && strcmp(argv[1], "--seq-len") == 0) {
-        if (bu_parse_i64(argv[2], &seq_len, NULL) != 0 || seq_len < 1) {
-            fprintf(stderr, "burst data validate: --seq-len %s is not a positive integer\n",
-                    argv[2]);
-            return EXIT_USAGE;
-        }
-        first = 3;
-    }
-    if (first >= argc) {
-        usage_validate(stderr);
-        return EXIT_USAGE;
-    }
+    corpora_opts o = {.files = calloc((size_t)argc, sizeof *o.files)};
     int64_t *buf = malloc(BLOCK * sizeof *buf);
-    if (!buf) return EXIT_RUN_FAILURE;
+    int rc = EXIT_RUN_FAILURE;
+    if (o.files && buf)
+        rc = corpora_args("burst data validate", validate_options, N_VALIDATE_OPTIONS,
+                          usage_validate, argc, argv, &o);
     int bad = 0;
-    for (int i = first; i < argc; i++) bad |= validate_one(argv[i], seq_len, buf, BLOCK);
+    for (int i = 0; rc == 0 && i < o.n_files; i++)
+        bad |= validate_one(o.files[i], o.seq_len, buf, BLOCK);
+    free(o.files);
     free(buf);
+    if (rc != 0) return rc < 0 ? 0 : rc;
     return bad ? EXIT_RUN_FAILURE : 0;
 }
 

@@ -258,10 +258,34 @@ START_TEST(version_names_optional_parts)
     ck_assert(test_output_has(&r, "pmix:"));
     ck_assert(test_output_has(&r, "blas:"));
     test_run_free(&r);
-    r = burst("version", "--verbos");
-    ck_assert_int_eq(r.exit_code, 2);
-    ck_assert(test_output_has(&r, "unexpected argument '--verbos'"));
-    test_run_free(&r);
+}
+END_TEST
+
+/* version and selftest: options from one table each; --help lists them, bad
+ * values and unknown options are refused naming them (selftest refuses before
+ * it starts any transport). */
+START_TEST(version_and_selftest_options)
+{
+    static const char *const version[] = {"version", NULL}, *const selftest[] = {"selftest", NULL};
+    static const char *const version_options[] = {"--verbose", NULL}, *const selftest_options[] = {
+                                                                          "--intra", "--timeout",
+                                                                          NULL};
+    expect_help_lists(version, version_options);
+    expect_help_lists(selftest, selftest_options);
+    static const struct {
+        const char *words[5];
+        const char *says;
+    } bad[] = {
+        {{"version", "--verbos"}, "burst version: unknown option '--verbos'"},
+        {{"version", "now"}, "burst version: unexpected argument 'now'"},
+        {{"selftest", "--intra", "tcp"}, "burst selftest: --intra: bad value 'tcp'"},
+        {{"selftest", "--timeout", "0"}, "burst selftest: --timeout: bad value '0'"},
+        {{"selftest", "--timeout", "soon"}, "burst selftest: --timeout: bad value 'soon'"},
+        {{"selftest", "--timeout"}, "burst selftest: --timeout needs a value"},
+        {{"selftest", "--quick"}, "burst selftest: unknown option '--quick'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_refusal(bad[i].words, bad[i].says);
 }
 END_TEST
 
@@ -360,8 +384,8 @@ int main(void)
                     plan_attention_options, plan_memory_counts_what_a_run_counts,
                     plan_memory_refuses_what_does_not_fit, byte_sizes_are_read_alike,
                     unknown_command_is_usage_error, every_command_has_help,
-                    version_names_optional_parts, bench_kernels_device_errors,
-                    bench_train_refuses_bad_options);
+                    version_names_optional_parts, version_and_selftest_options,
+                    bench_kernels_device_errors, bench_train_refuses_bad_options);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device,
                     plan_memory_counts_what_a_device_run_counts);
