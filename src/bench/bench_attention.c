@@ -17,6 +17,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,9 +28,9 @@
 #include "src/bench/bench.h"
 #include "src/bench/relaunch.h"
 #include "src/attn/ring.h"
-#include "util/parse.h"
 #include "util/clock.h"
 #include "util/exit_codes.h"
+#include "util/options.h"
 
 /* The four problems of every run: Hq = 8 always; GQA has 4 query heads per K/V head. */
 typedef struct {
@@ -49,6 +50,7 @@ typedef struct {
     int64_t seq, window; /* N tokens; W tokens a query sees, itself included */
     int d, reps, quick;
     int ranks[MAX_COUNTS], n_ranks;
+    int is_worker; /* one of the ranks the command started (--worker) */
 } bench_opts;
 
 /* One measured pass pair, already reduced over ranks (max). */
@@ -58,6 +60,38 @@ typedef struct {
     double fwd_wait, bwd_wait;   /* exposed communication, slowest rank */
     double fwd_bytes, bwd_bytes; /* bytes sent, the rank that sends most */
 } pass_result;
+
+static int set_d(void *o, const char *v)
+{
+    return attn_parse_head_dim(v, &((bench_opts *)o)->d);
+}
+
+static int set_ranks(void *o, const char *v)
+{
+    bench_opts *bo = o;
+    return bench_parse_rank_counts(v, bo->ranks, &bo->n_ranks, MAX_COUNTS);
+}
+
+#define OPT(field) offsetof(bench_opts, field)
+static const bu_option options[] = {
+    {"--seq", "N", BU_OPT_I64, OPT(seq), 16, 9.2e18, NULL,
+     "global tokens (default 8192; a few minutes on 2 cores); a\n"
+     "multiple of 2P for every P"},
+    {"--window", "W", BU_OPT_I64, OPT(window), 1, 9.2e18, NULL,
+     "window of the sliding-window problem (default N/8)"},
+    {"--d", "D", BU_OPT_CUSTOM, 0, 0, 0, set_d, "head dimension, a multiple of 8 (default 64)"},
+    {"--ranks", "LIST", BU_OPT_CUSTOM, 0, 0, 0, set_ranks,
+     "comma-separated rank counts, each 2..64 (default 2,4)"},
+    {"--reps", "R", BU_OPT_INT, OPT(reps), 1, 100, NULL,
+     "runs of every pass, the fastest kept (default 1)"},
+    {"--quick", NULL, BU_OPT_FLAG, OPT(quick), 0, 0, NULL,
+     "N = 2048 (unless --seq is given): a few seconds"},
+    {"--worker", NULL, BU_OPT_FLAG, OPT(is_worker), 0, 0, NULL,
+     "run as one of the ranks (how the benchmark starts itself\n"
+     "under `burst run`; not for people)"},
+};
+#undef OPT
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
 
 static void usage(FILE *out)
 {
@@ -83,15 +117,9 @@ static void usage(FILE *out)
             "and the speedup against the single rank using every CPU. Byte ratios: Q-side /\n"
             "KV-side backward, ring / all-gather. The ring's O and gradients are checked\n"
             "against the all-gather baseline (max difference relative to max |value|); a\n"
-            "difference above 1e-3 fails the benchmark (exit 1).\n\n"
-            "  --seq N       global tokens (default 8192; a few minutes on 2 cores); a\n"
-            "                multiple of 2P for every P\n"
-            "  --window W    window of the sliding-window problem (default N/8)\n"
-            "  --d D         head dimension, a multiple of 8 (default 64)\n"
-            "  --ranks LIST  comma-separated rank counts, each 2..64 (default 2,4)\n"
-            "  --reps R      runs of every pass, the fastest kept (default 1)\n"
-            "  --quick       N = 2048 (unless --seq is given): a few seconds\n"
-            "  -h, --help    this help\n");
+            "difference above 1e-3 fails the benchmark (exit 1).\n\n");
+    bu_options_print(out, options, N_OPTIONS, 16);
+    fprintf(out, "  -h, --help    this help\n");
 }
 
 /* ------------------------------------------------------------------ rank side */
@@ -514,21 +542,6 @@ static int launch(const char *self, const bench_opts *bo, int ranks, int threads
     return pclose(p) == 0 ? 0 : -1;
 }
 
-static int parse_ranks(const char *arg, bench_opts *bo)
-{
-    char *list = strdup(arg), *save = NULL;
-    bo->n_ranks = 0;
-    int bad = 0;
-    for (char *t = strtok_r(list, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
-        char *end;
-        long v = strtol(t, &end, 10);
-        bad = *end || v < 2 || v > 64 || bo->n_ranks == MAX_COUNTS;
-        if (!bad) bo->ranks[bo->n_ranks++] = (int)v;
-    }
-    free(list);
-    return bad || bo->n_ranks == 0 ? -1 : 0;
-}
-
 static const char *heads_name(const bench_config *c)
 {
     return c->h_q == c->h_kv ? "MHA" : "GQA";
@@ -592,42 +605,13 @@ static void print_table(const bench_opts *bo, const config_results *res, int all
 int bench_dist_attention(int argc, char **argv)
 {
     bench_opts bo = {.seq = 0, .window = 0, .d = 64, .reps = 1, .ranks = {2, 4}, .n_ranks = 2};
-    int is_worker = 0;
-    int64_t v;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--quick") == 0) {
-            bo.quick = 1;
-        } else if (strcmp(a, "--worker") == 0) {
-            is_worker = 1;
-        } else if (strcmp(a, "--seq") == 0 && val) {
-            bad = bu_parse_i64_min(val, 16, &bo.seq), i++;
-        } else if (strcmp(a, "--window") == 0 && val) {
-            bad = bu_parse_i64_min(val, 1, &bo.window), i++;
-        } else if (strcmp(a, "--d") == 0 && val) {
-            bad = bu_parse_i64_min(val, 8, &v) || v % 8 || v > 1024, bo.d = (int)v, i++;
-        } else if (strcmp(a, "--reps") == 0 && val) {
-            bad = bu_parse_i64_min(val, 1, &v) || v > 100, bo.reps = (int)v, i++;
-        } else if (strcmp(a, "--ranks") == 0 && val) {
-            bad = parse_ranks(val, &bo), i++;
-        } else {
-            fprintf(stderr, "burst bench attention: unknown option '%s'\n\n", a);
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-        if (bad) {
-            fprintf(stderr, "burst bench attention: %s '%s' is not a valid value (see --help)\n", a,
-                    val);
-            return EXIT_USAGE;
-        }
-    }
+    int parsed =
+        bu_options_parse("burst bench attention", options, N_OPTIONS, argc, argv, &bo, NULL);
+    if (parsed == 1) usage(stdout);
+    if (parsed != 0) return parsed == 1 ? 0 : EXIT_USAGE;
     if (bo.seq == 0) bo.seq = bo.quick ? 2048 : 8192;
     if (bo.window == 0) bo.window = bo.seq / 8;
-    if (is_worker) return worker(&bo);
+    if (bo.is_worker) return worker(&bo);
     for (int k = 0; k < bo.n_ranks; k++)
         if (bo.seq % (2 * bo.ranks[k]) != 0) {
             fprintf(stderr, "burst bench attention: --seq %lld is not a multiple of 2P = %d\n",

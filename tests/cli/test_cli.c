@@ -314,6 +314,68 @@ START_TEST(bench_kernels_device_errors)
 }
 END_TEST
 
+/* `burst bench` lists every benchmark it dispatches to, and so does the
+ * summary of `burst --help`; an unknown one is refused. */
+START_TEST(bench_lists_every_benchmark)
+{
+    test_run_result help = burst("bench", "--help"), top = burst("--help", NULL);
+    ck_assert_int_eq(help.exit_code, 0);
+    const char *benchmarks[] = {"kernels", "transport", "attention", "train"};
+    for (size_t i = 0; i < sizeof benchmarks / sizeof benchmarks[0]; i++) {
+        char row[32];
+        snprintf(row, sizeof row, "\n  %s ", benchmarks[i]);
+        ck_assert_msg(test_output_has(&help, row), "bench --help lacks %s: %s", benchmarks[i],
+                      help.out);
+        ck_assert_msg(test_output_has(&top, benchmarks[i]), "--help lacks %s", benchmarks[i]);
+    }
+    test_run_free(&help), test_run_free(&top);
+    test_run_result r = burst("bench", "sideways");
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert(test_output_has(&r, "burst bench: unknown benchmark 'sideways'"));
+    test_run_free(&r);
+}
+END_TEST
+
+/* bench attention and bench transport: options from one table each; --help
+ * lists them, bad values and unknown options are refused naming them before
+ * any rank starts. */
+START_TEST(bench_attention_and_transport_options)
+{
+    static const char *const attention[] = {"bench", "attention", NULL}, *const transport[] = {
+                                                                             "bench", "transport",
+                                                                             NULL};
+    static const char *const attention_options[] = {"--seq",  "--window", "--d",      "--ranks",
+                                                    "--reps", "--quick",  "--worker", NULL},
+                             *const transport_options[] = {"--ranks", "--quick", "--device",
+                                                           "--worker", NULL};
+    expect_help_lists(attention, attention_options);
+    expect_help_lists(transport, transport_options);
+    static const struct {
+        const char *words[5];
+        const char *says;
+    } bad[] = {
+        {{"bench", "attention", "--d", "7"}, "burst bench attention: --d: bad value '7'"},
+        {{"bench", "attention", "--seq", "8"}, "burst bench attention: --seq: bad value '8'"},
+        {{"bench", "attention", "--reps", "0"}, "burst bench attention: --reps: bad value '0'"},
+        {{"bench", "attention", "--ranks", "1,2"},
+         "burst bench attention: --ranks: bad value '1,2'"},
+        {{"bench", "attention", "--ranks", "2,,4"},
+         "burst bench attention: --ranks: bad value '2,,4'"},
+        {{"bench", "attention", "--ranks", "2,3,4,5,6,7,8"},
+         "burst bench attention: --ranks: bad value '2,3,4,5,6,7,8'"},
+        {{"bench", "attention", "--slow"}, "burst bench attention: unknown option '--slow'"},
+        {{"bench", "transport", "--ranks", "65"}, "burst bench transport: --ranks: bad value '65'"},
+        {{"bench", "transport", "--ranks", "2x"}, "burst bench transport: --ranks: bad value '2x'"},
+        {{"bench", "transport", "--ranks", "2,3,4,5,6,7,8,9"},
+         "burst bench transport: --ranks: bad value '2,3,4,5,6,7,8,9'"},
+        {{"bench", "transport", "--ranks"}, "burst bench transport: --ranks needs a value"},
+        {{"bench", "transport", "now"}, "burst bench transport: unexpected argument 'now'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_refusal(bad[i].words, bad[i].says);
+}
+END_TEST
+
 /* The training benchmark's usage errors name the option and the value. */
 START_TEST(bench_train_refuses_bad_options)
 {
@@ -385,7 +447,8 @@ int main(void)
                     plan_memory_refuses_what_does_not_fit, byte_sizes_are_read_alike,
                     unknown_command_is_usage_error, every_command_has_help,
                     version_names_optional_parts, version_and_selftest_options,
-                    bench_kernels_device_errors, bench_train_refuses_bad_options);
+                    bench_kernels_device_errors, bench_lists_every_benchmark,
+                    bench_attention_and_transport_options, bench_train_refuses_bad_options);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device,
                     plan_memory_counts_what_a_device_run_counts);
