@@ -1,6 +1,7 @@
 /* options.c: the option-table walker (options.h). */
 #include "util/options.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,6 +25,26 @@ static const bu_option *find(const bu_option *opts, int n_opts, const char *arg)
     return NULL;
 }
 
+/* A BU_OPT_BYTES value: the units bu_parse_bytes reads (K, M, G), with a B
+ * after the count or the unit, and "iB" after the unit, taken off first, so
+ * that sizes can be written as people write them. 0, or -1. */
+static int parse_byte_count(const char *value, int64_t *out)
+{
+    char count[32];
+    size_t n = strlen(value);
+    if (n >= sizeof count) return -1;
+    memcpy(count, value, n + 1);
+    if (n >= 2 && tolower((unsigned char)count[n - 1]) == 'b') {
+        count[--n] = '\0';
+        if (n >= 2 && count[n - 1] == 'i' && isalpha((unsigned char)count[n - 2]))
+            count[--n] = '\0';
+    }
+    uint64_t v;
+    if (bu_parse_bytes(count, &v) != 0 || v > INT64_MAX) return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
 /* Stores value into the row's field: 0, -1 when it is not valid, or -2 when a
  * CUSTOM setter has said why itself. */
 static int store(const bu_option *o, void *settings, const char *value)
@@ -39,9 +60,12 @@ static int store(const bu_option *o, void *settings, const char *value)
         *(int *)(void *)field = (int)v;
         return 0;
     }
-    case BU_OPT_I64: {
+    case BU_OPT_I64:
+    case BU_OPT_BYTES: {
         int64_t v;
-        if (bu_parse_i64(value, &v, NULL) != 0 || (double)v < o->lo || (double)v > o->hi) return -1;
+        int read =
+            o->kind == BU_OPT_I64 ? bu_parse_i64(value, &v, NULL) : parse_byte_count(value, &v);
+        if (read != 0 || (double)v < o->lo || (double)v > o->hi) return -1;
         *(int64_t *)(void *)field = v;
         return 0;
     }

@@ -14,6 +14,10 @@ typedef enum {
     BU_OPT_I64,    /* a decimal int64_t field in [lo, hi] */
     BU_OPT_DOUBLE, /* a finite double field in [lo, hi] */
     BU_OPT_STRING, /* a const char * field: the argument itself (not copied) */
+    /* a byte count into an int64_t field in [lo, hi]: digits, an optional
+     * binary unit K, M or G (either case), an optional B after either:
+     * "5368709120", "5G", "5GB" and "5GiB" are one size */
+    BU_OPT_BYTES,
     BU_OPT_CUSTOM, /* set() reads the value */
 } bu_opt_kind;
 
@@ -22,7 +26,7 @@ typedef struct {
     const char *arg;  /* the value's name in --help ("N"); NULL for a flag */
     bu_opt_kind kind;
     size_t offset; /* of the field in the settings (offsetof); CUSTOM: unused */
-    double lo, hi; /* INT, DOUBLE: the values allowed */
+    double lo, hi; /* INT, I64, DOUBLE, BYTES: the values allowed */
     /* CUSTOM: stores value into settings; 0, -1 when value is not valid (the
      * walker says so), or -2 when set() has said why on stderr itself */
     int (*set)(void *settings, const char *value);

@@ -23,78 +23,12 @@ void attn_options_default(attn_options *o)
     o->bwd = BWD_AUTO;
 }
 
-void attn_options_help(FILE *out)
+int attn_parse_head_dim(const char *v, int *d)
 {
-    fprintf(out,
-            "  --seq N          global sequence length in tokens (default 16384)\n"
-            "  --ranks P        ranks in the context-parallel group (default 2)\n"
-            "  --nodes M        nodes; M > 1 plans the double ring (default 1)\n"
-            "  --flat           the flat ring even when M > 1\n"
-            "  --hq H, --hkv H  query and key/value heads (default 8, 8)\n"
-            "  --d D            head dimension, a multiple of 8 (default 64)\n"
-            "  --mask M         none | causal | window | document | sparse (default causal)\n"
-            "  --window W       window mask: tokens each query sees, itself included (4096)\n"
-            "  --doc-len T      document mask: tokens per document (4096)\n"
-            "  --sparse-block B sparse mask: block size in tokens (512); --sparse-density F\n"
-            "                   keeps a fraction F of the off-diagonal causal blocks (0.25)\n"
-            "  --layout L       contiguous | zigzag (default: zigzag for causal, else the\n"
-            "                   layout with the smaller load imbalance)\n"
-            "  --bwd B          auto | q | kv: backward direction (auto: fewer bytes)\n");
-}
-
-int attn_options_parse(attn_options *o, int argc, char **argv, int *i, const char *prog)
-{
-    const char *a = argv[*i];
-    if (strcmp(a, "--flat") == 0) {
-        o->flat = 1;
-        return 1;
-    }
-    static const char *const with_value[] = {"--seq", "--ranks", "--nodes", "--hq", "--hkv",
-                                             "--d", "--mask", "--window", "--doc-len",
-                                             "--sparse-block", "--sparse-density", "--layout",
-                                             "--bwd"};
-    int known = 0;
-    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
-        known |= strcmp(a, with_value[k]) == 0;
-    if (!known) return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "%s: %s needs a value\n", prog, a);
-        return -1;
-    }
-    const char *v = argv[++*i];
-    int64_t x = 0;
-    int bad = 0;
-    if (strcmp(a, "--seq") == 0) bad = bu_parse_i64_min(v, 1, &o->seq);
-    else if (strcmp(a, "--ranks") == 0) bad = bu_parse_i64_min(v, 1, &x) || x > 4096, o->ranks = (int)x;
-    else if (strcmp(a, "--nodes") == 0) bad = bu_parse_i64_min(v, 1, &x) || x > 4096, o->nodes = (int)x;
-    else if (strcmp(a, "--hq") == 0) bad = bu_parse_i64_min(v, 1, &x) || x > 1024, o->h_q = (int)x;
-    else if (strcmp(a, "--hkv") == 0) bad = bu_parse_i64_min(v, 1, &x) || x > 1024, o->h_kv = (int)x;
-    else if (strcmp(a, "--d") == 0) bad = bu_parse_i64_min(v, 8, &x) || x % 8 || x > 1024, o->d = (int)x;
-    else if (strcmp(a, "--window") == 0) bad = bu_parse_i64_min(v, 1, &o->window);
-    else if (strcmp(a, "--doc-len") == 0) bad = bu_parse_i64_min(v, 1, &o->doc_len);
-    else if (strcmp(a, "--sparse-block") == 0) bad = bu_parse_i64_min(v, 1, &o->sparse_block);
-    else if (strcmp(a, "--sparse-density") == 0) {
-        char *end;
-        o->sparse_density = strtod(v, &end);
-        bad = *end || o->sparse_density < 0 || o->sparse_density > 1;
-    } else if (strcmp(a, "--layout") == 0) {
-        bad = seq_layout_parse(v, &o->layout) != 0;
-        o->layout_given = 1;
-    } else if (strcmp(a, "--bwd") == 0) {
-        if (strcmp(v, "auto") == 0) o->bwd = BWD_AUTO;
-        else if (strcmp(v, "q") == 0) o->bwd = BWD_Q_SIDE;
-        else if (strcmp(v, "kv") == 0) o->bwd = BWD_KV_SIDE;
-        else bad = 1;
-    } else if (strcmp(a, "--mask") == 0) {
-        bad = strcmp(v, "none") && strcmp(v, "causal") && strcmp(v, "window") &&
-              strcmp(v, "document") && strcmp(v, "sparse");
-        snprintf(o->mask, sizeof o->mask, "%s", v);
-    }
-    if (bad) {
-        fprintf(stderr, "%s: %s '%s' is not a valid value (see --help)\n", prog, a, v);
-        return -1;
-    }
-    return 1;
+    int64_t x;
+    if (bu_parse_i64(v, &x, NULL) != 0 || x < 8 || x > 1024 || x % 8 != 0) return -1;
+    *d = (int)x;
+    return 0;
 }
 
 /* max / mean over ranks of the (query, key) pairs each rank's queries meet:

@@ -1,7 +1,7 @@
-/* attn_options.h: the command-line description of a distributed attention
- * problem (sequence, ranks, topology, mask, heads, backward direction), shared
- * by `burst plan` and `burst bench attention`, and its translation into a
- * planner configuration. */
+/* attn_options.h: a distributed attention problem (sequence, ranks,
+ * topology, mask, heads, backward direction) as `burst plan` reads it from its
+ * command line and `burst bench attention` sets it, and its translation into
+ * a planner configuration. */
 #ifndef BURST_ATTN_OPTIONS_H
 #define BURST_ATTN_OPTIONS_H
 
@@ -30,11 +30,9 @@ typedef struct {
 } attn_options;
 
 void attn_options_default(attn_options *o);
-/* Consumes argv[*i] (and its value) if it is one of these options: returns 1
- * when consumed, 0 when not one of ours, -1 on a bad value (message printed). */
-int attn_options_parse(attn_options *o, int argc, char **argv, int *i, const char *prog);
-/* The option lines for a --help text. */
-void attn_options_help(FILE *out);
+/* A head dimension as the kernels take it, a multiple of 8 in 8..1024 ("64"):
+ * 0, or -1 when v is not one (*d unchanged). */
+int attn_parse_head_dim(const char *v, int *d);
 /* Fills cfg (and the mask, segments and bitmap it points to); picks the layout
  * the mask wants when none was given. Returns 0, or -1 with a message. */
 int attn_options_build(attn_options *o, ring_plan_config *cfg, char *err, size_t err_len);

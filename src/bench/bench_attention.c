@@ -17,6 +17,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,9 +28,9 @@
 #include "src/bench/bench.h"
 #include "src/bench/relaunch.h"
 #include "src/attn/ring.h"
-#include "util/parse.h"
 #include "util/clock.h"
 #include "util/exit_codes.h"
+#include "util/options.h"
 
 /* The four problems of every run: Hq = 8 always; GQA has 4 query heads per K/V head. */
 typedef struct {
@@ -49,6 +50,7 @@ typedef struct {
     int64_t seq, window; /* N tokens; W tokens a query sees, itself included */
     int d, reps, quick;
     int ranks[MAX_COUNTS], n_ranks;
+    int is_worker; /* one of the ranks the command started (--worker) */
 } bench_opts;
 
 /* One measured pass pair, already reduced over ranks (max). */
@@ -58,6 +60,38 @@ typedef struct {
     double fwd_wait, bwd_wait;   /* exposed communication, slowest rank */
     double fwd_bytes, bwd_bytes; /* bytes sent, the rank that sends most */
 } pass_result;
+
+static int set_d(void *o, const char *v)
+{
+    return attn_parse_head_dim(v, &((bench_opts *)o)->d);
+}
+
+static int set_ranks(void *o, const char *v)
+{
+    bench_opts *bo = o;
+    return bench_parse_rank_counts(v, bo->ranks, &bo->n_ranks, MAX_COUNTS);
+}
+
+#define OPT(field) offsetof(bench_opts, field)
+static const bu_option options[] = {
+    {"--seq", "N", BU_OPT_I64, OPT(seq), 16, 9.2e18, NULL,
+     "global tokens (default 8192; a few minutes on 2 cores); a\n"
+     "multiple of 2P for every P"},
+    {"--window", "W", BU_OPT_I64, OPT(window), 1, 9.2e18, NULL,
+     "window of the sliding-window problem (default N/8)"},
+    {"--d", "D", BU_OPT_CUSTOM, 0, 0, 0, set_d, "head dimension, a multiple of 8 (default 64)"},
+    {"--ranks", "LIST", BU_OPT_CUSTOM, 0, 0, 0, set_ranks,
+     "comma-separated rank counts, each 2..64 (default 2,4)"},
+    {"--reps", "R", BU_OPT_INT, OPT(reps), 1, 100, NULL,
+     "runs of every pass, the fastest kept (default 1)"},
+    {"--quick", NULL, BU_OPT_FLAG, OPT(quick), 0, 0, NULL,
+     "N = 2048 (unless --seq is given): a few seconds"},
+    {"--worker", NULL, BU_OPT_FLAG, OPT(is_worker), 0, 0, NULL,
+     "run as one of the ranks (how the benchmark starts itself\n"
+     "under `burst run`; not for people)"},
+};
+#undef OPT
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
 
 static void usage(FILE *out)
 {
@@ -83,15 +117,9 @@ static void usage(FILE *out)
             "and the speedup against the single rank using every CPU. Byte ratios: Q-side /\n"
             "KV-side backward, ring / all-gather. The ring's O and gradients are checked\n"
             "against the all-gather baseline (max difference relative to max |value|); a\n"
-            "difference above 1e-3 fails the benchmark (exit 1).\n\n"
-            "  --seq N       global tokens (default 8192; a few minutes on 2 cores); a\n"
-            "                multiple of 2P for every P\n"
-            "  --window W    window of the sliding-window problem (default N/8)\n"
-            "  --d D         head dimension, a multiple of 8 (default 64)\n"
-            "  --ranks LIST  comma-separated rank counts, each 2..64 (default 2,4)\n"
-            "  --reps R      runs of every pass, the fastest kept (default 1)\n"
-            "  --quick       N = 2048 (unless --seq is given): a few seconds\n"
-            "  -h, --help    this help\n");
+            "difference above 1e-3 fails the benchmark (exit 1).\n\n");
+    bu_options_print(out, options, N_OPTIONS, 16);
+    fprintf(out, "  -h, --help    this help\n");
 }
 
 /* ------------------------------------------------------------------ rank side */
@@ -327,20 +355,17 @@ static void check_bytes(const ring_schedule *s, double measured)
                 my_rank, ring_pass_name(s->pass), measured, (unsigned long long)planned);
 }
 
-static void distributed(const bench_opts *bo, int cfg_index)
+/* This rank's buffers for a problem of h_q, h_kv heads of dimension d on
+ * layout l, the inputs filled. */
+static rank_bufs alloc_rank_bufs(const seq_layout *l, int h_q, int h_kv, int d)
 {
-    attn_options o;
-    ring_plan_config pc;
-    problem(bo, cfg_index, &o, &pc);
-    int P = bt_world_size(world), h_q = o.h_q, h_kv = o.h_kv, d = o.d;
-    const seq_layout *l = &pc.layout;
     rank_bufs b = {
         .n = l->n, .N = l->N, .qrow = (size_t)h_q * (size_t)d, .kvrow = (size_t)h_kv * (size_t)d};
     size_t n = (size_t)b.n, N = (size_t)b.N;
     b.pos = xmalloc(n * sizeof *b.pos);
     b.pos_all = xmalloc(N * sizeof *b.pos_all);
     seq_layout_positions(l, my_rank, b.pos);
-    for (int r = 0; r < P; r++) seq_layout_positions(l, r, b.pos_all + (size_t)r * n);
+    for (int r = 0; r < l->P; r++) seq_layout_positions(l, r, b.pos_all + (size_t)r * n);
     b.Q = xmalloc(n * b.qrow * 4), b.dO = xmalloc(n * b.qrow * 4);
     b.K = xmalloc(n * b.kvrow * 4), b.V = xmalloc(n * b.kvrow * 4);
     fill_rows(b.Q, b.pos, b.n, b.qrow, 1), fill_rows(b.K, b.pos, b.n, b.kvrow, 2);
@@ -355,91 +380,123 @@ static void distributed(const bench_opts *bo, int cfg_index)
     }
     b.K_all = xmalloc(N * b.kvrow * 4), b.V_all = xmalloc(N * b.kvrow * 4);
     b.dK_all = xmalloc(N * b.kvrow * 4), b.dV_all = xmalloc(N * b.kvrow * 4);
+    return b;
+}
 
+static void free_rank_bufs(rank_bufs *b)
+{
+    free(b->pos), free(b->pos_all), free(b->Q), free(b->K), free(b->V), free(b->dO);
+    free(b->O_ring), free(b->O_ag), free(b->lse_ring), free(b->lse_ag), free(b->delta);
+    for (int m = 0; m < N_METHODS; m++) free(b->dQ[m]), free(b->dK[m]), free(b->dV[m]);
+    free(b->K_all), free(b->V_all), free(b->dK_all), free(b->dV_all);
+}
+
+/* The ring's schedules: the forward, and the Q-side and KV-side backward. */
+typedef struct {
+    ring_schedule *fwd, *bwd[2];
+} ring_schedules;
+
+/* One ring pass (schedule s; a backward one writes the gradients of method
+ * k), from a barrier, so that no rank's time includes another rank finishing
+ * the previous pass. out: {time, wait, bytes}, max over ranks. */
+static void time_ring_pass(ring_exec_ctx *ctx, const ring_schedule *s, rank_bufs *b, int k,
+                           double out[3])
+{
+    ring_exec_stats stats;
+    must(bt_barrier(ctx->comm), "barrier");
+    uint64_t sent0 = sent_total();
+    ctx->sched = s;
+    if (s->pass == RING_FORWARD)
+        must(ring_forward(ctx, b->Q, b->K, b->V, b->O_ring, b->lse_ring, &stats), "ring forward");
+    else
+        must(ring_backward(ctx, b->Q, b->K, b->V, b->O_ring, b->dO, b->lse_ring, b->dQ[k], b->dK[k],
+                           b->dV[k], &stats),
+             "ring backward");
+    out[0] = stats.total_s, out[1] = stats.wait_s, out[2] = (double)(sent_total() - sent0);
+    check_bytes(s, out[2]);
+    max_over_ranks(out, 3);
+}
+
+/* best[k]: {time, wait, bytes} of pass k, max over ranks, fastest of the
+ * repetitions. Passes: 0 ring forward, 1 Q-side backward, 2 KV-side
+ * backward, 3 all-gather forward, 4 all-gather backward. */
+static void time_passes(const bench_opts *bo, ring_exec_ctx *ctx, const ring_schedules *rs,
+                        rank_bufs *b, const attn_options *o, double best[5][3])
+{
+    for (int rep = 0; rep < bo->reps; rep++) {
+        double now[3];
+        time_ring_pass(ctx, rs->fwd, b, 0, now);
+        keep_best(best[0], now, 3);
+        for (int k = 0; k < 2; k++) {
+            time_ring_pass(ctx, rs->bwd[k], b, k, now);
+            keep_best(best[1 + k], now, 3);
+        }
+        must(bt_barrier(ctx->comm), "barrier");
+        allgather_forward(ctx, b, o->h_q, o->h_kv, o->d, now);
+        max_over_ranks(now, 3);
+        keep_best(best[3], now, 3);
+        must(bt_barrier(ctx->comm), "barrier");
+        allgather_backward(ctx, b, o->h_q, o->h_kv, o->d, now);
+        max_over_ranks(now, 3);
+        keep_best(best[4], now, 3);
+    }
+}
+
+/* Rank 0 prints the passes' results and how far the ring's O and every
+ * gradient of both ring directions are from the baseline's (max over ranks). */
+static void report_distributed(int cfg_index, const rank_bufs *b, const double best[5][3])
+{
+    size_t n = (size_t)b->n;
+    /* diff[k], ref[k]: k = 0 O, 1 dQ, 2 dK, 3 dV */
+    double diff[4] = {0}, ref[4] = {0};
+    diff_into(b->O_ring, b->O_ag, n * b->qrow, &diff[0], &ref[0]);
+    for (int k = 0; k < 2; k++) {
+        diff_into(b->dQ[k], b->dQ[M_ALLGATHER], n * b->qrow, &diff[1], &ref[1]);
+        diff_into(b->dK[k], b->dK[M_ALLGATHER], n * b->kvrow, &diff[2], &ref[2]);
+        diff_into(b->dV[k], b->dV[M_ALLGATHER], n * b->kvrow, &diff[3], &ref[3]);
+    }
+    max_over_ranks(diff, 4);
+    max_over_ranks(ref, 4);
+    if (my_rank != 0) return;
+    int P = bt_world_size(world);
+    for (int m = 0; m < N_METHODS; m++) {
+        const double *f = best[m == M_ALLGATHER ? 3 : 0], *g = best[m == M_ALLGATHER ? 4 : 1 + m];
+        printf("res %d %d 1 %s %.6f %.6f %.6f %.6f %.0f %.0f\n", cfg_index, P, method_keys[m], f[0],
+               g[0], f[1], g[1], f[2], g[2]);
+    }
+    printf("check %d %d", cfg_index, P);
+    for (int k = 0; k < 4; k++) printf(" %.3g", ref[k] > 0 ? diff[k] / ref[k] : diff[k]);
+    printf("\n");
+    fflush(stdout);
+}
+
+/* The ring and the all-gather baseline on this world's ranks for problem
+ * cfg_index. */
+static void distributed(const bench_opts *bo, int cfg_index)
+{
+    attn_options o;
+    ring_plan_config pc;
+    problem(bo, cfg_index, &o, &pc);
+    rank_bufs b = alloc_rank_bufs(&pc.layout, o.h_q, o.h_kv, o.d);
     char err[256];
-    ring_schedule *fwd = ring_plan(&pc, RING_FORWARD, err, sizeof err);
-    ring_schedule *bwd[2] = {ring_plan(&pc, RING_BWD_Q_SIDE, err, sizeof err),
-                             ring_plan(&pc, RING_BWD_KV_SIDE, err, sizeof err)};
-    if (!fwd || !bwd[0] || !bwd[1]) {
+    ring_schedules rs = {ring_plan(&pc, RING_FORWARD, err, sizeof err),
+                         {ring_plan(&pc, RING_BWD_Q_SIDE, err, sizeof err),
+                          ring_plan(&pc, RING_BWD_KV_SIDE, err, sizeof err)}};
+    if (!rs.fwd || !rs.bwd[0] || !rs.bwd[1]) {
         fprintf(stderr, "bench attention: plan: %s\n", err);
         exit(EXIT_USAGE);
     }
     bk_queue queue = bk_host_queue();
     ring_exec_ctx ctx = {.comm = bt_world_comm(world),
                          .queue = &queue,
-                         .scale = 1.0f / sqrtf((float)d),
+                         .scale = 1.0f / sqrtf((float)o.d),
                          .mask = o.kernel_mask,
                          .segments = o.segments};
-    bt_comm *comm = bt_world_comm(world);
-
-    /* best[k]: {time, wait, bytes} of pass k, max over ranks, fastest repetition.
-     * Passes: 0 ring forward, 1 Q-side backward, 2 KV-side backward,
-     * 3 all-gather forward, 4 all-gather backward. */
     double best[5][3] = {{0}};
-    for (int rep = 0; rep < bo->reps; rep++) {
-        double now[3];
-        ring_exec_stats stats;
-        /* Every pass starts from a barrier, so no rank's time includes another
-         * rank finishing the previous pass. */
-        must(bt_barrier(comm), "barrier");
-        uint64_t sent0 = sent_total();
-        ctx.sched = fwd;
-        must(ring_forward(&ctx, b.Q, b.K, b.V, b.O_ring, b.lse_ring, &stats), "ring forward");
-        now[0] = stats.total_s, now[1] = stats.wait_s, now[2] = (double)(sent_total() - sent0);
-        check_bytes(fwd, now[2]);
-        max_over_ranks(now, 3);
-        keep_best(best[0], now, 3);
-        for (int k = 0; k < 2; k++) {
-            must(bt_barrier(comm), "barrier");
-            sent0 = sent_total();
-            ctx.sched = bwd[k];
-            must(ring_backward(&ctx, b.Q, b.K, b.V, b.O_ring, b.dO, b.lse_ring, b.dQ[k], b.dK[k],
-                               b.dV[k], &stats),
-                 "ring backward");
-            now[0] = stats.total_s, now[1] = stats.wait_s;
-            now[2] = (double)(sent_total() - sent0);
-            check_bytes(bwd[k], now[2]);
-            max_over_ranks(now, 3);
-            keep_best(best[1 + k], now, 3);
-        }
-        must(bt_barrier(comm), "barrier");
-        allgather_forward(&ctx, &b, h_q, h_kv, d, now);
-        max_over_ranks(now, 3);
-        keep_best(best[3], now, 3);
-        must(bt_barrier(comm), "barrier");
-        allgather_backward(&ctx, &b, h_q, h_kv, d, now);
-        max_over_ranks(now, 3);
-        keep_best(best[4], now, 3);
-    }
-
-    /* Ring against baseline: O, then every gradient of both ring directions.
-     * diff[k], ref[k]: k = 0 O, 1 dQ, 2 dK, 3 dV. */
-    double diff[4] = {0}, ref[4] = {0};
-    diff_into(b.O_ring, b.O_ag, n * b.qrow, &diff[0], &ref[0]);
-    for (int k = 0; k < 2; k++) {
-        diff_into(b.dQ[k], b.dQ[M_ALLGATHER], n * b.qrow, &diff[1], &ref[1]);
-        diff_into(b.dK[k], b.dK[M_ALLGATHER], n * b.kvrow, &diff[2], &ref[2]);
-        diff_into(b.dV[k], b.dV[M_ALLGATHER], n * b.kvrow, &diff[3], &ref[3]);
-    }
-    max_over_ranks(diff, 4);
-    max_over_ranks(ref, 4);
-    if (my_rank == 0) {
-        for (int m = 0; m < N_METHODS; m++) {
-            const double *f = best[m == M_ALLGATHER ? 3 : 0],
-                         *g = best[m == M_ALLGATHER ? 4 : 1 + m];
-            printf("res %d %d 1 %s %.6f %.6f %.6f %.6f %.0f %.0f\n", cfg_index, P, method_keys[m],
-                   f[0], g[0], f[1], g[1], f[2], g[2]);
-        }
-        printf("check %d %d", cfg_index, P);
-        for (int k = 0; k < 4; k++) printf(" %.3g", ref[k] > 0 ? diff[k] / ref[k] : diff[k]);
-        printf("\n");
-        fflush(stdout);
-    }
-    ring_schedule_free(fwd), ring_schedule_free(bwd[0]), ring_schedule_free(bwd[1]);
-    free(b.pos), free(b.pos_all), free(b.Q), free(b.K), free(b.V), free(b.dO);
-    free(b.O_ring), free(b.O_ag), free(b.lse_ring), free(b.lse_ag), free(b.delta);
-    for (int m = 0; m < N_METHODS; m++) free(b.dQ[m]), free(b.dK[m]), free(b.dV[m]);
-    free(b.K_all), free(b.V_all), free(b.dK_all), free(b.dV_all);
+    time_passes(bo, &ctx, &rs, &b, &o, best);
+    report_distributed(cfg_index, &b, best);
+    ring_schedule_free(rs.fwd), ring_schedule_free(rs.bwd[0]), ring_schedule_free(rs.bwd[1]);
+    free_rank_bufs(&b);
     attn_options_free(&o);
 }
 
@@ -514,21 +571,6 @@ static int launch(const char *self, const bench_opts *bo, int ranks, int threads
     return pclose(p) == 0 ? 0 : -1;
 }
 
-static int parse_ranks(const char *arg, bench_opts *bo)
-{
-    char *list = strdup(arg), *save = NULL;
-    bo->n_ranks = 0;
-    int bad = 0;
-    for (char *t = strtok_r(list, ",", &save); t && !bad; t = strtok_r(NULL, ",", &save)) {
-        char *end;
-        long v = strtol(t, &end, 10);
-        bad = *end || v < 2 || v > 64 || bo->n_ranks == MAX_COUNTS;
-        if (!bad) bo->ranks[bo->n_ranks++] = (int)v;
-    }
-    free(list);
-    return bad || bo->n_ranks == 0 ? -1 : 0;
-}
-
 static const char *heads_name(const bench_config *c)
 {
     return c->h_q == c->h_kv ? "MHA" : "GQA";
@@ -589,51 +631,62 @@ static void print_table(const bench_opts *bo, const config_results *res, int all
     }
 }
 
+/* Whether --seq splits into 2P chunks for every P: 0, or EXIT_USAGE after
+ * saying which P it does not. */
+static int check_seq_splits(const bench_opts *bo)
+{
+    for (int k = 0; k < bo->n_ranks; k++)
+        if (bo->seq % (2 * bo->ranks[k]) != 0) {
+            fprintf(stderr, "burst bench attention: --seq %lld is not a multiple of 2P = %d\n",
+                    (long long)bo->seq, 2 * bo->ranks[k]);
+            return EXIT_USAGE;
+        }
+    return 0;
+}
+
+/* Every run: the single rank with 1 thread and with all_threads, then each
+ * rank count. 0, or -1 when one failed (the rest are not started). */
+static int launch_all(const char *self, const bench_opts *bo, int all_threads, config_results *res)
+{
+    int failed = 0;
+    for (int s = 0; s < (all_threads > 1 ? 2 : 1) && !failed; s++)
+        failed = launch(self, bo, 1, s == 0 ? 1 : all_threads, s, res) != 0;
+    for (int k = 0; k < bo->n_ranks && !failed; k++)
+        failed = launch(self, bo, bo->ranks[k], 1, k, res) != 0;
+    return failed ? -1 : 0;
+}
+
+/* The numbers count only if the ring computed what the baseline computed:
+ * prints the differences; returns 1 when one is missing or above 1e-3. */
+static int print_checks(const bench_opts *bo, const config_results *res)
+{
+    printf("\nring vs all-gather baseline, max |difference| / max |baseline| "
+           "(O; dQ, dK, dV of both ring directions):\n");
+    int mismatch = 0;
+    for (int c = 0; c < N_CONFIGS; c++)
+        for (int k = 0; k < bo->n_ranks; k++) {
+            const double *x = res[c].check[k];
+            int ok = res[c].checked[k];
+            for (int j = 0; j < 4 && ok; j++) ok = x[j] <= 1e-3;
+            mismatch |= !ok;
+            printf("  %s %s P=%d: O %.2g, dQ %.2g, dK %.2g, dV %.2g%s\n", configs[c].mask,
+                   heads_name(&configs[c]), bo->ranks[k], x[0], x[1], x[2], x[3],
+                   ok ? "" : "  MISMATCH");
+        }
+    return mismatch;
+}
+
 int bench_dist_attention(int argc, char **argv)
 {
     bench_opts bo = {.seq = 0, .window = 0, .d = 64, .reps = 1, .ranks = {2, 4}, .n_ranks = 2};
-    int is_worker = 0;
-    int64_t v;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--quick") == 0) {
-            bo.quick = 1;
-        } else if (strcmp(a, "--worker") == 0) {
-            is_worker = 1;
-        } else if (strcmp(a, "--seq") == 0 && val) {
-            bad = bu_parse_i64_min(val, 16, &bo.seq), i++;
-        } else if (strcmp(a, "--window") == 0 && val) {
-            bad = bu_parse_i64_min(val, 1, &bo.window), i++;
-        } else if (strcmp(a, "--d") == 0 && val) {
-            bad = bu_parse_i64_min(val, 8, &v) || v % 8 || v > 1024, bo.d = (int)v, i++;
-        } else if (strcmp(a, "--reps") == 0 && val) {
-            bad = bu_parse_i64_min(val, 1, &v) || v > 100, bo.reps = (int)v, i++;
-        } else if (strcmp(a, "--ranks") == 0 && val) {
-            bad = parse_ranks(val, &bo), i++;
-        } else {
-            fprintf(stderr, "burst bench attention: unknown option '%s'\n\n", a);
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-        if (bad) {
-            fprintf(stderr, "burst bench attention: %s '%s' is not a valid value (see --help)\n", a,
-                    val);
-            return EXIT_USAGE;
-        }
-    }
+    int parsed =
+        bu_options_parse("burst bench attention", options, N_OPTIONS, argc, argv, &bo, NULL);
+    if (parsed == 1) usage(stdout);
+    if (parsed != 0) return parsed == 1 ? 0 : EXIT_USAGE;
     if (bo.seq == 0) bo.seq = bo.quick ? 2048 : 8192;
     if (bo.window == 0) bo.window = bo.seq / 8;
-    if (is_worker) return worker(&bo);
-    for (int k = 0; k < bo.n_ranks; k++)
-        if (bo.seq % (2 * bo.ranks[k]) != 0) {
-            fprintf(stderr, "burst bench attention: --seq %lld is not a multiple of 2P = %d\n",
-                    (long long)bo.seq, 2 * bo.ranks[k]);
-            return EXIT_USAGE;
-        }
+    if (bo.is_worker) return worker(&bo);
+    if (check_seq_splits(&bo) != 0) return EXIT_USAGE;
 
     char self[4096];
     if (bench_self_path("burst bench attention", self, sizeof self) != 0) return EXIT_RUN_FAILURE;
@@ -644,32 +697,13 @@ int bench_dist_attention(int argc, char **argv)
            all_threads);
     fflush(stdout);
     config_results *res = calloc(N_CONFIGS, sizeof *res);
-    int failed = 0;
-    for (int s = 0; s < (all_threads > 1 ? 2 : 1) && !failed; s++)
-        failed = launch(self, &bo, 1, s == 0 ? 1 : all_threads, s, res) != 0;
-    for (int k = 0; k < bo.n_ranks && !failed; k++)
-        failed = launch(self, &bo, bo.ranks[k], 1, k, res) != 0;
-    if (failed) {
+    if (launch_all(self, &bo, all_threads, res) != 0) {
         fprintf(stderr, "burst bench attention: a run of the ranks failed\n");
         free(res);
         return EXIT_RUN_FAILURE;
     }
     print_table(&bo, res, all_threads);
-
-    /* The numbers count only if the ring computed what the baseline computed. */
-    printf("\nring vs all-gather baseline, max |difference| / max |baseline| "
-           "(O; dQ, dK, dV of both ring directions):\n");
-    int mismatch = 0;
-    for (int c = 0; c < N_CONFIGS; c++)
-        for (int k = 0; k < bo.n_ranks; k++) {
-            const double *x = res[c].check[k];
-            int ok = res[c].checked[k];
-            for (int j = 0; j < 4 && ok; j++) ok = x[j] <= 1e-3;
-            mismatch |= !ok;
-            printf("  %s %s P=%d: O %.2g, dQ %.2g, dK %.2g, dV %.2g%s\n", configs[c].mask,
-                   heads_name(&configs[c]), bo.ranks[k], x[0], x[1], x[2], x[3],
-                   ok ? "" : "  MISMATCH");
-        }
+    int mismatch = print_checks(&bo, res);
     printf("\nefficiency = T(1 rank, 1 thread) / (P x time), on fwd+bwd; times are the slowest "
            "rank's.\nwait = exposed communication (time waiting on transfers).\n");
     free(res);

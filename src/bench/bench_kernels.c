@@ -20,6 +20,7 @@
 #endif
 
 #include "kernels/attention.h"
+#include "src/attn/attn_options.h"
 #include "src/bench/bench.h"
 #include "util/clock.h"
 #include "util/exit_codes.h"
@@ -213,10 +214,7 @@ static int set_seq(void *o, const char *v)
 
 static int set_d(void *o, const char *v)
 {
-    int64_t d;
-    if (bu_parse_i64(v, &d, NULL) != 0 || d < 8 || d > 1024 || d % 8) return -1;
-    ((kernels_opts *)o)->only_d = (int)d;
-    return 0;
+    return attn_parse_head_dim(v, &((kernels_opts *)o)->only_d);
 }
 
 static int set_mask(void *o, const char *v)

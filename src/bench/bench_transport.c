@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "config.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,28 +21,57 @@
 #include "transport/transport.h"
 #include "util/clock.h"
 #include "util/exit_codes.h"
+#include "util/options.h"
 
 static const size_t default_sizes[] = {4096, 65536, 1 << 20, 16 << 20, 64 << 20};
 #define N_SIZES (sizeof default_sizes / sizeof default_sizes[0])
 #define MiB (1024.0 * 1024.0)
 
+/* What the command line sets. */
+typedef struct {
+    int quick, device;
+    int is_worker; /* one of the ranks the command started (--worker) */
+    /* the ring and all-reduce runs; slot 7 is the point-to-point run when the
+     * list has no 2 */
+    int rank_counts[8], n_counts;
+} transport_opts;
+
+static int set_ranks(void *o, const char *v)
+{
+    transport_opts *t = o;
+    return bench_parse_rank_counts(v, t->rank_counts, &t->n_counts, 7);
+}
+
+#define OPT(field) offsetof(transport_opts, field)
+static const bu_option options[] = {
+    {"--ranks", "LIST", BU_OPT_CUSTOM, 0, 0, 0, set_ranks,
+     "comma-separated rank counts for ring and all-reduce, each\n"
+     "2..64, at most 7 (default 2,4)"},
+    {"--quick", NULL, BU_OPT_FLAG, OPT(quick), 0, 0, NULL,
+     "fewer iterations and sizes up to 1 MiB (a few seconds)"},
+    {"--device", NULL, BU_OPT_FLAG, OPT(device), 0, 0, NULL,
+     "the same on device buffers too, each rank on its device (CUDA, or\n"
+     "the emulator in tests/train/burst_emu), through the transport's\n"
+     "device path (staged: device-to-host copy, wire, host-to-device\n"
+     "copy, pipelined; or NCCL), and the device all-reduce; ratios to\n"
+     "the host buffers of the same run"},
+    {"--worker", NULL, BU_OPT_FLAG, OPT(is_worker), 0, 0, NULL,
+     "run as one of the ranks (how the benchmark starts itself\n"
+     "under `burst run`; not for people)"},
+};
+#undef OPT
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
+
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: burst bench transport [--ranks LIST] [--quick] [--device]\n\n"
-            "Point-to-point bandwidth (window of 8 messages, 2 ranks), ring bandwidth (every\n"
-            "rank sends to the next while receiving from the previous), all-reduce bus\n"
-            "bandwidth (2(P-1)/P x bytes / time) and ping-pong latency, for messages of\n"
-            "4 KiB .. 64 MiB, under `burst run` on this machine; in the same run\n"
-            "`ucx_perftest -t tag_bw` and `-t tag_lat` for the same sizes, and the ratios.\n"
-            "Bandwidth in MiB/s (2^20 bytes per second), as ucx_perftest reports it.\n\n"
-            "  --ranks LIST  comma-separated rank counts for ring and all-reduce (default 2,4)\n"
-            "  --quick       fewer iterations and sizes up to 1 MiB (a few seconds)\n"
-            "  --device      the same on device buffers too, each rank on its device (CUDA, or\n"
-            "                the emulator in tests/train/burst_emu), through the transport's\n"
-            "                device path (staged: device-to-host copy, wire, host-to-device\n"
-            "                copy, pipelined; or NCCL), and the device all-reduce; ratios to\n"
-            "                the host buffers of the same run\n");
+    fprintf(out, "usage: burst bench transport [--ranks LIST] [--quick] [--device]\n\n"
+                 "Point-to-point bandwidth (window of 8 messages, 2 ranks), ring bandwidth (every\n"
+                 "rank sends to the next while receiving from the previous), all-reduce bus\n"
+                 "bandwidth (2(P-1)/P x bytes / time) and ping-pong latency, for messages of\n"
+                 "4 KiB .. 64 MiB, under `burst run` on this machine; in the same run\n"
+                 "`ucx_perftest -t tag_bw` and `-t tag_lat` for the same sizes, and the ratios.\n"
+                 "Bandwidth in MiB/s (2^20 bytes per second), as ucx_perftest reports it.\n\n");
+    bu_options_print(out, options, N_OPTIONS, 16);
 }
 
 static int iterations(size_t bytes, int quick)
@@ -371,38 +401,13 @@ static void print_device_tables(const results *res, const int *rank_counts, int 
 
 int bench_transport(int argc, char **argv)
 {
-    int quick = 0, device = 0, is_worker = 0, rank_counts[8] = {2, 4}, n_counts = 2;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--quick") == 0) {
-            quick = 1;
-        } else if (strcmp(argv[i], "--device") == 0) {
-            device = 1;
-        } else if (strcmp(argv[i], "--worker") == 0) {
-            is_worker = 1;
-        } else if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
-            n_counts = 0;
-            char *list = strdup(argv[++i]), *save = NULL;
-            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                int v = atoi(t);
-                if (v < 2 || v > 64 || n_counts == 7) {
-                    fprintf(stderr, "burst bench transport: --ranks: '%s' is not a rank count in "
-                                    "2..64 (at most 7 of them)\n", t);
-                    free(list);
-                    return EXIT_USAGE;
-                }
-                rank_counts[n_counts++] = v;
-            }
-            free(list);
-        } else {
-            fprintf(stderr, "burst bench transport: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-    }
-    if (is_worker) return worker(quick, device);
+    transport_opts o = {.rank_counts = {2, 4}, .n_counts = 2};
+    int parsed =
+        bu_options_parse("burst bench transport", options, N_OPTIONS, argc, argv, &o, NULL);
+    if (parsed == 1) usage(stdout);
+    if (parsed != 0) return parsed == 1 ? 0 : EXIT_USAGE;
+    int quick = o.quick, device = o.device, *rank_counts = o.rank_counts, n_counts = o.n_counts;
+    if (o.is_worker) return worker(quick, device);
 
     char self[4096];
     if (bench_self_path("burst bench transport", self, sizeof self) != 0) return EXIT_RUN_FAILURE;

@@ -3,8 +3,11 @@
 #include "src/bench/relaunch.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "util/parse.h"
 
 int bench_self_path(const char *who, char *self, size_t len)
 {
@@ -37,4 +40,24 @@ char *bench_rank_line(char *line)
 {
     char *body = strchr(line, ']');
     return body ? body + 2 : line;
+}
+
+int bench_parse_rank_counts(const char *list, int *counts, int *n, int max)
+{
+    int read[64], n_read = 0;
+    for (const char *at = list;; at++) {
+        char count[16];
+        size_t len = strcspn(at, ",");
+        int64_t v;
+        if (len >= sizeof count || n_read == max || n_read == 64) return -1;
+        memcpy(count, at, len);
+        count[len] = '\0';
+        if (bu_parse_i64(count, &v, NULL) != 0 || v < 2 || v > 64) return -1;
+        read[n_read++] = (int)v;
+        at += len;
+        if (*at == '\0') break;
+    }
+    memcpy(counts, read, (size_t)n_read * sizeof *read);
+    *n = n_read;
+    return 0;
 }

@@ -19,6 +19,11 @@ int bench_self_path(const char *who, char *self, size_t len);
 FILE *bench_relaunch(const char *self, int ranks, int threads, int verbose, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* The rank counts of the runs, "2,4" (each 2..64), into counts[max] and
+ * their number into *n: 0, or -1 (nothing written) when list is not such a
+ * list or holds more than max of them. */
+int bench_parse_rank_counts(const char *list, int *counts, int *n, int max);
+
 /* A line the ranks printed, without the "[R] " that `burst run` puts first. */
 char *bench_rank_line(char *line);
 

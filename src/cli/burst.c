@@ -7,33 +7,26 @@
 #include "src/cli/cli.h"
 #include "src/cli/placement.h"
 
-struct subcommand {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-};
-
-static const struct subcommand subcommands[] = {
+static const cli_subcommand subcommands[] = {
     {"train", cmd_train, "train a LLaMA-style model across ranks (synthetic data)"},
     {"convert", cmd_convert, "Hugging Face safetensors folders to and from burst checkpoints"},
     {"eval", cmd_eval, "the loss of a model (checkpoint or Hugging Face folder) on a corpus"},
     {"data", cmd_data, "HDF5 corpora: import, synth (passkey, copy), info, validate"},
-    {"bench", cmd_bench, "benchmarks: kernels, transport"},
+    {"bench", cmd_bench, "benchmarks: kernels, transport, attention, train"},
     {"plan", cmd_plan, "plan attention (bytes, steps) or memory (a rank's parts, what fits)"},
     {"run", cmd_run, "local launcher: start N ranks of a program on this machine"},
     {"selftest", cmd_selftest,
      "check the kernels and the transport on this machine (any world size)"},
     {"version", cmd_version, "print the version and which optional parts were built"},
 };
-#define N_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
+enum { N_SUBCOMMANDS = sizeof subcommands / sizeof subcommands[0] };
 
 static void usage(FILE *out)
 {
     fprintf(out, "usage: burst COMMAND [ARGS...]\n\n"
                  "burstengine trains transformers on sequences of a million tokens and more,\n"
                  "split along the sequence across ranks.\n\ncommands:\n");
-    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
-        fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
+    cli_print_subcommands(out, subcommands, N_SUBCOMMANDS, 13);
     fprintf(out, "\n'burst COMMAND --help' describes a command.\n"
                  "exit status: 0 success, 1 failure while running, 2 bad usage or input.\n");
 }
@@ -51,9 +44,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(argv[1], "--version") == 0) return cmd_version(1, argv + 1);
-    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
-        if (strcmp(argv[1], subcommands[i].name) == 0)
-            return subcommands[i].run(argc - 1, argv + 1);
+    const cli_subcommand *sub = cli_find_subcommand(subcommands, N_SUBCOMMANDS, argv[1]);
+    if (sub) return sub->run(argc - 1, argv + 1);
     fprintf(stderr, "burst: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return EXIT_USAGE;

@@ -30,3 +30,22 @@ int cli_wants_help(int argc, char **argv)
     }
     return 0;
 }
+
+const cli_subcommand *cli_find_subcommand(const cli_subcommand *subs, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(subs[i].name, name) == 0) return &subs[i];
+    return NULL;
+}
+
+void cli_print_subcommands(FILE *out, const cli_subcommand *subs, int n, int width)
+{
+    for (int i = 0; i < n; i++) {
+        fprintf(out, "  %-*s ", width - 3, subs[i].name);
+        for (const char *p = subs[i].summary; *p; p++) {
+            fputc(*p, out);
+            if (*p == '\n') fprintf(out, "  %*s ", width - 3, "");
+        }
+        fputc('\n', out);
+    }
+}

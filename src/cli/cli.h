@@ -4,6 +4,8 @@
 #ifndef BURST_CLI_H
 #define BURST_CLI_H
 
+#include <stdio.h>
+
 #include "src/train/config.h"
 #include "util/exit_codes.h"
 
@@ -28,6 +30,19 @@ typedef struct {
 } cli_config_ref;
 int cli_set_config_file(void *settings, const char *path);
 int cli_set_config_key(void *settings, const char *assignment);
+
+/* A command's subcommands as one table, from which both the dispatch and
+ * the help's list read (burst, burst bench). */
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] = name */
+    const char *summary;               /* lines separated by '\n' */
+} cli_subcommand;
+/* The row of subs[n] named name, or NULL. */
+const cli_subcommand *cli_find_subcommand(const cli_subcommand *subs, int n, const char *name);
+/* "  name" padded to width columns, then the summary, its later lines
+ * indented to the same column. */
+void cli_print_subcommands(FILE *out, const cli_subcommand *subs, int n, int width);
 
 /* True when argv holds -h or --help before a "--". */
 int cli_wants_help(int argc, char **argv);

@@ -3,19 +3,26 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "src/cli/cli.h"
 #include "src/bench/bench.h"
+#include "src/cli/cli.h"
+
+static const cli_subcommand benchmarks[] = {
+    {"kernels", bench_kernels,
+     "attention and per-op kernels against cblas_sgemm (--device cuda:\n"
+     "the GPU kernels against the cuBLASLt bf16 GEMM and copies)"},
+    {"transport", bench_transport, "ring bandwidth/latency and all-reduce against ucx_perftest"},
+    {"attention", bench_dist_attention,
+     "distributed attention (ring Q-side, KV-side, all-gather) against\n"
+     "the single-rank kernels"},
+    {"train", bench_train, "`burst train` tokens/s, fraction of sgemm and peak memory"},
+};
+enum { N_BENCHMARKS = sizeof benchmarks / sizeof benchmarks[0] };
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: burst bench WHAT [OPTIONS]\n\n"
-                 "  kernels    attention and per-op kernels against cblas_sgemm (--device cuda:\n"
-                 "             the GPU kernels against the cuBLASLt bf16 GEMM and copies)\n"
-                 "  transport  ring bandwidth/latency and all-reduce against ucx_perftest\n"
-                 "  attention  distributed attention (ring Q-side, KV-side, all-gather) against\n"
-                 "             the single-rank kernels\n"
-                 "  train      `burst train` tokens/s, fraction of sgemm and peak memory\n\n"
-                 "'burst bench WHAT --help' lists the options of one benchmark.\n");
+    fprintf(out, "usage: burst bench WHAT [OPTIONS]\n\n");
+    cli_print_subcommands(out, benchmarks, N_BENCHMARKS, 13);
+    fprintf(out, "\n'burst bench WHAT --help' lists the options of one benchmark.\n");
 }
 
 int cmd_bench(int argc, char **argv)
@@ -28,10 +35,8 @@ int cmd_bench(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (strcmp(argv[1], "kernels") == 0) return bench_kernels(argc - 1, argv + 1);
-    if (strcmp(argv[1], "transport") == 0) return bench_transport(argc - 1, argv + 1);
-    if (strcmp(argv[1], "attention") == 0) return bench_dist_attention(argc - 1, argv + 1);
-    if (strcmp(argv[1], "train") == 0) return bench_train(argc - 1, argv + 1);
+    const cli_subcommand *bench = cli_find_subcommand(benchmarks, N_BENCHMARKS, argv[1]);
+    if (bench) return bench->run(argc - 1, argv + 1);
     fprintf(stderr, "burst bench: unknown benchmark '%s'\n", argv[1]);
     usage(stderr);
     return EXIT_USAGE;

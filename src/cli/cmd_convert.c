@@ -14,37 +14,17 @@
 #include "src/train/hf_model.h"
 #include "src/train/init_source.h"
 #include "util/options.h"
-#include "util/parse.h"
 
 typedef struct {
     const char *from, *to, *src, *out, *tokenizer;
     hf_write_opts hf;
 } convert_args;
 
-/* "5G", "5GB", "5GiB", "0": bytes. */
-static int parse_size(const char *s, int64_t *out)
-{
-    char buf[32];
-    size_t n = strlen(s);
-    if (n == 0 || n >= sizeof buf) return -1;
-    memcpy(buf, s, n + 1);
-    if (n >= 2 && (buf[n - 1] == 'B' || buf[n - 1] == 'b') && buf[n - 2] != 'i') buf[n - 1] = '\0';
-    uint64_t v;
-    if (bu_parse_bytes(buf, &v) != 0 || v > INT64_MAX) return -1;
-    *out = (int64_t)v;
-    return 0;
-}
-
 static int set_dtype(void *a, const char *v)
 {
     if (strcmp(v, "bf16") != 0 && strcmp(v, "fp32") != 0) return -1;
     ((convert_args *)a)->hf.bf16 = strcmp(v, "bf16") == 0;
     return 0;
-}
-
-static int set_shard_size(void *a, const char *v)
-{
-    return parse_size(v, &((convert_args *)a)->hf.shard_bytes);
 }
 
 /* SRC, then OUT. */
@@ -69,7 +49,7 @@ static const bu_option options[] = {
      "what OUT becomes (the other kind)"},
     {"--dtype", "bf16|fp32", BU_OPT_CUSTOM, 0, 0, 0, set_dtype,
      "--to hf: the weights' type (default bf16)"},
-    {"--shard-size", "SIZE", BU_OPT_CUSTOM, 0, 0, 0, set_shard_size,
+    {"--shard-size", "SIZE", BU_OPT_BYTES, offsetof(convert_args, hf.shard_bytes), 0, 9.2e18, NULL,
      "--to hf: most bytes per safetensors file, e.g. 5G (default;\n"
      "0: one file); above it, shards and model.safetensors.index.json"},
     {"--tokenizer", "DIR", BU_OPT_STRING, offsetof(convert_args, tokenizer), 0, 0, NULL,

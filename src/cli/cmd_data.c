@@ -41,23 +41,6 @@ static void usage(FILE *out)
             "found by validate, 2 bad usage or bad input found before work.\n");
 }
 
-static void usage_info(FILE *out)
-{
-    fprintf(out, "usage: burst data info FILE...\n\n"
-                 "Prints, per corpus: tokens, vocabulary, tokenizer, token type, documents,\n"
-                 "chunking and compression of /tokens, and every dataset. Reads metadata only.\n"
-                 "A file that is not a valid corpus is named with its problem (exit 2).\n");
-}
-
-static void usage_validate(FILE *out)
-{
-    fprintf(out, "usage: burst data validate [--seq-len N] FILE...\n\n"
-                 "Checks each corpus fully: its metadata, every token against vocab_size (read\n"
-                 "in blocks), and /doc_offsets (starts at 0, strictly ascending, in range).\n"
-                 "With --seq-len N a corpus must hold at least N + 1 tokens (one sequence and\n"
-                 "its shifted label). Prints 'FILE: OK' or each problem; exit 1 on problems.\n");
-}
-
 /* ------------------------------------------------------------------ import */
 
 typedef enum { FROM_TEXT, FROM_BIN, FROM_NPY } import_kind;
@@ -367,6 +350,9 @@ static int cmd_import(int argc, char **argv)
 typedef struct {
     const char *task, *outp, *dist;
     int64_t N, S, V, pairs, seed;
+    /* from them, by check_synth: */
+    int passkey;        /* the task: passkey, or copy */
+    int64_t dmin, dmax; /* passkey: the distances of the answer from its pair */
 } synth_opts;
 
 #define OPT(field) offsetof(synth_opts, field)
@@ -404,6 +390,146 @@ static void usage_synth(FILE *out)
     bu_options_print(out, synth_options, N_SYNTH_OPTIONS, 25);
 }
 
+/* What the options mean together: 0, or EXIT_USAGE after saying why. Sets
+ * passkey, dmin and dmax. */
+static int check_synth(synth_opts *o)
+{
+    const int64_t N = o->N;
+    o->passkey = strcmp(o->task, "passkey") == 0;
+    if (!o->passkey && strcmp(o->task, "copy") != 0) {
+        fprintf(stderr, "burst data synth: --task %s: must be passkey or copy\n", o->task);
+        return EXIT_USAGE;
+    }
+    o->dmin = 3 * (N - 2) / 4, o->dmax = N - 2;
+    if (o->dist && sscanf(o->dist, "%" SCNd64 ":%" SCNd64, &o->dmin, &o->dmax) != 2) {
+        fprintf(stderr, "burst data synth: --distance %s: expected MIN:MAX\n", o->dist);
+        return EXIT_USAGE;
+    }
+    if (!o->passkey) {
+        if (N >= 4) return 0;
+        fprintf(stderr, "burst data synth: copy needs --seq-len >= 4\n");
+        return EXIT_USAGE;
+    }
+    /* The pair KEY k v at p, p+1, p+2 with p >= 0; the answer at N: distance N - (p+2). */
+    if (N < 8 || o->dmin < 1 || o->dmin > o->dmax || o->dmax > N - 2) {
+        fprintf(stderr,
+                "burst data synth: passkey needs --seq-len N >= 8 and --distance MIN:MAX with "
+                "1 <= MIN <= MAX <= N-2 (N %" PRId64 ", distance %" PRId64 ":%" PRId64 ")\n",
+                N, o->dmin, o->dmax);
+        return EXIT_USAGE;
+    }
+    if (o->pairs < 1 || o->pairs > o->V - SYNTH_FIRST || 3 * o->pairs + 3 > N) {
+        fprintf(stderr,
+                "burst data synth: --pairs %" PRId64 " does not fit (at most V-4 keys and "
+                "N/3 - 1 pairs)\n",
+                o->pairs);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* The memory of one sample and of the answers. */
+typedef struct {
+    int64_t *seq;        /* [N + 1] the sample */
+    int64_t *answers;    /* [S][3] */
+    int64_t *keys;       /* [pairs] passkey: the sample's keys, distinct */
+    unsigned char *used; /* [N + 1] passkey: the positions taken by pairs */
+} synth_buffers;
+
+/* pairs distinct content tokens into keys. */
+static void draw_keys(const synth_opts *o, int64_t *keys, uint64_t *rng)
+{
+    const int64_t C = o->V - SYNTH_FIRST; /* content tokens */
+    for (int64_t k = 0; k < o->pairs; k++) {
+        int64_t key, dup;
+        do {
+            key = SYNTH_FIRST + bu_rng_range(rng, 0, C - 1);
+            dup = 0;
+            for (int64_t j = 0; j < k; j++) dup |= keys[j] == key;
+        } while (dup);
+        keys[k] = key;
+    }
+}
+
+/* Turns the random sample into a passkey one: 'KEY k v' at a distance from
+ * the end drawn in [dmin, dmax], distractor pairs, the closing 'QUERY k v'.
+ * Returns the answer, v. */
+static int64_t passkey_sample(const synth_opts *o, synth_buffers *b, uint64_t *rng)
+{
+    const int64_t N = o->N, C = o->V - SYNTH_FIRST;
+    int64_t *seq = b->seq;
+    memset(b->used, 0, (size_t)N + 1);
+    draw_keys(o, b->keys, rng);
+    int64_t d = bu_rng_range(rng, o->dmin, o->dmax), p = N - d - 2;
+    int64_t value = SYNTH_FIRST + bu_rng_range(rng, 0, C - 1);
+    seq[p] = SYNTH_KEY, seq[p + 1] = b->keys[0], seq[p + 2] = value;
+    memset(b->used + p, 1, 3);
+    memset(b->used + N - 2, 1, 3);
+    for (int64_t k = 1; k < o->pairs; k++) { /* distractors anywhere free before the query */
+        int64_t q;
+        do q = bu_rng_range(rng, 0, N - 5);
+        while (b->used[q] || b->used[q + 1] || b->used[q + 2]);
+        seq[q] = SYNTH_KEY, seq[q + 1] = b->keys[k];
+        seq[q + 2] = SYNTH_FIRST + bu_rng_range(rng, 0, C - 1);
+        memset(b->used + q, 1, 3);
+    }
+    /* Marker-free filler: a KEY or QUERY only where placed. */
+    seq[N - 2] = SYNTH_QUERY, seq[N - 1] = b->keys[0], seq[N] = value;
+    return value;
+}
+
+/* Turns the random sample into a copy one: [0,h) random, SEP at h, then
+ * copies, seq[h+1+i] = seq[i]. Returns the answer, the last token. */
+static int64_t copy_sample(const synth_opts *o, int64_t *seq)
+{
+    int64_t h = o->N / 2;
+    seq[h] = SYNTH_SEP;
+    for (int64_t i = h + 1; i <= o->N; i++) seq[i] = seq[i - h - 1];
+    return seq[o->N];
+}
+
+/* Draws the S samples into w, a document each, and the answers into b. */
+static int write_samples(const synth_opts *o, io_corpus_writer *w, synth_buffers *b, char *err,
+                         size_t err_len)
+{
+    const int64_t L = o->N + 1, C = o->V - SYNTH_FIRST;
+    uint64_t rng = (uint64_t)o->seed;
+    for (int64_t s = 0; s < o->S; s++) {
+        for (int64_t i = 0; i < L; i++) b->seq[i] = SYNTH_FIRST + bu_rng_range(&rng, 0, C - 1);
+        int64_t answer = o->passkey ? passkey_sample(o, b, &rng) : copy_sample(o, b->seq);
+        b->answers[3 * s] = s * L, b->answers[3 * s + 1] = o->N, b->answers[3 * s + 2] = answer;
+        if (io_corpus_append(w, b->seq, L, err, err_len) != 0 ||
+            io_corpus_mark_document(w, err, err_len) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The corpus: the samples, /answers and /synth_params. 0, or -1 (err) with
+ * nothing left behind. */
+static int write_synth(const synth_opts *o, synth_buffers *b, char *err, size_t err_len)
+{
+    char tokenizer[64];
+    snprintf(tokenizer, sizeof tokenizer, "synthetic-%s", o->task);
+    io_corpus_writer *w =
+        io_corpus_create(o->outp, o->V <= 65536 ? 16 : 32, (uint32_t)o->V, tokenizer, err, err_len);
+    if (!w) return -1;
+    const int64_t N = o->N, copy_distance = N / 2 + 1;
+    int64_t params[6] = {N,
+                         o->S,
+                         o->passkey ? o->dmin : copy_distance,
+                         o->passkey ? o->dmax : copy_distance,
+                         o->passkey ? o->pairs : 0,
+                         o->seed};
+    if (write_samples(o, w, b, err, err_len) != 0 ||
+        io_corpus_put_int64(w, "/answers", b->answers, o->S, 3, err, err_len) != 0 ||
+        io_corpus_put_int64(w, "/synth_params", params, 1, 6, err, err_len) != 0) {
+        io_corpus_abort(w);
+        return -1;
+    }
+    return io_corpus_commit(w, err, err_len);
+}
+
 static int cmd_synth(int argc, char **argv)
 {
     if (cli_wants_help(argc, argv)) {
@@ -418,166 +544,128 @@ static int cmd_synth(int argc, char **argv)
         usage_synth(stderr);
         return EXIT_USAGE;
     }
-    const char *task = o.task, *outp = o.outp, *dist = o.dist;
-    int64_t N = o.N, S = o.S, V = o.V, pairs = o.pairs, seed = o.seed;
-    int passkey = strcmp(task, "passkey") == 0;
-    if (!passkey && strcmp(task, "copy") != 0) {
-        fprintf(stderr, "burst data synth: --task %s: must be passkey or copy\n", task);
-        return EXIT_USAGE;
-    }
-    int64_t dmin = 3 * (N - 2) / 4, dmax = N - 2;
-    if (dist && sscanf(dist, "%" SCNd64 ":%" SCNd64, &dmin, &dmax) != 2) {
-        fprintf(stderr, "burst data synth: --distance %s: expected MIN:MAX\n", dist);
-        return EXIT_USAGE;
-    }
-    if (passkey) {
-        /* The pair KEY k v at p, p+1, p+2 with p >= 0; the answer at N: distance N - (p+2). */
-        if (N < 8 || dmin < 1 || dmin > dmax || dmax > N - 2) {
-            fprintf(stderr,
-                    "burst data synth: passkey needs --seq-len N >= 8 and --distance MIN:MAX with "
-                    "1 <= MIN <= MAX <= N-2 (N %" PRId64 ", distance %" PRId64 ":%" PRId64 ")\n",
-                    N, dmin, dmax);
-            return EXIT_USAGE;
-        }
-        if (pairs < 1 || pairs > V - SYNTH_FIRST || 3 * pairs + 3 > N) {
-            fprintf(stderr,
-                    "burst data synth: --pairs %" PRId64 " does not fit (at most V-4 keys and "
-                    "N/3 - 1 pairs)\n",
-                    pairs);
-            return EXIT_USAGE;
-        }
-    } else if (N < 4) {
-        fprintf(stderr, "burst data synth: copy needs --seq-len >= 4\n");
-        return EXIT_USAGE;
-    }
-
+    if (check_synth(&o) != 0) return EXIT_USAGE;
+    const size_t L = (size_t)o.N + 1;
+    synth_buffers b = {.seq = malloc(L * sizeof *b.seq),
+                       .answers = malloc((size_t)o.S * 3 * sizeof *b.answers),
+                       .keys = malloc((size_t)o.pairs * sizeof *b.keys),
+                       .used = malloc(L)};
     char err[768];
-    const int64_t L = N + 1;
-    int64_t *seq = malloc((size_t)L * sizeof *seq);
-    int64_t *answers = malloc((size_t)S * 3 * sizeof *answers);
-    int64_t *keys = malloc((size_t)pairs * sizeof *keys);
-    unsigned char *used = malloc((size_t)L);
-    if (!seq || !answers || !keys || !used) {
-        free(seq), free(answers), free(keys), free(used);
-        fprintf(stderr, "burst data synth: out of memory\n");
-        return EXIT_RUN_FAILURE;
-    }
-    char tokenizer[64];
-    snprintf(tokenizer, sizeof tokenizer, "synthetic-%s", task);
-    io_corpus_writer *w =
-        io_corpus_create(outp, V <= 65536 ? 16 : 32, (uint32_t)V, tokenizer, err, sizeof err);
     int rc = EXIT_RUN_FAILURE;
-    if (!w) goto fail;
-    uint64_t rng = (uint64_t)seed;
-    const int64_t C = V - SYNTH_FIRST; /* content tokens */
-    for (int64_t s = 0; s < S; s++) {
-        for (int64_t i = 0; i < L; i++) seq[i] = SYNTH_FIRST + bu_rng_range(&rng, 0, C - 1);
-        int64_t answer;
-        if (passkey) {
-            memset(used, 0, (size_t)L);
-            for (int64_t k = 0; k < pairs; k++) {
-                int64_t key, dup;
-                do { /* distinct keys */
-                    key = SYNTH_FIRST + bu_rng_range(&rng, 0, C - 1);
-                    dup = 0;
-                    for (int64_t j = 0; j < k; j++) dup |= keys[j] == key;
-                } while (dup);
-                keys[k] = key;
-            }
-            int64_t d = bu_rng_range(&rng, dmin, dmax), p = N - d - 2;
-            int64_t value = SYNTH_FIRST + bu_rng_range(&rng, 0, C - 1);
-            seq[p] = SYNTH_KEY, seq[p + 1] = keys[0], seq[p + 2] = value;
-            memset(used + p, 1, 3);
-            memset(used + N - 2, 1, 3);
-            for (int64_t k = 1; k < pairs; k++) { /* distractors anywhere free before the query */
-                int64_t q;
-                do q = bu_rng_range(&rng, 0, N - 5);
-                while (used[q] || used[q + 1] || used[q + 2]);
-                seq[q] = SYNTH_KEY, seq[q + 1] = keys[k];
-                seq[q + 2] = SYNTH_FIRST + bu_rng_range(&rng, 0, C - 1);
-                memset(used + q, 1, 3);
-            }
-            /* Marker-free filler: a KEY or QUERY only where placed. */
-            seq[N - 2] = SYNTH_QUERY, seq[N - 1] = keys[0], seq[N] = value;
-            answer = value;
-        } else {
-            int64_t h = N / 2; /* [0,h) random, SEP at h, then copies: seq[h+1+i] = seq[i] */
-            seq[h] = SYNTH_SEP;
-            for (int64_t i = h + 1; i < L; i++) seq[i] = seq[i - h - 1];
-            answer = seq[N];
-        }
-        answers[3 * s] = s * L, answers[3 * s + 1] = N, answers[3 * s + 2] = answer;
-        if (io_corpus_append(w, seq, L, err, sizeof err) != 0 ||
-            io_corpus_mark_document(w, err, sizeof err) != 0) {
-            io_corpus_abort(w);
-            goto fail;
-        }
-    }
-    int64_t params[6] = {
-        N, S, passkey ? dmin : N / 2 + 1, passkey ? dmax : N / 2 + 1, passkey ? pairs : 0, seed};
-    if (io_corpus_put_int64(w, "/answers", answers, S, 3, err, sizeof err) != 0 ||
-        io_corpus_put_int64(w, "/synth_params", params, 1, 6, err, sizeof err) != 0) {
-        io_corpus_abort(w);
-        goto fail;
-    }
-    if (io_corpus_commit(w, err, sizeof err) != 0) goto fail;
-    printf("%s: %s, %" PRId64 " samples of %" PRId64 " + 1 tokens, vocab %" PRId64 "\n", outp, task,
-           S, N, V);
-    rc = 0;
-    goto out;
-fail:
-    fprintf(stderr, "burst data synth: %s\n", err);
-out:
-    free(seq), free(answers), free(keys), free(used);
+    if (!b.seq || !b.answers || !b.keys || !b.used)
+        fprintf(stderr, "burst data synth: out of memory\n");
+    else if (write_synth(&o, &b, err, sizeof err) != 0)
+        fprintf(stderr, "burst data synth: %s\n", err);
+    else
+        rc = 0;
+    if (rc == 0)
+        printf("%s: %s, %" PRId64 " samples of %" PRId64 " + 1 tokens, vocab %" PRId64 "\n", o.outp,
+               o.task, o.S, o.N, o.V);
+    free(b.seq), free(b.answers), free(b.keys), free(b.used);
     return rc;
 }
 
 /* -------------------------------------------------------- info and validate */
 
-static int cmd_info(int argc, char **argv)
+/* What the command lines of info and validate set: the corpora, and the
+ * sequence a corpus must hold (validate). */
+typedef struct {
+    const char **files;
+    int n_files;
+    int64_t seq_len;
+} corpora_opts;
+
+static int take_file(void *o, const char *arg)
 {
-    if (cli_wants_help(argc, argv)) {
-        usage_info(stdout);
-        return 0;
-    }
-    if (argc < 2) {
-        usage_info(stderr);
+    corpora_opts *c = o;
+    c->files[c->n_files++] = arg;
+    return 0;
+}
+
+static const bu_option validate_options[] = {
+    {"--seq-len", "N", BU_OPT_I64, offsetof(corpora_opts, seq_len), 1, 9.2e18, NULL,
+     "a corpus must hold at least N + 1 tokens (one sequence and\n"
+     "its shifted label)"},
+};
+enum { N_VALIDATE_OPTIONS = sizeof validate_options / sizeof validate_options[0] };
+
+static void usage_info(FILE *out)
+{
+    fprintf(out, "usage: burst data info FILE...\n\n"
+                 "Prints, per corpus: tokens, vocabulary, tokenizer, token type, documents,\n"
+                 "chunking and compression of /tokens, and every dataset. Reads metadata only.\n"
+                 "A file that is not a valid corpus is named with its problem (exit 2).\n");
+}
+
+static void usage_validate(FILE *out)
+{
+    fprintf(out, "usage: burst data validate [--seq-len N] FILE...\n\n"
+                 "Checks each corpus fully: its metadata, every token against vocab_size (read\n"
+                 "in blocks), and /doc_offsets (starts at 0, strictly ascending, in range).\n"
+                 "Prints 'FILE: OK' or each problem; exit 1 on problems.\n\n");
+    bu_options_print(out, validate_options, N_VALIDATE_OPTIONS, 16);
+}
+
+/* The options and the corpora of info or validate into *o (files: argc
+ * entries, the caller's to free): 0 to go on, -1 after --help, or EXIT_USAGE. */
+static int corpora_args(const char *cmd, const bu_option *opts, int n_opts,
+                        void (*print_usage)(FILE *), int argc, char **argv, corpora_opts *o)
+{
+    int parsed = bu_options_parse(cmd, opts, n_opts, argc, argv, o, take_file);
+    if (parsed == 1) print_usage(stdout);
+    if (parsed != 0) return parsed == 1 ? -1 : EXIT_USAGE;
+    if (o->n_files == 0) {
+        print_usage(stderr);
         return EXIT_USAGE;
     }
-    int rc = 0;
-    for (int i = 1; i < argc; i++) {
-        char err[768];
-        io_corpus *c = NULL;
-        io_corpus_layout lay;
-        if (io_corpus_open(argv[i], &c, err, sizeof err) != 0 ||
-            io_corpus_inspect(argv[i], &lay, err, sizeof err) != 0) {
-            fprintf(stderr, "burst data info: %s\n", err);
-            io_corpus_close(c);
-            rc = EXIT_USAGE;
-            continue;
-        }
-        printf("%s\n  tokens:      %" PRId64 "\n  vocab_size:  %u\n  tokenizer:   %s\n"
-               "  dtype:       uint%d\n  documents:   %" PRId64 "%s\n",
-               argv[i], io_corpus_n_tokens(c), io_corpus_vocab(c), io_corpus_tokenizer(c), lay.bits,
-               io_corpus_n_docs(c), io_corpus_n_docs(c) ? "" : " (no /doc_offsets)");
-        if (lay.chunk_tokens)
-            printf("  chunks:      %" PRId64 " tokens\n", lay.chunk_tokens);
-        else
-            printf("  chunks:      contiguous\n");
-        if (lay.deflate_level >= 0)
-            printf("  compression: deflate level %d%s\n", lay.deflate_level,
-                   lay.shuffle ? " + shuffle" : "");
-        else
-            printf("  compression: none\n");
-        printf("  datasets:\n");
-        for (char *line = lay.datasets; *line;) {
-            char *nl = strchr(line, '\n');
-            printf("    %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
-            line = nl ? nl + 1 : line + strlen(line);
-        }
+    return 0;
+}
+
+/* Describes one corpus: 0, or EXIT_USAGE when it is not a valid one. */
+static int describe_corpus(const char *path)
+{
+    char err[768];
+    io_corpus *c = NULL;
+    io_corpus_layout lay;
+    if (io_corpus_open(path, &c, err, sizeof err) != 0 ||
+        io_corpus_inspect(path, &lay, err, sizeof err) != 0) {
+        fprintf(stderr, "burst data info: %s\n", err);
         io_corpus_close(c);
+        return EXIT_USAGE;
     }
-    return rc;
+    printf("%s\n  tokens:      %" PRId64 "\n  vocab_size:  %u\n  tokenizer:   %s\n"
+           "  dtype:       uint%d\n  documents:   %" PRId64 "%s\n",
+           path, io_corpus_n_tokens(c), io_corpus_vocab(c), io_corpus_tokenizer(c), lay.bits,
+           io_corpus_n_docs(c), io_corpus_n_docs(c) ? "" : " (no /doc_offsets)");
+    if (lay.chunk_tokens)
+        printf("  chunks:      %" PRId64 " tokens\n", lay.chunk_tokens);
+    else
+        printf("  chunks:      contiguous\n");
+    if (lay.deflate_level >= 0)
+        printf("  compression: deflate level %d%s\n", lay.deflate_level,
+               lay.shuffle ? " + shuffle" : "");
+    else
+        printf("  compression: none\n");
+    printf("  datasets:\n");
+    for (char *line = lay.datasets; *line;) {
+        char *nl = strchr(line, '\n');
+        printf("    %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
+        line = nl ? nl + 1 : line + strlen(line);
+    }
+    io_corpus_close(c);
+    return 0;
+}
+
+static int cmd_info(int argc, char **argv)
+{
+    corpora_opts o = {.files = calloc((size_t)argc, sizeof *o.files)};
+    if (!o.files) return EXIT_RUN_FAILURE;
+    int rc = corpora_args("burst data info", NULL, 0, usage_info, argc, argv, &o);
+    int invalid = 0; /* every corpus is described, the invalid ones too */
+    for (int i = 0; rc == 0 && i < o.n_files; i++) invalid |= describe_corpus(o.files[i]) != 0;
+    free(o.files);
+    if (rc != 0) return rc < 0 ? 0 : rc;
+    return invalid ? EXIT_USAGE : 0;
 }
 
 /* Counts tokens beyond the vocabulary in [begin, begin + count) by halving the
@@ -649,29 +737,18 @@ static int validate_one(const char *path, int64_t seq_len, int64_t *buf, size_t 
 
 static int cmd_validate(int argc, char **argv)
 {
-    if (cli_wants_help(argc, argv)) {
-        usage_validate(stdout);
-        return 0;
-    }
-    int64_t seq_len = 0;
-    int first = 1;
-    if (argc > 2 && strcmp(argv[1], "--seq-len") == 0) {
-        if (bu_parse_i64(argv[2], &seq_len, NULL) != 0 || seq_len < 1) {
-            fprintf(stderr, "burst data validate: --seq-len %s is not a positive integer\n",
-                    argv[2]);
-            return EXIT_USAGE;
-        }
-        first = 3;
-    }
-    if (first >= argc) {
-        usage_validate(stderr);
-        return EXIT_USAGE;
-    }
+    corpora_opts o = {.files = calloc((size_t)argc, sizeof *o.files)};
     int64_t *buf = malloc(BLOCK * sizeof *buf);
-    if (!buf) return EXIT_RUN_FAILURE;
+    int rc = EXIT_RUN_FAILURE;
+    if (o.files && buf)
+        rc = corpora_args("burst data validate", validate_options, N_VALIDATE_OPTIONS,
+                          usage_validate, argc, argv, &o);
     int bad = 0;
-    for (int i = first; i < argc; i++) bad |= validate_one(argv[i], seq_len, buf, BLOCK);
+    for (int i = 0; rc == 0 && i < o.n_files; i++)
+        bad |= validate_one(o.files[i], o.seq_len, buf, BLOCK);
+    free(o.files);
     free(buf);
+    if (rc != 0) return rc < 0 ? 0 : rc;
     return bad ? EXIT_RUN_FAILURE : 0;
 }
 

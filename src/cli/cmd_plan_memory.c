@@ -20,24 +20,8 @@ typedef struct {
     cli_config_ref config;
     train_config cfg;
     int ranks, per_node;
-    uint64_t device_bytes, host_bytes;
+    int64_t device_bytes, host_bytes;
 } plan_args;
-
-/* "80G", "512M": a positive byte count. */
-static int set_bytes(uint64_t *out, const char *v)
-{
-    return bu_parse_bytes(v, out) == 0 && *out > 0 ? 0 : -1;
-}
-
-static int set_device_memory(void *a, const char *v)
-{
-    return set_bytes(&((plan_args *)a)->device_bytes, v);
-}
-
-static int set_host_memory(void *a, const char *v)
-{
-    return set_bytes(&((plan_args *)a)->host_bytes, v);
-}
 
 static const bu_option options[] = {
     {"--config", "FILE", BU_OPT_CUSTOM, 0, 0, 0, cli_set_config_file,
@@ -48,9 +32,9 @@ static const bu_option options[] = {
      "ranks of the job (default: [parallel] dp x cp)"},
     {"--gpus-per-node", "G", BU_OPT_INT, offsetof(plan_args, per_node), 1, 1 << 20, NULL,
      "ranks (GPUs) per node (default: all ranks on one node)"},
-    {"--device-memory", "SIZE", BU_OPT_CUSTOM, 0, 0, 0, set_device_memory,
+    {"--device-memory", "SIZE", BU_OPT_BYTES, offsetof(plan_args, device_bytes), 1, 9.2e18, NULL,
      "one GPU's memory (default 80G; G means GiB)"},
-    {"--host-memory", "SIZE", BU_OPT_CUSTOM, 0, 0, 0, set_host_memory,
+    {"--host-memory", "SIZE", BU_OPT_BYTES, offsetof(plan_args, host_bytes), 1, 9.2e18, NULL,
      "one node's memory for the ranks (default: this machine's\n"
      "available memory)"},
 };
@@ -144,7 +128,7 @@ static void report(const plan_args *a, const trainer *t, int ok)
 
 int cmd_plan_memory(int argc, char **argv)
 {
-    plan_args a = {.device_bytes = (uint64_t)80 << 30};
+    plan_args a = {.device_bytes = (int64_t)80 << 30};
     train_config_default(&a.cfg);
     int status = parse_args(argc, argv, &a);
     if (status != 0) return status < 0 ? 0 : status;
@@ -152,7 +136,7 @@ int cmd_plan_memory(int argc, char **argv)
     if (a.per_node == 0 || a.per_node > a.ranks) a.per_node = a.ranks;
     if (a.host_bytes == 0) {
         double avail = trainer_available_bytes();
-        a.host_bytes = avail > 0 ? (uint64_t)avail : (uint64_t)1 << 40;
+        a.host_bytes = avail > 0 ? (int64_t)avail : (int64_t)1 << 40;
     }
     trainer t;
     char err[512];

@@ -1,40 +1,49 @@
 /* cmd_selftest.c: `burst selftest` checks the kernels and the transport built
  * into this program, on whatever world it is launched in (alone, under
  * `burst run`, or under srun). */
+#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "src/cli/cli.h"
 #include "src/cli/selftest.h"
 #include "transport/transport.h"
+#include "util/options.h"
+
+static int set_intra(void *opt, const char *v)
+{
+    if (strcmp(v, "auto") != 0 && strcmp(v, "ucx") != 0 && strcmp(v, "nccl") != 0) return -1;
+    ((bt_options *)opt)->intra = v;
+    return 0;
+}
+
+static const bu_option options[] = {
+    {"--intra", "B", BU_OPT_CUSTOM, 0, 0, 0, set_intra,
+     "transport between ranks of a node: auto, ucx or nccl\n(default auto)"},
+    {"--timeout", "S", BU_OPT_DOUBLE, offsetof(bt_options, timeout_s), 1e-3, 1e9, NULL,
+     "seconds before a silent rank is lost (default 60)"},
+};
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: burst selftest [--intra auto|ucx|nccl] [--timeout S]\n\n"
+                 "Checks the kernels and the transport on whatever world it is launched in:\n"
+                 "  burst selftest                      one rank\n"
+                 "  burst run -n 4 -- burst selftest    four local ranks\n"
+                 "  srun -n 16 --mpi=pmix burst selftest\n\n");
+    bu_options_print(out, options, N_OPTIONS, 16);
+    fprintf(out, "\nExit status 0 when every check passed on every rank, 1 otherwise,\n"
+                 "2 for a bad option or transport setting.\n");
+}
 
 int cmd_selftest(int argc, char **argv)
 {
-    if (cli_wants_help(argc, argv)) {
-        printf("usage: burst selftest [--intra auto|ucx|nccl] [--timeout S]\n\n"
-               "Checks the kernels and the transport on whatever world it is launched in:\n"
-               "  burst selftest                      one rank\n"
-               "  burst run -n 4 -- burst selftest    four local ranks\n"
-               "  srun -n 16 --mpi=pmix burst selftest\n"
-               "  --intra B     transport between ranks of a node (default auto)\n"
-               "  --timeout S   seconds before a silent rank is lost (default 60)\n"
-               "Exit status 0 when every check passed on every rank, 1 otherwise,\n"
-               "2 for a bad option or transport setting.\n");
-        return 0;
-    }
     bt_options opt;
     bt_options_default(&opt);
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--intra") == 0 && i + 1 < argc) {
-            opt.intra = argv[++i];
-        } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
-            opt.timeout_s = atof(argv[++i]);
-        } else {
-            fprintf(stderr, "burst selftest: unexpected argument '%s'\n", argv[i]);
-            return EXIT_USAGE;
-        }
-    }
+    int parsed = bu_options_parse("burst selftest", options, N_OPTIONS, argc, argv, &opt, NULL);
+    if (parsed == 1) usage(stdout);
+    if (parsed != 0) return parsed == 1 ? 0 : EXIT_USAGE;
     char err[512];
     bt_world *w = NULL;
     bt_status st = bt_world_init(&opt, &w, err, sizeof err);

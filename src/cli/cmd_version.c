@@ -3,28 +3,31 @@
 #include "config.h"
 
 #include <stdio.h>
-#include <string.h>
 
 #include "src/cli/cli.h"
 #include "src/cli/placement.h"
+#include "util/options.h"
+
+static const bu_option options[] = {
+    {"--verbose", NULL, BU_OPT_FLAG, 0, 0, 0, NULL,
+     "also the OpenMP threads and the CPUs this process runs on\n"
+     "(burst run -n 4 -- burst version --verbose: each rank's share)"},
+};
+enum { N_OPTIONS = sizeof options / sizeof options[0] };
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: burst version [--verbose]\n\n"
+                 "Prints the version and which optional parts were built.\n");
+    bu_options_print(out, options, N_OPTIONS, 14);
+}
 
 int cmd_version(int argc, char **argv)
 {
-    if (cli_wants_help(argc, argv)) {
-        printf("usage: burst version [--verbose]\n\n"
-               "Prints the version and which optional parts were built.\n"
-               "  --verbose   also the OpenMP threads and the CPUs this process runs on\n"
-               "              (burst run -n 4 -- burst version --verbose: each rank's share)\n");
-        return 0;
-    }
-    int verbose = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--verbose") != 0) {
-            fprintf(stderr, "burst version: unexpected argument '%s'\n", argv[i]);
-            return EXIT_USAGE;
-        }
-        verbose = 1;
-    }
+    int verbose = 0; /* the one field the table sets */
+    int parsed = bu_options_parse("burst version", options, N_OPTIONS, argc, argv, &verbose, NULL);
+    if (parsed == 1) usage(stdout);
+    if (parsed != 0) return parsed == 1 ? 0 : EXIT_USAGE;
     printf("burstengine %s\n", PACKAGE_VERSION);
 #ifdef HAVE_CUDA
     printf("cuda:  yes (%s)\n", BURST_CUDA_ARCHS);

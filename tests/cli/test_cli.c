@@ -17,6 +17,43 @@ static test_run_result burst(const char *a1, const char *a2)
     return test_run(argv, NULL);
 }
 
+/* `burst WORDS...` (words NULL-terminated, at most 7). */
+static test_run_result burst_words(const char *const *words)
+{
+    char *argv[9] = {(char *)test_burst_path()};
+    for (int k = 0; k < 7 && words[k]; k++) argv[k + 1] = (char *)words[k];
+    return test_run(argv, NULL);
+}
+
+/* `burst WORDS... --help` exits 0 and lists each of the options (NULL-
+ * terminated), each at the start of a line of the list. */
+static void expect_help_lists(const char *const *words, const char *const *options)
+{
+    const char *argv[9] = {0};
+    int n = 0;
+    while (n < 7 && words[n]) argv[n] = words[n], n++;
+    argv[n] = "--help";
+    test_run_result r = burst_words(argv);
+    ck_assert_msg(r.exit_code == 0, "%s --help exited %d", words[0], r.exit_code);
+    for (int i = 0; options[i]; i++) {
+        char line[96];
+        snprintf(line, sizeof line, "\n  %s ", options[i]);
+        ck_assert_msg(test_output_has(&r, line), "%s --help does not list %s:\n%s", words[0],
+                      options[i], r.out);
+    }
+    test_run_free(&r);
+}
+
+/* `burst WORDS...` exits 2 saying says, and where the options are listed. */
+static void expect_refusal(const char *const *words, const char *says)
+{
+    test_run_result r = burst_words(words);
+    ck_assert_msg(r.exit_code == 2, "%s: exited %d: %s", says, r.exit_code, r.out);
+    ck_assert_msg(test_output_has(&r, says), "not '%s' in: %s", says, r.out);
+    ck_assert_msg(test_output_has(&r, "--help` lists the options"), "no --help hint: %s", r.out);
+    test_run_free(&r);
+}
+
 START_TEST(help_lists_every_command)
 {
     test_run_result r = burst("--help", NULL);
@@ -74,6 +111,51 @@ START_TEST(plan_attention_is_plan)
     ck_assert(test_output_has(&a, "plan: N=512 over 4 ranks"));
     ck_assert_str_eq(a.out, b.out);
     test_run_free(&a), test_run_free(&b);
+}
+END_TEST
+
+/* plan attention's options, one table: --help lists each, a bad value and an
+ * unknown option are refused naming them. */
+START_TEST(plan_attention_options)
+{
+    static const char *const plan[] = {"plan", NULL}, *const attention[] = {"plan", "attention",
+                                                                            NULL};
+    static const char *const options[] = {"--seq",
+                                          "--ranks",
+                                          "--nodes",
+                                          "--flat",
+                                          "--hq",
+                                          "--hkv",
+                                          "--d",
+                                          "--mask",
+                                          "--window",
+                                          "--doc-len",
+                                          "--sparse-block",
+                                          "--sparse-density",
+                                          "--layout",
+                                          "--bwd",
+                                          "--pass",
+                                          "--dump-schedule",
+                                          NULL};
+    expect_help_lists(plan, options);
+    expect_help_lists(attention, options);
+    static const struct {
+        const char *words[5];
+        const char *says;
+    } bad[] = {
+        {{"plan", "--d", "12"}, "burst plan: --d: bad value '12'"},
+        {{"plan", "attention", "--pass", "sideways"}, "burst plan: --pass: bad value 'sideways'"},
+        {{"plan", "--mask", "square"}, "burst plan: --mask: bad value 'square'"},
+        {{"plan", "--layout", "spiral"}, "burst plan: --layout: bad value 'spiral'"},
+        {{"plan", "--bwd", "sideways"}, "burst plan: --bwd: bad value 'sideways'"},
+        {{"plan", "--sparse-density", "2"}, "burst plan: --sparse-density: bad value '2'"},
+        {{"plan", "--ranks", "0"}, "burst plan: --ranks: bad value '0'"},
+        {{"plan", "--seq"}, "burst plan: --seq needs a value"},
+        {{"plan", "--frobnicate"}, "burst plan: unknown option '--frobnicate'"},
+        {{"plan", "attention", "extra"}, "burst plan: unexpected argument 'extra'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_refusal(bad[i].words, bad[i].says);
 }
 END_TEST
 
@@ -145,6 +227,27 @@ START_TEST(plan_memory_refuses_what_does_not_fit)
 }
 END_TEST
 
+/* --shard-size of convert and the memories of plan memory are read alike
+ * (util/options BU_OPT_BYTES): units with or without B, refusals naming the
+ * option and the value. */
+START_TEST(byte_sizes_are_read_alike)
+{
+    char *fits[] = {(char *)test_burst_path(), "plan", "memory", "--device-memory", "80GiB",
+                    "--host-memory",           "64GB", NULL};
+    test_run_result r = test_run(fits, NULL);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "fits: yes"), "%s", r.out);
+    test_run_free(&r);
+    static const struct {
+        const char *words[5]; /* after `burst` */
+        const char *says;
+    } bad[] = {{{"plan", "memory", "--device-memory", "0"}, "--device-memory: bad value '0'"},
+               {{"plan", "memory", "--host-memory", "2T"}, "--host-memory: bad value '2T'"},
+               {{"convert", "--shard-size", "5X"}, "--shard-size: bad value '5X'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_refusal(bad[i].words, bad[i].says);
+}
+END_TEST
+
 START_TEST(version_names_optional_parts)
 {
     test_run_result r = burst("version", NULL);
@@ -155,10 +258,34 @@ START_TEST(version_names_optional_parts)
     ck_assert(test_output_has(&r, "pmix:"));
     ck_assert(test_output_has(&r, "blas:"));
     test_run_free(&r);
-    r = burst("version", "--verbos");
-    ck_assert_int_eq(r.exit_code, 2);
-    ck_assert(test_output_has(&r, "unexpected argument '--verbos'"));
-    test_run_free(&r);
+}
+END_TEST
+
+/* version and selftest: options from one table each; --help lists them, bad
+ * values and unknown options are refused naming them (selftest refuses before
+ * it starts any transport). */
+START_TEST(version_and_selftest_options)
+{
+    static const char *const version[] = {"version", NULL}, *const selftest[] = {"selftest", NULL};
+    static const char *const version_options[] = {"--verbose", NULL}, *const selftest_options[] = {
+                                                                          "--intra", "--timeout",
+                                                                          NULL};
+    expect_help_lists(version, version_options);
+    expect_help_lists(selftest, selftest_options);
+    static const struct {
+        const char *words[5];
+        const char *says;
+    } bad[] = {
+        {{"version", "--verbos"}, "burst version: unknown option '--verbos'"},
+        {{"version", "now"}, "burst version: unexpected argument 'now'"},
+        {{"selftest", "--intra", "tcp"}, "burst selftest: --intra: bad value 'tcp'"},
+        {{"selftest", "--timeout", "0"}, "burst selftest: --timeout: bad value '0'"},
+        {{"selftest", "--timeout", "soon"}, "burst selftest: --timeout: bad value 'soon'"},
+        {{"selftest", "--timeout"}, "burst selftest: --timeout needs a value"},
+        {{"selftest", "--quick"}, "burst selftest: unknown option '--quick'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_refusal(bad[i].words, bad[i].says);
 }
 END_TEST
 
@@ -184,6 +311,68 @@ START_TEST(bench_kernels_device_errors)
     ck_assert_msg(r.exit_code == 1, "no device: exited %d: %s", r.exit_code, r.out);
     ck_assert_msg(test_output_has(&r, "--device cuda: no device"), "%s", r.out);
     test_run_free(&r);
+}
+END_TEST
+
+/* `burst bench` lists every benchmark it dispatches to, and so does the
+ * summary of `burst --help`; an unknown one is refused. */
+START_TEST(bench_lists_every_benchmark)
+{
+    test_run_result help = burst("bench", "--help"), top = burst("--help", NULL);
+    ck_assert_int_eq(help.exit_code, 0);
+    const char *benchmarks[] = {"kernels", "transport", "attention", "train"};
+    for (size_t i = 0; i < sizeof benchmarks / sizeof benchmarks[0]; i++) {
+        char row[32];
+        snprintf(row, sizeof row, "\n  %s ", benchmarks[i]);
+        ck_assert_msg(test_output_has(&help, row), "bench --help lacks %s: %s", benchmarks[i],
+                      help.out);
+        ck_assert_msg(test_output_has(&top, benchmarks[i]), "--help lacks %s", benchmarks[i]);
+    }
+    test_run_free(&help), test_run_free(&top);
+    test_run_result r = burst("bench", "sideways");
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert(test_output_has(&r, "burst bench: unknown benchmark 'sideways'"));
+    test_run_free(&r);
+}
+END_TEST
+
+/* bench attention and bench transport: options from one table each; --help
+ * lists them, bad values and unknown options are refused naming them before
+ * any rank starts. */
+START_TEST(bench_attention_and_transport_options)
+{
+    static const char *const attention[] = {"bench", "attention", NULL}, *const transport[] = {
+                                                                             "bench", "transport",
+                                                                             NULL};
+    static const char *const attention_options[] = {"--seq",  "--window", "--d",      "--ranks",
+                                                    "--reps", "--quick",  "--worker", NULL},
+                             *const transport_options[] = {"--ranks", "--quick", "--device",
+                                                           "--worker", NULL};
+    expect_help_lists(attention, attention_options);
+    expect_help_lists(transport, transport_options);
+    static const struct {
+        const char *words[5];
+        const char *says;
+    } bad[] = {
+        {{"bench", "attention", "--d", "7"}, "burst bench attention: --d: bad value '7'"},
+        {{"bench", "attention", "--seq", "8"}, "burst bench attention: --seq: bad value '8'"},
+        {{"bench", "attention", "--reps", "0"}, "burst bench attention: --reps: bad value '0'"},
+        {{"bench", "attention", "--ranks", "1,2"},
+         "burst bench attention: --ranks: bad value '1,2'"},
+        {{"bench", "attention", "--ranks", "2,,4"},
+         "burst bench attention: --ranks: bad value '2,,4'"},
+        {{"bench", "attention", "--ranks", "2,3,4,5,6,7,8"},
+         "burst bench attention: --ranks: bad value '2,3,4,5,6,7,8'"},
+        {{"bench", "attention", "--slow"}, "burst bench attention: unknown option '--slow'"},
+        {{"bench", "transport", "--ranks", "65"}, "burst bench transport: --ranks: bad value '65'"},
+        {{"bench", "transport", "--ranks", "2x"}, "burst bench transport: --ranks: bad value '2x'"},
+        {{"bench", "transport", "--ranks", "2,3,4,5,6,7,8,9"},
+         "burst bench transport: --ranks: bad value '2,3,4,5,6,7,8,9'"},
+        {{"bench", "transport", "--ranks"}, "burst bench transport: --ranks needs a value"},
+        {{"bench", "transport", "now"}, "burst bench transport: unexpected argument 'now'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_refusal(bad[i].words, bad[i].says);
 }
 END_TEST
 
@@ -254,10 +443,12 @@ int main(void)
     Suite *s = suite_create("cli");
     TCase *tc = check_tcase(s, "cli", 60);
     check_add_tests(tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
-                    plan_memory_counts_what_a_run_counts, plan_memory_refuses_what_does_not_fit,
+                    plan_attention_options, plan_memory_counts_what_a_run_counts,
+                    plan_memory_refuses_what_does_not_fit, byte_sizes_are_read_alike,
                     unknown_command_is_usage_error, every_command_has_help,
-                    version_names_optional_parts, bench_kernels_device_errors,
-                    bench_train_refuses_bad_options);
+                    version_names_optional_parts, version_and_selftest_options,
+                    bench_kernels_device_errors, bench_lists_every_benchmark,
+                    bench_attention_and_transport_options, bench_train_refuses_bad_options);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device,
                     plan_memory_counts_what_a_device_run_counts);

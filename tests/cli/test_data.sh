@@ -21,6 +21,14 @@ for sub in import synth info validate; do
     expect 0 "usage: burst data $sub" "$BURST" data $sub --help
 done
 expect 2 "unknown subcommand" "$BURST" data frobnicate
+# info and validate: options from one table each; --help lists them, bad ones are refused
+expect 0 "  --seq-len N " "$BURST" data validate --help
+expect 2 "burst data validate: --seq-len: bad value '0'" "$BURST" data validate --seq-len 0 x.h5
+expect 2 "burst data validate: --seq-len: bad value 'ten'" "$BURST" data validate --seq-len ten x.h5
+expect 2 "burst data validate: unknown option '--deep'" "$BURST" data validate --deep x.h5
+expect 2 "burst data info: unknown option '--seq-len'" "$BURST" data info --seq-len 4 x.h5
+expect 2 "(\`burst data info --help\` lists the options)" "$BURST" data info -v x.h5
+expect 2 "usage: burst data validate" "$BURST" data validate --seq-len 4
 
 # Text: bytes in, bytes out, a document per line.
 printf 'ab\ncd\n' >"$T/a.txt"
@@ -76,6 +84,7 @@ expect 2 "not a .npy" "$BURST" data import --from npy "$T/a.txt" -o "$T/bad.h5"
 expect 0 "passkey, 5 samples" "$BURST" data synth --task passkey --seq-len 100 --samples 5 \
     --distance 60:90 --pairs 2 --seed 7 -o "$T/p.h5"
 expect 0 "OK (505 tokens" "$BURST" data validate --seq-len 100 "$T/p.h5"
+expect 0 "OK (505 tokens" "$BURST" data validate "$T/p.h5" --seq-len 100
 expect 1 "fewer than one sequence" "$BURST" data validate --seq-len 1000 "$T/p.h5"
 expect 0 "/answers int64 [5, 3]" "$BURST" data info "$T/p.h5"
 expect 0 "copy, 3 samples" "$BURST" data synth --task copy --seq-len 64 --samples 3 -o "$T/c.h5"
@@ -101,6 +110,8 @@ done
 head -c 3000 /dev/urandom >"$T/garbage.h5"
 expect 2 "garbage.h5: not an HDF5 file" "$BURST" data info "$T/garbage.h5"
 expect 1 "garbage.h5" "$BURST" data validate "$T/garbage.h5"
+# a bad corpus first: the good one after it is still described
+expect 2 "documents:   2" "$BURST" data info "$T/garbage.h5" "$T/a.h5"
 "$BURST" data synth --task passkey --seq-len 4000 --samples 50 -o "$T/big.h5" >/dev/null
 size=$(wc -c <"$T/big.h5")
 head -c $((size / 2)) "$T/big.h5" >"$T/cut.h5"

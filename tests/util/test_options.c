@@ -1,7 +1,7 @@
 /* test_options.c: the option-table walker (util/options.c): each kind of row
  * sets its field, values out of range and unknown options are refused naming
- * them, help wins, positionals go to their callback, and --help prints every
- * row at the column asked. */
+ * them, byte counts take their units, help wins, positionals go to their
+ * callback, and --help prints every row at the column asked. */
 #include <check.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,7 +15,7 @@
 
 typedef struct {
     int flag, count;
-    int64_t big;
+    int64_t big, size;
     double ratio;
     const char *name, *custom, *first_positional;
     int n_positional;
@@ -44,6 +44,7 @@ static const bu_option opts[] = {
     {"--count", "N", BU_OPT_INT, offsetof(settings, count), 1, 9, NULL, "a count\nof two lines"},
     {"--big", "N", BU_OPT_I64, offsetof(settings, big), -1, 5e9, NULL, "a big count"},
     {"--ratio", "F", BU_OPT_DOUBLE, offsetof(settings, ratio), 0, 1, NULL, "a ratio"},
+    {"--size", "SIZE", BU_OPT_BYTES, offsetof(settings, size), 1, 1e12, NULL, "a size"},
     {"-n, --name", "S", BU_OPT_STRING, offsetof(settings, name), 0, 0, NULL, "a name"},
     {"--a-very-long-option", "VALUE", BU_OPT_CUSTOM, 0, 0, 0, set_custom, "custom"},
 };
@@ -142,6 +143,47 @@ START_TEST(bad_input_is_refused_naming_it)
 }
 END_TEST
 
+/* A byte count: digits, an optional K, M or G in either case, an optional B
+ * or iB; within the row's range. */
+START_TEST(byte_counts_take_their_units)
+{
+    static const struct {
+        char *value;
+        int64_t bytes;
+    } good[] = {{"4096", 4096},
+                {"4096B", 4096},
+                {"64K", 65536},
+                {"64k", 65536},
+                {"1M", 1 << 20},
+                {"5G", (int64_t)5 << 30},
+                {"5GB", (int64_t)5 << 30},
+                {"5gb", (int64_t)5 << 30},
+                {"5GiB", (int64_t)5 << 30},
+                {"3MiB", (int64_t)3 << 20}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        settings s = {0};
+        char err[256];
+        char *argv[] = {"cmd", "--size", good[i].value, NULL};
+        ck_assert_msg(parse(argv, &s, 0, err, sizeof err) == 0, "%s: %s", good[i].value, err);
+        ck_assert_msg(s.size == good[i].bytes, "%s: %lld", good[i].value, (long long)s.size);
+    }
+    /* below lo, above hi (2000 GiB > 1e12), units it does not know, a
+     * fraction, a sign, B twice, nothing */
+    static char *const bad[] = {"0",   "2000G", "2T", "1.5G", "-1",  "+1",
+                                "5iB", "5GiBB", "B",  "",     "5 G", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        settings s = {0};
+        char err[256], says[160];
+        char *argv[] = {"cmd", "--size", bad[i], NULL};
+        snprintf(says, sizeof says,
+                 "cmd: --size: bad value '%s'\n(`cmd --help` lists the options)\n", bad[i]);
+        ck_assert_int_eq(parse(argv, &s, 0, err, sizeof err), -1);
+        ck_assert_str_eq(err, says);
+        ck_assert_int_eq(s.size, 0);
+    }
+}
+END_TEST
+
 START_TEST(help_wins_over_everything)
 {
     settings s = {0};
@@ -187,6 +229,7 @@ START_TEST(help_lists_every_row_at_its_column)
                            "              of two lines\n"
                            "  --big N     a big count\n"
                            "  --ratio F   a ratio\n"
+                           "  --size SIZE a size\n"
                            "  -n, --name S\n"
                            "              a name\n"
                            "  --a-very-long-option VALUE\n"
@@ -200,7 +243,7 @@ int main(void)
     Suite *s = suite_create("options");
     TCase *tc = check_tcase(s, "options", 0);
     check_add_tests(tc, every_kind_sets_its_field, bad_input_is_refused_naming_it,
-                    help_wins_over_everything, a_prefix_walk_stops_at_the_other_command,
-                    help_lists_every_row_at_its_column);
+                    byte_counts_take_their_units, help_wins_over_everything,
+                    a_prefix_walk_stops_at_the_other_command, help_lists_every_row_at_its_column);
     return check_run(s);
 }
