@@ -38,6 +38,22 @@ const cli_subcommand *cli_find_subcommand(const cli_subcommand *subs, int n, con
     return NULL;
 }
 
+int cli_dispatch(const char *cmd, const cli_subcommand *subs, int n, void (*usage)(FILE *out),
+                 int argc, char **argv)
+{
+    const char *name = argc > 1 ? argv[1] : NULL;
+    if (name &&
+        (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0)) {
+        usage(stdout);
+        return 0;
+    }
+    const cli_subcommand *sub = name ? cli_find_subcommand(subs, n, name) : NULL;
+    if (sub) return sub->run(argc - 1, argv + 1);
+    if (name) fprintf(stderr, "%s: unknown subcommand '%s'\n", cmd, name);
+    usage(stderr);
+    return EXIT_USAGE;
+}
+
 void cli_print_subcommands(FILE *out, const cli_subcommand *subs, int n, int width)
 {
     for (int i = 0; i < n; i++) {

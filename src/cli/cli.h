@@ -43,6 +43,11 @@ const cli_subcommand *cli_find_subcommand(const cli_subcommand *subs, int n, con
 /* "  name" padded to width columns, then the summary, its later lines
  * indented to the same column. */
 void cli_print_subcommands(FILE *out, const cli_subcommand *subs, int n, int width);
+/* `CMD SUBCOMMAND ...`: runs the row of subs[n] that argv[1] names with
+ * argv + 1. -h, --help or help prints usage on stdout (0); no subcommand, or
+ * one not in the table (named on stderr), prints it on stderr (EXIT_USAGE). */
+int cli_dispatch(const char *cmd, const cli_subcommand *subs, int n, void (*usage)(FILE *out),
+                 int argc, char **argv);
 
 /* True when argv holds -h or --help before a "--". */
 int cli_wants_help(int argc, char **argv);

@@ -27,17 +27,5 @@ static void usage(FILE *out)
 
 int cmd_bench(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return EXIT_USAGE;
-    }
-    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-        usage(stdout);
-        return 0;
-    }
-    const cli_subcommand *bench = cli_find_subcommand(benchmarks, N_BENCHMARKS, argv[1]);
-    if (bench) return bench->run(argc - 1, argv + 1);
-    fprintf(stderr, "burst bench: unknown benchmark '%s'\n", argv[1]);
-    usage(stderr);
-    return EXIT_USAGE;
+    return cli_dispatch("burst bench", benchmarks, N_BENCHMARKS, usage, argc, argv);
 }

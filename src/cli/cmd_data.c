@@ -27,20 +27,6 @@
 /* Tokens below SYNTH_FIRST are markers of the synthetic tasks. */
 enum { SYNTH_FILL = 0, SYNTH_KEY = 1, SYNTH_QUERY = 2, SYNTH_SEP = 3, SYNTH_FIRST = 4 };
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: burst data import --from text|bin|npy INPUT... -o OUT.h5 [OPTIONS]\n"
-            "       burst data synth --task passkey|copy --seq-len N --samples S -o OUT.h5 "
-            "[OPTIONS]\n"
-            "       burst data info FILE...\n"
-            "       burst data validate [--seq-len N] FILE...\n\n"
-            "Tools for tokenized corpora in HDF5 (format: doc/CORPUS.md). Files are written\n"
-            "under a temporary name and renamed when complete. 'burst data SUBCOMMAND --help'\n"
-            "describes each. Exit status: 0 success, 1 failure while writing or problems\n"
-            "found by validate, 2 bad usage or bad input found before work.\n");
-}
-
 /* ------------------------------------------------------------------ import */
 
 typedef enum { FROM_TEXT, FROM_BIN, FROM_NPY } import_kind;
@@ -752,22 +738,26 @@ static int cmd_validate(int argc, char **argv)
     return bad ? EXIT_RUN_FAILURE : 0;
 }
 
+static const cli_subcommand subcommands[] = {
+    {"import", cmd_import, "token files (text, binary, .npy) into one corpus"},
+    {"synth", cmd_synth, "a synthetic corpus (passkey, copy)"},
+    {"info", cmd_info, "what a corpus holds"},
+    {"validate", cmd_validate, "checks corpora against the format"},
+};
+enum { N_SUBCOMMANDS = sizeof subcommands / sizeof subcommands[0] };
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: burst data SUBCOMMAND [OPTIONS]\n\n");
+    cli_print_subcommands(out, subcommands, N_SUBCOMMANDS, 12);
+    fprintf(out,
+            "\nTools for tokenized corpora in HDF5 (format: doc/CORPUS.md). Files are written\n"
+            "under a temporary name and renamed when complete. 'burst data SUBCOMMAND --help'\n"
+            "describes each. Exit status: 0 success, 1 failure while writing or problems\n"
+            "found by validate, 2 bad usage or bad input found before work.\n");
+}
+
 int cmd_data(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return EXIT_USAGE;
-    }
-    const char *sub = argv[1];
-    if (strcmp(sub, "import") == 0) return cmd_import(argc - 1, argv + 1);
-    if (strcmp(sub, "synth") == 0) return cmd_synth(argc - 1, argv + 1);
-    if (strcmp(sub, "info") == 0) return cmd_info(argc - 1, argv + 1);
-    if (strcmp(sub, "validate") == 0) return cmd_validate(argc - 1, argv + 1);
-    if (strcmp(sub, "-h") == 0 || strcmp(sub, "--help") == 0 || strcmp(sub, "help") == 0) {
-        usage(stdout);
-        return 0;
-    }
-    fprintf(stderr, "burst data: unknown subcommand '%s'\n", sub);
-    usage(stderr);
-    return EXIT_USAGE;
+    return cli_dispatch("burst data", subcommands, N_SUBCOMMANDS, usage, argc, argv);
 }

@@ -331,7 +331,7 @@ START_TEST(bench_lists_every_benchmark)
     test_run_free(&help), test_run_free(&top);
     test_run_result r = burst("bench", "sideways");
     ck_assert_int_eq(r.exit_code, 2);
-    ck_assert(test_output_has(&r, "burst bench: unknown benchmark 'sideways'"));
+    ck_assert(test_output_has(&r, "burst bench: unknown subcommand 'sideways'"));
     test_run_free(&r);
 }
 END_TEST
