@@ -20,13 +20,16 @@ list-test-results:
 
 # ------------------------------------------------------------------ tests/lib
 # What the tests share, one copy each: a check suite's main (check_main), the
-# buffers and random numbers of the checks (arrays, rng on util/rng.h), running
-# `burst` and the workers, temporary directories (testutil), the state and
-# exits of the multi-rank workers (worker_util.h) and the device buffers of
-# those that run on the device (worker_device.h).
+# buffers and random numbers of the checks (arrays, rng on util/rng.h), the
+# RoPE scalings and attention masks the kernel tests cycle through
+# (rope_cases.h, mask_cases.h), running `burst` and the workers, temporary
+# directories (testutil), the state and exits of the multi-rank workers
+# (worker_util.h) and the device buffers of those that run on the device
+# (worker_device.h).
 check_LIBRARIES = tests/lib/libburst_tests.a
 tests_lib_libburst_tests_a_SOURCES = tests/lib/check_main.h tests/lib/check_main.c \
-	tests/lib/arrays.h tests/lib/arrays.c tests/lib/close.h tests/lib/close.c tests/lib/rng.h tests/lib/rope_cases.h tests/lib/testutil.h \
+	tests/lib/arrays.h tests/lib/arrays.c tests/lib/close.h tests/lib/close.c \
+	tests/lib/mask_cases.h tests/lib/rng.h tests/lib/rope_cases.h tests/lib/testutil.h \
 	tests/lib/testutil.c tests/lib/worker_util.h tests/lib/worker_device.h
 SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_lib_libburst_tests_a_CFLAGS = $(SUITE_CFLAGS)
