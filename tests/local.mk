@@ -336,9 +336,14 @@ tests_train_test_recall_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_recall_LDADD = $(ENGINE_SUITE_LIBS)
 
 # Training end to end, and the gradients against finite differences
-# (tests/train/train_gradcheck, on one rank or a ring).
+# (tests/train/train_gradcheck, on one rank or a ring): one suite whose main
+# is test_train.c and whose tests stand in tests/train/engine/, a file per
+# concern on a shared fixture.
 check_PROGRAMS += tests/train/train_gradcheck tests/train/test_train
 TESTS += tests/train/test_train
+tests_train_test_train_SOURCES = tests/train/test_train.c tests/train/engine/fixture.h \
+	tests/train/engine/fixture.c tests/train/engine/ranks.c tests/train/engine/steps.c \
+	tests/train/engine/resume.c tests/train/engine/corpus.c tests/train/engine/device.c
 tests_train_test_train_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_train_LDADD = $(ENGINE_SUITE_LIBS)
 
