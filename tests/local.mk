@@ -24,13 +24,14 @@ list-test-results:
 # RoPE scalings and attention masks the kernel tests cycle through
 # (rope_cases.h, mask_cases.h), running `burst` and the workers, temporary
 # directories (testutil), the state and exits of the multi-rank workers
-# (worker_util.h) and the device buffers of those that run on the device
-# (worker_device.h).
+# (worker_util.h), the device buffers of those that run on the device
+# (worker_device.h) and the model the device workers of tests/train run
+# (worker_model.h).
 check_LIBRARIES = tests/lib/libburst_tests.a
 tests_lib_libburst_tests_a_SOURCES = tests/lib/check_main.h tests/lib/check_main.c \
 	tests/lib/arrays.h tests/lib/arrays.c tests/lib/close.h tests/lib/close.c \
 	tests/lib/mask_cases.h tests/lib/rng.h tests/lib/rope_cases.h tests/lib/testutil.h \
-	tests/lib/testutil.c tests/lib/worker_util.h tests/lib/worker_device.h
+	tests/lib/testutil.c tests/lib/worker_util.h tests/lib/worker_device.h tests/lib/worker_model.h
 SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_lib_libburst_tests_a_CFLAGS = $(SUITE_CFLAGS)
 SUITE_LIBS = tests/lib/libburst_tests.a $(CHECK_LIBS)
