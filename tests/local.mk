@@ -20,18 +20,55 @@ list-test-results:
 
 # ------------------------------------------------------------------ tests/lib
 # What the tests share, one copy each: a check suite's main (check_main), the
-# buffers and random numbers of the checks (arrays, rng on util/rng.h), running
-# `burst` and the workers, temporary directories (testutil), the state and
-# exits of the multi-rank workers (worker_util.h) and the device buffers of
-# those that run on the device (worker_device.h). A suite is compiled with
-# SUITE_CFLAGS and links SUITE_LIBS before the libraries it tests.
+# buffers and random numbers of the checks (arrays, rng on util/rng.h), the
+# RoPE scalings and attention masks the kernel tests cycle through
+# (rope_cases.h, mask_cases.h), running `burst` and the workers, temporary
+# directories (testutil), the state and exits of the multi-rank workers
+# (worker_util.h), the device buffers of those that run on the device
+# (worker_device.h) and the model the device workers of tests/train run
+# (worker_model.h).
 check_LIBRARIES = tests/lib/libburst_tests.a
 tests_lib_libburst_tests_a_SOURCES = tests/lib/check_main.h tests/lib/check_main.c \
-	tests/lib/arrays.h tests/lib/arrays.c tests/lib/close.h tests/lib/close.c tests/lib/rng.h tests/lib/rope_cases.h tests/lib/testutil.h \
-	tests/lib/testutil.c tests/lib/worker_util.h tests/lib/worker_device.h
+	tests/lib/arrays.h tests/lib/arrays.c tests/lib/close.h tests/lib/close.c \
+	tests/lib/mask_cases.h tests/lib/rng.h tests/lib/rope_cases.h tests/lib/testutil.h \
+	tests/lib/testutil.c tests/lib/worker_util.h tests/lib/worker_device.h tests/lib/worker_model.h
 SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_lib_libburst_tests_a_CFLAGS = $(SUITE_CFLAGS)
 SUITE_LIBS = tests/lib/libburst_tests.a $(CHECK_LIBS)
+
+# A check suite is a program, compiled with SUITE_CFLAGS, that links SUITE_LIBS
+# before the libraries it tests; each link set below is one such list, named
+# for the deepest library it holds. A suite whose one source is its name plus
+# .c names no _SOURCES (automake's default), so that adding one is
+#   check_PROGRAMS += tests/WING/test_x
+#   TESTS += tests/WING/test_x
+#   tests_WING_test_x_CFLAGS = $(SUITE_CFLAGS)
+#   tests_WING_test_x_LDADD = $(..._SUITE_LIBS)
+# (automake takes per-program flags from per-program variables only).
+UTIL_SUITE_LIBS = $(SUITE_LIBS) libburst_util.a $(EXTERNAL_LIBS)
+KERNEL_SUITE_LIBS = $(SUITE_LIBS) libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS)
+TRANSPORT_SUITE_LIBS = $(SUITE_LIBS) libburst_transport.a libburst_util.a $(EXTERNAL_LIBS)
+IO_SUITE_LIBS = $(SUITE_LIBS) libburst_io.a $(EXTERNAL_LIBS)
+# Every library of the engine (Makefile.am's LDADD).
+ENGINE_SUITE_LIBS = $(SUITE_LIBS) $(LDADD)
+# The suites of the device kernels linked with the emulator: kernels/emu/
+# select_emu.c ahead of the libraries and the emulator's library before the
+# kernels (the CUDA builds' device suites link KERNEL_SUITE_LIBS);
+# tests/kernels/dev_util is what they add to tests/lib (device buffers; a main
+# that skips without a device).
+DEV_SUITE_UTIL = tests/kernels/dev_util.h tests/kernels/dev_util.c
+DEV_SUITE_EMU_SOURCES = $(DEV_SUITE_UTIL) kernels/emu/select_emu.c
+DEV_SUITE_LIBS_EMU = $(SUITE_LIBS) libburst_kernels_emu.a libburst_kernels.a libburst_util.a \
+	$(EXTERNAL_LIBS) -lstdc++
+# The multi-rank workers and programs linked with the emulator (no check):
+# the attention's libraries, or the whole engine's.
+EMU_ATTN_LIBS = libburst_attn.a libburst_transport.a libburst_kernels_emu.a libburst_kernels.a \
+	libburst_util.a $(EMU_EXTERNAL_LIBS) -lstdc++
+EMU_ENGINE_LIBS = libburst_train.a libburst_attn.a libburst_transport.a libburst_kernels_emu.a \
+	libburst_kernels.a libburst_io.a libburst_util.a $(EMU_EXTERNAL_LIBS) -lstdc++
+# The allocator wrapped (--wrap), so that a test counts or fails allocations.
+WRAPPED_ALLOCATOR = -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
+	-Wl,--wrap=aligned_alloc
 
 # ------------------------------------------------------------------ the build
 # configure names the package to install when a dependency is missing.
@@ -50,29 +87,25 @@ EXTRA_DIST += tests/build/test_check_summary.sh tests/lib/check_summary.sh
 # The tiled attention against the double-precision reference.
 check_PROGRAMS += tests/kernels/test_attention
 TESTS += tests/kernels/test_attention
-tests_kernels_test_attention_SOURCES = tests/kernels/test_attention.c
 tests_kernels_test_attention_CFLAGS = $(SUITE_CFLAGS)
-tests_kernels_test_attention_LDADD = $(SUITE_LIBS) libburst_kernels.a libburst_util.a \
-	$(EXTERNAL_LIBS)
+tests_kernels_test_attention_LDADD = $(KERNEL_SUITE_LIBS)
 
 # GEMM, norms, RoPE, SwiGLU, embedding, AdamW, cross-entropy.
 check_PROGRAMS += tests/kernels/test_ops
 TESTS += tests/kernels/test_ops
-tests_kernels_test_ops_SOURCES = tests/kernels/test_ops.c
 tests_kernels_test_ops_CFLAGS = $(SUITE_CFLAGS)
-tests_kernels_test_ops_LDADD = $(SUITE_LIBS) libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS)
+tests_kernels_test_ops_LDADD = $(KERNEL_SUITE_LIBS)
 
 # The device kernels (kernels/cuda/) on the CPU: the SIMT emulator's own
 # primitives, then the kernels on an emulated device queue against the
-# double-precision references. tests/kernels/dev_util is what the device suites
-# add to tests/lib (device buffers; a main that skips without a device).
+# double-precision references.
 EMU_SUITE_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMULATOR $(CHECK_CFLAGS)
+SIMT_SUITE_LIBS = libburst_kernels_emu.a libburst_kernels.a libburst_util.a $(SUITE_LIBS) -lm
 check_PROGRAMS += tests/kernels/test_simt
 TESTS += tests/kernels/test_simt
 tests_kernels_test_simt_SOURCES = tests/kernels/test_simt.cc
 tests_kernels_test_simt_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
-tests_kernels_test_simt_LDADD = libburst_kernels_emu.a libburst_kernels.a libburst_util.a \
-	$(SUITE_LIBS) -lm
+tests_kernels_test_simt_LDADD = $(SIMT_SUITE_LIBS)
 
 # The emulator's mma test, built against an mma whose A-fragment layout is
 # deliberately wrong, and the attention sweep on it: the script expects both
@@ -82,34 +115,27 @@ TESTS += tests/kernels/test_simt_wrong_layout.sh
 EXTRA_DIST += tests/kernels/test_simt_wrong_layout.sh
 tests_kernels_test_simt_wrong_layout_SOURCES = tests/kernels/test_simt.cc kernels/emu/simt_mma.cc
 tests_kernels_test_simt_wrong_layout_CPPFLAGS = $(EMU_SUITE_CPPFLAGS) -DBK_EMU_MMA_WRONG_LAYOUT
-tests_kernels_test_simt_wrong_layout_LDADD = libburst_kernels_emu.a libburst_kernels.a \
-	libburst_util.a $(SUITE_LIBS) -lm
+tests_kernels_test_simt_wrong_layout_LDADD = $(SIMT_SUITE_LIBS)
 
-# One test source per device suite, linked twice: with the emulator
-# (kernels/emu/select_emu.c ahead of the libraries; every build) and with the
-# CUDA backend (CUDA builds; skips, exit 77, without a GPU).
-DEV_SUITE_LIBS_EMU = $(SUITE_LIBS) libburst_kernels_emu.a libburst_kernels.a libburst_util.a \
-	$(EXTERNAL_LIBS) -lstdc++
-DEV_SUITE_LIBS_CUDA = $(SUITE_LIBS) libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS)
-DEV_SUITE_UTIL = tests/kernels/dev_util.h tests/kernels/dev_util.c
-
+# One test source per device suite, linked twice: with the emulator (every
+# build) and with the CUDA backend (CUDA builds; skips, exit 77, without a
+# GPU).
 check_PROGRAMS += tests/kernels/test_dev_ops_emu
 TESTS += tests/kernels/test_dev_ops_emu
-tests_kernels_test_dev_ops_emu_SOURCES = tests/kernels/test_dev_ops.c $(DEV_SUITE_UTIL) \
-	kernels/emu/select_emu.c
+tests_kernels_test_dev_ops_emu_SOURCES = tests/kernels/test_dev_ops.c $(DEV_SUITE_EMU_SOURCES)
 tests_kernels_test_dev_ops_emu_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_dev_ops_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
 
 check_PROGRAMS += tests/kernels/test_dev_attention_emu
 TESTS += tests/kernels/test_dev_attention_emu
 tests_kernels_test_dev_attention_emu_SOURCES = tests/kernels/test_dev_attention.c \
-	$(DEV_SUITE_UTIL) kernels/emu/select_emu.c
+	$(DEV_SUITE_EMU_SOURCES)
 tests_kernels_test_dev_attention_emu_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_dev_attention_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
 
 check_PROGRAMS += tests/kernels/test_dev_attention_wrong_layout
 tests_kernels_test_dev_attention_wrong_layout_SOURCES = tests/kernels/test_dev_attention.c \
-	$(DEV_SUITE_UTIL) kernels/emu/select_emu.c kernels/emu/simt_mma.cc
+	$(DEV_SUITE_EMU_SOURCES) kernels/emu/simt_mma.cc
 tests_kernels_test_dev_attention_wrong_layout_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMULATOR \
 	-DBK_EMU_MMA_WRONG_LAYOUT
 tests_kernels_test_dev_attention_wrong_layout_CFLAGS = $(SUITE_CFLAGS)
@@ -118,16 +144,15 @@ tests_kernels_test_dev_attention_wrong_layout_LDADD = $(DEV_SUITE_LIBS_EMU)
 # Streams, events, queued copies (emulator here; the GPU below).
 check_PROGRAMS += tests/kernels/test_dev_streams_emu
 TESTS += tests/kernels/test_dev_streams_emu
-tests_kernels_test_dev_streams_emu_SOURCES = tests/kernels/test_dev_streams.c $(DEV_SUITE_UTIL) \
-	kernels/emu/select_emu.c
+tests_kernels_test_dev_streams_emu_SOURCES = tests/kernels/test_dev_streams.c \
+	$(DEV_SUITE_EMU_SOURCES)
 tests_kernels_test_dev_streams_emu_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_dev_streams_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
 
 # The caching arena in host memory and in emulated device memory.
 check_PROGRAMS += tests/kernels/test_arena
 TESTS += tests/kernels/test_arena
-tests_kernels_test_arena_SOURCES = tests/kernels/test_arena.c $(DEV_SUITE_UTIL) \
-	kernels/emu/select_emu.c
+tests_kernels_test_arena_SOURCES = tests/kernels/test_arena.c $(DEV_SUITE_EMU_SOURCES)
 tests_kernels_test_arena_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_arena_LDADD = $(DEV_SUITE_LIBS_EMU)
 
@@ -136,7 +161,7 @@ tests_kernels_test_arena_LDADD = $(DEV_SUITE_LIBS_EMU)
 check_PROGRAMS += tests/kernels/test_bench_device_emu
 TESTS += tests/kernels/test_bench_device_emu
 tests_kernels_test_bench_device_emu_SOURCES = tests/kernels/test_bench_device_emu.c \
-	src/bench/bench_kernels_device.c $(DEV_SUITE_UTIL) kernels/emu/select_emu.c
+	src/bench/bench_kernels_device.c $(DEV_SUITE_EMU_SOURCES)
 tests_kernels_test_bench_device_emu_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_bench_device_emu_LDADD = $(DEV_SUITE_LIBS_EMU) libburst_util.a
 
@@ -152,13 +177,13 @@ TESTS += tests/kernels/test_dev_ops_cuda tests/kernels/test_dev_attention_cuda \
 	tests/kernels/test_dev_streams_cuda
 tests_kernels_test_dev_streams_cuda_SOURCES = tests/kernels/test_dev_streams.c $(DEV_SUITE_UTIL)
 tests_kernels_test_dev_streams_cuda_CFLAGS = $(SUITE_CFLAGS)
-tests_kernels_test_dev_streams_cuda_LDADD = $(DEV_SUITE_LIBS_CUDA)
+tests_kernels_test_dev_streams_cuda_LDADD = $(KERNEL_SUITE_LIBS)
 tests_kernels_test_dev_ops_cuda_SOURCES = tests/kernels/test_dev_ops.c $(DEV_SUITE_UTIL)
 tests_kernels_test_dev_ops_cuda_CFLAGS = $(SUITE_CFLAGS)
-tests_kernels_test_dev_ops_cuda_LDADD = $(DEV_SUITE_LIBS_CUDA)
+tests_kernels_test_dev_ops_cuda_LDADD = $(KERNEL_SUITE_LIBS)
 tests_kernels_test_dev_attention_cuda_SOURCES = tests/kernels/test_dev_attention.c $(DEV_SUITE_UTIL)
 tests_kernels_test_dev_attention_cuda_CFLAGS = $(SUITE_CFLAGS)
-tests_kernels_test_dev_attention_cuda_LDADD = $(DEV_SUITE_LIBS_CUDA)
+tests_kernels_test_dev_attention_cuda_LDADD = $(KERNEL_SUITE_LIBS)
 endif
 
 # Resource budgets of the kernels, and tensor cores in the attention kernels'
@@ -171,26 +196,20 @@ EXTRA_DIST += tests/kernels/test_cuda_resources.sh tests/kernels/test_cuda_sass.
 # with real ranks (tests/transport/transport_worker) under `burst run`.
 check_PROGRAMS += tests/transport/transport_worker tests/transport/test_transport
 TESTS += tests/transport/test_transport
-tests_transport_transport_worker_SOURCES = tests/transport/transport_worker.c
 tests_transport_transport_worker_LDADD = libburst_transport.a libburst_util.a $(EXTERNAL_LIBS)
-tests_transport_test_transport_SOURCES = tests/transport/test_transport.c
 tests_transport_test_transport_CFLAGS = $(SUITE_CFLAGS)
-tests_transport_test_transport_LDADD = $(SUITE_LIBS) libburst_transport.a libburst_util.a \
-	$(EXTERNAL_LIBS)
+tests_transport_test_transport_LDADD = $(TRANSPORT_SUITE_LIBS)
 
 # The transport on device memory: staging, self copies, device collectives and
 # refusals, with real ranks whose device is the SIMT emulator
-# (tests/transport/transport_dev_worker, linked like the device suites).
+# (tests/transport/transport_dev_worker).
 check_PROGRAMS += tests/transport/transport_dev_worker tests/transport/test_transport_device
 TESTS += tests/transport/test_transport_device
 tests_transport_transport_dev_worker_SOURCES = tests/transport/transport_dev_worker.c \
 	kernels/emu/select_emu.c
-tests_transport_transport_dev_worker_LDADD = libburst_attn.a libburst_transport.a \
-	libburst_kernels_emu.a libburst_kernels.a libburst_util.a $(EMU_EXTERNAL_LIBS) -lstdc++
-tests_transport_test_transport_device_SOURCES = tests/transport/test_transport_device.c
+tests_transport_transport_dev_worker_LDADD = $(EMU_ATTN_LIBS)
 tests_transport_test_transport_device_CFLAGS = $(SUITE_CFLAGS)
-tests_transport_test_transport_device_LDADD = $(SUITE_LIBS) libburst_transport.a libburst_util.a \
-	$(EXTERNAL_LIBS)
+tests_transport_test_transport_device_LDADD = $(TRANSPORT_SUITE_LIBS)
 
 # The model of NCCL (kernels/emu/nccl_emu.cc) against what NCCL documents,
 # with forked ranks: a ring step posted as one group completes, the same ring
@@ -199,7 +218,6 @@ tests_transport_test_transport_device_LDADD = $(SUITE_LIBS) libburst_transport.a
 if HAVE_NCCL
 check_PROGRAMS += tests/transport/test_nccl_emu
 TESTS += tests/transport/test_nccl_emu
-tests_transport_test_nccl_emu_SOURCES = tests/transport/test_nccl_emu.c
 tests_transport_test_nccl_emu_CFLAGS = $(SUITE_CFLAGS)
 tests_transport_test_nccl_emu_LDADD = libburst_nccl_emu.a $(SUITE_LIBS) -lrt -lstdc++
 endif
@@ -218,89 +236,77 @@ clean-local-tests:
 # The option-table walker every command's options go through (util/options.c).
 check_PROGRAMS += tests/util/test_options
 TESTS += tests/util/test_options
-tests_util_test_options_SOURCES = tests/util/test_options.c
 tests_util_test_options_CFLAGS = $(SUITE_CFLAGS)
-tests_util_test_options_LDADD = $(SUITE_LIBS) libburst_util.a $(EXTERNAL_LIBS)
+tests_util_test_options_LDADD = $(UTIL_SUITE_LIBS)
 
 # ------------------------------------------------------------------ io
 # The one HDF5 error policy (io/h5util.c): messages naming the file, the
 # attribute and HDF5's detail; nothing printed, in any thread; the stack empty.
 check_PROGRAMS += tests/io/test_h5util
 TESTS += tests/io/test_h5util
-tests_io_test_h5util_SOURCES = tests/io/test_h5util.c
 tests_io_test_h5util_CFLAGS = $(SUITE_CFLAGS)
-tests_io_test_h5util_LDADD = $(SUITE_LIBS) libburst_io.a $(EXTERNAL_LIBS)
+tests_io_test_h5util_LDADD = $(IO_SUITE_LIBS)
 
-# Training checkpoints in HDF5 (io/checkpoint.c).
+# Hugging Face safetensors files (io/safetensors.c) and training checkpoints
+# in HDF5 (io/checkpoint.c).
 check_PROGRAMS += tests/io/test_safetensors
 TESTS += tests/io/test_safetensors
-tests_io_test_safetensors_SOURCES = tests/io/test_safetensors.c
 tests_io_test_safetensors_CFLAGS = $(SUITE_CFLAGS)
 tests_io_test_safetensors_LDADD = $(SUITE_LIBS) libburst_io.a libburst_util.a $(EXTERNAL_LIBS)
 check_PROGRAMS += tests/io/test_checkpoint
 TESTS += tests/io/test_checkpoint
-tests_io_test_checkpoint_SOURCES = tests/io/test_checkpoint.c
 tests_io_test_checkpoint_CFLAGS = $(SUITE_CFLAGS)
-tests_io_test_checkpoint_LDADD = $(SUITE_LIBS) libburst_io.a $(EXTERNAL_LIBS)
+tests_io_test_checkpoint_LDADD = $(IO_SUITE_LIBS)
 
 # HDF5 corpora (io/corpus.c).
 check_PROGRAMS += tests/io/test_corpus
 TESTS += tests/io/test_corpus
-tests_io_test_corpus_SOURCES = tests/io/test_corpus.c
 tests_io_test_corpus_CFLAGS = $(SUITE_CFLAGS)
-tests_io_test_corpus_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_io_test_corpus_LDADD = $(ENGINE_SUITE_LIBS)
 
 # ------------------------------------------------------------------ attn
 # The ring planner's schedules, as data; distributed attention with real ranks
 # (tests/attn/ring_worker) under `burst run`.
 check_PROGRAMS += tests/attn/ring_worker tests/attn/test_ring_schedule tests/attn/test_ring
 TESTS += tests/attn/test_ring_schedule tests/attn/test_ring
-tests_attn_ring_worker_SOURCES = tests/attn/ring_worker.c
 # The same worker on the emulated device (--device 1): the ring's buffers in
 # device memory, the transport staging them (tests/attn/test_ring).
 check_PROGRAMS += tests/attn/ring_worker_emu
 tests_attn_ring_worker_emu_SOURCES = tests/attn/ring_worker.c kernels/emu/select_emu.c
-tests_attn_ring_worker_emu_LDADD = libburst_attn.a libburst_transport.a libburst_kernels_emu.a \
-	libburst_kernels.a libburst_util.a $(EMU_EXTERNAL_LIBS) -lstdc++
-tests_attn_test_ring_schedule_SOURCES = tests/attn/test_ring_schedule.c
+tests_attn_ring_worker_emu_LDADD = $(EMU_ATTN_LIBS)
 tests_attn_test_ring_schedule_CFLAGS = $(SUITE_CFLAGS)
-tests_attn_test_ring_schedule_LDADD = $(SUITE_LIBS) $(LDADD)
-tests_attn_test_ring_SOURCES = tests/attn/test_ring.c
+tests_attn_test_ring_schedule_LDADD = $(ENGINE_SUITE_LIBS)
 tests_attn_test_ring_CFLAGS = $(SUITE_CFLAGS)
-tests_attn_test_ring_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_attn_test_ring_LDADD = $(ENGINE_SUITE_LIBS)
 
 # Block-sparse patterns written as text, and their bitmaps.
 check_PROGRAMS += tests/attn/test_sparse_pattern
 TESTS += tests/attn/test_sparse_pattern
-tests_attn_test_sparse_pattern_SOURCES = tests/attn/test_sparse_pattern.c
 tests_attn_test_sparse_pattern_CFLAGS = $(SUITE_CFLAGS)
-tests_attn_test_sparse_pattern_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_attn_test_sparse_pattern_LDADD = $(ENGINE_SUITE_LIBS)
 
 # Memory that cannot be had is an error naming the size, not a crash: the CPU
 # attention, the ring planner, a rank's messages to itself, with the
 # allocator wrapped so that each allocation fails in turn.
 check_PROGRAMS += tests/attn/test_out_of_memory
 TESTS += tests/attn/test_out_of_memory
-tests_attn_test_out_of_memory_SOURCES = tests/attn/test_out_of_memory.c
 tests_attn_test_out_of_memory_CFLAGS = $(SUITE_CFLAGS)
-tests_attn_test_out_of_memory_LDFLAGS = -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
-	-Wl,--wrap=aligned_alloc
-tests_attn_test_out_of_memory_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_attn_test_out_of_memory_LDFLAGS = $(WRAPPED_ALLOCATOR)
+tests_attn_test_out_of_memory_LDADD = $(ENGINE_SUITE_LIBS)
 
 # ------------------------------------------------------------------ train
 # The LM head fused with the cross-entropy loss, chunked along the sequence.
 check_PROGRAMS += tests/train/test_lm_head
 TESTS += tests/train/test_lm_head
-tests_train_test_lm_head_SOURCES = tests/train/test_lm_head.c
 tests_train_test_lm_head_CFLAGS = $(SUITE_CFLAGS)
-tests_train_test_lm_head_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_train_test_lm_head_LDADD = $(ENGINE_SUITE_LIBS)
 
 # The same head on the emulated device: each chunk's losses come back without
 # an allocation (every malloc wrapped and counted), in pieces that sum as one.
 check_PROGRAMS += tests/train/test_lm_head_device
 TESTS += tests/train/test_lm_head_device
-tests_train_test_lm_head_device_SOURCES = tests/train/test_lm_head_device.c $(DEV_SUITE_UTIL) \
-	kernels/emu/select_emu.c
+tests_train_test_lm_head_device_SOURCES = tests/train/test_lm_head_device.c \
+	$(DEV_SUITE_EMU_SOURCES)
 tests_train_test_lm_head_device_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_lm_head_device_LDFLAGS = -Wl,--wrap=malloc
 tests_train_test_lm_head_device_LDADD = $(SUITE_LIBS) libburst_train.a libburst_kernels_emu.a \
@@ -309,48 +315,44 @@ tests_train_test_lm_head_device_LDADD = $(SUITE_LIBS) libburst_train.a libburst_
 # ZeRO-1 AdamW (ranks: tests/train/optimizer_worker) and the learning-rate schedule.
 check_PROGRAMS += tests/train/optimizer_worker tests/train/test_optimizer
 TESTS += tests/train/test_optimizer
-tests_train_optimizer_worker_SOURCES = tests/train/optimizer_worker.c
-tests_train_test_optimizer_SOURCES = tests/train/test_optimizer.c
 tests_train_test_optimizer_CFLAGS = $(SUITE_CFLAGS)
-tests_train_test_optimizer_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_train_test_optimizer_LDADD = $(ENGINE_SUITE_LIBS)
 
 # The order of the HDF5 source's windows: a bijection for every seed and size.
 check_PROGRAMS += tests/train/test_window_order
 TESTS += tests/train/test_window_order
-tests_train_test_window_order_SOURCES = tests/train/test_window_order.c
 tests_train_test_window_order_CFLAGS = $(SUITE_CFLAGS)
-tests_train_test_window_order_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_train_test_window_order_LDADD = $(ENGINE_SUITE_LIBS)
 
 # The configuration of `burst train`.
 check_PROGRAMS += tests/train/test_train_config
 TESTS += tests/train/test_train_config
-tests_train_test_train_config_SOURCES = tests/train/test_train_config.c
 tests_train_test_train_config_CFLAGS = $(SUITE_CFLAGS)
-tests_train_test_train_config_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_train_test_train_config_LDADD = $(ENGINE_SUITE_LIBS)
 
 # The associative recall task and the evaluation's choice and count of queries.
 check_PROGRAMS += tests/train/test_recall
 TESTS += tests/train/test_recall
-tests_train_test_recall_SOURCES = tests/train/test_recall.c
 tests_train_test_recall_CFLAGS = $(SUITE_CFLAGS)
-tests_train_test_recall_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_train_test_recall_LDADD = $(ENGINE_SUITE_LIBS)
 
 # Training end to end, and the gradients against finite differences
-# (tests/train/train_gradcheck, on one rank or a ring).
+# (tests/train/train_gradcheck, on one rank or a ring): one suite whose main
+# is test_train.c and whose tests stand in tests/train/engine/, a file per
+# concern on a shared fixture.
 check_PROGRAMS += tests/train/train_gradcheck tests/train/test_train
 TESTS += tests/train/test_train
-tests_train_train_gradcheck_SOURCES = tests/train/train_gradcheck.c
-tests_train_test_train_SOURCES = tests/train/test_train.c
+tests_train_test_train_SOURCES = tests/train/test_train.c tests/train/engine/fixture.h \
+	tests/train/engine/fixture.c tests/train/engine/ranks.c tests/train/engine/steps.c \
+	tests/train/engine/resume.c tests/train/engine/corpus.c tests/train/engine/device.c
 tests_train_test_train_CFLAGS = $(SUITE_CFLAGS)
-tests_train_test_train_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_train_test_train_LDADD = $(ENGINE_SUITE_LIBS)
 
 # burst itself linked with the device emulator: the engine with [train]
 # device = cuda on an emulated device (tests/train/test_train).
 check_PROGRAMS += tests/train/burst_emu
 tests_train_burst_emu_SOURCES = $(burst_SOURCES) kernels/emu/select_emu.c
-tests_train_burst_emu_LDADD = libburst_train.a libburst_attn.a libburst_transport.a \
-	libburst_kernels_emu.a libburst_kernels.a libburst_io.a libburst_util.a $(EMU_EXTERNAL_LIBS) \
-	-lstdc++
+tests_train_burst_emu_LDADD = $(EMU_ENGINE_LIBS)
 
 # The model runner on the emulated device against the host, on 1, 2 and 4
 # ranks (tests/train/model_device_worker); a kernel failing on the device in
@@ -361,39 +363,30 @@ check_PROGRAMS += tests/train/model_device_worker tests/train/model_fail_worker 
 	tests/train/test_model_device
 TESTS += tests/train/test_model_device
 tests_train_model_device_worker_SOURCES = tests/train/model_device_worker.c kernels/emu/select_emu.c
-tests_train_model_device_worker_LDADD = libburst_train.a libburst_attn.a libburst_transport.a \
-	libburst_kernels_emu.a libburst_kernels.a libburst_io.a libburst_util.a $(EMU_EXTERNAL_LIBS) \
-	-lstdc++
-tests_train_model_fail_worker_SOURCES = tests/train/model_fail_worker.c
-tests_train_model_fail_worker_LDADD = $(tests_train_model_device_worker_LDADD)
-tests_train_test_model_device_SOURCES = tests/train/test_model_device.c
+tests_train_model_device_worker_LDADD = $(EMU_ENGINE_LIBS)
+tests_train_model_fail_worker_LDADD = $(EMU_ENGINE_LIBS)
 tests_train_test_model_device_CFLAGS = $(SUITE_CFLAGS)
-tests_train_test_model_device_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_train_test_model_device_LDADD = $(ENGINE_SUITE_LIBS)
 
 # The memory the trainer reports and checks against what it allocates, counted
 # by tests/train/train_memory with the allocator wrapped; allocations that
 # fail; a run over [memory] limit_bytes.
 check_PROGRAMS += tests/train/train_memory tests/train/test_memory
 TESTS += tests/train/test_memory
-tests_train_train_memory_SOURCES = tests/train/train_memory.c
-tests_train_train_memory_LDFLAGS = -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
-	-Wl,--wrap=aligned_alloc -Wl,--wrap=free
-tests_train_test_memory_SOURCES = tests/train/test_memory.c
+tests_train_train_memory_LDFLAGS = $(WRAPPED_ALLOCATOR) -Wl,--wrap=free
 tests_train_test_memory_CFLAGS = $(SUITE_CFLAGS)
-tests_train_test_memory_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_train_test_memory_LDADD = $(ENGINE_SUITE_LIBS)
 
 # ------------------------------------------------------------------ cli
 # The command line's promises (help, usage errors, version).
 check_PROGRAMS += tests/cli/test_cli
 TESTS += tests/cli/test_cli
-tests_cli_test_cli_SOURCES = tests/cli/test_cli.c
 tests_cli_test_cli_CFLAGS = $(SUITE_CFLAGS)
-tests_cli_test_cli_LDADD = $(SUITE_LIBS) $(LDADD)
+tests_cli_test_cli_LDADD = $(ENGINE_SUITE_LIBS)
 
 # Each rank's share of the cores: `burst run`, OMP_NUM_THREADS, srun tasks.
 check_PROGRAMS += tests/cli/test_placement
 TESTS += tests/cli/test_placement
-tests_cli_test_placement_SOURCES = tests/cli/test_placement.c
 tests_cli_test_placement_CFLAGS = $(SUITE_CFLAGS)
 tests_cli_test_placement_LDADD = $(SUITE_LIBS)
 

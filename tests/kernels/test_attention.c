@@ -15,84 +15,10 @@
 #include "kernels/ref/attention_ref.h"
 #include "tests/lib/arrays.h"
 #include "tests/lib/check_main.h"
+#include "tests/lib/mask_cases.h"
 #include "tests/lib/rng.h"
 
 /* ------------------------------------------------------------------ helpers */
-
-/* Kinds of mask the tests cycle through. */
-enum {
-    K_NONE,
-    K_CAUSAL,
-    K_WINDOW_CAUSAL, /* window, left only, right = 0 */
-    K_WINDOW_BOTH,   /* window both sides, not causal */
-    K_DOC,           /* documents, not causal */
-    K_DOC_CAUSAL,
-    K_SPARSE,
-    K_SPARSE_CAUSAL,
-    N_KINDS
-};
-static const char *kind_name[N_KINDS] = {
-    "none",     "causal",          "window-causal", "window-both",
-    "document", "document-causal", "block-sparse",  "block-sparse-causal"};
-
-/* A mask over global positions [0, span) and the segment ids it implies. */
-typedef struct {
-    int kind;
-    bk_attn_mask m;
-    int64_t doc_len;
-    int doc_cycle; /* > 0: segment ids repeat (non-monotone documents) */
-    uint64_t *bits;
-} mask_spec;
-
-static mask_spec make_mask(int kind, uint64_t *r, int64_t span)
-{
-    mask_spec s;
-    memset(&s, 0, sizeof s);
-    s.kind = kind;
-    s.doc_len = 1 + test_rng_below(r, 40);
-    s.doc_cycle = test_rng_below(r, 3) == 0 ? 3 : 0;
-    switch (kind) {
-    case K_NONE:
-        s.m = bk_attn_mask_none();
-        break;
-    case K_CAUSAL:
-        s.m = bk_attn_mask_causal();
-        break;
-    case K_WINDOW_CAUSAL:
-        s.m = bk_attn_mask_window(test_rng_below(r, 80), 0);
-        break;
-    case K_WINDOW_BOTH:
-        s.m = bk_attn_mask_window(test_rng_below(r, 50), test_rng_below(r, 30));
-        break;
-    case K_DOC:
-        s.m = bk_attn_mask_document(0);
-        break;
-    case K_DOC_CAUSAL:
-        s.m = bk_attn_mask_document(1);
-        break;
-    case K_SPARSE:
-    case K_SPARSE_CAUSAL: {
-        static const int64_t sizes[] = {16, 64, 100, 7};
-        int64_t bs = sizes[test_rng_below(r, 4)], nb = (span + bs - 1) / bs + test_rng_below(r, 2);
-        int64_t words = (nb * nb + 63) / 64;
-        s.bits = test_alloc((size_t)words, sizeof *s.bits);
-        for (int64_t b = 0; b < nb * nb; b++)
-            if (test_rng_below(r, 2)) s.bits[b / 64] |= 1ULL << (b % 64);
-        s.m = bk_attn_mask_block_sparse(s.bits, bs, nb);
-        if (kind == K_SPARSE_CAUSAL) s.m.flags |= BK_ATTN_CAUSAL;
-        break;
-    }
-    default:
-        break;
-    }
-    return s;
-}
-
-static int32_t seg_of(const mask_spec *s, int64_t pos)
-{
-    int64_t seg = pos / s->doc_len;
-    return (int32_t)(s->doc_cycle ? seg % s->doc_cycle : seg);
-}
 
 /* One (query block, key/value block) problem with its own buffers. */
 typedef struct {
@@ -111,55 +37,22 @@ static size_t ksize(const bk_attn_geom *g)
     return (size_t)g->n_kv * g->h_kv * g->d;
 }
 
-/* Positions: layout 0 contiguous (queries at the end, as after a prefix),
- * 1 random distinct positions in any order, 2 two zigzag chunks each. */
-static void make_positions(uint64_t *r, int layout, int64_t n_q, int64_t n_kv, int64_t *qp,
-                           int64_t *kp, int64_t *span)
-{
-    int64_t n = n_q > n_kv ? n_q : n_kv;
-    if (layout == 0) {
-        for (int64_t j = 0; j < n_kv; j++) kp[j] = j;
-        for (int64_t i = 0; i < n_q; i++) qp[i] = (n_kv > n_q ? n_kv - n_q : 0) + i;
-        *span = n;
-    } else if (layout == 1) {
-        int64_t total = 2 * n + 3;
-        int64_t *perm = test_alloc((size_t)total, sizeof *perm);
-        for (int64_t i = 0; i < total; i++) perm[i] = i;
-        for (int64_t i = total - 1; i > 0; i--) {
-            int64_t j = test_rng_below(r, i + 1), t = perm[i];
-            perm[i] = perm[j];
-            perm[j] = t;
-        }
-        for (int64_t i = 0; i < n_q; i++) qp[i] = perm[i];
-        for (int64_t j = 0; j < n_kv; j++) kp[j] = perm[(j + total / 3) % total];
-        free(perm);
-        *span = total;
-    } else {
-        /* zigzag: first half of the rows from the start of the sequence, the rest
-         * from its end */
-        int64_t total = 2 * n;
-        for (int64_t i = 0; i < n_q; i++) qp[i] = i < n_q / 2 ? i : total - n_q + i;
-        for (int64_t j = 0; j < n_kv; j++) kp[j] = j < n_kv / 2 ? j : total - n_kv + j;
-        *span = total;
-    }
-}
-
 static problem make_problem(uint64_t *r, int64_t n_q, int64_t n_kv, int h_q, int h_kv, int d,
-                            int layout, int kind, mask_spec *ms)
+                            int layout, int kind, mask_case *ms)
 {
     problem p;
     memset(&p, 0, sizeof p);
     p.q_pos = test_alloc((size_t)n_q, sizeof *p.q_pos);
     p.kv_pos = test_alloc((size_t)n_kv, sizeof *p.kv_pos);
     int64_t span;
-    make_positions(r, layout, n_q, n_kv, p.q_pos, p.kv_pos, &span);
-    *ms = make_mask(kind, r, span);
+    mask_case_positions(r, layout, n_q, n_kv, p.q_pos, p.kv_pos, &span);
+    *ms = mask_case_draw(r, kind, span);
     p.q_seg = test_alloc((size_t)n_q, sizeof *p.q_seg);
     p.kv_seg = test_alloc((size_t)n_kv, sizeof *p.kv_seg);
-    for (int64_t i = 0; i < n_q; i++) p.q_seg[i] = seg_of(ms, p.q_pos[i]);
-    for (int64_t j = 0; j < n_kv; j++) p.kv_seg[j] = seg_of(ms, p.kv_pos[j]);
-    bk_attn_geom g = {n_q,     n_kv,     h_q,     h_kv,     d,    1.0f / sqrtf((float)d),
-                      p.q_pos, p.kv_pos, p.q_seg, p.kv_seg, ms->m};
+    for (int64_t i = 0; i < n_q; i++) p.q_seg[i] = mask_case_segment(ms, p.q_pos[i]);
+    for (int64_t j = 0; j < n_kv; j++) p.kv_seg[j] = mask_case_segment(ms, p.kv_pos[j]);
+    bk_attn_geom g = {n_q,     n_kv,     h_q,     h_kv,     d,       1.0f / sqrtf((float)d),
+                      p.q_pos, p.kv_pos, p.q_seg, p.kv_seg, ms->mask};
     p.g = g;
     p.Q = test_rand_f(r, qsize(&g), -2, 2);
     p.K = test_rand_f(r, ksize(&g), -2, 2);
@@ -168,7 +61,7 @@ static problem make_problem(uint64_t *r, int64_t n_q, int64_t n_kv, int h_q, int
     return p;
 }
 
-static void free_problem(problem *p, mask_spec *ms)
+static void free_problem(problem *p, mask_case *ms)
 {
     free(p->q_pos);
     free(p->kv_pos);
@@ -211,7 +104,7 @@ static const int64_t nqs[] = {1, 3, 17, 64, 65, 100, 130};
 static const int64_t nkvs[] = {1, 5, 63, 64, 97, 129};
 
 /* Random problem number i: every mask kind in turn, everything else random. */
-static problem random_problem(int i, uint64_t *r, mask_spec *ms, bk_queue *q)
+static problem random_problem(int i, uint64_t *r, mask_case *ms, bk_queue *q)
 {
     int d = dims[test_rng_below(r, 4)];
     int hc = (int)test_rng_below(r, 6);
@@ -219,7 +112,7 @@ static problem random_problem(int i, uint64_t *r, mask_spec *ms, bk_queue *q)
     int layout = (int)test_rng_below(r, 3);
     *q = bk_host_queue();
     q->n_threads = 1 + (int)test_rng_below(r, 4);
-    return make_problem(r, n_q, n_kv, heads[hc][0], heads[hc][1], d, layout, i % N_KINDS, ms);
+    return make_problem(r, n_q, n_kv, heads[hc][0], heads[hc][1], d, layout, i % MASK_KINDS, ms);
 }
 
 /* ------------------------------------------------------------------ tests */
@@ -227,8 +120,8 @@ static problem random_problem(int i, uint64_t *r, mask_spec *ms, bk_queue *q)
 START_TEST(mask_predicate_matches_reference)
 {
     uint64_t r = test_rng(77);
-    for (int kind = 0; kind < N_KINDS; kind++) {
-        mask_spec ms;
+    for (int kind = 0; kind < MASK_KINDS; kind++) {
+        mask_case ms;
         problem p = make_problem(&r, 40, 50, 1, 1, 8, 1, kind, &ms);
         for (int64_t i = 0; i < p.g.n_q; i++)
             for (int64_t j = 0; j < p.g.n_kv; j++)
@@ -249,7 +142,7 @@ END_TEST
 START_TEST(forward_matches_reference)
 {
     uint64_t r = test_rng((uint64_t)_i + 1);
-    mask_spec ms;
+    mask_case ms;
     bk_queue q;
     problem p = random_problem(_i, &r, &ms, &q);
     const bk_attn_geom *g = &p.g;
@@ -264,9 +157,9 @@ START_TEST(forward_matches_reference)
     ref_attn_fwd(g, Qd, Kd, Vd, Or, lr);
     double eo = err_ratio(O, Or, qsize(g), 2e-5, 2e-4);
     double el = err_ratio(lse, lr, (size_t)g->n_q * g->h_q, 2e-5, 2e-5);
-    ck_assert_msg(eo <= 1 && el <= 1,
-                  "case %d: mask %s n_q %ld n_kv %ld h %d/%d d %d: O err %g lse err %g", _i,
-                  kind_name[ms.kind], (long)g->n_q, (long)g->n_kv, g->h_q, g->h_kv, g->d, eo, el);
+    ck_assert_msg(
+        eo <= 1 && el <= 1, "case %d: mask %s n_q %ld n_kv %ld h %d/%d d %d: O err %g lse err %g",
+        _i, mask_kind_name(ms.kind), (long)g->n_q, (long)g->n_kv, g->h_q, g->h_kv, g->d, eo, el);
     ck_assert_int_eq(st.tiles_total, st.tiles_skipped + st.tiles_masked + st.tiles_full);
     free(Qd), free(Kd), free(Vd), free(Or), free(lr), free(O), free(lse);
     free_problem(&p, &ms);
@@ -276,7 +169,7 @@ END_TEST
 START_TEST(backward_matches_reference)
 {
     uint64_t r = test_rng((uint64_t)_i + 1001);
-    mask_spec ms;
+    mask_case ms;
     bk_queue q;
     problem p = random_problem(_i, &r, &ms, &q);
     const bk_attn_geom *g = &p.g;
@@ -305,7 +198,7 @@ START_TEST(backward_matches_reference)
     double ev = err_ratio(dV, rV, ksize(g), 1e-4, 1e-3);
     ck_assert_msg(eq <= 1 && ek <= 1 && ev <= 1,
                   "case %d: mask %s n_q %ld n_kv %ld h %d/%d d %d threads %d: dQ %g dK %g dV %g",
-                  _i, kind_name[ms.kind], (long)g->n_q, (long)g->n_kv, g->h_q, g->h_kv, g->d,
+                  _i, mask_kind_name(ms.kind), (long)g->n_q, (long)g->n_kv, g->h_q, g->h_kv, g->d,
                   q.n_threads, eq, ek, ev);
     ck_assert_int_eq(st.tiles_total, st.tiles_skipped + st.tiles_masked + st.tiles_full);
     free(Qd), free(Kd), free(Vd), free(dOd), free(rQ), free(rK), free(rV);
@@ -342,7 +235,7 @@ START_TEST(split_blocks_equal_whole)
     const int64_t n = 157 + 40 * (_i % 2);
     const int hq = 4, hkv = 2, d = (_i % 2) ? 64 : 24;
     uint64_t r = test_rng((uint64_t)_i + 5000);
-    mask_spec ms;
+    mask_case ms;
     /* the whole sequence: positions 0..n-1 */
     problem w = make_problem(&r, n, n, hq, hkv, d, 0, kind, &ms);
     const size_t rq = (size_t)hq * d, rk = (size_t)hkv * d;
@@ -391,8 +284,8 @@ START_TEST(split_blocks_equal_whole)
         ck_assert_int_eq(bk_attn_fwd_init(&q, cnt[b], hq, d, Ob[b], lb[b]), BK_OK);
         for (int s = 0; s < k; s++) {
             int c = (b + k - s) % k;
-            bk_attn_geom g = {cnt[b], cnt[c], hq,     hkv,    d,   w.g.scale,
-                              pos[b], pos[c], seg[b], seg[c], ms.m};
+            bk_attn_geom g = {cnt[b], cnt[c], hq,     hkv,    d,      w.g.scale,
+                              pos[b], pos[c], seg[b], seg[c], ms.mask};
             ck_assert_int_eq(bk_attn_fwd(&q, &g, Qb[b], Kb[c], Vb[c], Ob[b], lb[b], NULL), BK_OK);
         }
         ck_assert_int_eq(bk_attn_fwd_finalize(&q, cnt[b], hq, d, Ob[b], lb[b]), BK_OK);
@@ -400,8 +293,8 @@ START_TEST(split_blocks_equal_whole)
     }
     for (int b = 0; b < k; b++)
         for (int c = 0; c < k; c++) {
-            bk_attn_geom g = {cnt[b], cnt[c], hq,     hkv,    d,   w.g.scale,
-                              pos[b], pos[c], seg[b], seg[c], ms.m};
+            bk_attn_geom g = {cnt[b], cnt[c], hq,     hkv,    d,      w.g.scale,
+                              pos[b], pos[c], seg[b], seg[c], ms.mask};
             ck_assert_int_eq(bk_attn_bwd(&q, &g, Qb[b], Kb[c], Vb[c], dOb[b], lb[b], db[b], dQb[b],
                                          dKb[c], dVb[c], NULL),
                              BK_OK);
@@ -426,7 +319,7 @@ START_TEST(split_blocks_equal_whole)
     double ev = err_ratio(dV, rV, ksize(&w.g), 1e-4, 1e-3);
     ck_assert_msg(eo <= 1 && el <= 1 && eq <= 1 && ek <= 1 && ev <= 1,
                   "mask %s, %d blocks, layout %d, d %d: O %g lse %g dQ %g dK %g dV %g",
-                  kind_name[kind], k, layout, d, eo, el, eq, ek, ev);
+                  mask_kind_name(kind), k, layout, d, eo, el, eq, ek, ev);
     for (int b = 0; b < k; b++) {
         free(idx[b]), free(pos[b]), free(seg[b]), free(Qb[b]), free(dOb[b]), free(Ob[b]);
         free(dQb[b]), free(Kb[b]), free(Vb[b]), free(dKb[b]), free(dVb[b]), free(lb[b]);
@@ -445,8 +338,8 @@ START_TEST(fully_masked_rows_and_blocks)
     uint64_t r = test_rng(42);
     const int64_t n_q = 70, n_kv = 130;
     const int hq = 4, hkv = 2, d = 64;
-    mask_spec ms;
-    problem p = make_problem(&r, n_q, n_kv, hq, hkv, d, 0, K_CAUSAL, &ms);
+    mask_case ms;
+    problem p = make_problem(&r, n_q, n_kv, hq, hkv, d, 0, MASK_CAUSAL, &ms);
     /* every key after every query: the whole block is masked */
     for (int64_t i = 0; i < n_q; i++) p.q_pos[i] = i;
     for (int64_t j = 0; j < n_kv; j++) p.kv_pos[j] = 1000 + j;
@@ -501,9 +394,9 @@ START_TEST(empty_tiles_are_skipped)
     const int kind = _i;
     uint64_t r = test_rng((uint64_t)kind + 900);
     const int64_t n = 300;
-    mask_spec ms;
+    mask_case ms;
     problem p = make_problem(&r, n, n, 2, 1, 8, 0, kind, &ms);
-    if (kind == K_WINDOW_CAUSAL) p.g.mask.window_left = 70; /* spans tiles but not all */
+    if (kind == MASK_WINDOW_CAUSAL) p.g.mask.window_left = 70; /* spans tiles but not all */
     bk_queue q = bk_host_queue();
     float *O = test_alloc(qsize(&p.g), sizeof *O), *lse = test_alloc((size_t)n * 2, sizeof *lse);
     bk_attn_stats st;
@@ -522,13 +415,13 @@ START_TEST(empty_tiles_are_skipped)
     needed *= p.g.h_q;
     ck_assert_int_eq(st.tiles_total, p.g.h_q * nqt * nkt);
     int64_t computed = st.tiles_masked + st.tiles_full;
-    if (kind == K_DOC || kind == K_DOC_CAUSAL || kind == K_SPARSE_CAUSAL)
+    if (kind == MASK_DOC || kind == MASK_DOC_CAUSAL || kind == MASK_SPARSE_CAUSAL)
         ck_assert_int_ge(computed, needed); /* conjunctions are classified conservatively */
     else
         ck_assert_msg(computed == needed, "mask %s: %ld tiles computed, %ld needed",
-                      kind_name[kind], (long)computed, (long)needed);
-    if (kind == K_CAUSAL) ck_assert_int_eq(st.tiles_masked, p.g.h_q * nqt); /* the diagonal */
-    if (kind == K_NONE) ck_assert_int_eq(st.tiles_full, st.tiles_total);
+                      mask_kind_name(kind), (long)computed, (long)needed);
+    if (kind == MASK_CAUSAL) ck_assert_int_eq(st.tiles_masked, p.g.h_q * nqt); /* the diagonal */
+    if (kind == MASK_NONE) ck_assert_int_eq(st.tiles_full, st.tiles_total);
     /* the backward skips the same tiles */
     bk_attn_stats sb;
     float *delta = test_alloc((size_t)n * 2, sizeof *delta);
@@ -558,9 +451,9 @@ static double ref_loss(const bk_attn_geom *g, const double *Q, const double *K, 
 
 /* Small problem for finite differences: 2 query heads sharing 1 key head, a
  * causal window so that some scores are masked and one query row is empty. */
-static problem fd_problem(uint64_t *r, mask_spec *ms)
+static problem fd_problem(uint64_t *r, mask_case *ms)
 {
-    problem p = make_problem(r, 4, 5, 2, 1, 8, 0, K_WINDOW_CAUSAL, ms);
+    problem p = make_problem(r, 4, 5, 2, 1, 8, 0, MASK_WINDOW_CAUSAL, ms);
     p.g.mask = bk_attn_mask_window(2, 0);
     int64_t qp[4] = {1, 3, 4, -5}, kp[5] = {0, 1, 2, 3, 4};
     memcpy(p.q_pos, qp, sizeof qp);
@@ -571,7 +464,7 @@ static problem fd_problem(uint64_t *r, mask_spec *ms)
 START_TEST(reference_gradient_matches_finite_differences)
 {
     uint64_t r = test_rng(31);
-    mask_spec ms;
+    mask_case ms;
     problem p = fd_problem(&r, &ms);
     const bk_attn_geom *g = &p.g;
     double *X[3] = {test_to_d(p.Q, qsize(g)), test_to_d(p.K, ksize(g)), test_to_d(p.V, ksize(g))};
@@ -603,7 +496,7 @@ END_TEST
 START_TEST(kernel_gradient_matches_finite_differences)
 {
     uint64_t r = test_rng(32);
-    mask_spec ms;
+    mask_case ms;
     problem p = fd_problem(&r, &ms);
     const bk_attn_geom *g = &p.g;
     bk_queue q = bk_host_queue();
@@ -723,10 +616,10 @@ int main(void)
     Suite *s = suite_create("attention");
     TCase *tc = check_tcase(s, "attention", 120);
     tcase_add_test(tc, mask_predicate_matches_reference);
-    check_add_loop_tests(tc, 0, 4 * N_KINDS, forward_matches_reference, backward_matches_reference,
-                         split_blocks_equal_whole);
+    check_add_loop_tests(tc, 0, 4 * MASK_KINDS, forward_matches_reference,
+                         backward_matches_reference, split_blocks_equal_whole);
     tcase_add_test(tc, fully_masked_rows_and_blocks);
-    tcase_add_loop_test(tc, empty_tiles_are_skipped, 0, N_KINDS);
+    tcase_add_loop_test(tc, empty_tiles_are_skipped, 0, MASK_KINDS);
     check_add_tests(tc, reference_gradient_matches_finite_differences,
                     kernel_gradient_matches_finite_differences);
 #ifdef BURST_DEBUG

@@ -35,6 +35,7 @@
 #include "tests/lib/arrays.h"
 #include "tests/lib/check_main.h"
 #include "tests/lib/close.h"
+#include "tests/lib/mask_cases.h"
 #include "tests/lib/rng.h"
 
 /* The random stream of the running test (each test runs in its own process). */
@@ -51,29 +52,12 @@ enum { N_RANDOM = 24 };
 
 /* ---------------------------------------------------------------- problems */
 
-enum {
-    K_NONE,
-    K_CAUSAL,
-    K_WIN_CAUSAL,
-    K_WIN_BOTH,
-    K_DOC,
-    K_DOC_CAUSAL,
-    K_SPARSE,
-    K_SPARSE_CAUSAL,
-    N_KINDS
-};
-static const char *kind_name[N_KINDS] = {
-    "none",     "causal",          "window-causal", "window-both",
-    "document", "document-causal", "block-sparse",  "block-sparse-causal"};
-
 /* One (query block, key/value block) problem, host side. */
 typedef struct {
     bk_attn_geom g; /* host pointers */
-    int kind;
+    mask_case mask_case;
     int64_t *qp, *kp;
     int32_t *qs, *ks;
-    uint64_t *bits;
-    int64_t n_words;
     float *Q, *K, *V, *dO; /* bf16-exact values */
 } prob;
 
@@ -94,87 +78,19 @@ static float *rand_bf16_exact(size_t n, double amp)
     return x;
 }
 
-/* layout 0 contiguous (queries last), 1 random distinct positions, 2 zigzag */
-static void positions(int layout, int64_t n_q, int64_t n_kv, int64_t *qp, int64_t *kp,
-                      int64_t *span)
-{
-    int64_t n = n_q > n_kv ? n_q : n_kv;
-    if (layout == 0) {
-        for (int64_t j = 0; j < n_kv; j++) kp[j] = j;
-        for (int64_t i = 0; i < n_q; i++) qp[i] = (n_kv > n_q ? n_kv - n_q : 0) + i;
-        *span = n;
-    } else if (layout == 1) {
-        int64_t total = 2 * n + 3, *perm = test_alloc((size_t)total * sizeof *perm, 1);
-        for (int64_t i = 0; i < total; i++) perm[i] = i;
-        for (int64_t i = total - 1; i > 0; i--) {
-            int64_t j = (int64_t)(bu_rng_next(&rs) % (uint64_t)(i + 1)), t = perm[i];
-            perm[i] = perm[j], perm[j] = t;
-        }
-        for (int64_t i = 0; i < n_q; i++) qp[i] = perm[i];
-        for (int64_t j = 0; j < n_kv; j++) kp[j] = perm[(j + total / 3) % total];
-        free(perm);
-        *span = total;
-    } else {
-        for (int64_t i = 0; i < n_q; i++) qp[i] = i < n_q / 2 ? i : 2 * n - n_q + i;
-        for (int64_t j = 0; j < n_kv; j++) kp[j] = j < n_kv / 2 ? j : 2 * n - n_kv + j;
-        *span = 2 * n;
-    }
-}
-
-static bk_attn_mask make_mask(prob *p, int kind, int64_t span)
-{
-    switch (kind) {
-    case K_CAUSAL:
-        return bk_attn_mask_causal();
-    case K_WIN_CAUSAL:
-        return bk_attn_mask_window((int64_t)(bu_rng_next(&rs) % 80), 0);
-    case K_WIN_BOTH:
-        return bk_attn_mask_window((int64_t)(bu_rng_next(&rs) % 50), (int64_t)(bu_rng_next(&rs) % 30));
-    case K_DOC:
-    case K_DOC_CAUSAL:
-        return bk_attn_mask_document(kind == K_DOC_CAUSAL);
-    case K_SPARSE:
-    case K_SPARSE_CAUSAL: {
-        static const int64_t sizes[] = {16, 64, 100, 7};
-        int64_t bs = sizes[bu_rng_next(&rs) % 4], nb = (span + bs - 1) / bs + (int64_t)(bu_rng_next(&rs) % 2);
-        p->n_words = (nb * nb + 63) / 64;
-        p->bits = calloc((size_t)p->n_words, sizeof *p->bits);
-        for (int64_t b = 0; b < nb * nb; b++)
-            if (bu_rng_next(&rs) % 2) p->bits[b / 64] |= 1ULL << (b % 64);
-        bk_attn_mask m = bk_attn_mask_block_sparse(p->bits, bs, nb);
-        if (kind == K_SPARSE_CAUSAL) m.flags |= BK_ATTN_CAUSAL;
-        return m;
-    }
-    default:
-        return bk_attn_mask_none();
-    }
-}
-
 static prob make_prob(int64_t n_q, int64_t n_kv, int hq, int hkv, int d, int layout, int kind)
 {
     prob p;
     memset(&p, 0, sizeof p);
-    p.kind = kind;
     p.qp = test_alloc((size_t)n_q * 8 + 8, 1), p.kp = test_alloc((size_t)n_kv * 8 + 8, 1);
     p.qs = test_alloc((size_t)n_q * 4 + 4, 1), p.ks = test_alloc((size_t)n_kv * 4 + 4, 1);
     int64_t span;
-    positions(layout, n_q, n_kv, p.qp, p.kp, &span);
-    int64_t doc_len = 1 + (int64_t)(bu_rng_next(&rs) % 40), cycle = bu_rng_next(&rs) % 3 == 0 ? 3 : 0;
-    for (int64_t i = 0; i < n_q; i++)
-        p.qs[i] = (int32_t)(cycle ? (p.qp[i] / doc_len) % cycle : p.qp[i] / doc_len);
-    for (int64_t j = 0; j < n_kv; j++)
-        p.ks[j] = (int32_t)(cycle ? (p.kp[j] / doc_len) % cycle : p.kp[j] / doc_len);
-    bk_attn_geom g = {n_q,
-                      n_kv,
-                      hq,
-                      hkv,
-                      d,
-                      1.0f / sqrtf((float)d),
-                      p.qp,
-                      p.kp,
-                      p.qs,
-                      p.ks,
-                      make_mask(&p, kind, span)};
+    mask_case_positions(&rs, layout, n_q, n_kv, p.qp, p.kp, &span);
+    p.mask_case = mask_case_draw(&rs, kind, span);
+    for (int64_t i = 0; i < n_q; i++) p.qs[i] = mask_case_segment(&p.mask_case, p.qp[i]);
+    for (int64_t j = 0; j < n_kv; j++) p.ks[j] = mask_case_segment(&p.mask_case, p.kp[j]);
+    bk_attn_geom g = {
+        n_q, n_kv, hq, hkv, d, 1.0f / sqrtf((float)d), p.qp, p.kp, p.qs, p.ks, p.mask_case.mask};
     p.g = g;
     p.Q = rand_bf16_exact(qn(&g), 2.0), p.K = rand_bf16_exact(kn(&g), 2.0);
     p.V = rand_bf16_exact(kn(&g), 1.0), p.dO = rand_bf16_exact(qn(&g), 1.0);
@@ -183,7 +99,7 @@ static prob make_prob(int64_t n_q, int64_t n_kv, int hq, int hkv, int d, int lay
 
 static void free_prob(prob *p)
 {
-    free(p->qp), free(p->kp), free(p->qs), free(p->ks), free(p->bits);
+    free(p->qp), free(p->kp), free(p->qs), free(p->ks), free(p->mask_case.bits);
     free(p->Q), free(p->K), free(p->V), free(p->dO);
 }
 
@@ -211,7 +127,7 @@ static dev_prob dev_prob_of(const prob *p, bk_dtype t)
     d.g = p->g;
     d.g.q_pos = PUT(p->qp, p->g.n_q), d.g.kv_pos = PUT(p->kp, p->g.n_kv);
     d.g.q_seg = PUT(p->qs, p->g.n_q), d.g.kv_seg = PUT(p->ks, p->g.n_kv);
-    if (p->bits) d.g.mask.block_bits = PUT(p->bits, p->n_words);
+    if (p->mask_case.bits) d.g.mask.block_bits = PUT(p->mask_case.bits, p->mask_case.n_words);
     d.Q = put_as(p->Q, qn(&p->g), t), d.K = put_as(p->K, kn(&p->g), t);
     d.V = put_as(p->V, kn(&p->g), t), d.dO = put_as(p->dO, qn(&p->g), t);
     return d;
@@ -365,8 +281,8 @@ static void check_prob(const prob *p, bk_dtype t, const char *what)
     ck_assert_msg(eo <= 1 && el <= 1 && eq <= 1 && ek <= 1 && ev <= 1,
                   "%s: mask %s n_q %ld n_kv %ld h %d/%d d %d %s: error/tolerance O %.3g lse %.3g "
                   "dQ %.3g dK %.3g dV %.3g",
-                  what, kind_name[p->kind], (long)g->n_q, (long)g->n_kv, g->h_q, g->h_kv, g->d,
-                  t == BK_BF16 ? "bf16" : "fp32", eo, el, eq, ek, ev);
+                  what, mask_kind_name(p->mask_case.kind), (long)g->n_q, (long)g->n_kv, g->h_q,
+                  g->h_kv, g->d, t == BK_BF16 ? "bf16" : "fp32", eo, el, eq, ek, ev);
     double w = eo > el ? eo : el;
     w = w > eq ? w : eq, w = w > ek ? w : ek, w = w > ev ? w : ev;
     g_worst = w > g_worst ? w : g_worst;
@@ -388,7 +304,7 @@ START_TEST(matches_reference)
     static const int heads[][2] = {{1, 1}, {2, 1}, {4, 1}, {4, 2}, {2, 2}, {8, 2}};
     static const int64_t nqs[] = {1, 17, 64, 65, 130}, nkvs[] = {1, 5, 63, 64, 97, 129};
     rs = test_rng(1000 + (uint64_t)_i);
-    int kind = _i % N_KINDS, d = dims[bu_rng_next(&rs) % 6], hc = (int)(bu_rng_next(&rs) % 6);
+    int kind = _i % MASK_KINDS, d = dims[bu_rng_next(&rs) % 6], hc = (int)(bu_rng_next(&rs) % 6);
     int64_t n_q = nqs[bu_rng_next(&rs) % 5], n_kv = nkvs[bu_rng_next(&rs) % 6];
     int layout = (int)(bu_rng_next(&rs) % 3);
     prob p = make_prob(n_q, n_kv, heads[hc][0], heads[hc][1], d, layout, kind);
@@ -405,13 +321,13 @@ END_TEST
 START_TEST(every_mask_and_group)
 {
     static const int groups[] = {1, 2, 4};
-    int kind = _i % N_KINDS, grp = groups[_i % 3], d = _i % 2 ? 128 : 64;
+    int kind = _i % MASK_KINDS, grp = groups[_i % 3], d = _i % 2 ? 128 : 64;
     rs = test_rng(2000 + (uint64_t)_i);
     prob p = make_prob(77, 93, grp * 1, 1, d, (_i / 3) % 3, kind);
     check_prob(&p, (_i / 2) % 2 ? BK_BF16 : BK_F32, "sweep");
     free_prob(&p);
-    printf("sweep %d (%s, group %d, d %d): worst error / tolerance %.3f\n", _i, kind_name[kind],
-           grp, d, g_worst);
+    printf("sweep %d (%s, group %d, d %d): worst error / tolerance %.3f\n", _i,
+           mask_kind_name(kind), grp, d, g_worst);
 }
 END_TEST
 
@@ -498,7 +414,7 @@ START_TEST(split_blocks_equal_whole)
         blk[b].idx[blk[b].m++] = r;
     }
     for (int b = 0; b < 2; b++) block_make(&blk[b], &w, t, lr, dr);
-    uint64_t *bits = w.bits ? PUT(w.bits, w.n_words) : NULL;
+    uint64_t *bits = w.mask_case.bits ? PUT(w.mask_case.bits, w.mask_case.n_words) : NULL;
     bk_queue q = dev_queue();
     for (int b = 0; b < 2; b++) {
         ck_assert_int_eq(bk_attn_fwd_init(&q, blk[b].m, hq, d, blk[b].O, blk[b].lse), BK_OK);
@@ -534,9 +450,9 @@ START_TEST(split_blocks_equal_whole)
     double eq = ratio(dQ, rQ, mQ, nq), ek = ratio(dK, rK, mK, nk), ev = ratio(dV, rV, mV, nk);
     ck_assert_msg(eo <= 1 && el <= 1 && eq <= 1 && ek <= 1 && ev <= 1,
                   "split, mask %s %s: error/tolerance O %.3g lse %.3g dQ %.3g dK %.3g dV %.3g",
-                  kind_name[kind], t == BK_BF16 ? "bf16" : "fp32", eo, el, eq, ek, ev);
+                  mask_kind_name(kind), t == BK_BF16 ? "bf16" : "fp32", eo, el, eq, ek, ev);
     printf("split %d (%s): error / tolerance O %.3f lse %.3f dQ %.3f dK %.3f dV %.3f\n", _i,
-           kind_name[kind], eo, el, eq, ek, ev);
+           mask_kind_name(kind), eo, el, eq, ek, ev);
     for (int b = 0; b < 2; b++) block_free(&blk[b]);
     if (bits) dev_free(bits);
     free(Qd), free(Kd), free(Vd), free(dOd), free(Or), free(lr), free(dr), free(rQ), free(rK);
@@ -554,7 +470,7 @@ START_TEST(fully_masked_rows_and_tiles)
     const int64_t n_q = 70, n_kv = 130;
     const int hq = 4, hkv = 2, d = 64;
     rs = test_rng(42);
-    prob p = make_prob(n_q, n_kv, hq, hkv, d, 0, K_CAUSAL);
+    prob p = make_prob(n_q, n_kv, hq, hkv, d, 0, MASK_CAUSAL);
     for (int64_t i = 0; i < n_q; i++) p.qp[i] = i;
     for (int64_t j = 0; j < n_kv; j++) p.kp[j] = 1000 + j;
     for (size_t i = 0; i < kn(&p.g); i++) p.K[i] = p.V[i] = NAN;
@@ -589,7 +505,7 @@ START_TEST(fully_masked_rows_and_tiles)
     for (int64_t j = 0; j < n_kv; j++) p.kp[j] = j, p.ks[j] = (int32_t)(j / 20) * 2;
     for (int64_t i = 0; i < n_q; i++) p.qp[i] = 60 + i, p.qs[i] = (int32_t)(i % 3);
     p.g.mask = bk_attn_mask_document(1);
-    p.kind = K_DOC_CAUSAL;
+    p.mask_case.kind = MASK_DOC_CAUSAL;
     free(p.K), free(p.V);
     p.K = rand_bf16_exact(kn(&p.g), 2.0), p.V = rand_bf16_exact(kn(&p.g), 1.0);
     check_prob(&p, BK_BF16, "document rows without keys");
@@ -602,8 +518,8 @@ END_TEST
 START_TEST(tile_counts_match_the_cpu)
 {
     rs = test_rng(4000 + (uint64_t)_i);
-    prob p = make_prob(200, 180, 2, 1, 64, (int)(_i % 3), _i % N_KINDS);
-    if (_i % N_KINDS == K_WIN_CAUSAL) p.g.mask.window_left = 70;
+    prob p = make_prob(200, 180, 2, 1, 64, (int)(_i % 3), _i % MASK_KINDS);
+    if (_i % MASK_KINDS == MASK_WINDOW_CAUSAL) p.g.mask.window_left = 70;
     dev_prob d = dev_prob_of(&p, BK_F32);
     bk_queue q = dev_queue(), h = bk_host_queue();
     size_t nq = qn(&p.g), nk = kn(&p.g), nr = (size_t)p.g.n_q * p.g.h_q;
@@ -637,7 +553,7 @@ END_TEST
 START_TEST(invalid_arguments_are_refused)
 {
     rs = test_rng(5);
-    prob p = make_prob(10, 10, 2, 1, 64, 0, K_CAUSAL);
+    prob p = make_prob(10, 10, 2, 1, 64, 0, MASK_CAUSAL);
     dev_prob d = dev_prob_of(&p, BK_F32);
     bk_queue q = dev_queue();
     float *gO = PUT(p.Q, qn(&p.g)), *gl = PUT(p.Q, 20);
@@ -668,11 +584,11 @@ static Suite *dev_attention_suite(void)
 {
     Suite *s = suite_create("dev_attention");
     check_add_loop_tests(check_tcase(s, "random", 1800), 0, N_RANDOM, matches_reference);
-    check_add_loop_tests(check_tcase(s, "sweep", 1800), 0, 2 * N_KINDS, every_mask_and_group);
-    check_add_loop_tests(check_tcase(s, "split", 1800), 0, N_KINDS, split_blocks_equal_whole);
+    check_add_loop_tests(check_tcase(s, "sweep", 1800), 0, 2 * MASK_KINDS, every_mask_and_group);
+    check_add_loop_tests(check_tcase(s, "split", 1800), 0, MASK_KINDS, split_blocks_equal_whole);
     TCase *edges = check_tcase(s, "edges", 1800);
     check_add_tests(edges, fully_masked_rows_and_tiles, invalid_arguments_are_refused);
-    check_add_loop_tests(edges, 0, N_KINDS, tile_counts_match_the_cpu);
+    check_add_loop_tests(edges, 0, MASK_KINDS, tile_counts_match_the_cpu);
     return s;
 }
 

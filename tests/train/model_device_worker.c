@@ -27,6 +27,7 @@
 #include "src/train/data/token_source.h"
 #include "src/train/model.h"
 #include "tests/lib/worker_device.h"
+#include "tests/lib/worker_model.h"
 
 enum { MICRO_BATCHES = 2 };
 
@@ -155,16 +156,7 @@ int main(int argc, char **argv)
     worker_init("model_device_worker");
     if (!bk_device_available() || attn_link_device(world, -1) != BT_OK)
         usage_exit("no device, or the transport refused it");
-    model_dims dims = {.layers = 2,
-                       .d_model = 32,
-                       .n_heads = 2,
-                       .n_kv_heads = 1,
-                       .head_dim = 16,
-                       .d_ff = 48,
-                       .vocab = 23,
-                       .tied = 0,
-                       .rope = {.type = BK_ROPE_DEFAULT, .theta = 10000, .factor = 1},
-                       .norm_eps = 1e-5f};
+    model_dims dims = test_worker_model_dims(2);
     model_layout m;
     if (model_layout_init(&m, &dims) != 0) usage_exit("out of memory");
     int64_t N = 32 * (int64_t)size;

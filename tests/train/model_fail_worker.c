@@ -22,6 +22,7 @@
 #include "src/train/data/token_source.h"
 #include "src/train/model.h"
 #include "tests/lib/worker_device.h"
+#include "tests/lib/worker_model.h"
 
 /* ---------------------------------------------------------------- the failing backend */
 typedef enum { INJECT_NONE, INJECT_RMSNORM, INJECT_ATTENTION } inject_op;
@@ -110,16 +111,7 @@ int main(void)
             failures++;
         }
 
-    model_dims dims = {.layers = 1,
-                       .d_model = 32,
-                       .n_heads = 2,
-                       .n_kv_heads = 1,
-                       .head_dim = 16,
-                       .d_ff = 48,
-                       .vocab = 23,
-                       .tied = 0,
-                       .rope = {.type = BK_ROPE_DEFAULT, .theta = 10000, .factor = 1},
-                       .norm_eps = 1e-5f};
+    model_dims dims = test_worker_model_dims(1);
     model_layout m;
     if (model_layout_init(&m, &dims) != 0) worker_exit(BT_ERR_SYS, "out of memory");
     seq_layout layout;

@@ -1,0 +1,76 @@
+/* fixture.h: what the parts of tests/train/test_train share: runs of
+ * `burst run ... burst train` on real ranks (or of burst linked with the
+ * device emulator), the curve of losses and counts each run's JSON-lines
+ * metrics give, and the expectations several parts make of those curves:
+ * the same curve, time in the rings, a resume that continues bit for bit. */
+#ifndef BURST_TESTS_TRAIN_ENGINE_FIXTURE_H
+#define BURST_TESTS_TRAIN_ENGINE_FIXTURE_H
+
+#include <check.h>
+#include <stddef.h>
+
+#include "tests/lib/testutil.h"
+
+enum { MAX_STEPS = 64 };
+
+typedef struct {
+    int n;
+    double loss[MAX_STEPS], grad_norm[MAX_STEPS];
+    double tokens[MAX_STEPS], attn_bytes[MAX_STEPS]; /* labelled tokens, ring bytes sent */
+    double attn_pairs[MAX_STEPS], flops[MAX_STEPS];  /* pairs the mask allowed, FLOPs counted */
+    double attn_s[MAX_STEPS], exposed_s[MAX_STEPS];  /* ring time, exposed communication */
+} curve;
+
+/* One OpenMP thread per rank: more threads than cores, spinning, would make
+ * a multi-rank run crawl. */
+extern char *one_thread[];
+/* The environment of the runs: one_thread, and where a test says so,
+ * emulated nodes of 4 GPUs (the device index of rank r is its local rank). */
+extern char **run_env;
+/* The suite's temporary directory (made and removed by main). */
+extern char train_tmpdir[256];
+/* Set: the runs use burst linked with the device emulator
+ * (tests/train/burst_emu), for [train] device = cuda. */
+extern int on_emulator;
+
+/* The program the ranks run: burst, or burst_emu under on_emulator. */
+const char *train_program(void);
+/* burst run -n ranks [--nodes nodes] -- burst train --set ... (sets and args:
+ * NULL-terminated); the curve of its metrics into *out and their text into
+ * metrics_text when given. */
+test_run_result train_args(int ranks, int nodes, const char *const *sets, const char *const *args,
+                           curve *out, char *metrics_text, size_t metrics_len);
+/* The same, with --inject-nan inject when inject is given. */
+test_run_result train(int ranks, int nodes, const char *const *sets, const char *inject,
+                      curve *out);
+/* Runs a and b logged 6 steps of the same labelled tokens and attention pairs,
+ * and losses within tol (gradient norms within 10 tol), relative. */
+void expect_same(const curve *a, const curve *b, double tol, const char *what);
+/* A run that must succeed; its output must hold `says` when given. */
+void run_saying(int ranks, int nodes, const char *const *sets, const char *says, curve *c);
+void run_ok(int ranks, int nodes, const char *const *sets, curve *c);
+/* The sets of a run: base (NULL-terminated) followed by more (idem). */
+const char *const *with(const char *const *base, const char *const *more);
+/* Every step spent time in the rings and waited for no more than that. */
+void expect_ring_times(const curve *c, const char *what);
+/* Resuming with sets on `ranks` ranks is refused with exit 2 and want. */
+void expect_resume_refused(int ranks, const char *const *sets, const char *want);
+/* A stop after step 3 and a resume continue the uninterrupted losses bit for
+ * bit; refused: [setting, message] pairs a resume refuses first (NULL-ended). */
+void expect_resume_bit_for_bit(int ranks, const char *const *sets, const char *dir,
+                               const char *const (*refused)[2]);
+/* burst data synth --task TASK --seq-len N --samples S [--seed SEED] -o OUT
+ * (seed NULL: the command's default), which must succeed. */
+void synth(const char *task, const char *seq_len, const char *samples, const char *seed,
+           const char *out);
+
+/* The tests of each part, added to the suite's test case tc in the order
+ * they run: the ranks (ranks.c), the steps (steps.c), resumes (resume.c),
+ * HDF5 corpora (corpus.c); the device's in test cases of their own. */
+void add_rank_tests(TCase *tc);
+void add_step_tests(TCase *tc);
+void add_resume_tests(TCase *tc);
+void add_corpus_tests(TCase *tc);
+void add_device_tests(Suite *s);
+
+#endif
