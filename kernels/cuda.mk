@@ -29,7 +29,7 @@ EXTRA_DIST += $(BK_CU_SRC) kernels/cuda/bk_cuda.cuh kernels/cuda/dev_common.cuh 
 # backend a BK_DEVICE queue reaches is chosen by what is linked.
 libburst_kernels_a_SOURCES += kernels/bf16.h kernels/device.h kernels/device_ops.h \
 	kernels/attention_tile.h \
-	kernels/device.c kernels/cpu/bf16_widen.c kernels/cpu/attention_merge.c
+	kernels/device.c kernels/cpu/bf16_ops.c kernels/cpu/attention_merge.c
 if HAVE_CUDA
 libburst_kernels_a_SOURCES += kernels/cuda/select_cuda.c $(BK_CU_SRC)
 BK_CU_NVCC_OBJS = $(BK_CU_SRC:.cu=.$(OBJEXT))

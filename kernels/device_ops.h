@@ -119,7 +119,7 @@ bk_status bk_device_failed(const char *call, const char *detail);
 extern const bk_device_ops bk_cuda_ops; /* kernels/cuda/device_table.cu under nvcc */
 extern const bk_device_ops bk_emu_ops;  /* the same file for the emulator */
 
-/* The host implementation of bk_gemm_bf16 (kernels/cpu/bf16_widen.c): the
+/* The host implementation of bk_gemm_bf16 (kernels/cpu/bf16_ops.c): the
  * inputs widened to fp32, then bk_gemm_builtin; the emulator backend runs it
  * too. */
 bk_status bk_gemm_bf16_cpu(const bk_queue *q, bk_transpose ta, bk_transpose tb, int64_t m,

@@ -1,5 +1,5 @@
 /* vector.cu: fill, y += alpha x and the rounding to bf16 on the device
- * (kernels/cpu/vector.c and kernels/cpu/bf16_widen.c are the host side;
+ * (kernels/cpu/vector.c and kernels/cpu/bf16_ops.c are the host side;
  * bk_copy reaches bk_device_copy). Grid-stride loops: any n with a bounded
  * grid. */
 #include "kernels/bf16.h"

@@ -77,7 +77,7 @@ static int copy(void *stream, void *dst, const void *src, size_t bytes, int dir)
     return ok(st);
 }
 
-bt_device_hooks attn_device_hooks(int device_id)
+bt_device_hooks transport_device_hooks(int device_id)
 {
     bt_device_hooks h = {
         .name = bk_device_backend_name(),
@@ -96,9 +96,9 @@ bt_device_hooks attn_device_hooks(int device_id)
     return h;
 }
 
-bt_status attn_link_device(bt_world *w, int device_id)
+bt_status transport_link_device(bt_world *w, int device_id)
 {
-    bt_device_hooks h = attn_device_hooks(device_id);
+    bt_device_hooks h = transport_device_hooks(device_id);
     bt_status st = bt_world_set_device(w, &h);
     /* the ring is what sends device buffers: its staging pool now, not in a step */
     return st == BT_OK ? bt_staging_reserve(w, RING_MAX_IN_FLIGHT) : st;

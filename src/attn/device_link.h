@@ -9,11 +9,11 @@
 
 /* The hooks on the program's device backend (CUDA, or the emulator in the
  * tests); device_id: the GPU this rank drives, -1 when unknown. */
-bt_device_hooks attn_device_hooks(int device_id);
+bt_device_hooks transport_device_hooks(int device_id);
 /* bt_world_set_device with those hooks (collective over the world), then
  * the staging pool for the ring's messages in flight taken at once
  * (bt_staging_reserve of RING_MAX_IN_FLIGHT), so that no pinned allocation
  * happens in a step. */
-bt_status attn_link_device(bt_world *w, int device_id);
+bt_status transport_link_device(bt_world *w, int device_id);
 
 #endif

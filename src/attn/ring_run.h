@@ -81,7 +81,7 @@ int ring_buffers_load_positions(ring_buffers *b, const bk_queue *q, const seq_la
  * slot, the two trailing accumulators sent, one received, and the home
  * block's final accumulator received. Passes run one after the other, so the
  * transport's staging pool is taken for that many messages when the device
- * is linked (attn_link_device). */
+ * is linked (transport_link_device). */
 enum {
     RING_SLOT_SENDS = 2,
     RING_MAX_IN_FLIGHT = (RING_N_SLOTS - 1) + RING_N_SLOTS * RING_SLOT_SENDS + 2 + 1 + 1,

@@ -125,7 +125,7 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
         self, cfg->ranks, t, verbose,
         "train --set model.preset=%s%s%s --set data.seq_len=%lld --set data.task=counting "
         "--set parallel.dp=1 --set parallel.cp=%d --set train.steps=%d "
-        "--set train.warmup_steps=1 --set train.log_every=1 --set memory.ckpt_fraction=%g "
+        "--set train.warmup_steps=1 --set train.log_every=1 --set memory.attn_kept_fraction=%g "
         "--set memory.fused_head=%d --set transport.timeout=3600 --set train.metrics=%s",
         cfg->model, max_seq, device, cfg->seq, cfg->ranks, cfg->steps, cfg->ckpt, cfg->fused,
         metrics);
@@ -323,10 +323,12 @@ static const bu_option options[] = {
      "989); adds MFU = achieved / (min(P, G) x T) (default: no MFU)"},
     {"--gpus", "G", BU_OPT_INT, OPT(mfu.gpus), 1, 1024, NULL,
      "GPUs the ranks of a run share, for the MFU (default 1)"},
-    {"--ckpt-fraction", "F", BU_OPT_DOUBLE, OPT(ckpt), 0, 1, NULL,
-     "[memory] ckpt_fraction of the throughput runs: the share of\n"
+    {"--attn-kept-fraction", "F", BU_OPT_DOUBLE, OPT(ckpt), 0, 1, NULL,
+     "[memory] attn_kept_fraction of the throughput runs: the share of\n"
      "attention outputs kept rather than recomputed in the backward,\n"
      "0..1 (default 0.5; 1 recomputes no attention)"},
+    {"--ckpt-fraction", "F", BU_OPT_DOUBLE, OPT(ckpt), 0, 1, NULL,
+     "the former name of --attn-kept-fraction"},
     {"--threads", "N", BU_OPT_INT, OPT(threads), 1, 1024, NULL,
      "OpenMP/BLAS threads per rank (default: online cores / P)"},
     {"--quick", NULL, BU_OPT_FLAG, OPT(quick), 0, 0, NULL,
@@ -419,7 +421,7 @@ static int memory_table(const bench_train_opts *o, const char *self)
     char name[16];
     printf("\nPeak memory, %s, P=%d, seq %s (1 step each)\n\n", o->mem_model, o->mem_ranks,
            seq_name(o->mem_seq, name, sizeof name));
-    printf("| head | ckpt_fraction | s/step | peak rank 0 | estimate | peak/est |\n");
+    printf("| head | attn_kept_fraction | s/step | peak rank 0 | estimate | peak/est |\n");
     printf("| --- | --- | --- | --- | --- | --- |\n");
     fflush(stdout);
     for (int f = 1; f >= 0; f--) {

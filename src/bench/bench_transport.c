@@ -208,7 +208,7 @@ static void device_buffers(bt_world *w, size_t bytes, void **a, void **b)
                 bk_device_backend_name());
         exit(EXIT_RUN_FAILURE);
     }
-    must(w, attn_link_device(w, bt_world_local_rank(w) % count));
+    must(w, transport_link_device(w, bt_world_local_rank(w) % count));
     if (bk_device_malloc(bytes, a) != BK_OK || bk_device_malloc(bytes, b) != BK_OK) {
         fprintf(stderr, "bench transport: --device: cannot allocate 2 x %zu bytes of device memory\n",
                 bytes);

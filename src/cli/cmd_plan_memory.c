@@ -76,7 +76,8 @@ static int fits(const plan_args *a, const train_config *cfg, trainer *t, char *e
      * (trainer_make_arena takes the two together) */
     double total = (double)trainer_memory_total(&t->mem);
     if (cfg->limit_bytes > 0 && total > (double)cfg->limit_bytes) return 0;
-    if (t->plan.on_device) return (double)trainer_arena_bytes(&t->mem) <= (double)a->device_bytes;
+    if (t->choices.on_device)
+        return (double)trainer_arena_bytes(&t->mem) <= (double)a->device_bytes;
     return total <= (double)a->host_bytes / a->per_node;
 }
 
@@ -108,13 +109,13 @@ static void report(const plan_args *a, const trainer *t, int ok)
            "%lld tokens (%lld per rank); %s\n",
            (long long)t->model.n_params, c->preset, a->ranks, c->dp, c->cp, a->per_node,
            (long long)c->seq_len, (long long)t->layout.n,
-           t->plan.on_device ? "on a GPU per rank" : "on the CPU");
+           t->choices.on_device ? "on a GPU per rank" : "on the CPU");
     printf("memory per rank: %s\n", parts);
     printf("memory per rank, the parts together: %s (a process adds its own baseline)\n",
            bu_human_bytes((double)trainer_memory_total(&t->mem), h[0], 32));
     if (c->limit_bytes > 0)
         printf("[memory] limit_bytes: %s\n", bu_human_bytes((double)c->limit_bytes, h[1], 32));
-    if (t->plan.on_device)
+    if (t->choices.on_device)
         printf("device per rank: arena %s (the device parts and their margin) of a GPU's %s\n",
                bu_human_bytes((double)trainer_arena_bytes(&t->mem), h[1], 32),
                bu_human_bytes((double)a->device_bytes, h[2], 32));

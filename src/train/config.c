@@ -23,7 +23,7 @@
 
 #include "src/attn/ring.h"
 #include "src/train/config.h"
-#include "src/train/plan.h"
+#include "src/train/choices.h"
 #include "util/fail.h"
 #include "util/parse.h"
 
@@ -96,7 +96,7 @@ int train_config_preset(train_config *c, const char *name)
 
 /* ---- the table of keys ------------------------------------------------ */
 
-typedef enum { F_INT, F_I64, F_U64, F_DBL, F_BOOL, F_ENUM, F_STR, F_CKPT } field_type;
+typedef enum { F_INT, F_I64, F_U64, F_DBL, F_BOOL, F_ENUM, F_STR, F_KEPT_FRACTION } field_type;
 
 /* One key: where it lives, what it accepts, its default, whether it changes
  * the numbers of a resumed run, and what it means. Everything the program says
@@ -139,7 +139,7 @@ static const char *const rope_type_names[] = {"default", "linear",  "llama3",
 #define BOOL(s, k, ...) {s, #k, F_BOOL, AT(k), 0, 0, 0, 0, 0, 0, NULL, __VA_ARGS__}
 #define ENUM(s, k, names, ...) {s, #k, F_ENUM, AT(k), 0, 0, 0, 0, 0, 0, names, __VA_ARGS__}
 #define STR(s, k, ...) {s, #k, F_STR, AT(k), 0, 0, 0, 0, 0, 0, NULL, __VA_ARGS__}
-#define CKPT(s, k, ...) {s, #k, F_CKPT, AT(k), 0, 0, 0, 0, 0, 0, NULL, __VA_ARGS__}
+#define KEPT_FRACTION(s, k, ...) {s, #k, F_KEPT_FRACTION, AT(k), 0, 0, 0, 0, 0, 0, NULL, __VA_ARGS__}
 #define PRESET NULL
 /* clang-format on */
 
@@ -287,7 +287,7 @@ static const field fields[] = {
         "held-out samples evaluated"),
     DBL("eval", min_accuracy, 0, 0, 1, 0, "0", FREE,
         "an accuracy below this fails the run (0: never)"),
-    CKPT("memory", ckpt_fraction, "0.5", FREE,
+    KEPT_FRACTION("memory", attn_kept_fraction, "0.5", FREE,
         "share of local tokens whose attention output and lse are kept for the backward: 0, 0.5 or 1"),
     BOOL("memory", fused_head, "true", FREE,
         "LM head fused with the loss, chunk by chunk (false: the reference head, CPU only)"),
@@ -323,6 +323,33 @@ static const field *find_field(const char *section, const char *key)
         if (strcmp(fields[i].section, section) == 0 && strcmp(fields[i].key, key) == 0)
             return &fields[i];
     return NULL;
+}
+
+/* Keys that were renamed: a file or --set may still give the former name, and
+ * is told the new one. */
+static const struct {
+    const char *section, *former, *key;
+} renamed_keys[] = {
+    {"memory", "ckpt_fraction", "attn_kept_fraction"},
+};
+enum { N_RENAMED = sizeof renamed_keys / sizeof renamed_keys[0] };
+
+/* The field a user named: by its name, or by a former name, which is said on
+ * stderr once per process. */
+static const field *find_named_field(const char *section, const char *key)
+{
+    const field *f = find_field(section, key);
+    static int told[N_RENAMED];
+    for (int i = 0; !f && i < N_RENAMED; i++) {
+        if (strcmp(renamed_keys[i].section, section) != 0 ||
+            strcmp(renamed_keys[i].former, key) != 0)
+            continue;
+        f = find_field(section, renamed_keys[i].key);
+        if (!told[i]++)
+            fprintf(stderr, "burst: [%s] %s is now called [%s] %s; the former name will go\n",
+                    section, key, section, renamed_keys[i].key);
+    }
+    return f;
 }
 
 /* Records that a file or --set gave f; an explicit preset gives its keys. */
@@ -496,11 +523,13 @@ static int set_kept_fraction(char *at, const field *f, const char *value, char *
 static int set_field(train_config *c, const field *f, const char *value, char *why, size_t why_len)
 {
     static const field_setter setters[] = {
-        [F_INT] = set_integer, [F_I64] = set_integer,        [F_U64] = set_u64,
-        [F_DBL] = set_double,  [F_BOOL] = set_bool,          [F_ENUM] = set_enum,
-        [F_STR] = set_text,    [F_CKPT] = set_kept_fraction,
+        [F_INT] = set_integer, [F_I64] = set_integer,
+        [F_U64] = set_u64,     [F_DBL] = set_double,
+        [F_BOOL] = set_bool,   [F_ENUM] = set_enum,
+        [F_STR] = set_text,    [F_KEPT_FRACTION] = set_kept_fraction,
     };
-    _Static_assert(sizeof setters / sizeof *setters == F_CKPT + 1, "a setter per field type");
+    _Static_assert(sizeof setters / sizeof *setters == F_KEPT_FRACTION + 1,
+                   "a setter per field type");
     return setters[f->type]((char *)c + f->off, f, value, why, why_len);
 }
 
@@ -550,7 +579,7 @@ static void format_field(const train_config *c, const field *f, char *buf, size_
         snprintf(buf, len, "%" PRIu64, *(const uint64_t *)at);
         return;
     case F_DBL:
-    case F_CKPT:
+    case F_KEPT_FRACTION:
         format_double(*(const double *)at, buf, len);
         return;
     case F_BOOL:
@@ -661,7 +690,7 @@ static int load_handler(void *user, const char *section, const char *name, const
         load_error(st, "unknown section [%s]", section);
         return 0;
     }
-    const field *f = find_field(section, name);
+    const field *f = find_named_field(section, name);
     if (!f) {
         load_error(st, "unknown key [%s] %s", section, name);
         return 0;
@@ -766,7 +795,7 @@ int train_config_set(train_config *c, const char *assignment, char *err, size_t 
         snprintf(err, err_len, "--set %s: unknown section [%s]", assignment, section);
         return -1;
     }
-    const field *f = find_field(section, key);
+    const field *f = find_named_field(section, key);
     if (!f) {
         snprintf(err, err_len, "--set %s: unknown key [%s] %s", assignment, section, key);
         return -1;
@@ -834,7 +863,7 @@ static int validate_documents(const train_config *c, const bk_attn_mask *mask, c
                               size_t err_len)
 {
     int documents = (mask->flags & BK_ATTN_DOCUMENT) != 0;
-    int synthetic = plan_source(c->source) == SOURCE_SYNTHETIC;
+    int synthetic = choose_source(c->source) == SOURCE_SYNTHETIC;
     if (documents && synthetic && c->doc_len == 0)
         return bu_fail(err, err_len,
                        "[parallel] mask = document with [data] source = synthetic needs [data] "
@@ -856,10 +885,10 @@ static int validate_documents(const train_config *c, const bk_attn_mask *mask, c
  * belong to one sequence, so no documents cut it. */
 static int validate_recall(const train_config *c, char *err, size_t err_len)
 {
-    if (!plan_recall(c->source, c->task)) return 0;
+    if (!choose_recall(c->source, c->task)) return 0;
     recall_shape recall = train_config_recall(c);
     if (recall_check(&recall, c->vocab, err, err_len) != 0) return -1;
-    if (plan_mask(c->mask, c->window).flags & BK_ATTN_DOCUMENT)
+    if (choose_mask(c->mask, c->window).flags & BK_ATTN_DOCUMENT)
         return bu_fail(err, err_len,
                        "[data] task = recall asks each query of a pair of the same sequence: "
                        "[parallel] mask = document would cut them apart");
@@ -912,15 +941,15 @@ static int validate_model(const train_config *c, char *err, size_t err_len)
 /* What the device engine cannot do that the CPU engine can, and back. */
 static int validate_device(const train_config *c, char *err, size_t err_len)
 {
-    if (!plan_device(c->device) && strcmp(c->matmul, "bf16") == 0)
+    if (!choose_device(c->device) && strcmp(c->matmul, "bf16") == 0)
         return bu_fail(err, err_len,
                        "[train] matmul = bf16 needs [train] device = cuda: the CPU "
                        "computes its matrix products in fp32");
-    if (plan_device(c->device) && !c->fused_head)
+    if (choose_device(c->device) && !c->fused_head)
         return bu_fail(err, err_len,
                        "[memory] fused_head = false needs [train] device = cpu: the "
                        "reference head runs on the host");
-    if (plan_device(c->device) && c->d_model / c->n_heads > 128)
+    if (choose_device(c->device) && c->d_model / c->n_heads > 128)
         return bu_fail(err, err_len,
                        "[model] d_model / n_heads = %d: the device's attention takes head "
                        "dimensions up to 128",
@@ -932,17 +961,17 @@ static int validate_device(const train_config *c, char *err, size_t err_len)
  * the attention outputs needs of them. */
 static int validate_sequence(const train_config *c, char *err, size_t err_len)
 {
-    bk_attn_mask mask = plan_mask(c->mask, c->window);
+    bk_attn_mask mask = choose_mask(c->mask, c->window);
     if ((mask.flags & BK_ATTN_WINDOW) && c->window < 1)
         return bu_fail(err, err_len,
                        "[parallel] window = %" PRId64 " must be at least 1 for mask = window",
                        c->window);
     if (validate_documents(c, &mask, err, err_len) != 0) return -1;
     if ((mask.flags & BK_ATTN_BLOCK_SPARSE) &&
-        plan_sparse_mask(c->sparse_pattern, c->sparse_block, c->seq_len, &mask, NULL, err,
-                         err_len) != 0)
+        choose_sparse_mask(c->sparse_pattern, c->sparse_block, c->seq_len, &mask, NULL, err,
+                           err_len) != 0)
         return -1;
-    seq_layout_kind kind = plan_layout(c->layout, c->mask);
+    seq_layout_kind kind = choose_layout(c->layout, c->mask);
     const char *layout = seq_layout_name(kind);
     int zigzag = kind == LAYOUT_ZIGZAG;
     int64_t unit = zigzag ? 2 * (int64_t)c->cp : c->cp;
@@ -956,11 +985,12 @@ static int validate_sequence(const train_config *c, char *err, size_t err_len)
                        "[data] seq_len = %" PRId64 " exceeds [model] max_seq = %" PRId64,
                        c->seq_len, c->max_seq);
 
-    if (plan_keep(c->ckpt_fraction) == KEEP_HALF && !plan_keep_half_allowed(kind, &mask))
-        return bu_fail(err, err_len,
-                       "[memory] ckpt_fraction = 0.5 needs the causal mask with the zigzag layout "
-                       "(here mask = %s, layout = %s); use 0 or 1",
-                       c->mask, layout);
+    if (choose_keep(c->attn_kept_fraction) == KEEP_HALF && !keep_half_allowed(kind, &mask))
+        return bu_fail(
+            err, err_len,
+            "[memory] attn_kept_fraction = 0.5 needs the causal mask with the zigzag layout "
+            "(here mask = %s, layout = %s); use 0 or 1",
+            c->mask, layout);
     return 0;
 }
 
@@ -992,7 +1022,7 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
                        " ranks, but the world size is %d",
                        c->dp, c->cp, (int64_t)c->dp * c->cp, world_size);
 
-    if (plan_source(c->source) == SOURCE_HDF5 && !c->path[0])
+    if (choose_source(c->source) == SOURCE_HDF5 && !c->path[0])
         return bu_fail(err, err_len, "[data] source = hdf5 needs [data] path (corpus files)");
     if (validate_recall(c, err, err_len) != 0) return -1;
     if (validate_sequence(c, err, err_len) != 0) return -1;

@@ -81,7 +81,8 @@ typedef struct {
     int64_t eval_samples;
     double min_accuracy;    /* a held-out accuracy below this fails the run (0: never) */
     /* [memory] */
-    double ckpt_fraction;   /* share of local tokens whose attention O, lse are kept: 0, 0.5, 1 */
+    double
+        attn_kept_fraction; /* share of local tokens whose attention O, lse are kept: 0, 0.5, 1 */
     int fused_head;         /* LM head fused with the loss, chunked (1) or the reference (0) */
     int64_t head_chunk;     /* tokens per chunk of logits */
     double z_loss;

@@ -22,7 +22,7 @@
 #include "kernels/ops_math.h"
 #include "src/train/lm_head.h"
 #include "src/attn/ring.h"
-#include "src/train/plan.h"
+#include "src/train/choices.h"
 
 typedef struct {
     int layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab;
@@ -68,7 +68,7 @@ typedef struct {
     seq_layout layout;           /* of the sequence over the cp group */
     ring_topology topo;
     int nodes;                   /* for the double ring */
-    bk_attn_mask mask;           /* plan_mask's (positions are global); a block-sparse
+    bk_attn_mask mask;           /* choose_mask's (positions are global); a block-sparse
                                   * bitmap must outlive the runner */
     ring_bwd_choice backward;
     int64_t piece_rows;          /* query rows per kernel call in the ring; 0: the default */
@@ -84,8 +84,8 @@ typedef struct {
                       * and the LM head read an fp32 copy widened at each step;
                       * the stored activations bf16 */
     lm_head_opts head;
-    int ring_bf16;               /* Q, K, V and dO travel the rings in bf16 (plan_ring_bf16),
-                                  * else fp32 (ring_exec_ctx.in_type) */
+    int ring_bf16; /* Q, K, V and dO travel the rings in bf16 (choose_ring_bf16),
+                    * else fp32 (ring_exec_ctx.in_type) */
     const bk_queue *queue;
 } model_runner_config;
 

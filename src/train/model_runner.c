@@ -210,9 +210,9 @@ static model_runner *runner_new(const model_runner_config *cfg, char *err, size_
     r->F = d->d_ff;
     r->V = d->vocab;
     int half = cfg->keep == KEEP_HALF;
-    if (half && !plan_keep_half_allowed(cfg->layout.kind, &cfg->mask)) {
+    if (half && !keep_half_allowed(cfg->layout.kind, &cfg->mask)) {
         snprintf(err, err_len,
-                 "[memory] ckpt_fraction = 0.5 needs a causal mask with the zigzag layout");
+                 "[memory] attn_kept_fraction = 0.5 needs a causal mask with the zigzag layout");
         free(r);
         return NULL;
     }

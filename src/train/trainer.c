@@ -66,26 +66,26 @@ static int make_model_layout(trainer *t, char *err, size_t err_len)
     return -1;
 }
 
-static int make_plan(trainer *t, char *err, size_t err_len)
+static int make_choices(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
-    train_plan *p = &t->plan;
-    p->layout = plan_layout(c->layout, c->mask);
-    p->mask = plan_mask(c->mask, c->window);
+    train_choices *p = &t->choices;
+    p->layout = choose_layout(c->layout, c->mask);
+    p->mask = choose_mask(c->mask, c->window);
     if ((p->mask.flags & BK_ATTN_BLOCK_SPARSE) &&
-        plan_sparse_mask(c->sparse_pattern, c->sparse_block, c->seq_len, &p->mask,
-                         &t->sparse_bits, err, err_len) != 0)
+        choose_sparse_mask(c->sparse_pattern, c->sparse_block, c->seq_len, &p->mask,
+                           &t->sparse_bits, err, err_len) != 0)
         return -1;
-    p->backward = plan_backward(c->backward);
-    p->ring = plan_ring(c->ring);
-    p->source = plan_source(c->source);
-    p->shuffled = plan_shuffled(c->sampling);
-    p->recall = plan_recall(c->source, c->task);
-    p->on_nonfinite = plan_on_nonfinite(c->on_nonfinite);
-    p->keep = plan_keep(c->ckpt_fraction);
-    p->on_device = plan_device(c->device);
-    p->bf16_matmul = plan_bf16_matmul(c->device, c->matmul);
-    p->ring_bf16 = plan_ring_bf16(p->on_device);
+    p->backward = choose_backward(c->backward);
+    p->ring = choose_ring(c->ring);
+    p->source = choose_source(c->source);
+    p->shuffled = choose_shuffled(c->sampling);
+    p->recall = choose_recall(c->source, c->task);
+    p->on_nonfinite = choose_on_nonfinite(c->on_nonfinite);
+    p->keep = choose_keep(c->attn_kept_fraction);
+    p->on_device = choose_device(c->device);
+    p->bf16_matmul = choose_bf16_matmul(c->device, c->matmul);
+    p->ring_bf16 = choose_ring_bf16(p->on_device);
     return 0;
 }
 
@@ -97,29 +97,38 @@ static int runner_config(trainer *t, int nodes, int local_size, model_runner_con
     const train_config *c = &t->cfg;
     ring_topology topo;
     int cp_nodes;
-    if (plan_topology(t->plan.ring, c->cp, nodes, local_size, &topo, &cp_nodes) != 0) {
+    if (choose_topology(t->choices.ring, c->cp, nodes, local_size, &topo, &cp_nodes) != 0) {
         snprintf(err, err_len, "[parallel] ring = double, but the CP group of %d ranks does not span "
                                "several nodes with the same number of ranks each", c->cp);
         return -1;
     }
-    *rc = (model_runner_config){
-        .model = &t->model, .cp = t->cp_comm, .layout = t->layout, .topo = topo, .nodes = cp_nodes,
-        .mask = t->plan.mask, .backward = t->plan.backward, .piece_rows = c->piece_rows,
-        .keep = t->plan.keep,
-        .micro_batches = c->micro_batches, .fused_head = c->fused_head,
-        .bf16_matmul = t->plan.bf16_matmul, .ring_bf16 = t->plan.ring_bf16,
-        .head = {.chunk_tokens = c->head_chunk, .z_loss = (float)c->z_loss, .ignore_index = TOKEN_IGNORE},
-        .queue = &t->queue};
+    *rc = (model_runner_config){.model = &t->model,
+                                .cp = t->cp_comm,
+                                .layout = t->layout,
+                                .topo = topo,
+                                .nodes = cp_nodes,
+                                .mask = t->choices.mask,
+                                .backward = t->choices.backward,
+                                .piece_rows = c->piece_rows,
+                                .keep = t->choices.keep,
+                                .micro_batches = c->micro_batches,
+                                .fused_head = c->fused_head,
+                                .bf16_matmul = t->choices.bf16_matmul,
+                                .ring_bf16 = t->choices.ring_bf16,
+                                .head = {.chunk_tokens = c->head_chunk,
+                                         .z_loss = (float)c->z_loss,
+                                         .ignore_index = TOKEN_IGNORE},
+                                .queue = &t->queue};
     return 0;
 }
 
 static int make_source(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
-    int documents = (t->plan.mask.flags & BK_ATTN_DOCUMENT) != 0;
-    if (t->plan.source == SOURCE_HDF5)
-        t->data = hdf5_source_create(c->path, c->vocab, t->plan.shuffled, c->data_seed, documents,
-                                     &t->shard, err, err_len);
+    int documents = (t->choices.mask.flags & BK_ATTN_DOCUMENT) != 0;
+    if (t->choices.source == SOURCE_HDF5)
+        t->data = hdf5_source_create(c->path, c->vocab, t->choices.shuffled, c->data_seed,
+                                     documents, &t->shard, err, err_len);
     else {
         synthetic_spec spec = {.task = c->task, .doc_len = c->doc_len,
                                .recall = train_config_recall(c)};
@@ -158,7 +167,7 @@ static int report_device_paths(trainer *t)
 static int make_queue(trainer *t, char *err, size_t err_len)
 {
     t->queue = bk_host_queue();
-    if (!t->plan.on_device) return 0;
+    if (!t->choices.on_device) return 0;
     int count = 0, failed = !bk_device_available() ||
                             bk_device_use(bt_world_local_rank(t->world), &count) != BK_OK;
     if (failed)
@@ -173,7 +182,7 @@ static int make_queue(trainer *t, char *err, size_t err_len)
     t->device_index = bt_world_local_rank(t->world) % count;
     t->device_count = count;
     t->queue = (bk_queue){BK_DEVICE, NULL, 0, NULL};
-    if (attn_link_device(t->world, t->device_index) == BT_OK && report_device_paths(t) == 0)
+    if (transport_link_device(t->world, t->device_index) == BT_OK && report_device_paths(t) == 0)
         return 0;
     snprintf(err, err_len, "%s", bt_world_error(t->world));
     return EXIT_RUN_FAILURE;
@@ -191,7 +200,7 @@ static void *model_buffer(trainer *t, size_t bytes, const char *what, char *err,
                  "out of device memory: cannot allocate %zu bytes for %s in the device arena "
                  "(largest free piece %zu bytes of %zu)",
                  bytes, what, a.largest_free, a.capacity);
-    } else if (t->plan.on_device)
+    } else if (t->choices.on_device)
         snprintf(err, err_len, "out of device memory: cannot allocate %zu bytes for %s", bytes, what);
     else
         bu_no_memory(err, err_len, bytes, what);
@@ -238,8 +247,9 @@ static int init_params(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     size_t bytes = (size_t)t->model.n_params * sizeof(float);
-    float *host = t->plan.on_device ? bu_calloc(bytes, "the parameters' initial values", err, err_len)
-                                    : t->params;
+    float *host = t->choices.on_device
+                      ? bu_calloc(bytes, "the parameters' initial values", err, err_len)
+                      : t->params;
     if (!host) return -1;
     if (!c->init_from[0]) {
         model_init_params(&t->model, host, c->seed, c->init_std);
@@ -263,7 +273,7 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
     const train_config *c = &t->cfg;
     const trainer_memory *m = &t->mem;
     void *params = model_buffer(t, m->params, "the parameters", err, err_len);
-    if (t->plan.bf16_matmul)
+    if (t->choices.bf16_matmul)
         t->params16 = params;
     else
         t->params = params;
@@ -273,7 +283,7 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
         !(t->labels = bu_calloc(m->tokens / 2, "the labels", err, err_len)) ||
         (m->segments && !(t->segments = bu_calloc(m->segments, "the document ids", err, err_len))))
         return -1;
-    if (t->plan.on_device &&
+    if (t->choices.on_device &&
         (!(t->dev_tokens = model_buffer(t, m->tokens / 2, "the tokens", err, err_len)) ||
          !(t->dev_labels = model_buffer(t, m->tokens / 2, "the labels", err, err_len))))
         return -1;
@@ -298,7 +308,7 @@ static int make_optimizer(trainer *t, char *err, size_t err_len)
     /* collective: a rank without its mask still takes part (with a size
      * zero1_create refuses), so that every rank fails together */
     t->opt = zero1_create(bt_world_comm(t->world), decay ? t->model.n_params : -1, decay, &hp,
-                          &t->queue, t->plan.bf16_matmul ? BK_BF16 : BK_F32);
+                          &t->queue, t->choices.bf16_matmul ? BK_BF16 : BK_F32);
     free(decay);
     if (t->opt) return 0;
     if (bt_world_error(t->world)[0]) {
@@ -322,7 +332,7 @@ static int plan_rank_memory(trainer *t, int nodes, int local_size, model_runner_
                             char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
-    if (seq_layout_init(&t->layout, t->plan.layout, c->cp, c->seq_len, err, err_len) != 0)
+    if (seq_layout_init(&t->layout, t->choices.layout, c->cp, c->seq_len, err, err_len) != 0)
         return -1;
     if (runner_config(t, nodes, local_size, rc, err, err_len) != 0) return -1;
     return trainer_plan_memory(t, rc, err, err_len);
@@ -341,9 +351,10 @@ int trainer_plan_offline(trainer *t, int world_size, int nodes, char *err, size_
         return -1;
     }
     if (train_config_validate(c, world_size, err, err_len) != 0 ||
-        make_model_layout(t, err, err_len) != 0 || make_plan(t, err, err_len) != 0)
+        make_model_layout(t, err, err_len) != 0 || make_choices(t, err, err_len) != 0)
         return -1;
-    if (t->plan.on_device) t->queue = (bk_queue){BK_DEVICE, NULL, 0, NULL}; /* no device touched */
+    if (t->choices.on_device)
+        t->queue = (bk_queue){BK_DEVICE, NULL, 0, NULL}; /* no device touched */
     model_runner_config rc;
     return plan_rank_memory(t, nodes, world_size / nodes, &rc, err, err_len);
 }
@@ -370,7 +381,7 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     }
     t->dp_rank = bt_comm_rank(t->dp_comm);
     t->cp_rank = bt_comm_rank(t->cp_comm);
-    if (make_plan(t, err, err_len) != 0) return EXIT_USAGE;
+    if (make_choices(t, err, err_len) != 0) return EXIT_USAGE;
     int status = make_queue(t, err, err_len);
     if (status != 0) return status;
     /* on a device, the runtime's own host memory is part of the baseline */
@@ -479,7 +490,8 @@ void trainer_free(trainer *t)
     bt_comm_free(t->cp_comm);
     model_buffer_free(t, t->params), model_buffer_free(t, t->params16);
     model_buffer_free(t, t->grads);
-    if (t->plan.on_device) model_buffer_free(t, t->dev_tokens), model_buffer_free(t, t->dev_labels);
+    if (t->choices.on_device)
+        model_buffer_free(t, t->dev_tokens), model_buffer_free(t, t->dev_labels);
     free(t->tokens), free(t->labels);
     free(t->segments), free(t->sparse_bits);
     if (t->metrics) fclose(t->metrics);

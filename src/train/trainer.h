@@ -22,7 +22,7 @@
 #include "src/train/data/token_source.h"
 #include "src/train/model.h"
 #include "src/train/optimizer.h"
-#include "src/train/plan.h"
+#include "src/train/choices.h"
 
 /* What the command line adds to the configuration. */
 typedef struct {
@@ -52,7 +52,7 @@ typedef struct {
 /* Everything one rank needs during the run. */
 typedef struct {
     train_config cfg;
-    train_plan plan;
+    train_choices choices;
     trainer_opts opts;
     bt_world *world;
     bt_comm *dp_comm, *cp_comm;
@@ -65,7 +65,7 @@ typedef struct {
     token_shard shard;            /* this rank's positions of every sample */
     float *params, *grads;        /* [n_params] in the queue's memory (params NULL with bf16
                                      parameters) */
-    uint16_t *params16;           /* [n_params] bf16 parameters (train_plan.bf16_matmul), their
+    uint16_t *params16;           /* [n_params] bf16 parameters (train_choices.bf16_matmul), their
                                      fp32 masters the optimizer's; else NULL */
     int64_t *tokens, *labels;     /* [micro_batches][n] on the host: what the source reads */
     int64_t *dev_tokens, *dev_labels; /* the same in device memory ([train] device = cuda) */
@@ -95,7 +95,7 @@ enum { STOP_AGREED = -1 };
  * to say have printed it before any rank returns, and err is empty. t->cfg,
  * t->opts and t->world are set by the caller. */
 int trainer_setup(trainer *t, char *err, size_t err_len);
-/* What trainer_setup counts of rank 0's memory (t->mem, t->layout, t->plan,
+/* What trainer_setup counts of rank 0's memory (t->mem, t->layout, t->choices,
  * t->model), for a world of world_size ranks on `nodes` nodes, without a
  * world, a device or any large allocation: `burst plan memory`. t->cfg is
  * set by the caller; trainer_free frees the rest. 0, or -1 with err. */

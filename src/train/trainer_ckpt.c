@@ -47,7 +47,7 @@ static size_t floats_bytes(int64_t count)
 static int state_open(trainer *t, ckpt_state *s, int download, char *err, size_t err_len)
 {
     zero1_shard(t->opt, &s->begin, &s->end);
-    s->copies = t->plan.on_device;
+    s->copies = t->choices.on_device;
     if (!s->copies) {
         *s = (ckpt_state){t->params, zero1_moment1(t->opt), zero1_moment2(t->opt), s->begin, s->end, 0};
         return 0;

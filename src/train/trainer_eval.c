@@ -49,7 +49,8 @@ int64_t trainer_count_correct(const int64_t *predicted, const int64_t *answers, 
 static int upload_tokens(trainer *t, int64_t s, char *err, size_t err_len)
 {
     size_t bytes = (size_t)t->layout.n * sizeof(int64_t);
-    if (t->plan.on_device && bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) != BK_OK) {
+    if (t->choices.on_device &&
+        bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) != BK_OK) {
         snprintf(err, err_len, "cannot copy sample %lld to the device", (long long)s);
         return -1;
     }
@@ -63,7 +64,7 @@ static int predict_and_count(trainer *t, const int64_t *rows, const int64_t *ans
                              int64_t *predicted, eval_counts *counts, const char *what, char *err,
                              size_t err_len)
 {
-    const int64_t *tokens = t->plan.on_device ? t->dev_tokens : t->tokens;
+    const int64_t *tokens = t->choices.on_device ? t->dev_tokens : t->tokens;
     if (model_predict(t->runner, trainer_params(t), tokens, rows, n, predicted) != BT_OK) {
         snprintf(err, err_len, "%s: %s", what, world_reason(t));
         return -1;
@@ -289,7 +290,7 @@ int trainer_evaluate(trainer *t)
     if (c->eval_path[0])
         status = evaluate(t, trainer_eval_passkey, "passkey retrieval", "held-out samples",
                           1.0 / c->vocab);
-    if (status == 0 && t->plan.recall)
+    if (status == 0 && t->choices.recall)
         status = evaluate(t, trainer_eval_recall, "recall",
                           t->layout.P > 1 ? "cross-rank queries"
                                           : "queries (one context-parallel rank: all queries)",

@@ -86,7 +86,7 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
 {
     trainer_memory *m = &t->mem;
     if (model_runner_memory(rc, &m->model, err, err_len) != 0) return -1;
-    bk_dtype param_type = t->plan.bf16_matmul ? BK_BF16 : BK_F32;
+    bk_dtype param_type = t->choices.bf16_matmul ? BK_BF16 : BK_F32;
     m->grads = (size_t)t->model.n_params * sizeof(float);
     /* bf16: rounded up to whole floats, as the trainer allocates them */
     m->params = param_type == BK_BF16 ? (size_t)(t->model.n_params + 1) / 2 * sizeof(float)
@@ -97,12 +97,12 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
     size_t mb = (size_t)t->cfg.micro_batches;
     m->tokens = 2 * (size_t)t->layout.n * mb * sizeof(int64_t);
     /* the recall source makes each sample whole (tokens, labels) first */
-    m->whole_sample = t->plan.recall ? 2 * (size_t)t->cfg.seq_len * sizeof(int64_t) : 0;
+    m->whole_sample = t->choices.recall ? 2 * (size_t)t->cfg.seq_len * sizeof(int64_t) : 0;
     /* the document ids of each micro-batch's whole sequence */
-    m->segments = t->plan.mask.flags & BK_ATTN_DOCUMENT
+    m->segments = t->choices.mask.flags & BK_ATTN_DOCUMENT
                       ? (size_t)(t->cfg.seq_len + 1) * mb * sizeof(int32_t)
                       : 0;
-    if (t->plan.on_device) m->arena_margin = arena_margin(t);
+    if (t->choices.on_device) m->arena_margin = arena_margin(t);
     return 0;
 }
 
@@ -116,7 +116,7 @@ static const char *memory_share(const trainer *t, double *share)
     int local = bt_world_local_size(t->world);
     local = local > 0 ? local : 1;
     size_t free_bytes, total;
-    if (t->plan.on_device && bk_device_memory(&free_bytes, &total) == BK_OK) {
+    if (t->choices.on_device && bk_device_memory(&free_bytes, &total) == BK_OK) {
         int sharing = (local + t->device_count - 1) / t->device_count;
         *share = (double)free_bytes / sharing;
         return "a device has free for each of the ranks that drive it";
@@ -135,7 +135,7 @@ int trainer_check_memory(trainer *t, char *err, size_t err_len)
     double share;
     const char *where = memory_share(t, &share);
     double total = (double)trainer_memory_total(&t->mem),
-           there = t->plan.on_device ? (double)trainer_device_bytes(&t->mem) : total;
+           there = t->choices.on_device ? (double)trainer_device_bytes(&t->mem) : total;
     /* [largest total, largest need where the share is, -smallest share], reduced with MAX */
     double v[3] = {total, there, share >= 0 ? -share : -INFINITY};
     if (bt_allreduce(bt_world_comm(t->world), v, 3, BT_F64, BT_MAX) != BT_OK) {
@@ -146,7 +146,7 @@ int trainer_check_memory(trainer *t, char *err, size_t err_len)
     int over_limit = c->limit_bytes > 0 && v[0] > (double)c->limit_bytes;
     if (!over_limit && v[1] <= share) return 0;
     double need = over_limit ? v[0] : v[1];
-    const char *kind = !over_limit && t->plan.on_device ? " of device memory" : "";
+    const char *kind = !over_limit && t->choices.on_device ? " of device memory" : "";
     char parts[512], h_need[32], h_have[32], have[160];
     trainer_memory_parts(&t->mem, parts, sizeof parts);
     if (over_limit)
@@ -179,7 +179,7 @@ static void arena_refused(const trainer *t, size_t bytes, char *err, size_t err_
 
 int trainer_make_arena(trainer *t, char *err, size_t err_len)
 {
-    if (!t->plan.on_device) return 0;
+    if (!t->choices.on_device) return 0;
     size_t bytes = trainer_arena_bytes(&t->mem);
     int failed = bk_arena_create(bytes, BK_ARENA_DEVICE, &t->arena) != BK_OK;
     if (failed) arena_refused(t, bytes, err, err_len);

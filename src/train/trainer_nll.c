@@ -63,7 +63,7 @@ static int read_sample(trainer *t, int64_t s, char *err, size_t err_len)
     }
     if (segments) token_shard_end_documents(&t->shard, segments, t->labels);
     size_t bytes = (size_t)t->layout.n * sizeof(int64_t);
-    if (t->plan.on_device &&
+    if (t->choices.on_device &&
         (bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) != BK_OK ||
          bk_device_upload(&t->queue, t->dev_labels, t->labels, bytes) != BK_OK)) {
         snprintf(err, err_len, "cannot copy sample %" PRId64 " to the device", s);
@@ -91,8 +91,8 @@ static void add_rows(const trainer *t, const float *row_loss, int64_t s, nll_sum
 /* This rank's part of every sample its dp group takes. 0, or -1 with err. */
 static int eval_samples(trainer *t, nll_sums *a, float *row_loss, char *err, size_t err_len)
 {
-    const int64_t *tokens = t->plan.on_device ? t->dev_tokens : t->tokens;
-    const int64_t *labels = t->plan.on_device ? t->dev_labels : t->labels;
+    const int64_t *tokens = t->choices.on_device ? t->dev_tokens : t->tokens;
+    const int64_t *labels = t->choices.on_device ? t->dev_labels : t->labels;
     int64_t done = 0, mine = (a->samples - t->dp_rank + t->cfg.dp - 1) / t->cfg.dp;
     for (int64_t s = t->dp_rank; s < a->samples; s += t->cfg.dp) {
         double loss = 0;

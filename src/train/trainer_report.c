@@ -199,24 +199,25 @@ int trainer_report_start(trainer *t)
     printf("burst train: %lld parameters (%d layers, d_model %d, heads %d/%d, vocab %d); "
            "world %d = dp %d x cp %d; sequence %lld tokens (%lld per rank, %s layout); "
            "checkpoint fraction %g; %s head\n",
-           (long long)t->model.n_params, c->layers, c->d_model, c->n_heads, c->n_kv_heads,
-           c->vocab, t->world_size, c->dp, c->cp, (long long)c->seq_len, (long long)t->layout.n,
-           seq_layout_name(t->layout.kind), c->ckpt_fraction, c->fused_head ? "fused" : "unfused");
-    int in_bytes = t->plan.ring_bf16 ? 2 : 4;
+           (long long)t->model.n_params, c->layers, c->d_model, c->n_heads, c->n_kv_heads, c->vocab,
+           t->world_size, c->dp, c->cp, (long long)c->seq_len, (long long)t->layout.n,
+           seq_layout_name(t->layout.kind), c->attn_kept_fraction,
+           c->fused_head ? "fused" : "unfused");
+    int in_bytes = t->choices.ring_bf16 ? 2 : 4;
     printf("attention: mask %s; %s; kernel pieces of %lld query rows; inputs travel in %s\n",
            c->mask,
-           ring_pass_name(ring_choose_backward(t->plan.backward, c->n_heads, c->n_kv_heads,
+           ring_pass_name(ring_choose_backward(t->choices.backward, c->n_heads, c->n_kv_heads,
                                                c->d_model / c->n_heads, in_bytes)),
-           (long long)ring_piece_rows(c->piece_rows, t->layout.n, t->plan.on_device),
+           (long long)ring_piece_rows(c->piece_rows, t->layout.n, t->choices.on_device),
            in_bytes == 2 ? "bf16" : "fp32");
     memory_report(t);
-    if (t->plan.on_device)
+    if (t->choices.on_device)
         printf("device: %s, device %d of rank 0; its sgemm: %.1f GFLOP/s (rank 0 alone); %s; layer "
                "matrix products in %s\n",
                bk_device_backend_name(), t->device_index, t->sgemm_gflops,
-               t->plan.bf16_matmul ? "bf16 parameters, fp32 masters in the optimizer's shards"
-                                   : "fp32 parameters",
-               t->plan.bf16_matmul ? "bf16" : "fp32");
+               t->choices.bf16_matmul ? "bf16 parameters, fp32 masters in the optimizer's shards"
+                                      : "fp32 parameters",
+               t->choices.bf16_matmul ? "bf16" : "fp32");
     else
         printf("sgemm per rank: %.1f GFLOP/s (rank 0 alone, %d OpenMP thread%s)\n",
                t->sgemm_gflops, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");

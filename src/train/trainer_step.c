@@ -62,8 +62,9 @@ static int read_samples(trainer *t, int64_t step, int64_t *valid)
     if (t->data->prefetch) /* read while this step computes */
         t->data->prefetch(t->data, trainer_sample_index(c, step + 1, t->dp_rank, 0));
     size_t bytes = (size_t)c->micro_batches * (size_t)n * sizeof(int64_t);
-    if (t->plan.on_device && (bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) != BK_OK ||
-                              bk_device_upload(&t->queue, t->dev_labels, t->labels, bytes) != BK_OK))
+    if (t->choices.on_device &&
+        (bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) != BK_OK ||
+         bk_device_upload(&t->queue, t->dev_labels, t->labels, bytes) != BK_OK))
         return fail("cannot copy the step's tokens to the device");
     *valid = local_valid;
     if (bt_allreduce(bt_world_comm(t->world), valid, 1, BT_I64, BT_SUM) != BT_OK)
@@ -80,8 +81,8 @@ static double sequence_pairs(const trainer *t)
     if (t->cp_rank != 0) return 0;
     double pairs = 0;
     for (int mb = 0; mb < t->cfg.micro_batches; mb++) {
-        attn_need_ctx need = {.mask = t->plan.mask, .segments = segments_of(t, mb),
-                              .N = t->cfg.seq_len};
+        attn_need_ctx need = {
+            .mask = t->choices.mask, .segments = segments_of(t, mb), .N = t->cfg.seq_len};
         pairs += (double)attn_need_sequence_pairs(&need);
         if (!need.segments) return pairs * t->cfg.micro_batches; /* the same every sequence */
     }
@@ -106,8 +107,8 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
     int64_t n = t->layout.n;
     bk_status kst = bk_fill(&t->queue, t->model.n_params, t->grads, 0.0f);
     if (kst != BK_OK) return fail_with(t, "clearing the gradients", attn_kernel_status(kst));
-    const int64_t *tokens = t->plan.on_device ? t->dev_tokens : t->tokens,
-                  *labels = t->plan.on_device ? t->dev_labels : t->labels;
+    const int64_t *tokens = t->choices.on_device ? t->dev_tokens : t->tokens,
+                  *labels = t->choices.on_device ? t->dev_labels : t->labels;
     model_step_stats ms = {0};
     double sent_before = ring_bytes_sent(t);
     for (int mb = 0; mb < t->cfg.micro_batches; mb++) {
@@ -161,7 +162,7 @@ static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_ba
  * every rank stops. Every rank calls it on the same step, having agreed. */
 static int nonfinite(trainer *t, int64_t step, const char *what, int *skipped)
 {
-    if (t->plan.on_nonfinite == NONFINITE_SKIP) {
+    if (t->choices.on_nonfinite == NONFINITE_SKIP) {
         if (t->rank == 0)
             fprintf(stderr, "burst train: step %lld: %s; skipping the update ([train] "
                             "on_nonfinite = skip)\n",

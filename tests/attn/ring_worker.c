@@ -291,7 +291,7 @@ int main(int argc, char **argv)
         }
     }
     worker_init("ring_worker");
-    if (o.device && (!bk_device_available() || attn_link_device(world, -1) != BT_OK)) {
+    if (o.device && (!bk_device_available() || transport_link_device(world, -1) != BT_OK)) {
         fprintf(stderr, "rank %d: --device: no device (%s), or the transport refused it: %s\n",
                 rank, bk_device_backend_name(), bt_world_error(world));
         return WORKER_FAILED;

@@ -379,10 +379,14 @@ END_TEST
 /* The training benchmark's usage errors name the option and the value. */
 START_TEST(bench_train_refuses_bad_options)
 {
-    const char *bad[][2] = {{"--device", "gpu"},        {"--models", "tiny,huge"},
-                            {"--models", "custom"},     {"--peak-tflops", "0"},
-                            {"--peak-tflops", "9x"},    {"--gpus", "0"},
-                            {"--ckpt-fraction", "1.5"}, {"--ckpt-fraction", "half"}};
+    const char *bad[][2] = {{"--device", "gpu"},
+                            {"--models", "tiny,huge"},
+                            {"--models", "custom"},
+                            {"--peak-tflops", "0"},
+                            {"--peak-tflops", "9x"},
+                            {"--gpus", "0"},
+                            {"--attn-kept-fraction", "1.5"},
+                            {"--attn-kept-fraction", "half"}};
     for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
         char *argv[] = {(char *)test_burst_path(), "bench",           "train",
                         (char *)bad[i][0],         (char *)bad[i][1], NULL};
@@ -407,10 +411,11 @@ START_TEST(bench_train_runs_on_the_device)
     test_program_path("tests/train/burst_emu", emu, sizeof emu);
     /* a peak of 0.01 GFLOP/s, so that even the emulator under the sanitizers
      * (a few MFLOP/s) prints a non-zero MFU */
-    char *argv[] = {emu,    "bench",     "train", "--device",      "cuda",    "--models",
-                    "tiny", "--ranks",   "2",     "--seq",         "64",      "--steps",
-                    "2",    "--mem-seq", "0",     "--peak-tflops", "0.00001", "--ckpt-fraction",
-                    "1",    NULL};
+    char *argv[] = {
+        emu,    "bench",     "train", "--device",      "cuda",    "--models",
+        "tiny", "--ranks",   "2",     "--seq",         "64",      "--steps",
+        "2",    "--mem-seq", "0",     "--peak-tflops", "0.00001", "--attn-kept-fraction",
+        "1",    NULL};
     char *env[] = {"OMP_NUM_THREADS=1", NULL};
     test_run_result r = test_run(argv, env);
     ck_assert_msg(r.exit_code == 0, "exited %d:\n%s", r.exit_code, r.out);

@@ -154,21 +154,27 @@ int main(int argc, char **argv)
     options o = parse_options(argc, argv);
     char err[512];
     worker_init("model_device_worker");
-    if (!bk_device_available() || attn_link_device(world, -1) != BT_OK)
+    if (!bk_device_available() || transport_link_device(world, -1) != BT_OK)
         usage_exit("no device, or the transport refused it");
     model_dims dims = test_worker_model_dims(2);
     model_layout m;
     if (model_layout_init(&m, &dims) != 0) usage_exit("out of memory");
     int64_t N = 32 * (int64_t)size;
     seq_layout layout;
-    if (seq_layout_init(&layout, plan_layout("auto", o.mask), size, N, err, sizeof err) != 0)
+    if (seq_layout_init(&layout, choose_layout("auto", o.mask), size, N, err, sizeof err) != 0)
         usage_exit(err);
     bk_queue hq = bk_host_queue(), dq = {BK_DEVICE, NULL, 0, NULL};
     model_runner_config rc = {
-        .model = &m, .cp = bt_world_comm(world), .layout = layout,
-        .topo = o.nodes > 1 ? TOPO_DOUBLE : TOPO_FLAT, .nodes = o.nodes,
-        .mask = plan_mask(o.mask, 0), .backward = plan_backward("auto"),
-        .keep = plan_keep(o.fraction), .micro_batches = MICRO_BATCHES, .fused_head = 1,
+        .model = &m,
+        .cp = bt_world_comm(world),
+        .layout = layout,
+        .topo = o.nodes > 1 ? TOPO_DOUBLE : TOPO_FLAT,
+        .nodes = o.nodes,
+        .mask = choose_mask(o.mask, 0),
+        .backward = choose_backward("auto"),
+        .keep = choose_keep(o.fraction),
+        .micro_batches = MICRO_BATCHES,
+        .fused_head = 1,
         .head = {.chunk_tokens = 7, .z_loss = 1e-3f, .ignore_index = TOKEN_IGNORE},
         .queue = &hq};
     model_runner *host = model_runner_create(&rc, err, sizeof err);

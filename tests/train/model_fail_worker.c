@@ -99,7 +99,7 @@ int main(void)
 {
     char err[512];
     worker_init("model_fail_worker");
-    if (!bk_device_available() || attn_link_device(world, -1) != BT_OK)
+    if (!bk_device_available() || transport_link_device(world, -1) != BT_OK)
         worker_exit(BT_ERR_CONFIG, "no device, or the transport refused it");
     /* the mapping itself: only a refused call is an argument error */
     const bk_status all[] = {BK_OK, BK_ERR_ARG, BK_ERR_UNSUPPORTED, BK_ERR_DEVICE, BK_ERR_NOMEM};
@@ -115,15 +115,22 @@ int main(void)
     model_layout m;
     if (model_layout_init(&m, &dims) != 0) worker_exit(BT_ERR_SYS, "out of memory");
     seq_layout layout;
-    if (seq_layout_init(&layout, plan_layout("auto", "causal"), size, 32 * (int64_t)size, err,
+    if (seq_layout_init(&layout, choose_layout("auto", "causal"), size, 32 * (int64_t)size, err,
                         sizeof err) != 0)
         worker_exit(BT_ERR_CONFIG, err);
     bk_queue dq = {BK_DEVICE, NULL, 0, NULL};
-    model_runner_config rc = {
-        .model = &m, .cp = bt_world_comm(world), .layout = layout, .topo = TOPO_FLAT,
-        .nodes = 1, .mask = plan_mask("causal", 0), .backward = plan_backward("auto"),
-        .keep = plan_keep(1.0), .micro_batches = 1, .fused_head = 1,
-        .head = {.chunk_tokens = 7, .ignore_index = TOKEN_IGNORE}, .queue = &dq};
+    model_runner_config rc = {.model = &m,
+                              .cp = bt_world_comm(world),
+                              .layout = layout,
+                              .topo = TOPO_FLAT,
+                              .nodes = 1,
+                              .mask = choose_mask("causal", 0),
+                              .backward = choose_backward("auto"),
+                              .keep = choose_keep(1.0),
+                              .micro_batches = 1,
+                              .fused_head = 1,
+                              .head = {.chunk_tokens = 7, .ignore_index = TOKEN_IGNORE},
+                              .queue = &dq};
     model_runner *r = model_runner_create(&rc, err, sizeof err);
     if (!r) worker_exit(BT_ERR_SYS, err);
 

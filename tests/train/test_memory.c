@@ -72,12 +72,13 @@ static void expect_close(const measured *m, const char *what)
 
 START_TEST(report_counts_what_the_trainer_allocates)
 {
-    const char *cases[][4] = {{"memory.ckpt_fraction=0.5", NULL},
-                              {"memory.ckpt_fraction=1", NULL},
-                              {"memory.ckpt_fraction=0", NULL},
-                              /* the reference head's logits [n, V], made at every step:
-                               * 8 MiB, more than the reduce-scatter's copy */
-                              {"memory.fused_head=0", "model.vocab=4096", "data.seq_len=1024", NULL}};
+    const char *cases[][4] = {
+        {"memory.attn_kept_fraction=0.5", NULL},
+        {"memory.attn_kept_fraction=1", NULL},
+        {"memory.attn_kept_fraction=0", NULL},
+        /* the reference head's logits [n, V], made at every step:
+         * 8 MiB, more than the reduce-scatter's copy */
+        {"memory.fused_head=0", "model.vocab=4096", "data.seq_len=1024", NULL}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         measured m = measure(cases[i]);
         expect_close(&m, cases[i][0]);

@@ -63,7 +63,7 @@ START_TEST(defaults_are_valid_on_one_rank)
     ck_assert_int_eq(c.layers, 2);
     ck_assert_int_eq(c.d_model, 64);
     ck_assert_int_eq(c.seq_len, 4096);
-    ck_assert_double_eq(c.ckpt_fraction, 0.5);
+    ck_assert_double_eq(c.attn_kept_fraction, 0.5);
     ck_assert_str_eq(c.layout, "auto");
     ck_assert_str_eq(c.mask, "causal");
     ck_assert_str_eq(c.metrics, "");
@@ -202,7 +202,7 @@ START_TEST(file_keys_override_the_preset_wherever_they_stand)
                                              "lr = 1e-3\n"
                                              "metrics = run/metrics.jsonl\n"
                                              "[memory]\n"
-                                             "ckpt_fraction = 1/2\n"
+                                             "attn_kept_fraction = 1/2\n"
                                              "fused_head = FALSE\n");
     train_config c;
     char err[512] = "";
@@ -219,7 +219,7 @@ START_TEST(file_keys_override_the_preset_wherever_they_stand)
     ck_assert_int_eq(c.window, 512);
     ck_assert_double_eq(c.lr, 1e-3);
     ck_assert_str_eq(c.metrics, "run/metrics.jsonl");
-    ck_assert_double_eq(c.ckpt_fraction, 0.5);
+    ck_assert_double_eq(c.attn_kept_fraction, 0.5);
     ck_assert_int_eq(c.fused_head, 0);
     ck_assert_int_eq(c.steps, 100); /* untouched keys keep their values */
     /* A missing file is an error naming it. */
@@ -254,7 +254,7 @@ static const bad_file bad_files[] = {
     {"[train]\nlr = inf\n", "run.ini:2:", "[train] lr"},
     {"[train]\nbeta2 = 1\n", "run.ini:2:", "[train] beta2"},
     {"[train]\non_nonfinite = ignore\n", "run.ini:2:", "[train] on_nonfinite"},
-    {"[memory]\nckpt_fraction = 0.25\n", "run.ini:2:", "[memory] ckpt_fraction = '0.25'"},
+    {"[memory]\nattn_kept_fraction = 0.25\n", "run.ini:2:", "[memory] attn_kept_fraction = '0.25'"},
     {"[memory]\nhead_chunk = 0\n", "run.ini:2:", "[memory] head_chunk"},
     {"[transport]\nintra = tcp\n", "run.ini:2:", "[transport] intra"},
     {"[transport]\ntimeout = -1\n", "run.ini:2:", "[transport] timeout"},
@@ -315,8 +315,8 @@ START_TEST(set_applies_overrides)
     ck_assert_double_eq(c.lr, 0.01);
     ck_assert_int_eq(train_config_set(&c, " parallel.mask = window ", err, sizeof err), 0);
     ck_assert_str_eq(c.mask, "window");
-    ck_assert_int_eq(train_config_set(&c, "memory.ckpt_fraction=1", err, sizeof err), 0);
-    ck_assert_double_eq(c.ckpt_fraction, 1.0);
+    ck_assert_int_eq(train_config_set(&c, "memory.attn_kept_fraction=1", err, sizeof err), 0);
+    ck_assert_double_eq(c.attn_kept_fraction, 1.0);
     ck_assert_int_eq(train_config_set(&c, "train.metrics=", err, sizeof err), 0);
     ck_assert_str_eq(c.metrics, "");
     ck_assert_int_eq(train_config_set(&c, "data.data_seed=18446744073709551615", err, sizeof err),
@@ -344,7 +344,7 @@ START_TEST(set_errors_name_the_assignment)
         {"layers=4", "--set layers=4: expected section.key=value"},
         {"model.layers", "--set model.layers: expected section.key=value"},
         {"parallel.cp=0", "--set parallel.cp=0: out of range"},
-        {"memory.ckpt_fraction=2", "--set memory.ckpt_fraction=2: must be 0, 0.5"},
+        {"memory.attn_kept_fraction=2", "--set memory.attn_kept_fraction=2: must be 0, 0.5"},
         {"model.preset=huge", "--set model.preset=huge: not one of"},
         {"memory.fused_head=2", "--set memory.fused_head=2: not a boolean"},
         {"parallel.piece_rows=-1", "--set parallel.piece_rows=-1: out of range"},
@@ -412,7 +412,7 @@ static void assert_same(const train_config *a, const train_config *b)
     SAME_STR(matmul);
     SAME_NUM(log_every);
     SAME_STR(metrics);
-    SAME_NUM(ckpt_fraction);
+    SAME_NUM(attn_kept_fraction);
     SAME_NUM(fused_head);
     SAME_NUM(head_chunk);
     SAME_NUM(z_loss);
@@ -457,21 +457,36 @@ START_TEST(printed_configuration_loads_back_the_same)
 
     /* A custom model and values whose shortest decimal form is long. */
     char err[512];
-    const char *sets[] = {"model.preset=llama3-8b",  "model.preset=custom",
-                          "model.layers=3",          "model.rope_scaling=4.000000000000001",
-                          "model.norm_eps=1e-6",     "data.task=counting",
-                          "data.seq_len=131072",     "data.data_seed=18446744073709551615",
-                          "parallel.dp=2",           "parallel.cp=4",
-                          "parallel.ring=double",    "parallel.backward=kv",
-                          "parallel.mask=sparse",    "parallel.sparse_pattern=strided:3+local:2",
-                          "parallel.sparse_block=96", "parallel.piece_rows=100",
-                          "train.beta2=0.999",       "train.seed=42",
-                          "train.on_nonfinite=skip", "train.metrics=/tmp/x y/metrics.jsonl",
-                          "train.device=cuda",       "train.matmul=fp32",
-                          "data.recall_pairs=3",     "eval.min_accuracy=0.25",
-                          "memory.ckpt_fraction=0",  "memory.fused_head=no",
-                          "memory.z_loss=0.0001",    "memory.limit_bytes=8589934592",
-                          "transport.intra=ucx",     "transport.timeout=2.5"};
+    const char *sets[] = {"model.preset=llama3-8b",
+                          "model.preset=custom",
+                          "model.layers=3",
+                          "model.rope_scaling=4.000000000000001",
+                          "model.norm_eps=1e-6",
+                          "data.task=counting",
+                          "data.seq_len=131072",
+                          "data.data_seed=18446744073709551615",
+                          "parallel.dp=2",
+                          "parallel.cp=4",
+                          "parallel.ring=double",
+                          "parallel.backward=kv",
+                          "parallel.mask=sparse",
+                          "parallel.sparse_pattern=strided:3+local:2",
+                          "parallel.sparse_block=96",
+                          "parallel.piece_rows=100",
+                          "train.beta2=0.999",
+                          "train.seed=42",
+                          "train.on_nonfinite=skip",
+                          "train.metrics=/tmp/x y/metrics.jsonl",
+                          "train.device=cuda",
+                          "train.matmul=fp32",
+                          "data.recall_pairs=3",
+                          "eval.min_accuracy=0.25",
+                          "memory.attn_kept_fraction=0",
+                          "memory.fused_head=no",
+                          "memory.z_loss=0.0001",
+                          "memory.limit_bytes=8589934592",
+                          "transport.intra=ucx",
+                          "transport.timeout=2.5"};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
         ck_assert_msg(train_config_set(&c, sets[i], err, sizeof err) == 0, "%s", err);
     c.lr = 0.1 + 0.2; /* 0.30000000000000004 */
@@ -516,37 +531,41 @@ static const bad_whole bad_wholes[] = {
     {{"parallel.cp=2", "data.seq_len=4098"}, 2, "[data] seq_len"}, /* 4098 % 4 != 0 */
     {{"parallel.layout=contiguous", "parallel.cp=4", "data.seq_len=4098"}, 4, "[data] seq_len"},
     {{"data.seq_len=131072"}, 1, "[model] max_seq"},
-    {{"parallel.mask=window"}, 1, "[memory] ckpt_fraction"},
-    {{"parallel.layout=contiguous"}, 1, "[memory] ckpt_fraction"},
+    {{"parallel.mask=window"}, 1, "[memory] attn_kept_fraction"},
+    {{"parallel.layout=contiguous"}, 1, "[memory] attn_kept_fraction"},
     {{"data.source=hdf5"}, 1, "[data] source = hdf5 needs [data] path"},
-    {{"parallel.mask=window", "parallel.window=0", "memory.ckpt_fraction=1"},
+    {{"parallel.mask=window", "parallel.window=0", "memory.attn_kept_fraction=1"},
      1,
      "[parallel] window"},
-    {{"parallel.mask=document", "memory.ckpt_fraction=1"}, 1, "needs [data] doc_len"},
-    {{"parallel.mask=document", "data.doc_len=64"}, 1, "[memory] ckpt_fraction"},
+    {{"parallel.mask=document", "memory.attn_kept_fraction=1"}, 1, "needs [data] doc_len"},
+    {{"parallel.mask=document", "data.doc_len=64"}, 1, "[memory] attn_kept_fraction"},
     {{"data.doc_len=64"}, 1, "[data] doc_len = 64 is only used with [parallel] mask = document"},
     {{"parallel.mask=document", "data.doc_len=64", "data.source=hdf5", "data.path=c.h5"},
      1,
      "brings its documents (/doc_offsets)"},
-    {{"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_pattern=local:0"},
+    {{"parallel.mask=sparse", "memory.attn_kept_fraction=1", "parallel.sparse_pattern=local:0"},
      1,
      "[parallel] sparse_pattern = 'local:0'"},
-    {{"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_pattern=banded:2"},
+    {{"parallel.mask=sparse", "memory.attn_kept_fraction=1", "parallel.sparse_pattern=banded:2"},
      1,
      "unknown component 'banded'"},
-    {{"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_pattern=local:2+local:3"},
+    {{"parallel.mask=sparse", "memory.attn_kept_fraction=1",
+      "parallel.sparse_pattern=local:2+local:3"},
      1,
      "'local' is given twice"},
-    {{"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_block=1",
+    {{"parallel.mask=sparse", "memory.attn_kept_fraction=1", "parallel.sparse_block=1",
       "data.seq_len=65536"},
      1,
      "[parallel] sparse_block = 1 cuts [data] seq_len = 65536 into 65536 blocks"},
     {{"train.min_lr=0.1"}, 1, "[train] min_lr"},
     {{"train.warmup_steps=101"}, 1, "[train] warmup_steps"},
     {{"data.task=recall", "data.recall_pairs=9"}, 1, "[data] recall_pairs = 9"}, /* 8 keys */
-    {{"data.task=recall", "data.recall_values=64"}, 1, "[model] vocab = 256"},  /* 521 tokens */
-    {{"data.task=recall", "data.seq_len=128", "data.recall_queries=65"}, 1, "[data] recall_queries"},
-    {{"data.task=recall", "parallel.mask=document", "data.doc_len=64", "memory.ckpt_fraction=1"},
+    {{"data.task=recall", "data.recall_values=64"}, 1, "[model] vocab = 256"},   /* 521 tokens */
+    {{"data.task=recall", "data.seq_len=128", "data.recall_queries=65"},
+     1,
+     "[data] recall_queries"},
+    {{"data.task=recall", "parallel.mask=document", "data.doc_len=64",
+      "memory.attn_kept_fraction=1"},
      1,
      "[data] task = recall"},
 };
@@ -570,13 +589,16 @@ START_TEST(validate_accepts_consistent_configurations)
     static const char *const cases[][4] = {
         {"parallel.dp=2", "parallel.cp=2"},
         {"parallel.cp=3", "data.seq_len=6144"},
-        {"parallel.mask=window", "memory.ckpt_fraction=1", "parallel.cp=4", "data.seq_len=4100"},
-        {"parallel.ring=double", "parallel.cp=4", "memory.ckpt_fraction=0"},
+        {"parallel.mask=window", "memory.attn_kept_fraction=1", "parallel.cp=4",
+         "data.seq_len=4100"},
+        {"parallel.ring=double", "parallel.cp=4", "memory.attn_kept_fraction=0"},
         {"memory.head_chunk=1", "train.warmup_steps=100", "train.min_lr=0.003"},
-        {"parallel.mask=document", "data.doc_len=100", "memory.ckpt_fraction=0", "parallel.cp=2"},
-        {"parallel.mask=document", "data.source=hdf5", "data.path=c.h5", "memory.ckpt_fraction=1"},
-        {"parallel.mask=sparse", "memory.ckpt_fraction=1", "parallel.sparse_block=1"},
-        {"parallel.mask=sparse", "memory.ckpt_fraction=1",
+        {"parallel.mask=document", "data.doc_len=100", "memory.attn_kept_fraction=0",
+         "parallel.cp=2"},
+        {"parallel.mask=document", "data.source=hdf5", "data.path=c.h5",
+         "memory.attn_kept_fraction=1"},
+        {"parallel.mask=sparse", "memory.attn_kept_fraction=1", "parallel.sparse_block=1"},
+        {"parallel.mask=sparse", "memory.attn_kept_fraction=1",
          "parallel.sparse_pattern=global:2+strided:4+local:8"},
         {"data.task=recall", "eval.min_accuracy=0.9"},
         /* the recall keys matter only for the synthetic task */
@@ -659,16 +681,26 @@ START_TEST(resume_refuses_keys_that_change_the_numbers)
         {"train.grad_clip=0", "[train] grad_clip = 1, this run has 0"},
         {"memory.z_loss=0.0001", "[memory] z_loss = 0, this run has 0.0001"},
     };
-    static const char *const allowed[] = {"model.preset=custom",      "model.max_seq=8192",
-                                          "model.init_std=0.01",      "train.seed=7",
-                                          "train.on_nonfinite=skip",  "train.log_every=5",
-                                          "train.metrics=m.jsonl",    "train.checkpoint_dir=ck",
-                                          "train.checkpoint_every=2", "train.keep_checkpoints=0",
-                                          "eval.eval_samples=8",      "eval.min_accuracy=0.5",
-                                          "memory.ckpt_fraction=1",   "memory.fused_head=no",
-                                          "memory.head_chunk=64",     "parallel.backward=kv",
-                                          "parallel.ring=flat",       "transport.intra=ucx",
-                                          "transport.timeout=5",      "train.device=cuda",
+    static const char *const allowed[] = {"model.preset=custom",
+                                          "model.max_seq=8192",
+                                          "model.init_std=0.01",
+                                          "train.seed=7",
+                                          "train.on_nonfinite=skip",
+                                          "train.log_every=5",
+                                          "train.metrics=m.jsonl",
+                                          "train.checkpoint_dir=ck",
+                                          "train.checkpoint_every=2",
+                                          "train.keep_checkpoints=0",
+                                          "eval.eval_samples=8",
+                                          "eval.min_accuracy=0.5",
+                                          "memory.attn_kept_fraction=1",
+                                          "memory.fused_head=no",
+                                          "memory.head_chunk=64",
+                                          "parallel.backward=kv",
+                                          "parallel.ring=flat",
+                                          "transport.intra=ucx",
+                                          "transport.timeout=5",
+                                          "train.device=cuda",
                                           "train.matmul=fp32"};
     train_config was, now;
     char err[512] = "";
@@ -720,6 +752,35 @@ START_TEST(init_from_takes_the_model_and_refuses_another_shape)
 }
 END_TEST
 
+/* A renamed key is still read under its former name, from a file and from
+ * --set, and the program names the new one. */
+START_TEST(renamed_keys_are_read_under_their_former_names)
+{
+    make_tmpdir();
+    const char *path = write_file("old.ini", "[memory]\nckpt_fraction = 0\n");
+    train_config c;
+    char err[512] = "";
+    train_config_default(&c);
+    ck_assert_msg(train_config_load(&c, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_double_eq(c.attn_kept_fraction, 0.0);
+    ck_assert_int_eq(train_config_set(&c, "memory.ckpt_fraction=1", err, sizeof err), 0);
+    ck_assert_double_eq(c.attn_kept_fraction, 1.0);
+    ck_assert_int_eq(train_config_set(&c, "memory.ckpt_fraction=2", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "must be 0, 0.5"), "%s", err);
+    remove_tmpdir();
+
+    char *argv[] = {(char *)test_burst_path(), "train",          "--set",
+                    "memory.ckpt_fraction=1",  "--print-config", NULL};
+    test_run_result r = test_run(argv, NULL);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "[memory] ckpt_fraction is now called [memory] "
+                                      "attn_kept_fraction"),
+                  "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "attn_kept_fraction = 1"), "%s", r.out);
+    test_run_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train_config");
@@ -735,6 +796,7 @@ int main(void)
     tcase_add_test(tc, validate_accepts_consistent_configurations);
     check_add_tests(tc, configuration_text_loads_like_a_file,
                     resume_refuses_keys_that_change_the_numbers,
-                    init_from_takes_the_model_and_refuses_another_shape);
+                    init_from_takes_the_model_and_refuses_another_shape,
+                    renamed_keys_are_read_under_their_former_names);
     return check_run(s);
 }

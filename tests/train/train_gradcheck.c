@@ -69,7 +69,7 @@ static problem make_problem(const char *mask, int P)
 {
     problem pb = {.N = 16 * (int64_t)P, .changed_end = 4, .isolates = 1};
     char err[256];
-    pb.mask = plan_mask(mask, 6);
+    pb.mask = choose_mask(mask, 6);
     if (strcmp(mask, "causal") == 0) {
         pb.isolates = 0;
         pb.tail_begin = 12;
@@ -79,13 +79,13 @@ static problem make_problem(const char *mask, int P)
         pb.segments = documents(pb.N);
         pb.changed_end = pb.tail_begin = 5;
     } else if (strcmp(mask, "sparse") == 0) { /* blocks of 4 seeing themselves and the previous */
-        if (plan_sparse_mask("local:2", 4, pb.N, &pb.mask, &pb.bits, err, sizeof err) != 0)
+        if (choose_sparse_mask("local:2", 4, pb.N, &pb.mask, &pb.bits, err, sizeof err) != 0)
             usage_exit(err);
         pb.tail_begin = 3 * 4;
     } else {
         usage_exit("--mask: causal, window, document or sparse");
     }
-    if (seq_layout_init(&pb.layout, plan_layout("auto", mask), P, pb.N, err, sizeof err) != 0)
+    if (seq_layout_init(&pb.layout, choose_layout("auto", mask), P, pb.N, err, sizeof err) != 0)
         usage_exit(err);
     return pb;
 }
@@ -263,10 +263,10 @@ int main(int argc, char **argv)
         .topo = TOPO_FLAT,
         .nodes = 1,
         .mask = pb.mask,
-        .backward = plan_backward(o.bwd),
+        .backward = choose_backward(o.bwd),
         .piece_rows = o.piece_rows,
         .mlp_rows = o.mlp_rows,
-        .keep = plan_keep(o.fraction),
+        .keep = choose_keep(o.fraction),
         .micro_batches = 1,
         .fused_head = o.fused,
         .head = {.chunk_tokens = 5, .z_loss = 1e-3f, .ignore_index = TOKEN_IGNORE},

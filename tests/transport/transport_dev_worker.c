@@ -72,7 +72,7 @@ static void check_arrived(const void *dev, size_t bytes, int src, int tag, const
 
 static void set_device(void)
 {
-    bt_device_hooks h = attn_device_hooks(-1);
+    bt_device_hooks h = transport_device_hooks(-1);
     must(bt_world_set_device(world, &h), "set device");
 }
 
@@ -339,7 +339,7 @@ static void scenario_collectives(void)
  * start, a collective inside a group, hooks set twice or incomplete. */
 static void scenario_misuse(void)
 {
-    bt_device_hooks h = attn_device_hooks(-1), broken = attn_device_hooks(-1);
+    bt_device_hooks h = transport_device_hooks(-1), broken = transport_device_hooks(-1);
     broken.event_query = NULL;
     EXPECT(bt_world_set_device(world, &broken) == BT_ERR_ARG, "incomplete hooks were accepted");
     set_device();

@@ -65,7 +65,7 @@ START_TEST(documents_from_an_hdf5_corpus)
     const char *docs[] = {"data.source=hdf5",
                           path_set,
                           "parallel.mask=document",
-                          "memory.ckpt_fraction=1",
+                          "memory.attn_kept_fraction=1",
                           eval_set,
                           "eval.eval_samples=4",
                           NULL};
@@ -91,7 +91,7 @@ START_TEST(documents_from_an_hdf5_corpus)
     test_run_free(&r);
     snprintf(flat_set, sizeof flat_set, "data.path=%s", flat);
     const char *flat_sets[] = {"data.source=hdf5", flat_set, "parallel.mask=document",
-                               "memory.ckpt_fraction=1", NULL};
+                               "memory.attn_kept_fraction=1", NULL};
     r = train(1, 1, flat_sets, NULL, NULL);
     ck_assert_msg(r.exit_code == 2 && test_output_has(&r, flat) &&
                       test_output_has(&r, "no /doc_offsets"),

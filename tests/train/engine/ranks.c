@@ -132,8 +132,8 @@ static void mask_matches_single_rank(const char *const *mask, const char *name, 
                  splits[i][1] ? splits[i][1] : "", splits[i][1] ? splits[i][2] : "");
         expect_same(&one, four, 1e-4, what);
     }
-    const char *plain[] = {"parallel.cp=4", "parallel.layout=contiguous", "memory.ckpt_fraction=1",
-                           "train.micro_batches=2", NULL};
+    const char *plain[] = {"parallel.cp=4", "parallel.layout=contiguous",
+                           "memory.attn_kept_fraction=1", "train.micro_batches=2", NULL};
     run_ok(4, 1, plain, causal);
     expect_fewer_bytes(four, causal, name);
     expect_less_work(four, causal, name);
@@ -144,8 +144,8 @@ static void mask_matches_single_rank(const char *const *mask, const char *name, 
  * whose tokens share no document with it. */
 START_TEST(document_masks_match_single_rank)
 {
-    const char *docs[] = {"parallel.mask=document", "data.doc_len=24", "memory.ckpt_fraction=1",
-                          "train.micro_batches=2", NULL};
+    const char *docs[] = {"parallel.mask=document", "data.doc_len=24",
+                          "memory.attn_kept_fraction=1", "train.micro_batches=2", NULL};
     curve four, causal;
     mask_matches_single_rank(docs, "document", &four, &causal);
     int pairs_vary = 0;                  /* each step counts its own documents */
@@ -165,7 +165,7 @@ START_TEST(block_sparse_masks_match_single_rank)
     const char *sparse[] = {"parallel.mask=sparse",
                             "parallel.sparse_block=16",
                             "parallel.sparse_pattern=local:2+global:1",
-                            "memory.ckpt_fraction=1",
+                            "memory.attn_kept_fraction=1",
                             "train.micro_batches=2",
                             NULL};
     curve four, causal;
@@ -183,17 +183,18 @@ START_TEST(sliding_window_matches_single_rank)
 {
     const char *window[] = {"parallel.mask=window", "parallel.window=40", NULL};
     curve one, other;
-    run_ok(1, 1, with(window, (const char *[]){"memory.ckpt_fraction=1", NULL}), &one);
+    run_ok(1, 1, with(window, (const char *[]){"memory.attn_kept_fraction=1", NULL}), &one);
     /* 40 keys a query, but for the first 39 queries 1, 2, ..., 39 */
     expect_pairs(&one, 39 * 40 / 2 + (256 - 39) * 40, "window of 40 over 256 tokens");
-    const char *p2[] = {"parallel.cp=2", "memory.ckpt_fraction=0", NULL};
+    const char *p2[] = {"parallel.cp=2", "memory.attn_kept_fraction=0", NULL};
     run_ok(2, 1, with(window, p2), &other);
     expect_same(&one, &other, 1e-4, "window, fraction 0, P=2 vs P=1");
-    const char *p4[] = {"parallel.cp=4", "memory.ckpt_fraction=1", "parallel.backward=q", NULL};
+    const char *p4[] = {"parallel.cp=4", "memory.attn_kept_fraction=1", "parallel.backward=q",
+                        NULL};
     run_ok(4, 1, with(window, p4), &other);
     expect_same(&one, &other, 1e-4, "window, Q-side backward, P=4 vs P=1");
-    const char *zigzag[] = {"parallel.cp=4", "memory.ckpt_fraction=0", "parallel.layout=zigzag",
-                            NULL};
+    const char *zigzag[] = {"parallel.cp=4", "memory.attn_kept_fraction=0",
+                            "parallel.layout=zigzag", NULL};
     run_ok(4, 1, with(window, zigzag), &other);
     expect_same(&one, &other, 1e-4, "window, zigzag, P=4 vs P=1");
 }
@@ -208,7 +209,8 @@ START_TEST(q_side_backward_matches_single_rank)
     const char *q2[] = {"parallel.cp=2", "parallel.backward=q", NULL};
     run_saying(2, 1, q2, "backward (Q-side", &other);
     expect_same(&one, &other, 1e-4, "GQA, Q-side forced, P=2 vs P=1");
-    const char *q4[] = {"parallel.cp=4", "parallel.backward=q", "memory.ckpt_fraction=0", NULL};
+    const char *q4[] = {"parallel.cp=4", "parallel.backward=q", "memory.attn_kept_fraction=0",
+                        NULL};
     run_saying(4, 1, q4, "backward (Q-side", &other);
     expect_same(&one, &other, 1e-4, "GQA, Q-side forced, P=4 vs P=1");
     const char *mha1[] = {"model.n_kv_heads=4", "parallel.cp=1", NULL};
@@ -232,7 +234,7 @@ START_TEST(ring_in_several_kernel_pieces_matches_single_rank)
     run_saying(2, 1, pieces, "kernel pieces of 24 query rows", &other);
     expect_same(&one, &other, 1e-4, "pieces of 24 rows, P=2 vs P=1");
     const char *q_pieces[] = {"parallel.cp=2", "parallel.piece_rows=24", "parallel.backward=q",
-                              "memory.ckpt_fraction=0", NULL};
+                              "memory.attn_kept_fraction=0", NULL};
     run_ok(2, 1, q_pieces, &other);
     expect_same(&one, &other, 1e-4, "pieces of 24 rows, Q-side backward, P=2 vs P=1");
 }
@@ -241,15 +243,15 @@ END_TEST
 START_TEST(checkpoint_fraction_and_head_fusion_change_nothing)
 {
     curve base, other;
-    const char *f1[] = {"parallel.cp=2", "memory.ckpt_fraction=1", NULL};
+    const char *f1[] = {"parallel.cp=2", "memory.attn_kept_fraction=1", NULL};
     run_ok(2, 1, f1, &base);
-    const char *f0[] = {"parallel.cp=2", "memory.ckpt_fraction=0", NULL};
+    const char *f0[] = {"parallel.cp=2", "memory.attn_kept_fraction=0", NULL};
     run_ok(2, 1, f0, &other);
     expect_same(&base, &other, 1e-5, "checkpoint fraction 0 vs 1");
-    const char *fh[] = {"parallel.cp=2", "memory.ckpt_fraction=0.5", NULL};
+    const char *fh[] = {"parallel.cp=2", "memory.attn_kept_fraction=0.5", NULL};
     run_ok(2, 1, fh, &other);
     expect_same(&base, &other, 1e-5, "checkpoint fraction 1/2 vs 1");
-    const char *unfused[] = {"parallel.cp=2", "memory.ckpt_fraction=1", "memory.fused_head=0",
+    const char *unfused[] = {"parallel.cp=2", "memory.attn_kept_fraction=1", "memory.fused_head=0",
                              NULL};
     run_ok(2, 1, unfused, &other);
     expect_same(&base, &other, 1e-5, "reference head vs fused head");

@@ -47,7 +47,7 @@ START_TEST(resume_continues_bit_for_bit)
     expect_resume_bit_for_bit(2, sets, dir, refused);
     /* another split of the world, and another world */
     const char *contiguous[] = {"parallel.cp=2", dir_set, "parallel.layout=contiguous",
-                                "memory.ckpt_fraction=1", NULL};
+                                "memory.attn_kept_fraction=1", NULL};
     expect_resume_refused(2, contiguous, "[parallel] layout = auto, this run has contiguous");
     const char *one[] = {"parallel.cp=1", dir_set, NULL};
     expect_resume_refused(1, one, "was written with [parallel] cp = 2, this run has 1");

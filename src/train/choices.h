@@ -1,9 +1,9 @@
-/* plan.h: the configuration's choices as the engine's types, decided in one
+/* choices.h: the configuration's choices as the engine's types, decided in one
  * place. The configuration keeps the names a user writes (config.h); every
  * rule that turns a name into a layout, a mask, a ring or a policy is here,
  * once, and both the validation of a configuration and the trainer use it. */
-#ifndef BURST_TRAIN_PLAN_H
-#define BURST_TRAIN_PLAN_H
+#ifndef BURST_TRAIN_CHOICES_H
+#define BURST_TRAIN_CHOICES_H
 
 #include <stdint.h>
 
@@ -15,71 +15,75 @@ typedef enum { SOURCE_SYNTHETIC = 0, SOURCE_HDF5 = 1 } train_source_kind;
 typedef enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 } train_nonfinite;
 /* Which tokens keep their attention output between forward and backward. */
 typedef enum { KEEP_NONE = 0, KEEP_HALF = 1, KEEP_ALL = 2 } train_keep;
-typedef enum { RING_CHOICE_AUTO = 0, RING_CHOICE_FLAT = 1, RING_CHOICE_DOUBLE = 2 } train_ring_choice;
+typedef enum {
+    RING_CHOICE_AUTO = 0,
+    RING_CHOICE_FLAT = 1,
+    RING_CHOICE_DOUBLE = 2
+} train_ring_choice;
 
 typedef struct {
     seq_layout_kind layout;
-    bk_attn_mask mask;          /* positions are global */
+    bk_attn_mask mask; /* positions are global */
     ring_bwd_choice backward;
     train_ring_choice ring;
     train_source_kind source;
-    int shuffled;               /* hdf5 sampling: a seeded permutation of the windows */
-    int recall;                 /* the synthetic recall task: evaluated after training */
+    int shuffled; /* hdf5 sampling: a seeded permutation of the windows */
+    int recall;   /* the synthetic recall task: evaluated after training */
     train_nonfinite on_nonfinite;
-    train_keep keep;            /* from [memory] ckpt_fraction */
-    int on_device;              /* [train] device = cuda */
-    int bf16_matmul;            /* bf16 parameters (fp32 masters in the optimizer's shards) and
-                                 * the layers' products on bf16 operands ([train] matmul) */
-    int ring_bf16;              /* Q, K, V and dO travel the attention rings in bf16 */
-} train_plan;
+    train_keep keep; /* from [memory] attn_kept_fraction */
+    int on_device;   /* [train] device = cuda */
+    int bf16_matmul; /* bf16 parameters (fp32 masters in the optimizer's shards) and
+                      * the layers' products on bf16 operands ([train] matmul) */
+    int ring_bf16;   /* Q, K, V and dO travel the attention rings in bf16 */
+} train_choices;
 
 /* [parallel] layout, with auto: zigzag under the causal mask (it balances the
  * causal work), contiguous under a window (the work is already balanced and
  * blocks meet fewer neighbours). */
-seq_layout_kind plan_layout(const char *layout, const char *mask);
+seq_layout_kind choose_layout(const char *layout, const char *mask);
 /* [parallel] mask: causal; causal within a window of `window` tokens (the
  * query included); causal within documents (the document ids come with every
  * sample: model_runner_set_documents); or causal and block-sparse, whose
- * bitmap plan_sparse_mask adds. */
-bk_attn_mask plan_mask(const char *mask, int64_t window);
+ * bitmap choose_sparse_mask adds. */
+bk_attn_mask choose_mask(const char *mask, int64_t window);
 /* mask = sparse: [parallel] sparse_pattern over blocks of sparse_block tokens
- * of a seq_len sequence. Checks both (at most PLAN_SPARSE_MAX_BLOCKS blocks);
+ * of a seq_len sequence. Checks both (at most CHOICE_SPARSE_MAX_BLOCKS blocks);
  * with bits given, also makes the bitmap (*bits, the caller's to free) and
  * points mask at it. 0, or -1 with a message naming the key. */
-enum { PLAN_SPARSE_MAX_BLOCKS = 16384 }; /* a bitmap of 32 MiB */
-int plan_sparse_mask(const char *pattern, int64_t sparse_block, int64_t seq_len,
-                     bk_attn_mask *mask, uint64_t **bits, char *err, size_t err_len);
-ring_bwd_choice plan_backward(const char *backward);
-train_ring_choice plan_ring(const char *ring);
-train_source_kind plan_source(const char *source);
+enum { CHOICE_SPARSE_MAX_BLOCKS = 16384 }; /* a bitmap of 32 MiB */
+int choose_sparse_mask(const char *pattern, int64_t sparse_block, int64_t seq_len,
+                       bk_attn_mask *mask, uint64_t **bits, char *err, size_t err_len);
+ring_bwd_choice choose_backward(const char *backward);
+train_ring_choice choose_ring(const char *ring);
+train_source_kind choose_source(const char *source);
 /* 1 when the data are the synthetic recall task (which the evaluation knows
  * how to ask). */
-int plan_recall(const char *source, const char *task);
+int choose_recall(const char *source, const char *task);
 /* [data] sampling: 1 for shuffled (a seeded permutation of the windows). */
-int plan_shuffled(const char *sampling);
-train_nonfinite plan_on_nonfinite(const char *on_nonfinite);
-/* [memory] ckpt_fraction 0, 0.5 or 1. */
-train_keep plan_keep(double ckpt_fraction);
+int choose_shuffled(const char *sampling);
+train_nonfinite choose_on_nonfinite(const char *on_nonfinite);
+/* [memory] attn_kept_fraction 0, 0.5 or 1. */
+train_keep choose_keep(double attn_kept_fraction);
 /* [train] device: 1 for cuda (the model on the program's device), 0 for cpu. */
-int plan_device(const char *device);
+int choose_device(const char *device);
 /* 1 when the layers' matrix products take bf16 operands ([train] matmul: bf16,
  * or auto on a device). */
-int plan_bf16_matmul(const char *device, const char *matmul);
+int choose_bf16_matmul(const char *device, const char *matmul);
 /* 1 when Q, K, V and dO travel the attention rings in bf16: on a device, whose
  * attention kernels round their fp32 inputs to bf16 as they load them, so
  * rounding once at home halves the rings' bytes and slots and changes no
  * result; on the CPU they travel in fp32, which its kernels compute in. */
-int plan_ring_bf16(int on_device);
+int choose_ring_bf16(int on_device);
 /* Keeping half of the tokens recomputes the attention of the early zigzag
  * chunks through a ring over the first half of the sequence: it needs the
  * zigzag layout and the plain causal mask. */
-int plan_keep_half_allowed(seq_layout_kind layout, const bk_attn_mask *mask);
+int keep_half_allowed(seq_layout_kind layout, const bk_attn_mask *mask);
 
 /* The topology of a CP group of cp ranks in a world of `nodes` nodes with
  * local_size ranks each: double when asked or (auto) when the group spans
  * several nodes evenly. Sets *cp_nodes; -1 when double is asked but the group
  * does not span several nodes evenly. */
-int plan_topology(train_ring_choice ring, int cp, int nodes, int local_size, ring_topology *topo,
-                  int *cp_nodes);
+int choose_topology(train_ring_choice ring, int cp, int nodes, int local_size, ring_topology *topo,
+                    int *cp_nodes);
 
 #endif

@@ -1,4 +1,4 @@
-/* bf16_widen.c: the bf16 entry points of kernels/device.h. A device queue goes
+/* bf16_ops.c: the bf16 entry points of kernels/device.h. A device queue goes
  * to the device backend; on the host they widen the bf16 inputs to fp32 and
  * run the fp32 CPU kernels (bf16 -> fp32 is exact, so the host result is the
  * fp32 kernel's on the same values); bk_widen_bf16 widens, bk_round_bf16
