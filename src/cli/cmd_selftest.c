@@ -3,22 +3,15 @@
  * `burst run`, or under srun). */
 #include <stddef.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "src/cli/cli.h"
 #include "src/cli/selftest.h"
 #include "transport/transport.h"
 #include "util/options.h"
 
-static int set_intra(void *opt, const char *v)
-{
-    if (strcmp(v, "auto") != 0 && strcmp(v, "ucx") != 0 && strcmp(v, "nccl") != 0) return -1;
-    ((bt_options *)opt)->intra = v;
-    return 0;
-}
-
 static const bu_option options[] = {
-    {"--intra", "B", BU_OPT_CUSTOM, 0, 0, 0, set_intra,
+    /* the transport checks the name: it knows which backends it has */
+    {"--intra", "B", BU_OPT_STRING, offsetof(bt_options, intra), 0, 0, NULL,
      "transport between ranks of a node: auto, ucx or nccl\n(default auto)"},
     {"--timeout", "S", BU_OPT_DOUBLE, offsetof(bt_options, timeout_s), 1e-3, 1e9, NULL,
      "seconds before a silent rank is lost (default 60)"},

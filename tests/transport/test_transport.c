@@ -296,7 +296,7 @@ END_TEST
 START_TEST(bad_transport_settings_exit_2_before_work)
 {
     const char *cases[][3] = {{"--intra", "bogus", "transport.intra: unknown backend 'bogus'"},
-                              {"--timeout", "0", "transport.timeout: must be > 0"}};
+                              {"--timeout", "0", "--timeout: bad value '0'"}};
     for (int i = 0; i < 2; i++) {
         char *argv[] = {(char *)test_burst_path(), "run", "-n", "2", "--",
                         (char *)test_burst_path(), "selftest", (char *)cases[i][0],
