@@ -107,6 +107,14 @@ tests_kernels_test_simt_SOURCES = tests/kernels/test_simt.cc
 tests_kernels_test_simt_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
 tests_kernels_test_simt_LDADD = $(SIMT_SUITE_LIBS)
 
+# The emulator's shared-memory race detector against kernels with a barrier
+# planted missing (they live in the test alone).
+check_PROGRAMS += tests/kernels/test_simt_racecheck
+TESTS += tests/kernels/test_simt_racecheck
+tests_kernels_test_simt_racecheck_SOURCES = tests/kernels/test_simt_racecheck.cc
+tests_kernels_test_simt_racecheck_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
+tests_kernels_test_simt_racecheck_LDADD = $(SIMT_SUITE_LIBS)
+
 # The emulator's mma test, built against an mma whose A-fragment layout is
 # deliberately wrong, and the attention sweep on it: the script expects both
 # to fail.

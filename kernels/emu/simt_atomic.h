@@ -3,11 +3,14 @@
  * atomic built-ins anyway, so that they stay correct if blocks ever run on
  * several OS threads. Float and double additions go through compare-and-swap,
  * as on older GPUs. Shared memory is reached through a checked element
- * (atomicAdd(&tile[i], v)), so the bounds check happens before the call. */
+ * (atomicAdd(&tile[i], v)), so the bounds check happens before the call; the
+ * race detector does not record atomics (they never race with each other). */
 #ifndef BURST_KERNELS_EMU_SIMT_ATOMIC_H
 #define BURST_KERNELS_EMU_SIMT_ATOMIC_H
 
 #include <string.h>
+
+#include "kernels/emu/simt_shared.h"
 
 namespace bk_emu
 {
@@ -89,5 +92,22 @@ template <class T> static inline T atomicXor(T *p, T v)
 {
     return __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST);
 }
+
+/* Each atomic on a shared element's address (bk_emu::saddr). */
+#define BK_EMU_SHARED_ATOMIC(fn)                                                                   \
+    template <class T, class... V> static inline T fn(bk_emu::saddr<T> p, V... v)                  \
+    {                                                                                              \
+        return fn(p.atomic_target(), static_cast<T>(v)...);                                        \
+    }
+BK_EMU_SHARED_ATOMIC(atomicAdd)
+BK_EMU_SHARED_ATOMIC(atomicSub)
+BK_EMU_SHARED_ATOMIC(atomicExch)
+BK_EMU_SHARED_ATOMIC(atomicCAS)
+BK_EMU_SHARED_ATOMIC(atomicMax)
+BK_EMU_SHARED_ATOMIC(atomicMin)
+BK_EMU_SHARED_ATOMIC(atomicAnd)
+BK_EMU_SHARED_ATOMIC(atomicOr)
+BK_EMU_SHARED_ATOMIC(atomicXor)
+#undef BK_EMU_SHARED_ATOMIC
 
 #endif

@@ -59,6 +59,7 @@ typedef void (*collective_fn)(collective *lanes[32], unsigned mask);
 /* A cp.async copy not yet performed (it happens at cp.async.wait_group). */
 struct pending_copy {
     void *dst;
+    const void *shared_base; /* base of dst's shared array (the race detector's) */
     const void *src;
     int bytes, src_bytes; /* src_bytes < bytes: the rest is zero-filled */
     int group;            /* commit group; -1 while not committed */
@@ -85,7 +86,18 @@ struct shared_entry {
     size_t bytes;
     void *data;
 };
-enum { MAX_SHARED_ARRAYS = 64 };
+enum { MAX_SHARED_ARRAYS = 64, MAX_WARPS = 1024 / 32 };
+
+/* The race detector's record of a warp's __syncwarp calls in the running
+ * block (simt_shared.cc): count numbers them; full is the number of the last
+ * one of all 32 lanes, pair[a][b] that of the last one of a partial mask
+ * naming lanes a and b (allocated at the first partial mask of the launch,
+ * valid in this block when has_pair). */
+struct warp_syncs {
+    uint32_t count, full;
+    int has_pair;
+    uint32_t (*pair)[32];
+};
 
 struct launch_state {
     const char *name;
@@ -107,6 +119,15 @@ struct launch_state {
     int n_shared;
     size_t static_smem;
     void *dyn_data;
+
+    /* The race detector (simt_shared.cc): on for this launch; the block's
+     * barrier epoch (1 at its start, + 1 at each __syncthreads released) and
+     * where the last barrier was; each warp's __syncwarp record. */
+    int racecheck;
+    uint32_t epoch;
+    const char *epoch_file;
+    int epoch_line;
+    warp_syncs syncs[MAX_WARPS];
 
     int failed;
     char msg[1024];
@@ -134,6 +155,14 @@ thread_state *warp_lane(int warp, int lane);
 /* Shared memory of the running block: reset at the block's start and end. */
 void shared_block_begin(launch_state *L);
 void shared_block_end(launch_state *L);
+
+/* The race detector: a __syncthreads released (the block's next epoch, the
+ * barrier at file:line); a __syncwarp of mask completed in warp `warp`. */
+void racecheck_barrier(launch_state *L, const char *file, int line);
+void racecheck_syncwarp(launch_state *L, int warp, unsigned mask);
+/* Thread t reads (is_write 0) or writes bytes bytes at p, inside the shared
+ * array whose data starts at base; a race fails the launch. */
+void racecheck_access(thread_state *t, const void *base, const void *p, size_t bytes, int is_write);
 
 /* Performs every cp.async copy of t still pending (at the thread's exit). */
 void copies_flush(thread_state *t);

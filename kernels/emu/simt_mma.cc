@@ -157,8 +157,16 @@ static void ldmatrix_complete(collective *lanes[32], unsigned mask)
                         lanes[l]->file, lanes[l]->line, num, trans ? ".trans" : "",
                         (int)lanes[l]->in[4], lanes[l]->in[5] ? ".trans" : "");
     uint16_t M[4][8][8];
+    int warp = t_launch->current->warp;
     for (int j = 0; j < num; j++)
-        for (int r = 0; r < 8; r++) memcpy(M[j][r], ld_row(lanes[8 * j + r], 8 * j + r), 16);
+        for (int r = 0; r < 8; r++) {
+            const collective *c = lanes[8 * j + r];
+            const uint16_t *row = ld_row(c, 8 * j + r);
+            /* a read of the row by the lane that gave its address, not a fence */
+            racecheck_access(warp_lane(warp, 8 * j + r), (const void *)(uintptr_t)c->in[0], row, 16,
+                             0);
+            memcpy(M[j][r], row, 16);
+        }
     for (int l = 0; l < 32; l++) {
         int row = l >> 2, col = 2 * (l & 3);
         for (int j = 0; j < num; j++) {
@@ -193,13 +201,16 @@ void ldmatrix(const char *file, int line, int num, int trans, uint32_t *r,
 
 /* ---------------------------------------------------------------- cp.async */
 
-static void copy_now(const pending_copy *c)
+/* The copy lands: thread t writes its destination. */
+static void copy_now(thread_state *t, const pending_copy *c)
 {
+    racecheck_access(t, c->shared_base, c->dst, (size_t)c->bytes, 1);
     memcpy(c->dst, c->src, (size_t)c->src_bytes);
     memset((char *)c->dst + c->src_bytes, 0, (size_t)(c->bytes - c->src_bytes));
 }
 
-void cp_async(const char *file, int line, void *dst, const void *src, int bytes, int src_bytes)
+void cp_async(const char *file, int line, void *dst, const void *dst_base, const void *src,
+              int bytes, int src_bytes)
 {
     thread_state *t = t_launch->current;
     if (bytes != 4 && bytes != 8 && bytes != 16)
@@ -218,8 +229,11 @@ void cp_async(const char *file, int line, void *dst, const void *src, int bytes,
     if (t->n_copies == MAX_PENDING_COPIES)
         fail_thread("cp.async at %s:%d: more than %d copies pending (missing wait_group?)", file,
                     line, (int)MAX_PENDING_COPIES);
+    /* the destination may change from now until the wait: a write already */
+    racecheck_access(t, dst_base, dst, (size_t)bytes, 1);
     pending_copy *c = &t->copies[t->n_copies++];
     c->dst = dst;
+    c->shared_base = dst_base;
     c->src = src;
     c->bytes = bytes;
     c->src_bytes = src_bytes;
@@ -241,7 +255,7 @@ void cp_async_wait(int n)
     for (int i = 0; i < t->n_copies; i++) {
         pending_copy *c = &t->copies[i];
         if (c->group >= 0 && c->group < t->next_group - n)
-            copy_now(c);
+            copy_now(t, c);
         else
             t->copies[keep++] = *c;
     }
@@ -250,7 +264,7 @@ void cp_async_wait(int n)
 
 void copies_flush(thread_state *t)
 {
-    for (int i = 0; i < t->n_copies; i++) copy_now(&t->copies[i]);
+    for (int i = 0; i < t->n_copies; i++) copy_now(t, &t->copies[i]);
     t->n_copies = 0;
 }
 

@@ -32,9 +32,11 @@ void mma_bf16_m16n8k16(const char *file, int line, float d[4], const uint32_t a[
 void ldmatrix(const char *file, int line, int num, int trans, uint32_t *r,
               const sptr<const uint16_t> &row);
 
-/* Queues a copy of `bytes` (4, 8 or 16) from global src to shared dst, of
- * which only the first src_bytes are read (the rest zero-filled). */
-void cp_async(const char *file, int line, void *dst, const void *src, int bytes, int src_bytes);
+/* Queues a copy of `bytes` (4, 8 or 16) from global src to shared dst (in
+ * the array whose data starts at dst_base), of which only the first src_bytes
+ * are read (the rest zero-filled). */
+void cp_async(const char *file, int line, void *dst, const void *dst_base, const void *src,
+              int bytes, int src_bytes);
 void cp_async_commit(void);
 void cp_async_wait(int n);
 
@@ -42,7 +44,7 @@ template <class T>
 void cp_async_to(const char *file, int line, const sptr<T> &dst, const void *src, int bytes,
                  int src_bytes)
 {
-    cp_async(file, line, dst.range(bytes / (int64_t)sizeof(T)), src, bytes, src_bytes);
+    cp_async(file, line, dst.range(bytes / (int64_t)sizeof(T)), dst.base, src, bytes, src_bytes);
 }
 
 } // namespace bk_emu

@@ -19,6 +19,7 @@
 #include <mutex>
 
 #include "kernels/emu/simt_internal.h"
+#include "kernels/emu/simt_shared.h"
 
 namespace bk_emu
 {
@@ -238,6 +239,7 @@ static void release_barrier(launch_state *L)
     for (int i = 0; i < L->n_threads; i++)
         if (L->threads[i].state == T_BARRIER) L->threads[i].state = T_RUN;
     L->n_barrier = 0;
+    racecheck_barrier(L, file, line);
 }
 
 /* Index of a thread that has exited, or -1. */
@@ -432,8 +434,11 @@ int launch_raw(const char *name, const void *kernel, dim3 grid, dim3 block, size
     if (!env_read) {
         const char *order = getenv("BK_EMU_ORDER"); /* "reverse": set_order(1) */
         if (order != NULL && strcmp(order, "reverse") == 0) g_reverse = 1;
+        const char *race = getenv("BK_EMU_RACECHECK"); /* "0": set_racecheck(0) */
+        if (race != NULL && strcmp(race, "0") == 0) g_racecheck = 0;
         env_read = 1;
     }
+    L->racecheck = g_racecheck;
     launch_state *outer = t_launch;
     if (outer != NULL) {
         fprintf(stderr, "bk_emu: kernel %s launched from inside kernel %s\n", name, outer->name);
@@ -464,6 +469,7 @@ int launch_raw(const char *name, const void *kernel, dim3 grid, dim3 block, size
             }
     rc = finish(L, rc);
     t_launch = NULL;
+    for (int w = 0; w < MAX_WARPS; w++) free(L->syncs[w].pair);
     free(L);
     return rc;
 }

@@ -56,6 +56,11 @@ const char *last_error(void);
  * between the two orders reveal a missing barrier. */
 void set_order(int reverse);
 
+/* 1 (the default): the shared-memory race detector runs in every launch
+ * (simt_shared.cc); 0: it does not (also chosen by BK_EMU_RACECHECK=0 in the
+ * environment). Takes effect at the next launch. */
+void set_racecheck(int on);
+
 /* 1 when this process may call the emulated CUDA runtime; else 0 with the
  * reason in why. As the CUDA runtime documents, a process that has
  * initialised it and then forks leaves a child that cannot use it: the first

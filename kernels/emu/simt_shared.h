@@ -10,6 +10,11 @@
  * the length. Each block gets fresh arrays, filled with 0xff bytes (NaN for
  * floats) so that reading before writing shows.
  *
+ * An element access yields an sref<T>, a proxy reference that tells reads
+ * (conversion to T, taking the element's address as const T *) from writes
+ * (assignment, compound assignment, ++, --) and reports each to the
+ * shared-memory race detector (simt_shared.cc) before it touches the bytes.
+ *
  * The plain __shared__ keyword does not compile in the emulator: all shared
  * memory goes through these checked arrays. */
 #ifndef BURST_KERNELS_EMU_SIMT_SHARED_H
@@ -31,6 +36,99 @@ void *shared_dynamic(const char *name, size_t *bytes);
                              size_t elem);
 [[noreturn]] void shared_misaligned(const char *name, int64_t byte_offset, size_t elem);
 
+/* 1 while the race detector runs (BK_EMU_RACECHECK=0 or set_racecheck(0)
+ * turn it off), read inline so that a switched-off detector costs a test. */
+extern int g_racecheck;
+/* The running thread reads or writes `bytes` bytes at p, inside the shared
+ * array whose data starts at base (simt_shared.cc). */
+void shared_read(const void *base, const void *p, size_t bytes);
+void shared_write(const void *base, const void *p, size_t bytes);
+
+/* The address of one element of a shared array (&tile[i]): handed to a callee
+ * that takes a const T *, it counts as a read of the element (when the
+ * conversion happens); the atomic functions (simt_atomic.h) take it as is.
+ * It converts to no T *: a write through a bare pointer would escape the
+ * race detector. */
+template <class T> class saddr
+{
+    T *p_;
+    const void *base_;
+
+  public:
+    saddr(T *p, const void *base) : p_(p), base_(base) {}
+    operator const T *() const
+    {
+        if (g_racecheck) shared_read(base_, p_, sizeof(T));
+        return p_;
+    }
+    /* For the atomics, which never race with each other and which the
+     * detector does not record. */
+    T *atomic_target() const { return p_; }
+};
+
+/* A reference to one element of a shared array that reports each read and
+ * write to the race detector. Like a reference it is bound once: assigning to
+ * it assigns to the element. */
+template <class T> class sref
+{
+    T *p_;
+    const void *base_; /* the array's data, which locates the detector's shadow */
+
+    void reading() const
+    {
+        if (g_racecheck) shared_read(base_, p_, sizeof(T));
+    }
+    void writing() const
+    {
+        if (g_racecheck) shared_write(base_, p_, sizeof(T));
+    }
+
+  public:
+    sref(T *p, const void *base) : p_(p), base_(base) {}
+    sref(const sref &) = default;
+
+    operator T() const
+    {
+        reading();
+        return *p_;
+    }
+    saddr<T> operator&() const { return saddr<T>(p_, base_); }
+    const T *operator->() const
+    {
+        reading();
+        return p_;
+    }
+    const sref &operator=(const T &v) const
+    {
+        writing();
+        *p_ = v;
+        return *this;
+    }
+    const sref &operator=(const sref &o) const { return *this = static_cast<T>(o); }
+    /* Compound assignments: a read, then a write, of the same thread. */
+    template <class U> const sref &operator+=(const U &v) const { return *this = T(T(*this) + v); }
+    template <class U> const sref &operator-=(const U &v) const { return *this = T(T(*this) - v); }
+    template <class U> const sref &operator*=(const U &v) const { return *this = T(T(*this) * v); }
+    template <class U> const sref &operator/=(const U &v) const { return *this = T(T(*this) / v); }
+    template <class U> const sref &operator|=(const U &v) const { return *this = T(T(*this) | v); }
+    template <class U> const sref &operator&=(const U &v) const { return *this = T(T(*this) & v); }
+    template <class U> const sref &operator^=(const U &v) const { return *this = T(T(*this) ^ v); }
+    const sref &operator++() const { return *this += 1; }
+    const sref &operator--() const { return *this -= 1; }
+    T operator++(int) const
+    {
+        T old = *this;
+        *this = T(old + 1);
+        return old;
+    }
+    T operator--(int) const
+    {
+        T old = *this;
+        *this = T(old - 1);
+        return old;
+    }
+};
+
 template <class T> struct sptr {
     T *base;
     int64_t n, off; /* elements in the array; offset of this pointer */
@@ -50,10 +148,12 @@ template <class T> struct sptr {
         if (i < 0 || i + count > n) shared_oob(name, i, count, n, sizeof(T));
         return base + i;
     }
-    /* checks [off, off + count) and returns the raw address of element off */
+    /* checks [off, off + count) and returns the raw address of element off
+     * (for the emulator's own accesses, which report to the race detector
+     * themselves) */
     T *range(int64_t count) const { return at(off, count); }
-    T &operator[](int64_t i) const { return *at(off + i); }
-    T &operator*() const { return *at(off); }
+    sref<T> operator[](int64_t i) const { return sref<T>(at(off + i), base); }
+    sref<T> operator*() const { return sref<T>(at(off), base); }
     sptr operator+(int64_t i) const { return sptr(base, n, off + i, name); }
     sptr operator-(int64_t i) const { return sptr(base, n, off - i, name); }
     sptr &operator+=(int64_t i)

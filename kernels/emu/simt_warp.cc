@@ -162,9 +162,13 @@ unsigned ballot(const char *file, int line, unsigned mask, int pred)
     return (unsigned)c.out[0];
 }
 
+/* __syncwarp is the one warp collective that orders the memory accesses of
+ * its lanes (bar.warp.sync in the PTX memory model); the race detector counts
+ * it as such. */
 static void syncwarp_complete(collective *lanes[32], unsigned mask)
 {
-    (void)lanes, (void)mask;
+    (void)lanes;
+    racecheck_syncwarp(t_launch, t_launch->current->warp, mask);
 }
 
 void syncwarp(const char *file, int line, unsigned mask)
