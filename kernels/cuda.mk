@@ -88,11 +88,11 @@ endif
 SIMT_EMU_HDRS = kernels/emu/simt.h kernels/emu/simt_types.h kernels/emu/simt_internal.h \
 	kernels/emu/simt_fiber.h kernels/emu/simt_runtime.h kernels/emu/simt_shared.h \
 	kernels/emu/simt_warp.h kernels/emu/simt_atomic.h kernels/emu/simt_mma.h \
-	kernels/emu/simt_stream.h
+	kernels/emu/simt_stream.h kernels/emu/simt_memory.h
 noinst_LIBRARIES += libburst_kernels_emu.a
 libburst_kernels_emu_a_SOURCES = $(SIMT_EMU_HDRS) kernels/emu/simt_fiber.cc \
 	kernels/emu/simt_runtime.cc kernels/emu/simt_shared.cc kernels/emu/simt_warp.cc \
-	kernels/emu/simt_mma.cc kernels/emu/simt_stream.cc
+	kernels/emu/simt_mma.cc kernels/emu/simt_stream.cc kernels/emu/simt_memory.cc
 # The kernel sources compiled as C++ for the emulator: the same text nvcc
 # compiles, with -DBK_EMULATOR (kernels/emu/simt.h), as .eo objects.
 BK_CU_EMU_OBJS = $(BK_CU_SRC:.cu=.eo)

@@ -106,6 +106,14 @@ TESTS += tests/kernels/test_simt
 tests_kernels_test_simt_SOURCES = tests/kernels/test_simt.cc
 tests_kernels_test_simt_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
 tests_kernels_test_simt_LDADD = $(SIMT_SUITE_LIBS)
+# The emulated runtime's checks of global memory and launch limits, each with
+# a planted bug (host pointer to a kernel, write past an allocation's end,
+# copy in the wrong direction, dynamic shared memory over the limit).
+check_PROGRAMS += tests/kernels/test_simt_memory
+TESTS += tests/kernels/test_simt_memory
+tests_kernels_test_simt_memory_SOURCES = tests/kernels/test_simt_memory.cc kernels/emu/select_emu.c
+tests_kernels_test_simt_memory_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
+tests_kernels_test_simt_memory_LDADD = $(DEV_SUITE_LIBS_EMU)
 
 # The emulator's shared-memory race detector against kernels with a barrier
 # planted missing (they live in the test alone).

@@ -54,17 +54,28 @@ static inline bk_status bk_emu_runtime(const char *call)
     char why[160];
     return bk_emu::runtime_owned(why, sizeof why) ? BK_OK : bk_device_failed(call, why);
 }
+/* Launches kernel with args converted once to its parameters' types, after
+ * checking that every pointer among them is device memory
+ * (bk_emu::check_kernel_pointer). */
+template <class... P, class... A>
+static inline int bk_emu_launch_kernel(const char *name, void (*kernel)(P...), dim3 grid,
+                                       dim3 block, size_t smem, A &&...args)
+{
+    std::tuple<typename std::decay<P>::type...> params(std::forward<A>(args)...);
+    if (bk_emu::check_kernel_arguments(name, params) != 0) return -1;
+    return bk_emu::launch(name, reinterpret_cast<const void *>(kernel), grid, block, smem,
+                          [&]() { std::apply(kernel, params); });
+}
 /* A launch runs what its stream still has queued first (simt_stream.h); in a
  * forked child of the runtime's owner it fails, as on a GPU. */
 #define BK_LAUNCH(kernel, grid, block, smem, stream, ...)                                          \
-    BK_LAUNCH_NAMED(#kernel, kernel, grid, block, smem, stream, __VA_ARGS__)
+    BK_LAUNCH_NAMED(#kernel, kernel, grid, block, smem, stream, ##__VA_ARGS__)
 #define BK_LAUNCH_NAMED(name, kernel, grid, block, smem, stream, ...)                              \
     (bk_emu_runtime("kernel launch") != BK_OK                                                      \
          ? BK_ERR_DEVICE                                                                           \
          : (bk_emu::stream_flush(stream),                                                          \
-            bk_launch_status(bk_emu::launch((name), reinterpret_cast<const void *>(kernel),        \
-                                            (grid), (block), (smem),                               \
-                                            [&]() { kernel(__VA_ARGS__); }))))
+            bk_launch_status(                                                                      \
+                bk_emu_launch_kernel((name), (kernel), (grid), (block), (smem), ##__VA_ARGS__))))
 #else
 #define BK_DEV_FN(name) bk_cuda_##name
 /* BK_OK, or BK_ERR_DEVICE after clearing the (non-sticky) error, with call
@@ -93,7 +104,9 @@ static inline bk_status bk_allow_dynamic_smem(const void *kernel, size_t bytes)
 {
     return bk_emu::func_set_max_dynamic_smem(kernel, bytes) == 0
                ? BK_OK
-               : bk_device_failed("cudaFuncSetAttribute", "invalid value (over 163 KiB)");
+               : bk_device_failed("cudaFuncSetAttribute",
+                                  bk_emu::arch() == 90 ? "invalid value (over sm_90's 227 KiB)"
+                                                       : "invalid value (over sm_80's 163 KiB)");
 }
 #else
 static inline bk_status bk_allow_dynamic_smem(const void *kernel, size_t bytes)

@@ -120,6 +120,13 @@ namespace bk_emu
 /* Prints "emu: CALL N bytes" on stderr under BK_EMU_TRACE_ALLOC=1
  * (device_memory.cu): how the tests see which calls allocate. */
 void trace_alloc(const char *call, size_t bytes);
+/* BK_OK when dst and src agree with the copy's direction (BK_COPY_*) and hold
+ * its bytes; else BK_ERR_DEVICE with call's failure and what each pointer is
+ * kept for bk_kernel_error (device_memory.cu). */
+bk_status check_copy(const char *call, void *dst, const void *src, size_t bytes, int dir);
+/* 0 when no live allocation's red zone was written; else -1 with call's
+ * failure kept for bk_kernel_error (at every synchronisation). */
+int red_zones_intact(const char *call);
 } // namespace bk_emu
 #endif
 

@@ -42,11 +42,13 @@ extern "C" size_t BK_DEV_FN(scratch_bytes)(int64_t rows, int64_t width, int64_t 
 
 #include <stdio.h>
 
-#include <map>
 #include <mutex>
 
 /* What the emulated device's runtime calls (cudaMalloc, cudaMallocAsync) have
- * handed out and not taken back. Two environment variables make it visible:
+ * handed out and not taken back is in the emulator's record of allocations
+ * (kernels/emu/simt_memory.h: exact sizes, red zones checked when freed and
+ * at every synchronisation, the pointer checks of launches and copies). Two
+ * environment variables make it visible:
  *   BK_EMU_DEVICE_BYTES=N  the device has N bytes: mem_info reports N minus
  *                          what is live as free, of N, and an allocation past
  *                          that fails as cudaMalloc's does (unset: the host's
@@ -56,25 +58,14 @@ extern "C" size_t BK_DEV_FN(scratch_bytes)(int64_t rows, int64_t width, int64_t 
  *                          N bytes" or, for page-locked host memory
  *                          (device_streams.cu), "emu: cudaMallocHost N
  *                          bytes", so a test sees which calls allocate.
- * Stricter than a GPU where that shows our bugs: each allocation is followed
- * by a red zone (from its exact end to RED_ZONE bytes past the 256-byte
- * rounding) filled with RED_BYTE and checked when it is freed and at every
- * stream synchronisation, so a kernel writing past the end of a buffer fails
- * there (a GPU may let it corrupt the neighbour silently); and a kernel is
- * given only pointers into live device allocations (check_ptrs), as
- * cudaPointerGetAttributes decides on a GPU: a host pointer is refused. */
+ * A launcher is given only pointers into live device allocations
+ * (check_ptrs), as cudaPointerGetAttributes decides on a GPU: a host pointer
+ * is refused. */
 namespace
 {
-enum { RED_ZONE = 256, RED_BYTE = 0xdb };
-
-struct allocation {
-    size_t bytes, rounded; /* asked for; counted against the limit (256-byte rounding) */
-};
-
 struct emu_memory {
-    std::mutex lock;
-    std::map<const char *, allocation> live; /* by address, to find the one holding a pointer */
-    size_t live_bytes = 0, limit = 0;        /* limit 0: none */
+    std::mutex lock;  /* a limit's check and the allocation it allows, together */
+    size_t limit = 0; /* 0: none */
     int trace = 0;
 };
 
@@ -101,43 +92,10 @@ void *take(size_t bytes, const char *call)
     emu_memory &m = memory();
     std::lock_guard<std::mutex> hold(m.lock);
     trace(m, call, bytes);
-    /* cudaMalloc's alignment (256 bytes), so that code relying on it is tested */
+    /* counted as the runtime counts it, in 256-byte granules */
     size_t rounded = (bytes + 255) / 256 * 256;
-    if (m.limit && rounded > m.limit - m.live_bytes) return NULL;
-    char *p = static_cast<char *>(aligned_alloc(256, rounded + RED_ZONE));
-    if (p == NULL) return NULL;
-    memset(p + bytes, RED_BYTE, rounded + RED_ZONE - bytes);
-    m.live[p] = allocation{bytes, rounded};
-    m.live_bytes += rounded;
-    return p;
-}
-
-/* 0, or -1 with the message kept for bk_kernel_error when something wrote into
- * the red zone of the allocation at p. */
-int red_zone_intact(const char *p, const allocation &a, const char *call)
-{
-    const unsigned char *zone = reinterpret_cast<const unsigned char *>(p) + a.bytes;
-    for (size_t i = 0; i < a.rounded + RED_ZONE - a.bytes; i++) {
-        if (zone[i] == RED_BYTE) continue;
-        char detail[200];
-        snprintf(detail, sizeof detail,
-                 "device memory written past the end of an allocation of %zu bytes at %p "
-                 "(byte %zu past it holds 0x%02x)",
-                 a.bytes, static_cast<const void *>(p), i, zone[i]);
-        bk_device_failed(call, detail);
-        return -1;
-    }
-    return 0;
-}
-
-/* Every live allocation's red zone (at a synchronisation). */
-int red_zones_intact(const char *call)
-{
-    emu_memory &m = memory();
-    std::lock_guard<std::mutex> hold(m.lock);
-    for (const auto &at : m.live)
-        if (red_zone_intact(at.first, at.second, call) != 0) return -1;
-    return 0;
+    if (m.limit && rounded > m.limit - bk_emu::memory_live_bytes(bk_emu::MEM_DEVICE)) return NULL;
+    return bk_emu::memory_alloc(bytes, bk_emu::MEM_DEVICE, call);
 }
 
 /* A failed take: BK_ERR_DEVICE, as the runtime's cudaErrorMemoryAllocation. */
@@ -154,34 +112,96 @@ bk_status out_of_memory(const char *call, size_t bytes)
     return bk_device_failed(call, detail);
 }
 
-/* Frees p; -1 (the memory freed all the same) when its red zone was written. */
+/* Frees device memory p: 0; -1 with call's failure kept for bk_kernel_error
+ * when its red zone was written (freed all the same) or p is no live device
+ * allocation's start (nothing freed: cudaErrorInvalidValue). */
 int give_back(void *p, const char *call)
 {
-    emu_memory &m = memory();
-    std::lock_guard<std::mutex> hold(m.lock);
-    auto at = m.live.find(static_cast<const char *>(p));
-    int rc = 0;
-    if (at != m.live.end()) {
-        rc = red_zone_intact(at->first, at->second, call);
-        m.live_bytes -= at->second.rounded;
-        m.live.erase(at);
-    }
-    free(p);
-    return rc;
+    char why[400];
+    if (bk_emu::memory_free(p, bk_emu::MEM_DEVICE, why, sizeof why) == 0) return 0;
+    bk_device_failed(call, why);
+    return -1;
 }
 
-/* Whether p points into a live allocation (its end included, for empty views). */
+/* Whether p points into a live device allocation (one past its end is not,
+ * as cudaPointerGetAttributes says on an H200). */
 int is_device_memory(const void *p)
 {
-    const char *c = static_cast<const char *>(p);
-    emu_memory &m = memory();
-    std::lock_guard<std::mutex> hold(m.lock);
-    auto at = m.live.upper_bound(c);
-    if (at == m.live.begin()) return 0;
-    --at;
-    return c < at->first + at->second.bytes;
+    bk_emu::allocation a;
+    return bk_emu::memory_find(p, &a) && a.kind == bk_emu::MEM_DEVICE;
+}
+
+/* Whether [p, p + bytes) lies in one live allocation of the kind; else why. */
+int in_allocation(const void *p, size_t bytes, bk_emu::memory_kind kind, const char *side,
+                  char *why, size_t len)
+{
+    bk_emu::allocation a;
+    if (bk_emu::memory_find(p, &a) && a.kind == kind) {
+        size_t offset = (size_t)(static_cast<const char *>(p) - a.base);
+        if (bytes <= a.bytes - offset) return 1;
+        snprintf(why, len,
+                 "the %s %p, at offset %zu of %s (%s of %zu bytes at %p), has %zu bytes of it "
+                 "left, not %zu",
+                 side, p, offset, bk_emu::memory_kind_name(kind), a.call, a.bytes,
+                 static_cast<const void *>(a.base), a.bytes - offset, bytes);
+        return 0;
+    }
+    char what[240];
+    bk_emu::memory_describe(p, what, sizeof what);
+    snprintf(why, len, "the %s %p is %s, not %s", side, p, what, bk_emu::memory_kind_name(kind));
+    return 0;
+}
+
+/* Whether p lies outside every device allocation (host memory of any kind). */
+int is_host_side(const void *p, const char *side, char *why, size_t len)
+{
+    if (!is_device_memory(p)) return 1;
+    char what[240];
+    bk_emu::memory_describe(p, what, sizeof what);
+    snprintf(why, len, "the %s %p is %s, not host memory", side, p, what);
+    return 0;
 }
 } // namespace
+
+/* BK_OK when dst and src agree with the copy's direction, else BK_ERR_DEVICE
+ * with what each pointer is. The CUDA runtime's documentation of cudaMemcpy
+ * calls pointers that do not match the direction undefined behaviour; the
+ * emulator refuses them. Device sides must hold all the bytes in one live
+ * device allocation; a host side may be page-locked or pageable (not tracked)
+ * memory, but page-locked memory must hold the bytes too. */
+bk_status bk_emu::check_copy(const char *call, void *dst, const void *src, size_t bytes, int dir)
+{
+    if (bytes == 0) return BK_OK;
+    char why[400] = "";
+    int dst_device = dir != BK_COPY_DEVICE_TO_HOST, src_device = dir != BK_COPY_HOST_TO_DEVICE;
+    int ok =
+        (dst_device ? in_allocation(dst, bytes, bk_emu::MEM_DEVICE, "destination", why, sizeof why)
+                    : is_host_side(dst, "destination", why, sizeof why)) &&
+        (src_device ? in_allocation(src, bytes, bk_emu::MEM_DEVICE, "source", why, sizeof why)
+                    : is_host_side(src, "source", why, sizeof why));
+    bk_emu::allocation a;
+    const void *host = !dst_device ? static_cast<const void *>(dst) : !src_device ? src : NULL;
+    if (ok && host && bk_emu::memory_find(host, &a) && a.kind == bk_emu::MEM_PINNED_HOST)
+        ok = in_allocation(host, bytes, bk_emu::MEM_PINNED_HOST, "host side", why, sizeof why);
+    if (ok) return BK_OK;
+    static const char *const kinds[] = {"cudaMemcpyHostToDevice", "cudaMemcpyDeviceToHost",
+                                        "cudaMemcpyDeviceToDevice"};
+    char detail[480];
+    snprintf(detail, sizeof detail, "%s of %zu bytes: %s",
+             dir == BK_COPY_HOST_TO_DEVICE   ? kinds[0]
+             : dir == BK_COPY_DEVICE_TO_HOST ? kinds[1]
+                                             : kinds[2],
+             bytes, why);
+    return bk_device_failed(call, detail);
+}
+
+int bk_emu::red_zones_intact(const char *call)
+{
+    char why[400];
+    if (bk_emu::memory_red_zones_intact(why, sizeof why) == 0) return 0;
+    bk_device_failed(call, why);
+    return -1;
+}
 
 void bk_emu::trace_alloc(const char *call, size_t bytes)
 {
@@ -208,9 +228,10 @@ static int gpus_per_node(void)
 
 extern "C" bk_status BK_DEV_FN(use)(int index, int *count)
 {
-    (void)index;
     *count = gpus_per_node();
-    return bk_emu_runtime("cudaSetDevice");
+    bk_status st = bk_emu_runtime("cudaSetDevice");
+    if (st == BK_OK) bk_emu::memory_set_device(index % *count);
+    return st;
 }
 
 extern "C" bk_status BK_DEV_FN(mem_info)(size_t *free_bytes, size_t *total_bytes)
@@ -220,7 +241,7 @@ extern "C" bk_status BK_DEV_FN(mem_info)(size_t *free_bytes, size_t *total_bytes
     emu_memory &m = memory();
     std::lock_guard<std::mutex> hold(m.lock);
     if (!m.limit) return BK_ERR_UNSUPPORTED;
-    *free_bytes = m.limit - m.live_bytes;
+    *free_bytes = m.limit - bk_emu::memory_live_bytes(bk_emu::MEM_DEVICE);
     *total_bytes = m.limit;
     return BK_OK;
 }
@@ -251,6 +272,7 @@ extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *s
                                      int dir)
 {
     bk_status st = bk_emu_runtime("cudaMemcpyAsync");
+    if (st == BK_OK) st = bk_emu::check_copy("cudaMemcpyAsync", dst, src, bytes, dir);
     if (st != BK_OK) return st;
     if (bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes) != 0)
         return bk_device_failed("cudaMemcpyAsync", "the stream's queue cannot grow");
@@ -263,7 +285,7 @@ extern "C" bk_status BK_DEV_FN(sync)(const bk_queue *q)
     bk_status st = bk_emu_runtime("cudaStreamSynchronize");
     if (st != BK_OK) return st;
     bk_emu::stream_flush(q->stream);
-    return red_zones_intact("cudaStreamSynchronize") == 0 ? BK_OK : BK_ERR_DEVICE;
+    return bk_emu::red_zones_intact("cudaStreamSynchronize") == 0 ? BK_OK : BK_ERR_DEVICE;
 }
 
 extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **p)

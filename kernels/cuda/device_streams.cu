@@ -16,37 +16,22 @@
 
 #ifdef BK_EMULATOR
 
-#include <map>
-#include <mutex>
-
-namespace
-{
-std::mutex g_pinned_lock;
-std::map<uintptr_t, size_t> g_pinned; /* page-locked allocations: start -> bytes */
-
-/* Whether [p, p + bytes) lies in one page-locked allocation. */
-bool is_pinned(const void *p, size_t bytes)
-{
-    std::lock_guard<std::mutex> hold(g_pinned_lock);
-    auto it = g_pinned.upper_bound((uintptr_t)p);
-    if (it == g_pinned.begin()) return false;
-    --it;
-    return (uintptr_t)p + bytes <= it->first + it->second;
-}
-} // namespace
-
-/* A queued copy whose host side is pageable memory is refused: on a GPU the
+/* Pointers that disagree with the direction are refused (check_copy). A
+ * queued copy whose host side is pageable memory is refused: on a GPU the
  * runtime copies it synchronously (through a staging buffer of its own), so it
  * overlaps nothing, which is never what code that queues a copy wants. */
 extern "C" bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const void *src,
                                            size_t bytes, int dir)
 {
     bk_status st = bk_emu_runtime("cudaMemcpyAsync");
+    if (st == BK_OK) st = bk_emu::check_copy("cudaMemcpyAsync", dst, src, bytes, dir);
     if (st != BK_OK) return st;
     const void *host = dir == BK_COPY_HOST_TO_DEVICE   ? src
                        : dir == BK_COPY_DEVICE_TO_HOST ? (const void *)dst
                                                        : NULL;
-    if (host && bytes > 0 && !is_pinned(host, bytes))
+    bk_emu::allocation held;
+    if (host && bytes > 0 &&
+        !(bk_emu::memory_find(host, &held) && held.kind == bk_emu::MEM_PINNED_HOST))
         return bk_device_failed("cudaMemcpyAsync", "the host buffer is pageable memory (not from "
                                                    "bk_host_pinned_malloc): the copy would run "
                                                    "synchronously");
@@ -102,7 +87,7 @@ extern "C" bk_status BK_DEV_FN(stream_wait_event)(const bk_queue *q, void *event
 extern "C" bk_status BK_DEV_FN(event_sync)(void *event)
 {
     bk_emu::event_flush(event);
-    return BK_OK;
+    return bk_emu::red_zones_intact("cudaEventSynchronize") == 0 ? BK_OK : BK_ERR_DEVICE;
 }
 
 extern "C" int BK_DEV_FN(event_query)(void *event)
@@ -116,11 +101,7 @@ extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
     bk_status st = bk_emu_runtime("cudaMallocHost");
     if (st != BK_OK) return st;
     if (bytes) bk_emu::trace_alloc("cudaMallocHost", bytes);
-    *p = bytes ? malloc(bytes) : NULL;
-    if (*p) {
-        std::lock_guard<std::mutex> hold(g_pinned_lock);
-        g_pinned[(uintptr_t)*p] = bytes;
-    }
+    *p = bk_emu::memory_alloc(bytes, bk_emu::MEM_PINNED_HOST, "cudaMallocHost");
     return *p || bytes == 0 ? BK_OK : BK_ERR_NOMEM;
 }
 
@@ -129,13 +110,10 @@ extern "C" bk_status BK_DEV_FN(host_free)(void *p)
 {
     if (p == NULL) return BK_OK;
     bk_emu::flush_all();
-    {
-        std::lock_guard<std::mutex> hold(g_pinned_lock);
-        if (g_pinned.erase((uintptr_t)p) == 0)
-            return bk_device_failed("cudaFreeHost", "not a page-locked allocation");
-    }
-    free(p);
-    return BK_OK;
+    char why[400];
+    return bk_emu::memory_free(p, bk_emu::MEM_PINNED_HOST, why, sizeof why) == 0
+               ? BK_OK
+               : bk_device_failed("cudaFreeHost", why);
 }
 
 #else /* CUDA */

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/emu/simt_atomic.h"
+#include "kernels/emu/simt_memory.h"
 #include "kernels/emu/simt_mma.h"
 #include "kernels/emu/simt_runtime.h"
 #include "kernels/emu/simt_shared.h"

@@ -68,9 +68,42 @@ int runtime_owned(char *why, size_t len)
     return 0;
 }
 
+/* Shared memory per block, from the CUDA C++ Programming Guide's table of
+ * technical specifications per compute capability ("maximum amount of shared
+ * memory per thread block"): 48 KiB without opting in (every architecture),
+ * 163 KiB on compute capability 8.0 (A100) and 227 KiB on 9.0 (H100, H200)
+ * for a kernel whose cudaFuncAttributeMaxDynamicSharedMemorySize was raised. */
+enum {
+    DEFAULT_DYN_SMEM = 48 * 1024,
+    SM80_MAX_BLOCK_SMEM = 163 * 1024,
+    SM90_MAX_BLOCK_SMEM = 227 * 1024,
+    MAX_RAISED = 64
+};
+static std::atomic<int> g_arch{0}; /* 0: not chosen yet (BK_EMU_ARCH, else 80) */
+
+int set_arch(int sm)
+{
+    if (sm != 80 && sm != 90) return -1;
+    g_arch = sm;
+    return 0;
+}
+
+int arch(void)
+{
+    if (g_arch == 0) {
+        const char *env = getenv("BK_EMU_ARCH");
+        g_arch = env != NULL && strcmp(env, "sm_90") == 0 ? 90 : 80;
+    }
+    return g_arch;
+}
+
+size_t max_block_smem(void)
+{
+    return arch() == 90 ? SM90_MAX_BLOCK_SMEM : SM80_MAX_BLOCK_SMEM;
+}
+
 /* The kernels whose dynamic shared memory limit was raised, with the limit
  * (cudaFuncSetAttribute's record; a handful of kernels, so a short list). */
-enum { DEFAULT_DYN_SMEM = 48 * 1024, MAX_DYN_SMEM = 163 * 1024, MAX_RAISED = 64 };
 static struct {
     std::mutex lock;
     const void *kernel[MAX_RAISED];
@@ -80,7 +113,7 @@ static struct {
 
 int func_set_max_dynamic_smem(const void *kernel, size_t bytes)
 {
-    if (kernel == NULL || bytes > MAX_DYN_SMEM) return -1;
+    if (kernel == NULL || bytes > max_block_smem()) return -1;
     std::lock_guard<std::mutex> hold(g_raised.lock);
     int i = 0;
     while (i < g_raised.n && g_raised.kernel[i] != kernel) i++;
@@ -101,6 +134,16 @@ static size_t max_dynamic_smem(const void *kernel)
 const char *last_error(void)
 {
     return t_last_error;
+}
+
+int refuse_launch(const char *kernel, const char *detail)
+{
+    snprintf(t_last_error, sizeof t_last_error, "bk_emu: kernel %s: %s", kernel, detail);
+    if (g_fatal) {
+        fprintf(stderr, "%s\n", t_last_error);
+        abort();
+    }
+    return -1;
 }
 
 stats get_stats(void)

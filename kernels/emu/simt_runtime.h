@@ -42,8 +42,22 @@ int launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t d
 /* cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
  * bytes): as on a GPU, a launch with more than 48 KiB of dynamic shared
  * memory fails unless this raised the kernel's limit to at least that much.
- * -1 when bytes is over what a block may have (sm_80's 163 KiB). */
+ * -1 when bytes is over what a block of the emulated architecture may have
+ * (max_block_smem). */
 int func_set_max_dynamic_smem(const void *kernel, size_t bytes);
+
+/* The architecture whose limits launches are held to: 80 (sm_80, the
+ * default: the smaller limits) or 90 (sm_90), chosen by BK_EMU_ARCH=sm_80 or
+ * sm_90 in the environment or by set_arch; -1 for any other. */
+int set_arch(int sm);
+int arch(void);
+/* Shared memory a block may have on that architecture, with the kernel's
+ * limit raised (bytes). */
+size_t max_block_smem(void);
+
+/* A launch refused before it ran (a bad argument): kept as last_error()
+ * ("bk_emu: kernel NAME: detail"), fatal as launch errors are; returns -1. */
+int refuse_launch(const char *kernel, const char *detail);
 
 /* 1 (the default): an error prints its message and aborts the process.
  * 0: launch returns -1 and last_error() holds the message. */
