@@ -31,9 +31,18 @@
 namespace bk_emu
 {
 
-/* sm_80's limits (the smaller of the architectures built): 48 KiB of static
- * shared memory per block, 163 KiB in all with the dynamic opt-in. */
-enum { STATIC_SMEM_LIMIT = 48 * 1024, TOTAL_SMEM_LIMIT = 163 * 1024 };
+/* 48 KiB of static shared memory per block on every architecture; the total
+ * with the dynamic opt-in is the emulated architecture's (max_block_smem). */
+enum { STATIC_SMEM_LIMIT = 48 * 1024 };
+
+/* Static and dynamic shared memory of the launch within the architecture's
+ * limit for a block. */
+static void check_total_smem(const launch_state *L)
+{
+    if (L->static_smem + L->dyn_smem > max_block_smem())
+        fail_thread("shared memory of %zu static + %zu dynamic bytes is over sm_%d's %zu per block",
+                    L->static_smem, L->dyn_smem, arch(), max_block_smem());
+}
 
 int g_racecheck = 1;
 
@@ -132,9 +141,7 @@ void *shared_array(const void *site, const char *name, size_t bytes)
         fail_thread("__shared__ array %s brings the static shared memory to %zu bytes, over the %d "
                     "of CUDA",
                     name, L->static_smem, (int)STATIC_SMEM_LIMIT);
-    if (L->static_smem + L->dyn_smem > TOTAL_SMEM_LIMIT)
-        fail_thread("shared memory of %zu static + %zu dynamic bytes is over sm_80's %d per block",
-                    L->static_smem, L->dyn_smem, (int)TOTAL_SMEM_LIMIT);
+    check_total_smem(L);
     shared_entry *e = &L->shared[L->n_shared++];
     e->site = site;
     e->name = name;
@@ -150,9 +157,7 @@ void *shared_dynamic(const char *name, size_t *bytes)
     if (L->dyn_smem > 0 && L->dyn_data == NULL)
         fail_thread("out of memory allocating %zu bytes of dynamic shared memory (%s)", L->dyn_smem,
                     name);
-    if (L->static_smem + L->dyn_smem > TOTAL_SMEM_LIMIT)
-        fail_thread("shared memory of %zu static + %zu dynamic bytes is over sm_80's %d per block",
-                    L->static_smem, L->dyn_smem, (int)TOTAL_SMEM_LIMIT);
+    check_total_smem(L);
     *bytes = L->dyn_smem;
     if (L->dyn_data != NULL) header_of(L->dyn_data)->name = name; /* the kernel's name for it */
     return L->dyn_data;

@@ -182,9 +182,12 @@ START_TEST(dynamic_shared_memory_is_held_to_the_architecture)
     ck_assert_int_eq(bk_allow_dynamic_smem(kernel, 163 * 1024), BK_OK);
     ck_assert_int_eq(bk_allow_dynamic_smem(kernel, 164 * 1024), BK_ERR_DEVICE);
     expect_in(bk_kernel_error(), "sm_80's 163 KiB");
+    const size_t sm90 = 200 * 1024; /* over sm_80's block limit, within sm_90's */
+    ck_assert_int_eq(BK_LAUNCH(k_dynamic_smem, dim3(1), dim3(64), sm90, NULL, sm90, last),
+                     BK_ERR_DEVICE);
     ck_assert_int_eq(bk_emu::set_arch(90), 0);
-    /* (a launch's total is still held to sm_80's 163 KiB by simt_shared.cc) */
     ck_assert_int_eq(bk_allow_dynamic_smem(kernel, 227 * 1024), BK_OK);
+    ck_assert_int_eq(BK_LAUNCH(k_dynamic_smem, dim3(1), dim3(64), sm90, NULL, sm90, last), BK_OK);
     ck_assert_int_eq(bk_allow_dynamic_smem(kernel, 228 * 1024), BK_ERR_DEVICE);
     expect_in(bk_kernel_error(), "sm_90's 227 KiB");
     ck_assert_int_eq(bk_emu::set_arch(70), -1);
