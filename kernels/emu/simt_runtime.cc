@@ -25,8 +25,8 @@ namespace bk_emu
 {
 
 __thread launch_state *t_launch;
-__thread const uint3 *t_thread_idx;
-__thread uint3 t_block_idx, t_block_dim, t_grid_dim;
+__thread const uint3 *t_thread_idx, *t_block_idx;
+__thread uint3 t_block_dim, t_grid_dim;
 
 static int g_fatal = 1;
 static int g_reverse = 0;
@@ -405,7 +405,7 @@ static void block_begin(launch_state *L)
 static int run_block(launch_state *L)
 {
     block_begin(L);
-    t_block_idx = L->block_idx;
+    t_block_idx = &L->block_idx;
     for (;;) {
         int ran = 0;
         for (int k = 0; k < L->n_threads; k++) {

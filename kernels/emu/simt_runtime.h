@@ -85,9 +85,12 @@ int runtime_owned(char *why, size_t len);
 
 /* Built-in variables of the running thread. GNU __thread rather than C++
  * thread_local: POD variables need no TLS wrapper functions (through which
- * GCC 12's UBSan reports false null-pointer loads). */
-extern __thread const uint3 *t_thread_idx;
-extern __thread uint3 t_block_idx, t_block_dim, t_grid_dim;
+ * GCC 12's UBSan reports false null-pointer loads). threadIdx and blockIdx
+ * are read through pointers: GCC 12's UBSan folds the null check of a member
+ * access on a TLS variable itself into a branch on stale flags, which
+ * reported `blockIdx.x` as a null pointer in test_simt's atomics kernel. */
+extern __thread const uint3 *t_thread_idx, *t_block_idx;
+extern __thread uint3 t_block_dim, t_grid_dim;
 
 /* __syncthreads() of the running thread, called from file:line. */
 void syncthreads(const char *file, int line);
@@ -103,7 +106,7 @@ void reset_stats(void);
 } // namespace bk_emu
 
 #define threadIdx       (*bk_emu::t_thread_idx)
-#define blockIdx        (static_cast<const uint3 &>(bk_emu::t_block_idx))
+#define blockIdx        (*bk_emu::t_block_idx)
 #define blockDim        (dim3(bk_emu::t_block_dim.x, bk_emu::t_block_dim.y, bk_emu::t_block_dim.z))
 #define gridDim         (dim3(bk_emu::t_grid_dim.x, bk_emu::t_grid_dim.y, bk_emu::t_grid_dim.z))
 #define warpSize        32
