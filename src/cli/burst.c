@@ -8,7 +8,7 @@
 #include "src/cli/placement.h"
 
 static const cli_subcommand subcommands[] = {
-    {"train", cmd_train, "train a LLaMA-style model across ranks (synthetic data)"},
+    {"train", cmd_train, "train a LLaMA-style model across ranks (HDF5 corpus or synthetic tasks)"},
     {"convert", cmd_convert, "Hugging Face safetensors folders to and from burst checkpoints"},
     {"eval", cmd_eval, "the loss of a model (checkpoint or Hugging Face folder) on a corpus"},
     {"data", cmd_data, "HDF5 corpora: import, synth (passkey, copy), info, validate"},
