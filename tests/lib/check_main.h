@@ -16,7 +16,8 @@ extern "C" {
 #endif
 
 /* A new test case NAME added to suite s; timeout_s > 0 replaces check's default
- * timeout (4 s, or CK_DEFAULT_TIMEOUT). */
+ * timeout (4 s, or CK_DEFAULT_TIMEOUT), three times longer in the sanitizer
+ * build. */
 TCase *check_tcase(Suite *s, const char *name, double timeout_s);
 /* Adds the tests named (as in START_TEST) to tc, in this order; the loop form
  * runs each of them for _i in [start, end). */

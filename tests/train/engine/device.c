@@ -17,29 +17,47 @@
  * and the optimizer in device memory, the transport staging device buffers
  * between ranks. Against the CPU engine, step by step, within what bf16
  * attention moves (the device's tensor cores round Q, K, V, P and dS to bf16;
- * the host computes in fp32): 1 rank, and 4 ranks on 2 emulated nodes with
- * the double ring and dp x cp = 2 x 2 (the gradient reduce-scatter and the
- * parameter all-gather on device memory). A resume on the device continues
- * bit for bit, and a CPU checkpoint resumed on the device continues the
- * CPU's curve within the same tolerance. Sequences of 64 tokens: the emulator runs every kernel
- * thread by thread on the CPU. */
+ * the host computes in fp32). Sequences of 64 tokens: the emulator runs every
+ * kernel thread by thread on the CPU, so each comparison is a test of its
+ * own, under its own timeout. */
+static const char *const on_device[] = {"train.device=cuda", "data.seq_len=64", NULL};
+static const char *const on_cpu[] = {"data.seq_len=64", NULL};
+
+/* 1 rank, and 4 ranks on 2 emulated nodes with the double ring. */
 START_TEST(device_engine_matches_the_cpu)
 {
     on_emulator = 1;
-    const char *dev[] = {"train.device=cuda", "data.seq_len=64", NULL};
-    curve cpu, one, four, grid;
-    run_ok(1, 1, (const char *[]){"data.seq_len=64", NULL}, &cpu);
-    run_saying(1, 1, dev, "layer matrix products in bf16", &one);
+    curve cpu, one, four;
+    run_ok(1, 1, on_cpu, &cpu);
+    run_saying(1, 1, on_device, "layer matrix products in bf16", &one);
     expect_same(&cpu, &one, 2e-2, "device P=1 vs CPU");
-    run_ok(4, 2, with(dev, (const char *[]){"parallel.cp=4", "parallel.ring=double", NULL}), &four);
+    run_ok(4, 2, with(on_device, (const char *[]){"parallel.cp=4", "parallel.ring=double", NULL}),
+           &four);
     expect_same(&cpu, &four, 2e-2, "device, double ring P=4 vs CPU");
     expect_ring_times(&four, "device, double ring P=4");
-    run_ok(4, 2, with(dev, (const char *[]){"parallel.dp=2", "parallel.cp=2", NULL}), &grid);
-    curve cpu_grid;
-    run_ok(4, 2, (const char *[]){"parallel.dp=2", "parallel.cp=2", "data.seq_len=64", NULL},
-           &cpu_grid);
-    expect_same(&cpu_grid, &grid, 2e-2, "device dp x cp = 2 x 2 vs CPU");
+    on_emulator = 0;
+}
+END_TEST
 
+/* dp x cp = 2 x 2: the gradient reduce-scatter and the parameter all-gather
+ * on device memory. */
+START_TEST(device_grid_matches_the_cpu)
+{
+    on_emulator = 1;
+    const char *const grid_sets[] = {"parallel.dp=2", "parallel.cp=2", NULL};
+    curve grid, cpu_grid;
+    run_ok(4, 2, with(on_device, grid_sets), &grid);
+    run_ok(4, 2, with(on_cpu, grid_sets), &cpu_grid);
+    expect_same(&cpu_grid, &grid, 2e-2, "device dp x cp = 2 x 2 vs CPU");
+    on_emulator = 0;
+}
+END_TEST
+
+/* A resume on the device continues bit for bit, and a CPU checkpoint resumed
+ * on the device continues the CPU's curve within bf16's tolerance. */
+START_TEST(device_resumes_its_own_and_the_cpus_checkpoints)
+{
+    on_emulator = 1;
     char dir[512], dir_set[600];
     snprintf(dir, sizeof dir, "%s/ckpt-device", train_tmpdir);
     snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
@@ -47,17 +65,17 @@ START_TEST(device_engine_matches_the_cpu)
     expect_resume_bit_for_bit(2, sets, dir, NULL);
     ck_assert_int_eq(test_remove_tree(dir), 0);
 
-    /* A CPU checkpoint resumed on the device continues the CPU's curve. */
+    curve cpu, moved;
+    run_ok(1, 1, on_cpu, &cpu);
     snprintf(dir, sizeof dir, "%s/ckpt-moved", train_tmpdir);
     snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
-    const char *on_cpu[] = {"data.seq_len=64", dir_set, NULL};
+    const char *cpu_ckpt[] = {"data.seq_len=64", dir_set, NULL};
     const char *stop[] = {"--stop-after", "3", NULL}, *resume[] = {"--resume", NULL};
-    test_run_result r = train_args(1, 1, on_cpu, stop, NULL, NULL, 0);
+    test_run_result r = train_args(1, 1, cpu_ckpt, stop, NULL, NULL, 0);
     ck_assert_msg(r.exit_code == 0, "%s", r.out);
     test_run_free(&r);
-    curve moved;
-    r = train_args(1, 1, with(on_cpu, (const char *[]){"train.device=cuda", NULL}), resume, &moved,
-                   NULL, 0);
+    r = train_args(1, 1, with(cpu_ckpt, (const char *[]){"train.device=cuda", NULL}), resume,
+                   &moved, NULL, 0);
     ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "resumed from"), "%s", r.out);
     test_run_free(&r);
     ck_assert_int_eq(moved.n, cpu.n - 3);
@@ -377,6 +395,7 @@ void add_device_tests(Suite *s)
 {
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 900), device_engine_matches_the_cpu,
+                    device_grid_matches_the_cpu, device_resumes_its_own_and_the_cpus_checkpoints,
                     device_arena_holds_every_buffer, device_staging_buffers_taken_at_setup,
                     device_arena_report_names_the_largest_peak);
 #ifdef HAVE_NCCL
