@@ -123,14 +123,24 @@ tests_kernels_test_simt_racecheck_SOURCES = tests/kernels/test_simt_racecheck.cc
 tests_kernels_test_simt_racecheck_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
 tests_kernels_test_simt_racecheck_LDADD = $(SIMT_SUITE_LIBS)
 
-# The emulator's mma test, built against an mma whose A-fragment layout is
-# deliberately wrong, and the attention sweep on it: the script expects both
-# to fail.
+# The emulator's schedules (reverse, random) against planted bugs that only a
+# schedule shows: an order between blocks, a lost update (they live in the
+# test alone).
+check_PROGRAMS += tests/kernels/test_simt_schedule
+TESTS += tests/kernels/test_simt_schedule
+tests_kernels_test_simt_schedule_SOURCES = tests/kernels/test_simt_schedule.cc
+tests_kernels_test_simt_schedule_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
+tests_kernels_test_simt_schedule_LDADD = $(SIMT_SUITE_LIBS)
+
+# The emulator's mma and ldmatrix tests, and the attention sweep, built
+# against an mma and ldmatrix that plant a wrong fragment layout when asked
+# (BK_EMU_MMA_MUTANT, one per table): the script expects each mutant to fail
+# both.
 check_PROGRAMS += tests/kernels/test_simt_wrong_layout
 TESTS += tests/kernels/test_simt_wrong_layout.sh
 EXTRA_DIST += tests/kernels/test_simt_wrong_layout.sh
 tests_kernels_test_simt_wrong_layout_SOURCES = tests/kernels/test_simt.cc kernels/emu/simt_mma.cc
-tests_kernels_test_simt_wrong_layout_CPPFLAGS = $(EMU_SUITE_CPPFLAGS) -DBK_EMU_MMA_WRONG_LAYOUT
+tests_kernels_test_simt_wrong_layout_CPPFLAGS = $(EMU_SUITE_CPPFLAGS) -DBK_EMU_MMA_MUTANTS
 tests_kernels_test_simt_wrong_layout_LDADD = $(SIMT_SUITE_LIBS)
 
 # One test source per device suite, linked twice: with the emulator (every
@@ -153,7 +163,7 @@ check_PROGRAMS += tests/kernels/test_dev_attention_wrong_layout
 tests_kernels_test_dev_attention_wrong_layout_SOURCES = tests/kernels/test_dev_attention.c \
 	$(DEV_SUITE_EMU_SOURCES) kernels/emu/simt_mma.cc
 tests_kernels_test_dev_attention_wrong_layout_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMULATOR \
-	-DBK_EMU_MMA_WRONG_LAYOUT
+	-DBK_EMU_MMA_MUTANTS
 tests_kernels_test_dev_attention_wrong_layout_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_dev_attention_wrong_layout_LDADD = $(DEV_SUITE_LIBS_EMU)
 
@@ -181,10 +191,11 @@ tests_kernels_test_bench_device_emu_SOURCES = tests/kernels/test_bench_device_em
 tests_kernels_test_bench_device_emu_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_bench_device_emu_LDADD = $(DEV_SUITE_LIBS_EMU) libburst_util.a
 
-# The emulator runs a block's fibers in reverse order too: a kernel that
-# depends on the order threads run in fails there.
-TESTS += tests/kernels/test_emu_reverse_order.sh
-EXTRA_DIST += tests/kernels/test_emu_reverse_order.sh
+# The device kernel tests again under the emulator's other schedules (threads
+# in reverse, random orders of fixed seeds): a kernel that depends on the
+# order threads or blocks run in fails there.
+TESTS += tests/kernels/test_emu_schedules.sh
+EXTRA_DIST += tests/kernels/test_emu_schedules.sh
 
 if HAVE_CUDA
 check_PROGRAMS += tests/kernels/test_dev_ops_cuda tests/kernels/test_dev_attention_cuda \

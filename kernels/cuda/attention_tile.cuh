@@ -27,8 +27,8 @@ enum { ATT_ROWS = 64, ATT_WARPS = 4, ATT_THREADS = 128 };
 
 static __device__ __forceinline__ void bk_att_load8(const float *src, uint16_t v[8])
 {
-    float4 a = *reinterpret_cast<const float4 *>(src);
-    float4 b = *reinterpret_cast<const float4 *>(src + 4);
+    float4 a = BK_LOAD_GLOBAL(float4, src);
+    float4 b = BK_LOAD_GLOBAL(float4, src + 4);
     v[0] = bk_float_to_bf16(a.x), v[1] = bk_float_to_bf16(a.y);
     v[2] = bk_float_to_bf16(a.z), v[3] = bk_float_to_bf16(a.w);
     v[4] = bk_float_to_bf16(b.x), v[5] = bk_float_to_bf16(b.y);
@@ -37,7 +37,7 @@ static __device__ __forceinline__ void bk_att_load8(const float *src, uint16_t v
 
 static __device__ __forceinline__ void bk_att_load8(const uint16_t *src, uint16_t v[8])
 {
-    uint4 a = *reinterpret_cast<const uint4 *>(src);
+    uint4 a = BK_LOAD_GLOBAL(uint4, src);
     v[0] = (uint16_t)(a.x & 0xffffu), v[1] = (uint16_t)(a.x >> 16);
     v[2] = (uint16_t)(a.y & 0xffffu), v[3] = (uint16_t)(a.y >> 16);
     v[4] = (uint16_t)(a.z & 0xffffu), v[5] = (uint16_t)(a.z >> 16);

@@ -18,6 +18,9 @@
  *   BK_SHARED_DYN(T, a) the launch's dynamic shared memory as T a[]
  *   BK_SPTR(T)          a pointer into shared memory (one declarator per
  *                       declaration: under nvcc it is `T *`); BK_SPTR_CAST(U, p)
+ *   BK_LOAD_GLOBAL(V, p)  the vector V (float4, uint4) at global address p; the
+ *                       emulator checks its alignment and that it lies inside
+ *                       one live device allocation
  *   bk_mma_bf16_16816, bk_ldmatrix_x{1,2,4}[_trans], bk_cp_async16,
  *   bk_cp_async_commit, bk_cp_async_wait(N)
  *                       inline PTX under nvcc, emulated per lane otherwise.
@@ -117,6 +120,17 @@ static inline bk_status bk_allow_dynamic_smem(const void *kernel, size_t bytes)
 #endif
 
 /* ---------------------------------------------------------------- shared memory */
+#ifdef BK_EMULATOR
+template <class V> static inline V bk_emu_load_global(const void *p, const char *file, int line)
+{
+    bk_emu::check_global_read(p, sizeof(V), alignof(V), file, line);
+    return *static_cast<const V *>(p);
+}
+#define BK_LOAD_GLOBAL(V, p) bk_emu_load_global<V>((p), __FILE__, __LINE__)
+#else
+#define BK_LOAD_GLOBAL(V, p) (*reinterpret_cast<const V *>(p))
+#endif
+
 #ifndef BK_EMULATOR
 #define BK_SHARED(T, name, count) __shared__ T name[count]
 #define BK_SHARED_DYN(T, name)                                                                     \

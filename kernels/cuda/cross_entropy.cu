@@ -87,7 +87,7 @@ extern "C" bk_status BK_DEV_FN(cross_entropy)(const bk_queue *q, int64_t rows, i
         st = BK_DEV_FN(scratch)(q, sizeof *valid, (void **)&valid);
         if (st == BK_OK) st = BK_DEV_FN(copy)(q, valid, &zero, sizeof zero, 0);
     }
-    unsigned blocks = (unsigned)(rows < 65535 ? rows : 65535);
+    unsigned blocks = bk_blocks_for(rows);
     if (st == BK_OK)
         st = BK_LAUNCH(bk_cross_entropy_kernel, dim3(blocks), dim3(CE_THREADS), 0, q->stream, rows,
                        V, logits, ld, labels, ignore_index, scale, z_loss, loss, lse, valid);

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/bk_cuda.cuh"
 #include "kernels/device_ops.h"
@@ -139,11 +140,37 @@ int red_zones_intact(const char *call);
         if (bk_st_ != BK_OK) return bk_st_;                                                        \
     } while (0)
 
+/* The most blocks a grid-stride kernel is launched with: more than a GPU
+ * runs at once, and the loops take the rest. In the emulator BK_EMU_GRID_CAP
+ * (a positive number) lowers it, so that a test's small sizes wrap the loops
+ * as a 1M-token sequence's sizes do on a GPU. */
+static inline int64_t bk_grid_cap(void)
+{
+    int64_t cap = 65535;
+#ifdef BK_EMULATOR
+    static int64_t lowered = -1; /* read once: 0 when not set */
+    if (lowered < 0) {
+        const char *env = getenv("BK_EMU_GRID_CAP");
+        long v = env != NULL ? strtol(env, NULL, 10) : 0;
+        lowered = v > 0 && v < cap ? v : 0;
+    }
+    if (lowered > 0) cap = lowered;
+#endif
+    return cap;
+}
+
+/* Blocks for a grid-stride loop over `units` (rows, blocks of items): one
+ * each, at least one, at most bk_grid_cap(). */
+static inline unsigned bk_blocks_for(int64_t units)
+{
+    int64_t cap = bk_grid_cap();
+    return (unsigned)(units < 1 ? 1 : (units > cap ? cap : units));
+}
+
 /* Blocks for a grid-stride loop over n items with `threads` per block. */
 static inline unsigned bk_grid_for(int64_t n, int threads)
 {
-    int64_t b = (n + threads - 1) / threads;
-    return (unsigned)(b < 1 ? 1 : (b > 65535 ? 65535 : b));
+    return bk_blocks_for((n + threads - 1) / threads);
 }
 
 /* ---------------------------------------------------------------- reductions */

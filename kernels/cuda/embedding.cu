@@ -63,7 +63,7 @@ extern "C" bk_status BK_DEV_FN(embedding_gather)(const bk_queue *q, int64_t n, i
     if (n == 0) return BK_OK;
     bk_status st = check_tokens(q, n, V, tokens);
     if (st != BK_OK) return st;
-    unsigned blocks = (unsigned)(n < 65535 ? n : 65535);
+    unsigned blocks = bk_blocks_for(n);
     return BK_LAUNCH(bk_embedding_gather_kernel, dim3(blocks), dim3(EMB_THREADS), 0, q->stream, n,
                      D, tokens, table, out);
 }

@@ -75,7 +75,7 @@ extern "C" bk_status BK_DEV_FN(grad_sqnorm)(const bk_queue *q, int n_bufs, const
     for (int b = 0; b < n_bufs && st == BK_OK; b++) {
         int64_t nb = n_blocks(counts[b]);
         if (nb == 0) continue;
-        unsigned grid = (unsigned)(nb < 65535 ? nb : 65535);
+        unsigned grid = bk_blocks_for(nb);
         st = BK_LAUNCH(bk_sqnorm_blocks_kernel, dim3(grid), dim3(SQN_THREADS), 0, q->stream,
                        bufs[b], counts[b], nb, part + off);
         off += nb;

@@ -79,7 +79,7 @@ __global__ void bk_rmsnorm_dx_kernel(int64_t n, int64_t d, const float *x, const
 
 static unsigned row_blocks(int64_t n)
 {
-    return (unsigned)(n < 65535 ? (n > 0 ? n : 1) : 65535);
+    return bk_blocks_for(n);
 }
 
 extern "C" bk_status BK_DEV_FN(rmsnorm_fwd)(const bk_queue *q, int64_t n, int64_t d, const float *x,

@@ -115,6 +115,14 @@ struct launch_state {
     int n_live;            /* threads not exited */
     int n_barrier;         /* threads waiting in __syncthreads */
 
+    /* The schedule (simt_runtime.cc): the launch's number on its OS thread;
+     * under a random schedule, its generator; the order of the current
+     * sweep over the threads (thread indices). */
+    unsigned long long launch_no;
+    int random;
+    uint64_t rng;
+    int16_t sweep[1024];
+
     shared_entry shared[MAX_SHARED_ARRAYS];
     int n_shared;
     size_t static_smem;
@@ -143,6 +151,11 @@ extern __thread launch_state *t_launch;
 /* Suspends the running thread t (already marked as waiting) until the
  * scheduler resumes it. */
 void scheduler_yield(thread_state *t);
+
+/* Under a random schedule, may hand the running thread t back to the
+ * scheduler, still runnable: called before each shared-memory access and each
+ * warp collective, the points where another thread's progress can show. */
+void schedule_point(thread_state *t);
 
 /* Joins the calling lane to the warp collective described by *c (kind, mask,
  * file, line, in[]), waits until every lane of the mask has joined, and

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 
+#include "kernels/emu/simt_internal.h"
 #include "kernels/emu/simt_runtime.h"
 
 namespace bk_emu
@@ -41,6 +42,9 @@ memory_record &record()
 }
 
 std::atomic<int> g_check_kernel_pointers{1};
+/* Counts the frees: a cached allocation (check_global_read) is good while
+ * no allocation was freed since it was looked up. */
+std::atomic<unsigned long> g_frees{0};
 
 /* The live allocation holding p, or end(); record's lock held. */
 std::map<const char *, allocation>::const_iterator holding(const memory_record &r, const void *p)
@@ -108,6 +112,7 @@ int memory_free(const void *p, memory_kind kind, char *why, size_t len)
         if (ours) {
             a = at->second;
             r.live.erase(at);
+            g_frees++;
         }
     }
     if (!ours) {
@@ -174,6 +179,32 @@ size_t memory_live_bytes(memory_kind kind)
 void set_kernel_pointer_check(int on)
 {
     g_check_kernel_pointers = on;
+}
+
+void check_global_read(const void *p, size_t bytes, size_t align, const char *file, int line)
+{
+    static __thread struct {
+        const char *base, *end;
+        unsigned long frees;
+    } cached;
+    if (!g_check_kernel_pointers) return;
+    const char *c = static_cast<const char *>(p);
+    if ((uintptr_t)p % align != 0)
+        fail_thread("global read of %zu bytes at %s:%d: address %p is not %zu-byte aligned", bytes,
+                    file, line, p, align);
+    if (cached.frees == g_frees && c >= cached.base && c + bytes <= cached.end) return;
+    allocation a;
+    if (memory_find(p, &a) && a.kind == MEM_DEVICE && c + bytes <= a.base + a.bytes) {
+        cached.base = a.base, cached.end = a.base + a.bytes, cached.frees = g_frees;
+        return;
+    }
+    char what[240];
+    memory_describe(p, what, sizeof what);
+    if (memory_find(p, &a) && a.kind == MEM_DEVICE)
+        fail_thread("global read of %zu bytes at %s:%d runs %zu bytes past the end of %s", bytes,
+                    file, line, (size_t)(c + bytes - (a.base + a.bytes)), what);
+    fail_thread("global read of %zu bytes at %s:%d from %p, which is %s", bytes, file, line, p,
+                what);
 }
 
 int check_kernel_pointer(const char *kernel, int arg, const void *p)

@@ -96,6 +96,14 @@ template <class T> inline int check_kernel_argument(const char *kernel, int arg,
     return check_kernel_pointer(kernel, arg, p);
 }
 
+/* A kernel thread reads `bytes` bytes of global memory at p (a vector load,
+ * BK_LOAD_GLOBAL, or a cp.async source) at file:line: p must be aligned to
+ * `align` and [p, p + bytes) must lie inside one live device allocation, else
+ * the launch fails naming the load and what p is. Off with the kernel
+ * pointer check (set_kernel_pointer_check(0)). A per-thread cache of the last
+ * allocation found keeps the common case free of the record's lock. */
+void check_global_read(const void *p, size_t bytes, size_t align, const char *file, int line);
+
 /* 0 when every pointer of args is usable by kernel (check_kernel_pointer). */
 template <class... T> int check_kernel_arguments(const char *kernel, const std::tuple<T...> &args)
 {

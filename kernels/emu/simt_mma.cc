@@ -16,10 +16,10 @@
  * (l / 4, 2 (l % 4) + 1) of matrix j, or with .trans elements
  * (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4).
  *
- * Compiled with -DBK_EMU_MMA_WRONG_LAYOUT, the A layout swaps registers 1 and
- * 2 (rows + 8 and columns + 8 exchanged), a classic mistake: the emulator's
- * test of mma against a scalar product must then fail
- * (tests/kernels/test_simt_wrong_layout.sh). */
+ * Compiled with -DBK_EMU_MMA_MUTANTS (the layout tests' builds only), the
+ * environment's BK_EMU_MMA_MUTANT = 1 .. 5 plants one classic mistake in one
+ * table (enum mutant below); the emulator's tests of mma and ldmatrix and the
+ * attention kernels' tests must then fail (tests/kernels/test_simt_wrong_layout.sh). */
 #include "kernels/emu/simt_mma.h"
 
 #include <stdlib.h>
@@ -27,34 +27,62 @@
 
 #include "kernels/bf16.h"
 #include "kernels/emu/simt_internal.h"
+#include "kernels/emu/simt_memory.h"
 
 namespace bk_emu
 {
 
 /* ---------------------------------------------------------------- layouts */
 
+/* The layout mistakes a mutant build can plant, one per fragment table. */
+enum mutant {
+    MUTANT_NONE = 0,
+    MUTANT_A,              /* A registers 1 and 2 swapped (rows + 8 and columns + 8) */
+    MUTANT_B,              /* B: a register's two halves k and k + 8, not k and k + 1 */
+    MUTANT_C,              /* C: c1 and c2 swapped (rows + 8 and columns + 1) */
+    MUTANT_LDMATRIX,       /* ldmatrix: lane l holds row l % 8, columns 2 (l / 8) + 0, 1 (the
+                              order of the lanes giving addresses, not the ISA's) */
+    MUTANT_LDMATRIX_TRANS, /* ldmatrix.trans loads as if without .trans */
+};
+
+#ifdef BK_EMU_MMA_MUTANTS
+static int mutant(void)
+{
+    static int planted = -1;
+    if (planted < 0) {
+        const char *env = getenv("BK_EMU_MMA_MUTANT");
+        planted = env != NULL ? atoi(env) : MUTANT_NONE;
+    }
+    return planted;
+}
+#else
+static int mutant(void)
+{
+    return MUTANT_NONE;
+}
+#endif
+
 static void a_coord(int lane, int i, int *row, int *col)
 {
     int g = lane >> 2, t = lane & 3;
-#ifndef BK_EMU_MMA_WRONG_LAYOUT
-    *row = g + 8 * ((i >> 1) & 1);
-    *col = 2 * t + (i & 1) + 8 * (i >> 2);
-#else
-    *row = g + 8 * (i >> 2);
-    *col = 2 * t + (i & 1) + 8 * ((i >> 1) & 1);
-#endif
+    int row8 = mutant() == MUTANT_A ? i >> 2 : (i >> 1) & 1,
+        col8 = mutant() == MUTANT_A ? (i >> 1) & 1 : i >> 2;
+    *row = g + 8 * row8;
+    *col = 2 * t + (i & 1) + 8 * col8;
 }
 
 static void b_coord(int lane, int i, int *k, int *n)
 {
-    *k = 2 * (lane & 3) + (i & 1) + 8 * (i >> 1);
+    int half = i & 1, pair = i >> 1;
+    *k = 2 * (lane & 3) + (mutant() == MUTANT_B ? 8 * half + pair : half + 8 * pair);
     *n = lane >> 2;
 }
 
 static void c_coord(int lane, int i, int *row, int *col)
 {
-    *row = (lane >> 2) + 8 * (i >> 1);
-    *col = 2 * (lane & 3) + (i & 1);
+    int row8 = mutant() == MUTANT_C ? i & 1 : i >> 1, col1 = mutant() == MUTANT_C ? i >> 1 : i & 1;
+    *row = (lane >> 2) + 8 * row8;
+    *col = 2 * (lane & 3) + col1;
 }
 
 static uint16_t half_of(uint64_t reg, int i)
@@ -167,8 +195,10 @@ static void ldmatrix_complete(collective *lanes[32], unsigned mask)
                              0);
             memcpy(M[j][r], row, 16);
         }
+    if (trans && mutant() == MUTANT_LDMATRIX_TRANS) trans = 0;
+    int by_address = !trans && mutant() == MUTANT_LDMATRIX;
     for (int l = 0; l < 32; l++) {
-        int row = l >> 2, col = 2 * (l & 3);
+        int row = by_address ? l & 7 : l >> 2, col = 2 * (by_address ? l >> 3 : l & 3);
         for (int j = 0; j < num; j++) {
             uint16_t lo = trans ? M[j][col][row] : M[j][row][col];
             uint16_t hi = trans ? M[j][col + 1][row] : M[j][row][col + 1];
@@ -222,6 +252,7 @@ void cp_async(const char *file, int line, void *dst, const void *dst_base, const
         (src_bytes > 0 && (uintptr_t)src % (uintptr_t)bytes != 0))
         fail_thread("cp.async at %s:%d: addresses not aligned to the %d bytes copied", file, line,
                     bytes);
+    if (src_bytes > 0) check_global_read(src, (size_t)src_bytes, (size_t)bytes, file, line);
     if (t->copies == NULL) {
         t->copies = static_cast<pending_copy *>(malloc(MAX_PENDING_COPIES * sizeof(pending_copy)));
         if (t->copies == NULL) fail_thread("out of memory for cp.async");

@@ -2,13 +2,17 @@
  * CUDA threads' fibers, __syncthreads, and the error path (simt_runtime.h).
  *
  * Per block: every thread starts runnable; the scheduler sweeps the threads in
- * index order (or reverse) and resumes each runnable one, which runs until it
- * blocks or exits. A barrier or a warp collective is released by the last
- * thread to arrive, which then keeps running; the others run at the next
- * sweep. A sweep that finds nothing runnable while some threads still wait is
- * a deadlock, reported with what each waiting thread waits for. */
+ * the schedule's order (index order, reverse, or a fresh random order per
+ * sweep) and resumes each runnable one, which runs until it blocks, exits or,
+ * under a random schedule, is preempted before a shared-memory access or a
+ * warp collective. Blocks run one after another, in x, y, z order or random.
+ * A barrier or a warp collective is released by the last thread to arrive,
+ * which then keeps running; the others run at the next sweep. A sweep that
+ * finds nothing runnable while some threads still wait is a deadlock,
+ * reported with what each waiting thread waits for. */
 #include "kernels/emu/simt_runtime.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +33,6 @@ __thread const uint3 *t_thread_idx, *t_block_idx;
 __thread uint3 t_block_dim, t_grid_dim;
 
 static int g_fatal = 1;
-static int g_reverse = 0;
 static __thread char t_last_error[1024];
 static __thread stats t_stats;
 
@@ -48,9 +51,104 @@ void set_fatal(int fatal)
     g_fatal = fatal;
 }
 
-void set_order(int reverse)
+/* ---------------------------------------------------------------- schedule */
+
+enum schedule_kind { SCHEDULE_FORWARD, SCHEDULE_REVERSE, SCHEDULE_RANDOM };
+static int g_schedule = SCHEDULE_FORWARD;
+static uint64_t g_seed;                         /* of SCHEDULE_RANDOM */
+static __thread unsigned long long t_launch_no; /* launches on this OS thread */
+
+/* One in PREEMPT_ONE_IN shared-memory accesses and warp collectives of a
+ * random schedule hands the block back to the scheduler first: often enough
+ * that a read-modify-write of a few accesses is interleaved, rarely enough
+ * that a thread also runs stretches alone. */
+enum { PREEMPT_ONE_IN = 4 };
+
+int set_schedule(const char *spec)
 {
-    g_reverse = reverse;
+    if (strcmp(spec, "forward") == 0 || strcmp(spec, "reverse") == 0) {
+        g_schedule = spec[0] == 'f' ? SCHEDULE_FORWARD : SCHEDULE_REVERSE;
+        g_shared_watch &= ~WATCH_SCHEDULE;
+        return 0;
+    }
+    const char *digits = strncmp(spec, "random:", 7) == 0 ? spec + 7 : NULL;
+    if (digits == NULL || *digits < '0' || *digits > '9') return -1;
+    char *end;
+    errno = 0;
+    unsigned long long seed = strtoull(digits, &end, 10);
+    if (*end != '\0' || errno != 0) return -1;
+    g_seed = seed;
+    g_schedule = SCHEDULE_RANDOM;
+    g_shared_watch |= WATCH_SCHEDULE;
+    return 0;
+}
+
+/* splitmix64: a launch's generator seeded from the seed and the launch's
+ * number, so that every launch draws differently and each is reproducible. */
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t draw(launch_state *L)
+{
+    L->rng = mix(L->rng);
+    return L->rng;
+}
+
+/* A number in [0, n), n > 0 (the bias of the modulo is immaterial here). */
+static uint32_t draw_below(launch_state *L, uint32_t n)
+{
+    return (uint32_t)(draw(L) % n);
+}
+
+/* Under a random schedule, sometimes hands the running thread t back to the
+ * scheduler (still runnable), so that other threads run before its next
+ * access; called before each shared-memory access and warp collective. */
+void schedule_point(thread_state *t)
+{
+    launch_state *L = t_launch;
+    if (L->random && draw_below(L, PREEMPT_ONE_IN) == 0) scheduler_yield(t);
+}
+
+/* The order of the sweep in L->sweep: thread indices 0 .. n_threads - 1 in
+ * the schedule's order (a fresh shuffle per sweep when random). */
+static void order_sweep(launch_state *L)
+{
+    int n = L->n_threads;
+    for (int k = 0; k < n; k++)
+        L->sweep[k] = (int16_t)(g_schedule == SCHEDULE_REVERSE ? n - 1 - k : k);
+    if (!L->random) return;
+    for (int k = n - 1; k > 0; k--) { /* Fisher-Yates */
+        int j = (int)draw_below(L, (uint32_t)k + 1);
+        int16_t tmp = L->sweep[k];
+        L->sweep[k] = L->sweep[j], L->sweep[j] = tmp;
+    }
+}
+
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+    while (b != 0) {
+        uint64_t r = a % b;
+        a = b, b = r;
+    }
+    return a;
+}
+
+/* The blocks' order: block k of the run is the grid's linear block
+ * (first + k * stride) mod n, which visits every block once when stride and
+ * n are coprime; 0 and 1 (x, y, z order) unless random. A grid may have up to
+ * 2^31 * 2^32 blocks, too many to shuffle a list of. */
+static void order_blocks(launch_state *L, uint64_t n, uint64_t *first, uint64_t *stride)
+{
+    *first = 0, *stride = 1;
+    if (!L->random || n < 2) return;
+    *first = draw(L) % n;
+    do *stride = 1 + draw(L) % (n - 1);
+    while (gcd(*stride, n) != 1);
 }
 
 /* The process whose first runtime call initialised the emulated runtime (0:
@@ -178,6 +276,9 @@ static int where_prefix(launch_state *L, char *buf, size_t len)
     if (L->current)
         n += snprintf(buf + n, len - (size_t)n, " thread (%u,%u,%u)", L->current->tid.x,
                       L->current->tid.y, L->current->tid.z);
+    if (L->random)
+        n += snprintf(buf + n, len - (size_t)n, " [schedule random:%llu, launch %llu]",
+                      (unsigned long long)g_seed, L->launch_no);
     n += snprintf(buf + n, len - (size_t)n, ": ");
     return n;
 }
@@ -408,8 +509,9 @@ static int run_block(launch_state *L)
     t_block_idx = &L->block_idx;
     for (;;) {
         int ran = 0;
+        order_sweep(L);
         for (int k = 0; k < L->n_threads; k++) {
-            thread_state *t = &L->threads[g_reverse ? L->n_threads - 1 - k : k];
+            thread_state *t = &L->threads[L->sweep[k]];
             if (t->state != T_RUN) continue;
             L->current = t;
             t_thread_idx = &t->tid;
@@ -461,6 +563,41 @@ static int finish(launch_state *L, int rc)
     return -1;
 }
 
+/* Runs every block of the grid, in the schedule's order; 0 on success. */
+static int run_grid(launch_state *L)
+{
+    const dim3 &g = L->grid;
+    uint64_t n = (uint64_t)g.x * g.y * g.z, first, stride;
+    order_blocks(L, n, &first, &stride);
+    uint64_t b = first;
+    for (uint64_t k = 0; k < n; k++, b = (b + stride) % n) {
+        L->block_idx.x = (unsigned)(b % g.x);
+        L->block_idx.y = (unsigned)(b / g.x % g.y);
+        L->block_idx.z = (unsigned)(b / g.x / g.y);
+        t_stats.blocks++;
+        if (run_block(L) != 0) return -1;
+    }
+    return 0;
+}
+
+/* The emulator's settings from the environment, read at the first launch. */
+static void read_environment(void)
+{
+    static int read = 0;
+    if (read) return;
+    read = 1;
+    const char *schedule = getenv("BK_EMU_SCHEDULE");
+    if (schedule != NULL && set_schedule(schedule) != 0) {
+        fprintf(stderr,
+                "bk_emu: BK_EMU_SCHEDULE=%s: expected forward, reverse or random:SEED "
+                "(SEED a decimal number)\n",
+                schedule);
+        abort();
+    }
+    const char *race = getenv("BK_EMU_RACECHECK"); /* "0": set_racecheck(0) */
+    if (race != NULL && strcmp(race, "0") == 0) set_racecheck(0);
+}
+
 int launch_raw(const char *name, const void *kernel, dim3 grid, dim3 block, size_t dyn_smem,
                void (*body)(void *), void *ctx)
 {
@@ -473,15 +610,11 @@ int launch_raw(const char *name, const void *kernel, dim3 grid, dim3 block, size
     L->dyn_smem = dyn_smem;
     L->body = body;
     L->ctx = ctx;
-    static int env_read = 0;
-    if (!env_read) {
-        const char *order = getenv("BK_EMU_ORDER"); /* "reverse": set_order(1) */
-        if (order != NULL && strcmp(order, "reverse") == 0) g_reverse = 1;
-        const char *race = getenv("BK_EMU_RACECHECK"); /* "0": set_racecheck(0) */
-        if (race != NULL && strcmp(race, "0") == 0) g_racecheck = 0;
-        env_read = 1;
-    }
-    L->racecheck = g_racecheck;
+    read_environment();
+    L->racecheck = (g_shared_watch & WATCH_RACES) != 0;
+    L->launch_no = ++t_launch_no;
+    L->random = g_schedule == SCHEDULE_RANDOM;
+    L->rng = mix(g_seed ^ mix(L->launch_no));
     launch_state *outer = t_launch;
     if (outer != NULL) {
         fprintf(stderr, "bk_emu: kernel %s launched from inside kernel %s\n", name, outer->name);
@@ -501,15 +634,7 @@ int launch_raw(const char *name, const void *kernel, dim3 grid, dim3 block, size
     }
     t_block_dim.x = block.x, t_block_dim.y = block.y, t_block_dim.z = block.z;
     t_grid_dim.x = grid.x, t_grid_dim.y = grid.y, t_grid_dim.z = grid.z;
-    for (unsigned z = 0; rc == 0 && z < grid.z; z++)
-        for (unsigned y = 0; rc == 0 && y < grid.y; y++)
-            for (unsigned x = 0; rc == 0 && x < grid.x; x++) {
-                L->block_idx.x = x;
-                L->block_idx.y = y;
-                L->block_idx.z = z;
-                t_stats.blocks++;
-                rc = run_block(L);
-            }
+    if (rc == 0) rc = run_grid(L);
     rc = finish(L, rc);
     t_launch = NULL;
     for (int w = 0; w < MAX_WARPS; w++) free(L->syncs[w].pair);

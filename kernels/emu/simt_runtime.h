@@ -64,11 +64,21 @@ int refuse_launch(const char *kernel, const char *detail);
 void set_fatal(int fatal);
 const char *last_error(void);
 
-/* Order in which the scheduler resumes the runnable threads of a block:
- * 0 by increasing thread index (the default), 1 by decreasing index (also
- * chosen by BK_EMU_ORDER=reverse in the environment). Results that differ
- * between the two orders reveal a missing barrier. */
-void set_order(int reverse);
+/* The schedule: the order in which the scheduler resumes the runnable threads
+ * of a block and runs the blocks of a grid. spec is
+ *   "forward"      threads by increasing index, blocks in x, y, z order (the
+ *                  default);
+ *   "reverse"      threads by decreasing index, blocks as forward;
+ *   "random:SEED"  threads in a fresh random order at every sweep, a running
+ *                  thread preempted at random before its shared-memory
+ *                  accesses and warp collectives, blocks in a random order;
+ *                  SEED (a decimal number) and the launch's number on its OS
+ *                  thread fix the draws, and a launch that fails names both.
+ * Also chosen by BK_EMU_SCHEDULE=spec in the environment. Results that change
+ * with the schedule reveal a missing barrier or an order between blocks that
+ * CUDA does not promise. Returns 0, or -1 for a spec it does not know. Takes
+ * effect at the next launch. */
+int set_schedule(const char *spec);
 
 /* 1 (the default): the shared-memory race detector runs in every launch
  * (simt_shared.cc); 0: it does not (also chosen by BK_EMU_RACECHECK=0 in the

@@ -44,7 +44,7 @@ static void check_total_smem(const launch_state *L)
                     L->static_smem, L->dyn_smem, arch(), max_block_smem());
 }
 
-int g_racecheck = 1;
+int g_shared_watch = WATCH_RACES;
 
 /* What the race detector knows of one byte in the current block. Epoch 0 is
  * none: the block's epochs start at 1. */
@@ -182,7 +182,7 @@ void shared_misaligned(const char *name, int64_t byte_offset, size_t elem)
 
 void set_racecheck(int on)
 {
-    g_racecheck = on;
+    g_shared_watch = on ? g_shared_watch | WATCH_RACES : g_shared_watch & ~WATCH_RACES;
 }
 
 void racecheck_barrier(launch_state *L, const char *file, int line)
@@ -293,11 +293,13 @@ void racecheck_access(thread_state *t, const void *base, const void *p, size_t b
 
 void shared_read(const void *base, const void *p, size_t bytes)
 {
+    schedule_point(t_launch->current);
     racecheck_access(t_launch->current, base, p, bytes, 0);
 }
 
 void shared_write(const void *base, const void *p, size_t bytes)
 {
+    schedule_point(t_launch->current);
     racecheck_access(t_launch->current, base, p, bytes, 1);
 }
 

@@ -36,9 +36,12 @@ void *shared_dynamic(const char *name, size_t *bytes);
                              size_t elem);
 [[noreturn]] void shared_misaligned(const char *name, int64_t byte_offset, size_t elem);
 
-/* 1 while the race detector runs (BK_EMU_RACECHECK=0 or set_racecheck(0)
- * turn it off), read inline so that a switched-off detector costs a test. */
-extern int g_racecheck;
+/* Why each shared-memory access is reported to the emulator: the race
+ * detector runs (BK_EMU_RACECHECK=0 or set_racecheck(0) turn it off), or the
+ * schedule is random (it may preempt the thread there). Read inline, so that
+ * with neither an access costs a test. */
+enum { WATCH_RACES = 1, WATCH_SCHEDULE = 2 };
+extern int g_shared_watch;
 /* The running thread reads or writes `bytes` bytes at p, inside the shared
  * array whose data starts at base (simt_shared.cc). */
 void shared_read(const void *base, const void *p, size_t bytes);
@@ -58,7 +61,7 @@ template <class T> class saddr
     saddr(T *p, const void *base) : p_(p), base_(base) {}
     operator const T *() const
     {
-        if (g_racecheck) shared_read(base_, p_, sizeof(T));
+        if (g_shared_watch) shared_read(base_, p_, sizeof(T));
         return p_;
     }
     /* For the atomics, which never race with each other and which the
@@ -76,11 +79,11 @@ template <class T> class sref
 
     void reading() const
     {
-        if (g_racecheck) shared_read(base_, p_, sizeof(T));
+        if (g_shared_watch) shared_read(base_, p_, sizeof(T));
     }
     void writing() const
     {
-        if (g_racecheck) shared_write(base_, p_, sizeof(T));
+        if (g_shared_watch) shared_write(base_, p_, sizeof(T));
     }
 
   public:

@@ -11,6 +11,8 @@
  * each other forever. */
 #include "kernels/emu/simt_warp.h"
 
+#include <string.h>
+
 #include "kernels/emu/simt_internal.h"
 
 namespace bk_emu
@@ -41,10 +43,20 @@ static void check_mask(const collective *c, const thread_state *t)
     }
 }
 
+/* mma.sync and ldmatrix.sync carry .aligned: the PTX ISA requires every lane
+ * of the warp to execute the same instruction (behaviour is undefined
+ * otherwise). Shuffles, votes and __syncwarp of sm_70 on may meet at
+ * different instructions. */
+static int aligned(int kind)
+{
+    return kind == C_MMA || kind == C_LDMATRIX;
+}
+
 void collective_join(collective *c, collective_fn fn)
 {
     launch_state *L = t_launch;
     thread_state *t = L->current;
+    schedule_point(t);
     check_mask(c, t);
     t->c = *c;
     t->state = T_WARP;
@@ -68,6 +80,11 @@ void collective_join(collective *c, collective_fn fn)
             all = 0;
             continue;
         }
+        if (aligned(c->kind) && (o->c.line != c->line || strcmp(o->c.file, c->file) != 0))
+            fail_thread("%s is .aligned, every lane of the warp must execute the same one: lane "
+                        "%d at %s:%d, lane %d at %s:%d",
+                        collective_name(c->kind), t->lane, c->file, c->line, l, o->c.file,
+                        o->c.line);
         lanes[l] = &o->c;
     }
     if (all) {

@@ -533,6 +533,19 @@ __global__ void k_deadlock(void)
         __syncthreads();
 }
 
+/* Half the warp reaches one mma.sync, half another: .aligned forbids it,
+ * though both have the full mask and the same kind. */
+__global__ void k_mma_unaligned(float *out)
+{
+    uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float c[4] = {0, 0, 0, 0}, d[4];
+    if (threadIdx.x < 16)
+        bk_mma_bf16_16816(d, a, b, c);
+    else
+        bk_mma_bf16_16816(d, a, b, c);
+    out[threadIdx.x] = d[0];
+}
+
 __global__ void k_mismatched_collectives(int *out)
 {
     if (threadIdx.x == 0)
@@ -626,6 +639,8 @@ START_TEST(bad_lane_masks_are_reported)
                  "k_shfl_outside_mask", "block (0,0,0)", "reads lane 20");
     expect_error(BK_LAUNCH(k_mma_exited_lane, dim3(1), dim3(32), 0, NULL, fo), "k_mma_exited_lane",
                  "block (0,0,0)", "lane 31 exits");
+    expect_error(BK_LAUNCH(k_mma_unaligned, dim3(1), dim3(32), 0, NULL, fo), "k_mma_unaligned",
+                 "block (0,0,0)", "mma.sync is .aligned, every lane of the warp must execute");
     expect_error(BK_LAUNCH(k_mismatched_collectives, dim3(1), dim3(32), 0, NULL, out),
                  "k_mismatched_collectives", "block (0,0,0)", "waits for it in");
 }

@@ -2,9 +2,9 @@
  * launch limits (kernels/emu/simt_memory.h, simt_runtime.h), each with a
  * planted bug it must catch and a negative control that must pass: a host
  * pointer given to a kernel, a kernel writing one element past the end of its
- * allocation, a copy whose pointers disagree with its direction, and dynamic
- * shared memory over what the architecture allows. The planted kernels live
- * here, never in kernels/cuda. */
+ * allocation, misaligned and out-of-bounds vector loads from global memory, a copy whose pointers
+ * disagree with its direction, and dynamic shared memory over what the architecture allows. The
+ * planted kernels live here, never in kernels/cuda. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +28,24 @@ __global__ void k_fill_one_past_the_end(float *x, int n, float value)
 {
     int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (i <= n) x[i] = value;
+}
+
+/* out[i] = sum of the float4 at x + 4 i + shift, for i < n4: shift 0 is the
+ * negative control; shift 1 plants both a misaligned vector load and, at the
+ * last i, a read one float past the end. */
+__global__ void k_sum4(const float *x, int n4, int shift, float *out)
+{
+    int i = (int)threadIdx.x;
+    if (i >= n4) return;
+    float4 v = BK_LOAD_GLOBAL(float4, x + 4 * i + shift);
+    out[i] = v.x + v.y + v.z + v.w;
+}
+
+/* Thread 0 reads the float4 at x + at (16-byte aligned for at % 4 == 0). */
+__global__ void k_load4_at(const float *x, int at, float *out)
+{
+    float4 v = BK_LOAD_GLOBAL(float4, x + at);
+    if (threadIdx.x == 0) out[0] = v.x;
 }
 
 static void expect_in(const char *msg, const char *what)
@@ -106,6 +124,43 @@ START_TEST(a_write_one_past_the_end_is_caught_by_the_red_zone)
     ck_assert_int_eq(bk_device_free(dev), BK_ERR_DEVICE);
     expect_in(bk_kernel_error(), "cudaFree");
     ck_assert_int_eq(bk_device_sync(&q), BK_OK); /* freed: nothing left to report */
+}
+END_TEST
+
+/* A vector load from global memory must be aligned to its size and lie inside
+ * one live device allocation: a misaligned one and one running past the end
+ * fail the launch, naming the load's source line. */
+START_TEST(a_global_vector_read_is_checked)
+{
+    bk_emu::set_fatal(0);
+    float *x = device_floats(N), *out = device_floats(N);
+    ck_assert_int_eq(BK_LAUNCH(k_fill, dim3(1), dim3(128), 0, NULL, x, N, 1.0f), BK_OK);
+    ck_assert_int_eq(BK_LAUNCH(k_sum4, dim3(1), dim3(32), 0, NULL, x, N / 4, 0, out), BK_OK);
+
+    ck_assert_int_eq(BK_LAUNCH(k_sum4, dim3(1), dim3(32), 0, NULL, x, N / 4, 1, out),
+                     BK_ERR_DEVICE);
+    const char *msg = bk_kernel_error();
+    expect_in(msg, "k_sum4");
+    expect_in(msg, "global read of 16 bytes at ");
+    expect_in(msg, "test_simt_memory.cc:");
+    expect_in(msg, "is not 16-byte aligned");
+    printf("detected as expected: %s\n", msg);
+
+    /* 408 bytes: the float4 at float 100 (byte 400) is aligned, and runs 8
+     * bytes past the end; the one at float 104 starts past it */
+    float *y = device_floats(N + 2);
+    ck_assert_int_eq(BK_LAUNCH(k_load4_at, dim3(1), dim3(32), 0, NULL, y, N - 4, out), BK_OK);
+    ck_assert_int_eq(BK_LAUNCH(k_load4_at, dim3(1), dim3(32), 0, NULL, y, N, out), BK_ERR_DEVICE);
+    msg = bk_kernel_error();
+    expect_in(msg, "k_load4_at");
+    expect_in(msg, "runs 8 bytes past the end of device memory (cudaMalloc of 408 bytes");
+    printf("detected as expected: %s\n", msg);
+    ck_assert_int_eq(BK_LAUNCH(k_load4_at, dim3(1), dim3(32), 0, NULL, y, N + 4, out),
+                     BK_ERR_DEVICE);
+    expect_in(bk_kernel_error(), "which is in no live allocation");
+    ck_assert_int_eq(bk_device_free(y), BK_OK);
+    ck_assert_int_eq(bk_device_free(x), BK_OK);
+    ck_assert_int_eq(bk_device_free(out), BK_OK);
 }
 END_TEST
 
@@ -200,6 +255,7 @@ int main(void)
     static const TTest *const planted_and_controls[] = {
         a_host_pointer_given_to_a_kernel_is_refused,
         a_write_one_past_the_end_is_caught_by_the_red_zone,
+        a_global_vector_read_is_checked,
         a_copy_in_the_wrong_direction_is_refused,
         dynamic_shared_memory_is_held_to_the_architecture,
         NULL,

@@ -168,7 +168,7 @@ START_TEST(barriers_make_them_race_free)
     bk_emu::set_fatal(0);
     int in = 7, out[64];
     for (int reverse = 0; reverse < 2; reverse++) {
-        bk_emu::set_order(reverse);
+        bk_emu::set_schedule(reverse ? "reverse" : "forward");
         ck_assert_int_eq(BK_LAUNCH(k_publish<1>, dim3(2), dim3(64), 0, NULL, &in, out), BK_OK);
         for (int t = 0; t < 64; t++) ck_assert_int_eq(out[t], 7);
         ck_assert_int_eq(BK_LAUNCH(k_overwrite_while_read<1>, dim3(1), dim3(64), 0, NULL, out),
@@ -183,7 +183,7 @@ START_TEST(barriers_make_them_race_free)
          * row 0 is the tile's row 1, written by lane 1 */
         ck_assert_uint_eq(frag[0], (uint32_t)(1 * 8) | ((uint32_t)(1 * 8 + 1) << 16));
     }
-    bk_emu::set_order(0);
+    bk_emu::set_schedule("forward");
 }
 END_TEST
 

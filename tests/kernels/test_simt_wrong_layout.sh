@@ -1,41 +1,52 @@
 #!/bin/sh
-# test_simt_wrong_layout.sh: the emulator's mma tests, run against an mma built
-# with a deliberately wrong A-fragment layout (-DBK_EMU_MMA_WRONG_LAYOUT: a1 and
-# a2 swapped), must fail, and fail in the mma comparison, while the tests that
-# do not involve the mma still pass; and the attention kernels' sweep over every
-# mask, linked with that mma, must fail against the reference. Shows that the
-# tests can fail when the fragments are laid out wrongly.
+# test_simt_wrong_layout.sh: the emulator's mma and ldmatrix tests, and the
+# attention kernels' sweep over every mask, run against an emulator built with
+# layout mutants (-DBK_EMU_MMA_MUTANTS), one classic mistake per fragment table
+# of the PTX ISA, chosen by BK_EMU_MMA_MUTANT (kernels/emu/simt_mma.cc):
+#   1 A registers 1 and 2 swapped      2 B halves k, k + 8 instead of k, k + 1
+#   3 C registers 1 and 2 swapped      4 ldmatrix: lane l holds row l % 8
+#                                        (the address lanes' order)
+#   5 ldmatrix.trans loads untransposed
+# Each must fail the emulator's own test of that table (the mma against a
+# scalar product, or ldmatrix against the ISA's table) and the attention
+# kernels' comparison with the reference: the tests can fail when fragments
+# are laid out wrongly. Without a mutant both pass (the negative control).
 dir="${BURST_TEST_BUILDDIR:-.}/tests/kernels"
 prog="$dir/test_simt_wrong_layout"
 attn="$dir/test_dev_attention_wrong_layout"
 for p in "$prog" "$attn"; do [ -x "$p" ] || { echo "missing $p"; exit 1; }; done
 
-out=$(CK_RUN_CASE=mma CK_VERBOSITY=normal "$prog" 2>&1)
-status=$?
-echo "$out"
-if [ "$status" -eq 0 ]; then
-    echo "FAIL: the mma tests passed with a wrong fragment layout"
-    exit 1
-fi
-for t in mma_matches_scalar_product mma_with_ldmatrix_matches_scalar_product; do
-    if ! echo "$out" | grep -q "$t:.*mma.*D\[[0-9]*\]\[[0-9]*\] = .*scalar product"; then
-        echo "FAIL: $t did not fail on the mma comparison"
-        exit 1
-    fi
-done
+fail() { echo "FAIL: $*"; exit 1; }
 
-out=$(CK_RUN_CASE=primitives CK_VERBOSITY=normal "$prog" 2>&1) || {
-    echo "$out"
-    echo "FAIL: tests without mma failed too"
-    exit 1
+# expect_failure MUTANT CASE PATTERN: CASE of test_simt fails, saying PATTERN
+expect_failure() {
+    out=$(BK_EMU_MMA_MUTANT=$1 CK_RUN_CASE=$2 CK_VERBOSITY=normal "$prog" 2>&1) &&
+        fail "mutant $1: the $2 tests passed"
+    echo "$out" | grep -q "$3" || { echo "$out"; fail "mutant $1: $2 did not fail on '$3'"; }
 }
-echo "ok: a wrong mma fragment layout fails the mma tests (and only them)"
 
-out=$(CK_RUN_CASE=sweep CK_VERBOSITY=normal "$attn" 2>&1)
-status=$?
-echo "$out" | grep -E '^[0-9]+%|:F:' | head -4
-if [ "$status" -eq 0 ] || ! echo "$out" | grep -q "sweep: mask .* error/tolerance O"; then
-    echo "FAIL: the attention kernels passed with a wrong mma fragment layout"
-    exit 1
-fi
-echo "ok: with the wrong layout the attention kernels fail their reference comparison"
+# the attention sweep fails against its reference under mutant $1
+expect_attention_failure() {
+    out=$(BK_EMU_MMA_MUTANT=$1 CK_RUN_CASE=sweep CK_VERBOSITY=normal "$attn" 2>&1) &&
+        fail "mutant $1: the attention kernels passed"
+    echo "$out" | grep -q "sweep: mask .* error/tolerance O" ||
+        { echo "$out" | tail -5; fail "mutant $1: the attention sweep failed, not on a comparison"; }
+}
+
+mma_mismatch='mma.*D\[[0-9]*\]\[[0-9]*\] = .*scalar product'
+for m in 1 2 3; do
+    expect_failure $m mma "$mma_mismatch"
+    BK_EMU_MMA_MUTANT=$m CK_RUN_CASE=primitives "$prog" >/dev/null 2>&1 ||
+        fail "mutant $m: the tests without mma failed too"
+    expect_attention_failure $m
+    echo "ok: mutant $m fails the mma tests (and only them) and the attention kernels"
+done
+for m in 4 5; do
+    expect_failure $m primitives 'ldmatrix_fragments'
+    expect_failure $m mma "$mma_mismatch"
+    expect_attention_failure $m
+    echo "ok: mutant $m fails the ldmatrix test, the mma test through ldmatrix and the attention kernels"
+done
+CK_RUN_CASE=mma "$prog" >/dev/null 2>&1 || fail "the mma tests fail with no mutant planted"
+CK_RUN_CASE=sweep "$attn" >/dev/null 2>&1 || fail "the attention sweep fails with no mutant planted"
+echo "ok: with no mutant planted, the same programs pass"

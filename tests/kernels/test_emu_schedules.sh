@@ -1,0 +1,27 @@
+#!/bin/sh
+# test_emu_schedules.sh: the device kernel tests again in the SIMT emulator
+# under its other schedules (BK_EMU_SCHEDULE): the threads of each block
+# resumed in reverse order, and random schedules of fixed seeds (threads in a
+# random order, preempted at shared-memory accesses and warp collectives,
+# blocks in a random order). A kernel that relies on an order the hardware does
+# not promise (a missing __syncthreads or __syncwarp, one block reading what
+# another wrote) computes differently under one of them, so that run fails.
+# The random runs also cap every grid-stride launch at 2 blocks
+# (BK_EMU_GRID_CAP), so that the loops wrap at the tests' small sizes as they
+# do at a 1M-token sequence's on a GPU.
+# The seeds are fixed so that a run is the same every time; more seeds:
+#   BURST_EMU_SEEDS="$(seq 1 100)" sh tests/kernels/test_emu_schedules.sh
+dir="${BURST_TEST_BUILDDIR:-.}/tests/kernels"
+seeds="${BURST_EMU_SEEDS:-1}"
+status=0
+run() { # run TEST SCHEDULE GRID_CAP
+    echo "== $1, schedule $2, grid cap ${3:-none}"
+    BK_EMU_SCHEDULE=$2 BK_EMU_GRID_CAP=$3 "$dir/$1" ||
+        { echo "FAIL: $1 under BK_EMU_SCHEDULE=$2 BK_EMU_GRID_CAP=$3"; status=1; }
+}
+for t in test_dev_ops_emu test_dev_attention_emu; do
+    [ -x "$dir/$t" ] || { echo "FAIL: missing $dir/$t"; exit 1; }
+    run "$t" reverse ""
+    for s in $seeds; do run "$t" "random:$s" 2; done
+done
+exit $status
