@@ -247,6 +247,16 @@ check_PROGRAMS += tests/transport/test_nccl_emu
 TESTS += tests/transport/test_nccl_emu
 tests_transport_test_nccl_emu_CFLAGS = $(SUITE_CFLAGS)
 tests_transport_test_nccl_emu_LDADD = libburst_nccl_emu.a $(SUITE_LIBS) -lrt -lstdc++
+
+# The model's buffers checked against the emulated runtime's record of
+# allocations (the emulator and the model linked together).
+check_PROGRAMS += tests/transport/test_nccl_emu_memory
+TESTS += tests/transport/test_nccl_emu_memory
+tests_transport_test_nccl_emu_memory_SOURCES = tests/transport/test_nccl_emu_memory.c \
+	kernels/emu/select_emu.c
+tests_transport_test_nccl_emu_memory_CFLAGS = $(SUITE_CFLAGS)
+tests_transport_test_nccl_emu_memory_LDADD = $(SUITE_LIBS) libburst_kernels_emu.a \
+	libburst_kernels.a libburst_util.a $(EMU_EXTERNAL_LIBS) -lstdc++
 endif
 
 # A real single-node Slurm started by the test itself (skips where not root).

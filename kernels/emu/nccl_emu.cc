@@ -32,6 +32,11 @@
  *   ncclCommDestroy first waits for all of them.
  * - As CUDA documents, a process forked after it used the runtime leaves a
  *   child that cannot: every runtime call there (and ncclCommInitRank) fails.
+ * - Buffers, where the program links the SIMT emulator's record of
+ *   allocations (buffer_problem): as NCCL documents "data pointers", memory
+ *   the communicator's device reaches is accepted; pageable host memory,
+ *   another device's memory and a range past its allocation's end are
+ *   refused (ncclInvalidArgument).
  *
  * Chosen strictly where NCCL's documentation allows either behaviour:
  * - A send never completes, and never moves data, before its receive runs
@@ -82,6 +87,15 @@
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include "kernels/emu/simt_memory.h"
+
+/* The emulated runtime's record of allocations, in the programs that link the
+ * SIMT emulator (weak: test_nccl_emu runs the model on host buffers alone). */
+namespace bk_emu
+{
+int memory_find(const void *p, allocation *out) __attribute__((weak));
+}
 
 namespace
 {
@@ -1149,6 +1163,45 @@ bool overlaps_badly(Kind kind, const void *send, const void *recv, size_t count,
     return kind == Kind::AllGather ? s != in_place : r != in_place;
 }
 
+/* What is wrong with buffer `which` at p of `bytes` for a communicator on
+ * `device`, or "". NCCL's documentation ("Data Pointers") accepts memory the
+ * communicator's device can reach: its own memory, page-locked host memory
+ * (and managed memory, which we never use); it refuses another device's
+ * memory; pageable host memory is not reachable at all. The whole range must
+ * lie in one allocation. Unchecked where the program has no record. */
+std::string buffer_problem(const char *which, const void *p, size_t bytes, int device)
+{
+    bk_emu::allocation a;
+    if (!bk_emu::memory_find) return std::string();
+    if (!bk_emu::memory_find(p, &a))
+        return format("the %s buffer %p is in no live allocation (pageable host memory, or freed)",
+                      which, p);
+    if (a.kind == bk_emu::MEM_DEVICE && a.device != device)
+        return format("the %s buffer %p is memory of device %d; the communicator's device is %d",
+                      which, p, a.device, device);
+    size_t offset = (size_t)(static_cast<const char *>(p) - a.base);
+    if (bytes > a.bytes - offset)
+        return format("the %s buffer %p (%zu bytes) runs %zu bytes past the end of its allocation "
+                      "(%s of %zu bytes at offset %zu)",
+                      which, p, bytes, bytes - (a.bytes - offset), a.call, a.bytes, offset);
+    return std::string();
+}
+
+/* The send and receive buffers' problem (buffer_problem), or "": `bytes` is
+ * the smaller of the two sizes (count elements); the other holds nranks times
+ * as many for ReduceScatter's send and AllGather's receive. */
+std::string buffers_problem(Kind kind, const void *send, void *recv, size_t bytes, const Comm &c)
+{
+    int device = (int)c.slot(c.rank)->device;
+    size_t all = bytes * (size_t)c.nranks;
+    std::string bad;
+    if (kind != Kind::Recv)
+        bad = buffer_problem("send", send, kind == Kind::ReduceScatter ? all : bytes, device);
+    if (bad.empty() && kind != Kind::Send)
+        bad = buffer_problem("receive", recv, kind == Kind::AllGather ? all : bytes, device);
+    return bad;
+}
+
 /* The op for a call, or the error it returns (and the reason in why). */
 ncclResult_t make_op(Kind kind, const void *send, void *recv, size_t count, ncclDataType_t t,
                      ncclRedOp_t redop, int peer, ncclComm_t comm, cudaStream_t stream,
@@ -1180,6 +1233,8 @@ ncclResult_t make_op(Kind kind, const void *send, void *recv, size_t count, nccl
     bool needs_send = kind != Kind::Recv, needs_recv = kind != Kind::Send;
     if (count > 0 && ((needs_send && !send) || (needs_recv && !recv)))
         return refused(ncclInvalidArgument, format("%s: NULL buffer", name));
+    std::string bad = count == 0 ? std::string() : buffers_problem(kind, send, recv, count * es, c);
+    if (!bad.empty()) return refused(ncclInvalidArgument, format("%s: %s", name, bad.c_str()));
     if (needs_send && needs_recv && overlaps_badly(kind, send, recv, count, es, c.rank, c.nranks))
         return refused(ncclInvalidArgument,
                        format("%s: the buffers overlap other than in place", name));

@@ -12,7 +12,7 @@
  * would corrupt the neighbouring allocation silently.
  *
  * The record is guarded by one mutex; a lookup is a map search. The model of
- * several GPUs per process (issue #21) reads the device of an allocation
+ * NCCL (nccl_emu.cc) checks its buffers, their kind, device and extent,
  * through memory_find. */
 #ifndef BURST_KERNELS_EMU_SIMT_MEMORY_H
 #define BURST_KERNELS_EMU_SIMT_MEMORY_H
