@@ -5,6 +5,9 @@
 # $OUT (default: out/ beside this file) and printing its exit.
 #
 #   sh device-run.sh tests              # nvidia-smi, the CUDA test programs
+#   sh device-run.sh sanitize [TOOLS]   # the CUDA test programs under NVIDIA's
+#                                       # compute-sanitizer (default: memcheck
+#                                       # racecheck synccheck), each under 150 s
 #   sh device-run.sh train              # the default run on the CPU and on the GPU
 #                                       # (1 rank), then 4 ranks sharing it (cp = 4)
 #   sh device-run.sh 1m [SETTINGS...]   # 300m on 1,048,576 tokens, 3 steps
@@ -60,6 +63,21 @@ tests)
     fi
     for t in ops attention streams; do part "test_dev_${t}_cuda" "$here/bin/test_dev_${t}_cuda"; done
     ;;
+sanitize)
+    # The emulator's checks (doc/KERNELS.md) are meant to catch what these
+    # tools catch on a GPU; a finding here that the emulator missed is a gap in it.
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
+    if [ -z "$cs" ]; then
+        echo "device-run: compute-sanitizer not found" >&2
+        exit 1
+    fi
+    for tool in ${*:-memcheck racecheck synccheck}; do
+        for t in ops attention streams; do
+            part "sanitize-$tool-$t" env CK_FORK=no timeout 150 "$cs" --tool "$tool" \
+                --error-exitcode 3 --target-processes all "$here/bin/test_dev_${t}_cuda"
+        done
+    done
+    ;;
 train)
     part train-1-cpu "$burst" train --set train.steps=50 --set train.metrics="$out/cpu.jsonl"
     part train-1 "$burst" train --set train.device=cuda --set train.steps=50 \
@@ -81,7 +99,7 @@ plan)
     part plan-memory "$burst" plan memory "$@"
     ;;
 *)
-    echo "device-run: unknown part '$what' (tests, train, 1m, kernels, bench or plan)" >&2
+    echo "device-run: unknown part '$what' (tests, sanitize, train, 1m, kernels, bench or plan)" >&2
     exit 2
     ;;
 esac
