@@ -7,7 +7,8 @@
 #   sh device-run.sh tests              # nvidia-smi, the CUDA test programs
 #   sh device-run.sh sanitize [TOOLS]   # the CUDA test programs under NVIDIA's
 #                                       # compute-sanitizer (default: memcheck
-#                                       # racecheck synccheck), each under 150 s
+#                                       # racecheck synccheck), each program under
+#                                       # ${BURST_SANITIZE_TIMEOUT:-150} s
 #   sh device-run.sh train              # the default run on the CPU and on the GPU
 #                                       # (1 rank), then 4 ranks sharing it (cp = 4)
 #   sh device-run.sh 1m [SETTINGS...]   # 300m on 1,048,576 tokens, 3 steps
@@ -73,7 +74,7 @@ sanitize)
     fi
     for tool in ${*:-memcheck racecheck synccheck}; do
         for t in ops attention streams; do
-            part "sanitize-$tool-$t" env CK_FORK=no timeout 150 "$cs" --tool "$tool" \
+            part "sanitize-$tool-$t" env CK_FORK=no timeout "${BURST_SANITIZE_TIMEOUT:-150}" "$cs" --tool "$tool" \
                 --error-exitcode 3 --target-processes all "$here/bin/test_dev_${t}_cuda"
         done
     done
