@@ -123,6 +123,14 @@ tests_kernels_test_simt_racecheck_SOURCES = tests/kernels/test_simt_racecheck.cc
 tests_kernels_test_simt_racecheck_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
 tests_kernels_test_simt_racecheck_LDADD = $(SIMT_SUITE_LIBS)
 
+# The emulator's stream modes (eager, deferred) against planted ordering bugs
+# between streams and the host (they live in the test alone).
+check_PROGRAMS += tests/kernels/test_simt_streams
+TESTS += tests/kernels/test_simt_streams
+tests_kernels_test_simt_streams_SOURCES = tests/kernels/test_simt_streams.cc kernels/emu/select_emu.c
+tests_kernels_test_simt_streams_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
+tests_kernels_test_simt_streams_LDADD = $(DEV_SUITE_LIBS_EMU)
+
 # The emulator's schedules (reverse, random) against planted bugs that only a
 # schedule shows: an order between blocks, a lost update (they live in the
 # test alone).

@@ -50,35 +50,51 @@ static inline bk_status bk_launch_status(int rc)
     return rc == 0 ? BK_OK : bk_device_failed("kernel launch", bk_emu::last_error());
 }
 /* BK_OK when this process may call the emulated runtime (bk_emu::runtime_owned
- * says why not), else BK_ERR_DEVICE with call's failure kept for
- * bk_kernel_error. */
+ * says why not) and no queued kernel has failed (bk_emu::sticky_error), else
+ * BK_ERR_DEVICE with call's failure kept for bk_kernel_error. */
 static inline bk_status bk_emu_runtime(const char *call)
 {
-    char why[160];
-    return bk_emu::runtime_owned(why, sizeof why) ? BK_OK : bk_device_failed(call, why);
+    char why[1200];
+    if (!bk_emu::runtime_owned(why, sizeof why) || bk_emu::sticky_error(why, sizeof why))
+        return bk_device_failed(call, why);
+    return BK_OK;
+}
+/* BK_OK when the queued work that call ran went well (rc 0), else
+ * BK_ERR_DEVICE with the sticky error it left (simt_stream.h). */
+static inline bk_status bk_emu_ran(int rc, const char *call)
+{
+    if (rc == 0) return BK_OK;
+    char why[1200] = "queued work failed";
+    bk_emu::sticky_error(why, sizeof why);
+    return bk_device_failed(call, why);
 }
 /* Launches kernel with args converted once to its parameters' types, after
  * checking that every pointer among them is device memory
- * (bk_emu::check_kernel_pointer). */
+ * (bk_emu::check_kernel_arguments) and the launch's configuration: at once,
+ * after what the stream has queued, or queued on the stream
+ * (bk_emu::streams_deferred, simt_stream.h). */
 template <class... P, class... A>
 static inline int bk_emu_launch_kernel(const char *name, void (*kernel)(P...), dim3 grid,
-                                       dim3 block, size_t smem, A &&...args)
+                                       dim3 block, size_t smem, void *stream, A &&...args)
 {
     std::tuple<typename std::decay<P>::type...> params(std::forward<A>(args)...);
     if (bk_emu::check_kernel_arguments(name, params) != 0) return -1;
-    return bk_emu::launch(name, reinterpret_cast<const void *>(kernel), grid, block, smem,
-                          [&]() { std::apply(kernel, params); });
+    const void *id = reinterpret_cast<const void *>(kernel);
+    if (bk_emu::check_launch_config(name, id, grid, block, smem) != 0) return -1;
+    auto run = [=]() {
+        return bk_emu::launch(name, id, grid, block, smem, [&]() { std::apply(kernel, params); });
+    };
+    if (bk_emu::streams_deferred()) return bk_emu::stream_enqueue_work(stream, name, run);
+    return bk_emu::stream_flush(stream) == 0 ? run() : -1;
 }
-/* A launch runs what its stream still has queued first (simt_stream.h); in a
- * forked child of the runtime's owner it fails, as on a GPU. */
+/* In a forked child of the runtime's owner a launch fails, as on a GPU. */
 #define BK_LAUNCH(kernel, grid, block, smem, stream, ...)                                          \
     BK_LAUNCH_NAMED(#kernel, kernel, grid, block, smem, stream, ##__VA_ARGS__)
 #define BK_LAUNCH_NAMED(name, kernel, grid, block, smem, stream, ...)                              \
     (bk_emu_runtime("kernel launch") != BK_OK                                                      \
          ? BK_ERR_DEVICE                                                                           \
-         : (bk_emu::stream_flush(stream),                                                          \
-            bk_launch_status(                                                                      \
-                bk_emu_launch_kernel((name), (kernel), (grid), (block), (smem), ##__VA_ARGS__))))
+         : bk_launch_status(bk_emu_launch_kernel((name), (kernel), (grid), (block), (smem),        \
+                                                 (stream), ##__VA_ARGS__)))
 #else
 #define BK_DEV_FN(name) bk_cuda_##name
 /* BK_OK, or BK_ERR_DEVICE after clearing the (non-sticky) error, with call

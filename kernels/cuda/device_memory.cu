@@ -256,14 +256,17 @@ extern "C" bk_status BK_DEV_FN(malloc)(size_t bytes, void **p)
     return *p ? BK_OK : out_of_memory("cudaMalloc", bytes);
 }
 
-/* As cudaFree, which waits for the device: no queued copy may touch p after. */
+/* As cudaFree, which waits for the device: no queued copy may touch p after.
+ * After a queued kernel failed, p is still freed and the sticky error
+ * returned, so that a failed run leaks nothing. */
 extern "C" bk_status BK_DEV_FN(free)(void *p)
 {
     if (p == NULL) return BK_OK;
-    bk_status st = bk_emu_runtime("cudaFree");
-    if (st != BK_OK) return st;
-    bk_emu::flush_all();
-    return give_back(p, "cudaFree") == 0 ? BK_OK : BK_ERR_DEVICE;
+    char why[300];
+    if (!bk_emu::runtime_owned(why, sizeof why)) return bk_device_failed("cudaFree", why);
+    int ran = bk_emu::flush_all();
+    if (give_back(p, "cudaFree") != 0) return BK_ERR_DEVICE;
+    return bk_emu_ran(ran, "cudaFree");
 }
 
 /* Copies are queued on the stream (simt_stream.h); one to or from the host
@@ -274,17 +277,18 @@ extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *s
     bk_status st = bk_emu_runtime("cudaMemcpyAsync");
     if (st == BK_OK) st = bk_emu::check_copy("cudaMemcpyAsync", dst, src, bytes, dir);
     if (st != BK_OK) return st;
-    if (bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes) != 0)
-        return bk_device_failed("cudaMemcpyAsync", "the stream's queue cannot grow");
-    if (dir != BK_COPY_DEVICE_TO_DEVICE) bk_emu::stream_flush(q->stream);
-    return BK_OK;
+    st = bk_emu_ran(bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes), "cudaMemcpyAsync");
+    if (st == BK_OK && dir != BK_COPY_DEVICE_TO_DEVICE)
+        st = bk_emu_ran(bk_emu::stream_flush(q->stream), "cudaMemcpyAsync");
+    return st;
 }
 
 extern "C" bk_status BK_DEV_FN(sync)(const bk_queue *q)
 {
     bk_status st = bk_emu_runtime("cudaStreamSynchronize");
     if (st != BK_OK) return st;
-    bk_emu::stream_flush(q->stream);
+    st = bk_emu_ran(bk_emu::stream_flush(q->stream), "cudaStreamSynchronize");
+    if (st != BK_OK) return st;
     return bk_emu::red_zones_intact("cudaStreamSynchronize") == 0 ? BK_OK : BK_ERR_DEVICE;
 }
 

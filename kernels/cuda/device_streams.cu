@@ -35,9 +35,7 @@ extern "C" bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const v
         return bk_device_failed("cudaMemcpyAsync", "the host buffer is pageable memory (not from "
                                                    "bk_host_pinned_malloc): the copy would run "
                                                    "synchronously");
-    return bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes) == 0
-               ? BK_OK
-               : bk_device_failed("cudaMemcpyAsync", "the stream's queue cannot grow");
+    return bk_emu_ran(bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes), "cudaMemcpyAsync");
 }
 
 extern "C" bk_status BK_DEV_FN(stream_create)(void **stream)
@@ -74,25 +72,24 @@ extern "C" bk_status BK_DEV_FN(event_record)(void *event, const bk_queue *q)
     return BK_OK;
 }
 
-/* What q runs next may need what the event covers: run it now (the latest
- * moment the program allows, since q's next work may be a launch, which runs
- * at once). */
+/* What q runs next may need what the event covers: eagerly, that work runs
+ * now (q's next launch would run at once); deferred, when q gets there. */
 extern "C" bk_status BK_DEV_FN(stream_wait_event)(const bk_queue *q, void *event)
 {
-    (void)q;
-    bk_emu::event_flush(event);
-    return BK_OK;
+    return bk_emu_ran(bk_emu::stream_wait_event(q->stream, event), "cudaStreamWaitEvent");
 }
 
 extern "C" bk_status BK_DEV_FN(event_sync)(void *event)
 {
-    bk_emu::event_flush(event);
+    bk_status st = bk_emu_ran(bk_emu::event_flush(event), "cudaEventSynchronize");
+    if (st != BK_OK) return st;
     return bk_emu::red_zones_intact("cudaEventSynchronize") == 0 ? BK_OK : BK_ERR_DEVICE;
 }
 
 extern "C" int BK_DEV_FN(event_query)(void *event)
 {
-    return bk_emu::event_query(event);
+    int done = bk_emu::event_query(event);
+    return done >= 0 ? done : -(int)bk_emu_ran(-1, "cudaEventQuery");
 }
 
 extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
@@ -109,11 +106,11 @@ extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
 extern "C" bk_status BK_DEV_FN(host_free)(void *p)
 {
     if (p == NULL) return BK_OK;
-    bk_emu::flush_all();
+    int ran = bk_emu::flush_all();
     char why[400];
-    return bk_emu::memory_free(p, bk_emu::MEM_PINNED_HOST, why, sizeof why) == 0
-               ? BK_OK
-               : bk_device_failed("cudaFreeHost", why);
+    if (bk_emu::memory_free(p, bk_emu::MEM_PINNED_HOST, why, sizeof why) != 0)
+        return bk_device_failed("cudaFreeHost", why);
+    return bk_emu_ran(ran, "cudaFreeHost");
 }
 
 #else /* CUDA */

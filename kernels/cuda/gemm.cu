@@ -249,20 +249,14 @@ static const char *lt_model_refuses(const lt_desc *d)
     return NULL;
 }
 
-/* Runs the description: the column-major D[R, C] = op1(F) op2(S) is the
- * row-major D^T [C, R] = op2(S)^T op1(F)^T, where a stored column-major
- * matrix read row-major is its transpose; so S comes first, with its own
- * flag, then F. */
-static bk_status lt_try(const bk_queue *q, const lt_desc *d)
+/* Computes the description on the host: the column-major D[R, C] =
+ * op1(F) op2(S) is the row-major D^T [C, R] = op2(S)^T op1(F)^T, where a
+ * stored column-major matrix read row-major is its transpose; so S comes
+ * first, with its own flag, then F. */
+static bk_status lt_compute(const lt_desc *d)
 {
-    bk_status st = bk_emu_runtime("cublasLtMatmul");
-    if (st != BK_OK) return st;
-    if (lt_min_alignment(d) < LT_MODEL_MIN_ALIGN) return BK_ERR_UNSUPPORTED;
-    const char *why = lt_model_refuses(d);
-    if (why) return bk_device_failed("cublasLtMatmul", why);
     bk_queue host = bk_host_queue();
     host.n_threads = 1;
-    bk_emu::stream_flush(q->stream); /* in its stream's order, like cuBLASLt's */
     bk_transpose t1 = d->trans_second ? BK_TRANS : BK_NO_TRANS,
                  t2 = d->trans_first ? BK_TRANS : BK_NO_TRANS;
     if (d->ab_type == BK_F32)
@@ -274,6 +268,29 @@ static bk_status lt_try(const bk_queue *q, const lt_desc *d)
                             (const uint16_t *)d->second_ptr, d->second.ld,
                             (const uint16_t *)d->first_ptr, d->first.ld, d->beta, d->c_ptr,
                             d->c_type, d->c.ld);
+}
+
+/* Runs the description in its stream's order, as cuBLASLt does: after what
+ * the stream holds, or queued on it (bk_emu::streams_deferred). */
+static bk_status lt_try(const bk_queue *q, const lt_desc *d)
+{
+    bk_status st = bk_emu_runtime("cublasLtMatmul");
+    if (st != BK_OK) return st;
+    if (lt_min_alignment(d) < LT_MODEL_MIN_ALIGN) return BK_ERR_UNSUPPORTED;
+    const char *why = lt_model_refuses(d);
+    if (why) return bk_device_failed("cublasLtMatmul", why);
+    if (bk_emu::streams_deferred()) {
+        lt_desc product = *d;
+        auto work = [product]() {
+            return lt_compute(&product) == BK_OK
+                       ? 0
+                       : bk_emu::refuse_launch("cublasLtMatmul", bk_kernel_error());
+        };
+        return bk_emu_ran(bk_emu::stream_enqueue_work(q->stream, "cublasLtMatmul", work),
+                          "cublasLtMatmul");
+    }
+    st = bk_emu_ran(bk_emu::stream_flush(q->stream), "cublasLtMatmul");
+    return st == BK_OK ? lt_compute(d) : st;
 }
 
 /* The model keeps nothing between calls. */

@@ -13,6 +13,7 @@
 #include "kernels/emu/simt_runtime.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -531,23 +532,45 @@ static int run_block(launch_state *L)
     return 0;
 }
 
-static int check_config(launch_state *L)
+/* What is wrong with a launch's configuration as CUDA states its limits, in
+ * buf (len bytes); NULL when nothing is. */
+static const char *config_problem(const void *kernel, dim3 g, dim3 b, size_t dyn_smem, char *buf,
+                                  size_t len)
 {
-    const dim3 &g = L->grid, &b = L->block;
     long long nt = (long long)b.x * b.y * b.z;
     if (b.x == 0 || b.y == 0 || b.z == 0 || g.x == 0 || g.y == 0 || g.z == 0)
-        fail_block(L, "launch with a zero grid or block dimension");
+        snprintf(buf, len, "launch with a zero grid or block dimension");
     else if (nt > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64)
-        fail_block(L, "block of %u x %u x %u threads exceeds CUDA's limits (1024 threads, z <= 64)",
-                   b.x, b.y, b.z);
+        snprintf(buf, len,
+                 "block of %u x %u x %u threads exceeds CUDA's limits (1024 threads, z <= 64)", b.x,
+                 b.y, b.z);
     else if (g.x > 2147483647u || g.y > 65535 || g.z > 65535)
-        fail_block(L, "grid of %u x %u x %u blocks exceeds CUDA's limits", g.x, g.y, g.z);
-    else if (L->dyn_smem > DEFAULT_DYN_SMEM && L->dyn_smem > max_dynamic_smem(L->kernel))
-        fail_block(L,
-                   "%zu bytes of dynamic shared memory, over the 48 KiB a kernel may have unless "
-                   "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) raised its limit (to %zu)",
-                   L->dyn_smem, max_dynamic_smem(L->kernel));
+        snprintf(buf, len, "grid of %u x %u x %u blocks exceeds CUDA's limits", g.x, g.y, g.z);
+    else if (dyn_smem > DEFAULT_DYN_SMEM && dyn_smem > max_dynamic_smem(kernel))
+        snprintf(buf, len,
+                 "%zu bytes of dynamic shared memory, over the 48 KiB a kernel may have unless "
+                 "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) raised its limit (to %zu)",
+                 dyn_smem, max_dynamic_smem(kernel));
+    else
+        return NULL;
+    return buf;
+}
+
+static int check_config(launch_state *L)
+{
+    char why[300];
+    const char *problem =
+        config_problem(L->kernel, L->grid, L->block, L->dyn_smem, why, sizeof why);
+    if (problem) fail_block(L, "%s", problem);
     return L->failed ? -1 : 0;
+}
+
+int check_launch_config(const char *name, const void *kernel, dim3 grid, dim3 block,
+                        size_t dyn_smem)
+{
+    char why[300];
+    const char *problem = config_problem(kernel, grid, block, dyn_smem, why, sizeof why);
+    return problem ? refuse_launch(name, problem) : 0;
 }
 
 static int finish(launch_state *L, int rc)
@@ -580,12 +603,9 @@ static int run_grid(launch_state *L)
     return 0;
 }
 
-/* The emulator's settings from the environment, read at the first launch. */
-static void read_environment(void)
+/* The emulator's settings from the environment, read once. */
+static void read_settings(void)
 {
-    static int read = 0;
-    if (read) return;
-    read = 1;
     const char *schedule = getenv("BK_EMU_SCHEDULE");
     if (schedule != NULL && set_schedule(schedule) != 0) {
         fprintf(stderr,
@@ -596,6 +616,24 @@ static void read_environment(void)
     }
     const char *race = getenv("BK_EMU_RACECHECK"); /* "0": set_racecheck(0) */
     if (race != NULL && strcmp(race, "0") == 0) set_racecheck(0);
+}
+
+static void read_environment(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, read_settings);
+}
+
+int random_schedule(void)
+{
+    read_environment();
+    return g_schedule == SCHEDULE_RANDOM;
+}
+
+unsigned long long random_schedule_seed(void)
+{
+    read_environment();
+    return g_seed;
 }
 
 int launch_raw(const char *name, const void *kernel, dim3 grid, dim3 block, size_t dyn_smem,

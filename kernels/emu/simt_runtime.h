@@ -55,6 +55,13 @@ int arch(void);
  * limit raised (bytes). */
 size_t max_block_smem(void);
 
+/* 0 when a launch of kernel with this grid, block and dynamic shared memory
+ * is within CUDA's limits (what a launch checks first); else refuse_launch's
+ * -1 with the reason. Deferred launches (simt_stream.h) are checked when they
+ * are queued, as a GPU refuses a bad configuration at the launch. */
+int check_launch_config(const char *name, const void *kernel, dim3 grid, dim3 block,
+                        size_t dyn_smem);
+
 /* A launch refused before it ran (a bad argument): kept as last_error()
  * ("bk_emu: kernel NAME: detail"), fatal as launch errors are; returns -1. */
 int refuse_launch(const char *kernel, const char *detail);
@@ -79,6 +86,10 @@ const char *last_error(void);
  * CUDA does not promise. Returns 0, or -1 for a spec it does not know. Takes
  * effect at the next launch. */
 int set_schedule(const char *spec);
+/* 1 when the schedule is random (simt_stream.cc draws its random run points
+ * from the same seed), else 0; and that seed. */
+int random_schedule(void);
+unsigned long long random_schedule_seed(void);
 
 /* 1 (the default): the shared-memory race detector runs in every launch
  * (simt_shared.cc); 0: it does not (also chosen by BK_EMU_RACECHECK=0 in the

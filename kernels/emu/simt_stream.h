@@ -1,46 +1,86 @@
 /* simt_stream.h: streams and events in the SIMT emulator, as ordered queues
  * that run as late as the program allows.
  *
- * Kernel launches in the emulator run at once, on the calling thread. Copies
- * queued on a stream (bk_device_upload_async and friends) do not: they wait in
- * their stream's queue until something needs them: a launch or a blocking copy
- * on the same stream (which first runs everything queued before it), a wait
- * for the stream, or a wait for an event recorded on it (which runs the queue
- * up to the event's point). So a program that uses data a copy on another
- * stream brings, without waiting for that copy's event, reads the old data in
- * the emulator every time, where a GPU would race; and a host buffer reused
- * before its queued copy ran is caught the same way. NULL is the default
- * stream, a stream like the others. The queues are guarded by one mutex. */
+ * Copies queued on a stream (bk_device_upload_async and friends) wait in
+ * their stream's queue until something needs them: a launch or a blocking
+ * copy on the same stream (which first runs everything queued before it), a
+ * wait for the stream, or a wait for an event recorded on it (which runs the
+ * queue up to the event's point). NULL is the default stream, a stream like
+ * the others. The queues are guarded by one mutex.
+ *
+ * Kernels (and the model of cuBLASLt's products) meet the queues in one of two
+ * ways, chosen by set_streams or BK_EMU_STREAMS:
+ *   "eager"     (the default) a launch runs what its stream has queued, then
+ *               the kernel at once on the calling thread: a kernel never runs
+ *               late, a copy always does.
+ *   "deferred"  a launch is queued like a copy and runs when the program needs
+ *               its stream's work: a wait for the stream or for an event behind
+ *               it, a blocking copy on it, a stream that waits for such an
+ *               event and is itself run, or freeing memory. Under a random
+ *               schedule (BK_EMU_SCHEDULE=random:SEED) one enqueue in four also
+ *               runs the oldest work of a stream drawn at random, so that
+ *               streams interleave differently with every seed.
+ * So a program that uses data another stream brings or computes without
+ * waiting for its event reads the old data in one mode or the other, where a
+ * GPU would race; and a host buffer reused before its queued copy ran is
+ * caught the same way.
+ *
+ * A queued kernel that fails when it runs leaves a sticky error, as a fault
+ * does on a GPU: every later runtime call fails with its message
+ * (runtime_owned). */
 #ifndef BURST_KERNELS_EMU_SIMT_STREAM_H
 #define BURST_KERNELS_EMU_SIMT_STREAM_H
 
 #include <stddef.h>
 
+#include <functional>
+
 namespace bk_emu
 {
+
+/* "eager" or "deferred" (above); 0, or -1 for a spec it does not know. Takes
+ * effect at the next launch. */
+int set_streams(const char *spec);
+/* 1 when launches are queued (deferred), else 0. */
+int streams_deferred(void);
 
 void *stream_create(void);
 /* Runs what is still queued, then forgets the stream. */
 void stream_destroy(void *stream);
-/* Queues dst[bytes] = src[bytes] (memmove when it runs). */
+/* Queues dst[bytes] = src[bytes] (memmove when it runs); 0, or -1 when queued
+ * work has failed (the sticky error says which). */
 int stream_enqueue_copy(void *stream, void *dst, const void *src, size_t bytes);
-/* Runs everything queued on the stream. */
-void stream_flush(void *stream);
+/* Queues work (a kernel's launch: 0 on success), named for the error it may
+ * leave; 0 or -1 as stream_enqueue_copy. */
+int stream_enqueue_work(void *stream, const char *name, std::function<int()> work);
+/* Runs everything queued on the stream; 0, or -1 when queued work failed
+ * (the sticky error says which). */
+int stream_flush(void *stream);
 /* Runs everything queued on every stream (what freeing device memory does:
- * cudaFree waits for the device). */
-void flush_all(void);
+ * cudaFree waits for the device); 0 or -1 as stream_flush. */
+int flush_all(void);
 
 void *event_create(void);
 void event_destroy(void *event);
 /* The event stands for what is queued on the stream now. */
 void event_record(void *event, void *stream);
 /* Runs the recorded stream's queue up to the event (nothing if never
- * recorded). */
-void event_flush(void *event);
+ * recorded); 0 or -1 as stream_flush. */
+int event_flush(void *event);
+/* cudaStreamWaitEvent: what is queued on stream later runs after the event's
+ * work. Eager: that work runs now (the stream's next launch runs at once);
+ * deferred: a marker in the stream's queue runs it when the stream gets
+ * there. 0 or -1 as stream_flush. */
+int stream_wait_event(void *stream, void *event);
 /* 1 when the stream ran the event's work (or it was never recorded); else 0
  * the first time it is asked since it was recorded, and the work up to the
- * event is run and 1 returned the next time (kernels/device.h). */
+ * event is run and 1 returned the next time (kernels/device.h); -1 when that
+ * work failed. */
 int event_query(void *event);
+
+/* The sticky error left by queued work that failed: its message in why (len
+ * bytes) and 1, or 0 when none. */
+int sticky_error(char *why, size_t len);
 
 } // namespace bk_emu
 

@@ -8,20 +8,26 @@
 # another wrote) computes differently under one of them, so that run fails.
 # The random runs also cap every grid-stride launch at 2 blocks
 # (BK_EMU_GRID_CAP), so that the loops wrap at the tests' small sizes as they
-# do at a 1M-token sequence's on a GPU.
+# do at a 1M-token sequence's on a GPU, and queue kernels on their streams
+# (BK_EMU_STREAMS=deferred) with random run points. The streams test and the
+# device model runner's tests run once more with kernels deferred: work
+# ordered only by launching it early reads old data there.
 # The seeds are fixed so that a run is the same every time; more seeds:
 #   BURST_EMU_SEEDS="$(seq 1 100)" sh tests/kernels/test_emu_schedules.sh
-dir="${BURST_TEST_BUILDDIR:-.}/tests/kernels"
+top="${BURST_TEST_BUILDDIR:-.}/tests"
 seeds="${BURST_EMU_SEEDS:-1}"
 status=0
-run() { # run TEST SCHEDULE GRID_CAP
-    echo "== $1, schedule $2, grid cap ${3:-none}"
-    BK_EMU_SCHEDULE=$2 BK_EMU_GRID_CAP=$3 "$dir/$1" ||
-        { echo "FAIL: $1 under BK_EMU_SCHEDULE=$2 BK_EMU_GRID_CAP=$3"; status=1; }
+run() { # run TEST SCHEDULE GRID_CAP STREAMS
+    echo "== $1, schedule $2, grid cap ${3:-none}, streams $4"
+    [ -x "$top/$1" ] || { echo "FAIL: missing $top/$1"; exit 1; }
+    BK_EMU_SCHEDULE=$2 BK_EMU_GRID_CAP=$3 BK_EMU_STREAMS=$4 "$top/$1" ||
+        { echo "FAIL: $1 under BK_EMU_SCHEDULE=$2 BK_EMU_GRID_CAP=$3 BK_EMU_STREAMS=$4"; status=1; }
 }
-for t in test_dev_ops_emu test_dev_attention_emu; do
-    [ -x "$dir/$t" ] || { echo "FAIL: missing $dir/$t"; exit 1; }
-    run "$t" reverse ""
-    for s in $seeds; do run "$t" "random:$s" 2; done
+for t in kernels/test_dev_ops_emu kernels/test_dev_attention_emu; do
+    run "$t" reverse "" eager
+    for s in $seeds; do run "$t" "random:$s" 2 deferred; done
+done
+for t in kernels/test_dev_streams_emu train/test_model_device train/test_lm_head_device; do
+    run "$t" forward "" deferred
 done
 exit $status

@@ -579,7 +579,7 @@ START_TEST(dynamic_shared_memory_over_48k_needs_the_attribute)
         BK_OK);
     ck_assert_int_eq(sum, 48 * 1024);
     expect_error(BK_LAUNCH(k_dynamic_smem, dim3(1), dim3(64), big, NULL, big, &sum),
-                 "k_dynamic_smem", "block (0,0,0)", "over the 48 KiB");
+                 "k_dynamic_smem", "bk_emu: kernel", "over the 48 KiB");
     ck_assert_int_eq(bk_allow_dynamic_smem(reinterpret_cast<const void *>(k_dynamic_smem), big),
                      BK_OK);
     ck_assert_int_eq(BK_LAUNCH(k_dynamic_smem, dim3(1), dim3(64), big, NULL, big, &sum), BK_OK);
@@ -648,7 +648,7 @@ END_TEST
 
 START_TEST(errors_abort_by_default)
 {
-    int out[64];
+    int out[64] = {0};
     /* fatal mode (the default): the message goes to stderr and the process aborts */
     (void)BK_LAUNCH(k_early_exit_barrier, dim3(2), dim3(64), 0, NULL, out);
 }
