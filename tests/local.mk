@@ -123,6 +123,14 @@ tests_kernels_test_simt_racecheck_SOURCES = tests/kernels/test_simt_racecheck.cc
 tests_kernels_test_simt_racecheck_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
 tests_kernels_test_simt_racecheck_LDADD = $(SIMT_SUITE_LIBS)
 
+# The device kernels at a 1M-token sequence's index ranges: sparse buffers of
+# 16 GiB, only the first and last block of each grid run.
+check_PROGRAMS += tests/kernels/test_dev_1m
+TESTS += tests/kernels/test_dev_1m
+tests_kernels_test_dev_1m_SOURCES = tests/kernels/test_dev_1m.cc kernels/emu/select_emu.c
+tests_kernels_test_dev_1m_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
+tests_kernels_test_dev_1m_LDADD = $(DEV_SUITE_LIBS_EMU)
+
 # The emulator's stream modes (eager, deferred) against planted ordering bugs
 # between streams and the host (they live in the test alone).
 check_PROGRAMS += tests/kernels/test_simt_streams

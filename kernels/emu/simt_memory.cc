@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <map>
@@ -27,6 +28,28 @@ enum { ALIGNMENT = 256, RED_ZONE_BYTES = 256, RED_ZONE_BYTE = 0xdb };
 size_t rounded_size(size_t bytes)
 {
     return (bytes + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT;
+}
+
+/* Allocations of SPARSE_BYTES or more are mapped with MAP_NORESERVE, zero
+ * pages until written: only the pages a kernel or a test touches take memory,
+ * so a test can hand the kernels the buffers of a 1M-token sequence (16 GiB
+ * each) and run a few of their blocks (set_edge_blocks, simt_runtime.h). */
+const size_t SPARSE_BYTES = (size_t)1 << 30;
+
+char *take(size_t total)
+{
+    if (total < SPARSE_BYTES) return static_cast<char *>(aligned_alloc(ALIGNMENT, total));
+    void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    return p == MAP_FAILED ? NULL : static_cast<char *>(p); /* page-aligned */
+}
+
+void give(const char *p, size_t total)
+{
+    if (total < SPARSE_BYTES)
+        free(const_cast<char *>(p));
+    else
+        munmap(const_cast<char *>(p), total);
 }
 
 struct memory_record {
@@ -91,7 +114,7 @@ void *memory_alloc(size_t bytes, memory_kind kind, const char *call)
 {
     if (bytes == 0) return NULL;
     size_t total = rounded_size(bytes) + RED_ZONE_BYTES;
-    char *p = static_cast<char *>(aligned_alloc(ALIGNMENT, total));
+    char *p = take(total);
     if (p == NULL) return NULL;
     memset(p + bytes, RED_ZONE_BYTE, total - bytes);
     memory_record &r = record();
@@ -123,7 +146,7 @@ int memory_free(const void *p, memory_kind kind, char *why, size_t len)
         return -2;
     }
     int rc = red_zone_intact(a, why, len);
-    free(const_cast<char *>(a.base));
+    give(a.base, rounded_size(a.bytes) + RED_ZONE_BYTES);
     return rc;
 }
 

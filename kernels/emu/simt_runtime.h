@@ -91,6 +91,13 @@ int set_schedule(const char *spec);
 int random_schedule(void);
 unsigned long long random_schedule_seed(void);
 
+/* 1: every launch runs only the first and the last block of its grid (by
+ * linear index), for tests at 1M-token sizes that check the rows those blocks
+ * cover (their grid-stride loops reach the last rows) on sparse buffers
+ * (simt_memory.h); 0 (the default): every block. Not for anything else: the
+ * other blocks' output is never written. */
+void set_edge_blocks(int on);
+
 /* 1 (the default): the shared-memory race detector runs in every launch
  * (simt_shared.cc); 0: it does not (also chosen by BK_EMU_RACECHECK=0 in the
  * environment). Takes effect at the next launch. */
