@@ -117,6 +117,7 @@ void *bk_arena_alloc(bk_arena *a, size_t bytes)
     p->used = 1;
     a->in_use += bytes;
     if (a->in_use > a->peak) a->peak = a->in_use;
+    if (a->memory == BK_ARENA_DEVICE) bk_device_note_piece(a->base + p->offset, bytes);
     return a->base + p->offset;
 }
 
@@ -152,6 +153,7 @@ bk_status bk_arena_free(bk_arena *a, void *p)
     if (i == a->n || !a->pieces[i].used) return BK_ERR_ARG;
     a->pieces[i].used = 0;
     a->in_use -= a->pieces[i].bytes;
+    if (a->memory == BK_ARENA_DEVICE) bk_device_note_piece(p, 0);
     if (i + 1 < a->n && !a->pieces[i + 1].used) merge_next(a, i);
     if (i > 0 && !a->pieces[i - 1].used) merge_next(a, i - 1);
     return BK_OK;

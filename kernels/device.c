@@ -153,3 +153,9 @@ bk_status bk_host_pinned_free(void *p)
 {
     BK_FORWARD(host_free, (p));
 }
+
+void bk_device_note_piece(const void *p, size_t bytes)
+{
+    const bk_device_ops *d = bk_device_backend();
+    if (d != NULL) d->note_piece(p, bytes);
+}

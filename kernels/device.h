@@ -70,6 +70,10 @@ bk_status bk_device_download(const bk_queue *q, void *dst, const void *src, size
 bk_status bk_device_copy(const bk_queue *q, void *dst, const void *src, size_t bytes);
 /* Waits until everything queued on q has run. */
 bk_status bk_device_sync(const bk_queue *q);
+/* The arena's pieces of device memory (kernels/arena.h): p handed out with
+ * `bytes` bytes, or given back when bytes is 0. A GPU needs nothing; the
+ * emulator tracks which stream last wrote each piece (its stream hazards). */
+void bk_device_note_piece(const void *p, size_t bytes);
 
 /* ---------------------------------------------------------------- streams and events */
 /* A queue's stream runs its work in order; work on different streams may

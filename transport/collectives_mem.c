@@ -148,8 +148,7 @@ static void drain(bt_world *w, bt_stage_buf **bufs, const int *pending)
 
 static bt_status copy_failed(bt_world *w)
 {
-    return bt_fail(w, BT_ERR_SYS, "device (%s): a copy of a staged collective failed",
-                   w->hooks.name);
+    return bt_device_fail(w, "a copy of a staged collective");
 }
 
 /* Runs p piece by piece: piece k + 1 is copied in and piece k - 1 copied

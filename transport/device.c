@@ -263,11 +263,18 @@ typedef struct {
     const char *what;
 } event_poll;
 
+bt_status bt_device_fail(bt_world *w, const char *what)
+{
+    const char *why = w->hooks.last_error ? w->hooks.last_error() : NULL;
+    return bt_fail(w, BT_ERR_SYS, "device (%s): %s failed%s%s", w->hooks.name, what,
+                   why && *why ? ": " : "", why && *why ? why : "");
+}
+
 static int event_done(void *arg, bt_status *st)
 {
     event_poll *p = arg;
     int q = p->w->hooks.event_query(p->event);
-    if (q < 0) *st = bt_fail(p->w, BT_ERR_SYS, "device (%s): %s failed", p->w->hooks.name, p->what);
+    if (q < 0) *st = bt_device_fail(p->w, p->what);
     return q > 0;
 }
 
@@ -281,8 +288,10 @@ bt_status bt_device_copy_wait(bt_world *w, void *dst, const void *src, size_t by
 {
     if (bytes == 0) return BT_OK;
     if (!w->has_hooks) return bt_mem_check(w, NULL, w->rank, BT_MEM_DEVICE);
-    if (w->hooks.copy(w->dev_stream, dst, src, bytes, dir) != 0)
-        return bt_fail(w, BT_ERR_SYS, "device (%s): a copy of %zu bytes failed", w->hooks.name,
-                       bytes);
+    if (w->hooks.copy(w->dev_stream, dst, src, bytes, dir) != 0) {
+        char what[64];
+        snprintf(what, sizeof what, "a copy of %zu bytes", bytes);
+        return bt_device_fail(w, what);
+    }
     return BT_OK;
 }

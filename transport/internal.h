@@ -260,6 +260,9 @@ bt_status bt_poll_wait(bt_world *w, int (*poll)(void *arg, bt_status *st), void 
                        const char *what);
 /* Polls event (of the hooks) until done, as bt_poll_wait. */
 bt_status bt_device_event_wait(bt_world *w, void *event, const char *what);
+/* The world fails (BT_ERR_SYS) with "device (NAME): WHAT failed", and what
+ * the device runtime said (the hooks' last_error) when it said something. */
+bt_status bt_device_fail(bt_world *w, const char *what);
 const char *bt_mem_name(bt_mem mem);
 /* Frees what bt_world_set_device made (after the backends are gone). */
 void bt_device_release(bt_world *w);

@@ -98,12 +98,6 @@ static int slots_setting(void)
 
 /* ------------------------------------------------------------------ slots */
 
-static bt_status hook_error(bt_backend *b, const char *what)
-{
-    return bt_fail(b->world, BT_ERR_SYS, "staging device buffers (%s): %s failed",
-                   b->world->hooks.name ? b->world->hooks.name : "device", what);
-}
-
 /* A new buffer (page-locked memory and its event), owned by the pool but
  * not in its free list; NULL with *st after a failure. */
 static bt_stage_buf *buf_new(bt_backend *b, bt_status *st)
@@ -116,7 +110,7 @@ static bt_stage_buf *buf_new(bt_backend *b, bt_status *st)
         b->world->hooks.event_create(&sb->event) != 0) {
         if (sb && sb->host) b->world->hooks.host_free(sb->host);
         free(sb);
-        *st = hook_error(b, "allocating a page-locked chunk buffer");
+        *st = bt_device_fail(b->world, "allocating a page-locked chunk buffer");
         return NULL;
     }
     s->owned[s->n_bufs++] = sb;
@@ -231,14 +225,16 @@ static bt_status copy_chunk(bt_backend *b, stage_msg *m, stage_slot *slot)
                        : h->copy_async(stream, dev, slot->buf->host, len, DIR_H2D);
     if (rc == 0) rc = h->event_record(slot->buf->event, stream);
     slot->state = SLOT_COPY;
-    return rc == 0 ? BT_OK : hook_error(b, sending ? "a device-to-host copy" : "a host-to-device copy");
+    return rc == 0 ? BT_OK
+                   : bt_device_fail(b->world,
+                                    sending ? "a device-to-host copy" : "a host-to-device copy");
 }
 
 /* 1 when slot's copy is done. */
 static int copy_done(bt_backend *b, stage_slot *slot, bt_status *st)
 {
     int q = b->world->hooks.event_query(slot->buf->event);
-    if (q < 0) *st = hook_error(b, "an event query");
+    if (q < 0) *st = bt_device_fail(b->world, "an event query");
     return q != 0;
 }
 
@@ -498,7 +494,7 @@ bt_status bt_backend_staging_create(bt_world *w, size_t chunk_bytes, bt_backend 
     s->chunk_bytes = chunk_bytes;
     s->n_slots = slots_setting();
     if (w->hooks.stream_create(&s->d2h_stream) != 0 || w->hooks.stream_create(&s->h2d_stream) != 0) {
-        bt_status st = hook_error(b, "creating the staging streams");
+        bt_status st = bt_device_fail(b->world, "creating the staging streams");
         staging_finalize(b);
         return st;
     }

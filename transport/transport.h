@@ -133,6 +133,9 @@ typedef struct {
     int (*copy_async)(void *stream, void *dst, const void *src, size_t bytes, int dir);
     /* the same, returning once the copy is done; the host side may be pageable */
     int (*copy)(void *stream, void *dst, const void *src, size_t bytes, int dir);
+    /* what the runtime said about the last call that failed (for the
+     * transport's error message), or NULL */
+    const char *(*last_error)(void);
 } bt_device_hooks;
 
 /* Tells the world how to reach device memory, before any BT_MEM_DEVICE call.

@@ -45,10 +45,6 @@
 /* ---------------------------------------------------------------- names, launch */
 #ifdef BK_EMULATOR
 #define BK_DEV_FN(name) bk_emu_##name
-static inline bk_status bk_launch_status(int rc)
-{
-    return rc == 0 ? BK_OK : bk_device_failed("kernel launch", bk_emu::last_error());
-}
 /* BK_OK when this process may call the emulated runtime (bk_emu::runtime_owned
  * says why not) and no queued kernel has failed (bk_emu::sticky_error), else
  * BK_ERR_DEVICE with call's failure kept for bk_kernel_error. */
@@ -59,14 +55,22 @@ static inline bk_status bk_emu_runtime(const char *call)
         return bk_device_failed(call, why);
     return BK_OK;
 }
-/* BK_OK when the queued work that call ran went well (rc 0), else
- * BK_ERR_DEVICE with the sticky error it left (simt_stream.h). */
+/* BK_OK when a stream call went well (rc 0), else BK_ERR_DEVICE with the
+ * sticky error queued work left (rc -1) or the call's own error (-2: a
+ * hazard, or the work failed; simt_stream.h). */
 static inline bk_status bk_emu_ran(int rc, const char *call)
 {
     if (rc == 0) return BK_OK;
     char why[1200] = "queued work failed";
-    bk_emu::sticky_error(why, sizeof why);
+    if (rc == -2)
+        snprintf(why, sizeof why, "%s", bk_emu::last_error());
+    else
+        bk_emu::sticky_error(why, sizeof why);
     return bk_device_failed(call, why);
+}
+static inline bk_status bk_launch_status(int rc)
+{
+    return bk_emu_ran(rc, "kernel launch");
 }
 /* Launches kernel with args converted once to its parameters' types, after
  * checking that every pointer among them is device memory
@@ -78,14 +82,13 @@ static inline int bk_emu_launch_kernel(const char *name, void (*kernel)(P...), d
                                        dim3 block, size_t smem, void *stream, A &&...args)
 {
     std::tuple<typename std::decay<P>::type...> params(std::forward<A>(args)...);
-    if (bk_emu::check_kernel_arguments(name, params) != 0) return -1;
+    if (bk_emu::check_kernel_arguments(name, params) != 0) return -2;
     const void *id = reinterpret_cast<const void *>(kernel);
-    if (bk_emu::check_launch_config(name, id, grid, block, smem) != 0) return -1;
-    auto run = [=]() {
+    if (bk_emu::check_launch_config(name, id, grid, block, smem) != 0) return -2;
+    std::vector<bk_emu::access> acc = bk_emu::accesses_of(params);
+    return bk_emu::stream_launch(stream, name, acc.data(), (int)acc.size(), [=]() {
         return bk_emu::launch(name, id, grid, block, smem, [&]() { std::apply(kernel, params); });
-    };
-    if (bk_emu::streams_deferred()) return bk_emu::stream_enqueue_work(stream, name, run);
-    return bk_emu::stream_flush(stream) == 0 ? run() : -1;
+    });
 }
 /* In a forked child of the runtime's owner a launch fails, as on a GPU. */
 #define BK_LAUNCH(kernel, grid, block, smem, stream, ...)                                          \

@@ -113,6 +113,11 @@ extern "C" bk_status BK_DEV_FN(host_free)(void *p)
     return bk_emu_ran(ran, "cudaFreeHost");
 }
 
+extern "C" void BK_DEV_FN(note_piece)(const void *p, size_t bytes)
+{
+    bk_emu::note_piece(p, bytes);
+}
+
 #else /* CUDA */
 
 /* BK_CUDA's status (bk_cuda.cuh), but BK_ERR_NOMEM when the runtime ran out
@@ -193,6 +198,12 @@ extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
 extern "C" bk_status BK_DEV_FN(host_free)(void *p)
 {
     return p ? STATUS_OF(cudaFreeHost(p)) : BK_OK;
+}
+
+/* A GPU orders its streams itself: nothing to note. */
+extern "C" void BK_DEV_FN(note_piece)(const void *p, size_t bytes)
+{
+    (void)p, (void)bytes;
 }
 
 #endif

@@ -279,18 +279,15 @@ static bk_status lt_try(const bk_queue *q, const lt_desc *d)
     if (lt_min_alignment(d) < LT_MODEL_MIN_ALIGN) return BK_ERR_UNSUPPORTED;
     const char *why = lt_model_refuses(d);
     if (why) return bk_device_failed("cublasLtMatmul", why);
-    if (bk_emu::streams_deferred()) {
-        lt_desc product = *d;
-        auto work = [product]() {
-            return lt_compute(&product) == BK_OK
-                       ? 0
-                       : bk_emu::refuse_launch("cublasLtMatmul", bk_kernel_error());
-        };
-        return bk_emu_ran(bk_emu::stream_enqueue_work(q->stream, "cublasLtMatmul", work),
-                          "cublasLtMatmul");
-    }
-    st = bk_emu_ran(bk_emu::stream_flush(q->stream), "cublasLtMatmul");
-    return st == BK_OK ? lt_compute(d) : st;
+    const bk_emu::access acc[3] = {{d->first_ptr, 0, 0}, {d->second_ptr, 0, 0}, {d->c_ptr, 1, 0}};
+    lt_desc product = *d;
+    auto work = [product]() {
+        return lt_compute(&product) == BK_OK
+                   ? 0
+                   : bk_emu::refuse_launch("cublasLtMatmul", bk_kernel_error());
+    };
+    return bk_emu_ran(bk_emu::stream_launch(q->stream, "cublasLtMatmul", acc, 3, work),
+                      "cublasLtMatmul");
 }
 
 /* The model keeps nothing between calls. */

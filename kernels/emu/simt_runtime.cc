@@ -235,6 +235,11 @@ const char *last_error(void)
     return t_last_error;
 }
 
+void note_error(const char *msg)
+{
+    snprintf(t_last_error, sizeof t_last_error, "bk_emu: %s", msg);
+}
+
 int refuse_launch(const char *kernel, const char *detail)
 {
     snprintf(t_last_error, sizeof t_last_error, "bk_emu: kernel %s: %s", kernel, detail);

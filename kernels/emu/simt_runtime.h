@@ -66,6 +66,10 @@ int check_launch_config(const char *name, const void *kernel, dim3 grid, dim3 bl
  * ("bk_emu: kernel NAME: detail"), fatal as launch errors are; returns -1. */
 int refuse_launch(const char *kernel, const char *detail);
 
+/* An error found outside a launch (a stream hazard, simt_stream.h), kept as
+ * last_error(); never fatal, the call that found it returns it. */
+void note_error(const char *msg);
+
 /* 1 (the default): an error prints its message and aborts the process.
  * 0: launch returns -1 and last_error() holds the message. */
 void set_fatal(int fatal);

@@ -7,10 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <deque>
+#include <map>
 #include <new>
 #include <utility>
+#include <vector>
 
+#include "kernels/emu/simt_memory.h"
 #include "kernels/emu/simt_runtime.h"
 
 namespace bk_emu
@@ -19,6 +23,22 @@ namespace
 {
 
 struct emu_stream;
+
+/* What each stream's work is ordered after: [stream id] the number of that
+ * stream's ops (copies, kernels, waits) that come before, through the
+ * stream's own order, events it waited for, and host synchronisations. */
+typedef std::vector<uint64_t> vclock;
+
+void join(vclock &into, const vclock &from)
+{
+    if (into.size() < from.size()) into.resize(from.size(), 0);
+    for (size_t i = 0; i < from.size(); i++) into[i] = std::max(into[i], from[i]);
+}
+
+uint64_t seen(const vclock &c, int id)
+{
+    return (size_t)id < c.size() ? c[(size_t)id] : 0;
+}
 
 /* One piece of a stream's work: a copy (work empty, after NULL), a kernel
  * (work), or a wait for another stream's work up to its op number point
@@ -33,22 +53,40 @@ struct queued_op {
     uint64_t point;
 };
 
-/* A stream: op number done is ops.front(). Every stream is on the list that
- * starts at the default stream. */
+/* A stream: op number done + 1 is ops.front(). Every stream is on the list
+ * that starts at the default stream (id 0). */
 struct emu_stream {
     std::deque<queued_op> ops;
     uint64_t done, enqueued;
     emu_stream *next;
+    int id;
+    vclock known; /* known[id] == enqueued */
 };
 
 struct emu_event {
-    emu_stream *stream; /* NULL: never recorded */
-    uint64_t point;     /* the stream's enqueued count when recorded */
-    int asked;          /* a query answered "pending" since the record */
+    emu_stream *stream = NULL; /* NULL: never recorded */
+    uint64_t point = 0;        /* the stream's enqueued count when recorded */
+    int asked = 0;             /* a query answered "pending" since the record */
+    vclock known;              /* the stream's when recorded */
+};
+
+/* An access of bytes [lo, hi) of a region by a stream's op number op. */
+struct mark {
+    int stream;
+    uint64_t op;
+    const char *what;
+    const char *lo, *hi;
+    bool write;
 };
 
 pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 emu_stream g_default_stream;
+int g_next_id = 1;
+vclock g_host;                                     /* what the host has seen complete */
+std::map<const char *, size_t> g_pieces;           /* arena pieces: base, bytes */
+std::map<const char *, std::vector<mark>> g_state; /* by region base: the accesses not
+                                                        yet known done to the host */
+int g_hazard_check = 1;
 int g_mode = -1;     /* 1 deferred, 0 eager, -1 not read from the environment yet */
 char g_sticky[1024]; /* the error queued work left, "" when none */
 uint64_t g_rng;      /* random run points (deferred under a random schedule) */
@@ -66,10 +104,13 @@ bool is_live(const emu_stream *s)
     return false;
 }
 
-/* The mode from BK_EMU_STREAMS, once (the lock held). */
+/* The mode from BK_EMU_STREAMS and the hazard check from BK_EMU_HAZARDS,
+ * once (the lock held). */
 void read_mode(void)
 {
     if (g_mode >= 0) return;
+    const char *hazards = getenv("BK_EMU_HAZARDS"); /* "0": set_hazard_check(0) */
+    if (hazards != NULL && strcmp(hazards, "0") == 0) g_hazard_check = 0;
     const char *spec = getenv("BK_EMU_STREAMS");
     g_mode = 0;
     if (spec == NULL || strcmp(spec, "eager") == 0) return;
@@ -79,6 +120,91 @@ void read_mode(void)
     }
     fprintf(stderr, "bk_emu: BK_EMU_STREAMS=%s: expected eager or deferred\n", spec);
     abort();
+}
+
+/* The region p lies in, [*lo, *hi): its arena piece, else its allocation;
+ * false when neither (pageable host memory). */
+bool region_of(const void *p, const char **lo, const char **hi)
+{
+    const char *c = static_cast<const char *>(p);
+    auto at = g_pieces.upper_bound(c);
+    if (at != g_pieces.begin()) {
+        --at;
+        if (c < at->first + at->second) {
+            *lo = at->first, *hi = at->first + at->second;
+            return true;
+        }
+    }
+    allocation a;
+    if (!memory_find(p, &a)) return false;
+    *lo = a.base, *hi = a.base + a.bytes;
+    return true;
+}
+
+void name_stream(int id, char *buf, size_t len)
+{
+    if (id == 0)
+        snprintf(buf, len, "the default stream");
+    else
+        snprintf(buf, len, "stream %d", id);
+}
+
+/* The hazard message, as the call's error: what on s reads or writes at p,
+ * where m's access on another stream is unordered with it; -2. */
+int report(const emu_stream *s, const char *what, const access &a, const mark &m)
+{
+    char here[32], there[32], where[400], msg[900];
+    name_stream(s->id, here, sizeof here);
+    name_stream(m.stream, there, sizeof there);
+    memory_describe(a.p, where, sizeof where);
+    snprintf(msg, sizeof msg,
+             "stream hazard: %s on %s %s %s, which %s on %s %s (its op %llu) with nothing ordering "
+             "the two (an event the stream waits for, or a host synchronisation)",
+             what, here, a.write ? "writes" : "reads", where, m.what, there,
+             m.write ? "wrote" : "reads", (unsigned long long)m.op);
+    note_error(msg);
+    return -2;
+}
+
+/* Records m among its region's marks, dropping those the host has seen done
+ * (every later op is ordered after them) and those of m's stream that m
+ * covers and stands for: an access of another stream unordered with one of
+ * them is unordered with m, which is a write or as weak. */
+void record(std::vector<mark> &marks, const mark &m)
+{
+    marks.erase(std::remove_if(marks.begin(), marks.end(),
+                               [&m](const mark &o) {
+                                   return seen(g_host, o.stream) >= o.op ||
+                                          (o.stream == m.stream && m.lo <= o.lo && o.hi <= m.hi &&
+                                           (m.write || !o.write));
+                               }),
+                marks.end());
+    marks.push_back(m);
+}
+
+/* 0 when every access of op number op on s (its what) is ordered after the
+ * other streams' accesses to the same bytes (a write after every access, a
+ * read after every write), and the accesses recorded; else -2 with the first
+ * hazard as the error (the lock held). */
+int check_accesses(emu_stream *s, uint64_t op, const char *what, const access *acc, int n)
+{
+    if (!g_hazard_check) return 0;
+    std::vector<mark> marks;
+    std::vector<const char *> bases;
+    for (int i = 0; i < n; i++) {
+        const char *lo, *hi;
+        if (!region_of(acc[i].p, &lo, &hi)) continue;
+        const char *base = lo;
+        if (acc[i].bytes) lo = static_cast<const char *>(acc[i].p), hi = lo + acc[i].bytes;
+        for (const mark &m : g_state[base])
+            if (m.stream != s->id && (m.write || acc[i].write) && m.lo < hi && lo < m.hi &&
+                seen(s->known, m.stream) < m.op)
+                return report(s, what, acc[i], m);
+        marks.push_back(mark{s->id, op, what, lo, hi, acc[i].write != 0});
+        bases.push_back(base);
+    }
+    for (size_t i = 0; i < marks.size(); i++) record(g_state[bases[i]], marks[i]);
+    return 0;
 }
 
 void run_until(emu_stream *s, uint64_t point);
@@ -107,6 +233,13 @@ void run_until(emu_stream *s, uint64_t point)
         s->done++;
         run_op(op);
     }
+}
+
+/* Runs all of s's work: the host has seen it (the lock held). */
+void run_all(emu_stream *s)
+{
+    run_until(s, s->enqueued);
+    join(g_host, s->known);
 }
 
 int status(void)
@@ -139,13 +272,27 @@ void maybe_run_some(void)
     if (!s->ops.empty()) run_until(s, s->done + 1);
 }
 
-/* Appends op to the stream's queue (the lock held; the deque aborts when out
- * of memory, as allocations do without exceptions); 0, or -1 when queued work
- * has failed. */
-int push(emu_stream *s, queued_op &&op)
+/* Numbers the next op of s, ordered after what the host has seen (the lock
+ * held). */
+uint64_t next_op(emu_stream *s)
 {
-    s->ops.push_back(std::move(op));
+    join(s->known, g_host);
     s->enqueued++;
+    if (s->known.size() <= (size_t)s->id) s->known.resize((size_t)s->id + 1, 0);
+    s->known[(size_t)s->id] = s->enqueued;
+    return s->enqueued;
+}
+
+/* Appends op to the stream's queue after checking its accesses (the lock
+ * held; the deque aborts when out of memory, as allocations do without
+ * exceptions); 0, -1 when queued work has failed, -2 for a hazard. */
+int push(emu_stream *s, queued_op &&op, const access *acc, int n)
+{
+    join(s->known, g_host);
+    if (check_accesses(s, s->enqueued + 1, op.name ? op.name : "cudaMemcpyAsync", acc, n) != 0)
+        return -2;
+    s->ops.push_back(std::move(op));
+    next_op(s);
     maybe_run_some();
     return status();
 }
@@ -179,6 +326,7 @@ void *stream_create(void)
     emu_stream *s = new (std::nothrow) emu_stream();
     if (s == NULL) return NULL;
     lock_guard hold;
+    s->id = g_next_id++;
     s->next = g_default_stream.next;
     g_default_stream.next = s;
     return s;
@@ -189,7 +337,7 @@ void stream_destroy(void *stream)
     if (stream == NULL) return;
     lock_guard hold;
     emu_stream *s = static_cast<emu_stream *>(stream);
-    run_until(s, s->enqueued);
+    run_all(s);
     for (emu_stream *p = &g_default_stream; p != NULL; p = p->next)
         if (p->next == s) p->next = s->next;
     delete s;
@@ -198,7 +346,7 @@ void stream_destroy(void *stream)
 int flush_all(void)
 {
     lock_guard hold;
-    for (emu_stream *s = &g_default_stream; s != NULL; s = s->next) run_until(s, s->enqueued);
+    for (emu_stream *s = &g_default_stream; s != NULL; s = s->next) run_all(s);
     return status();
 }
 
@@ -206,32 +354,43 @@ int stream_enqueue_copy(void *stream, void *dst, const void *src, size_t bytes)
 {
     lock_guard hold;
     read_mode();
-    return push(stream_of(stream), queued_op{dst, src, bytes, {}, NULL, NULL, 0});
+    const access acc[2] = {{src, 0, bytes}, {dst, 1, bytes}};
+    return push(stream_of(stream), queued_op{dst, src, bytes, {}, NULL, NULL, 0}, acc,
+                bytes ? 2 : 0);
 }
 
-int stream_enqueue_work(void *stream, const char *name, std::function<int()> work)
+int stream_launch(void *stream, const char *name, const access *acc, int n,
+                  std::function<int()> work)
 {
     lock_guard hold;
     read_mode();
-    return push(stream_of(stream), queued_op{NULL, NULL, 0, std::move(work), name, NULL, 0});
+    emu_stream *s = stream_of(stream);
+    if (g_mode == 1)
+        return push(s, queued_op{NULL, NULL, 0, std::move(work), name, NULL, 0}, acc, n);
+    run_all(s);
+    if (status() != 0) return -1;
+    join(s->known, g_host);
+    if (check_accesses(s, s->enqueued + 1, name, acc, n) != 0) return -2;
+    next_op(s);
+    s->done++; /* it runs now, on this thread */
+    return work() == 0 ? 0 : -2;
 }
 
 int stream_flush(void *stream)
 {
     lock_guard hold;
-    emu_stream *s = stream_of(stream);
-    run_until(s, s->enqueued);
+    run_all(stream_of(stream));
     return status();
 }
 
 void *event_create(void)
 {
-    return calloc(1, sizeof(emu_event));
+    return new (std::nothrow) emu_event();
 }
 
 void event_destroy(void *event)
 {
-    free(event);
+    delete static_cast<emu_event *>(event);
 }
 
 void event_record(void *event, void *stream)
@@ -241,6 +400,7 @@ void event_record(void *event, void *stream)
     e->stream = stream_of(stream);
     e->point = e->stream->enqueued;
     e->asked = 0;
+    e->known = e->stream->known;
 }
 
 int event_flush(void *event)
@@ -248,6 +408,7 @@ int event_flush(void *event)
     lock_guard hold;
     emu_event *e = static_cast<emu_event *>(event);
     if (e->stream != NULL && is_live(e->stream)) run_until(e->stream, e->point);
+    join(g_host, e->known);
     return status();
 }
 
@@ -256,12 +417,14 @@ int stream_wait_event(void *stream, void *event)
     lock_guard hold;
     read_mode();
     emu_event *e = static_cast<emu_event *>(event);
+    emu_stream *s = stream_of(stream);
+    join(s->known, e->known);
     if (e->stream == NULL || !is_live(e->stream)) return status();
     if (g_mode != 1) {
         run_until(e->stream, e->point);
         return status();
     }
-    return push(stream_of(stream), queued_op{NULL, NULL, 0, {}, NULL, e->stream, e->point});
+    return push(s, queued_op{NULL, NULL, 0, {}, NULL, e->stream, e->point}, NULL, 0);
 }
 
 int event_query(void *event)
@@ -274,7 +437,25 @@ int event_query(void *event)
         done = 1;
     }
     e->asked = !done;
+    if (done) join(g_host, e->known);
     return status() == 0 ? done : -1;
+}
+
+void set_hazard_check(int on)
+{
+    lock_guard hold;
+    g_hazard_check = on;
+}
+
+void note_piece(const void *p, size_t bytes)
+{
+    lock_guard hold;
+    const char *base = static_cast<const char *>(p);
+    g_state.erase(base);
+    if (bytes)
+        g_pieces[base] = bytes;
+    else
+        g_pieces.erase(base);
 }
 
 int sticky_error(char *why, size_t len)

@@ -34,6 +34,9 @@
 #include <stddef.h>
 
 #include <functional>
+#include <tuple>
+#include <type_traits>
+#include <vector>
 
 namespace bk_emu
 {
@@ -50,9 +53,51 @@ void stream_destroy(void *stream);
 /* Queues dst[bytes] = src[bytes] (memmove when it runs); 0, or -1 when queued
  * work has failed (the sticky error says which). */
 int stream_enqueue_copy(void *stream, void *dst, const void *src, size_t bytes);
-/* Queues work (a kernel's launch: 0 on success), named for the error it may
- * leave; 0 or -1 as stream_enqueue_copy. */
-int stream_enqueue_work(void *stream, const char *name, std::function<int()> work);
+/* Memory a piece of work reads (write 0) or writes (1): bytes [p, p + bytes)
+ * (a copy), or with bytes 0 the whole region p lies in (a kernel, whose
+ * extent is not known): its arena piece (note_piece), else its allocation.
+ * Pageable host memory is no region and not tracked. */
+struct access {
+    const void *p;
+    int write;
+    size_t bytes;
+};
+
+/* A kernel's accesses from its arguments: a pointer to const is read, any
+ * other pointer written (and read). */
+template <class T> inline void note_argument(std::vector<access> &, const T &) {}
+template <class T> inline void note_argument(std::vector<access> &out, T *const &p)
+{
+    if (p != NULL) out.push_back(access{p, !std::is_const<T>::value, 0});
+}
+template <class... T> std::vector<access> accesses_of(const std::tuple<T...> &args)
+{
+    std::vector<access> out;
+    std::apply([&](const T &...value) { (note_argument(out, value), ...); }, args);
+    return out;
+}
+
+/* Issues work (a kernel, or a modelled library call: 0 on success), named
+ * what for errors, with its accesses acc[n]: checked for hazards (below),
+ * then run at once after the stream's queue (eager) or queued (deferred).
+ * 0; -1 when queued work has failed (sticky_error says which); -2 for a
+ * hazard or a failure of the work itself (last_error says which). */
+int stream_launch(void *stream, const char *what, const access *acc, int n,
+                  std::function<int()> work);
+
+/* Hazards: every copy and launch (in both modes) is checked against the work
+ * of other streams on the same bytes (a kernel's: its whole regions). A stream's work is ordered
+ * after another's through an event it waits for (stream_wait_event) or a host synchronisation that
+ * saw that work done (a stream or event synchronisation, an event query answering done, a blocking
+ * copy, freeing memory) before the work was issued. A read or write of a region whose last write,
+ * or a write of a region whose reads since, came from another stream and are not so ordered is
+ * refused with both named (-2, last_error: "stream hazard: ..."): on a GPU the two may run at the
+ * same time. On by default; set_hazard_check(0) or BK_EMU_HAZARDS=0 turns it off. */
+void set_hazard_check(int on);
+/* The arena tells where its pieces are (bytes > 0: handed out at p; 0: given
+ * back): each is a region of its own, its record forgotten when it changes
+ * hands. */
+void note_piece(const void *p, size_t bytes);
 /* Runs everything queued on the stream; 0, or -1 when queued work failed
  * (the sticky error says which). */
 int stream_flush(void *stream);

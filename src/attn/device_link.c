@@ -92,6 +92,7 @@ bt_device_hooks transport_device_hooks(int device_id)
         .event_query = event_query,
         .copy_async = copy_async,
         .copy = copy,
+        .last_error = bk_kernel_error,
     };
     return h;
 }

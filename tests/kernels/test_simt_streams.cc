@@ -117,14 +117,38 @@ static float cross_stream(int wait)
     return rig_finish(&r, r.y);
 }
 
+/* With the hazard check, the unordered read is refused at its launch in both
+ * modes, naming both kernels and both streams. */
+START_TEST(a_cross_stream_read_without_a_wait_is_refused)
+{
+    for (const char *mode : {"eager", "deferred"}) {
+        use_mode(mode);
+        rig r = rig_make();
+        ck_assert_int_eq(BK_LAUNCH(k_set, dim3(N / 64), dim3(64), 0, r.sa, r.x, 5.0f), BK_OK);
+        ck_assert_int_eq(BK_LAUNCH(k_add_one, dim3(N / 64), dim3(64), 0, r.sb, r.x, r.y),
+                         BK_ERR_DEVICE);
+        const char *why = bk_kernel_error();
+        ck_assert_msg(strstr(why, "stream hazard: k_add_one on stream") &&
+                          strstr(why, "reads device memory") &&
+                          strstr(why, "which k_set on stream") && strstr(why, "wrote"),
+                      "%s", why);
+        ck_assert_float_eq(rig_finish(&r, r.y), 0.0f); /* it did not run */
+    }
+}
+END_TEST
+
+/* Without the check, the data shows the bug: right eagerly, old deferred. */
 START_TEST(a_cross_stream_read_without_a_wait_reads_old_data_when_deferred)
 {
+    bk_emu::set_hazard_check(0);
     use_mode("eager");
     ck_assert_float_eq(cross_stream(0), 6.0f); /* eager hides the bug */
     ck_assert_float_eq(cross_stream(1), 6.0f);
     use_mode("deferred");
     ck_assert_float_eq(cross_stream(0), 1.0f); /* b's kernel ran before a's */
     ck_assert_float_eq(cross_stream(1), 6.0f); /* the control */
+    bk_emu::set_hazard_check(1);
+    ck_assert_float_eq(cross_stream(1), 6.0f); /* the control passes the check */
 }
 END_TEST
 
@@ -143,11 +167,33 @@ static float early_event(int right)
 
 START_TEST(an_event_recorded_before_its_kernel_is_caught_when_deferred)
 {
+    bk_emu::set_hazard_check(0);
     use_mode("eager");
     ck_assert_float_eq(early_event(0), 3.0f);
     use_mode("deferred");
     ck_assert_float_eq(early_event(0), 0.0f);
     ck_assert_float_eq(early_event(1), 3.0f);
+}
+END_TEST
+
+/* With the check, the download that trusted the early event is refused: the
+ * host saw the event, which does not cover the kernel that wrote x. */
+START_TEST(an_event_recorded_before_its_kernel_is_refused)
+{
+    use_mode("eager");
+    rig r = rig_make();
+    bk_queue a = on(r.sa), b = on(r.sb);
+    ck_assert_int_eq(bk_device_event_record(r.ev, &a), BK_OK);
+    ck_assert_int_eq(BK_LAUNCH(k_set, dim3(N / 64), dim3(64), 0, r.sa, r.x, 3.0f), BK_OK);
+    ck_assert_int_eq(bk_device_event_sync(r.ev), BK_OK);
+    float x = -1.0f;
+    ck_assert_int_eq(bk_device_download(&b, &x, r.x, sizeof x), BK_ERR_DEVICE);
+    ck_assert_msg(strstr(bk_kernel_error(), "stream hazard: cudaMemcpyAsync on stream") &&
+                      strstr(bk_kernel_error(), "which k_set on stream"),
+                  "%s", bk_kernel_error());
+    ck_assert_int_eq(bk_device_sync(&a), BK_OK); /* the host waits for a: now ordered */
+    ck_assert_float_eq(rig_finish(&r, r.x), 3.0f);
+    ck_assert_float_eq(early_event(1), 3.0f); /* an event recorded after it: ordered too */
 }
 END_TEST
 
@@ -254,7 +300,9 @@ int main(void)
 {
     Suite *s = suite_create("simt_streams");
     TCase *tc = check_tcase(s, "streams", 60);
+    tcase_add_test(tc, a_cross_stream_read_without_a_wait_is_refused);
     tcase_add_test(tc, a_cross_stream_read_without_a_wait_reads_old_data_when_deferred);
+    tcase_add_test(tc, an_event_recorded_before_its_kernel_is_refused);
     tcase_add_test(tc, an_event_recorded_before_its_kernel_is_caught_when_deferred);
     tcase_add_test(tc, a_download_read_before_its_wait_is_caught_when_deferred);
     tcase_add_test(tc, waits_order_streams_under_random_run_points);
