@@ -151,6 +151,55 @@ START_TEST(device_engine_over_nccl)
     on_emulator = 0;
 }
 END_TEST
+
+/* The masks, backward directions and resume over NCCL on one node of two
+ * emulated GPUs (cp = 2, kernels deferred): the window mask with the Q-side
+ * backward and the document mask with the KV-side one match the CPU engine's
+ * single rank within bf16's tolerance, and a resume continues bit for bit. */
+START_TEST(device_masks_backwards_and_resume_over_nccl)
+{
+    on_emulator = 1;
+    static char *two_gpus[] = {"OMP_NUM_THREADS=1", "BK_EMU_GPUS_PER_NODE=2",
+                               "BK_EMU_NCCL_TIMEOUT=300", "BK_EMU_STREAMS=deferred", NULL};
+    const char *window[] = {"data.seq_len=64", "parallel.mask=window", "parallel.window=24",
+                            "memory.attn_kept_fraction=1", NULL},
+               *document[] = {"data.seq_len=64", "parallel.mask=document", "data.doc_len=20",
+                              "memory.attn_kept_fraction=1", NULL},
+               *over_nccl[] = {"train.device=cuda", "transport.intra=nccl", "parallel.cp=2", NULL};
+    const struct {
+        const char *const *mask, *backward, *what;
+    } cases[] = {
+        {window, "parallel.backward=q", "window mask, Q-side backward over NCCL vs CPU"},
+        {document, "parallel.backward=kv", "document mask, KV-side backward over NCCL vs CPU"}};
+    for (int i = 0; i < 2; i++) {
+        curve cpu, nccl;
+        run_ok(1, 1, cases[i].mask, &cpu);
+        run_env = two_gpus;
+        run_ok(2, 1,
+               with(with(cases[i].mask, over_nccl), (const char *[]){cases[i].backward, NULL}),
+               &nccl);
+        run_env = one_thread;
+        expect_same(&cpu, &nccl, 2e-2, cases[i].what);
+    }
+    char dir[512], dir_set[600];
+    snprintf(dir, sizeof dir, "%s/ckpt-nccl", train_tmpdir);
+    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    const char *resumed[] = {"data.seq_len=64",
+                             "parallel.mask=window",
+                             "parallel.window=24",
+                             "memory.attn_kept_fraction=1",
+                             "train.device=cuda",
+                             "transport.intra=nccl",
+                             "parallel.cp=2",
+                             dir_set,
+                             NULL};
+    run_env = two_gpus;
+    expect_resume_bit_for_bit(2, resumed, dir, NULL);
+    run_env = one_thread;
+    ck_assert_int_eq(test_remove_tree(dir), 0);
+    on_emulator = 0;
+}
+END_TEST
 #endif
 
 /* The number after `key` in the line holding `line`, or -1. */
@@ -407,6 +456,7 @@ void add_device_tests(Suite *s)
                     device_arena_holds_every_buffer, device_staging_buffers_taken_at_setup,
                     device_arena_report_names_the_largest_peak);
 #ifdef HAVE_NCCL
-    check_add_tests(check_tcase(s, "device over NCCL", 900), device_engine_over_nccl);
+    check_add_tests(check_tcase(s, "device over NCCL", 900), device_engine_over_nccl,
+                    device_masks_backwards_and_resume_over_nccl);
 #endif
 }
