@@ -122,6 +122,7 @@ struct launch_state {
     int random;
     uint64_t rng;
     int16_t sweep[1024];
+    int swept; /* sweep holds the launch's order (order_sweep) */
 
     shared_entry shared[MAX_SHARED_ARRAYS];
     int n_shared;

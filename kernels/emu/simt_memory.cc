@@ -217,13 +217,14 @@ void check_global_read(const void *p, size_t bytes, size_t align, const char *fi
                     file, line, p, align);
     if (cached.frees == g_frees && c >= cached.base && c + bytes <= cached.end) return;
     allocation a;
-    if (memory_find(p, &a) && a.kind == MEM_DEVICE && c + bytes <= a.base + a.bytes) {
+    bool on_device = memory_find(p, &a) && a.kind == MEM_DEVICE;
+    if (on_device && c + bytes <= a.base + a.bytes) {
         cached.base = a.base, cached.end = a.base + a.bytes, cached.frees = g_frees;
         return;
     }
     char what[240];
     memory_describe(p, what, sizeof what);
-    if (memory_find(p, &a) && a.kind == MEM_DEVICE)
+    if (on_device)
         fail_thread("global read of %zu bytes at %s:%d runs %zu bytes past the end of %s", bytes,
                     file, line, (size_t)(c + bytes - (a.base + a.bytes)), what);
     fail_thread("global read of %zu bytes at %s:%d from %p, which is %s", bytes, file, line, p,

@@ -252,7 +252,8 @@ void cp_async(const char *file, int line, void *dst, const void *dst_base, const
         (src_bytes > 0 && (uintptr_t)src % (uintptr_t)bytes != 0))
         fail_thread("cp.async at %s:%d: addresses not aligned to the %d bytes copied", file, line,
                     bytes);
-    if (src_bytes > 0) check_global_read(src, (size_t)src_bytes, (size_t)bytes, file, line);
+    /* the bounds of the source (its alignment, which PTX requires of both ends, is above) */
+    if (src_bytes > 0) check_global_read(src, (size_t)src_bytes, 1, file, line);
     if (t->copies == NULL) {
         t->copies = static_cast<pending_copy *>(malloc(MAX_PENDING_COPIES * sizeof(pending_copy)));
         if (t->copies == NULL) fail_thread("out of memory for cp.async");

@@ -120,8 +120,10 @@ void schedule_point(thread_state *t)
 static void order_sweep(launch_state *L)
 {
     int n = L->n_threads;
-    for (int k = 0; k < n; k++)
-        L->sweep[k] = (int16_t)(g_schedule == SCHEDULE_REVERSE ? n - 1 - k : k);
+    if (!L->swept) /* once a launch: a shuffle of any order is as random */
+        for (int k = 0; k < n; k++)
+            L->sweep[k] = (int16_t)(g_schedule == SCHEDULE_REVERSE ? n - 1 - k : k);
+    L->swept = 1;
     if (!L->random) return;
     for (int k = n - 1; k > 0; k--) { /* Fisher-Yates */
         int j = (int)draw_below(L, (uint32_t)k + 1);

@@ -111,14 +111,13 @@ START_TEST(device_engine_over_nccl)
     on_emulator = 1;
     static char *four_gpus[] = {"OMP_NUM_THREADS=1", "BK_EMU_GPUS_PER_NODE=4",
                                 "BK_EMU_NCCL_TIMEOUT=300", "BK_EMU_STREAMS=deferred", NULL};
-    const char *dev[] = {"train.device=cuda", "data.seq_len=64", NULL},
-               *nccl[] = {"train.device=cuda", "data.seq_len=64", "transport.intra=nccl", NULL};
+    const char *nccl[] = {"train.device=cuda", "data.seq_len=64", "transport.intra=nccl", NULL};
     curve staged, over_nccl, cpu, grid;
     for (int p = 2; p <= 4; p += 2) {
         char cp[32];
         snprintf(cp, sizeof cp, "parallel.cp=%d", p);
         /* one emulated GPU shared: staged; four: NCCL (rank 0 prints every pair's path) */
-        run_saying(p, 1, with(dev, (const char *[]){cp, NULL}), p == 2 ? "rank 1: sc" : NULL,
+        run_saying(p, 1, with(on_device, (const char *[]){cp, NULL}), p == 2 ? "rank 1: sc" : NULL,
                    &staged);
         run_env = four_gpus;
         run_ok(p, 1, with(nccl, (const char *[]){cp, NULL}), &over_nccl);
