@@ -33,7 +33,7 @@
 /* One child run: its settings and what was read back. */
 typedef struct {
     const char *model, *device;
-    int ranks, steps, fused;
+    int ranks, steps, fused, keep_layers;
     long long seq;
     double ckpt;
     int ok, measured;             /* steps counted in the timing */
@@ -126,9 +126,10 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
         "train --set model.preset=%s%s%s --set data.seq_len=%lld --set data.task=counting "
         "--set parallel.dp=1 --set parallel.cp=%d --set train.steps=%d "
         "--set train.warmup_steps=1 --set train.log_every=1 --set memory.attn_kept_fraction=%g "
-        "--set memory.fused_head=%d --set transport.timeout=3600 --set train.metrics=%s",
-        cfg->model, max_seq, device, cfg->seq, cfg->ranks, cfg->steps, cfg->ckpt, cfg->fused,
-        metrics);
+        "--set memory.keep_layers=%s --set memory.fused_head=%d --set transport.timeout=3600 "
+        "--set train.metrics=%s",
+        cfg->model, max_seq, device, cfg->seq, cfg->ranks, cfg->steps, cfg->ckpt,
+        cfg->keep_layers ? "true" : "false", cfg->fused, metrics);
     if (!p) {
         unlink(metrics);
         return -1;
@@ -243,7 +244,7 @@ typedef struct {
     const char *models[MAX_LIST], *mem_model, *device;
     char model_names[256], mem_model_name[64];
     long long ranks[MAX_LIST], seqs[MAX_LIST], mem_seq;
-    int n_models, n_ranks, n_seqs, steps, threads, verbose, quick, mem_ranks;
+    int n_models, n_ranks, n_seqs, steps, threads, verbose, quick, mem_ranks, keep_layers;
     double ckpt;
     mfu_ref mfu;
 } bench_train_opts;
@@ -329,6 +330,10 @@ static const bu_option options[] = {
      "0..1 (default 0.5; 1 recomputes no attention)"},
     {"--ckpt-fraction", "F", BU_OPT_DOUBLE, OPT(ckpt), 0, 1, NULL,
      "the former name of --attn-kept-fraction"},
+    {"--keep-layers", NULL, BU_OPT_FLAG, OPT(keep_layers), 0, 0, NULL,
+     "[memory] keep_layers in the throughput runs: every layer's\n"
+     "intermediates kept, none recomputed but the attention outputs\n"
+     "that --attn-kept-fraction does not keep"},
     {"--threads", "N", BU_OPT_INT, OPT(threads), 1, 1024, NULL,
      "OpenMP/BLAS threads per rank (default: online cores / P)"},
     {"--quick", NULL, BU_OPT_FLAG, OPT(quick), 0, 0, NULL,
@@ -374,8 +379,8 @@ static int throughput_rows(const bench_train_opts *o, const char *self)
 {
     int failures = 0;
     printf("Throughput and memory (%d steps per run; timing over steps %s; causal zigzag, fused "
-           "head, checkpoint fraction %g)\n\n",
-           o->steps, o->steps > 1 ? "2..N" : "1", o->ckpt);
+           "head, checkpoint fraction %g%s)\n\n",
+           o->steps, o->steps > 1 ? "2..N" : "1", o->ckpt, o->keep_layers ? ", layers kept" : "");
     int on_device = strcmp(o->device, "cpu") != 0;
     print_run_header(on_device);
     fflush(stdout);
@@ -393,7 +398,8 @@ static int throughput_rows(const bench_train_opts *o, const char *self)
                            .steps = o->steps,
                            .fused = 1,
                            .seq = list[s],
-                           .ckpt = o->ckpt};
+                           .ckpt = o->ckpt,
+                           .keep_layers = o->keep_layers};
                 run r;
                 if (launch(self, &cfg, &r, o->threads, o->verbose) != 0) failures++;
                 print_run(&r, &o->mfu);

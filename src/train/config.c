@@ -289,6 +289,8 @@ static const field fields[] = {
         "an accuracy below this fails the run (0: never)"),
     KEPT_FRACTION("memory", attn_kept_fraction, "0.5", FREE,
         "share of local tokens whose attention output and lse are kept for the backward: 0, 0.5 or 1"),
+    BOOL("memory", keep_layers, "false", FREE,
+        "keep every layer's norms, projections and MLP activations for the backward instead of recomputing them from the layer's stored input (faster, and per layer and token 4 (3 D + Hq*hd + 2 Hkv*hd + 3 F + 2) more bytes)"),
     BOOL("memory", fused_head, "true", FREE,
         "LM head fused with the loss, chunk by chunk (false: the reference head, CPU only)"),
     I64("memory", head_chunk, 1, "1024", FREE,

@@ -75,6 +75,8 @@ typedef struct {
     int64_t mlp_rows;            /* tokens per chunk of the MLP (its buffers hold one chunk);
                                   * 0: MODEL_MLP_ROWS */
     train_keep keep;             /* attention outputs kept: none, half (zigzag + causal), all */
+    int keep_layers;             /* each layer's intermediates kept, not recomputed, for the
+                                  * backward ([memory] keep_layers) */
     int micro_batches;           /* micro-batches of a step: mb in [0, micro_batches) */
     int fused_head;
     int bf16_matmul; /* bf16 parameters and the layers' matrix products on bf16
@@ -92,7 +94,8 @@ typedef struct {
 /* The bytes a runner holds, by part. */
 typedef struct {
     size_t stored;      /* per layer its input [n, D] and the kept O [n_kept, Hq*hd] (2 bytes
-                           each with bf16_matmul, else 4), lse [n_kept, Hq] (4 bytes) */
+                           each with bf16_matmul, else 4), lse [n_kept, Hq] (4 bytes), and
+                           with keep_layers its intermediates (model_internal.h, fp32) */
     size_t workspace;   /* the layer's work buffers [n, ...], positions [n], the head's scratch */
     size_t ring;        /* the ring's slots, accumulators and position tables */
     size_t head_logits; /* the reference head's logits [n, V] + losses [n], made at each step

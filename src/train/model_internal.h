@@ -13,11 +13,23 @@
 #include "src/attn/kernel_status.h"
 #include "src/train/model.h"
 
+/* With keep_layers, a layer's intermediates as its forward computed them,
+ * fp32, for the whole of the rank's n tokens: what the backward would
+ * otherwise recompute from the stored input. */
+typedef struct {
+    float *a, *rstd1; /* [n, D], [n]: the attention norm's output and factors */
+    float *q, *k, *v; /* [n, QD], [n, KD], [n, KD]: after RoPE */
+    float *x1;        /* [n, D]: x_in + O Wo */
+    float *b, *rstd2; /* [n, D], [n]: the MLP norm's output and factors */
+    float *g, *s;     /* [n, 2F], [n, F]: gate and up, SwiGLU's output */
+} kept_layer;
+
 typedef struct {
     int layer, micro_batch; /* the key this entry was stored under */
     void *x_in;             /* [n, D] the layer's input, in act_bytes elements */
     void *o_kept;           /* [n_kept, Hq*hd] attention output of the kept rows, likewise */
     float *lse_kept;        /* [n_kept, Hq] fp32 always */
+    kept_layer kept;        /* with keep_layers; else NULLs */
 } stored_layer;
 
 /* Parameters [at, at + count) widened to fp32 at wide. */

@@ -61,6 +61,42 @@ static bt_status attention_inputs(model_runner *r, int l, const float *x_in)
     return BT_OK;
 }
 
+/* Copies n_bufs buffers between the workspace and a layer's kept
+ * intermediates (keep_layers): work[i] [count[i]] into kept[i] after the
+ * forward computed them (to_kept), back for the backward. */
+static bt_status move_kept(model_runner *r, float *const *work, float *const *kept,
+                           const int64_t *count, int n_bufs, int to_kept)
+{
+    for (int i = 0; i < n_bufs; i++)
+        CHECK_KERNEL(bk_copy(r->cfg.queue, to_kept ? kept[i] : work[i], to_kept ? work[i] : kept[i],
+                             (size_t)count[i] * sizeof(float)));
+    return BT_OK;
+}
+
+/* The attention part's intermediates (a, rstd1, q, k, v) of all n rows. */
+static bt_status move_attention_part(model_runner *r, const kept_layer *k, int to_kept)
+{
+    int64_t n = r->n;
+    float *const work[] = {r->a, r->rstd1, r->q, r->k, r->v}, *const kept[] = {k->a, k->rstd1, k->q,
+                                                                               k->k, k->v};
+    const int64_t count[] = {n * r->D, n, n * r->QD, n * r->KD, n * r->KD};
+    return move_kept(r, work, kept, count, 5, to_kept);
+}
+
+/* The MLP part's intermediates (x1, b, rstd2, g, s) of rows [r0, r0 + rows),
+ * in the chunk buffers. */
+static bt_status move_mlp_rows(model_runner *r, const kept_layer *k, int64_t r0, int64_t rows,
+                               int to_kept)
+{
+    int64_t D = r->D, F = r->F;
+    float *const work[] = {r->x1, r->b, r->rstd2, r->g, r->s}, *const kept[] = {
+                                                                   k->x1 + r0 * D, k->b + r0 * D,
+                                                                   k->rstd2 + r0, k->g + r0 * 2 * F,
+                                                                   k->s + r0 * F};
+    const int64_t count[] = {rows * D, rows * D, rows, rows * 2 * F, rows * F};
+    return move_kept(r, work, kept, count, 5, to_kept);
+}
+
 /* Rows [r0, r0 + rows) of the MLP part, into the chunk buffers: x1 = x_in +
  * O Wo; b = RMSNorm(x1); g = b W_gate_up; s = SwiGLU(g); and, when out is
  * given, out = x1 + s W_down (out may be x_in: a chunk reads its rows of x_in
@@ -86,28 +122,36 @@ static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, con
 
 /* The MLP part of layer l forward, out[n, D] = x1 + MLP(x1) with x1 = x_in +
  * O Wo, chunk by chunk: the MLP is token by token, so its buffers hold one
- * chunk of mlp_rows rows, not the whole sequence. */
-static bt_status mlp_forward(model_runner *r, int l, const float *x_in, float *out)
+ * chunk of mlp_rows rows, not the whole sequence. With keep (keep_layers,
+ * training), each chunk's intermediates are kept there. */
+static bt_status mlp_forward(model_runner *r, int l, const float *x_in, float *out,
+                             const kept_layer *keep)
 {
     bt_status st = BT_OK;
-    for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->mlp_rows)
-        st = mlp_chunk(r, l, r0, runner_chunk_rows(r, r0, r->n), x_in, out);
+    for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->mlp_rows) {
+        int64_t rows = runner_chunk_rows(r, r0, r->n);
+        st = mlp_chunk(r, l, r0, rows, x_in, out);
+        if (st == BT_OK && keep) st = move_mlp_rows(r, keep, r0, rows, 1);
+    }
     return st;
 }
 
 /* The MLP part of layer l backward, chunk by chunk, each recomputed from
- * x_in first: from dx [n, D] (the gradient of the layer's output), the
- * weight and gain gradients accumulated into G, and dx += the gradient
- * through the MLP branch, so that dx becomes the gradient of x1 (a chunk's
- * rows of dx are read by that chunk alone, before it adds to them). */
-static bt_status mlp_backward(model_runner *r, int l, const float *x_in, float *G)
+ * x_in first or, with kept (keep_layers), copied back from there: from dx
+ * [n, D] (the gradient of the layer's output), the weight and gain gradients
+ * accumulated into G, and dx += the gradient through the MLP branch, so that
+ * dx becomes the gradient of x1 (a chunk's rows of dx are read by that chunk
+ * alone, before it adds to them). */
+static bt_status mlp_backward(model_runner *r, int l, const float *x_in, const kept_layer *kept,
+                              float *G)
 {
     const bk_queue *q = r->cfg.queue;
     const layer_offsets *o = &r->m->layer[l];
     int64_t D = r->D, F = r->F;
     for (int64_t r0 = 0; r0 < r->n; r0 += r->mlp_rows) {
         int64_t rows = runner_chunk_rows(r, r0, r->n);
-        bt_status st = mlp_chunk(r, l, r0, rows, x_in, NULL);
+        bt_status st =
+            kept ? move_mlp_rows(r, kept, r0, rows, 0) : mlp_chunk(r, l, r0, rows, x_in, NULL);
         if (st != BT_OK) return st;
         float *dx = r->dx + r0 * D;
         CHECK_KERNEL(runner_mm_grad_weight(r, r->s, rows, F, dx, D, G + o->w_down));
@@ -168,8 +212,10 @@ static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
     CHECK_KERNEL(bk_embedding_gather(r->cfg.queue, n, r->V, D, tokens,
                                      runner_param32(r, r->m->embed), r->x));
     for (int l = 0; l < d->layers && st == BT_OK; l++) {
+        const kept_layer *keep = mb >= 0 && r->cfg.keep_layers ? &stored(r, l)->kept : NULL;
         st = enter_layer(r, l, mb, r->x);
         if (st == BT_OK) st = attention_inputs(r, l, r->x);
+        if (st == BT_OK && keep) st = move_attention_part(r, keep, 1);
         if (st == BT_OK)
             st = ring_fwd_timed(r, r->fwd, r->q, r->k, r->v, r->o, r->lse, &stats->attn_fwd_s,
                                 stats);
@@ -180,7 +226,7 @@ static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
             CHECK_KERNEL(bk_copy(r->cfg.queue, e->lse_kept, r->lse + first_kept * r->Hq,
                                  (size_t)(r->n_kept * r->Hq) * sizeof(float)));
         }
-        st = mlp_forward(r, l, r->x, r->x);
+        st = mlp_forward(r, l, r->x, r->x, keep);
     }
     return st;
 }
@@ -267,16 +313,18 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params, f
     CHECK_KERNEL(
         bk_rmsnorm_bwd(q, n, D, r->x, final_norm, rstd_f, r->dx, r->dx, G + r->m->final_norm));
 
-    /* ---- backward, layer by layer, recomputing what was not kept */
+    /* ---- backward, layer by layer, recomputing what was not kept (with
+     * keep_layers: the attention outputs not kept alone) */
     for (int l = d->layers - 1; l >= 0 && st == BT_OK; l--) {
         const layer_offsets *o = &r->m->layer[l];
         stored_layer *e = stored(r, l);
         if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
         const float *x_in = stored_input(r, e);
         if (!x_in) return BT_ERR_SYS; /* the device failed */
-        st = attention_inputs(r, l, x_in);
+        const kept_layer *kept = r->cfg.keep_layers ? &e->kept : NULL;
+        st = kept ? move_attention_part(r, kept, 0) : attention_inputs(r, l, x_in);
         if (st == BT_OK) st = attention_output_for_backward(r, e, stats);
-        if (st == BT_OK) st = mlp_backward(r, l, x_in, G);
+        if (st == BT_OK) st = mlp_backward(r, l, x_in, kept, G);
         if (st != BT_OK) break;
         /* output projection and attention, from dx: now the gradient of x1 */
         CHECK_KERNEL(runner_mm_grad_weight(r, r->o, n, QD, r->dx, D, G + o->wo));

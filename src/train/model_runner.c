@@ -157,7 +157,20 @@ static void take_workspace(model_runner *r)
     r->mem.head_logits = r->cfg.fused_head ? 0 : floats(n * r->V + n);
 }
 
-/* One set of stored activations: per layer its input and the kept O, lse. */
+/* A layer's kept intermediates (keep_layers), counted as stored activations. */
+static void take_kept(model_runner *r, kept_layer *k)
+{
+    int64_t n = r->n, D = r->D, F = r->F;
+    float **bufs[] = {&k->a,  &k->rstd1, &k->q,     &k->k, &k->v,
+                      &k->x1, &k->b,     &k->rstd2, &k->g, &k->s};
+    const int64_t counts[] = {n * D, n,     n * r->QD, n * r->KD, n * r->KD,
+                              n * D, n * D, n,         n * 2 * F, n * F};
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
+        *bufs[i] = take_buffer(r, floats(counts[i]), &r->mem.stored, "the kept layer activations");
+}
+
+/* One set of stored activations: per layer its input, the kept O, lse and,
+ * with keep_layers, its intermediates. */
 static void take_store(model_runner *r)
 {
     int layers = r->m->dims.layers;
@@ -169,6 +182,7 @@ static void take_store(model_runner *r)
         e.x_in = take_buffer(r, (size_t)(r->n * r->D) * a, &r->mem.stored, what);
         e.o_kept = take_buffer(r, (size_t)(r->n_kept * r->QD + 1) * a, &r->mem.stored, what);
         e.lse_kept = take_buffer(r, floats(r->n_kept * r->Hq + 1), &r->mem.stored, what);
+        if (r->cfg.keep_layers) take_kept(r, &e.kept);
         if (r->store) r->store[l] = e;
     }
 }
@@ -313,9 +327,11 @@ void model_runner_free(model_runner *r)
                      r->d_o, r->dq, r->dk,    r->dv,    r->ds, r->dg, r->head_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) give_back(r, bufs[i]);
     for (int e = 0; r->store && e < r->m->dims.layers; e++) {
-        give_back(r, r->store[e].x_in);
-        give_back(r, r->store[e].o_kept);
-        give_back(r, r->store[e].lse_kept);
+        const stored_layer *st = &r->store[e];
+        const kept_layer *k = &st->kept;
+        void *kept[] = {st->x_in, st->o_kept, st->lse_kept, k->a,     k->rstd1, k->q, k->k,
+                        k->v,     k->x1,      k->b,         k->rstd2, k->g,     k->s};
+        for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) give_back(r, kept[i]);
     }
     free(r->store);
     if (r->on_device) give_back(r, r->pos);

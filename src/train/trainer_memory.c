@@ -74,11 +74,12 @@ static size_t kernel_scratch_bytes(const trainer *t)
 
 /* What the device arena needs beyond the device parts: each buffer rounded
  * up to BK_ARENA_ALIGN (at most 64 buffers of the runner, ring, optimizer and
- * trainer plus 3 per layer stored: fewer are made; trainer_check_scratch_room
- * finds out at setup if that ever changes) and the kernels' scratch. */
+ * trainer plus 3 per layer stored, 13 with keep_layers: fewer are made;
+ * trainer_check_scratch_room finds out at setup if that ever changes) and the
+ * kernels' scratch. */
 static size_t arena_margin(const trainer *t)
 {
-    size_t buffers = 64 + 3 * (size_t)t->cfg.layers;
+    size_t buffers = 64 + (t->cfg.keep_layers ? 13 : 3) * (size_t)t->cfg.layers;
     return buffers * BK_ARENA_ALIGN + kernel_scratch_bytes(t);
 }
 

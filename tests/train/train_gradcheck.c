@@ -13,7 +13,8 @@
  * Prints "ok gradcheck" on rank 0, exits 1 on a mismatch.
  * Usage: train_gradcheck [--mask causal|window|document|sparse] [--fraction F]
  *                        [--fused 0|1] [--bwd auto|q|kv] [--piece-rows R]
- *                        [--mlp-rows R]  (the MLP in chunks of R tokens) */
+ *                        [--mlp-rows R]  (the MLP in chunks of R tokens)
+ *                        [--keep-layers 0|1]  (the layers' intermediates kept) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@ enum { SMALL_TENSOR = 128, SAMPLES_OF_LARGE = 8, MAX_TENSORS = 32 };
 typedef struct {
     const char *mask, *bwd;
     double fraction;
-    int fused;
+    int fused, keep_layers;
     int64_t piece_rows, mlp_rows;
 } options;
 
@@ -215,7 +216,7 @@ static void check_isolation(model_runner *r, const model_layout *m, const proble
 
 static options parse_options(int argc, char **argv)
 {
-    options o = {"causal", "auto", 1.0, 1, 0, 0};
+    options o = {"causal", "auto", 1.0, 1, 0, 0, 0};
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) usage_exit("an option without its value");
         const char *v = argv[i + 1];
@@ -231,6 +232,8 @@ static options parse_options(int argc, char **argv)
             o.piece_rows = atoll(v);
         else if (strcmp(argv[i], "--mlp-rows") == 0)
             o.mlp_rows = atoll(v);
+        else if (strcmp(argv[i], "--keep-layers") == 0)
+            o.keep_layers = atoi(v);
         else
             usage_exit("unknown option (see the file's top comment)");
     }
@@ -267,6 +270,7 @@ int main(int argc, char **argv)
         .piece_rows = o.piece_rows,
         .mlp_rows = o.mlp_rows,
         .keep = choose_keep(o.fraction),
+        .keep_layers = o.keep_layers,
         .micro_batches = 1,
         .fused_head = o.fused,
         .head = {.chunk_tokens = 5, .z_loss = 1e-3f, .ignore_index = TOKEN_IGNORE},

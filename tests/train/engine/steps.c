@@ -173,9 +173,28 @@ START_TEST(bad_settings_exit_2_before_work)
 }
 END_TEST
 
+/* [memory] keep_layers keeps what the backward would recompute: the same
+ * operations on the same inputs, so the losses and gradient norms are the
+ * same bits, on one rank and on two (the gradients with the MLP in chunks,
+ * against finite differences, are ranks.c's). */
+START_TEST(keeping_the_layers_changes_no_bit)
+{
+    for (int ranks = 1; ranks <= 2; ranks++) {
+        char cp[32];
+        snprintf(cp, sizeof cp, "parallel.cp=%d", ranks);
+        const char *recomputed[] = {cp, "data.seq_len=128", NULL},
+                   *kept[] = {cp, "data.seq_len=128", "memory.keep_layers=true", NULL};
+        curve a, b;
+        run_ok(ranks, 1, recomputed, &a);
+        run_saying(ranks, 1, kept, "stored activations", &b);
+        expect_same(&a, &b, 0.0, ranks == 1 ? "kept layers, 1 rank" : "kept layers, 2 ranks");
+    }
+}
+END_TEST
+
 void add_step_tests(TCase *tc)
 {
     check_add_tests(tc, nonfinite_gradient_stops_every_rank,
                     gradient_infinite_only_after_the_reduction, loss_falls_on_a_learnable_task,
-                    bad_settings_exit_2_before_work);
+                    bad_settings_exit_2_before_work, keeping_the_layers_changes_no_bit);
 }
