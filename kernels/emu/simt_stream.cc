@@ -272,27 +272,26 @@ void maybe_run_some(void)
     if (!s->ops.empty()) run_until(s, s->done + 1);
 }
 
-/* Numbers the next op of s, ordered after what the host has seen (the lock
- * held). */
-uint64_t next_op(emu_stream *s)
+/* Issues s's next op (what, with its accesses acc[n]): ordered after what
+ * the host has seen, its accesses checked and recorded, numbered (the lock
+ * held); 0, or -2 for a hazard (nothing issued). */
+int issue(emu_stream *s, const char *what, const access *acc, int n)
 {
     join(s->known, g_host);
+    if (check_accesses(s, s->enqueued + 1, what, acc, n) != 0) return -2;
     s->enqueued++;
     if (s->known.size() <= (size_t)s->id) s->known.resize((size_t)s->id + 1, 0);
     s->known[(size_t)s->id] = s->enqueued;
-    return s->enqueued;
+    return 0;
 }
 
-/* Appends op to the stream's queue after checking its accesses (the lock
- * held; the deque aborts when out of memory, as allocations do without
- * exceptions); 0, -1 when queued work has failed, -2 for a hazard. */
+/* Issues op and appends it to the stream's queue (the lock held; the deque
+ * aborts when out of memory, as allocations do without exceptions); 0, -1
+ * when queued work has failed, -2 for a hazard. */
 int push(emu_stream *s, queued_op &&op, const access *acc, int n)
 {
-    join(s->known, g_host);
-    if (check_accesses(s, s->enqueued + 1, op.name ? op.name : "cudaMemcpyAsync", acc, n) != 0)
-        return -2;
+    if (issue(s, op.name ? op.name : "cudaMemcpyAsync", acc, n) != 0) return -2;
     s->ops.push_back(std::move(op));
-    next_op(s);
     maybe_run_some();
     return status();
 }
@@ -369,9 +368,7 @@ int stream_launch(void *stream, const char *name, const access *acc, int n,
         return push(s, queued_op{NULL, NULL, 0, std::move(work), name, NULL, 0}, acc, n);
     run_all(s);
     if (status() != 0) return -1;
-    join(s->known, g_host);
-    if (check_accesses(s, s->enqueued + 1, name, acc, n) != 0) return -2;
-    next_op(s);
+    if (issue(s, name, acc, n) != 0) return -2;
     s->done++; /* it runs now, on this thread */
     return work() == 0 ? 0 : -2;
 }
