@@ -32,6 +32,10 @@ typedef struct {
     kept_layer kept;        /* with keep_layers; else NULLs */
 } stored_layer;
 
+/* kept_layer's buffers in one order, the attention part's first: with
+ * runner_kept_buffers they are made, copied and freed by one table. */
+enum { KEPT_ATTENTION = 5, KEPT_BUFFERS = 10 };
+
 /* Parameters [at, at + count) widened to fp32 at wide. */
 typedef struct {
     int64_t at, count;
@@ -124,6 +128,12 @@ bt_status runner_use_params(model_runner *r, model_params p, int refresh);
 /* The fp32 parameters from offset at of the flat index, for an fp32 kernel:
  * the parameters themselves, or their widened copy. */
 const float *runner_param32(const model_runner *r, int64_t at);
+
+/* k's buffers (kept[i], KEPT_ATTENTION of the attention part, then the
+ * MLP's), the workspace buffer each is copied from (work[i]: [n, ...] for
+ * the attention part, the MLP's chunk buffers) and its floats per row. */
+void runner_kept_buffers(model_runner *r, kept_layer *k, float **kept[KEPT_BUFFERS],
+                         float *work[KEPT_BUFFERS], int64_t width[KEPT_BUFFERS]);
 
 /* Activations as they are stored: dst[count] (act_bytes elements) = src,
  * rounded to bf16 with bf16_matmul. */

@@ -61,40 +61,36 @@ static bt_status attention_inputs(model_runner *r, int l, const float *x_in)
     return BT_OK;
 }
 
-/* Copies n_bufs buffers between the workspace and a layer's kept
- * intermediates (keep_layers): work[i] [count[i]] into kept[i] after the
- * forward computed them (to_kept), back for the backward. */
-static bt_status move_kept(model_runner *r, float *const *work, float *const *kept,
-                           const int64_t *count, int n_bufs, int to_kept)
+/* Copies a layer's kept intermediates (keep_layers) between the workspace
+ * and k: buffers [first, last) (runner_kept_buffers' order), the workspace's
+ * from its start, k's from row r0, rows rows; into k after the forward
+ * computed them (to_kept), back for the backward. */
+static bt_status move_kept(model_runner *r, kept_layer *k, int first, int last, int64_t r0,
+                           int64_t rows, int to_kept)
 {
-    for (int i = 0; i < n_bufs; i++)
-        CHECK_KERNEL(bk_copy(r->cfg.queue, to_kept ? kept[i] : work[i], to_kept ? work[i] : kept[i],
-                             (size_t)count[i] * sizeof(float)));
+    float **kept[KEPT_BUFFERS], *work[KEPT_BUFFERS];
+    int64_t width[KEPT_BUFFERS];
+    runner_kept_buffers(r, k, kept, work, width);
+    for (int i = first; i < last; i++) {
+        float *kp = *kept[i] + r0 * width[i];
+        CHECK_KERNEL(bk_copy(r->cfg.queue, to_kept ? kp : work[i], to_kept ? work[i] : kp,
+                             (size_t)(rows * width[i]) * sizeof(float)));
+    }
     return BT_OK;
 }
 
 /* The attention part's intermediates (a, rstd1, q, k, v) of all n rows. */
-static bt_status move_attention_part(model_runner *r, const kept_layer *k, int to_kept)
+static bt_status move_attention_part(model_runner *r, kept_layer *k, int to_kept)
 {
-    int64_t n = r->n;
-    float *const work[] = {r->a, r->rstd1, r->q, r->k, r->v}, *const kept[] = {k->a, k->rstd1, k->q,
-                                                                               k->k, k->v};
-    const int64_t count[] = {n * r->D, n, n * r->QD, n * r->KD, n * r->KD};
-    return move_kept(r, work, kept, count, 5, to_kept);
+    return move_kept(r, k, 0, KEPT_ATTENTION, 0, r->n, to_kept);
 }
 
 /* The MLP part's intermediates (x1, b, rstd2, g, s) of rows [r0, r0 + rows),
- * in the chunk buffers. */
-static bt_status move_mlp_rows(model_runner *r, const kept_layer *k, int64_t r0, int64_t rows,
+ * which the chunk buffers hold from their start. */
+static bt_status move_mlp_rows(model_runner *r, kept_layer *k, int64_t r0, int64_t rows,
                                int to_kept)
 {
-    int64_t D = r->D, F = r->F;
-    float *const work[] = {r->x1, r->b, r->rstd2, r->g, r->s}, *const kept[] = {
-                                                                   k->x1 + r0 * D, k->b + r0 * D,
-                                                                   k->rstd2 + r0, k->g + r0 * 2 * F,
-                                                                   k->s + r0 * F};
-    const int64_t count[] = {rows * D, rows * D, rows, rows * 2 * F, rows * F};
-    return move_kept(r, work, kept, count, 5, to_kept);
+    return move_kept(r, k, KEPT_ATTENTION, KEPT_BUFFERS, r0, rows, to_kept);
 }
 
 /* Rows [r0, r0 + rows) of the MLP part, into the chunk buffers: x1 = x_in +
@@ -125,7 +121,7 @@ static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, con
  * chunk of mlp_rows rows, not the whole sequence. With keep (keep_layers,
  * training), each chunk's intermediates are kept there. */
 static bt_status mlp_forward(model_runner *r, int l, const float *x_in, float *out,
-                             const kept_layer *keep)
+                             kept_layer *keep)
 {
     bt_status st = BT_OK;
     for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->mlp_rows) {
@@ -142,8 +138,7 @@ static bt_status mlp_forward(model_runner *r, int l, const float *x_in, float *o
  * accumulated into G, and dx += the gradient through the MLP branch, so that
  * dx becomes the gradient of x1 (a chunk's rows of dx are read by that chunk
  * alone, before it adds to them). */
-static bt_status mlp_backward(model_runner *r, int l, const float *x_in, const kept_layer *kept,
-                              float *G)
+static bt_status mlp_backward(model_runner *r, int l, const float *x_in, kept_layer *kept, float *G)
 {
     const bk_queue *q = r->cfg.queue;
     const layer_offsets *o = &r->m->layer[l];
@@ -212,7 +207,7 @@ static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
     CHECK_KERNEL(bk_embedding_gather(r->cfg.queue, n, r->V, D, tokens,
                                      runner_param32(r, r->m->embed), r->x));
     for (int l = 0; l < d->layers && st == BT_OK; l++) {
-        const kept_layer *keep = mb >= 0 && r->cfg.keep_layers ? &stored(r, l)->kept : NULL;
+        kept_layer *keep = mb >= 0 && r->cfg.keep_layers ? &stored(r, l)->kept : NULL;
         st = enter_layer(r, l, mb, r->x);
         if (st == BT_OK) st = attention_inputs(r, l, r->x);
         if (st == BT_OK && keep) st = move_attention_part(r, keep, 1);
@@ -321,7 +316,7 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params, f
         if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
         const float *x_in = stored_input(r, e);
         if (!x_in) return BT_ERR_SYS; /* the device failed */
-        const kept_layer *kept = r->cfg.keep_layers ? &e->kept : NULL;
+        kept_layer *kept = r->cfg.keep_layers ? &e->kept : NULL;
         st = kept ? move_attention_part(r, kept, 0) : attention_inputs(r, l, x_in);
         if (st == BT_OK) st = attention_output_for_backward(r, e, stats);
         if (st == BT_OK) st = mlp_backward(r, l, x_in, kept, G);

@@ -157,16 +157,28 @@ static void take_workspace(model_runner *r)
     r->mem.head_logits = r->cfg.fused_head ? 0 : floats(n * r->V + n);
 }
 
+void runner_kept_buffers(model_runner *r, kept_layer *k, float **kept[KEPT_BUFFERS],
+                         float *work[KEPT_BUFFERS], int64_t width[KEPT_BUFFERS])
+{
+    int64_t D = r->D, F = r->F;
+    float **const k_bufs[KEPT_BUFFERS] = {&k->a,  &k->rstd1, &k->q,     &k->k, &k->v,
+                                          &k->x1, &k->b,     &k->rstd2, &k->g, &k->s};
+    float *const w_bufs[KEPT_BUFFERS] = {r->a,  r->rstd1, r->q,     r->k, r->v,
+                                         r->x1, r->b,     r->rstd2, r->g, r->s};
+    const int64_t widths[KEPT_BUFFERS] = {D, 1, r->QD, r->KD, r->KD, D, D, 1, 2 * F, F};
+    for (int i = 0; i < KEPT_BUFFERS; i++)
+        kept[i] = k_bufs[i], work[i] = w_bufs[i], width[i] = widths[i];
+}
+
 /* A layer's kept intermediates (keep_layers), counted as stored activations. */
 static void take_kept(model_runner *r, kept_layer *k)
 {
-    int64_t n = r->n, D = r->D, F = r->F;
-    float **bufs[] = {&k->a,  &k->rstd1, &k->q,     &k->k, &k->v,
-                      &k->x1, &k->b,     &k->rstd2, &k->g, &k->s};
-    const int64_t counts[] = {n * D, n,     n * r->QD, n * r->KD, n * r->KD,
-                              n * D, n * D, n,         n * 2 * F, n * F};
-    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
-        *bufs[i] = take_buffer(r, floats(counts[i]), &r->mem.stored, "the kept layer activations");
+    float **kept[KEPT_BUFFERS], *work[KEPT_BUFFERS];
+    int64_t width[KEPT_BUFFERS];
+    runner_kept_buffers(r, k, kept, work, width);
+    for (int i = 0; i < KEPT_BUFFERS; i++)
+        *kept[i] =
+            take_buffer(r, floats(r->n * width[i]), &r->mem.stored, "the kept layer activations");
 }
 
 /* One set of stored activations: per layer its input, the kept O, lse and,
@@ -327,11 +339,14 @@ void model_runner_free(model_runner *r)
                      r->d_o, r->dq, r->dk,    r->dv,    r->ds, r->dg, r->head_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) give_back(r, bufs[i]);
     for (int e = 0; r->store && e < r->m->dims.layers; e++) {
-        const stored_layer *st = &r->store[e];
-        const kept_layer *k = &st->kept;
-        void *kept[] = {st->x_in, st->o_kept, st->lse_kept, k->a,     k->rstd1, k->q, k->k,
-                        k->v,     k->x1,      k->b,         k->rstd2, k->g,     k->s};
-        for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) give_back(r, kept[i]);
+        stored_layer *st = &r->store[e];
+        float **kept[KEPT_BUFFERS], *work[KEPT_BUFFERS];
+        int64_t width[KEPT_BUFFERS];
+        runner_kept_buffers(r, &st->kept, kept, work, width);
+        for (int i = 0; i < KEPT_BUFFERS; i++) give_back(r, *kept[i]);
+        give_back(r, st->x_in);
+        give_back(r, st->o_kept);
+        give_back(r, st->lse_kept);
     }
     free(r->store);
     if (r->on_device) give_back(r, r->pos);
