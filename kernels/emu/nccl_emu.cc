@@ -53,10 +53,15 @@
  * - Calls on a communicator that has an asynchronous error return it.
  * - cudaDeviceGetPCIBusId refuses a buffer too small for the whole id.
  *
+ * - Operations on several communicators must be issued in one order on
+ *   every rank (OrderCounts): a send and its receive, or a collective, whose
+ *   ranks issued their other communicators' launches in different orders
+ *   before it fail (ncclInvalidUsage), whether or not the model's workers
+ *   would have deadlocked.
+ *
  * Not modelled: the NULL (legacy default) stream, ncclCommInitRank inside a
- * group, reductions other than sum/max/min or on 16- and 8-bit floats, other
- * NCCL or CUDA calls, and operations on several communicators issued in
- * orders that deadlock on a GPU (they deadlock here too, until the timeout). */
+ * group, reductions other than sum/max/min or on 16- and 8-bit floats, and
+ * other NCCL or CUDA calls. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -256,12 +261,15 @@ struct CollDesc {
     uint32_t kind, dtype, redop, unused;
 };
 
+enum { kOrderRanks = 64 }; /* peers whose order a collective checks */
+
 struct alignas(64) RankSlot {
     uint32_t claimed, state; /* state: RankState */
     int32_t pid, device;
     uint64_t start_time;
     uint64_t phase; /* collective barriers passed */
     CollDesc desc;
+    uint64_t order[kOrderRanks]; /* the collective's order_key for each peer */
 };
 
 /* The channel from one rank to another (or itself): the n-th receive is
@@ -270,6 +278,7 @@ struct alignas(64) RankSlot {
  * and the receiver sets done_seq = n once it has all of them. */
 struct alignas(64) ChannelCtl {
     uint64_t done_seq, recv_seq, send_seq, recv_bytes, send_bytes;
+    uint64_t send_order; /* the n-th send's order_key, set before send_seq */
     alignas(64) uint64_t head;
     alignas(64) uint64_t tail;
 };
@@ -300,12 +309,64 @@ Layout layout_for(int nranks)
     return l;
 }
 
+/* ------------------------------------------------------------------ order across communicators */
+
+/* NCCL asks that operations on different communicators be issued in one
+ * order on every rank: a kernel waiting for its peer may keep the GPU from
+ * running the other communicator's kernel that the peer waits for, so ranks
+ * issuing A then B and B then A can deadlock on a GPU, while on the model's
+ * workers (a thread per stream) they would not. So the model checks the
+ * order, per pair of ranks. Each process counts, for every communicator it
+ * joined, its launches (an outermost group, or a call outside one) that
+ * involved each peer. A launch's order key for a peer hashes those counts,
+ * taken before the launch, over the other communicators both processes
+ * joined. The two ends of a send and its receive, and every pair of ranks of
+ * a collective, must bring equal keys; otherwise the operation fails with
+ * ncclInvalidUsage, naming the counts. Strict where NCCL allows either: a
+ * rank that groups two calls which its peer issues apart is refused too.
+ * Counts of zero are left out, so a communicator that one rank created
+ * before a launch and its peer after it does not count. */
+struct OrderCounts {
+    uint64_t uid = 0;               /* the segment's name hashed: equal on every rank */
+    std::vector<int32_t> pids;      /* the process of each rank */
+    std::vector<uint64_t> starts;   /* and its start time */
+    std::vector<uint64_t> launches; /* per rank: this process's launches involving it */
+};
+
+/* The counts a launch brings for one peer: (uid, launches) by uid. */
+typedef std::vector<std::pair<uint64_t, uint64_t>> OrderList;
+
+uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+uint64_t order_key(const OrderList &counts)
+{
+    uint64_t h = mix64(counts.size());
+    for (const auto &c : counts) h = mix64(h ^ mix64(c.first) ^ (c.second * 0x100000001b3ull));
+    return h;
+}
+
+std::string order_text(const OrderList &counts)
+{
+    std::string text;
+    for (const auto &c : counts)
+        text += format("%scomm %08llx: %llu", text.empty() ? "" : ", ",
+                       (unsigned long long)(c.first >> 32), (unsigned long long)c.second);
+    return text.empty() ? "none" : text;
+}
+
 /* ------------------------------------------------------------------ communicator */
 
 struct Comm {
     int rank = 0, nranks = 0;
     double timeout = 120;
     const void *handle = nullptr; /* the user's ncclComm_t, for reports */
+    std::shared_ptr<OrderCounts> order;
     void *map = nullptr;
     size_t map_bytes = 0;
     Layout layout{};
@@ -442,6 +503,7 @@ struct Op {
      * (from 1), and for a collective its first barrier and its chunks. */
     uint64_t seq = 0, phase_base = 0;
     size_t chunk_elems = 0, chunks = 0;
+    std::vector<OrderList> order; /* per rank of the communicator: the peers' counts */
 
     /* Progress, the worker's alone. */
     int state = 0;
@@ -525,6 +587,20 @@ Step size_mismatch(Op &op, uint64_t other)
                    true);
 }
 
+/* A send and its receive whose ranks issued their launches on the other
+ * communicators in different orders before them (OrderCounts). */
+Step order_mismatch(Op &op)
+{
+    return fail_op(
+        op, ncclInvalidUsage,
+        format("%s #%llu from rank %d: the two ranks issued their operations on the other "
+               "communicators in different orders before it (NCCL requires one order on every "
+               "rank); this rank's launches with rank %d before it: %s",
+               kind_name(op.kind), (unsigned long long)op.seq, op.peer, op.peer,
+               order_text(op.order[(size_t)op.peer]).c_str()),
+        true);
+}
+
 /* The receiving side: arm when the channel's earlier transfers are done,
  * learn the sender's size, copy out of the ring, then mark it done. */
 Step step_recv(Op &op)
@@ -542,6 +618,9 @@ Step step_recv(Op &op)
         if (load_acquire(&ch->send_seq) != op.seq) return Step::Waiting;
         uint64_t sent = load_acquire(&ch->send_bytes);
         if (sent != op.bytes()) return size_mismatch(op, sent);
+        if (op.peer != c.rank &&
+            load_acquire(&ch->send_order) != order_key(op.order[(size_t)op.peer]))
+            return order_mismatch(op);
         op.state = kCopy;
         return Step::Progress;
     }
@@ -573,6 +652,7 @@ Step step_send(Op &op)
         /* recv_seq reaches n only after transfer n-1 is done */
         if (load_acquire(&ch->recv_seq) != op.seq) return Step::Waiting;
         uint64_t wanted = load_acquire(&ch->recv_bytes);
+        store_release(&ch->send_order, order_key(op.order[(size_t)op.peer]));
         store_release(&ch->send_bytes, (uint64_t)op.bytes());
         store_release(&ch->send_seq, op.seq);
         if (wanted != op.bytes()) return size_mismatch(op, wanted);
@@ -711,7 +791,12 @@ std::string desc_text(const CollDesc &d)
 void publish_chunk(Op &op)
 {
     Comm &c = *op.comm;
-    if (op.chunk == 0) c.slot(c.rank)->desc = desc_of(op);
+    if (op.chunk == 0) {
+        RankSlot *mine = c.slot(c.rank);
+        mine->desc = desc_of(op);
+        for (int q = 0; q < std::min<int>(c.nranks, kOrderRanks); q++)
+            mine->order[q] = order_key(op.order[(size_t)q]);
+    }
     size_t start = op.chunk * op.chunk_elems, n = chunk_len(op), es = op.elem;
     const uint8_t *send = static_cast<const uint8_t *>(op.sendbuf);
     uint8_t *slot = c.coll_slot(c.rank);
@@ -749,8 +834,9 @@ bool all_reached(Comm &c, uint64_t phase)
     return true;
 }
 
-/* "" when every rank describes the same collective. */
-std::string desc_disagreement(Comm &c)
+/* "" when every rank describes the same collective and issued it in the same
+ * order as this rank against the other communicators (OrderCounts). */
+std::string desc_disagreement(Comm &c, const Op &op)
 {
     const CollDesc &mine = c.slot(c.rank)->desc;
     for (int q = 0; q < c.nranks; q++) {
@@ -759,6 +845,13 @@ std::string desc_disagreement(Comm &c)
             return format("ranks disagree on a collective: rank %d issued %s, rank %d %s", c.rank,
                           desc_text(mine).c_str(), q, desc_text(d).c_str());
     }
+    for (int q = 0; q < std::min<int>(c.nranks, kOrderRanks) && c.rank < kOrderRanks; q++)
+        if (q != c.rank && load_acquire(&c.slot(q)->order[c.rank]) != c.slot(c.rank)->order[q])
+            return format("%s: ranks %d and %d issued their operations on the other communicators "
+                          "in different orders before it (NCCL requires one order on every "
+                          "rank); this rank's launches with rank %d before it: %s",
+                          desc_text(mine).c_str(), c.rank, q, q,
+                          order_text(op.order[(size_t)q]).c_str());
     return "";
 }
 
@@ -781,7 +874,7 @@ Step step_collective(Op &op)
     case kGather: {
         if (!all_reached(c, published)) return Step::Waiting;
         if (op.chunk == 0) {
-            std::string why = desc_disagreement(c);
+            std::string why = desc_disagreement(c, op);
             if (!why.empty()) return fail_op(op, ncclInvalidUsage, why, true);
         }
         combine_chunk(op);
@@ -1068,11 +1161,75 @@ void assign_order(Op &op)
     }
 }
 
+/* Every communicator this process joined, by uid; under launch_mutex. Kept
+ * after a communicator is destroyed: its counts still order the others. */
+std::vector<std::shared_ptr<OrderCounts>> &order_book()
+{
+    static auto *book = new std::vector<std::shared_ptr<OrderCounts>>;
+    return *book;
+}
+
+/* Enters communicator c (name: its segment's) in the order book. */
+void enter_order_book(Comm &c, const char *name)
+{
+    auto counts = std::make_shared<OrderCounts>();
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    counts->uid = h;
+    for (int q = 0; q < c.nranks; q++) {
+        counts->pids.push_back(c.slot(q)->pid);
+        counts->starts.push_back(c.slot(q)->start_time);
+    }
+    counts->launches.assign((size_t)c.nranks, 0);
+    c.order = counts;
+    std::lock_guard<std::mutex> lk(launch_mutex());
+    auto &book = order_book();
+    auto at = std::find_if(book.begin(), book.end(),
+                           [h](const std::shared_ptr<OrderCounts> &b) { return b->uid > h; });
+    book.insert(at, counts);
+}
+
+/* This process's counts with the process of rank q of a, over the other
+ * communicators that process joined too. */
+OrderList counts_with(const OrderCounts &a, int q)
+{
+    OrderList list;
+    for (const auto &b : order_book()) {
+        if (b.get() == &a) continue;
+        for (size_t r = 0; r < b->pids.size(); r++)
+            if (b->pids[r] == a.pids[(size_t)q] && b->starts[r] == a.starts[(size_t)q]) {
+                if (b->launches[r] > 0) list.emplace_back(b->uid, b->launches[r]);
+                break;
+            }
+    }
+    return list;
+}
+
+/* Gives each op its order lists, then counts the launch once per
+ * communicator and peer it involves. Under launch_mutex. */
+void take_order(std::vector<std::unique_ptr<Op>> &ops)
+{
+    std::vector<std::pair<OrderCounts *, int>> involved;
+    for (auto &op : ops) {
+        Comm &c = *op->comm;
+        op->order.assign((size_t)c.nranks, OrderList());
+        for (int q = 0; q < c.nranks; q++) {
+            if (q == c.rank || (op->is_p2p() && q != op->peer)) continue;
+            op->order[(size_t)q] = counts_with(*c.order, q);
+            involved.emplace_back(c.order.get(), q);
+        }
+    }
+    std::sort(involved.begin(), involved.end());
+    involved.erase(std::unique(involved.begin(), involved.end()), involved.end());
+    for (auto &i : involved) i.first->launches[(size_t)i.second]++;
+}
+
 void launch_group(std::vector<std::unique_ptr<Op>> ops)
 {
     if (ops.empty()) return;
     auto launch = std::make_shared<Launch>();
     std::lock_guard<std::mutex> lk(launch_mutex());
+    take_order(ops);
     for (auto &op : ops) {
         assign_order(*op);
         auto &streams = launch->streams;
@@ -1453,6 +1610,7 @@ ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId &id, int 
         shm_unlink(idl.name); /* whoever gives up leaves nothing behind */
         return r;
     }
+    enter_order_book(*c, idl.name);
     *out = new ncclComm{c};
     c->handle = *out;
     return ncclSuccess;

@@ -10,7 +10,9 @@
  * issue order; a peer that aborts or exits; abort with operations pending;
  * size and collective mismatches; an invalid call inside a group; an
  * initialisation that a rank misses or dies in; two ranks on one device; the
- * CUDA calls around NCCL, and a forked child refused the runtime.
+ * CUDA calls around NCCL, and a forked child refused the runtime; one order
+ * over two communicators, and sends, receives and collectives issued in
+ * different orders across them, which fail.
  * A rank's stderr is a file the parent reads; its alarm ends it alone. */
 #define _GNU_SOURCE
 #include <check.h>
@@ -391,6 +393,91 @@ static int p2p_issue_order(int rank, int nranks, ncclUniqueId id)
     return 0;
 }
 
+/* A second communicator over the same ranks, its id drawn by the parent
+ * (run_ranks) before the ranks fork. */
+static ncclUniqueId second_id;
+
+/* Opens the two communicators, each on a stream of its own. */
+static int open_two(rank_ctx c[2], int rank, int nranks, ncclUniqueId id)
+{
+    return open_ctx(&c[0], rank, nranks, id) || open_ctx(&c[1], rank, nranks, second_id);
+}
+
+/* Every rank issues the same order over two communicators: ring steps on
+ * one, then the other, then one group over both, then a sum on each; all
+ * complete with the right bytes. */
+static int orders_agree(int rank, int nranks, ncclUniqueId id)
+{
+    rank_ctx c[2];
+    if (open_two(c, rank, nranks, id)) return 1;
+    int prev = (rank + nranks - 1) % nranks, next = (rank + 1) % nranks;
+    unsigned char *send = filled(rank, 4096), *recv = calloc(1, 4096);
+    for (int step = 0; step < 3; step++) {
+        EXPECT(ncclGroupStart() == ncclSuccess, "group start");
+        for (int k = 0; k < 2; k++)
+            if (step == 2 || k == step) {
+                EXPECT(ncclRecv(recv, 4096, ncclUint8, prev, c[k].comm, c[k].stream) == 0, "recv");
+                EXPECT(ncclSend(send, 4096, ncclUint8, next, c[k].comm, c[k].stream) == 0, "send");
+            }
+        EXPECT(ncclGroupEnd() == ncclSuccess, "group end");
+    }
+    float in = 1, out[2] = {0};
+    for (int k = 0; k < 2; k++)
+        EXPECT(ncclAllReduce(&in, &out[k], 1, ncclFloat32, ncclSum, c[k].comm, c[k].stream) == 0,
+               "sum");
+    for (int k = 0; k < 2; k++) {
+        if (completes(&c[k], 20)) return 1;
+        EXPECT(out[k] == (float)nranks, "communicator %d's sum %g", k, out[k]);
+        close_ctx(&c[k], 0);
+    }
+    long bad = first_wrong(recv, 4096, prev);
+    EXPECT(bad < 0, "the bytes of rank %d, wrong at %ld", prev, bad);
+    free(send), free(recv);
+    return 0;
+}
+
+/* Even ranks send to the next rank on communicator 0, then on 1; the next
+ * rank receives on 1, then on 0. Each communicator has its own stream, so
+ * the model's workers would finish both; on a GPU it can deadlock. Every
+ * rank's operations fail. */
+static int p2p_orders_differ(int rank, int nranks, ncclUniqueId id)
+{
+    rank_ctx c[2];
+    if (open_two(c, rank, nranks, id)) return 1;
+    int sender = rank % 2 == 0, peer = sender ? rank + 1 : rank - 1;
+    unsigned char buf[2][256] = {{0}};
+    for (int i = 0; i < 2; i++) {
+        int k = sender ? i : 1 - i;
+        ncclResult_t r = sender ? ncclSend(buf[k], 256, ncclUint8, peer, c[k].comm, c[k].stream)
+                                : ncclRecv(buf[k], 256, ncclUint8, peer, c[k].comm, c[k].stream);
+        EXPECT(r == ncclSuccess, "issue: %s", ncclGetErrorString(r));
+    }
+    for (int k = 0; k < 2; k++) {
+        if (fails(&c[k], 10, ncclInvalidUsage, ncclRemoteError)) return 1;
+        close_ctx(&c[k], 1);
+    }
+    return 0;
+}
+
+/* Rank 0 sums on communicator 0, then on 1; the others on 1, then on 0:
+ * every rank's collectives fail. */
+static int collective_orders_differ(int rank, int nranks, ncclUniqueId id)
+{
+    rank_ctx c[2];
+    if (open_two(c, rank, nranks, id)) return 1;
+    float in = 1, out[2];
+    for (int i = 0; i < 2; i++) {
+        int k = rank == 0 ? i : 1 - i;
+        EXPECT(ncclAllReduce(&in, &out[k], 1, ncclFloat32, ncclSum, c[k].comm, c[k].stream) == 0,
+               "sum");
+    }
+    for (int k = 0; k < 2; k++) {
+        if (fails(&c[k], 10, ncclInvalidUsage, ncclRemoteError)) return 1;
+        close_ctx(&c[k], 1);
+    }
+    return 0;
+}
+
 /* Odd ranks wait on a receive from the even rank before them, which aborts
  * its communicator (or, with exit_instead, exits) without sending. */
 static int peer_leaves(int rank, int nranks, ncclUniqueId id, int exit_instead)
@@ -585,7 +672,7 @@ typedef struct {
     int nranks;
     int status[MAX_RANKS]; /* waitpid's, -1 when the rank was killed for hanging */
     char *err[MAX_RANKS];  /* its stderr */
-    char shm_path[128];    /* its segment's name under /dev/shm */
+    char shm_path[2][128]; /* its segments' names under /dev/shm (id, second_id) */
 } run_result;
 
 /* The segment's name that the id holds after its 16-byte tag (nccl_emu.cc's
@@ -650,7 +737,9 @@ static run_result run_ranks(int nranks, const char *timeout, scenario fn)
     res.nranks = nranks;
     ncclUniqueId id;
     ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
-    shm_path_of(&id, res.shm_path, sizeof res.shm_path);
+    ck_assert_int_eq(ncclGetUniqueId(&second_id), ncclSuccess);
+    shm_path_of(&id, res.shm_path[0], sizeof res.shm_path[0]);
+    shm_path_of(&second_id, res.shm_path[1], sizeof res.shm_path[1]);
     pid_t pids[MAX_RANKS] = {0};
     int err_fds[MAX_RANKS] = {0};
     for (int r = 0; r < nranks; r++) {
@@ -683,7 +772,8 @@ static void assert_all_passed(const run_result *res)
                       "rank %d of %d failed (status 0x%x); its stderr:\n%s", r, res->nranks,
                       res->status[r], res->err[r]);
     }
-    ck_assert_msg(access(res->shm_path, F_OK) != 0, "%s was left behind", res->shm_path);
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(access(res->shm_path[k], F_OK) != 0, "%s was left behind", res->shm_path[k]);
 }
 
 static void assert_every_stderr_has(const run_result *res, const char *what)
@@ -757,6 +847,36 @@ END_TEST
 START_TEST(point_to_point_matches_in_issue_order)
 {
     expect_pass(NRANKS, "20", p2p_issue_order);
+}
+END_TEST
+
+START_TEST(one_order_over_two_communicators_completes)
+{
+    expect_pass(NRANKS, "20", orders_agree);
+}
+END_TEST
+
+/* The receiving ranks name the order; the model's timeout (20 s) is never
+ * reached: the check fails them at the match. */
+START_TEST(point_to_point_in_another_order_across_communicators_fails)
+{
+    run_result res = run_ranks(NRANKS, "20", p2p_orders_differ);
+    assert_all_passed(&res);
+    for (int r = 1; r < NRANKS; r += 2)
+        ck_assert_msg(strstr(res.err[r], "in different orders before it"), "rank %d:\n%s", r,
+                      res.err[r]);
+    for (int r = 0; r < NRANKS; r++)
+        ck_assert_msg(!strstr(res.err[r], "no progress"), "rank %d timed out:\n%s", r, res.err[r]);
+    run_free(&res);
+}
+END_TEST
+
+START_TEST(collectives_in_another_order_across_communicators_fail)
+{
+    run_result res = run_ranks(NRANKS, "20", collective_orders_differ);
+    assert_all_passed(&res);
+    ck_assert_msg(strstr(res.err[0], "in different orders before it"), "%s", res.err[0]);
+    run_free(&res);
 }
 END_TEST
 
@@ -849,7 +969,8 @@ int main(void)
     Suite *s = suite_create("nccl_emu");
     TCase *ok = check_tcase(s, "correctness", 120);
     check_add_loop_tests(ok, 1, 3, grouped_ring_step_moves_the_data, collectives_on_odd_sizes,
-                         point_to_point_matches_in_issue_order);
+                         point_to_point_matches_in_issue_order,
+                         one_order_over_two_communicators_completes);
     check_add_tests(ok, a_rank_alone_sends_to_itself_in_a_group, invalid_call_voids_its_group,
                     cuda_calls_around_nccl);
     TCase *fail = check_tcase(s, "failures", 120);
@@ -858,7 +979,9 @@ int main(void)
                          peer_that_aborts_fails_the_waiting_receive,
                          peer_that_exits_fails_the_waiting_receive,
                          abort_returns_promptly_with_operations_pending,
-                         mismatched_sizes_fail_both_ends, mismatched_collectives_fail_every_rank);
+                         mismatched_sizes_fail_both_ends, mismatched_collectives_fail_every_rank,
+                         point_to_point_in_another_order_across_communicators_fails,
+                         collectives_in_another_order_across_communicators_fail);
     check_add_tests(fail, initialisation_gives_up_without_its_peers,
                     initialisation_gives_up_when_a_peer_dies, two_ranks_on_one_device_are_refused);
     return check_run(s);
