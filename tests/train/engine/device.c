@@ -199,6 +199,33 @@ START_TEST(device_masks_backwards_and_resume_over_nccl)
     on_emulator = 0;
 }
 END_TEST
+
+/* The node users run, twice over: 2 emulated nodes of 4 GPUs each, NCCL
+ * inside a node and staged between (kernels deferred). The double ring over
+ * all 8 ranks against the CPU engine's single rank; dp x cp = 2 x 4, each
+ * ring inside a node and the optimizer's collectives across both, against
+ * the CPU engine on the same grid. */
+START_TEST(device_two_nodes_of_four_gpus_over_nccl)
+{
+    on_emulator = 1;
+    static char *four_gpus[] = {"OMP_NUM_THREADS=1", "BK_EMU_GPUS_PER_NODE=4",
+                                "BK_EMU_NCCL_TIMEOUT=300", "BK_EMU_STREAMS=deferred", NULL};
+    const char *nccl[] = {"train.device=cuda", "data.seq_len=64", "transport.intra=nccl", NULL},
+               *grid[] = {"parallel.dp=2", "parallel.cp=4", NULL};
+    curve cpu, ring, cpu_grid, nccl_grid;
+    run_ok(1, 1, on_cpu, &cpu);
+    run_ok(8, 2, with(on_cpu, grid), &cpu_grid);
+    run_env = four_gpus;
+    /* rank 5, GPU 1 of node 1: staged to node 0, NCCL to its node's others */
+    run_saying(8, 2, with(nccl, (const char *[]){"parallel.cp=8", "parallel.ring=double", NULL}),
+               "rank 5: ssssncnn", &ring);
+    run_ok(8, 2, with(nccl, grid), &nccl_grid);
+    run_env = one_thread;
+    expect_same(&cpu, &ring, 2e-2, "2 nodes x 4 GPUs, double ring over NCCL vs CPU");
+    expect_same(&cpu_grid, &nccl_grid, 2e-2, "2 nodes x 4 GPUs, dp x cp = 2 x 4 vs CPU");
+    on_emulator = 0;
+}
+END_TEST
 #endif
 
 /* The number after `key` in the line holding `line`, or -1. */
@@ -456,6 +483,7 @@ void add_device_tests(Suite *s)
                     device_arena_report_names_the_largest_peak);
 #ifdef HAVE_NCCL
     check_add_tests(check_tcase(s, "device over NCCL", 900), device_engine_over_nccl,
-                    device_masks_backwards_and_resume_over_nccl);
+                    device_masks_backwards_and_resume_over_nccl,
+                    device_two_nodes_of_four_gpus_over_nccl);
 #endif
 }
