@@ -199,6 +199,18 @@ const char *bt_comm_device_path(bt_comm *c, int peer);
  * rank; for rank 0 to print at start. */
 bt_status bt_world_device_path_table(bt_world *w, char *table);
 
+/* NCCL's own device memory on one rank of a node of local_ranks ranks that
+ * NCCL serves (0 below 2 ranks), estimated from NCCL's documented settings,
+ * read from the environment as NCCL reads them, else their defaults: each
+ * channel of the collectives' communicator receives through one buffer per
+ * protocol (Simple NCCL_BUFFSIZE 4 MiB, LL 512 KiB, LL128 4,915,200 bytes;
+ * NCCL_MAX_NCHANNELS channels, at most and by default 32); each of p2p_comms
+ * point-to-point communicators receives from 2 peers (1 with 2 ranks) on 2
+ * channels each (an assumption: NCCL derives it from the topology) in
+ * Simple buffers. NCCL allocates these itself, outside the caller's memory,
+ * when a connection is first used. basis [basis_len] gets the figures. */
+size_t bt_nccl_buffer_bytes(int local_ranks, int p2p_comms, char *basis, size_t basis_len);
+
 /* Byte counters, per channel, of everything this rank sent and received since
  * the start or the last reset (collectives count on their reserved channels). */
 typedef struct {

@@ -48,9 +48,11 @@ static void usage(FILE *out)
             "SIZE]\n\n"
             "Counts what one rank of `burst train` with this configuration needs, part by part,\n"
             "as the run itself counts it at setup, without starting any rank, and says whether\n"
-            "it fits, as the run decides: on a device ([train] device = cuda) the device parts\n"
-            "and the arena's margin against one GPU's memory, each rank driving a GPU of its\n"
-            "own; on the CPU the whole against a node's memory shared by its ranks; and\n"
+            "it fits, as the run decides: on a device ([train] device = cuda) the device parts,\n"
+            "the arena's margin and NCCL's own buffers (estimated from NCCL_BUFFSIZE and\n"
+            "NCCL_MAX_NCHANNELS as set here, on nodes of several ranks unless [transport]\n"
+            "intra = ucx) against one GPU's memory, each rank driving a GPU of its own; on\n"
+            "the CPU the whole against a node's memory shared by its ranks; and\n"
             "[memory] limit_bytes either way. Then the longest sequence 2^k x 2 cp that fits.\n\n");
     bu_options_print(out, options, N_OPTIONS, 23);
     fprintf(out, "\nExit status: 0 it fits, 2 it does not (or a bad configuration).\n");
@@ -77,7 +79,7 @@ static int fits(const plan_args *a, const train_config *cfg, trainer *t, char *e
     double total = (double)trainer_memory_total(&t->mem);
     if (cfg->limit_bytes > 0 && total > (double)cfg->limit_bytes) return 0;
     if (t->choices.on_device)
-        return (double)trainer_arena_bytes(&t->mem) <= (double)a->device_bytes;
+        return (double)(trainer_arena_bytes(&t->mem) + t->mem.nccl) <= (double)a->device_bytes;
     return total <= (double)a->host_bytes / a->per_node;
 }
 
@@ -115,11 +117,20 @@ static void report(const plan_args *a, const trainer *t, int ok)
            bu_human_bytes((double)trainer_memory_total(&t->mem), h[0], 32));
     if (c->limit_bytes > 0)
         printf("[memory] limit_bytes: %s\n", bu_human_bytes((double)c->limit_bytes, h[1], 32));
-    if (t->choices.on_device)
-        printf("device per rank: arena %s (the device parts and their margin) of a GPU's %s\n",
-               bu_human_bytes((double)trainer_arena_bytes(&t->mem), h[1], 32),
+    if (t->choices.on_device) {
+        char nccl[64] = "";
+        if (t->mem.nccl > 0)
+            snprintf(nccl, sizeof nccl, " and NCCL's buffers %s",
+                     bu_human_bytes((double)t->mem.nccl, h[3], 32));
+        printf("device per rank: arena %s (the device parts and their margin)%s of a GPU's %s\n",
+               bu_human_bytes((double)trainer_arena_bytes(&t->mem), h[1], 32), nccl,
                bu_human_bytes((double)a->device_bytes, h[2], 32));
-    else
+    }
+    if (t->mem.nccl > 0) {
+        char basis[256];
+        trainer_nccl_bytes(t, basis, sizeof basis);
+        printf("NCCL's buffers, estimated from its settings: %s\n", basis);
+    } else
         printf("host per rank: %s of %s (a node's %s over %d ranks)\n",
                bu_human_bytes((double)trainer_memory_total(&t->mem), h[1], 32),
                bu_human_bytes((double)a->host_bytes / a->per_node, h[2], 32),

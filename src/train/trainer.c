@@ -161,6 +161,19 @@ static int report_device_paths(trainer *t)
     return failed ? -1 : 0;
 }
 
+/* This rank and the ranks it reaches through NCCL (its node's, when NCCL
+ * serves the node), or 0 when it reaches none. */
+static int nccl_ranks_here(trainer *t)
+{
+    bt_comm *world = bt_world_comm(t->world);
+    int ranks = 1;
+    for (int peer = 0; peer < t->world_size; peer++) {
+        const char *path = bt_comm_device_path(world, peer);
+        ranks += path && strcmp(path, "nccl") == 0;
+    }
+    return ranks > 1 ? ranks : 0;
+}
+
 /* [train] device = cuda: this rank's GPU (its local index modulo the node's
  * GPUs: ranks beyond the count share), and the transport told how to move
  * device memory. Collective: the ranks agree the device is there before the
@@ -183,8 +196,10 @@ static int make_queue(trainer *t, char *err, size_t err_len)
     t->device_index = bt_world_local_rank(t->world) % count;
     t->device_count = count;
     t->queue = (bk_queue){BK_DEVICE, NULL, 0, NULL};
-    if (transport_link_device(t->world, t->device_index) == BT_OK && report_device_paths(t) == 0)
+    if (transport_link_device(t->world, t->device_index) == BT_OK && report_device_paths(t) == 0) {
+        t->nccl_ranks = nccl_ranks_here(t);
         return 0;
+    }
     snprintf(err, err_len, "%s", bt_world_error(t->world));
     return EXIT_RUN_FAILURE;
 }
@@ -354,8 +369,12 @@ int trainer_plan_offline(trainer *t, int world_size, int nodes, char *err, size_
     if (train_config_validate(c, world_size, err, err_len) != 0 ||
         make_model_layout(t, err, err_len) != 0 || make_choices(t, err, err_len) != 0)
         return -1;
-    if (t->choices.on_device)
+    if (t->choices.on_device) {
         t->queue = (bk_queue){BK_DEVICE, NULL, 0, NULL}; /* no device touched */
+        /* a GPU per rank: NCCL serves every node of several ranks unless told not to */
+        int local = world_size / nodes;
+        t->nccl_ranks = local > 1 && strcmp(c->intra, "ucx") != 0 ? local : 0;
+    }
     model_runner_config rc;
     return plan_rank_memory(t, nodes, world_size / nodes, &rc, err, err_len);
 }

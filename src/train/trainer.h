@@ -47,6 +47,8 @@ typedef struct {
     size_t reduce_copy;   /* the optimizer step's reduce-scatter (zero1_step_bytes) */
     size_t arena_margin;  /* on a device: what the arena adds to the device parts, for
                              its alignment and the kernels' scratch (0 on the host) */
+    size_t nccl;          /* on a device in a node NCCL serves: NCCL's own buffers,
+                             estimated (bt_nccl_buffer_bytes), outside the arena */
 } trainer_memory;
 
 /* Everything one rank needs during the run. */
@@ -75,6 +77,7 @@ typedef struct {
     bk_arena *arena;              /* on a device: where every buffer of the engine and the
                                      kernels' scratch come from (the queue's arena) */
     int device_index, device_count; /* the GPU this rank drives, of the node's (device only) */
+    int nccl_ranks;                 /* ranks of this node that NCCL serves together, or 0 */
     FILE *metrics;
     trainer_memory mem;
     double baseline_bytes;        /* the process before the model was made */
@@ -224,12 +227,17 @@ double trainer_available_bytes(void);
 size_t trainer_memory_total(const trainer_memory *m);
 /* The parts of m, named, as one line of text ("parameters 1.2 MiB, ..."). */
 void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len);
-/* The parts of m that live in device memory on a device: parameters,
+/* The parts of m that live in the device arena on a device: parameters,
  * gradients, optimizer, the device's token buffers, stored activations, layer
- * workspace (its few host buffers included) and ring buffers. The rest (the
- * host's token buffers, document ids, the reduce-scatter's copy, which the
- * transport stages through the host) stays on the host. */
+ * workspace (its few host buffers included) and ring buffers. NCCL's buffers
+ * (m->nccl) are device memory outside the arena. The rest (the host's token
+ * buffers, document ids, the reduce-scatter's copy, which the transport
+ * stages through the host) stays on the host. */
 size_t trainer_device_bytes(const trainer_memory *m);
+/* NCCL's own device buffers on this rank, estimated (bt_nccl_buffer_bytes for
+ * the ring's communicators and the collectives'), 0 where NCCL serves no
+ * peer of it; basis [basis_len] gets the figures (may be NULL, 0). */
+size_t trainer_nccl_bytes(const trainer *t, char *basis, size_t basis_len);
 /* The device arena's capacity: trainer_device_bytes plus m->arena_margin, rounded up
  * to BK_ARENA_ALIGN as the arena rounds it. */
 size_t trainer_arena_bytes(const trainer_memory *m);

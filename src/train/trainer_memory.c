@@ -9,7 +9,9 @@
 
 #include "kernels/arena.h"
 #include "kernels/device.h"
+#include "src/attn/ring_plan.h"
 #include "src/train/trainer.h"
+#include "transport/transport.h"
 #include "util/exit_codes.h"
 #include "util/parse.h"
 
@@ -18,7 +20,7 @@ size_t trainer_memory_total(const trainer_memory *m)
     const model_memory *r = &m->model;
     size_t transient = r->head_logits > m->reduce_copy ? r->head_logits : m->reduce_copy;
     return m->params + m->grads + m->optimizer + m->tokens + m->segments + m->whole_sample +
-           r->stored + r->workspace + r->ring + transient;
+           r->stored + r->workspace + r->ring + m->nccl + transient;
 }
 
 void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len)
@@ -27,20 +29,23 @@ void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len)
     const struct {
         const char *name;
         size_t bytes;
-    } parts[] = {{"parameters", m->params},
-                 {"gradients", m->grads},
-                 {"optimizer", m->optimizer},
-                 {"stored activations", r->stored},
-                 {"layer workspace", r->workspace},
-                 {"ring buffers", r->ring},
+        int optional; /* left out when 0 */
+    } parts[] = {{"parameters", m->params, 0},
+                 {"gradients", m->grads, 0},
+                 {"optimizer", m->optimizer, 0},
+                 {"stored activations", r->stored, 0},
+                 {"layer workspace", r->workspace, 0},
+                 {"ring buffers", r->ring, 0},
                  /* with their document ids and the recall source's whole sample */
-                 {"tokens", m->tokens + m->segments + m->whole_sample},
-                 {"head logits", r->head_logits}, /* the two transients, last */
-                 {"reduce-scatter copy", m->reduce_copy}};
+                 {"tokens", m->tokens + m->segments + m->whole_sample, 0},
+                 {"NCCL's buffers (estimated)", m->nccl, 1},
+                 {"head logits", r->head_logits, 0}, /* the two transients, last */
+                 {"reduce-scatter copy", m->reduce_copy, 0}};
     const size_t n = sizeof parts / sizeof *parts;
     size_t used = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < n && used < len; i++) {
+        if (parts[i].optional && parts[i].bytes == 0) continue;
         char h[32];
         const char *sep = i == 0 ? "" : i == n - 2 ? "; the larger of " : i == n - 1 ? " or " : ", ";
         int w = snprintf(buf + used, len - used, "%s%s %s", sep, parts[i].name,
@@ -83,6 +88,13 @@ static size_t arena_margin(const trainer *t)
     return buffers * BK_ARENA_ALIGN + kernel_scratch_bytes(t);
 }
 
+size_t trainer_nccl_bytes(const trainer *t, char *basis, size_t basis_len)
+{
+    /* the ring's channels each have a communicator; the collectives one more */
+    return bt_nccl_buffer_bytes(t->choices.on_device ? t->nccl_ranks : 0, RING_N_CHANNELS, basis,
+                                basis_len);
+}
+
 int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, size_t err_len)
 {
     trainer_memory *m = &t->mem;
@@ -103,7 +115,10 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
     m->segments = t->choices.mask.flags & BK_ATTN_DOCUMENT
                       ? (size_t)(t->cfg.seq_len + 1) * mb * sizeof(int32_t)
                       : 0;
-    if (t->choices.on_device) m->arena_margin = arena_margin(t);
+    if (t->choices.on_device) {
+        m->arena_margin = arena_margin(t);
+        m->nccl = trainer_nccl_bytes(t, NULL, 0);
+    }
     return 0;
 }
 
@@ -136,7 +151,8 @@ int trainer_check_memory(trainer *t, char *err, size_t err_len)
     double share;
     const char *where = memory_share(t, &share);
     double total = (double)trainer_memory_total(&t->mem),
-           there = t->choices.on_device ? (double)trainer_device_bytes(&t->mem) : total;
+           there =
+               t->choices.on_device ? (double)(trainer_device_bytes(&t->mem) + t->mem.nccl) : total;
     /* [largest total, largest need where the share is, -smallest share], reduced with MAX */
     double v[3] = {total, there, share >= 0 ? -share : -INFINITY};
     if (bt_allreduce(bt_world_comm(t->world), v, 3, BT_F64, BT_MAX) != BT_OK) {

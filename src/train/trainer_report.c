@@ -77,7 +77,7 @@ double trainer_estimated_bytes(const trainer *t)
 
 double trainer_estimated_host_bytes(const trainer *t)
 {
-    size_t on_device = t->arena ? trainer_device_bytes(&t->mem) : 0;
+    size_t on_device = t->arena ? trainer_device_bytes(&t->mem) + t->mem.nccl : 0;
     return t->baseline_bytes + (double)(trainer_memory_total(&t->mem) - on_device);
 }
 
@@ -171,6 +171,11 @@ static void memory_report(const trainer *t)
            bu_human_bytes(t->baseline_bytes, b[0], 32));
     printf("memory per rank, estimated total: %s\n",
            bu_human_bytes(trainer_estimated_bytes(t), b[1], 32));
+    if (t->mem.nccl > 0) {
+        char basis[256];
+        trainer_nccl_bytes(t, basis, sizeof basis);
+        printf("NCCL's buffers, estimated from its settings (outside the arena): %s\n", basis);
+    }
     if (t->arena) arena_report(t);
 }
 

@@ -212,6 +212,64 @@ START_TEST(plan_memory_counts_what_a_device_run_counts)
 }
 END_TEST
 
+/* On a device, NCCL's own buffers are a part of their own on nodes of several
+ * GPUs: at NCCL's defaults 32 collective channels x (4 MiB + 512 KiB +
+ * 4,915,200 B) and 7 ring communicators x 2 peers x 2 channels x 4 MiB, 406.0
+ * MiB; smaller with NCCL_BUFFSIZE and NCCL_MAX_NCHANNELS set; none with a GPU
+ * per node or intra = ucx. They decide whether a run fits. */
+START_TEST(plan_memory_counts_nccls_buffers)
+{
+    char emu[4096];
+    test_program_path("tests/train/burst_emu", emu, sizeof emu);
+    static const struct {
+        const char *gpus, *intra, *memory;
+        char *env[3];
+        const char *says;
+        int exit_code;
+    } cases[] = {
+        {"8", "auto", "80G", {NULL}, "NCCL's buffers (estimated) 406.0 MiB", 0},
+        {"8",
+         "auto",
+         "80G",
+         {"NCCL_BUFFSIZE=1048576", "NCCL_MAX_NCHANNELS=8", NULL},
+         "NCCL's buffers (estimated) 77.5 MiB",
+         0},
+        {"8", "auto", "200M", {NULL}, "fits: no", 2},
+        {"1", "auto", "200M", {NULL}, "fits: yes", 0},
+        {"8", "ucx", "200M", {NULL}, "fits: yes", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char intra[64];
+        snprintf(intra, sizeof intra, "transport.intra=%s", cases[i].intra);
+        char *argv[] = {emu,
+                        "plan",
+                        "memory",
+                        "--set",
+                        "train.device=cuda",
+                        "--set",
+                        "parallel.cp=8",
+                        "--set",
+                        "data.seq_len=64",
+                        "--set",
+                        intra,
+                        "--ranks",
+                        "8",
+                        "--gpus-per-node",
+                        (char *)cases[i].gpus,
+                        "--device-memory",
+                        (char *)cases[i].memory,
+                        NULL};
+        test_run_result r = test_run(argv, (char **)cases[i].env);
+        ck_assert_msg(r.exit_code == cases[i].exit_code && test_output_has(&r, cases[i].says),
+                      "case %zu: exit %d, no '%s' in:\n%s", i, r.exit_code, cases[i].says, r.out);
+        ck_assert_msg(test_output_has(&r, "NCCL's buffers") ==
+                          (cases[i].gpus[0] == '8' && cases[i].intra[0] == 'a'),
+                      "case %zu: NCCL's buffers counted only where NCCL serves:\n%s", i, r.out);
+        test_run_free(&r);
+    }
+}
+END_TEST
+
 /* A budget the run does not fit in exits 2, saying so; bad options are
  * refused naming them. */
 START_TEST(plan_memory_refuses_what_does_not_fit)
@@ -456,6 +514,6 @@ int main(void)
                     bench_attention_and_transport_options, bench_train_refuses_bad_options);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device,
-                    plan_memory_counts_what_a_device_run_counts);
+                    plan_memory_counts_what_a_device_run_counts, plan_memory_counts_nccls_buffers);
     return check_run(s);
 }
