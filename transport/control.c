@@ -85,86 +85,117 @@ static void announce_lost(bt_world *w, const char *closed, int lost, int why)
         if (!closed[q] && q != lost) ctl_send(w->ctl_fds[q], BT_CTL_LOST, lost, why);
 }
 
+/* What rank 0's control thread knows of every rank, [size] each. */
+typedef struct {
+    double *last_seen;   /* when it last heard from the rank */
+    char *done;          /* the rank said it is done */
+    char *closed;        /* its connection is closed (closed[0]: rank 0 itself) */
+    struct pollfd *pfds; /* [size + 1]: the wake pipe, then each open connection */
+    int *who;            /* [size + 1]: the rank of each pollfd, -1 the wake pipe */
+} root_view;
+
+/* One frame from rank r (or its connection closing), at time now. */
+static void root_read_frame(bt_world *w, root_view *v, int r, double now)
+{
+    bt_ctl_frame f;
+    int why = -1;
+    if (bt_wire_io(w->ctl_fds[r], &f, sizeof f, 0, now + 1.0) != 0) {
+        v->closed[r] = 1;
+        if (!v->done[r]) why = BT_LOST_CLOSED;
+    } else if (f.type == BT_CTL_DONE) {
+        v->done[r] = 1;
+    } else if (f.type == BT_CTL_ABORT) {
+        v->closed[r] = 1;
+        why = BT_LOST_ABORTED;
+    } else if (f.type == BT_CTL_LINK_LOST && f.arg > 0 && f.arg < w->size && !v->closed[f.arg]) {
+        v->closed[f.arg] = 1; /* reported by r: announce the rank that is gone */
+        announce_lost(w, v->closed, f.arg, BT_LOST_LINK);
+        bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s; reported by rank %d)", f.arg,
+                lost_reason(BT_LOST_LINK), r);
+    }
+    v->last_seen[r] = now;
+    if (why >= 0) {
+        announce_lost(w, v->closed, r, why);
+        bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s)", r, lost_reason(why));
+    }
+}
+
+/* Waits up to one heartbeat interval and reads what arrived. */
+static void root_poll(bt_world *w, root_view *v, double interval)
+{
+    int n = 0;
+    v->pfds[n] = (struct pollfd){w->ctl_wake[0], POLLIN, 0};
+    v->who[n++] = -1;
+    for (int r = 1; r < w->size; r++)
+        if (!v->closed[r]) {
+            v->pfds[n] = (struct pollfd){w->ctl_fds[r], POLLIN, 0};
+            v->who[n++] = r;
+        }
+    poll(v->pfds, (nfds_t)n, (int)(interval * 1000));
+    double now = bt_now();
+    for (int i = 0; i < n; i++) {
+        if (!(v->pfds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        if (v->who[i] < 0)
+            drain_wake(w);
+        else
+            root_read_frame(w, v, v->who[i], now);
+    }
+}
+
+/* Ranks not heard from for the silence limit are lost. */
+static void root_check_silence(bt_world *w, root_view *v)
+{
+    double now = bt_now();
+    for (int r = 1; r < w->size; r++)
+        if (!v->closed[r] && !v->done[r] && now - v->last_seen[r] > silence_limit(w)) {
+            v->closed[r] = 1;
+            announce_lost(w, v->closed, r, BT_LOST_SILENT);
+            bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s for %.0f s)", r,
+                    lost_reason(BT_LOST_SILENT), now - v->last_seen[r]);
+        }
+}
+
+/* Finalizing without a failure, once every rank is done: tells them all to
+ * finish; 1 then. */
+static int root_finish(bt_world *w, const root_view *v)
+{
+    if (!atomic_load(&w->finalizing) || atomic_load(&w->failed)) return 0;
+    for (int r = 1; r < w->size; r++)
+        if (!v->done[r]) return 0;
+    for (int r = 1; r < w->size; r++) ctl_send(w->ctl_fds[r], BT_CTL_FINISH, 0, 0);
+    atomic_store(&w->finished, 1);
+    return 1;
+}
+
 static void *root_thread(void *arg)
 {
     bt_world *w = arg;
-    int size = w->size;
+    size_t size = (size_t)w->size;
     double interval = heartbeat_interval(w), last_beat = 0;
-    double *last_seen = malloc((size_t)size * sizeof(double));
-    char *done = calloc((size_t)size, 1), *closed = calloc((size_t)size, 1);
-    struct pollfd *pfds = malloc((size_t)(size + 1) * sizeof *pfds);
-    int *who = malloc((size_t)(size + 1) * sizeof(int));
-    for (int r = 0; r < size; r++) last_seen[r] = bt_now();
-    closed[0] = 1;
-
-    while (atomic_load(&w->ctl_running)) {
-        int n = 0;
-        pfds[n] = (struct pollfd){w->ctl_wake[0], POLLIN, 0};
-        who[n++] = -1;
-        for (int r = 1; r < size; r++)
-            if (!closed[r]) {
-                pfds[n] = (struct pollfd){w->ctl_fds[r], POLLIN, 0};
-                who[n++] = r;
-            }
-        poll(pfds, (nfds_t)n, (int)(interval * 1000));
-        double now = bt_now();
-        for (int i = 0; i < n; i++) {
-            if (!(pfds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            int r = who[i];
-            if (r < 0) {
-                drain_wake(w);
-                continue;
-            }
-            bt_ctl_frame f;
-            int why = -1;
-            if (bt_wire_io(w->ctl_fds[r], &f, sizeof f, 0, now + 1.0) != 0) {
-                closed[r] = 1;
-                if (!done[r]) why = BT_LOST_CLOSED;
-            } else if (f.type == BT_CTL_DONE) {
-                done[r] = 1;
-            } else if (f.type == BT_CTL_ABORT) {
-                closed[r] = 1;
-                why = BT_LOST_ABORTED;
-            } else if (f.type == BT_CTL_LINK_LOST && f.arg > 0 && f.arg < size && !closed[f.arg]) {
-                closed[f.arg] = 1; /* reported by r: announce the rank that is gone */
-                announce_lost(w, closed, f.arg, BT_LOST_LINK);
-                bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s; reported by rank %d)", f.arg,
-                        lost_reason(BT_LOST_LINK), r);
-            }
-            last_seen[r] = now;
-            if (why >= 0) {
-                announce_lost(w, closed, r, why);
-                bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s)", r, lost_reason(why));
-            }
+    root_view v = {.last_seen = bt_calloc(w, size * sizeof(double), "the control thread's view"),
+                   .done = bt_calloc(w, size, "the control thread's view"),
+                   .closed = bt_calloc(w, size, "the control thread's view"),
+                   .pfds = bt_calloc(w, (size + 1) * sizeof(struct pollfd), "its poll set"),
+                   .who = bt_calloc(w, (size + 1) * sizeof(int), "its poll set")};
+    int ready = v.last_seen && v.done && v.closed && v.pfds && v.who; /* else the world failed */
+    for (size_t r = 0; ready && r < size; r++) v.last_seen[r] = bt_now();
+    if (ready) v.closed[0] = 1;
+    while (ready && atomic_load(&w->ctl_running)) {
+        root_poll(w, &v, interval);
+        root_check_silence(w, &v);
+        if (bt_now() - last_beat >= interval) {
+            for (int r = 1; r < w->size; r++)
+                if (!v.closed[r]) ctl_send(w->ctl_fds[r], BT_CTL_HEARTBEAT, 0, 0);
+            last_beat = bt_now();
         }
-        for (int r = 1; r < size; r++)
-            if (!closed[r] && !done[r] && now - last_seen[r] > silence_limit(w)) {
-                closed[r] = 1;
-                announce_lost(w, closed, r, BT_LOST_SILENT);
-                bt_fail(w, BT_ERR_PEER_LOST, "lost rank %d (%s for %.0f s)", r,
-                        lost_reason(BT_LOST_SILENT), now - last_seen[r]);
-            }
-        if (now - last_beat >= interval) {
-            for (int r = 1; r < size; r++)
-                if (!closed[r]) ctl_send(w->ctl_fds[r], BT_CTL_HEARTBEAT, 0, 0);
-            last_beat = now;
-        }
-        if (atomic_load(&w->finalizing) && !atomic_load(&w->failed)) {
-            int all = 1;
-            for (int r = 1; r < size; r++) all &= done[r];
-            if (all) {
-                for (int r = 1; r < size; r++) ctl_send(w->ctl_fds[r], BT_CTL_FINISH, 0, 0);
-                atomic_store(&w->finished, 1);
-                break;
-            }
-        }
+        if (root_finish(w, &v)) break;
         watchdog(w);
     }
-    free(last_seen);
-    free(done);
-    free(closed);
-    free(pfds);
-    free(who);
+    free(v.last_seen);
+    free(v.done);
+    free(v.closed);
+    free(v.pfds);
+    free(v.who);
     return NULL;
 }
 

@@ -42,17 +42,26 @@ static int labels_ok(int64_t n, int64_t V, const int64_t *labels, int64_t ignore
 /* Arguments common to both paths. */
 static bk_status check_args(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
                             int64_t V, const float *h, const void *W, const int64_t *labels,
-                            const double *loss_sum, const int64_t *n_valid, const float *dh,
-                            const float *dW)
+                            const double *loss_sum, const int64_t *n_valid)
 {
     BK_CHECK_ARG(q != NULL && o != NULL);
     if (q->where != BK_HOST && q->where != BK_DEVICE) return BK_ERR_UNSUPPORTED;
     BK_CHECK_ARG(n >= 0 && D > 0 && V > 0);
     BK_CHECK_ARG(o->z_loss >= 0.0f);
-    BK_CHECK_ARG(h != NULL && W != NULL && labels != NULL && dh != NULL && dW != NULL);
+    BK_CHECK_ARG(h != NULL && W != NULL && labels != NULL);
     BK_CHECK_ARG(loss_sum != NULL && n_valid != NULL);
     BK_CHECK_ARG(q->where == BK_DEVICE || labels_ok(n, V, labels, o->ignore_index));
     return BK_OK;
+}
+
+/* check_args, and the gradients' buffers of the calls that write them. */
+static bk_status check_grad_args(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
+                                 int64_t V, const float *h, const void *W, const int64_t *labels,
+                                 const double *loss_sum, const int64_t *n_valid, const float *dh,
+                                 const float *dW)
+{
+    BK_CHECK_ARG(dh != NULL && dW != NULL);
+    return check_args(q, o, n, D, V, h, W, labels, loss_sum, n_valid);
 }
 
 /* Rows of device losses copied to the host at once, into a buffer on the
@@ -223,7 +232,7 @@ bk_status lm_head_fused(const bk_queue *q, const lm_head_opts *o, int64_t n, int
                         const float *h, const float *W, const int64_t *labels, float scale,
                         double *loss_sum, int64_t *n_valid, float *dh, float *dW, float *scratch)
 {
-    bk_status st = check_args(q, o, n, D, V, h, W, labels, loss_sum, n_valid, dh, dW);
+    bk_status st = check_grad_args(q, o, n, D, V, h, W, labels, loss_sum, n_valid, dh, dW);
     if (st != BK_OK) return st;
     BK_CHECK_ARG(scratch != NULL && lm_head_scratch_floats(o, V) > 0);
     head_weight w = {.W = {W, NULL}};
@@ -236,7 +245,7 @@ bk_status lm_head_fused_bf16(const bk_queue *q, const lm_head_opts *o, int64_t n
                              float scale, double *loss_sum, int64_t *n_valid, float *dh, float *dW,
                              float *scratch)
 {
-    bk_status st = check_args(q, o, n, D, V, h, W16, labels, loss_sum, n_valid, dh, dW);
+    bk_status st = check_grad_args(q, o, n, D, V, h, W16, labels, loss_sum, n_valid, dh, dW);
     if (st != BK_OK) return st;
     BK_CHECK_ARG(scratch != NULL && lm_head_bf16_scratch_floats(o, V, D) > 0);
     head_weight w = bf16_weight(o, V, W16, scratch);
@@ -249,9 +258,7 @@ bk_status lm_head_loss(const bk_queue *q, const lm_head_opts *o, int64_t n, int6
                        double *loss_sum, int64_t *n_valid, float *row_loss, float *scratch)
 {
     const void *weight = W16 ? (const void *)W16 : (const void *)W;
-    float no_grad[1]; /* check_args wants gradient buffers; none is written */
-    bk_status st =
-        check_args(q, o, n, D, V, h, weight, labels, loss_sum, n_valid, no_grad, no_grad);
+    bk_status st = check_args(q, o, n, D, V, h, weight, labels, loss_sum, n_valid);
     if (st != BK_OK) return st;
     BK_CHECK_ARG(scratch != NULL && (W == NULL) != (W16 == NULL));
     BK_CHECK_ARG(W16 ? lm_head_bf16_scratch_floats(o, V, D) > 0 : lm_head_scratch_floats(o, V) > 0);
@@ -264,7 +271,7 @@ bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, i
                           const float *h, const float *W, const int64_t *labels, float scale,
                           double *loss_sum, int64_t *n_valid, float *dh, float *dW)
 {
-    bk_status st = check_args(q, o, n, D, V, h, W, labels, loss_sum, n_valid, dh, dW);
+    bk_status st = check_grad_args(q, o, n, D, V, h, W, labels, loss_sum, n_valid, dh, dW);
     if (st != BK_OK) return st;
     if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED; /* a device uses the fused head */
     if (n == 0) return BK_OK;

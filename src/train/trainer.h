@@ -154,6 +154,15 @@ model_params trainer_params(const trainer *t);
  * one formula for reading, prefetching and the checkpoint's sample position. */
 int64_t trainer_sample_index(const train_config *c, int64_t step, int dp_rank, int mb);
 
+/* Sample `index` of the data source into micro-batch mb of the token buffers
+ * (t->tokens and t->labels [n] at mb * n); under the document mask also its
+ * document ids, with the last token of each document predicting nothing.
+ * 0, or -1 when the source failed (it said why). */
+int trainer_read_sample(trainer *t, int64_t index, int mb);
+/* On a device, micro-batches [0, count) of the token buffers copied to the
+ * device's; nothing on the host. 0 or -1. */
+int trainer_upload_tokens(trainer *t, int count);
+
 /* What one step did, the same on every rank. */
 typedef struct {
     double loss, grad_norm;

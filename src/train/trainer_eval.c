@@ -48,13 +48,9 @@ int64_t trainer_count_correct(const int64_t *predicted, const int64_t *answers, 
  * with err. */
 static int upload_tokens(trainer *t, int64_t s, char *err, size_t err_len)
 {
-    size_t bytes = (size_t)t->layout.n * sizeof(int64_t);
-    if (t->choices.on_device &&
-        bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) != BK_OK) {
-        snprintf(err, err_len, "cannot copy sample %lld to the device", (long long)s);
-        return -1;
-    }
-    return 0;
+    if (trainer_upload_tokens(t, 1) == 0) return 0;
+    snprintf(err, err_len, "cannot copy sample %lld to the device", (long long)s);
+    return -1;
 }
 
 /* Predicts rows [n] of the sample in t->tokens into predicted [n] (collective

@@ -55,21 +55,15 @@ static double *bucket_tokens(nll_sums *a, int b)
 /* Sample s read into the trainer's buffers (and the device's). */
 static int read_sample(trainer *t, int64_t s, char *err, size_t err_len)
 {
-    int32_t *segments = t->segments;
-    if (t->data->read(t->data, s, t->tokens, t->labels) != 0 ||
-        (segments && t->data->documents(t->data, s, segments) != 0)) {
+    if (trainer_read_sample(t, s, 0) != 0) {
         snprintf(err, err_len, "cannot read sample %" PRId64 " (the reason is above)", s);
         return -1;
     }
-    if (segments) token_shard_end_documents(&t->shard, segments, t->labels);
-    size_t bytes = (size_t)t->layout.n * sizeof(int64_t);
-    if (t->choices.on_device &&
-        (bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) != BK_OK ||
-         bk_device_upload(&t->queue, t->dev_labels, t->labels, bytes) != BK_OK)) {
+    if (trainer_upload_tokens(t, 1) != 0) {
         snprintf(err, err_len, "cannot copy sample %" PRId64 " to the device", s);
         return -1;
     }
-    return segments ? model_runner_set_documents(t->runner, segments, err, err_len) : 0;
+    return t->segments ? model_runner_set_documents(t->runner, t->segments, err, err_len) : 0;
 }
 
 /* Row losses [n] of sample s, in the shard's order, into the sums. */

@@ -42,29 +42,41 @@ static int32_t *segments_of(const trainer *t, int mb)
     return t->segments ? t->segments + (size_t)mb * (size_t)(t->cfg.seq_len + 1) : NULL;
 }
 
-/* Reads the step's micro-batches (the last token of a document predicts
- * nothing), announces the next step's first sample, and counts the valid
- * labels over all ranks into *valid. */
+int trainer_read_sample(trainer *t, int64_t index, int mb)
+{
+    int64_t n = t->layout.n, *labels = t->labels + mb * n;
+    int32_t *segments = segments_of(t, mb);
+    if (t->data->read(t->data, index, t->tokens + mb * n, labels) != 0 ||
+        (segments && t->data->documents(t->data, index, segments) != 0))
+        return -1;
+    if (segments) token_shard_end_documents(&t->shard, segments, labels);
+    return 0;
+}
+
+int trainer_upload_tokens(trainer *t, int count)
+{
+    size_t bytes = (size_t)count * (size_t)t->layout.n * sizeof(int64_t);
+    if (!t->choices.on_device) return 0;
+    return bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) == BK_OK &&
+                   bk_device_upload(&t->queue, t->dev_labels, t->labels, bytes) == BK_OK
+               ? 0
+               : -1;
+}
+
+/* Reads the step's micro-batches, announces the next step's first sample,
+ * and counts the valid labels over all ranks into *valid. */
 static int read_samples(trainer *t, int64_t step, int64_t *valid)
 {
     const train_config *c = &t->cfg;
     int64_t n = t->layout.n, local_valid = 0;
     for (int mb = 0; mb < c->micro_batches; mb++) {
-        int64_t index = trainer_sample_index(c, step, t->dp_rank, mb);
-        int64_t *labels = t->labels + mb * n;
-        int32_t *segments = segments_of(t, mb);
-        if (t->data->read(t->data, index, t->tokens + mb * n, labels) != 0 ||
-            (segments && t->data->documents(t->data, index, segments) != 0))
+        if (trainer_read_sample(t, trainer_sample_index(c, step, t->dp_rank, mb), mb) != 0)
             return EXIT_RUN_FAILURE; /* the source said what failed */
-        if (segments) token_shard_end_documents(&t->shard, segments, labels);
-        for (int64_t i = 0; i < n; i++) local_valid += labels[i] != TOKEN_IGNORE;
+        for (int64_t i = 0; i < n; i++) local_valid += t->labels[mb * n + i] != TOKEN_IGNORE;
     }
     if (t->data->prefetch) /* read while this step computes */
         t->data->prefetch(t->data, trainer_sample_index(c, step + 1, t->dp_rank, 0));
-    size_t bytes = (size_t)c->micro_batches * (size_t)n * sizeof(int64_t);
-    if (t->choices.on_device &&
-        (bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) != BK_OK ||
-         bk_device_upload(&t->queue, t->dev_labels, t->labels, bytes) != BK_OK))
+    if (trainer_upload_tokens(t, c->micro_batches) != 0)
         return fail("cannot copy the step's tokens to the device");
     *valid = local_valid;
     if (bt_allreduce(bt_world_comm(t->world), valid, 1, BT_I64, BT_SUM) != BT_OK)
