@@ -397,7 +397,8 @@ check_PROGRAMS += tests/train/train_gradcheck tests/train/test_train
 TESTS += tests/train/test_train
 tests_train_test_train_SOURCES = tests/train/test_train.c tests/train/engine/fixture.h \
 	tests/train/engine/fixture.c tests/train/engine/ranks.c tests/train/engine/steps.c \
-	tests/train/engine/resume.c tests/train/engine/corpus.c tests/train/engine/device.c
+	tests/train/engine/resume.c tests/train/engine/corpus.c tests/train/engine/device.c \
+	tests/train/engine/zero.c
 tests_train_test_train_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_train_LDADD = $(ENGINE_SUITE_LIBS)
 

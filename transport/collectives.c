@@ -158,6 +158,14 @@ size_t bt_reduce_scatter_bytes(int size, size_t count_per_rank, bt_dtype t)
     return ((size_t)size + 1) * count_per_rank * bt_dtype_size(t);
 }
 
+size_t bt_allreduce_bytes(int size, size_t count, bt_dtype t)
+{
+    if (size <= 1 || count == 0) return 0;
+    size_t per_rank = (count + (size_t)size - 1) / (size_t)size;
+    /* bt_allreduce's padded copy and ring_reduce_scatter's incoming block */
+    return ((size_t)size + 1) * per_rank * bt_dtype_size(t);
+}
+
 bt_status bt_allreduce(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_op op)
 {
     if (!c || (count && !buf) || bt_dtype_size(t) == 0) return BT_ERR_ARG;

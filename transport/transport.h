@@ -236,6 +236,9 @@ bt_status bt_reduce_scatter(bt_comm *c, const void *send, void *recv, size_t cou
 /* The bytes bt_reduce_scatter allocates while it runs on a communicator of size
  * ranks (a copy of send and one incoming block), for memory estimates. */
 size_t bt_reduce_scatter_bytes(int size, size_t count_per_rank, bt_dtype t);
+/* The bytes bt_allreduce allocates while it runs on size ranks (the buffer
+ * padded to whole blocks, and the reduce-scatter's incoming block). */
+size_t bt_allreduce_bytes(int size, size_t count, bt_dtype t);
 /* send holds bytes_per_rank; recv gets size * bytes_per_rank, in rank order. */
 bt_status bt_allgather(bt_comm *c, const void *send, void *recv, size_t bytes_per_rank);
 /* The same on memory of the given kind (blocking). Device buffers go through

@@ -33,7 +33,7 @@
 /* One child run: its settings and what was read back. */
 typedef struct {
     const char *model, *device;
-    int ranks, steps, fused, keep_layers;
+    int ranks, steps, fused, keep_layers, zero;
     long long seq;
     double ckpt;
     int ok, measured;             /* steps counted in the timing */
@@ -126,10 +126,10 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
         "train --set model.preset=%s%s%s --set data.seq_len=%lld --set data.task=counting "
         "--set parallel.dp=1 --set parallel.cp=%d --set train.steps=%d "
         "--set train.warmup_steps=1 --set train.log_every=1 --set memory.attn_kept_fraction=%g "
-        "--set memory.keep_layers=%s --set memory.fused_head=%d --set transport.timeout=3600 "
-        "--set train.metrics=%s",
+        "--set memory.keep_layers=%s --set memory.fused_head=%d --set parallel.zero=%d "
+        "--set transport.timeout=3600 --set train.metrics=%s",
         cfg->model, max_seq, device, cfg->seq, cfg->ranks, cfg->steps, cfg->ckpt,
-        cfg->keep_layers ? "true" : "false", cfg->fused, metrics);
+        cfg->keep_layers ? "true" : "false", cfg->fused, cfg->zero, metrics);
     if (!p) {
         unlink(metrics);
         return -1;
@@ -244,7 +244,7 @@ typedef struct {
     const char *models[MAX_LIST], *mem_model, *device;
     char model_names[256], mem_model_name[64];
     long long ranks[MAX_LIST], seqs[MAX_LIST], mem_seq;
-    int n_models, n_ranks, n_seqs, steps, threads, verbose, quick, mem_ranks, keep_layers;
+    int n_models, n_ranks, n_seqs, steps, threads, verbose, quick, mem_ranks, keep_layers, zero;
     double ckpt;
     mfu_ref mfu;
 } bench_train_opts;
@@ -334,6 +334,9 @@ static const bu_option options[] = {
      "[memory] keep_layers in the throughput runs: every layer's\n"
      "intermediates kept, none recomputed but the attention outputs\n"
      "that --attn-kept-fraction does not keep"},
+    {"--zero", "S", BU_OPT_INT, OPT(zero), 1, 2, NULL,
+     "[parallel] zero of the throughput runs: 1 the optimizer's state\n"
+     "sharded, 2 the gradients too (default 1)"},
     {"--threads", "N", BU_OPT_INT, OPT(threads), 1, 1024, NULL,
      "OpenMP/BLAS threads per rank (default: online cores / P)"},
     {"--quick", NULL, BU_OPT_FLAG, OPT(quick), 0, 0, NULL,
@@ -379,8 +382,9 @@ static int throughput_rows(const bench_train_opts *o, const char *self)
 {
     int failures = 0;
     printf("Throughput and memory (%d steps per run; timing over steps %s; causal zigzag, fused "
-           "head, checkpoint fraction %g%s)\n\n",
-           o->steps, o->steps > 1 ? "2..N" : "1", o->ckpt, o->keep_layers ? ", layers kept" : "");
+           "head, checkpoint fraction %g%s, ZeRO stage %d)\n\n",
+           o->steps, o->steps > 1 ? "2..N" : "1", o->ckpt, o->keep_layers ? ", layers kept" : "",
+           o->zero);
     int on_device = strcmp(o->device, "cpu") != 0;
     print_run_header(on_device);
     fflush(stdout);
@@ -399,7 +403,8 @@ static int throughput_rows(const bench_train_opts *o, const char *self)
                            .fused = 1,
                            .seq = list[s],
                            .ckpt = o->ckpt,
-                           .keep_layers = o->keep_layers};
+                           .keep_layers = o->keep_layers,
+                           .zero = o->zero};
                 run r;
                 if (launch(self, &cfg, &r, o->threads, o->verbose) != 0) failures++;
                 print_run(&r, &o->mfu);
@@ -438,7 +443,8 @@ static int memory_table(const bench_train_opts *o, const char *self)
                        .steps = 1,
                        .fused = f,
                        .seq = o->mem_seq,
-                       .ckpt = fractions[k]};
+                       .ckpt = fractions[k],
+                       .zero = o->zero};
             run r;
             char p[32], e[32];
             if (launch(self, &cfg, &r, o->threads, o->verbose) != 0) failures++;
@@ -466,6 +472,7 @@ int bench_train(int argc, char **argv)
                           .n_ranks = 2,
                           .steps = 3,
                           .ckpt = 0.5,
+                          .zero = 1,
                           .mfu = {0.0, 1}};
     int parsed = bu_options_parse("burst bench train", options, N_OPTIONS, argc, argv, &o, NULL);
     if (parsed == 1) {

@@ -5,6 +5,7 @@
  * device parts with their arena's margin against one GPU's memory, on the CPU
  * the whole against a node's share; [memory] limit_bytes either way), and the
  * largest sequence of the form 2^k x 2 cp that fits. */
+#include <jansson.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@
 typedef struct {
     cli_config_ref config;
     train_config cfg;
-    int ranks, per_node;
+    int ranks, per_node, json;
     int64_t device_bytes, host_bytes;
 } plan_args;
 
@@ -37,6 +38,8 @@ static const bu_option options[] = {
     {"--host-memory", "SIZE", BU_OPT_BYTES, offsetof(plan_args, host_bytes), 1, 9.2e18, NULL,
      "one node's memory for the ranks (default: this machine's\n"
      "available memory)"},
+    {"--json", NULL, BU_OPT_FLAG, offsetof(plan_args, json), 0, 0, NULL,
+     "the same as one JSON object on stdout, bytes exact"},
 };
 enum { N_OPTIONS = sizeof options / sizeof options[0] };
 
@@ -45,7 +48,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: burst plan memory [--config FILE] [--set section.key=value ...] [--ranks N]\n"
             "                         [--gpus-per-node G] [--device-memory SIZE] [--host-memory "
-            "SIZE]\n\n"
+            "SIZE]\n"
+            "                         [--json]\n\n"
             "Counts what one rank of `burst train` with this configuration needs, part by part,\n"
             "as the run itself counts it at setup, without starting any rank, and says whether\n"
             "it fits, as the run decides: on a device ([train] device = cuda) the device parts,\n"
@@ -138,6 +142,37 @@ static void report(const plan_args *a, const trainer *t, int ok)
     printf("fits: %s\n", ok ? "yes" : "no");
 }
 
+/* The report as one JSON object: the cluster, the parts by key, the totals
+ * the verdict compares, the verdict and the longest sequence (0: none). */
+static int report_json(const plan_args *a, const trainer *t, int ok, int64_t longest)
+{
+    const train_config *c = &t->cfg;
+    json_t *parts = json_object();
+    trainer_memory_part list[TRAINER_MEMORY_PARTS];
+    int n = trainer_memory_part_list(&t->mem, list);
+    for (int i = 0; i < n; i++)
+        json_object_set_new(parts, list[i].key, json_integer((json_int_t)list[i].bytes));
+    json_t *o = json_pack("{s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:b, s:o, s:I, s:I, s:I, "
+                          "s:I, s:I, s:b, s:I}",
+                          "preset", c->preset, "parameters", (json_int_t)t->model.n_params, "ranks",
+                          a->ranks, "gpus_per_node", a->per_node, "dp", c->dp, "cp", c->cp, "zero",
+                          c->zero, "sequence", (json_int_t)c->seq_len, "tokens_per_rank",
+                          (json_int_t)t->layout.n, "on_device", t->choices.on_device, "parts",
+                          parts, "total", (json_int_t)trainer_memory_total(&t->mem), "arena",
+                          (json_int_t)(t->choices.on_device ? trainer_arena_bytes(&t->mem) : 0),
+                          "device_memory", (json_int_t)a->device_bytes, "host_memory",
+                          (json_int_t)a->host_bytes, "limit_bytes", (json_int_t)c->limit_bytes,
+                          "fits", ok, "longest_sequence", (json_int_t)longest);
+    if (!o || json_dumpf(o, stdout, JSON_INDENT(2)) != 0) {
+        json_decref(o);
+        fprintf(stderr, "burst plan memory: cannot write the JSON report\n");
+        return -1;
+    }
+    printf("\n");
+    json_decref(o);
+    return 0;
+}
+
 int cmd_plan_memory(int argc, char **argv)
 {
     plan_args a = {.device_bytes = (int64_t)80 << 30};
@@ -158,9 +193,14 @@ int cmd_plan_memory(int argc, char **argv)
         trainer_free(&t);
         return EXIT_USAGE;
     }
+    int64_t longest = longest_fitting(&a);
+    if (a.json) {
+        int failed = report_json(&a, &t, ok, longest) != 0;
+        trainer_free(&t);
+        return failed ? EXIT_RUN_FAILURE : ok ? 0 : EXIT_USAGE;
+    }
     report(&a, &t, ok);
     trainer_free(&t);
-    int64_t longest = longest_fitting(&a);
     if (longest > 0)
         printf("longest sequence 2^k x %d that fits: %lld tokens (memory alone: [model] max_seq "
                "raised where needed)\n",

@@ -133,6 +133,7 @@ static const char *const rope_type_names[] = {"default", "linear",  "llama3",
 /* clang-format off */
 #define AT(name) offsetof(train_config, name), sizeof(((train_config *)0)->name)
 #define INT(s, k, lo, ...) {s, #k, F_INT, AT(k), lo, INT_MAX, 0, 0, 0, 0, NULL, __VA_ARGS__}
+#define INT_IN(s, k, lo, hi, ...) {s, #k, F_INT, AT(k), lo, hi, 0, 0, 0, 0, NULL, __VA_ARGS__}
 #define I64(s, k, lo, ...) {s, #k, F_I64, AT(k), lo, INT64_MAX, 0, 0, 0, 0, NULL, __VA_ARGS__}
 #define U64(s, k, ...) {s, #k, F_U64, AT(k), 0, 0, 0, 0, 0, 0, NULL, __VA_ARGS__}
 #define DBL(s, k, lo, lo_open, hi, hi_open, ...) {s, #k, F_DBL, AT(k), 0, 0, lo, hi, lo_open, hi_open, NULL, __VA_ARGS__}
@@ -241,6 +242,8 @@ static const field fields[] = {
         "direction of the backward ring: q (Q, dO, lse, delta travel), kv (K, V travel), auto (fewer bytes: Q-side for multi-head attention, KV-side as soon as n_heads >= 2 n_kv_heads)"),
     ENUM("parallel", ring, ring_names, "auto", FREE,
         "the ring's shape: flat, or double (a ring inside each node and one between nodes); auto: double when the cp group spans nodes"),
+    INT_IN("parallel", zero, 1, 2, "1", FREE,
+        "ZeRO stage over every rank (dp x cp): 1 shards the optimizer's state; 2 the gradients too, each layer's summed as the backward produces it, so a rank holds its block of them and two windows (the embedding's and the largest layer's) instead of all of them"),
     I64("parallel", piece_rows, 0, "0", FREE,
         "query rows per attention kernel call in the ring; 0: 512 on the CPU, where the transport is polled between calls (smaller pieces move the next blocks sooner), and a rank's whole block on a device, where the calls return before their kernels run and small pieces only starve the GPU"),
     I64("train", steps, 1, "100", RESUME,

@@ -132,16 +132,42 @@ typedef struct {
     double attn_wait_s;                              /* exposed communication */
 } model_step_stats;
 
+/* Where a backward writes the fp32 gradients, in the memory of the runner's
+ * queue. Whole: one buffer [n_params], accumulated (+=) over the micro-batches
+ * of a step. Windowed (gradients sharded, [parallel] zero = 2): the backward
+ * produces the flat index range by range, each in a window that starts at
+ * zero for the range, and hands each range to `complete` as soon as the
+ * micro-batch's gradients of it are whole: the tail [final_norm, n_params)
+ * (the final norm and an untied head) first, then each layer from the last,
+ * then the embedding [embed, embed + V D) (with a tied head's). */
+typedef struct {
+    float *whole;  /* [n_params], or NULL: windowed */
+    float *embed;  /* windowed: the embedding's window [V D] */
+    float *bucket; /* windowed: every other range's window [model_grad_bucket_floats] */
+    /* windowed: the gradients of [begin, end) in grad [end - begin], the
+     * queue's work on them possibly still queued; BT_OK, or the error the
+     * pass returns */
+    bt_status (*complete)(void *ctx, float *grad, int64_t begin, int64_t end);
+    void *ctx;
+} model_grads;
+
+/* The floats of the windowed gradients' bucket: the longest range but the
+ * embedding's (a layer, or the tail). */
+int64_t model_grad_bucket_floats(const model_layout *m);
+/* Layer l's range [*begin, *end) of the flat index. */
+void model_layer_range(const model_layout *m, int l, int64_t *begin, int64_t *end);
+
 /* One forward + backward of micro-batch mb over this rank's tokens [n] (their
- * labels [n], ignore_index where nothing is predicted). grads [n_params] are
- * accumulated (+=). loss_scale multiplies every gradient (1 / valid tokens of
- * the whole step over all ranks). Adds this rank's unscaled loss sum and valid
- * count. With bf16 parameters their fp32 copy is widened at micro-batch 0:
- * params must not change between the micro-batches of a step. BT_ERR_ARG for
- * parameters of the other type. */
-bt_status model_forward_backward(model_runner *r, int mb, model_params params, float *grads,
-                                 const int64_t *tokens, const int64_t *labels, float loss_scale,
-                                 double *loss_sum, int64_t *n_valid, model_step_stats *stats);
+ * labels [n], ignore_index where nothing is predicted), the gradients into
+ * grads (model_grads). loss_scale multiplies every gradient (1 / valid tokens
+ * of the whole step over all ranks). Adds this rank's unscaled loss sum and
+ * valid count. With bf16 parameters their fp32 copy is widened at micro-batch
+ * 0: params must not change between the micro-batches of a step. BT_ERR_ARG
+ * for parameters of the other type. */
+bt_status model_forward_backward(model_runner *r, int mb, model_params params,
+                                 const model_grads *grads, const int64_t *tokens,
+                                 const int64_t *labels, float loss_scale, double *loss_sum,
+                                 int64_t *n_valid, model_step_stats *stats);
 
 /* Forward only (collective over the CP group, like a training step): the
  * negative log-likelihood of labels [n] (ignore_index rows skipped) added to

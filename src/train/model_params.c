@@ -40,6 +40,23 @@ int model_layout_init(model_layout *m, const model_dims *d)
     return 0;
 }
 
+void model_layer_range(const model_layout *m, int l, int64_t *begin, int64_t *end)
+{
+    *begin = m->layer[l].attn_norm;
+    *end = l + 1 < m->dims.layers ? m->layer[l + 1].attn_norm : m->final_norm;
+}
+
+int64_t model_grad_bucket_floats(const model_layout *m)
+{
+    int64_t most = m->n_params - m->final_norm; /* the tail */
+    for (int l = 0; l < m->dims.layers; l++) {
+        int64_t begin, end;
+        model_layer_range(m, l, &begin, &end);
+        if (end - begin > most) most = end - begin;
+    }
+    return most;
+}
+
 void model_layout_free(model_layout *m)
 {
     free(m->layer);

@@ -12,6 +12,40 @@ static stored_layer *stored(model_runner *r, int layer)
     return &r->store[layer];
 }
 
+/* The backward's view of model_grads: the range the bucket holds now. */
+typedef struct {
+    const model_grads *g;
+    const model_layout *m;
+    int64_t begin, end; /* windowed: the bucket's range */
+} grad_sink;
+
+/* Where the gradient of the parameter at flat offset `at` accumulates; NULL
+ * (which the kernels refuse) for a range the windows do not hold now. */
+static float *grad_at(const grad_sink *s, int64_t at)
+{
+    const model_grads *g = s->g;
+    int64_t embed_end = s->m->embed + s->m->dims.vocab * s->m->dims.d_model;
+    if (g->whole) return g->whole + at;
+    if (at >= s->m->embed && at < embed_end) return g->embed + (at - s->m->embed);
+    return at >= s->begin && at < s->end ? g->bucket + (at - s->begin) : NULL;
+}
+
+/* Windowed: the bucket now holds [begin, end), zeroed; window (the bucket,
+ * or the embedding's) takes the range at grad_close. */
+static bt_status grad_open(model_runner *r, grad_sink *s, float *window, int64_t begin, int64_t end)
+{
+    if (s->g->whole) return BT_OK;
+    if (window == s->g->bucket) s->begin = begin, s->end = end;
+    CHECK_KERNEL(bk_fill(r->cfg.queue, end - begin, window, 0.0f));
+    return BT_OK;
+}
+
+/* Windowed: the range [begin, end) in window is whole for this micro-batch. */
+static bt_status grad_close(const grad_sink *s, float *window, int64_t begin, int64_t end)
+{
+    return s->g->whole ? BT_OK : s->g->complete(s->g->ctx, window, begin, end);
+}
+
 /* Layer l's input x [n, D], about to enter the layer: stored under (l, mb)
  * when mb >= 0. With bf16 activations x becomes its rounded values, stored or
  * not, so that the backward recomputes the layer from the input the forward
@@ -135,10 +169,11 @@ static bt_status mlp_forward(model_runner *r, int l, const float *x_in, float *o
 /* The MLP part of layer l backward, chunk by chunk, each recomputed from
  * x_in first or, with kept (keep_layers), copied back from there: from dx
  * [n, D] (the gradient of the layer's output), the weight and gain gradients
- * accumulated into G, and dx += the gradient through the MLP branch, so that
+ * accumulated into gs, and dx += the gradient through the MLP branch, so that
  * dx becomes the gradient of x1 (a chunk's rows of dx are read by that chunk
  * alone, before it adds to them). */
-static bt_status mlp_backward(model_runner *r, int l, const float *x_in, kept_layer *kept, float *G)
+static bt_status mlp_backward(model_runner *r, int l, const float *x_in, kept_layer *kept,
+                              const grad_sink *gs)
 {
     const bk_queue *q = r->cfg.queue;
     const layer_offsets *o = &r->m->layer[l];
@@ -149,15 +184,16 @@ static bt_status mlp_backward(model_runner *r, int l, const float *x_in, kept_la
             kept ? move_mlp_rows(r, kept, r0, rows, 0) : mlp_chunk(r, l, r0, rows, x_in, NULL);
         if (st != BT_OK) return st;
         float *dx = r->dx + r0 * D;
-        CHECK_KERNEL(runner_mm_grad_weight(r, r->s, rows, F, dx, D, G + o->w_down));
+        CHECK_KERNEL(runner_mm_grad_weight(r, r->s, rows, F, dx, D, grad_at(gs, o->w_down)));
         CHECK_KERNEL(runner_mm_grad_input(r, dx, rows, D, o->w_down, F, r->ds, 0));
         CHECK_KERNEL(bk_swiglu_bwd(q, rows, F, r->g, r->g + F, 2 * F, r->ds, r->dg, r->dg + F));
-        CHECK_KERNEL(runner_mm_grad_weight(r, r->b, rows, D, r->dg, 2 * F, G + o->w_gate_up));
+        CHECK_KERNEL(
+            runner_mm_grad_weight(r, r->b, rows, D, r->dg, 2 * F, grad_at(gs, o->w_gate_up)));
         /* b is free once its weight gradient is taken: the MLP branch's
          * gradient of x1 goes there, then into dx */
         CHECK_KERNEL(runner_mm_grad_input(r, r->dg, rows, 2 * F, o->w_gate_up, D, r->b, 0));
         CHECK_KERNEL(bk_rmsnorm_bwd(q, rows, D, r->x1, runner_param32(r, o->mlp_norm), r->rstd2,
-                                    r->b, r->b, G + o->mlp_norm));
+                                    r->b, r->b, grad_at(gs, o->mlp_norm)));
         CHECK_KERNEL(bk_axpy(q, rows * D, 1.0f, r->b, dx));
     }
     return BT_OK;
@@ -273,80 +309,105 @@ bt_status model_forward_loss(model_runner *r, model_params params, const int64_t
     return BT_OK;
 }
 
-bt_status model_forward_backward(model_runner *r, int mb, model_params params, float *G,
-                                 const int64_t *tokens, const int64_t *labels, float loss_scale,
-                                 double *loss_sum, int64_t *n_valid, model_step_stats *stats)
+/* The final norm and the head with the loss (the forward's last op: its
+ * gradient comes with it), their gradients the tail's range (a tied head's
+ * the embedding's). The final-normed states hn [n, D] and their rstd take a
+ * and rstd1, free until the backward recomputes the last layer's inputs; the
+ * head's gradient dh goes into dx, which the final norm's backward turns in
+ * place into the gradient of the last layer's output. */
+static bt_status head_backward(model_runner *r, const int64_t *labels, float loss_scale,
+                               double *loss_sum, int64_t *n_valid, grad_sink *gs)
+{
+    const bk_queue *q = r->cfg.queue;
+    const model_layout *m = r->m;
+    int64_t n = r->n, D = r->D, V = r->V;
+    bt_status st = grad_open(r, gs, gs->g->bucket, m->final_norm, m->n_params);
+    if (st != BT_OK) return st;
+    const float *final_norm = runner_param32(r, m->final_norm);
+    float *hn = r->a, *rstd_f = r->rstd1, *dW = grad_at(gs, m->head);
+    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x, final_norm, m->dims.norm_eps, hn, rstd_f));
+    const lm_head_opts *ho = &r->cfg.head;
+    if (r->p16)
+        CHECK_KERNEL(lm_head_fused_bf16(q, ho, n, D, V, hn, r->p16 + m->head, labels, loss_scale,
+                                        loss_sum, n_valid, r->dx, dW, r->head_scratch));
+    else if (r->cfg.fused_head)
+        CHECK_KERNEL(lm_head_fused(q, ho, n, D, V, hn, r->P + m->head, labels, loss_scale, loss_sum,
+                                   n_valid, r->dx, dW, r->head_scratch));
+    else
+        CHECK_KERNEL(lm_head_unfused(q, ho, n, D, V, hn, r->P + m->head, labels, loss_scale,
+                                     loss_sum, n_valid, r->dx, dW));
+    CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, r->x, final_norm, rstd_f, r->dx, r->dx,
+                                grad_at(gs, m->final_norm)));
+    return grad_close(gs, gs->g->bucket, m->final_norm, m->n_params);
+}
+
+/* Layer l's backward, recomputing what was not kept (with keep_layers: the
+ * attention outputs not kept alone): dx, the gradient of its output, becomes
+ * that of its input; its gradients are its range's. */
+static bt_status layer_backward(model_runner *r, int l, int mb, grad_sink *gs,
+                                model_step_stats *stats)
 {
     const bk_queue *q = r->cfg.queue;
     const model_dims *d = &r->m->dims;
-    int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, V = r->V;
-    bt_status st = BT_OK;
-    if (mb < 0 || mb >= r->cfg.micro_batches) return BT_ERR_ARG;
-    st = runner_use_params(r, params, mb == 0);
+    const layer_offsets *o = &r->m->layer[l];
+    int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, begin, end;
+    stored_layer *e = stored(r, l);
+    if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
+    model_layer_range(r->m, l, &begin, &end);
+    bt_status st = grad_open(r, gs, gs->g->bucket, begin, end);
+    const float *x_in = st == BT_OK ? stored_input(r, e) : NULL;
+    if (!x_in) return st != BT_OK ? st : BT_ERR_SYS; /* the device failed */
+    kept_layer *kept = r->cfg.keep_layers ? &e->kept : NULL;
+    st = kept ? move_attention_part(r, kept, 0) : attention_inputs(r, l, x_in);
+    if (st == BT_OK) st = attention_output_for_backward(r, e, stats);
+    if (st == BT_OK) st = mlp_backward(r, l, x_in, kept, gs);
+    if (st != BT_OK) return st;
+    /* output projection and attention, from dx: now the gradient of x1 */
+    CHECK_KERNEL(runner_mm_grad_weight(r, r->o, n, QD, r->dx, D, grad_at(gs, o->wo)));
+    CHECK_KERNEL(runner_mm_grad_input(r, r->dx, n, D, o->wo, QD, r->d_o, 0));
+    ring_exec_ctx c = r->ring;
+    c.sched = r->bwd;
+    ring_exec_stats rs;
+    st = ring_backward(&c, r->q, r->k, r->v, r->o, r->d_o, r->lse, r->dq, r->dk, r->dv, &rs);
+    stats->attn_bwd_s += rs.total_s;
+    stats->attn_wait_s += rs.wait_s;
+    if (st != BT_OK) return st;
+    CHECK_KERNEL(bk_rope_bwd(q, n, d->n_heads, d->head_dim, r->pos, &d->rope, r->dq, r->dq));
+    CHECK_KERNEL(bk_rope_bwd(q, n, d->n_kv_heads, d->head_dim, r->pos, &d->rope, r->dk, r->dk));
+    /* Q/K/V projections and the attention norm */
+    CHECK_KERNEL(runner_mm_grad_weight(r, r->a, n, D, r->dq, QD, grad_at(gs, o->wq)));
+    CHECK_KERNEL(runner_mm_grad_weight(r, r->a, n, D, r->dk, KD, grad_at(gs, o->wk)));
+    CHECK_KERNEL(runner_mm_grad_weight(r, r->a, n, D, r->dv, KD, grad_at(gs, o->wv)));
+    /* a is free once the weight gradients are taken: the attention branch's
+     * gradient of a, then of x_in, goes there, then into dx */
+    CHECK_KERNEL(runner_mm_grad_input(r, r->dq, n, QD, o->wq, D, r->a, 0));
+    CHECK_KERNEL(runner_mm_grad_input(r, r->dk, n, KD, o->wk, D, r->a, 1));
+    CHECK_KERNEL(runner_mm_grad_input(r, r->dv, n, KD, o->wv, D, r->a, 1));
+    CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, x_in, runner_param32(r, o->attn_norm), r->rstd1, r->a,
+                                r->a, grad_at(gs, o->attn_norm)));
+    CHECK_KERNEL(bk_axpy(q, n * D, 1.0f, r->a, r->dx));
+    return grad_close(gs, gs->g->bucket, begin, end);
+}
+
+bt_status model_forward_backward(model_runner *r, int mb, model_params params,
+                                 const model_grads *grads, const int64_t *tokens,
+                                 const int64_t *labels, float loss_scale, double *loss_sum,
+                                 int64_t *n_valid, model_step_stats *stats)
+{
+    const model_layout *m = r->m;
+    int64_t embed_end = m->embed + r->V * r->D;
+    if (mb < 0 || mb >= r->cfg.micro_batches || !grads ||
+        (!grads->whole && (!grads->embed || !grads->bucket || !grads->complete)))
+        return BT_ERR_ARG;
+    grad_sink gs = {grads, m, 0, 0};
+    bt_status st = runner_use_params(r, params, mb == 0);
     if (st == BT_OK) st = forward_layers(r, tokens, mb, stats);
+    if (st == BT_OK) st = grad_open(r, &gs, grads->embed, m->embed, embed_end);
+    if (st == BT_OK) st = head_backward(r, labels, loss_scale, loss_sum, n_valid, &gs);
+    for (int l = m->dims.layers - 1; l >= 0 && st == BT_OK; l--)
+        st = layer_backward(r, l, mb, &gs, stats);
     if (st != BT_OK) return st;
-    const float *final_norm = runner_param32(r, r->m->final_norm);
-
-    /* ---- head and loss (the last op: its gradient comes with it). The
-     * final-normed states hn [n, D] and their rstd take a and rstd1, free
-     * until the backward recomputes the last layer's inputs; the head's
-     * gradient dh goes into dx, which the final norm's backward turns in
-     * place into the gradient of the last layer's output. */
-    float *hn = r->a, *rstd_f = r->rstd1;
-    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x, final_norm, d->norm_eps, hn, rstd_f));
-    const lm_head_opts *ho = &r->cfg.head;
-    float *dW = G + r->m->head;
-    if (r->p16)
-        CHECK_KERNEL(lm_head_fused_bf16(q, ho, n, D, V, hn, r->p16 + r->m->head, labels, loss_scale,
-                                        loss_sum, n_valid, r->dx, dW, r->head_scratch));
-    else if (r->cfg.fused_head)
-        CHECK_KERNEL(lm_head_fused(q, ho, n, D, V, hn, r->P + r->m->head, labels, loss_scale,
-                                   loss_sum, n_valid, r->dx, dW, r->head_scratch));
-    else
-        CHECK_KERNEL(lm_head_unfused(q, ho, n, D, V, hn, r->P + r->m->head, labels, loss_scale,
-                                     loss_sum, n_valid, r->dx, dW));
-    CHECK_KERNEL(
-        bk_rmsnorm_bwd(q, n, D, r->x, final_norm, rstd_f, r->dx, r->dx, G + r->m->final_norm));
-
-    /* ---- backward, layer by layer, recomputing what was not kept (with
-     * keep_layers: the attention outputs not kept alone) */
-    for (int l = d->layers - 1; l >= 0 && st == BT_OK; l--) {
-        const layer_offsets *o = &r->m->layer[l];
-        stored_layer *e = stored(r, l);
-        if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
-        const float *x_in = stored_input(r, e);
-        if (!x_in) return BT_ERR_SYS; /* the device failed */
-        kept_layer *kept = r->cfg.keep_layers ? &e->kept : NULL;
-        st = kept ? move_attention_part(r, kept, 0) : attention_inputs(r, l, x_in);
-        if (st == BT_OK) st = attention_output_for_backward(r, e, stats);
-        if (st == BT_OK) st = mlp_backward(r, l, x_in, kept, G);
-        if (st != BT_OK) break;
-        /* output projection and attention, from dx: now the gradient of x1 */
-        CHECK_KERNEL(runner_mm_grad_weight(r, r->o, n, QD, r->dx, D, G + o->wo));
-        CHECK_KERNEL(runner_mm_grad_input(r, r->dx, n, D, o->wo, QD, r->d_o, 0));
-        ring_exec_ctx c = r->ring;
-        c.sched = r->bwd;
-        ring_exec_stats rs;
-        st = ring_backward(&c, r->q, r->k, r->v, r->o, r->d_o, r->lse, r->dq, r->dk, r->dv, &rs);
-        stats->attn_bwd_s += rs.total_s;
-        stats->attn_wait_s += rs.wait_s;
-        if (st != BT_OK) break;
-        CHECK_KERNEL(bk_rope_bwd(q, n, d->n_heads, d->head_dim, r->pos, &d->rope, r->dq, r->dq));
-        CHECK_KERNEL(bk_rope_bwd(q, n, d->n_kv_heads, d->head_dim, r->pos, &d->rope, r->dk, r->dk));
-        /* Q/K/V projections and the attention norm */
-        CHECK_KERNEL(runner_mm_grad_weight(r, r->a, n, D, r->dq, QD, G + o->wq));
-        CHECK_KERNEL(runner_mm_grad_weight(r, r->a, n, D, r->dk, KD, G + o->wk));
-        CHECK_KERNEL(runner_mm_grad_weight(r, r->a, n, D, r->dv, KD, G + o->wv));
-        /* a is free once the weight gradients are taken: the attention
-         * branch's gradient of a, then of x_in, goes there, then into dx */
-        CHECK_KERNEL(runner_mm_grad_input(r, r->dq, n, QD, o->wq, D, r->a, 0));
-        CHECK_KERNEL(runner_mm_grad_input(r, r->dk, n, KD, o->wk, D, r->a, 1));
-        CHECK_KERNEL(runner_mm_grad_input(r, r->dv, n, KD, o->wv, D, r->a, 1));
-        CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, x_in, runner_param32(r, o->attn_norm), r->rstd1, r->a,
-                                    r->a, G + o->attn_norm));
-        CHECK_KERNEL(bk_axpy(q, n * D, 1.0f, r->a, r->dx));
-    }
-    if (st != BT_OK) return st;
-    CHECK_KERNEL(bk_embedding_scatter_add(q, n, V, D, tokens, r->dx, G + r->m->embed));
-    return BT_OK;
+    CHECK_KERNEL(bk_embedding_scatter_add(r->cfg.queue, r->n, r->V, r->D, tokens, r->dx,
+                                          grad_at(&gs, m->embed)));
+    return grad_close(&gs, grads->embed, m->embed, embed_end);
 }

@@ -210,23 +210,50 @@ static bk_status queue_drained(const zero1 *z)
     return z->mem == BT_MEM_DEVICE ? bk_device_sync(&z->q) : BK_OK;
 }
 
-/* Steps 1 to 3: the summed gradient block of this rank in gshard, and the
- * global squared norm in *sq (*grad_norm its root). BT_OK with a non-finite
- * norm: the caller updates nothing. */
+bt_status zero1_clear_gradients(zero1 *z)
+{
+    if (!z) return BT_ERR_ARG;
+    KERNEL(bk_fill(&z->q, z->shard, z->gshard, 0.0f));
+    return BT_OK;
+}
+
+bt_status zero1_add_range(zero1 *z, float *grad, int64_t begin, int64_t end)
+{
+    if (!z || begin < 0 || end < begin || end > z->n || (end > begin && !grad)) return BT_ERR_ARG;
+    KERNEL(queue_drained(z));
+    bt_status st = bt_allreduce_mem(z->comm, grad, (size_t)(end - begin), BT_F32, BT_SUM, z->mem);
+    if (st != BT_OK) return st;
+    int64_t lo = begin > z->begin ? begin : z->begin, hi = end < z->end ? end : z->end;
+    if (lo < hi)
+        KERNEL(bk_axpy(&z->q, hi - lo, 1.0f, grad + (lo - begin), z->gshard + (lo - z->begin)));
+    return BT_OK;
+}
+
+size_t zero1_range_bytes(int64_t count, int size)
+{
+    return bt_allreduce_bytes(size, (size_t)count, BT_F32);
+}
+
+/* Steps 1 to 3: the summed gradient block of this rank in gshard (there
+ * already when grads is NULL), and the global squared norm in *sq
+ * (*grad_norm its root). BT_OK with a non-finite norm: the caller updates
+ * nothing. */
 static bt_status reduce_gradients(zero1 *z, float *grads, double *sq, double *grad_norm)
 {
     const bk_queue *q = &z->q;
     int64_t own = z->end - z->begin;
+    bt_status st = BT_OK;
     /* 1. Reduce-scatter the summed gradient: gshard[shard] = block rank of the sum. */
     const float *send = grads;
-    if (z->work) {
+    if (grads && z->work) {
         KERNEL(bk_copy(q, z->work, grads, (size_t)z->n * sizeof(float)));
         KERNEL(bk_fill(q, z->padded - z->n, z->work + z->n, 0.0f));
         send = z->work;
     }
     KERNEL(queue_drained(z));
-    bt_status st = bt_reduce_scatter_mem(z->comm, send, z->gshard, (size_t)z->shard, BT_F32, BT_SUM,
-                                         z->mem);
+    if (grads)
+        st = bt_reduce_scatter_mem(z->comm, send, z->gshard, (size_t)z->shard, BT_F32, BT_SUM,
+                                   z->mem);
     if (st != BT_OK) return st;
 
     /* 2. Global squared norm, identical on every rank. */
@@ -264,8 +291,9 @@ static bt_status update_shard(zero1 *z, float *shard, uint16_t *rounded, double 
 static int step_args_ok(const zero1 *z, const void *params, const float *grads, double lr,
                         int64_t step, const double *grad_norm, bk_dtype param_type)
 {
+    (void)grads; /* NULL: summed into the block already */
     return z && grad_norm && step >= 1 && lr >= 0.0 && isfinite(lr) &&
-           z->param_type == param_type && (z->n == 0 || (params && grads));
+           z->param_type == param_type && (z->n == 0 || params);
 }
 
 bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t step,

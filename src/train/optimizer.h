@@ -44,7 +44,9 @@ void zero1_free(zero1 *z);
 /* One step (step counts from 1). grads are reduced in place (their content
  * afterwards is unspecified); params are updated on every rank. *grad_norm is
  * the global norm before clipping; when it is not finite nothing is updated
- * and BT_OK is returned with *grad_norm = NaN or inf (the caller decides). */
+ * and BT_OK is returned with *grad_norm = NaN or inf (the caller decides).
+ * grads NULL: the gradients were summed into this rank's block already
+ * (zero1_add_range). */
 bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t step,
                      double *grad_norm);
 /* The same step with bf16 parameters: the masters of the shard are updated,
@@ -52,6 +54,20 @@ bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t s
  * masters rounded to bf16. */
 bt_status zero1_step_bf16(zero1 *z, uint16_t *params, float *grads, double lr, int64_t step,
                           double *grad_norm);
+
+/* Gradients sharded (ZeRO-2): this rank's block of the summed gradients
+ * gathered range by range while the backward produces them, instead of
+ * reduce-scattered from a whole buffer [n_params] at the step.
+ * zero1_clear_gradients zeroes the block (before a step's first
+ * micro-batch). zero1_add_range sums grad [end - begin], the gradients of
+ * the flat range [begin, end) in the optimizer's memory, over the ranks in
+ * place (bt_allreduce_mem) and adds this rank's part of the sum to its
+ * block; collective over the communicator, every rank adding the same ranges
+ * in the same order. A step then takes grads NULL. zero1_range_bytes: what
+ * zero1_add_range allocates while it runs, for count floats on size ranks. */
+bt_status zero1_clear_gradients(zero1 *z);
+bt_status zero1_add_range(zero1 *z, float *grad, int64_t begin, int64_t end);
+size_t zero1_range_bytes(int64_t count, int size);
 
 /* bf16 parameters only. zero1_set_params: this rank's masters from the fp32
  * parameters full [n_params] (host memory), and params [n_params] (bf16, the

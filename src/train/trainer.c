@@ -299,6 +299,7 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
         !(t->labels = bu_calloc(m->tokens / 2, "the labels", err, err_len)) ||
         (m->segments && !(t->segments = bu_calloc(m->segments, "the document ids", err, err_len))))
         return -1;
+    trainer_bind_gradients(t);
     if (t->choices.on_device &&
         (!(t->dev_tokens = model_buffer(t, m->tokens / 2, "the tokens", err, err_len)) ||
          !(t->dev_labels = model_buffer(t, m->tokens / 2, "the labels", err, err_len))))

@@ -65,8 +65,16 @@ typedef struct {
     token_source *data;
     seq_layout layout;
     token_shard shard;            /* this rank's positions of every sample */
-    float *params, *grads;        /* [n_params] in the queue's memory (params NULL with bf16
+    float *params;                /* [n_params] in the queue's memory (NULL with bf16
                                      parameters) */
+    float *grads;                 /* the gradients in the queue's memory: [n_params]; with
+                                     [parallel] zero = 2 the embedding's window [V D] then
+                                     the bucket [model_grad_bucket_floats] */
+    model_grads grad_sink;        /* where the backward writes them (trainer_bind_gradients) */
+    double grad_sq;               /* zero = 2: the step's squared gradients before the
+                                     reduction, this rank's (its finiteness check) */
+    int64_t step_now;             /* the step and micro-batch being computed */
+    int mb_now;
     uint16_t *params16;           /* [n_params] bf16 parameters (train_choices.bf16_matmul), their
                                      fp32 masters the optimizer's; else NULL */
     int64_t *tokens, *labels;     /* [micro_batches][n] on the host: what the source reads */
@@ -163,6 +171,10 @@ int trainer_read_sample(trainer *t, int64_t index, int mb);
  * device's; nothing on the host. 0 or -1. */
 int trainer_upload_tokens(trainer *t, int count);
 
+/* t->grad_sink over t->grads: the whole buffer, or with [parallel] zero = 2
+ * the windows, each range summed into the optimizer's block as it completes. */
+void trainer_bind_gradients(trainer *t);
+
 /* What one step did, the same on every rank. */
 typedef struct {
     double loss, grad_norm;
@@ -236,6 +248,15 @@ double trainer_available_bytes(void);
 size_t trainer_memory_total(const trainer_memory *m);
 /* The parts of m, named, as one line of text ("parameters 1.2 MiB, ..."). */
 void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len);
+/* The same parts one by one, in that order (the two transients last; NCCL's
+ * buffers only where counted): their name, a key for scripts and the bytes,
+ * into out [TRAINER_MEMORY_PARTS]; returns how many. */
+enum { TRAINER_MEMORY_PARTS = 10 };
+typedef struct {
+    const char *name, *key;
+    size_t bytes;
+} trainer_memory_part;
+int trainer_memory_part_list(const trainer_memory *m, trainer_memory_part *out);
 /* The parts of m that live in the device arena on a device: parameters,
  * gradients, optimizer, the device's token buffers, stored activations, layer
  * workspace (its few host buffers included) and ring buffers. NCCL's buffers

@@ -23,29 +23,38 @@ size_t trainer_memory_total(const trainer_memory *m)
            r->stored + r->workspace + r->ring + m->nccl + transient;
 }
 
-void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len)
+int trainer_memory_part_list(const trainer_memory *m, trainer_memory_part *out)
 {
     const model_memory *r = &m->model;
     const struct {
-        const char *name;
-        size_t bytes;
+        trainer_memory_part part;
         int optional; /* left out when 0 */
-    } parts[] = {{"parameters", m->params, 0},
-                 {"gradients", m->grads, 0},
-                 {"optimizer", m->optimizer, 0},
-                 {"stored activations", r->stored, 0},
-                 {"layer workspace", r->workspace, 0},
-                 {"ring buffers", r->ring, 0},
+    } parts[] = {{{"parameters", "parameters", m->params}, 0},
+                 {{"gradients", "gradients", m->grads}, 0},
+                 {{"optimizer", "optimizer", m->optimizer}, 0},
+                 {{"stored activations", "stored_activations", r->stored}, 0},
+                 {{"layer workspace", "layer_workspace", r->workspace}, 0},
+                 {{"ring buffers", "ring_buffers", r->ring}, 0},
                  /* with their document ids and the recall source's whole sample */
-                 {"tokens", m->tokens + m->segments + m->whole_sample, 0},
-                 {"NCCL's buffers (estimated)", m->nccl, 1},
-                 {"head logits", r->head_logits, 0}, /* the two transients, last */
-                 {"reduce-scatter copy", m->reduce_copy, 0}};
-    const size_t n = sizeof parts / sizeof *parts;
+                 {{"tokens", "tokens", m->tokens + m->segments + m->whole_sample}, 0},
+                 {{"NCCL's buffers (estimated)", "nccl_buffers", m->nccl}, 1},
+                 /* the two transients, last */
+                 {{"head logits", "head_logits", r->head_logits}, 0},
+                 {{"gradient reduction copy", "gradient_reduction_copy", m->reduce_copy}, 0}};
+    _Static_assert(sizeof parts / sizeof *parts == TRAINER_MEMORY_PARTS, "one row per part");
+    int n = 0;
+    for (int i = 0; i < TRAINER_MEMORY_PARTS; i++)
+        if (!parts[i].optional || parts[i].part.bytes > 0) out[n++] = parts[i].part;
+    return n;
+}
+
+void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len)
+{
+    trainer_memory_part parts[TRAINER_MEMORY_PARTS];
+    int n = trainer_memory_part_list(m, parts);
     size_t used = 0;
     buf[0] = '\0';
-    for (size_t i = 0; i < n && used < len; i++) {
-        if (parts[i].optional && parts[i].bytes == 0) continue;
+    for (int i = 0; i < n && used < len; i++) {
         char h[32];
         const char *sep = i == 0 ? "" : i == n - 2 ? "; the larger of " : i == n - 1 ? " or " : ", ";
         int w = snprintf(buf + used, len - used, "%s%s %s", sep, parts[i].name,
@@ -100,12 +109,18 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
     trainer_memory *m = &t->mem;
     if (model_runner_memory(rc, &m->model, err, err_len) != 0) return -1;
     bk_dtype param_type = t->choices.bf16_matmul ? BK_BF16 : BK_F32;
-    m->grads = (size_t)t->model.n_params * sizeof(float);
+    /* zero = 2: the embedding's window and the bucket (trainer_bind_gradients) */
+    int64_t embed = (int64_t)t->cfg.vocab * t->cfg.d_model,
+            bucket = model_grad_bucket_floats(&t->model),
+            grad_floats = t->cfg.zero == 2 ? embed + bucket : t->model.n_params;
+    m->grads = (size_t)grad_floats * sizeof(float);
     /* bf16: rounded up to whole floats, as the trainer allocates them */
     m->params = param_type == BK_BF16 ? (size_t)(t->model.n_params + 1) / 2 * sizeof(float)
                                       : (size_t)t->model.n_params * sizeof(float);
     m->optimizer = zero1_bytes(t->model.n_params, t->world_size, t->rank, param_type);
-    m->reduce_copy = zero1_step_bytes(t->model.n_params, t->world_size);
+    m->reduce_copy = t->cfg.zero == 2
+                         ? zero1_range_bytes(embed > bucket ? embed : bucket, t->world_size)
+                         : zero1_step_bytes(t->model.n_params, t->world_size);
     if (t->opts.forward_only) m->grads = m->optimizer = m->reduce_copy = 0;
     size_t mb = (size_t)t->cfg.micro_batches;
     m->tokens = 2 * (size_t)t->layout.n * mb * sizeof(int64_t);

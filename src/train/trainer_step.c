@@ -110,26 +110,75 @@ static double ring_bytes_sent(trainer *t)
     return sent;
 }
 
-/* Forward and backward of every micro-batch into t->grads, each on the rings
- * planned for its documents; adds the loss sum and the count of valid tokens
- * into *loss_sum, *counted, and sets this rank's ring bytes and times in res. */
+/* The testing aids' fault for this step and rank (a NaN gradient, or FLT_MAX
+ * on every rank), written to the first parameter's gradient before the
+ * reduction; 0 for none. */
+static float injected_fault(const trainer *t)
+{
+    if (t->opts.inject_step == t->step_now && t->opts.inject_rank == t->rank) return NAN;
+    return t->opts.overflow_step == t->step_now ? FLT_MAX : 0.0f;
+}
+
+/* ZeRO-2: the micro-batch's gradients of [begin, end) are whole in grad. The
+ * testing aids' fault goes into the first parameter's at the last
+ * micro-batch, as it would into the whole buffer; the squares join this
+ * rank's finiteness check (before the reduction, as with zero = 1); the
+ * optimizer sums the range over the ranks into its block. */
+static bt_status range_done(void *ctx, float *grad, int64_t begin, int64_t end)
+{
+    trainer *t = ctx;
+    float fault = injected_fault(t);
+    bk_status kst = BK_OK;
+    if (begin == 0 && end > 0 && fault != 0.0f && t->mb_now == t->cfg.micro_batches - 1)
+        kst = bk_fill(&t->queue, 1, grad, fault);
+    const float *bufs[1] = {grad};
+    int64_t count = end - begin;
+    double sq = 0;
+    if (kst == BK_OK) kst = bk_grad_sqnorm(&t->queue, 1, bufs, &count, &sq);
+    if (kst != BK_OK) return attn_kernel_status(kst);
+    t->grad_sq += sq;
+    return zero1_add_range(t->opt, grad, begin, end);
+}
+
+void trainer_bind_gradients(trainer *t)
+{
+    int64_t embed = (int64_t)t->cfg.vocab * t->cfg.d_model;
+    if (!t->grads)
+        t->grad_sink = (model_grads){NULL, NULL, NULL, NULL, NULL};
+    else if (t->cfg.zero == 2)
+        t->grad_sink = (model_grads){NULL, t->grads, t->grads + embed, range_done, t};
+    else
+        t->grad_sink = (model_grads){t->grads, NULL, NULL, NULL, NULL};
+}
+
+/* Forward and backward of every micro-batch into the gradients (t->grads, or
+ * with zero = 2 the optimizer's block), each on the rings planned for its
+ * documents; adds the loss sum and the count of valid tokens into *loss_sum,
+ * *counted, and sets this rank's ring bytes and times in res. */
 static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *counted,
                             trainer_step_result *res)
 {
     int64_t n = t->layout.n;
-    bk_status kst = bk_fill(&t->queue, t->model.n_params, t->grads, 0.0f);
-    if (kst != BK_OK) return fail_with(t, "clearing the gradients", attn_kernel_status(kst));
+    if (t->cfg.zero == 2) {
+        t->grad_sq = 0;
+        bt_status st = zero1_clear_gradients(t->opt);
+        if (st != BT_OK) return fail_with(t, "clearing the gradients", st);
+    } else {
+        bk_status kst = bk_fill(&t->queue, t->model.n_params, t->grads, 0.0f);
+        if (kst != BK_OK) return fail_with(t, "clearing the gradients", attn_kernel_status(kst));
+    }
     const int64_t *tokens = t->choices.on_device ? t->dev_tokens : t->tokens,
                   *labels = t->choices.on_device ? t->dev_labels : t->labels;
     model_step_stats ms = {0};
     double sent_before = ring_bytes_sent(t);
     for (int mb = 0; mb < t->cfg.micro_batches; mb++) {
         char err[256];
+        t->mb_now = mb;
         if (segments_of(t, mb) &&
             model_runner_set_documents(t->runner, segments_of(t, mb), err, sizeof err) != 0)
             return fail(err);
         bt_status st =
-            model_forward_backward(t->runner, mb, trainer_params(t), t->grads, tokens + mb * n,
+            model_forward_backward(t->runner, mb, trainer_params(t), &t->grad_sink, tokens + mb * n,
                                    labels + mb * n, scale, loss_sum, counted, &ms);
         if (st != BT_OK) return fail_with(t, "forward and backward", st);
     }
@@ -147,11 +196,11 @@ static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_ba
                  trainer_step_result *res)
 {
     /* squares of finite floats sum to a finite double: the norm is finite
-     * exactly when every gradient is */
+     * exactly when every gradient is (zero = 2: summed range by range) */
     const float *bufs[1] = {t->grads};
     int64_t count = t->model.n_params;
-    double sq = 0;
-    bk_status kst = bk_grad_sqnorm(&t->queue, 1, bufs, &count, &sq);
+    double sq = t->grad_sq;
+    bk_status kst = t->cfg.zero == 2 ? BK_OK : bk_grad_sqnorm(&t->queue, 1, bufs, &count, &sq);
     if (kst != BK_OK) return fail_with(t, "the gradient norm", attn_kernel_status(kst));
     int bad = !isfinite(loss_sum) || !isfinite(sq);
     *first_bad = bad ? t->rank : INT64_MAX;
@@ -194,6 +243,7 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
     double loss_sum = 0;
     memset(res, 0, sizeof *res);
     res->grad_norm = NAN; /* until the optimizer measures it */
+    t->step_now = step;
     int status = read_samples(t, step, &valid);
     res->tokens = valid;
     if (status == 0)
@@ -201,10 +251,8 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
                                   res);
     if (status != 0) return status;
     bk_status kst = BK_OK;
-    if (t->opts.inject_step == step && t->opts.inject_rank == t->rank)
-        kst = bk_fill(&t->queue, 1, t->grads, NAN);
-    if (t->opts.overflow_step == step && kst == BK_OK)
-        kst = bk_fill(&t->queue, 1, t->grads, FLT_MAX);
+    if (t->cfg.zero != 2 && injected_fault(t) != 0.0f) /* zero = 2: range_done did */
+        kst = bk_fill(&t->queue, 1, t->grads, injected_fault(t));
     if (kst != BK_OK) return fail_with(t, "injecting a fault", attn_kernel_status(kst));
     if ((status = agree(t, loss_sum, counted, &first_bad, res)) != 0) return status;
     char what[96];
@@ -214,9 +262,10 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
         return nonfinite(t, step, what, &res->skipped);
     }
     double lr = lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step);
+    float *grads = t->cfg.zero == 2 ? NULL : t->grads; /* NULL: summed already */
     bt_status st = t->params16
-                       ? zero1_step_bf16(t->opt, t->params16, t->grads, lr, step, &res->grad_norm)
-                       : zero1_step(t->opt, t->params, t->grads, lr, step, &res->grad_norm);
+                       ? zero1_step_bf16(t->opt, t->params16, grads, lr, step, &res->grad_norm)
+                       : zero1_step(t->opt, t->params, grads, lr, step, &res->grad_norm);
     if (st != BT_OK) return fail_with(t, "the optimizer step", st);
     /* Finite gradients everywhere can still sum to an infinite one: the norm is
      * all-reduced, so every rank sees it, and the optimizer updated nothing. */

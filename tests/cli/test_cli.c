@@ -3,6 +3,7 @@
  * device benchmark refuses bad options and a machine without a device, the
  * training benchmark refuses bad options and runs on the emulated device. */
 #include <check.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,6 +271,50 @@ START_TEST(plan_memory_counts_nccls_buffers)
 }
 END_TEST
 
+/* --json: the same report as one object, bytes exact: every part of the text
+ * by key, the total their sum with the larger transient, the verdict and the
+ * exit status alike. */
+START_TEST(plan_memory_speaks_json)
+{
+    for (int tight = 0; tight <= 1; tight++) {
+        char *argv[] = {(char *)test_burst_path(),
+                        "plan",
+                        "memory",
+                        "--json",
+                        "--set",
+                        "parallel.zero=2",
+                        "--host-memory",
+                        tight ? "1M" : "64G",
+                        NULL};
+        test_run_result r = test_run(argv, NULL);
+        json_error_t e;
+        json_t *o = json_loads(r.out, 0, &e);
+        ck_assert_msg(o && r.exit_code == (tight ? 2 : 0), "exit %d, %s:\n%s", r.exit_code, e.text,
+                      r.out);
+        json_t *parts = json_object_get(o, "parts");
+        static const char *const keys[] = {
+            "parameters",   "gradients", "optimizer",   "stored_activations",     "layer_workspace",
+            "ring_buffers", "tokens",    "head_logits", "gradient_reduction_copy"};
+        json_int_t sum = 0;
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+            json_t *v = json_object_get(parts, keys[k]);
+            ck_assert_msg(json_is_integer(v), "no part %s:\n%s", keys[k], r.out);
+            if (k < 7) sum += json_integer_value(v);
+        }
+        json_int_t logits = json_integer_value(json_object_get(parts, "head_logits")),
+                   copy = json_integer_value(json_object_get(parts, "gradient_reduction_copy"));
+        sum += logits > copy ? logits : copy;
+        ck_assert_msg(json_integer_value(json_object_get(o, "total")) == sum &&
+                          json_is_boolean(json_object_get(o, "fits")) &&
+                          json_boolean_value(json_object_get(o, "fits")) == !tight &&
+                          json_integer_value(json_object_get(o, "zero")) == 2,
+                      "%s", r.out);
+        json_decref(o);
+        test_run_free(&r);
+    }
+}
+END_TEST
+
 /* A budget the run does not fit in exits 2, saying so; bad options are
  * refused naming them. */
 START_TEST(plan_memory_refuses_what_does_not_fit)
@@ -477,7 +522,7 @@ START_TEST(bench_train_runs_on_the_device)
     char *env[] = {"OMP_NUM_THREADS=1", NULL};
     test_run_result r = test_run(argv, env);
     ck_assert_msg(r.exit_code == 0, "exited %d:\n%s", r.exit_code, r.out);
-    ck_assert_msg(test_output_has(&r, "checkpoint fraction 1)"), "%s", r.out);
+    ck_assert_msg(test_output_has(&r, "checkpoint fraction 1, ZeRO stage 1)"), "%s", r.out);
     const char *row = strstr(r.out, "| tiny | 2 | 64 | ");
     ck_assert_msg(row != NULL, "no row:\n%s", r.out);
     double s_step, tokens, gflops, ref, fraction, exposed, mfu, peak, estimate, ratio;
@@ -505,6 +550,7 @@ int main(void)
 {
     Suite *s = suite_create("cli");
     TCase *tc = check_tcase(s, "cli", 60);
+    check_add_tests(tc, plan_memory_speaks_json);
     check_add_tests(tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
                     plan_attention_options, plan_memory_counts_what_a_run_counts,
                     plan_memory_refuses_what_does_not_fit, byte_sizes_are_read_alike,

@@ -76,8 +76,8 @@ static step_sums forward_backward(model_runner *r, model_params params, float *g
     step_sums s = {0, 0};
     model_step_stats st = {0};
     for (int mb = 0; mb < MICRO_BATCHES; mb++)
-        must(model_forward_backward(r, mb, params, grads, tokens, labels[mb], 0.01f, &s.loss,
-                                    &s.valid, &st),
+        must(model_forward_backward(r, mb, params, &(model_grads){.whole = grads}, tokens,
+                                    labels[mb], 0.01f, &s.loss, &s.valid, &st),
              "forward/backward");
     return s;
 }
@@ -229,8 +229,9 @@ int main(int argc, char **argv)
                                                 worker_device_copy(labels1, n * sizeof(int64_t))};
     model_step_stats unused = {0};
     model_params wrong = {o.bf16_matmul ? d_grads : NULL, o.bf16_matmul ? NULL : rounded};
-    if (model_forward_backward(dev, 0, wrong, d_grads, d_tokens, dev_labels[0], 0.01f, &(double){0},
-                               &(int64_t){0}, &unused) != BT_ERR_ARG) {
+    if (model_forward_backward(dev, 0, wrong, &(model_grads){.whole = d_grads}, d_tokens,
+                               dev_labels[0], 0.01f, &(double){0}, &(int64_t){0},
+                               &unused) != BT_ERR_ARG) {
         fprintf(stderr, "rank %d: the device runner took parameters of the other type\n", rank);
         failures++;
     }

@@ -73,8 +73,8 @@ typedef struct {
 static bt_status step(const step_args *a)
 {
     model_step_stats stats = {0};
-    return model_forward_backward(a->r, 0, a->params, a->grads, a->tokens, a->labels, 0.01f,
-                                  &(double){0}, &(int64_t){0}, &stats);
+    return model_forward_backward(a->r, 0, a->params, &(model_grads){.whole = a->grads}, a->tokens,
+                                  a->labels, 0.01f, &(double){0}, &(int64_t){0}, &stats);
 }
 
 /* With op failing with fails_with, a step returns want and the message names

@@ -3,7 +3,8 @@
  * the most bytes the trainer's code holds at once during setup and two
  * steps (counted by tests/train/train_memory with the allocator wrapped), for
  * the fused and the reference head, every checkpoint fraction and several
- * micro-batches; more micro-batches add only their token buffers. Every large
+ * micro-batches, and with the gradients sharded (zero = 2), which holds less;
+ * more micro-batches add only their token buffers. Every large
  * allocation of the setup, made to fail in turn, ends every rank with exit 2
  * and a message naming the size, never a crash. A run just over
  * [memory] limit_bytes is refused before the first step with exit 2, naming
@@ -83,6 +84,23 @@ START_TEST(report_counts_what_the_trainer_allocates)
         measured m = measure(cases[i]);
         expect_close(&m, cases[i][0]);
     }
+}
+END_TEST
+
+/* With the gradients sharded (zero = 2) a rank holds the embedding's window
+ * and one layer's instead of every gradient: on 8 layers with a 1 MiB
+ * embedding, the count and the peak both fall by more than 1 MiB, and each
+ * still matches the other. */
+START_TEST(zero_2_holds_two_windows_not_every_gradient)
+{
+    const char *one[] = {"model.layers=8", "model.vocab=4096", "parallel.zero=1", NULL},
+               *two[] = {"model.layers=8", "model.vocab=4096", "parallel.zero=2", NULL};
+    measured m1 = measure(one), m2 = measure(two);
+    expect_close(&m1, "zero = 1");
+    expect_close(&m2, "zero = 2");
+    ck_assert_msg(m2.state + (1 << 20) < m1.state && m2.peak + (1 << 20) < m1.peak,
+                  "zero = 1: report %lld, peak %lld; zero = 2: report %lld, peak %lld", m1.state,
+                  m1.peak, m2.state, m2.peak);
 }
 END_TEST
 
@@ -167,8 +185,9 @@ int main(void)
 {
     Suite *s = suite_create("memory");
     TCase *tc = check_tcase(s, "memory", 600);
-    check_add_tests(tc, report_counts_what_the_trainer_allocates, micro_batches_add_only_their_tokens,
-                    failed_allocations_end_every_rank_with_exit_2,
-                    just_over_the_limit_is_refused_before_work);
+    check_add_tests(
+        tc, report_counts_what_the_trainer_allocates, zero_2_holds_two_windows_not_every_gradient,
+        micro_batches_add_only_their_tokens, failed_allocations_end_every_rank_with_exit_2,
+        just_over_the_limit_is_refused_before_work);
     return check_run(s);
 }

@@ -99,8 +99,8 @@ static double loss_of(model_runner *r, const float *params, float *grads, int64_
     int64_t valid = 0;
     model_step_stats st = {0};
     float scale = n_valid_total > 0 ? 1.0f / (float)n_valid_total : 0.0f;
-    must(model_forward_backward(r, 0, (model_params){params, NULL}, grads, tokens, labels, scale,
-                                &sums[0], &valid, &st),
+    must(model_forward_backward(r, 0, (model_params){params, NULL}, &(model_grads){.whole = grads},
+                                tokens, labels, scale, &sums[0], &valid, &st),
          "forward/backward");
     must(bt_allreduce(bt_world_comm(world), sums, 1, BT_F64, BT_SUM), "loss allreduce");
     return n_valid_total > 0 ? sums[0] / (double)n_valid_total : 0.0;

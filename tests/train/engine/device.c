@@ -60,6 +60,29 @@ START_TEST(device_grid_matches_the_cpu)
 }
 END_TEST
 
+/* The gradients sharded (zero = 2) on the device, kernels deferred: the
+ * ranges summed as the backward makes them train as the whole buffer does,
+ * bit for bit on 1 and 2 ranks (one order of the sums). */
+START_TEST(device_zero_2_trains_as_zero_1)
+{
+    on_emulator = 1;
+    run_env = deferred;
+    for (int ranks = 1; ranks <= 2; ranks++) {
+        const char *cp = ranks == 2 ? "parallel.cp=2" : "parallel.cp=1";
+        curve one, two;
+        run_ok(ranks, 1, with(on_device, (const char *[]){cp, "parallel.zero=1", NULL}), &one);
+        run_ok(ranks, 1, with(on_device, (const char *[]){cp, "parallel.zero=2", NULL}), &two);
+        for (int i = 0; i < 6; i++)
+            ck_assert_msg(one.n == 6 && two.n == 6 && one.loss[i] == two.loss[i] &&
+                              one.grad_norm[i] == two.grad_norm[i],
+                          "%d ranks, step %d: zero = 1 %.17g, zero = 2 %.17g", ranks, i + 1,
+                          one.loss[i], two.loss[i]);
+    }
+    run_env = one_thread;
+    on_emulator = 0;
+}
+END_TEST
+
 /* A resume on the device continues bit for bit, and a CPU checkpoint resumed
  * on the device continues the CPU's curve within bf16's tolerance. */
 START_TEST(device_resumes_its_own_and_the_cpus_checkpoints)
@@ -479,7 +502,8 @@ void add_device_tests(Suite *s)
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 900), device_engine_matches_the_cpu,
                     device_grid_matches_the_cpu, device_resumes_its_own_and_the_cpus_checkpoints,
-                    device_arena_holds_every_buffer, device_staging_buffers_taken_at_setup,
+                    device_zero_2_trains_as_zero_1, device_arena_holds_every_buffer,
+                    device_staging_buffers_taken_at_setup,
                     device_arena_report_names_the_largest_peak);
 #ifdef HAVE_NCCL
     check_add_tests(check_tcase(s, "device over NCCL", 900), device_engine_over_nccl,

@@ -66,11 +66,13 @@ void synth(const char *task, const char *seq_len, const char *samples, const cha
 
 /* The tests of each part, added to the suite's test case tc in the order
  * they run: the ranks (ranks.c), the steps (steps.c), resumes (resume.c),
- * HDF5 corpora (corpus.c); the device's in test cases of their own. */
+ * HDF5 corpora (corpus.c), the ZeRO stages (zero.c); the device's in test
+ * cases of their own. */
 void add_rank_tests(TCase *tc);
 void add_step_tests(TCase *tc);
 void add_resume_tests(TCase *tc);
 void add_corpus_tests(TCase *tc);
+void add_zero_tests(TCase *tc);
 void add_device_tests(Suite *s);
 
 #endif

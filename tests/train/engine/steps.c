@@ -36,9 +36,11 @@ static void expect_only_step_2_skipped(const char *metrics)
     }
 }
 
+/* With the gradients whole (zero = 1) or sharded (zero = 2, where the NaN
+ * goes in before the reduction as well). */
 START_TEST(nonfinite_gradient_stops_every_rank)
 {
-    const char *sets[] = {"parallel.cp=2", NULL};
+    const char *sets[] = {"parallel.cp=2", _i == 1 ? "parallel.zero=2" : "parallel.zero=1", NULL};
     test_run_result r = train(2, 1, sets, "2:1", NULL);
     ck_assert_msg(r.exit_code == 1, "exit %d:\n%s", r.exit_code, r.out);
     for (int k = 0; k < 2; k++) {
@@ -50,7 +52,7 @@ START_TEST(nonfinite_gradient_stops_every_rank)
         ck_assert_msg(test_output_has(&r, want), "missing '%s':\n%s", want, r.out);
     }
     test_run_free(&r);
-    const char *skip[] = {"parallel.cp=2", "train.on_nonfinite=skip", NULL};
+    const char *skip[] = {"parallel.cp=2", "train.on_nonfinite=skip", sets[1], NULL};
     char metrics[8192];
     const char *nan_args[] = {"--inject-nan", "2:1", NULL};
     r = train_args(2, 1, skip, nan_args, NULL, metrics, sizeof metrics);
@@ -66,8 +68,9 @@ END_TEST
 START_TEST(gradient_infinite_only_after_the_reduction)
 {
     const char *args[] = {"--inject-overflow", "2", NULL};
+    const char *zero = _i == 1 ? "parallel.zero=2" : "parallel.zero=1";
     for (int dp = 1; dp <= 2; dp++) {
-        const char *sets[] = {dp == 1 ? "parallel.cp=2" : "parallel.dp=2", NULL};
+        const char *sets[] = {dp == 1 ? "parallel.cp=2" : "parallel.dp=2", zero, NULL};
         test_run_result r = train_args(2, 1, sets, args, NULL, NULL, 0);
         ck_assert_msg(r.exit_code == 1, "dp %d: exit %d:\n%s", dp, r.exit_code, r.out);
         for (int k = 0; k < 2; k++) {
@@ -81,7 +84,7 @@ START_TEST(gradient_infinite_only_after_the_reduction)
         ck_assert_msg(!test_output_has(&r, "step     3/"), "a rank went on:\n%s", r.out);
         test_run_free(&r);
     }
-    const char *skip[] = {"parallel.cp=2", "train.on_nonfinite=skip", NULL};
+    const char *skip[] = {"parallel.cp=2", "train.on_nonfinite=skip", zero, NULL};
     char metrics[8192];
     test_run_result r = train_args(2, 1, skip, args, NULL, metrics, sizeof metrics);
     ck_assert_msg(r.exit_code == 0, "skip: exit %d:\n%s", r.exit_code, r.out);
@@ -194,7 +197,9 @@ END_TEST
 
 void add_step_tests(TCase *tc)
 {
-    check_add_tests(tc, nonfinite_gradient_stops_every_rank,
-                    gradient_infinite_only_after_the_reduction, loss_falls_on_a_learnable_task,
-                    bad_settings_exit_2_before_work, keeping_the_layers_changes_no_bit);
+    /* _i = 0: zero = 1, 1: zero = 2 */
+    check_add_loop_tests(tc, 0, 2, nonfinite_gradient_stops_every_rank,
+                         gradient_infinite_only_after_the_reduction);
+    check_add_tests(tc, loss_falls_on_a_learnable_task, bad_settings_exit_2_before_work,
+                    keeping_the_layers_changes_no_bit);
 }
