@@ -57,7 +57,8 @@ typedef struct {
     char sparse_pattern[64]; /* mask = sparse: e.g. local:4+global:1 (src/attn/sparse_pattern.h) */
     char backward[8];       /* auto | q | kv */
     char ring[8];           /* auto | flat | double */
-    int zero;               /* ZeRO stage: 1 optimizer state sharded, 2 gradients too */
+    int zero;               /* ZeRO stage: 1 optimizer state sharded, 2 gradients too,
+                               3 parameters too */
     int64_t piece_rows;     /* query rows per attention kernel call between transport polls;
                              * 0: ring_piece_rows' default */
     /* [train] */

@@ -50,6 +50,9 @@ void model_layout_free(model_layout *m);
 /* Seeded and counter-based: parameter i gets the same value whatever the
  * number of ranks. Norm gains are 1, matrices N(0, std^2). */
 void model_init_params(const model_layout *m, float *params, uint64_t seed, double std);
+/* The same values for parameters [begin, end) alone, into out [end - begin]. */
+void model_init_params_range(const model_layout *m, float *out, int64_t begin, int64_t end,
+                             uint64_t seed, double std);
 /* 1 for matrices (weight decay), 0 for norm gains. */
 void model_decay_mask(const model_layout *m, uint8_t *mask);
 /* Forward FLOPs of one sequence of N tokens (matrix products and attention,
@@ -121,11 +124,29 @@ int model_runner_set_documents(model_runner *r, const int32_t *segments, char *e
                                size_t err_len);
 
 /* The parameters a pass reads [n_params], in the memory of the runner's
- * queue: fp32, or bf16 with bf16_matmul; the other pointer NULL. */
+ * queue: fp32, or bf16 with bf16_matmul; the other pointer NULL. Both NULL
+ * when the runner gathers them (model_runner_gather). */
 typedef struct {
     const float *f32;
     const uint16_t *bf16;
 } model_params;
+
+/* Parameters sharded ([parallel] zero = 3): a pass reads them from two
+ * windows, of the parameters' type, which it asks `fill` to fill just
+ * before it uses a range: the embedding's [V D] (with a tied head's) at the
+ * start of the pass, held to its end; the bucket [model_grad_bucket_floats]
+ * for the tail (the final norm and an untied head) and for each layer, in
+ * the forward and again in the backward. fill: the range [begin, end) into
+ * window, collective as the caller's gathering is; BT_OK or its error, which
+ * the pass returns. */
+typedef struct {
+    void *embed, *bucket;
+    bt_status (*fill)(void *ctx, void *window, int64_t begin, int64_t end);
+    void *ctx;
+} model_gather;
+/* From now on the runner's passes read the parameters through g (kept; NULL:
+ * the model_params given to each pass again). */
+void model_runner_gather(model_runner *r, const model_gather *g);
 
 typedef struct {
     double attn_fwd_s, attn_bwd_s, attn_recompute_s; /* wall time in the ring */

@@ -74,7 +74,9 @@ struct model_runner {
     wide_region *regions;
     int n_regions;
     const float *P;      /* the parameters of the pass in progress: fp32, */
-    const uint16_t *p16; /* or bf16 (bf16_matmul) */
+    const uint16_t *p16; /* or bf16 (bf16_matmul); both NULL when gathered: */
+    const model_gather *gather;           /* the windows (model_runner_gather), or NULL */
+    int64_t gathered_begin, gathered_end; /* the range the bucket holds */
     model_memory mem;    /* what the buffers below take, counted as they are made */
     int allocate;        /* make the buffers (1) or only count them (0) */
     int on_device;       /* the buffers the kernels read are device memory */
@@ -124,6 +126,15 @@ bk_status runner_mm_grad_input(model_runner *r, const float *dY, int64_t m, int6
  * bf16 parameters, the fp32 copy of what fp32 kernels read widened from them
  * (once per step: at the first micro-batch, and for every prediction). */
 bt_status runner_use_params(model_runner *r, model_params p, int refresh);
+/* The weights at flat offset `at`, fp32 or bf16: in the parameters of the
+ * pass, or in the gathered windows (NULL, which kernels refuse, for a range
+ * not gathered now). */
+const float *runner_weight32(const model_runner *r, int64_t at);
+const uint16_t *runner_weight16(const model_runner *r, int64_t at);
+/* Gathered parameters: [begin, end) (the embedding's range, or the tail's or
+ * a layer's) filled into its window, and the fp32 copies of its regions
+ * widened; nothing when the parameters are whole. */
+bt_status runner_gather(model_runner *r, int64_t begin, int64_t end);
 
 /* The fp32 parameters from offset at of the flat index, for an fp32 kernel:
  * the parameters themselves, or their widened copy. */

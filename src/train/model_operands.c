@@ -17,15 +17,16 @@ bk_status runner_times_weight(model_runner *r, const float *X, int64_t m, int64_
     const bk_queue *q = r->cfg.queue;
     float beta = accumulate ? 1.0f : 0.0f;
     int64_t ldw = tw == BK_NO_TRANS ? cols : inner;
-    if (!r->p16)
-        return bk_gemm(q, BK_NO_TRANS, tw, m, cols, inner, 1.0f, X, inner, r->P + w, ldw, beta, out,
-                       cols);
+    if (!r->cfg.bf16_matmul)
+        return bk_gemm(q, BK_NO_TRANS, tw, m, cols, inner, 1.0f, X, inner, runner_weight32(r, w),
+                       ldw, beta, out, cols);
+    const uint16_t *w16 = runner_weight16(r, w);
     bk_status st = BK_OK;
     for (int64_t r0 = 0; r0 < m && st == BK_OK; r0 += r->mlp_rows) {
         int64_t rows = runner_chunk_rows(r, r0, m);
         const uint16_t *x = operand16(r, 0, X + r0 * inner, rows * inner);
-        st = x ? bk_gemm_bf16(q, BK_NO_TRANS, tw, rows, cols, inner, 1.0f, x, inner, r->p16 + w,
-                              ldw, beta, out + r0 * cols, BK_F32, cols)
+        st = x ? bk_gemm_bf16(q, BK_NO_TRANS, tw, rows, cols, inner, 1.0f, x, inner, w16, ldw, beta,
+                              out + r0 * cols, BK_F32, cols)
                : BK_ERR_DEVICE;
     }
     return st;
@@ -41,7 +42,8 @@ bk_status runner_mm_grad_weight(model_runner *r, const float *A, int64_t m, int6
                                 const float *dY, int64_t n, float *dW)
 {
     const bk_queue *q = r->cfg.queue;
-    if (!r->p16) return bk_gemm(q, BK_TRANS, BK_NO_TRANS, k, n, m, 1.0f, A, k, dY, n, 1.0f, dW, n);
+    if (!r->cfg.bf16_matmul)
+        return bk_gemm(q, BK_TRANS, BK_NO_TRANS, k, n, m, 1.0f, A, k, dY, n, 1.0f, dW, n);
     bk_status st = BK_OK;
     for (int64_t r0 = 0; r0 < m && st == BK_OK; r0 += r->mlp_rows) {
         int64_t rows = runner_chunk_rows(r, r0, m);
@@ -62,6 +64,11 @@ bk_status runner_mm_grad_input(model_runner *r, const float *dY, int64_t m, int6
 
 bt_status runner_use_params(model_runner *r, model_params p, int refresh)
 {
+    if (r->gather) { /* the windows, filled by runner_gather */
+        if (p.f32 || p.bf16) return BT_ERR_ARG;
+        r->gathered_begin = r->gathered_end = 0;
+        return BT_OK;
+    }
     if (r->cfg.bf16_matmul ? !p.bf16 || p.f32 : !p.f32 || p.bf16) return BT_ERR_ARG;
     r->P = p.f32;
     r->p16 = p.bf16;
@@ -72,9 +79,60 @@ bt_status runner_use_params(model_runner *r, model_params p, int refresh)
     return BT_OK;
 }
 
+void model_runner_gather(model_runner *r, const model_gather *g)
+{
+    r->gather = g;
+    r->P = NULL, r->p16 = NULL;
+    r->gathered_begin = r->gathered_end = 0;
+}
+
+/* Gathered: the element offset of `at` in the window that holds it, and the
+ * window; NULL when no window holds it now. */
+static void *window_of(const model_runner *r, int64_t at, int64_t *offset)
+{
+    int64_t embed_end = r->m->embed + r->V * r->D;
+    if (at >= r->m->embed && at < embed_end) return *offset = at - r->m->embed, r->gather->embed;
+    if (at >= r->gathered_begin && at < r->gathered_end)
+        return *offset = at - r->gathered_begin, r->gather->bucket;
+    return NULL;
+}
+
+const float *runner_weight32(const model_runner *r, int64_t at)
+{
+    int64_t off = 0;
+    if (!r->gather) return r->P ? r->P + at : NULL;
+    const float *w = window_of(r, at, &off);
+    return w ? w + off : NULL;
+}
+
+const uint16_t *runner_weight16(const model_runner *r, int64_t at)
+{
+    int64_t off = 0;
+    if (!r->gather) return r->p16 ? r->p16 + at : NULL;
+    const uint16_t *w = window_of(r, at, &off);
+    return w ? w + off : NULL;
+}
+
+bt_status runner_gather(model_runner *r, int64_t begin, int64_t end)
+{
+    if (!r->gather) return BT_OK;
+    int embed = begin == r->m->embed;
+    void *window = embed ? r->gather->embed : r->gather->bucket;
+    if (!embed) r->gathered_begin = r->gathered_end = 0; /* until filled */
+    bt_status st = r->gather->fill(r->gather->ctx, window, begin, end);
+    if (st != BT_OK) return st;
+    if (!embed) r->gathered_begin = begin, r->gathered_end = end;
+    for (int i = 0; i < r->n_regions; i++) { /* bf16: the fp32 copies of the range's regions */
+        const wide_region *g = &r->regions[i];
+        if (g->at >= begin && g->at < end)
+            CHECK_KERNEL(bk_widen_bf16(r->cfg.queue, g->count, runner_weight16(r, g->at), g->wide));
+    }
+    return BT_OK;
+}
+
 const float *runner_param32(const model_runner *r, int64_t at)
 {
-    if (r->P) return r->P + at;
+    if (!r->cfg.bf16_matmul) return runner_weight32(r, at);
     for (int i = 0; i < r->n_regions; i++)
         if (r->regions[i].at == at) return r->regions[i].wide;
     return NULL; /* not a region: a kernel refuses the NULL */

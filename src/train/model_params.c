@@ -78,16 +78,29 @@ static void fill_ones(float *p, int64_t n)
     for (int64_t i = 0; i < n; i++) p[i] = 1.0f;
 }
 
-void model_init_params(const model_layout *m, float *params, uint64_t seed, double std)
+/* The gains [at, at + D) that fall in [begin, end), set to 1 in out. */
+static void ones_in_range(float *out, int64_t begin, int64_t end, int64_t at, int64_t D)
+{
+    int64_t lo = at > begin ? at : begin, hi = at + D < end ? at + D : end;
+    if (lo < hi) fill_ones(out + (lo - begin), hi - lo);
+}
+
+void model_init_params_range(const model_layout *m, float *out, int64_t begin, int64_t end,
+                             uint64_t seed, double std)
 {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < m->n_params; i++) params[i] = (float)(std * normal_at(seed, i));
+    for (int64_t i = begin; i < end; i++) out[i - begin] = (float)(std * normal_at(seed, i));
     int64_t D = m->dims.d_model;
     for (int l = 0; l < m->dims.layers; l++) {
-        fill_ones(params + m->layer[l].attn_norm, D);
-        fill_ones(params + m->layer[l].mlp_norm, D);
+        ones_in_range(out, begin, end, m->layer[l].attn_norm, D);
+        ones_in_range(out, begin, end, m->layer[l].mlp_norm, D);
     }
-    fill_ones(params + m->final_norm, D);
+    ones_in_range(out, begin, end, m->final_norm, D);
+}
+
+void model_init_params(const model_layout *m, float *params, uint64_t seed, double std)
+{
+    model_init_params_range(m, params, 0, m->n_params, seed, std);
 }
 
 void model_decay_mask(const model_layout *m, uint8_t *mask)

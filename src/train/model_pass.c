@@ -239,12 +239,16 @@ static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
 {
     const model_dims *d = &r->m->dims;
     int64_t n = r->n, D = r->D, QD = r->QD, first_kept = n - r->n_kept;
-    bt_status st = BT_OK;
+    bt_status st = runner_gather(r, r->m->embed, r->m->embed + r->V * D);
+    if (st != BT_OK) return st;
     CHECK_KERNEL(bk_embedding_gather(r->cfg.queue, n, r->V, D, tokens,
                                      runner_param32(r, r->m->embed), r->x));
     for (int l = 0; l < d->layers && st == BT_OK; l++) {
         kept_layer *keep = mb >= 0 && r->cfg.keep_layers ? &stored(r, l)->kept : NULL;
-        st = enter_layer(r, l, mb, r->x);
+        int64_t begin, end;
+        model_layer_range(r->m, l, &begin, &end);
+        st = runner_gather(r, begin, end);
+        if (st == BT_OK) st = enter_layer(r, l, mb, r->x);
         if (st == BT_OK) st = attention_inputs(r, l, r->x);
         if (st == BT_OK && keep) st = move_attention_part(r, keep, 1);
         if (st == BT_OK)
@@ -268,6 +272,7 @@ bt_status model_predict(model_runner *r, model_params params, const int64_t *tok
     model_step_stats stats = {0};
     bt_status st = runner_use_params(r, params, 1);
     if (st == BT_OK) st = forward_layers(r, tokens, -1, &stats);
+    if (st == BT_OK) st = runner_gather(r, r->m->final_norm, r->m->n_params);
     if (st != BT_OK) return st;
     int64_t D = r->D, V = r->V;
     float *hn = r->a; /* [n, D] the final-normed hidden states; a is free after the layers */
@@ -296,6 +301,7 @@ bt_status model_forward_loss(model_runner *r, model_params params, const int64_t
     model_step_stats stats = {0};
     bt_status st = runner_use_params(r, params, 1);
     if (st == BT_OK) st = forward_layers(r, tokens, -1, &stats);
+    if (st == BT_OK) st = runner_gather(r, r->m->final_norm, r->m->n_params);
     if (st != BT_OK) return st;
     const bk_queue *q = r->cfg.queue;
     float *hn = r->a; /* [n, D] the final-normed hidden states; a is free after the layers */
@@ -303,9 +309,11 @@ bt_status model_forward_loss(model_runner *r, model_params params, const int64_t
                                 r->m->dims.norm_eps, hn, NULL));
     lm_head_opts ho = r->cfg.head;
     ho.z_loss = 0.0f; /* the likelihood alone */
-    CHECK_KERNEL(lm_head_loss(q, &ho, r->n, r->D, r->V, hn, r->P ? r->P + r->m->head : NULL,
-                              r->p16 ? r->p16 + r->m->head : NULL, labels, loss_sum, n_valid,
-                              row_loss, r->head_scratch));
+    int bf16 = r->cfg.bf16_matmul;
+    CHECK_KERNEL(lm_head_loss(q, &ho, r->n, r->D, r->V, hn,
+                              bf16 ? NULL : runner_weight32(r, r->m->head),
+                              bf16 ? runner_weight16(r, r->m->head) : NULL, labels, loss_sum,
+                              n_valid, row_loss, r->head_scratch));
     return BT_OK;
 }
 
@@ -322,20 +330,21 @@ static bt_status head_backward(model_runner *r, const int64_t *labels, float los
     const model_layout *m = r->m;
     int64_t n = r->n, D = r->D, V = r->V;
     bt_status st = grad_open(r, gs, gs->g->bucket, m->final_norm, m->n_params);
+    if (st == BT_OK) st = runner_gather(r, m->final_norm, m->n_params);
     if (st != BT_OK) return st;
     const float *final_norm = runner_param32(r, m->final_norm);
     float *hn = r->a, *rstd_f = r->rstd1, *dW = grad_at(gs, m->head);
     CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x, final_norm, m->dims.norm_eps, hn, rstd_f));
     const lm_head_opts *ho = &r->cfg.head;
-    if (r->p16)
-        CHECK_KERNEL(lm_head_fused_bf16(q, ho, n, D, V, hn, r->p16 + m->head, labels, loss_scale,
-                                        loss_sum, n_valid, r->dx, dW, r->head_scratch));
+    if (r->cfg.bf16_matmul)
+        CHECK_KERNEL(lm_head_fused_bf16(q, ho, n, D, V, hn, runner_weight16(r, m->head), labels,
+                                        loss_scale, loss_sum, n_valid, r->dx, dW, r->head_scratch));
     else if (r->cfg.fused_head)
-        CHECK_KERNEL(lm_head_fused(q, ho, n, D, V, hn, r->P + m->head, labels, loss_scale, loss_sum,
-                                   n_valid, r->dx, dW, r->head_scratch));
+        CHECK_KERNEL(lm_head_fused(q, ho, n, D, V, hn, runner_weight32(r, m->head), labels,
+                                   loss_scale, loss_sum, n_valid, r->dx, dW, r->head_scratch));
     else
-        CHECK_KERNEL(lm_head_unfused(q, ho, n, D, V, hn, r->P + m->head, labels, loss_scale,
-                                     loss_sum, n_valid, r->dx, dW));
+        CHECK_KERNEL(lm_head_unfused(q, ho, n, D, V, hn, runner_weight32(r, m->head), labels,
+                                     loss_scale, loss_sum, n_valid, r->dx, dW));
     CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, r->x, final_norm, rstd_f, r->dx, r->dx,
                                 grad_at(gs, m->final_norm)));
     return grad_close(gs, gs->g->bucket, m->final_norm, m->n_params);
@@ -355,6 +364,7 @@ static bt_status layer_backward(model_runner *r, int l, int mb, grad_sink *gs,
     if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
     model_layer_range(r->m, l, &begin, &end);
     bt_status st = grad_open(r, gs, gs->g->bucket, begin, end);
+    if (st == BT_OK) st = runner_gather(r, begin, end);
     const float *x_in = st == BT_OK ? stored_input(r, e) : NULL;
     if (!x_in) return st != BT_OK ? st : BT_ERR_SYS; /* the device failed */
     kept_layer *kept = r->cfg.keep_layers ? &e->kept : NULL;

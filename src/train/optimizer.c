@@ -57,10 +57,26 @@ struct zero1 {
     float *gshard; /* summed gradient block [shard] */
     float *work;   /* [padded] when padded != n (gradients in, parameters out), else NULL */
     bk_dtype param_type;
-    float *master;    /* bf16 parameters: the fp32 masters [end - begin], else NULL */
+    float *master;    /* bf16 parameters or stage 3: the fp32 masters [end - begin], else NULL */
     uint16_t *work16; /* bf16 parameters, padded != n: the all-gather's buffer [padded]
                        * (its padding stays zero), else NULL */
+    zero1_sharding sharding;
+    float *stage; /* bf16 parameters, stage 3: [gather_floats], else NULL */
 };
+
+/* Which buffers a rank of z's shape needs (zero1_sharding). */
+typedef struct {
+    int work, work16, master, stage;
+} zero1_needs;
+
+static zero1_needs needs_of(const zero1 *z, bk_dtype param_type, zero1_sharding sh)
+{
+    int padded = z->padded != z->n, bf16 = param_type == BK_BF16;
+    return (zero1_needs){.work = padded && (sh.stage == 1 || (sh.stage == 2 && !bf16)),
+                         .work16 = padded && bf16 && sh.stage < 3,
+                         .master = bf16 || sh.stage == 3,
+                         .stage = bf16 && sh.stage == 3};
+}
 
 /* Zeroed floats [count] in z's memory, never NULL for a zero count (NULL:
  * out of memory). */
@@ -86,16 +102,18 @@ static int64_t halves(int64_t count)
     return count > 1 ? (count + 1) / 2 : 1;
 }
 
-size_t zero1_bytes(int64_t n_params, int size, int rank, bk_dtype param_type)
+size_t zero1_bytes(int64_t n_params, int size, int rank, bk_dtype param_type,
+                   zero1_sharding sharding)
 {
     zero1 z = {0};
+    z.n = n_params;
     shard_of(n_params, size, rank, &z);
+    zero1_needs need = needs_of(&z, param_type, sharding);
     int64_t own = z.end - z.begin, floats = 2 * (own > 0 ? own : 1) + (z.shard > 0 ? z.shard : 1);
-    if (z.padded != n_params) floats += z.padded;
-    if (param_type == BK_BF16) {
-        floats += own > 0 ? own : 1;
-        if (z.padded != n_params) floats += halves(z.padded);
-    }
+    if (need.work) floats += z.padded;
+    if (need.master) floats += own > 0 ? own : 1;
+    if (need.work16) floats += halves(z.padded);
+    if (need.stage) floats += sharding.gather_floats > 0 ? sharding.gather_floats : 1;
     return (size_t)floats * sizeof(float);
 }
 
@@ -116,6 +134,7 @@ void zero1_free(zero1 *z)
     bk_free(&z->q, z->work);
     bk_free(&z->q, z->master);
     bk_free(&z->q, z->work16);
+    bk_free(&z->q, z->stage);
     free(z);
 }
 
@@ -155,12 +174,15 @@ static int build_runs(zero1 *z, const uint8_t *mask)
 }
 
 zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
-                    const zero1_hparams *hp, const bk_queue *q, bk_dtype param_type)
+                    const zero1_hparams *hp, const bk_queue *q, bk_dtype param_type,
+                    zero1_sharding sharding)
 {
     if (!comm) return NULL;
     zero1 *z = calloc(1, sizeof *z);
     int ok = z != NULL && n_params >= 0 && hparams_valid(hp) &&
-             (param_type == BK_F32 || param_type == BK_BF16);
+             (param_type == BK_F32 || param_type == BK_BF16) && sharding.stage >= 1 &&
+             sharding.stage <= 3 &&
+             (param_type == BK_F32 || sharding.stage < 3 || sharding.gather_floats > 0);
     if (ok) {
         z->q = q ? *q : bk_host_queue();
         z->mem = z->q.where == BK_DEVICE ? BT_MEM_DEVICE : BT_MEM_HOST;
@@ -171,18 +193,19 @@ zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
         shard_of(n_params, z->size, z->rank, z);
         z->hp = *hp;
         int64_t own = z->end - z->begin;
+        z->sharding = sharding;
+        z->param_type = param_type;
+        zero1_needs need = needs_of(z, param_type, sharding);
         z->m = zalloc(z, own);
         z->v = zalloc(z, own);
         z->gshard = zalloc(z, z->shard);
-        if (z->padded != n_params) z->work = zalloc(z, z->padded);
-        z->param_type = param_type;
-        if (param_type == BK_BF16) {
-            z->master = zalloc(z, own);
-            /* zeroed, so the padding the all-gather carries is zeros */
-            if (z->padded != n_params) z->work16 = (uint16_t *)zalloc(z, halves(z->padded));
-        }
-        ok = z->m && z->v && z->gshard && (z->padded == n_params || z->work) &&
-             (param_type == BK_F32 || (z->master && (z->padded == n_params || z->work16))) &&
+        if (need.work) z->work = zalloc(z, z->padded);
+        if (need.master) z->master = zalloc(z, own);
+        /* zeroed, so the padding the all-gather carries is zeros */
+        if (need.work16) z->work16 = (uint16_t *)zalloc(z, halves(z->padded));
+        if (need.stage) z->stage = zalloc(z, sharding.gather_floats);
+        ok = z->m && z->v && z->gshard && (!need.work || z->work) && (!need.master || z->master) &&
+             (!need.work16 || z->work16) && (!need.stage || z->stage) &&
              build_runs(z, decay_mask) == 0;
     }
     /* Every rank must agree on the size and on success, or none proceeds:
@@ -293,7 +316,7 @@ static int step_args_ok(const zero1 *z, const void *params, const float *grads, 
 {
     (void)grads; /* NULL: summed into the block already */
     return z && grad_norm && step >= 1 && lr >= 0.0 && isfinite(lr) &&
-           z->param_type == param_type && (z->n == 0 || params);
+           z->param_type == param_type && (z->n == 0 || z->sharding.stage == 3 || params);
 }
 
 bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t step,
@@ -307,6 +330,7 @@ bt_status zero1_step(zero1 *z, float *params, float *grads, double lr, int64_t s
     bt_status st = reduce_gradients(z, grads, &sq, grad_norm);
     /* 3. A non-finite gradient: every rank sees it; nothing is updated. */
     if (st != BT_OK || !isfinite(*grad_norm)) return st;
+    if (z->sharding.stage == 3) return update_shard(z, z->master, NULL, lr, step, sq);
     st = update_shard(z, params + z->begin, NULL, lr, step, sq);
     if (st != BT_OK) return st;
 
@@ -333,6 +357,7 @@ bt_status zero1_step_bf16(zero1 *z, uint16_t *params, float *grads, double lr, i
     double sq = 0.0;
     bt_status st = reduce_gradients(z, grads, &sq, grad_norm);
     if (st != BT_OK || !isfinite(*grad_norm)) return st;
+    if (z->sharding.stage == 3) return update_shard(z, z->master, NULL, lr, step, sq);
     /* the bf16 shard is written where the all-gather takes it from: in place
      * when unpadded, else into work16, whose padding stays zero */
     uint16_t *gathered = z->work16 ? z->work16 : params;
@@ -347,8 +372,15 @@ bt_status zero1_step_bf16(zero1 *z, uint16_t *params, float *grads, double lr, i
 
 int zero1_set_params(zero1 *z, const float *full, uint16_t *params)
 {
-    if (!z || z->param_type != BK_BF16 || (z->n > 0 && (!full || !params))) return -1;
+    int whole16 = z && z->param_type == BK_BF16 && z->sharding.stage < 3;
+    if (!z || !z->master || (z->n > 0 && (!full || (whole16 && !params)))) return -1;
     size_t own_bytes = (size_t)(z->end - z->begin) * sizeof(float);
+    if (!whole16) { /* the masters alone */
+        if (z->mem == BT_MEM_DEVICE)
+            return bk_device_upload(&z->q, z->master, full + z->begin, own_bytes) == BK_OK ? 0 : -1;
+        memcpy(z->master, full + z->begin, own_bytes);
+        return 0;
+    }
     uint16_t *rounded = malloc((size_t)(z->n > 0 ? z->n : 1) * 2);
     bk_queue host = bk_host_queue();
     int failed = !rounded || bk_round_bf16(&host, z->n, full, rounded) != BK_OK;
@@ -363,9 +395,47 @@ int zero1_set_params(zero1 *z, const float *full, uint16_t *params)
     return failed ? -1 : 0;
 }
 
+float *zero1_masters(zero1 *z)
+{
+    return z ? z->master : NULL;
+}
+
+int zero1_set_masters(zero1 *z, const float *own)
+{
+    if (!z || z->sharding.stage != 3 || (z->end > z->begin && !own)) return -1;
+    size_t bytes = (size_t)(z->end - z->begin) * sizeof(float);
+    if (z->mem == BT_MEM_DEVICE)
+        return bk_device_upload(&z->q, z->master, own, bytes) == BK_OK ? 0 : -1;
+    memcpy(z->master, own, bytes);
+    return 0;
+}
+
+bt_status zero1_gather_range(zero1 *z, void *window, int64_t begin, int64_t end)
+{
+    if (!z || z->sharding.stage != 3 || begin < 0 || end < begin || end > z->n ||
+        (end > begin && !window))
+        return BT_ERR_ARG;
+    int bf16 = z->param_type == BK_BF16;
+    int64_t piece = bf16 ? z->sharding.gather_floats : end - begin;
+    for (int64_t b = begin; b < end; b += piece) {
+        int64_t e = end - b < piece ? end : b + piece, count = e - b;
+        float *sum = bf16 ? z->stage : (float *)window + (b - begin);
+        int64_t lo = b > z->begin ? b : z->begin, hi = e < z->end ? e : z->end;
+        KERNEL(bk_fill(&z->q, count, sum, 0.0f));
+        if (lo < hi)
+            KERNEL(bk_copy(&z->q, sum + (lo - b), z->master + (lo - z->begin),
+                           (size_t)(hi - lo) * sizeof(float)));
+        KERNEL(queue_drained(z));
+        bt_status st = bt_allreduce_mem(z->comm, sum, (size_t)count, BT_F32, BT_SUM, z->mem);
+        if (st != BT_OK) return st;
+        if (bf16) KERNEL(bk_round_bf16(&z->q, count, sum, (uint16_t *)window + (b - begin)));
+    }
+    return BT_OK;
+}
+
 bt_status zero1_gather_params(zero1 *z, float *full)
 {
-    if (!z || z->param_type != BK_BF16) return BT_ERR_ARG;
+    if (!z || !z->master) return BT_ERR_ARG;
     int64_t own = z->end - z->begin;
     float *all = z->padded == z->n || !full ? full : calloc((size_t)z->padded, sizeof(float));
     /* the ranks agree that each has its buffer, so that none waits for one without */

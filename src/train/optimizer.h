@@ -1,4 +1,6 @@
-/* optimizer.h: AdamW with ZeRO-1 over the world. Every rank holds all the
+/* optimizer.h: AdamW with ZeRO over the world (stages 1 to 3, zero1_sharding:
+ * what follows is stage 1; stage 2 sums the gradients range by range, stage
+ * 3 keeps only the shard's masters). Every rank holds all the
  * parameters (one flat buffer, identical everywhere) and its own partial
  * gradients (one flat fp32 buffer); a step reduce-scatters the gradients (sum)
  * so each rank owns 1/world of them, takes the global gradient norm, clips,
@@ -32,17 +34,31 @@ typedef struct {
 
 typedef struct zero1 zero1;
 
+/* What is sharded beyond the optimizer's state (the ZeRO stage): 1 nothing,
+ * the gradients reduce-scattered from a whole buffer at the step; 2 the
+ * gradients, summed range by range (zero1_add_range); 3 the parameters too:
+ * this rank keeps the fp32 masters of its shard and no step all-gathers
+ * them; a pass gathers the range it uses (zero1_gather_range), with bf16
+ * parameters through an fp32 staging buffer of gather_floats floats. */
+typedef struct {
+    int stage;             /* 1, 2 or 3 */
+    int64_t gather_floats; /* stage 3, bf16 parameters: the staging buffer's floats */
+} zero1_sharding;
+
 /* n_params parameters of param_type (BK_F32 or BK_BF16); decay_mask
  * [n_params] (1 = apply weight decay, 0 = not, e.g. norm gains), host memory,
  * copied; NULL = decay everything. q: the queue of the step's kernels and the
- * memory of every buffer (NULL: the host). Collective over comm. With BK_BF16
- * the masters start at zero: zero1_set_params gives them their values. */
+ * memory of every buffer (NULL: the host). Collective over comm. With BK_BF16,
+ * or at stage 3, the masters start at zero: zero1_set_params gives them their
+ * values. */
 zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
-                    const zero1_hparams *hp, const bk_queue *q, bk_dtype param_type);
+                    const zero1_hparams *hp, const bk_queue *q, bk_dtype param_type,
+                    zero1_sharding sharding);
 void zero1_free(zero1 *z);
 
 /* One step (step counts from 1). grads are reduced in place (their content
- * afterwards is unspecified); params are updated on every rank. *grad_norm is
+ * afterwards is unspecified); params are updated on every rank (stage 3:
+ * the masters alone, params NULL). *grad_norm is
  * the global norm before clipping; when it is not finite nothing is updated
  * and BT_OK is returned with *grad_norm = NaN or inf (the caller decides).
  * grads NULL: the gradients were summed into this rank's block already
@@ -68,15 +84,27 @@ bt_status zero1_step_bf16(zero1 *z, uint16_t *params, float *grads, double lr, i
 bt_status zero1_clear_gradients(zero1 *z);
 bt_status zero1_add_range(zero1 *z, float *grad, int64_t begin, int64_t end);
 size_t zero1_range_bytes(int64_t count, int size);
+/* Stage 3: the parameters [begin, end) of every rank's masters into window
+ * [end - begin] (fp32, or rounded to bf16 with bf16 parameters), in the
+ * optimizer's memory: each rank contributes its part of the range and zeros
+ * elsewhere to an all-reduce (sum), in pieces of gather_floats with bf16
+ * parameters. Collective over the communicator, the same ranges on every
+ * rank in the same order. */
+bt_status zero1_gather_range(zero1 *z, void *window, int64_t begin, int64_t end);
 
-/* bf16 parameters only. zero1_set_params: this rank's masters from the fp32
- * parameters full [n_params] (host memory), and params [n_params] (bf16, the
- * optimizer's memory) to full rounded to bf16; not collective; 0 or -1 (the
- * device failed, or out of host memory). zero1_gather_params: the fp32
+/* bf16 parameters or stage 3 (where the optimizer keeps masters).
+ * zero1_set_params: this rank's masters from the fp32 parameters full
+ * [n_params] (host memory), and with bf16 parameters below stage 3, params
+ * [n_params] (bf16, the optimizer's memory) to full rounded to bf16 (else
+ * NULL); not collective; 0 or -1 (the device failed, or out of host memory).
+ * zero1_gather_params: the fp32
  * parameters [n_params] into full (host memory) on every rank, the masters of
  * every shard; collective: a rank without its buffer (full NULL) still takes
  * part, and then every rank fails. */
 int zero1_set_params(zero1 *z, const float *full, uint16_t *params);
+/* The masters of this rank's shard from own [end - begin] (host memory), as
+ * zero1_set_params takes them from full; stage 3 only. 0 or -1. */
+int zero1_set_masters(zero1 *z, const float *own);
 bt_status zero1_gather_params(zero1 *z, float *full);
 
 /* This rank's shard: [*begin, *end) of the flat parameter index. */
@@ -84,16 +112,21 @@ void zero1_shard(const zero1 *z, int64_t *begin, int64_t *end);
 /* Bytes of optimizer state on this rank (two fp32 moments of its shard). */
 size_t zero1_state_bytes(const zero1 *z);
 /* Bytes zero1_create allocates on rank of size ranks, known before creating
- * it: the two moments of the shard, the reduce-scatter block and, when
- * n_params is not a multiple of size, the padded work buffer; with bf16
- * parameters also the masters of the shard and, when padded, the bf16
- * all-gather buffer. */
-size_t zero1_bytes(int64_t n_params, int size, int rank, bk_dtype param_type);
+ * it: the two moments of the shard and the gradient block; when n_params is
+ * not a multiple of size, the padded work buffer (stage 1, and fp32
+ * parameters at stage 2) and the bf16 all-gather buffer (bf16 parameters,
+ * stages 1 and 2); the masters of the shard (bf16 parameters, or stage 3);
+ * the staging buffer (bf16 parameters at stage 3). */
+size_t zero1_bytes(int64_t n_params, int size, int rank, bk_dtype param_type,
+                   zero1_sharding sharding);
 /* Bytes a step allocates while it runs (the transport's reduce-scatter). */
 size_t zero1_step_bytes(int64_t n_params, int size);
 /* Moments of this rank's shard, for checkpoints: [shard size] each, in the
  * optimizer's memory. */
 float *zero1_moment1(zero1 *z);
+/* The fp32 masters of this rank's shard [end - begin] (bf16 parameters or
+ * stage 3; else NULL), in the optimizer's memory. */
+float *zero1_masters(zero1 *z);
 float *zero1_moment2(zero1 *z);
 
 /* Learning rate at a step (1-based): warm-up from 0 to lr over warmup steps,

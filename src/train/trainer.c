@@ -230,7 +230,15 @@ static void model_buffer_free(trainer *t, void *p)
 
 model_params trainer_params(const trainer *t)
 {
-    return (model_params){t->params, t->params16};
+    return (model_params){t->params, t->params16}; /* both NULL at zero = 3: gathered */
+}
+
+/* zero = 3: a range of the parameters into its window, from every rank's
+ * masters (the runner's model_gather). */
+static bt_status gather_params(void *ctx, void *window, int64_t begin, int64_t end)
+{
+    trainer *t = ctx;
+    return zero1_gather_range(t->opt, window, begin, end);
 }
 
 /* The parameters of [model] init_from, read by every rank. */
@@ -257,13 +265,36 @@ static int upload_bf16(trainer *t, const float *host)
     return rc;
 }
 
+/* zero = 3, no init_from: this rank's masters initialised alone, without the
+ * whole model on the host: in place on the host, through a copy of the
+ * shard to a device. */
+static int init_own_masters(trainer *t, char *err, size_t err_len)
+{
+    int64_t begin, end;
+    zero1_shard(t->opt, &begin, &end);
+    if (!t->choices.on_device) {
+        model_init_params_range(&t->model, zero1_masters(t->opt), begin, end, t->cfg.seed,
+                                t->cfg.init_std);
+        return 0;
+    }
+    size_t bytes = (size_t)(end > begin ? end - begin : 1) * sizeof(float);
+    float *own = bu_calloc(bytes, "the parameters' initial values", err, err_len);
+    if (!own) return -1;
+    model_init_params_range(&t->model, own, begin, end, t->cfg.seed, t->cfg.init_std);
+    int failed = zero1_set_masters(t->opt, own) != 0;
+    free(own);
+    if (failed) snprintf(err, err_len, "cannot copy the parameters to the optimizer's memory");
+    return failed ? -1 : 0;
+}
+
 /* The parameters, initialised (on the host, then copied to the device; with
- * bf16 parameters, into the optimizer's masters and rounded). */
+ * bf16 parameters or zero = 3, into the optimizer's masters, and rounded). */
 static int init_params(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
+    if (t->param_windows && !c->init_from[0]) return init_own_masters(t, err, err_len);
     size_t bytes = (size_t)t->model.n_params * sizeof(float);
-    float *host = t->choices.on_device
+    float *host = t->choices.on_device || t->param_windows
                       ? bu_calloc(bytes, "the parameters' initial values", err, err_len)
                       : t->params;
     if (!host) return -1;
@@ -274,9 +305,10 @@ static int init_params(trainer *t, char *err, size_t err_len)
         return -1;
     }
     if (host == t->params) return 0;
-    int failed = !t->params16 ? bk_device_upload(&t->queue, t->params, host, bytes) != BK_OK
-                 : t->opt     ? zero1_set_params(t->opt, host, t->params16) != 0
-                              : upload_bf16(t, host) != 0;
+    int failed = t->param_windows ? zero1_set_params(t->opt, host, NULL) != 0
+                 : !t->params16   ? bk_device_upload(&t->queue, t->params, host, bytes) != BK_OK
+                 : t->opt         ? zero1_set_params(t->opt, host, t->params16) != 0
+                                  : upload_bf16(t, host) != 0;
     free(host);
     if (failed) snprintf(err, err_len, "cannot copy the parameters to the device");
     return failed ? -1 : 0;
@@ -289,10 +321,19 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
     const train_config *c = &t->cfg;
     const trainer_memory *m = &t->mem;
     void *params = model_buffer(t, m->params, "the parameters", err, err_len);
-    if (t->choices.bf16_matmul)
+    int64_t embed = (int64_t)c->vocab * c->d_model;
+    size_t elem = t->choices.bf16_matmul ? 2 : 4;
+    if (trainer_zero_stage(t) == 3)
+        t->param_windows = params;
+    else if (t->choices.bf16_matmul)
         t->params16 = params;
     else
         t->params = params;
+    if (t->param_windows) {
+        t->param_gather =
+            (model_gather){params, (char *)params + (size_t)embed * elem, gather_params, t};
+        model_runner_gather(t->runner, &t->param_gather);
+    }
     if (!params ||
         (m->grads && !(t->grads = model_buffer(t, m->grads, "the gradients", err, err_len))) ||
         !(t->tokens = bu_calloc(m->tokens / 2, "the tokens", err, err_len)) ||
@@ -324,8 +365,9 @@ static int make_optimizer(trainer *t, char *err, size_t err_len)
                         .weight_decay = c->weight_decay, .grad_clip = c->grad_clip};
     /* collective: a rank without its mask still takes part (with a size
      * zero1_create refuses), so that every rank fails together */
-    t->opt = zero1_create(bt_world_comm(t->world), decay ? t->model.n_params : -1, decay, &hp,
-                          &t->queue, t->choices.bf16_matmul ? BK_BF16 : BK_F32);
+    t->opt =
+        zero1_create(bt_world_comm(t->world), decay ? t->model.n_params : -1, decay, &hp, &t->queue,
+                     t->choices.bf16_matmul ? BK_BF16 : BK_F32, trainer_sharding(t));
     free(decay);
     if (t->opt) return 0;
     if (bt_world_error(t->world)[0]) {
@@ -510,6 +552,7 @@ void trainer_free(trainer *t)
     bt_comm_free(t->dp_comm);
     bt_comm_free(t->cp_comm);
     model_buffer_free(t, t->params), model_buffer_free(t, t->params16);
+    model_buffer_free(t, t->param_windows);
     model_buffer_free(t, t->grads);
     if (t->choices.on_device)
         model_buffer_free(t, t->dev_tokens), model_buffer_free(t, t->dev_labels);

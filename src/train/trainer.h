@@ -71,6 +71,9 @@ typedef struct {
                                      [parallel] zero = 2 the embedding's window [V D] then
                                      the bucket [model_grad_bucket_floats] */
     model_grads grad_sink;        /* where the backward writes them (trainer_bind_gradients) */
+    void *param_windows;          /* zero = 3: the parameters' embedding window [V D] then
+                                     bucket, of their type (params and params16 NULL) */
+    model_gather param_gather;    /* zero = 3: how the runner fills them */
     double grad_sq;               /* zero = 2: the step's squared gradients before the
                                      reduction, this rank's (its finiteness check) */
     int64_t step_now;             /* the step and micro-batch being computed */
@@ -171,9 +174,15 @@ int trainer_read_sample(trainer *t, int64_t index, int mb);
  * device's; nothing on the host. 0 or -1. */
 int trainer_upload_tokens(trainer *t, int count);
 
-/* t->grad_sink over t->grads: the whole buffer, or with [parallel] zero = 2
+/* t->grad_sink over t->grads: the whole buffer, or with [parallel] zero >= 2
  * the windows, each range summed into the optimizer's block as it completes. */
 void trainer_bind_gradients(trainer *t);
+/* The ZeRO stage this run uses: [parallel] zero when training, 1 for a pass
+ * without an optimizer (burst eval reads whole parameters). */
+int trainer_zero_stage(const trainer *t);
+/* What the optimizer shards (zero1_sharding): the stage, and the bucket's
+ * floats for gathering bf16 parameters. */
+zero1_sharding trainer_sharding(const trainer *t);
 
 /* What one step did, the same on every rank. */
 typedef struct {

@@ -43,25 +43,35 @@ static size_t floats_bytes(int64_t count)
     return (size_t)(count > 0 ? count : 0) * sizeof(float);
 }
 
-/* s for t; with download, the device's values copied in. 0 or -1 with err. */
+/* bytes from the model's memory (t's queue) to the host, or back (to_host 0). */
+static int copy_state(const trainer *t, void *dst, const void *src, size_t bytes, int to_host)
+{
+    if (!t->choices.on_device) return memcpy(dst, src, bytes), 0;
+    bk_status st = to_host ? bk_device_download(&t->queue, dst, src, bytes)
+                           : bk_device_upload(&t->queue, dst, src, bytes);
+    return st == BK_OK ? 0 : -1;
+}
+
+/* s for t; with download, the device's values copied in. 0 or -1 with err.
+ * The parameters are read in place on the host; from the device, or from
+ * the optimizer's masters (bf16 parameters, zero = 3), they are copied. */
 static int state_open(trainer *t, ckpt_state *s, int download, char *err, size_t err_len)
 {
     zero1_shard(t->opt, &s->begin, &s->end);
-    s->copies = t->choices.on_device;
+    s->copies = t->choices.on_device || t->param_windows;
     if (!s->copies) {
         *s = (ckpt_state){t->params, zero1_moment1(t->opt), zero1_moment2(t->opt), s->begin, s->end, 0};
         return 0;
     }
     size_t pb = floats_bytes(t->model.n_params), mb = floats_bytes(s->end - s->begin);
     s->params = malloc(pb ? pb : 1), s->m = malloc(mb ? mb : 1), s->v = malloc(mb ? mb : 1);
-    int failed = !s->params || !s->m || !s->v;
+    int failed = !s->params || !s->m || !s->v, masters = t->params16 || t->param_windows;
     /* collective: every rank takes part, with its buffer or without */
-    if (download && t->params16) failed |= zero1_gather_params(t->opt, s->params) != BT_OK;
+    if (download && masters) failed |= zero1_gather_params(t->opt, s->params) != BT_OK;
     if (!failed && download)
-        failed =
-            (!t->params16 && bk_device_download(&t->queue, s->params, t->params, pb) != BK_OK) ||
-            bk_device_download(&t->queue, s->m, zero1_moment1(t->opt), mb) != BK_OK ||
-            bk_device_download(&t->queue, s->v, zero1_moment2(t->opt), mb) != BK_OK;
+        failed = (!masters && copy_state(t, s->params, t->params, pb, 1) != 0) ||
+                 copy_state(t, s->m, zero1_moment1(t->opt), mb, 1) != 0 ||
+                 copy_state(t, s->v, zero1_moment2(t->opt), mb, 1) != 0;
     if (failed) snprintf(err, err_len, "cannot copy the model's state from the device");
     return failed ? -1 : 0;
 }
@@ -73,10 +83,11 @@ static int state_close(trainer *t, ckpt_state *s, int upload, char *err, size_t 
     size_t pb = floats_bytes(t->model.n_params), mb = floats_bytes(s->end - s->begin);
     int failed = 0;
     if (upload)
-        failed = (t->params16 ? zero1_set_params(t->opt, s->params, t->params16) != 0
-                              : bk_device_upload(&t->queue, t->params, s->params, pb) != BK_OK) ||
-                 bk_device_upload(&t->queue, zero1_moment1(t->opt), s->m, mb) != BK_OK ||
-                 bk_device_upload(&t->queue, zero1_moment2(t->opt), s->v, mb) != BK_OK;
+        failed =
+            (t->params16 || t->param_windows ? zero1_set_params(t->opt, s->params, t->params16) != 0
+                                             : copy_state(t, t->params, s->params, pb, 0) != 0) ||
+            copy_state(t, zero1_moment1(t->opt), s->m, mb, 0) != 0 ||
+            copy_state(t, zero1_moment2(t->opt), s->v, mb, 0) != 0;
     if (failed) snprintf(err, err_len, "cannot copy the checkpoint's state to the device");
     free(s->params), free(s->m), free(s->v);
     return failed ? -1 : 0;

@@ -70,6 +70,24 @@ static int predict_and_count(trainer *t, const int64_t *rows, const int64_t *ans
     return 0;
 }
 
+/* Where a DP group's loop over samples [0, samples) (from dp_rank in steps
+ * of dp) ends: at samples, or with the parameters gathered (zero = 3, whose
+ * gathers every rank must make alike) at the same round for every group;
+ * a sample past `samples` then runs an empty prediction (idle_prediction). */
+static int64_t samples_end(const trainer *t, int64_t samples)
+{
+    int64_t dp = t->cfg.dp;
+    return trainer_zero_stage(t) == 3 ? (samples + dp - 1) / dp * dp : samples;
+}
+
+/* A forward with nothing to predict, over whatever t->tokens holds: its
+ * gathers match the other groups'. */
+static int idle_prediction(trainer *t, eval_counts *counts, const char *what, char *err,
+                           size_t err_len)
+{
+    return predict_and_count(t, NULL, NULL, 0, NULL, counts, what, err, err_len);
+}
+
 /* The counts summed over all ranks into *out, once every rank got this far;
  * 0, or -1 with err (this rank's, or naming another rank). */
 static int sum_counts(trainer *t, int failed, const eval_counts *local, eval_counts *out,
@@ -133,7 +151,11 @@ int trainer_eval_passkey(trainer *t, eval_counts *out, char *err, size_t err_len
     if (open_passkey(t, &answers, &rows, &cols, &src, err, err_len) != 0) return -1;
     int failed = 0;
     int64_t samples = rows < c->eval_samples ? rows : c->eval_samples;
-    for (int64_t s = t->dp_rank; s < samples && !failed; s += c->dp) {
+    for (int64_t s = t->dp_rank; s < samples_end(t, samples) && !failed; s += c->dp) {
+        if (s >= samples) {
+            failed = idle_prediction(t, &counts, c->eval_path, err, err_len) != 0;
+            continue;
+        }
         const int64_t *a = answers + s * cols; /* start, answer position, answer */
         if (a[0] != s * (c->seq_len + 1)) {
             snprintf(err, err_len, "%s: sample %lld starts at %lld, not at a multiple of [data] "
@@ -228,7 +250,11 @@ int trainer_eval_recall(trainer *t, eval_counts *out, char *err, size_t err_len)
     uint64_t seed = synthetic_heldout_seed(c->data_seed);
     eval_counts counts = {0, 0};
     int failed = 0;
-    for (int64_t s = t->dp_rank; s < c->eval_samples && !failed; s += c->dp) {
+    for (int64_t s = t->dp_rank; s < samples_end(t, c->eval_samples) && !failed; s += c->dp) {
+        if (s >= c->eval_samples) {
+            failed = idle_prediction(t, &counts, "recall", err, err_len) != 0;
+            continue;
+        }
         if (load_recall_sample(t, &shape, seed, s, &b, err, err_len) != 0) {
             free_recall_buffers(&b);
             return EXIT_RUN_FAILURE; /* this rank alone, as a passkey read failure */

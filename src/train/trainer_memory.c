@@ -104,23 +104,37 @@ size_t trainer_nccl_bytes(const trainer *t, char *basis, size_t basis_len)
                                 basis_len);
 }
 
+int trainer_zero_stage(const trainer *t)
+{
+    return t->opts.forward_only ? 1 : t->cfg.zero;
+}
+
+zero1_sharding trainer_sharding(const trainer *t)
+{
+    /* bf16 parameters gather through fp32 pieces of one bucket */
+    return (zero1_sharding){trainer_zero_stage(t), model_grad_bucket_floats(&t->model)};
+}
+
 int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, size_t err_len)
 {
     trainer_memory *m = &t->mem;
     if (model_runner_memory(rc, &m->model, err, err_len) != 0) return -1;
     bk_dtype param_type = t->choices.bf16_matmul ? BK_BF16 : BK_F32;
-    /* zero = 2: the embedding's window and the bucket (trainer_bind_gradients) */
+    int stage = trainer_zero_stage(t);
+    /* zero >= 2: the embedding's window and the bucket (trainer_bind_gradients),
+     * the same windows for the parameters at zero = 3 (make_buffers) */
     int64_t embed = (int64_t)t->cfg.vocab * t->cfg.d_model,
-            bucket = model_grad_bucket_floats(&t->model),
-            grad_floats = t->cfg.zero == 2 ? embed + bucket : t->model.n_params;
+            bucket = model_grad_bucket_floats(&t->model), windows = embed + bucket,
+            grad_floats = stage >= 2 ? windows : t->model.n_params,
+            param_count = stage == 3 ? windows : t->model.n_params;
     m->grads = (size_t)grad_floats * sizeof(float);
     /* bf16: rounded up to whole floats, as the trainer allocates them */
-    m->params = param_type == BK_BF16 ? (size_t)(t->model.n_params + 1) / 2 * sizeof(float)
-                                      : (size_t)t->model.n_params * sizeof(float);
-    m->optimizer = zero1_bytes(t->model.n_params, t->world_size, t->rank, param_type);
-    m->reduce_copy = t->cfg.zero == 2
-                         ? zero1_range_bytes(embed > bucket ? embed : bucket, t->world_size)
-                         : zero1_step_bytes(t->model.n_params, t->world_size);
+    m->params = param_type == BK_BF16 ? (size_t)(param_count + 1) / 2 * sizeof(float)
+                                      : (size_t)param_count * sizeof(float);
+    m->optimizer =
+        zero1_bytes(t->model.n_params, t->world_size, t->rank, param_type, trainer_sharding(t));
+    m->reduce_copy = stage >= 2 ? zero1_range_bytes(embed > bucket ? embed : bucket, t->world_size)
+                                : zero1_step_bytes(t->model.n_params, t->world_size);
     if (t->opts.forward_only) m->grads = m->optimizer = m->reduce_copy = 0;
     size_t mb = (size_t)t->cfg.micro_batches;
     m->tokens = 2 * (size_t)t->layout.n * mb * sizeof(int64_t);

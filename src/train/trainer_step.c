@@ -145,7 +145,7 @@ void trainer_bind_gradients(trainer *t)
     int64_t embed = (int64_t)t->cfg.vocab * t->cfg.d_model;
     if (!t->grads)
         t->grad_sink = (model_grads){NULL, NULL, NULL, NULL, NULL};
-    else if (t->cfg.zero == 2)
+    else if (trainer_zero_stage(t) >= 2)
         t->grad_sink = (model_grads){NULL, t->grads, t->grads + embed, range_done, t};
     else
         t->grad_sink = (model_grads){t->grads, NULL, NULL, NULL, NULL};
@@ -159,7 +159,7 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
                             trainer_step_result *res)
 {
     int64_t n = t->layout.n;
-    if (t->cfg.zero == 2) {
+    if (trainer_zero_stage(t) >= 2) {
         t->grad_sq = 0;
         bt_status st = zero1_clear_gradients(t->opt);
         if (st != BT_OK) return fail_with(t, "clearing the gradients", st);
@@ -200,7 +200,8 @@ static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_ba
     const float *bufs[1] = {t->grads};
     int64_t count = t->model.n_params;
     double sq = t->grad_sq;
-    bk_status kst = t->cfg.zero == 2 ? BK_OK : bk_grad_sqnorm(&t->queue, 1, bufs, &count, &sq);
+    bk_status kst =
+        trainer_zero_stage(t) >= 2 ? BK_OK : bk_grad_sqnorm(&t->queue, 1, bufs, &count, &sq);
     if (kst != BK_OK) return fail_with(t, "the gradient norm", attn_kernel_status(kst));
     int bad = !isfinite(loss_sum) || !isfinite(sq);
     *first_bad = bad ? t->rank : INT64_MAX;
@@ -251,7 +252,7 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
                                   res);
     if (status != 0) return status;
     bk_status kst = BK_OK;
-    if (t->cfg.zero != 2 && injected_fault(t) != 0.0f) /* zero = 2: range_done did */
+    if (trainer_zero_stage(t) < 2 && injected_fault(t) != 0.0f) /* zero >= 2: range_done did */
         kst = bk_fill(&t->queue, 1, t->grads, injected_fault(t));
     if (kst != BK_OK) return fail_with(t, "injecting a fault", attn_kernel_status(kst));
     if ((status = agree(t, loss_sum, counted, &first_bad, res)) != 0) return status;
@@ -262,8 +263,8 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
         return nonfinite(t, step, what, &res->skipped);
     }
     double lr = lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step);
-    float *grads = t->cfg.zero == 2 ? NULL : t->grads; /* NULL: summed already */
-    bt_status st = t->params16
+    float *grads = trainer_zero_stage(t) >= 2 ? NULL : t->grads; /* NULL: summed already */
+    bt_status st = t->choices.bf16_matmul
                        ? zero1_step_bf16(t->opt, t->params16, grads, lr, step, &res->grad_norm)
                        : zero1_step(t->opt, t->params, grads, lr, step, &res->grad_norm);
     if (st != BT_OK) return fail_with(t, "the optimizer step", st);

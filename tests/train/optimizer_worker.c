@@ -157,8 +157,8 @@ static void run_case(const test_case *tc)
         rp[i] = params[i];
     }
 
-    zero1 *z = zero1_create(comm, n, mask, &hp, NULL, BK_F32);
-    zero1 *z16 = zero1_create(comm, n, mask, &hp, NULL, BK_BF16);
+    zero1 *z = zero1_create(comm, n, mask, &hp, NULL, BK_F32, (zero1_sharding){1, 0});
+    zero1 *z16 = zero1_create(comm, n, mask, &hp, NULL, BK_BF16, (zero1_sharding){1, 0});
     if (!z || !z16) {
         fprintf(stderr, "rank %d: %s: zero1_create failed\n", rank, tc->name);
         exit(1);

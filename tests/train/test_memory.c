@@ -3,7 +3,8 @@
  * the most bytes the trainer's code holds at once during setup and two
  * steps (counted by tests/train/train_memory with the allocator wrapped), for
  * the fused and the reference head, every checkpoint fraction and several
- * micro-batches, and with the gradients sharded (zero = 2), which holds less;
+ * micro-batches, and with the gradients (zero = 2) and the parameters (zero
+ * = 3) sharded, which hold less;
  * more micro-batches add only their token buffers. Every large
  * allocation of the setup, made to fail in turn, ends every rank with exit 2
  * and a message naming the size, never a crash. A run just over
@@ -89,9 +90,11 @@ END_TEST
 
 /* With the gradients sharded (zero = 2) a rank holds the embedding's window
  * and one layer's instead of every gradient: on 8 layers with a 1 MiB
- * embedding, the count and the peak both fall by more than 1 MiB, and each
- * still matches the other. */
-START_TEST(zero_2_holds_two_windows_not_every_gradient)
+ * embedding, the count and the peak both fall by more than 1 MiB. With the
+ * parameters sharded too (zero = 3) it holds its masters and two windows
+ * instead of every parameter: on 16 layers with a small embedding, 1 MiB
+ * less again. Each count still matches what is held. */
+START_TEST(zeros_2_and_3_hold_windows_not_every_gradient_and_parameter)
 {
     const char *one[] = {"model.layers=8", "model.vocab=4096", "parallel.zero=1", NULL},
                *two[] = {"model.layers=8", "model.vocab=4096", "parallel.zero=2", NULL};
@@ -101,6 +104,13 @@ START_TEST(zero_2_holds_two_windows_not_every_gradient)
     ck_assert_msg(m2.state + (1 << 20) < m1.state && m2.peak + (1 << 20) < m1.peak,
                   "zero = 1: report %lld, peak %lld; zero = 2: report %lld, peak %lld", m1.state,
                   m1.peak, m2.state, m2.peak);
+    const char *deep2[] = {"model.layers=16", "model.vocab=1024", "parallel.zero=2", NULL},
+               *deep3[] = {"model.layers=16", "model.vocab=1024", "parallel.zero=3", NULL};
+    measured d2 = measure(deep2), d3 = measure(deep3);
+    expect_close(&d3, "zero = 3");
+    ck_assert_msg(d3.state + (1 << 20) < d2.state && d3.peak + (1 << 20) < d2.peak,
+                  "zero = 2: report %lld, peak %lld; zero = 3: report %lld, peak %lld", d2.state,
+                  d2.peak, d3.state, d3.peak);
 }
 END_TEST
 
@@ -185,9 +195,10 @@ int main(void)
 {
     Suite *s = suite_create("memory");
     TCase *tc = check_tcase(s, "memory", 600);
-    check_add_tests(
-        tc, report_counts_what_the_trainer_allocates, zero_2_holds_two_windows_not_every_gradient,
-        micro_batches_add_only_their_tokens, failed_allocations_end_every_rank_with_exit_2,
-        just_over_the_limit_is_refused_before_work);
+    check_add_tests(tc, report_counts_what_the_trainer_allocates,
+                    zeros_2_and_3_hold_windows_not_every_gradient_and_parameter,
+                    micro_batches_add_only_their_tokens,
+                    failed_allocations_end_every_rank_with_exit_2,
+                    just_over_the_limit_is_refused_before_work);
     return check_run(s);
 }

@@ -60,23 +60,25 @@ START_TEST(device_grid_matches_the_cpu)
 }
 END_TEST
 
-/* The gradients sharded (zero = 2) on the device, kernels deferred: the
- * ranges summed as the backward makes them train as the whole buffer does,
- * bit for bit on 1 and 2 ranks (one order of the sums). */
-START_TEST(device_zero_2_trains_as_zero_1)
+/* The gradients sharded (zero = 2), and the bf16 parameters too (zero =
+ * 3), on the device, kernels deferred: train as zero = 1 does, bit for bit
+ * on 1 and 2 ranks (one order of the sums; the gathers copy exactly). */
+START_TEST(device_zeros_2_and_3_train_as_zero_1)
 {
     on_emulator = 1;
     run_env = deferred;
+    static const char *const zero[] = {"parallel.zero=1", "parallel.zero=2", "parallel.zero=3"};
     for (int ranks = 1; ranks <= 2; ranks++) {
         const char *cp = ranks == 2 ? "parallel.cp=2" : "parallel.cp=1";
-        curve one, two;
-        run_ok(ranks, 1, with(on_device, (const char *[]){cp, "parallel.zero=1", NULL}), &one);
-        run_ok(ranks, 1, with(on_device, (const char *[]){cp, "parallel.zero=2", NULL}), &two);
-        for (int i = 0; i < 6; i++)
-            ck_assert_msg(one.n == 6 && two.n == 6 && one.loss[i] == two.loss[i] &&
-                              one.grad_norm[i] == two.grad_norm[i],
-                          "%d ranks, step %d: zero = 1 %.17g, zero = 2 %.17g", ranks, i + 1,
-                          one.loss[i], two.loss[i]);
+        curve c[3];
+        for (int z = 0; z < 3; z++)
+            run_ok(ranks, 1, with(on_device, (const char *[]){cp, zero[z], NULL}), &c[z]);
+        for (int z = 1; z < 3; z++)
+            for (int i = 0; i < 6; i++)
+                ck_assert_msg(c[0].n == 6 && c[z].n == 6 && c[0].loss[i] == c[z].loss[i] &&
+                                  c[0].grad_norm[i] == c[z].grad_norm[i],
+                              "%d ranks, step %d: zero = 1 %.17g, zero = %d %.17g", ranks, i + 1,
+                              c[0].loss[i], z + 1, c[z].loss[i]);
     }
     run_env = one_thread;
     on_emulator = 0;
@@ -502,7 +504,7 @@ void add_device_tests(Suite *s)
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 900), device_engine_matches_the_cpu,
                     device_grid_matches_the_cpu, device_resumes_its_own_and_the_cpus_checkpoints,
-                    device_zero_2_trains_as_zero_1, device_arena_holds_every_buffer,
+                    device_zeros_2_and_3_train_as_zero_1, device_arena_holds_every_buffer,
                     device_staging_buffers_taken_at_setup,
                     device_arena_report_names_the_largest_peak);
 #ifdef HAVE_NCCL

@@ -36,11 +36,12 @@ static void expect_only_step_2_skipped(const char *metrics)
     }
 }
 
-/* With the gradients whole (zero = 1) or sharded (zero = 2, where the NaN
- * goes in before the reduction as well). */
+/* With the gradients whole (zero = 1) or sharded (zero = 2 and 3, where the
+ * NaN goes in before the reduction as well). */
 START_TEST(nonfinite_gradient_stops_every_rank)
 {
-    const char *sets[] = {"parallel.cp=2", _i == 1 ? "parallel.zero=2" : "parallel.zero=1", NULL};
+    static const char *const zero[] = {"parallel.zero=1", "parallel.zero=2", "parallel.zero=3"};
+    const char *sets[] = {"parallel.cp=2", zero[_i], NULL};
     test_run_result r = train(2, 1, sets, "2:1", NULL);
     ck_assert_msg(r.exit_code == 1, "exit %d:\n%s", r.exit_code, r.out);
     for (int k = 0; k < 2; k++) {
@@ -68,7 +69,8 @@ END_TEST
 START_TEST(gradient_infinite_only_after_the_reduction)
 {
     const char *args[] = {"--inject-overflow", "2", NULL};
-    const char *zero = _i == 1 ? "parallel.zero=2" : "parallel.zero=1";
+    static const char *const zeros[] = {"parallel.zero=1", "parallel.zero=2", "parallel.zero=3"};
+    const char *zero = zeros[_i];
     for (int dp = 1; dp <= 2; dp++) {
         const char *sets[] = {dp == 1 ? "parallel.cp=2" : "parallel.dp=2", zero, NULL};
         test_run_result r = train_args(2, 1, sets, args, NULL, NULL, 0);
@@ -197,8 +199,8 @@ END_TEST
 
 void add_step_tests(TCase *tc)
 {
-    /* _i = 0: zero = 1, 1: zero = 2 */
-    check_add_loop_tests(tc, 0, 2, nonfinite_gradient_stops_every_rank,
+    /* _i: zero = _i + 1 */
+    check_add_loop_tests(tc, 0, 3, nonfinite_gradient_stops_every_rank,
                          gradient_infinite_only_after_the_reduction);
     check_add_tests(tc, loss_falls_on_a_learnable_task, bad_settings_exit_2_before_work,
                     keeping_the_layers_changes_no_bit);
