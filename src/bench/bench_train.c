@@ -334,9 +334,9 @@ static const bu_option options[] = {
      "[memory] keep_layers in the throughput runs: every layer's\n"
      "intermediates kept, none recomputed but the attention outputs\n"
      "that --attn-kept-fraction does not keep"},
-    {"--zero", "S", BU_OPT_INT, OPT(zero), 1, 2, NULL,
+    {"--zero", "S", BU_OPT_INT, OPT(zero), 1, 3, NULL,
      "[parallel] zero of the throughput runs: 1 the optimizer's state\n"
-     "sharded, 2 the gradients too (default 1)"},
+     "sharded, 2 the gradients too, 3 the parameters too (default 1)"},
     {"--threads", "N", BU_OPT_INT, OPT(threads), 1, 1024, NULL,
      "OpenMP/BLAS threads per rank (default: online cores / P)"},
     {"--quick", NULL, BU_OPT_FLAG, OPT(quick), 0, 0, NULL,
