@@ -175,6 +175,11 @@ typedef struct {
 /* The floats of the windowed gradients' bucket: the longest range but the
  * embedding's (a layer, or the tail). */
 int64_t model_grad_bucket_floats(const model_layout *m);
+/* Where ZeRO's windows hold the parameter (or gradient) at flat offset at:
+ * the embedding's window [V D] (*in_embed set) or the bucket holding the
+ * range [begin, end); the element offset there, or -1 in neither. */
+int64_t model_window_offset(const model_layout *m, int64_t at, int64_t begin, int64_t end,
+                            int *in_embed);
 /* Layer l's range [*begin, *end) of the flat index. */
 void model_layer_range(const model_layout *m, int l, int64_t *begin, int64_t *end);
 

@@ -90,11 +90,9 @@ void model_runner_gather(model_runner *r, const model_gather *g)
  * window; NULL when no window holds it now. */
 static void *window_of(const model_runner *r, int64_t at, int64_t *offset)
 {
-    int64_t embed_end = r->m->embed + r->V * r->D;
-    if (at >= r->m->embed && at < embed_end) return *offset = at - r->m->embed, r->gather->embed;
-    if (at >= r->gathered_begin && at < r->gathered_end)
-        return *offset = at - r->gathered_begin, r->gather->bucket;
-    return NULL;
+    int in_embed;
+    *offset = model_window_offset(r->m, at, r->gathered_begin, r->gathered_end, &in_embed);
+    return *offset < 0 ? NULL : in_embed ? r->gather->embed : r->gather->bucket;
 }
 
 const float *runner_weight32(const model_runner *r, int64_t at)

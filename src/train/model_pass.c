@@ -24,10 +24,10 @@ typedef struct {
 static float *grad_at(const grad_sink *s, int64_t at)
 {
     const model_grads *g = s->g;
-    int64_t embed_end = s->m->embed + s->m->dims.vocab * s->m->dims.d_model;
     if (g->whole) return g->whole + at;
-    if (at >= s->m->embed && at < embed_end) return g->embed + (at - s->m->embed);
-    return at >= s->begin && at < s->end ? g->bucket + (at - s->begin) : NULL;
+    int in_embed;
+    int64_t off = model_window_offset(s->m, at, s->begin, s->end, &in_embed);
+    return off < 0 ? NULL : (in_embed ? g->embed : g->bucket) + off;
 }
 
 /* Windowed: the bucket now holds [begin, end), zeroed; window (the bucket,

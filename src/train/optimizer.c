@@ -370,31 +370,6 @@ bt_status zero1_step_bf16(zero1 *z, uint16_t *params, float *grads, double lr, i
     return st;
 }
 
-int zero1_set_params(zero1 *z, const float *full, uint16_t *params)
-{
-    int whole16 = z && z->param_type == BK_BF16 && z->sharding.stage < 3;
-    if (!z || !z->master || (z->n > 0 && (!full || (whole16 && !params)))) return -1;
-    size_t own_bytes = (size_t)(z->end - z->begin) * sizeof(float);
-    if (!whole16) { /* the masters alone */
-        if (z->mem == BT_MEM_DEVICE)
-            return bk_device_upload(&z->q, z->master, full + z->begin, own_bytes) == BK_OK ? 0 : -1;
-        memcpy(z->master, full + z->begin, own_bytes);
-        return 0;
-    }
-    uint16_t *rounded = malloc((size_t)(z->n > 0 ? z->n : 1) * 2);
-    bk_queue host = bk_host_queue();
-    int failed = !rounded || bk_round_bf16(&host, z->n, full, rounded) != BK_OK;
-    if (!failed && z->mem == BT_MEM_DEVICE)
-        failed = bk_device_upload(&z->q, z->master, full + z->begin, own_bytes) != BK_OK ||
-                 bk_device_upload(&z->q, params, rounded, (size_t)z->n * 2) != BK_OK;
-    else if (!failed) {
-        memcpy(z->master, full + z->begin, own_bytes);
-        memcpy(params, rounded, (size_t)z->n * 2);
-    }
-    free(rounded);
-    return failed ? -1 : 0;
-}
-
 float *zero1_masters(zero1 *z)
 {
     return z ? z->master : NULL;
@@ -408,6 +383,26 @@ int zero1_set_masters(zero1 *z, const float *own)
         return bk_device_upload(&z->q, z->master, own, bytes) == BK_OK ? 0 : -1;
     memcpy(z->master, own, bytes);
     return 0;
+}
+
+int zero1_set_params(zero1 *z, const float *full, uint16_t *params)
+{
+    int whole16 = z && z->param_type == BK_BF16 && z->sharding.stage < 3;
+    if (!z || !z->master || (z->n > 0 && (!full || (whole16 && !params)))) return -1;
+    size_t own_bytes = (size_t)(z->end - z->begin) * sizeof(float);
+    if (!whole16) return zero1_set_masters(z, full + z->begin); /* stage 3: the masters alone */
+    uint16_t *rounded = malloc((size_t)(z->n > 0 ? z->n : 1) * 2);
+    bk_queue host = bk_host_queue();
+    int failed = !rounded || bk_round_bf16(&host, z->n, full, rounded) != BK_OK;
+    if (!failed && z->mem == BT_MEM_DEVICE)
+        failed = bk_device_upload(&z->q, z->master, full + z->begin, own_bytes) != BK_OK ||
+                 bk_device_upload(&z->q, params, rounded, (size_t)z->n * 2) != BK_OK;
+    else if (!failed) {
+        memcpy(z->master, full + z->begin, own_bytes);
+        memcpy(params, rounded, (size_t)z->n * 2);
+    }
+    free(rounded);
+    return failed ? -1 : 0;
 }
 
 bt_status zero1_gather_range(zero1 *z, void *window, int64_t begin, int64_t end)

@@ -403,6 +403,16 @@ static int open_two(rank_ctx c[2], int rank, int nranks, ncclUniqueId id)
     return open_ctx(&c[0], rank, nranks, id) || open_ctx(&c[1], rank, nranks, second_id);
 }
 
+/* Both communicators' operations fail (here or at the peer), then abort. */
+static int both_fail(rank_ctx c[2])
+{
+    for (int k = 0; k < 2; k++) {
+        if (fails(&c[k], 10, ncclInvalidUsage, ncclRemoteError)) return 1;
+        close_ctx(&c[k], 1);
+    }
+    return 0;
+}
+
 /* Every rank issues the same order over two communicators: ring steps on
  * one, then the other, then one group over both, then a sum on each; all
  * complete with the right bytes. */
@@ -452,11 +462,7 @@ static int p2p_orders_differ(int rank, int nranks, ncclUniqueId id)
                                 : ncclRecv(buf[k], 256, ncclUint8, peer, c[k].comm, c[k].stream);
         EXPECT(r == ncclSuccess, "issue: %s", ncclGetErrorString(r));
     }
-    for (int k = 0; k < 2; k++) {
-        if (fails(&c[k], 10, ncclInvalidUsage, ncclRemoteError)) return 1;
-        close_ctx(&c[k], 1);
-    }
-    return 0;
+    return both_fail(c);
 }
 
 /* Rank 0 sums on communicator 0, then on 1; the others on 1, then on 0:
@@ -471,11 +477,7 @@ static int collective_orders_differ(int rank, int nranks, ncclUniqueId id)
         EXPECT(ncclAllReduce(&in, &out[k], 1, ncclFloat32, ncclSum, c[k].comm, c[k].stream) == 0,
                "sum");
     }
-    for (int k = 0; k < 2; k++) {
-        if (fails(&c[k], 10, ncclInvalidUsage, ncclRemoteError)) return 1;
-        close_ctx(&c[k], 1);
-    }
-    return 0;
+    return both_fail(c);
 }
 
 /* Odd ranks wait on a receive from the even rank before them, which aborts
