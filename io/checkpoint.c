@@ -32,7 +32,8 @@
 #include "io/h5util.h"
 
 #define CKPT_FORMAT         "burstengine-checkpoint"
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION 2 /* 1: the parameters whole in model.h5, the moments in optim-R.h5 */
+#define CKPT_OLDEST_VERSION 1
 #define CKPT_CHUNK          ((hsize_t)1 << 20) /* elements per chunk of a float dataset */
 #define CKPT_PATH_MAX       4096
 
@@ -190,34 +191,50 @@ static int write_floats(hid_t file, const char *path, const char *name, const fl
 
 /* ---- HDF5 helpers: reading. ---- */
 
-/* Reads the 1-D float dataset name, which must hold exactly n elements; out
- * may be NULL to check the shape only. Returns 0, -1 on an HDF5 failure (err
- * says which), or -2 with *found set when the length differs. */
-static int read_floats(hid_t file, const char *path, const char *name, float *out, int64_t n,
-                       int64_t *found, char *err, size_t err_len)
+/* Reads [begin, begin + count) of the 1-D float dataset name, which must hold
+ * exactly n elements; out may be NULL to check the shape only. Returns 0, -1
+ * on an HDF5 failure (err says which), or -2 with *found set when the length
+ * differs. */
+static int read_floats_at(hid_t file, const char *path, const char *name, float *out, int64_t begin,
+                          int64_t count, int64_t n, int64_t *found, char *err, size_t err_len)
 {
     hid_t d = io_h5_open_dataset(file, path, name, H5P_DEFAULT, err, err_len);
     if (d < 0) return -1;
     int rc = -1;
-    hid_t space = H5Dget_space(d);
+    hid_t space = H5Dget_space(d), mem = -1;
     if (space >= 0) {
-        hsize_t dims[1] = {0};
+        hsize_t dims[1] = {0}, start[1] = {(hsize_t)begin}, len[1] = {(hsize_t)count};
         if (H5Sget_simple_extent_ndims(space) == 1 &&
             H5Sget_simple_extent_dims(space, dims, NULL) == 1) {
             if ((int64_t)dims[0] != n) {
                 *found = (int64_t)dims[0];
                 rc = -2;
-            } else if (!out || n == 0) {
+            } else if (!out || count == 0) {
                 rc = 0;
-            } else {
-                rc = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0 ? -1 : 0;
+            } else if ((mem = H5Screate_simple(1, len, NULL)) >= 0 &&
+                       H5Sselect_hyperslab(space, H5S_SELECT_SET, start, NULL, len, NULL) >= 0) {
+                rc = H5Dread(d, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, out) < 0 ? -1 : 0;
             }
         }
+        if (mem >= 0) H5Sclose(mem);
         H5Sclose(space);
     }
     H5Dclose(d);
     if (rc == -1) io_h5_fail(err, err_len, path, "reading the 1-D dataset /%s", name);
     return rc;
+}
+
+/* The whole dataset: exactly n elements, named in err when it has another
+ * length. */
+static int read_floats(hid_t file, const char *path, const char *name, float *out, int64_t n,
+                       const char *what, char *err, size_t err_len)
+{
+    int64_t found = 0;
+    int rc = read_floats_at(file, path, name, out, 0, n, n, &found, err, err_len);
+    if (rc == -2)
+        set_err(err, err_len, "%s: /%s holds %" PRId64 " values, %s says %" PRId64, path, name,
+                found, what, n);
+    return rc == 0 ? 0 : -1;
 }
 
 /* Closes a file written for a checkpoint and fsyncs it. */
@@ -267,67 +284,79 @@ int io_checkpoint_begin(const char *dir, int64_t step, char *err, size_t err_len
 
 /* ---- Phase 2: write_rank. ---- */
 
-static int write_model(const char *path, const io_ckpt_meta *meta, const float *params, char *err,
+static int write_model(const char *path, const io_ckpt_meta *meta, char *err, size_t err_len)
+{
+    hid_t f = io_h5_create(path, err, err_len);
+    if (f < 0) return -1;
+    int bad =
+        io_h5_write_format(f, path, CKPT_FORMAT, CKPT_FORMAT_VERSION, err, err_len) ||
+        io_h5_write_attr_int(f, path, "step", H5T_NATIVE_INT64, meta->step, err, err_len) ||
+        io_h5_write_attr_int(f, path, "sample_position", H5T_NATIVE_INT64, meta->sample_position,
+                             err, err_len) ||
+        io_h5_write_attr_u64(f, path, "rng_state", meta->rng_state, err, err_len) ||
+        io_h5_write_attr_int(f, path, "world_size", H5T_NATIVE_INT, meta->world_size, err,
+                             err_len) ||
+        io_h5_write_attr_int(f, path, "n_params", H5T_NATIVE_INT64, meta->n_params, err, err_len) ||
+        io_h5_write_attr_int(f, path, "weights_only", H5T_NATIVE_INT, !!meta->weights_only, err,
+                             err_len) ||
+        io_h5_write_string_dataset(f, path, "config", meta->config_text ? meta->config_text : "",
+                                   err, err_len);
+    if (bad) return give_up_write(f);
+    return close_and_sync(f, path, err, err_len);
+}
+
+/* shard-R.h5: the rank's parameters, and its moments unless m is NULL. */
+static int write_shard(const char *path, int rank, int64_t shard_begin, int64_t shard_len,
+                       const float *params, const float *m, const float *v, char *err,
                        size_t err_len)
 {
     hid_t f = io_h5_create(path, err, err_len);
     if (f < 0) return -1;
-    int bad = io_h5_write_format(f, path, CKPT_FORMAT, CKPT_FORMAT_VERSION, err, err_len) ||
-              io_h5_write_attr_int(f, path, "step", H5T_NATIVE_INT64, meta->step, err, err_len) ||
-              io_h5_write_attr_int(f, path, "sample_position", H5T_NATIVE_INT64,
-                                   meta->sample_position, err, err_len) ||
-              io_h5_write_attr_u64(f, path, "rng_state", meta->rng_state, err, err_len) ||
-              io_h5_write_attr_int(f, path, "world_size", H5T_NATIVE_INT, meta->world_size, err,
-                                   err_len) ||
-              io_h5_write_attr_int(f, path, "n_params", H5T_NATIVE_INT64, meta->n_params, err,
-                                   err_len) ||
-              write_floats(f, path, "params", params, meta->n_params, err, err_len) ||
-              io_h5_write_string_dataset(f, path, "config",
-                                         meta->config_text ? meta->config_text : "", err, err_len);
+    int bad =
+        io_h5_write_format(f, path, CKPT_FORMAT, CKPT_FORMAT_VERSION, err, err_len) ||
+        io_h5_write_attr_int(f, path, "rank", H5T_NATIVE_INT, rank, err, err_len) ||
+        io_h5_write_attr_int(f, path, "shard_begin", H5T_NATIVE_INT64, shard_begin, err, err_len) ||
+        io_h5_write_attr_int(f, path, "shard_len", H5T_NATIVE_INT64, shard_len, err, err_len) ||
+        write_floats(f, path, "params", params, shard_len, err, err_len) ||
+        (m && (write_floats(f, path, "m", m, shard_len, err, err_len) ||
+               write_floats(f, path, "v", v, shard_len, err, err_len)));
     if (bad) return give_up_write(f);
     return close_and_sync(f, path, err, err_len);
 }
 
-static int write_optim(const char *path, int rank, int64_t shard_begin, int64_t shard_len,
-                       const float *m, const float *v, char *err, size_t err_len)
+/* The arguments of write_rank, named in err when they cannot be written. */
+static int shard_args_ok(const char *tmp, int rank, const io_ckpt_meta *meta, int64_t shard_begin,
+                         int64_t shard_len, const float *params, const float *m, const float *v,
+                         char *err, size_t err_len)
 {
-    hid_t f = io_h5_create(path, err, err_len);
-    if (f < 0) return -1;
-    int bad = io_h5_write_format(f, path, CKPT_FORMAT, CKPT_FORMAT_VERSION, err, err_len) ||
-              io_h5_write_attr_int(f, path, "rank", H5T_NATIVE_INT, rank, err, err_len) ||
-              io_h5_write_attr_int(f, path, "shard_begin", H5T_NATIVE_INT64, shard_begin, err,
-                                   err_len) ||
-              io_h5_write_attr_int(f, path, "shard_len", H5T_NATIVE_INT64, shard_len, err,
-                                   err_len) ||
-              write_floats(f, path, "m", m, shard_len, err, err_len) ||
-              write_floats(f, path, "v", v, shard_len, err, err_len);
-    if (bad) return give_up_write(f);
-    return close_and_sync(f, path, err, err_len);
+    int weights_only = meta ? meta->weights_only : !m;
+    if (rank < 0 || shard_begin < 0 || shard_len < 0 ||
+        (shard_len > 0 && (!params || (!weights_only && (!m || !v))))) {
+        set_err(err, err_len, "checkpoint %s: bad shard of rank %d ([%" PRId64 ", +%" PRId64 ")",
+                tmp, rank, shard_begin, shard_len);
+        return 0;
+    }
+    if (rank != 0) return 1;
+    if (!meta || meta->n_params <= 0 || meta->world_size <= 0) {
+        set_err(err, err_len, "checkpoint %s: rank 0 needs the metadata", tmp);
+        return 0;
+    }
+    return 1;
 }
 
 int io_checkpoint_write_rank(const char *dir, int64_t step, int rank, const io_ckpt_meta *meta,
-                             const float *params, int64_t shard_begin, int64_t shard_len,
+                             int64_t shard_begin, int64_t shard_len, const float *params,
                              const float *m, const float *v, char *err, size_t err_len)
 {
     char tmp[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
     if (step_path(tmp, sizeof tmp, dir, step, ".tmp", NULL, err, err_len) != 0) return -1;
-    if (rank < 0 || shard_begin < 0 || shard_len < 0 || (shard_len > 0 && (!m || !v))) {
-        set_err(err, err_len, "checkpoint %s: bad shard of rank %d ([%" PRId64 ", +%" PRId64 ")",
-                tmp, rank, shard_begin, shard_len);
+    if (!shard_args_ok(tmp, rank, meta, shard_begin, shard_len, params, m, v, err, err_len))
         return -1;
-    }
-    if (rank == 0) {
-        if (!meta || meta->n_params <= 0 || !params || meta->world_size <= 0) {
-            set_err(err, err_len, "checkpoint %s: rank 0 needs the metadata and the parameters",
-                    tmp);
-            return -1;
-        }
-        if (meta->step != step) {
-            set_err(err, err_len,
-                    "checkpoint %s: metadata says step %" PRId64 ", written as step %" PRId64, tmp,
-                    meta->step, step);
-            return -1;
-        }
+    if (rank == 0 && meta->step != step) {
+        set_err(err, err_len,
+                "checkpoint %s: metadata says step %" PRId64 ", written as step %" PRId64, tmp,
+                meta->step, step);
+        return -1;
     }
     struct stat st;
     if (stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -338,11 +367,13 @@ int io_checkpoint_write_rank(const char *dir, int64_t step, int rank, const io_c
     int rc = 0;
     if (rank == 0) {
         snprintf(path, sizeof path, "%s/model.h5", tmp);
-        rc = write_model(path, meta, params, err, err_len);
+        rc = write_model(path, meta, err, err_len);
     }
-    if (rc == 0 && !(meta && meta->weights_only)) {
-        snprintf(path, sizeof path, "%s/optim-%d.h5", tmp, rank);
-        rc = write_optim(path, rank, shard_begin, shard_len, m, v, err, err_len);
+    int weights_only = meta ? meta->weights_only : !m;
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/shard-%d.h5", tmp, rank);
+        rc = write_shard(path, rank, shard_begin, shard_len, params, weights_only ? NULL : m,
+                         weights_only ? NULL : v, err, err_len);
     }
     return rc;
 }
@@ -558,8 +589,9 @@ static int committed_dir(char *out, size_t len, const char *dir, int64_t step, c
     return 0;
 }
 
-/* Opens a checkpoint file for reading and checks its format. */
-static hid_t open_checked(const char *path, char *err, size_t err_len)
+/* Opens a checkpoint file for reading and checks its format; *version is
+ * the file's. */
+static hid_t open_checked(const char *path, int *version, char *err, size_t err_len)
 {
     if (!path_exists(path)) {
         set_err(err, err_len, "checkpoint file %s does not exist", path);
@@ -567,79 +599,33 @@ static hid_t open_checked(const char *path, char *err, size_t err_len)
     }
     hid_t f = io_h5_open(path, H5F_ACC_RDONLY, err, err_len);
     if (f < 0) return -1;
-    if (io_h5_check_format(f, path, CKPT_FORMAT, CKPT_FORMAT_VERSION, "burstengine checkpoint",
-                           err, err_len) != 0)
+    if (io_h5_check_format_versions(f, path, CKPT_FORMAT, CKPT_OLDEST_VERSION, CKPT_FORMAT_VERSION,
+                                    "burstengine checkpoint", version, err, err_len) != 0)
         return close_read(f, path, -1, err, err_len);
     return f;
 }
 
 /* The attributes of model.h5. */
-static int read_model_meta(hid_t f, const char *path, io_ckpt_meta *got, char *err,
+static int read_model_meta(hid_t f, const char *path, int version, io_ckpt_meta *got, char *err,
                            size_t err_len)
 {
-    int64_t world = 0;
+    int64_t world = 0, weights_only = 0;
     if (io_h5_read_attr_int(f, path, "step", &got->step, err, err_len) ||
         io_h5_read_attr_int(f, path, "sample_position", &got->sample_position, err, err_len) ||
         io_h5_read_attr_u64(f, path, "rng_state", &got->rng_state, err, err_len) ||
         io_h5_read_attr_int(f, path, "world_size", &world, err, err_len) ||
-        io_h5_read_attr_int(f, path, "n_params", &got->n_params, err, err_len))
+        io_h5_read_attr_int(f, path, "n_params", &got->n_params, err, err_len) ||
+        (version >= 2 && io_h5_read_attr_int(f, path, "weights_only", &weights_only, err, err_len)))
         return -1;
     got->world_size = (int)world;
+    got->weights_only = weights_only != 0;
     return 0;
 }
 
-int io_checkpoint_read_model(const char *dir, int64_t step, const io_ckpt_meta *expect,
-                             io_ckpt_meta *meta, float *params, char *err, size_t err_len)
-{
-    char ck[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
-    if (committed_dir(ck, sizeof ck, dir, step, err, err_len) != 0) return -1;
-    snprintf(path, sizeof path, "%s/model.h5", ck);
-    io_ckpt_meta got = {0};
-    io_h5_quiet();
-    int rc = -1;
-    char *config = NULL;
-    hid_t f = open_checked(path, err, err_len);
-    if (f < 0 || read_model_meta(f, path, &got, err, err_len) != 0) goto out;
-    if (got.step != step) {
-        set_err(err, err_len, "%s says step %" PRId64 ", expected %" PRId64, path, got.step, step);
-        goto out;
-    }
-    if (expect && expect->n_params > 0 && expect->n_params != got.n_params) {
-        set_err(err, err_len, "checkpoint %s has %" PRId64 " parameters, this run %" PRId64, ck,
-                got.n_params, expect->n_params);
-        goto out;
-    }
-    if (expect && expect->world_size > 0 && expect->world_size != got.world_size) {
-        set_err(err, err_len,
-                "checkpoint %s was written by %d ranks, this run has %d (no resharding)", ck,
-                got.world_size, expect->world_size);
-        goto out;
-    }
-    int64_t found = 0;
-    int r = read_floats(f, path, "params", params, got.n_params, &found, err, err_len);
-    if (r == -2)
-        set_err(err, err_len, "%s: /params holds %" PRId64 " values, n_params says %" PRId64, path,
-                found, got.n_params);
-    if (r != 0) goto out;
-    config = io_h5_read_string_dataset(f, path, "config", err, err_len);
-    rc = config ? 0 : -1;
-out:
-    rc = close_read(f, path, rc, err, err_len);
-    if (rc != 0) {
-        free(config);
-        return -1;
-    }
-    got.config_text = config;
-    if (meta)
-        *meta = got;
-    else
-        free(config);
-    return 0;
-}
-
-/* The attributes of optim-R.h5 must name this rank and this run's shard. */
-static int check_shard(hid_t f, const char *path, int rank, int64_t shard_begin,
-                       int64_t shard_len, char *err, size_t err_len)
+/* The attributes of a rank's file (shard-R.h5, or optim-R.h5 of version 1)
+ * must name this rank and this run's shard. */
+static int check_shard(hid_t f, const char *path, int rank, int64_t shard_begin, int64_t shard_len,
+                       char *err, size_t err_len)
 {
     int64_t stored_rank = -1, begin = -1, len = -1;
     if (io_h5_read_attr_int(f, path, "rank", &stored_rank, err, err_len) ||
@@ -652,31 +638,158 @@ static int check_shard(hid_t f, const char *path, int rank, int64_t shard_begin,
     }
     if (begin != shard_begin || len != shard_len) {
         set_err(err, err_len,
-                "%s holds the optimizer shard [%" PRId64 ", %" PRId64
-                "), this run expects [%" PRId64 ", %" PRId64 ") (no resharding)",
+                "%s holds the shard [%" PRId64 ", %" PRId64 "), this run expects [%" PRId64
+                ", %" PRId64 ") (no resharding)",
                 path, begin, begin + len, shard_begin, shard_begin + shard_len);
         return -1;
     }
     return 0;
 }
 
-int io_checkpoint_read_rank(const char *dir, int64_t step, int rank, int64_t shard_begin,
-                            int64_t shard_len, float *m, float *v, char *err, size_t err_len)
+/* The parameters [n] of a checkpoint of version 2, from each rank's shard:
+ * the shards must follow each other in rank order and cover them all. */
+static int assemble_params(const char *ck, const io_ckpt_meta *got, float *params, char *err,
+                           size_t err_len)
+{
+    char path[CKPT_PATH_MAX + 32];
+    int64_t next = 0;
+    for (int r = 0; r < got->world_size; r++) {
+        snprintf(path, sizeof path, "%s/shard-%d.h5", ck, r);
+        int version = 0, rc = -1;
+        int64_t stored_rank = -1, begin = -1, len = -1;
+        hid_t f = open_checked(path, &version, err, err_len);
+        if (f >= 0 && !io_h5_read_attr_int(f, path, "rank", &stored_rank, err, err_len) &&
+            !io_h5_read_attr_int(f, path, "shard_begin", &begin, err, err_len) &&
+            !io_h5_read_attr_int(f, path, "shard_len", &len, err, err_len)) {
+            if (stored_rank != r || begin != next || len < 0 || len > got->n_params - next)
+                set_err(err, err_len,
+                        "%s holds rank %" PRId64 "'s shard [%" PRId64 ", +%" PRId64
+                        "), expected rank %d's, from %" PRId64 " within %" PRId64 " parameters",
+                        path, stored_rank, begin, len, r, next, got->n_params);
+            else
+                rc = read_floats(f, path, "params", params + begin, len, "shard_len", err, err_len);
+        }
+        if (close_read(f, path, rc, err, err_len) != 0) return -1;
+        next += len;
+    }
+    if (next == got->n_params) return 0;
+    set_err(err, err_len, "the shards of %s hold %" PRId64 " of its %" PRId64 " parameters", ck,
+            next, got->n_params);
+    return -1;
+}
+
+/* model.h5 against what the caller expects. */
+static int check_expected(const char *ck, const char *path, int64_t step, const io_ckpt_meta *got,
+                          const io_ckpt_meta *expect, char *err, size_t err_len)
+{
+    if (got->step != step) {
+        set_err(err, err_len, "%s says step %" PRId64 ", expected %" PRId64, path, got->step, step);
+        return -1;
+    }
+    if (expect && expect->n_params > 0 && expect->n_params != got->n_params) {
+        set_err(err, err_len, "checkpoint %s has %" PRId64 " parameters, this run %" PRId64, ck,
+                got->n_params, expect->n_params);
+        return -1;
+    }
+    if (expect && expect->world_size > 0 && expect->world_size != got->world_size) {
+        set_err(err, err_len,
+                "checkpoint %s was written by %d ranks, this run has %d (no resharding)", ck,
+                got->world_size, expect->world_size);
+        return -1;
+    }
+    return 0;
+}
+
+int io_checkpoint_read_model(const char *dir, int64_t step, const io_ckpt_meta *expect,
+                             io_ckpt_meta *meta, float *params, char *err, size_t err_len)
 {
     char ck[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
     if (committed_dir(ck, sizeof ck, dir, step, err, err_len) != 0) return -1;
-    snprintf(path, sizeof path, "%s/optim-%d.h5", ck, rank);
+    snprintf(path, sizeof path, "%s/model.h5", ck);
+    io_ckpt_meta got = {0};
     io_h5_quiet();
-    hid_t f = open_checked(path, err, err_len);
-    int rc = f < 0 ? -1 : check_shard(f, path, rank, shard_begin, shard_len, err, err_len);
-    const char *names[2] = {"m", "v"};
-    float *outs[2] = {m, v};
-    for (int i = 0; i < 2 && rc == 0; i++) {
-        int64_t found = 0;
-        rc = read_floats(f, path, names[i], outs[i], shard_len, &found, err, err_len);
-        if (rc == -2)
-            set_err(err, err_len, "%s: /%s holds %" PRId64 " values, shard_len says %" PRId64,
-                    path, names[i], found, shard_len);
+    int rc = -1, version = 0;
+    char *config = NULL;
+    hid_t f = open_checked(path, &version, err, err_len);
+    if (f >= 0 && read_model_meta(f, path, version, &got, err, err_len) == 0 &&
+        check_expected(ck, path, step, &got, expect, err, err_len) == 0 &&
+        (version >= 2 || !params ||
+         read_floats(f, path, "params", params, got.n_params, "n_params", err, err_len) == 0))
+        config = io_h5_read_string_dataset(f, path, "config", err, err_len);
+    rc = close_read(f, path, config ? 0 : -1, err, err_len);
+    if (rc == 0 && version >= 2 && params) rc = assemble_params(ck, &got, params, err, err_len);
+    if (rc != 0) {
+        free(config);
+        return -1;
+    }
+    got.config_text = config;
+    if (meta)
+        *meta = got;
+    else
+        free(config);
+    return 0;
+}
+
+/* The moments of rank's shard from FILE (shard-R.h5, or optim-R.h5 of version
+ * 1), which a checkpoint of weights only lacks. */
+static int read_moments(hid_t f, const char *path, int64_t shard_len, float *m, float *v, char *err,
+                        size_t err_len)
+{
+    if (H5Lexists(f, "m", H5P_DEFAULT) <= 0) {
+        set_err(err, err_len,
+                "%s holds weights only, no optimizer state: a run may start from it "
+                "([model] init_from), not resume it",
+                path);
+        return -1;
+    }
+    return read_floats(f, path, "m", m, shard_len, "shard_len", err, err_len) ||
+                   read_floats(f, path, "v", v, shard_len, "shard_len", err, err_len)
+               ? -1
+               : 0;
+}
+
+/* Version 1: the parameters of the shard from model.h5's whole /params. */
+static int read_params_v1(const char *ck, int64_t shard_begin, int64_t shard_len, float *params,
+                          char *err, size_t err_len)
+{
+    char path[CKPT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/model.h5", ck);
+    int version = 0, rc = -1;
+    int64_t n = 0, found = 0;
+    hid_t f = open_checked(path, &version, err, err_len);
+    if (f >= 0 && io_h5_read_attr_int(f, path, "n_params", &n, err, err_len) == 0) {
+        rc = shard_begin + shard_len <= n ? read_floats_at(f, path, "params", params, shard_begin,
+                                                           shard_len, n, &found, err, err_len)
+                                          : -1;
+        if (rc == -2 || shard_begin + shard_len > n)
+            set_err(err, err_len, "%s: /params does not hold [%" PRId64 ", %" PRId64 ")", path,
+                    shard_begin, shard_begin + shard_len);
     }
     return close_read(f, path, rc != 0 ? -1 : 0, err, err_len);
+}
+
+int io_checkpoint_read_rank(const char *dir, int64_t step, int rank, int64_t shard_begin,
+                            int64_t shard_len, float *params, float *m, float *v, char *err,
+                            size_t err_len)
+{
+    char ck[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
+    if (committed_dir(ck, sizeof ck, dir, step, err, err_len) != 0) return -1;
+    io_h5_quiet();
+    /* shard-R.h5, or else the optim-R.h5 of version 1 */
+    snprintf(path, sizeof path, "%s/shard-%d.h5", ck, rank);
+    if (!path_exists(path)) {
+        char old[CKPT_PATH_MAX + 32];
+        snprintf(old, sizeof old, "%s/optim-%d.h5", ck, rank);
+        if (path_exists(old)) snprintf(path, sizeof path, "%s", old);
+    }
+    int version = 0;
+    hid_t f = open_checked(path, &version, err, err_len);
+    int rc = f < 0 ? -1 : check_shard(f, path, rank, shard_begin, shard_len, err, err_len);
+    if (rc == 0 && params && version >= 2)
+        rc = read_floats(f, path, "params", params, shard_len, "shard_len", err, err_len);
+    if (rc == 0 && (m || v)) rc = read_moments(f, path, shard_len, m, v, err, err_len);
+    rc = close_read(f, path, rc, err, err_len);
+    if (rc == 0 && params && version == 1)
+        rc = read_params_v1(ck, shard_begin, shard_len, params, err, err_len);
+    return rc;
 }

@@ -1,11 +1,14 @@
 /* checkpoint.h: training checkpoints in HDF5. A checkpoint of step S is the
- * directory DIR/step-S: model.h5 (parameters, step, sampler position, RNG
- * state, the configuration text, shapes) written by rank 0, and
- * optim-R.h5 per rank (its optimizer shard). Everything is written under
+ * directory DIR/step-S: model.h5 (step, sampler position, RNG state, the
+ * configuration text, shapes) written by rank 0, and shard-R.h5 per rank (its
+ * shard of the fp32 parameters and of the AdamW moments), so that no rank
+ * writes or holds more than its shard. Everything is written under
  * DIR/step-S.tmp and renamed when complete; DIR/latest (a one-line file
  * naming the step) is replaced last, so a crash at any moment leaves the
  * previous checkpoint whole. The io wing takes rank and world as plain numbers;
- * the engine provides the barriers between the phases. */
+ * the engine provides the barriers between the phases. Checkpoints of format
+ * version 1 (the parameters whole in model.h5, the moments in optim-R.h5) are
+ * read as well. */
 #ifndef BURST_IO_CHECKPOINT_H
 #define BURST_IO_CHECKPOINT_H
 
@@ -19,17 +22,18 @@ typedef struct {
     int world_size;
     int64_t n_params;
     const char *config_text; /* the effective configuration (INI) */
-    int weights_only;        /* written: no optimizer files (a model imported or converted;
-                                a run may start from it, not resume it) */
+    int weights_only;        /* no optimizer state (a model imported or converted: a run
+                                may start from it, not resume it); read back from version 2 */
 } io_ckpt_meta;
 
 /* Phase 1 (rank 0, before the others write): creates DIR/step-S.tmp afresh. */
 int io_checkpoint_begin(const char *dir, int64_t step, char *err, size_t err_len);
-/* Phase 2 (every rank): rank 0 writes model.h5 (params [n_params] + meta); every
- * rank writes optim-R.h5 (its shard [shard_begin, shard_begin + shard_len) of
- * the moments m and v). */
+/* Phase 2 (every rank): rank 0 writes model.h5 (meta); every rank writes
+ * shard-R.h5: params, m and v [shard_len], its shard [shard_begin, shard_begin
+ * + shard_len) of the parameters and the moments (m and v NULL: weights only,
+ * meta->weights_only). */
 int io_checkpoint_write_rank(const char *dir, int64_t step, int rank, const io_ckpt_meta *meta,
-                             const float *params, int64_t shard_begin, int64_t shard_len,
+                             int64_t shard_begin, int64_t shard_len, const float *params,
                              const float *m, const float *v, char *err, size_t err_len);
 /* Phase 3 (rank 0, after every rank wrote): renames step-S.tmp to step-S,
  * replaces DIR/latest, removes all but the newest keep_last checkpoints. */
@@ -37,12 +41,18 @@ int io_checkpoint_commit(const char *dir, int64_t step, int keep_last, char *err
 
 /* The step DIR/latest names, or -1 when there is none (err says why). */
 int64_t io_checkpoint_latest(const char *dir, char *err, size_t err_len);
-/* Reads meta (config_text malloc'd; caller frees) and params [n_params]; a
- * checkpoint whose n_params or world_size differ from expect is refused with a
- * message naming both values. */
+/* Reads meta (config_text malloc'd; caller frees) and, unless NULL, the
+ * parameters [n_params], reassembled from every rank's shard; a checkpoint
+ * whose n_params or world_size differ from expect is refused with a message
+ * naming both values. */
 int io_checkpoint_read_model(const char *dir, int64_t step, const io_ckpt_meta *expect,
                              io_ckpt_meta *meta, float *params, char *err, size_t err_len);
+/* Reads rank's shard [shard_begin, shard_begin + shard_len), which must be the
+ * one it wrote: the parameters into params and the moments into m and v
+ * [shard_len] each; any of the three may be NULL (not read). Asking a
+ * checkpoint of weights only for moments is refused. */
 int io_checkpoint_read_rank(const char *dir, int64_t step, int rank, int64_t shard_begin,
-                            int64_t shard_len, float *m, float *v, char *err, size_t err_len);
+                            int64_t shard_len, float *params, float *m, float *v, char *err,
+                            size_t err_len);
 
 #endif

@@ -385,8 +385,8 @@ int io_h5_write_format(hid_t file, const char *path, const char *format, int ver
     return io_h5_write_attr_int(file, path, "format_version", H5T_STD_I32LE, version, err, len);
 }
 
-int io_h5_check_format(hid_t file, const char *path, const char *format, int version,
-                       const char *kind, char *err, size_t len)
+int io_h5_check_format_versions(hid_t file, const char *path, const char *format, int oldest,
+                                int newest, const char *kind, int *version, char *err, size_t len)
 {
     char detail[DETAIL_LEN] = "";
     char *got = read_attr_string(file, "format", detail, sizeof detail);
@@ -399,7 +399,19 @@ int io_h5_check_format(hid_t file, const char *path, const char *format, int ver
     free(got);
     int64_t v = 0;
     if (io_h5_read_attr_int(file, path, "format_version", &v, err, len) != 0) return -1;
-    if (v == version) return 0;
-    snprintf(detail, sizeof detail, "this program reads version %d", version);
+    if (v >= oldest && v <= newest) {
+        if (version) *version = (int)v;
+        return 0;
+    }
+    if (oldest == newest)
+        snprintf(detail, sizeof detail, "this program reads version %d", newest);
+    else
+        snprintf(detail, sizeof detail, "this program reads versions %d to %d", oldest, newest);
     return fail_with(err, len, path, detail, "format_version is %lld", (long long)v);
+}
+
+int io_h5_check_format(hid_t file, const char *path, const char *format, int version,
+                       const char *kind, char *err, size_t len)
+{
+    return io_h5_check_format_versions(file, path, format, version, version, kind, NULL, err, len);
 }

@@ -72,6 +72,10 @@ int io_h5_write_format(hid_t file, const char *path, const char *format, int ver
                        size_t len);
 int io_h5_check_format(hid_t file, const char *path, const char *format, int version,
                        const char *kind, char *err, size_t len);
+/* The same, for a reader of versions oldest..newest: *version (may be NULL)
+ * is the file's. */
+int io_h5_check_format_versions(hid_t file, const char *path, const char *format, int oldest,
+                                int newest, const char *kind, int *version, char *err, size_t len);
 
 /* A scalar string dataset (for text longer than an attribute comfortably
  * holds); read returns it malloc'd (the caller frees) or NULL. */

@@ -148,8 +148,8 @@ static int write_checkpoint(const char *out, const source *s, char *err, size_t 
                          .config_text = text ? text : "",
                          .weights_only = 1};
     int rc = io_checkpoint_begin(out, 0, err, err_len) != 0 ||
-                     io_checkpoint_write_rank(out, 0, 0, &meta, s->params, 0, 0, NULL, NULL, err,
-                                              err_len) != 0 ||
+                     io_checkpoint_write_rank(out, 0, 0, &meta, 0, s->model.n_params, s->params,
+                                              NULL, NULL, err, err_len) != 0 ||
                      io_checkpoint_commit(out, 0, 0, err, err_len) != 0
                  ? -1
                  : 0;

@@ -71,9 +71,11 @@ static int parse_args(int argc, char **argv, plan_args *a)
     return parsed == 0 ? 0 : parsed == 1 ? -1 : EXIT_USAGE;
 }
 
-/* The verdict for cfg: 1 fits, 0 does not, -1 a configuration the run
- * refuses (err). *t holds the count until the caller frees it. */
-static int fits(const plan_args *a, const train_config *cfg, trainer *t, char *err, size_t err_len)
+/* The verdict for cfg at its ZeRO stage: 1 fits, 0 does not, -1 a
+ * configuration the run refuses (err). *t holds the count until the caller
+ * frees it. */
+static int fits_at_stage(const plan_args *a, const train_config *cfg, trainer *t, char *err,
+                         size_t err_len)
 {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
@@ -85,6 +87,23 @@ static int fits(const plan_args *a, const train_config *cfg, trainer *t, char *e
     if (t->choices.on_device)
         return (double)(trainer_arena_bytes(&t->mem) + t->mem.nccl) <= (double)a->device_bytes;
     return total <= (double)a->host_bytes / a->per_node;
+}
+
+/* The verdict for cfg, as fits_at_stage; with zero = auto, at the smallest
+ * stage that fits (t->zero_chosen says so), else at 3. */
+static int fits(const plan_args *a, const train_config *cfg, trainer *t, char *err, size_t err_len)
+{
+    if (train_config_zero_stage(cfg) != 0) return fits_at_stage(a, cfg, t, err, err_len);
+    train_config c = *cfg;
+    for (int stage = 1;; stage++) {
+        snprintf(c.zero, sizeof c.zero, "%d", stage);
+        int ok = fits_at_stage(a, &c, t, err, err_len);
+        if (ok != 0 || stage == 3) {
+            t->zero_chosen = "the smallest stage whose memory fits";
+            return ok;
+        }
+        trainer_free(t);
+    }
 }
 
 /* The longest sequence 2^k x unit that fits with everything else as given
@@ -111,11 +130,11 @@ static void report(const plan_args *a, const trainer *t, int ok)
     const train_config *c = &t->cfg;
     char parts[512], h[4][32];
     trainer_memory_parts(&t->mem, parts, sizeof parts);
-    printf("plan memory: %lld parameters (%s); %d ranks = dp %d x cp %d, %d per node; sequence "
-           "%lld tokens (%lld per rank); %s\n",
+    printf("plan memory: %lld parameters (%s); %d ranks = dp %d x cp %d, %d per node, ZeRO stage "
+           "%d%s; sequence %lld tokens (%lld per rank); %s\n",
            (long long)t->model.n_params, c->preset, a->ranks, c->dp, c->cp, a->per_node,
-           (long long)c->seq_len, (long long)t->layout.n,
-           t->choices.on_device ? "on a GPU per rank" : "on the CPU");
+           trainer_zero_stage(t), t->zero_chosen ? " (zero = auto)" : "", (long long)c->seq_len,
+           (long long)t->layout.n, t->choices.on_device ? "on a GPU per rank" : "on the CPU");
     printf("memory per rank: %s\n", parts);
     printf("memory per rank, the parts together: %s (a process adds its own baseline)\n",
            bu_human_bytes((double)trainer_memory_total(&t->mem), h[0], 32));
@@ -152,17 +171,17 @@ static int report_json(const plan_args *a, const trainer *t, int ok, int64_t lon
     int n = trainer_memory_part_list(&t->mem, list);
     for (int i = 0; i < n; i++)
         json_object_set_new(parts, list[i].key, json_integer((json_int_t)list[i].bytes));
-    json_t *o = json_pack("{s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:b, s:o, s:I, s:I, s:I, "
-                          "s:I, s:I, s:b, s:I}",
-                          "preset", c->preset, "parameters", (json_int_t)t->model.n_params, "ranks",
-                          a->ranks, "gpus_per_node", a->per_node, "dp", c->dp, "cp", c->cp, "zero",
-                          c->zero, "sequence", (json_int_t)c->seq_len, "tokens_per_rank",
-                          (json_int_t)t->layout.n, "on_device", t->choices.on_device, "parts",
-                          parts, "total", (json_int_t)trainer_memory_total(&t->mem), "arena",
-                          (json_int_t)(t->choices.on_device ? trainer_arena_bytes(&t->mem) : 0),
-                          "device_memory", (json_int_t)a->device_bytes, "host_memory",
-                          (json_int_t)a->host_bytes, "limit_bytes", (json_int_t)c->limit_bytes,
-                          "fits", ok, "longest_sequence", (json_int_t)longest);
+    json_t *o = json_pack(
+        "{s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:b, s:I, s:I, s:b, s:o, s:I, s:I, "
+        "s:I, s:I, s:I, s:b, s:I}",
+        "preset", c->preset, "parameters", (json_int_t)t->model.n_params, "ranks", a->ranks,
+        "gpus_per_node", a->per_node, "dp", c->dp, "cp", c->cp, "zero", trainer_zero_stage(t),
+        "zero_auto", t->zero_chosen != NULL, "sequence", (json_int_t)c->seq_len, "tokens_per_rank",
+        (json_int_t)t->layout.n, "on_device", t->choices.on_device, "parts", parts, "total",
+        (json_int_t)trainer_memory_total(&t->mem), "arena",
+        (json_int_t)(t->choices.on_device ? trainer_arena_bytes(&t->mem) : 0), "device_memory",
+        (json_int_t)a->device_bytes, "host_memory", (json_int_t)a->host_bytes, "limit_bytes",
+        (json_int_t)c->limit_bytes, "fits", ok, "longest_sequence", (json_int_t)longest);
     if (!o || json_dumpf(o, stdout, JSON_INDENT(2)) != 0) {
         json_decref(o);
         fprintf(stderr, "burst plan memory: cannot write the JSON report\n");

@@ -127,6 +127,7 @@ static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const device_names[] = {"cpu", "cuda", NULL};
 static const char *const matmul_names[] = {"auto", "bf16", "fp32", NULL};
 static const char *const intra_names[] = {"auto", "ucx", "nccl", NULL};
+static const char *const zero_names[] = {"1", "2", "3", "auto", NULL};
 static const char *const rope_type_names[] = {"default", "linear",  "llama3",
                                               "yarn",    "dynamic", NULL};
 
@@ -242,8 +243,8 @@ static const field fields[] = {
         "direction of the backward ring: q (Q, dO, lse, delta travel), kv (K, V travel), auto (fewer bytes: Q-side for multi-head attention, KV-side as soon as n_heads >= 2 n_kv_heads)"),
     ENUM("parallel", ring, ring_names, "auto", FREE,
         "the ring's shape: flat, or double (a ring inside each node and one between nodes); auto: double when the cp group spans nodes"),
-    INT_IN("parallel", zero, 1, 3, "1", FREE,
-        "ZeRO stage over every rank (dp x cp): 1 shards the optimizer's state; 2 the gradients too, each layer's summed as the backward produces it, so a rank holds its block of them and two windows (the embedding's and the largest layer's) instead of all of them; 3 the parameters too, each range gathered into two such windows just before a pass uses it (training; burst eval reads them whole)"),
+    ENUM("parallel", zero, zero_names, "1", FREE,
+        "ZeRO stage over every rank (dp x cp): 1 shards the optimizer's state; 2 the gradients too, each layer's summed as the backward produces it, so a rank holds its block of them and two windows (the embedding's and the largest layer's) instead of all of them; 3 the parameters too, each range gathered into two such windows just before a pass uses it (training; burst eval reads them whole); auto: the smallest stage whose memory fits, chosen at setup and printed, or on --resume the stage the checkpoint was written with"),
     I64("parallel", piece_rows, 0, "0", FREE,
         "query rows per attention kernel call in the ring; 0: 512 on the CPU, where the transport is polled between calls (smaller pieces move the next blocks sooner), and a rank's whole block on a device, where the calls return before their kernels run and small pieces only starve the GPU"),
     I64("train", steps, 1, "100", RESUME,
@@ -1013,6 +1014,11 @@ static int validate_schedule(const train_config *c, char *err, size_t err_len)
         return bu_fail(err, err_len, "[memory] head_chunk = %" PRId64 " must be at least 1",
                        c->head_chunk);
     return 0;
+}
+
+int train_config_zero_stage(const train_config *c)
+{
+    return strcmp(c->zero, "auto") == 0 ? 0 : atoi(c->zero);
 }
 
 int train_config_validate(const train_config *c, int world_size, char *err, size_t err_len)

@@ -57,8 +57,7 @@ typedef struct {
     char sparse_pattern[64]; /* mask = sparse: e.g. local:4+global:1 (src/attn/sparse_pattern.h) */
     char backward[8];       /* auto | q | kv */
     char ring[8];           /* auto | flat | double */
-    int zero;               /* ZeRO stage: 1 optimizer state sharded, 2 gradients too,
-                               3 parameters too */
+    char zero[8];           /* 1 | 2 | 3 | auto: the ZeRO stage (train_config_zero_stage) */
     int64_t piece_rows;     /* query rows per attention kernel call between transport polls;
                              * 0: ring_piece_rows' default */
     /* [train] */
@@ -127,19 +126,14 @@ bk_rope train_config_rope(const train_config *c);
 void train_config_set_rope(train_config *c, const bk_rope *r);
 /* The shape of the recall task ([data] recall_* and seq_len). */
 recall_shape train_config_recall(const train_config *c);
+/* [parallel] zero as a number: 1, 2 or 3, and 0 for auto. */
+int train_config_zero_stage(const train_config *c);
 /* The effective configuration as INI text (loads back to the same values). */
 void train_config_print(FILE *out, const train_config *c);
 /* Every key as a Markdown table (key, default, whether a resumed run must
  * keep the checkpoint's value, meaning): `burst train --list-keys`, and the
  * table of doc/TRAINING.md, which test_train_config compares with it. */
 void train_config_list_keys(FILE *out);
-/* Whether a run configured as `now` continues the numbers of a checkpoint
- * written under `was`: 0 when every key that changes them is equal (the model's
- * dimensions, the data, dp, cp, layout, mask and window, micro-batches, the
- * optimizer and its schedule, the loss: the keys marked RESUME in config.c's
- * table, which says why), or -1
- * with the first that differs named with both values, as
- * "[model] d_model = 64, this run has 128". */
 /* Takes the model from src (the configuration of the weights [model]
  * init_from names, called src_name): the shape keys (layers, d_model,
  * n_heads, n_kv_heads, d_ff, vocab, tied_embeddings) must be src's where c was
@@ -148,6 +142,13 @@ void train_config_list_keys(FILE *out);
  * are src's unless given, so that a later stage may change RoPE. */
 int train_config_take_model(train_config *c, const train_config *src, const char *src_name,
                             char *err, size_t err_len);
+/* Whether a run configured as `now` continues the numbers of a checkpoint
+ * written under `was`: 0 when every key that changes them is equal (the model's
+ * dimensions, the data, dp, cp, layout, mask and window, micro-batches, the
+ * optimizer and its schedule, the loss: the keys marked RESUME in config.c's
+ * table, which says why), or -1
+ * with the first that differs named with both values, as
+ * "[model] d_model = 64, this run has 128". */
 int train_config_resume_check(const train_config *was, const train_config *now, char *err,
                               size_t err_len);
 

@@ -397,6 +397,38 @@ static int plan_rank_memory(trainer *t, int nodes, int local_size, model_runner_
     return trainer_plan_memory(t, rc, err, err_len);
 }
 
+/* zero = auto: the stage a resumed run's checkpoint was written with, else
+ * the smallest whose memory fits on every rank (trainer_memory_fits); 3 when
+ * none does, for the check to refuse naming the parts. Otherwise the stage
+ * given. The stage chosen is written back into [parallel] zero, so that the
+ * checkpoints record it. t->mem, t->layout and rc are counted for it. 0, or
+ * an exit status with err. */
+static int choose_zero_stage(trainer *t, model_runner_config *rc, char *err, size_t err_len)
+{
+    train_config *c = &t->cfg;
+    int nodes = bt_world_n_nodes(t->world), local = bt_world_local_size(t->world);
+    int given = train_config_zero_stage(c), resumed = 0;
+    if (!given && t->opts.resume && !t->opts.forward_only)
+        resumed = trainer_checkpoint_zero_stage(t);
+    int first = given ? given : resumed ? resumed : 1;
+    for (t->zero_stage = first;; t->zero_stage++) {
+        if (plan_rank_memory(t, nodes, local, rc, err, err_len) != 0) return EXIT_USAGE;
+        if (given || resumed || t->zero_stage == 3) break;
+        int fits = trainer_memory_fits(t);
+        if (fits < 0) {
+            snprintf(err, err_len, "%s", bt_world_error(t->world));
+            return EXIT_RUN_FAILURE;
+        }
+        if (fits) break;
+    }
+    if (!given) {
+        t->zero_chosen = resumed ? "the stage of the checkpoint resumed from"
+                                 : "the smallest stage whose memory fits";
+        snprintf(c->zero, sizeof c->zero, "%d", t->zero_stage);
+    }
+    return 0;
+}
+
 int trainer_plan_offline(trainer *t, int world_size, int nodes, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
@@ -417,6 +449,11 @@ int trainer_plan_offline(trainer *t, int world_size, int nodes, char *err, size_
         /* a GPU per rank: NCCL serves every node of several ranks unless told not to */
         int local = world_size / nodes;
         t->nccl_ranks = local > 1 && strcmp(c->intra, "ucx") != 0 ? local : 0;
+    }
+    t->zero_stage = train_config_zero_stage(c);
+    if (t->zero_stage == 0) {
+        snprintf(err, err_len, "[parallel] zero = auto: the caller chooses the stage");
+        return -1;
     }
     model_runner_config rc;
     return plan_rank_memory(t, nodes, world_size / nodes, &rc, err, err_len);
@@ -450,9 +487,8 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     /* on a device, the runtime's own host memory is part of the baseline */
     if (t->queue.where == BK_DEVICE) t->baseline_bytes = trainer_rss_bytes();
     model_runner_config rc;
-    if (plan_rank_memory(t, bt_world_n_nodes(t->world), bt_world_local_size(t->world), &rc, err,
-                         err_len) != 0)
-        return EXIT_USAGE;
+    status = choose_zero_stage(t, &rc, err, err_len);
+    if (status != 0) return status;
     t->shard = token_shard_of(&t->layout, t->cp_rank);
     status = trainer_check_memory(t, err, err_len);
     if (status == 0) status = trainer_make_arena(t, err, err_len);

@@ -74,6 +74,8 @@ typedef struct {
     void *param_windows;          /* zero = 3: the parameters' embedding window [V D] then
                                      bucket, of their type (params and params16 NULL) */
     model_gather param_gather;    /* zero = 3: how the runner fills them */
+    int zero_stage;               /* [parallel] zero, chosen at setup when auto */
+    const char *zero_chosen;      /* zero = auto: how the stage was chosen; else NULL */
     double grad_sq;               /* zero = 2: the step's squared gradients before the
                                      reduction, this rank's (its finiteness check) */
     int64_t step_now;             /* the step and micro-batch being computed */
@@ -112,7 +114,9 @@ int trainer_setup(trainer *t, char *err, size_t err_len);
 /* What trainer_setup counts of rank 0's memory (t->mem, t->layout, t->choices,
  * t->model), for a world of world_size ranks on `nodes` nodes, without a
  * world, a device or any large allocation: `burst plan memory`. t->cfg is
- * set by the caller; trainer_free frees the rest. 0, or -1 with err. */
+ * set by the caller, with a ZeRO stage (zero = auto is the caller's to
+ * choose, as the fit depends on the cluster it describes); trainer_free frees
+ * the rest. 0, or -1 with err. */
 int trainer_plan_offline(trainer *t, int world_size, int nodes, char *err, size_t err_len);
 /* Trains from the first step (or the checkpoint), checkpoints, evaluates.
  * 0, STOP_AGREED or an exit status. */
@@ -134,6 +138,9 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
  * (a node's available memory over its ranks, or a GPU's free memory over
  * the ranks that drive it); 0 or an exit status. */
 int trainer_check_memory(trainer *t, char *err, size_t err_len);
+/* Collective: whether every rank's need, as trainer_check_memory compares
+ * it, fits: 1, 0, or -1 when the world failed. */
+int trainer_memory_fits(trainer *t);
 /* Collective, on a device (else nothing): the arena of trainer_arena_bytes,
  * taken now and set on the queue the runner, the optimizer and the trainer's
  * buffers use; 0, or EXIT_USAGE on every rank when any rank could not take
@@ -177,9 +184,14 @@ int trainer_upload_tokens(trainer *t, int count);
 /* t->grad_sink over t->grads: the whole buffer, or with [parallel] zero >= 2
  * the windows, each range summed into the optimizer's block as it completes. */
 void trainer_bind_gradients(trainer *t);
-/* The ZeRO stage this run uses: [parallel] zero when training, 1 for a pass
- * without an optimizer (burst eval reads whole parameters). */
+/* The ZeRO stage this run uses: [parallel] zero (or the stage auto chose)
+ * when training, 1 for a pass without an optimizer (burst eval reads whole
+ * parameters). */
 int trainer_zero_stage(const trainer *t);
+/* The ZeRO stage recorded in the configuration of the latest checkpoint of
+ * [train] checkpoint_dir, or 0 when there is none to read (resuming will say
+ * why). */
+int trainer_checkpoint_zero_stage(const trainer *t);
 /* What the optimizer shards (zero1_sharding): the stage, and the bucket's
  * floats for gathering bf16 parameters. */
 zero1_sharding trainer_sharding(const trainer *t);

@@ -1,13 +1,13 @@
 /* trainer_ckpt.c: checkpoints of the run (trainer.h) through io/checkpoint.h.
  * Saving is three collective phases: rank 0 opens the step's directory, every
- * rank writes its part (the model on rank 0, each rank's optimizer shard),
- * rank 0 commits; ranks agree after each phase, so a failure anywhere leaves
- * the previous checkpoint whole and every rank stops. Resuming refuses a
- * checkpoint whose configuration, sampler position or RNG state this run would
- * not continue, naming the key and both values. On a device the parameters
- * and moments pass through host copies (ckpt_state). A checkpoint always
- * holds the fp32 parameters: with bf16 parameters, the optimizer's masters
- * gathered, and on loading each rank takes its masters from them. */
+ * rank writes its shard (of the fp32 parameters and of the moments; rank 0
+ * also the metadata), rank 0 commits; ranks agree after each phase, so a
+ * failure anywhere leaves the previous checkpoint whole and every rank stops.
+ * No rank gathers or writes more than its shard, whatever the ZeRO stage, so
+ * one format serves them all. Resuming refuses a checkpoint whose
+ * configuration, sampler position or RNG state this run would not continue,
+ * naming the key and both values. On a device the shard passes through host
+ * copies (ckpt_state). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +29,9 @@ int trainer_any_rank(trainer *t, int failed)
     return trainer_failed_rank(t, failed) >= 0;
 }
 
-/* What a checkpoint holds of this rank, on the host: the parameters
- * [n_params] and the moments of the shard [end - begin] each. On the host the
- * trainer's own buffers; on a device, host copies. */
+/* What a checkpoint holds of this rank, on the host: its shard [begin, end)
+ * of the fp32 parameters and of the two moments, [end - begin] each. On the
+ * host the trainer's own buffers; on a device, host copies. */
 typedef struct {
     float *params, *m, *v;
     int64_t begin, end;
@@ -52,42 +52,52 @@ static int copy_state(const trainer *t, void *dst, const void *src, size_t bytes
     return st == BK_OK ? 0 : -1;
 }
 
-/* s for t; with download, the device's values copied in. 0 or -1 with err.
- * The parameters are read in place on the host; from the device, or from
- * the optimizer's masters (bf16 parameters, zero = 3), they are copied. */
+/* Where this rank's shard of the fp32 parameters lives, in the model's memory:
+ * the optimizer's masters (bf16 parameters, or zero = 3), else the range of
+ * the parameters. */
+static float *params_shard(trainer *t, int64_t begin)
+{
+    return t->params16 || t->param_windows ? zero1_masters(t->opt) : t->params + begin;
+}
+
+/* s for t; with download, the device's values copied in. 0 or -1 with err. */
 static int state_open(trainer *t, ckpt_state *s, int download, char *err, size_t err_len)
 {
-    zero1_shard(t->opt, &s->begin, &s->end);
-    s->copies = t->choices.on_device || t->param_windows;
-    if (!s->copies) {
-        *s = (ckpt_state){t->params, zero1_moment1(t->opt), zero1_moment2(t->opt), s->begin, s->end, 0};
+    int64_t begin, end;
+    zero1_shard(t->opt, &begin, &end);
+    float *params = params_shard(t, begin), *m = zero1_moment1(t->opt), *v = zero1_moment2(t->opt);
+    if (!t->choices.on_device) {
+        *s = (ckpt_state){params, m, v, begin, end, 0};
         return 0;
     }
-    size_t pb = floats_bytes(t->model.n_params), mb = floats_bytes(s->end - s->begin);
-    s->params = malloc(pb ? pb : 1), s->m = malloc(mb ? mb : 1), s->v = malloc(mb ? mb : 1);
-    int failed = !s->params || !s->m || !s->v, masters = t->params16 || t->param_windows;
-    /* collective: every rank takes part, with its buffer or without */
-    if (download && masters) failed |= zero1_gather_params(t->opt, s->params) != BT_OK;
+    size_t bytes = floats_bytes(end - begin);
+    *s = (ckpt_state){malloc(bytes ? bytes : 1),
+                      malloc(bytes ? bytes : 1),
+                      malloc(bytes ? bytes : 1),
+                      begin,
+                      end,
+                      1};
+    int failed = !s->params || !s->m || !s->v;
     if (!failed && download)
-        failed = (!masters && copy_state(t, s->params, t->params, pb, 1) != 0) ||
-                 copy_state(t, s->m, zero1_moment1(t->opt), mb, 1) != 0 ||
-                 copy_state(t, s->v, zero1_moment2(t->opt), mb, 1) != 0;
+        failed = copy_state(t, s->params, params, bytes, 1) != 0 ||
+                 copy_state(t, s->m, m, bytes, 1) != 0 || copy_state(t, s->v, v, bytes, 1) != 0;
     if (failed) snprintf(err, err_len, "cannot copy the model's state from the device");
     return failed ? -1 : 0;
 }
 
-/* Ends s; with upload, its values copied to the device first. 0 or -1 with err. */
-static int state_close(trainer *t, ckpt_state *s, int upload, char *err, size_t err_len)
+/* Ends s; with upload, the moments (and with upload_params the parameters)
+ * copied to the device first. 0 or -1 with err. */
+static int state_close(trainer *t, ckpt_state *s, int upload, int upload_params, char *err,
+                       size_t err_len)
 {
     if (!s->copies) return 0;
-    size_t pb = floats_bytes(t->model.n_params), mb = floats_bytes(s->end - s->begin);
+    size_t bytes = floats_bytes(s->end - s->begin);
     int failed = 0;
     if (upload)
         failed =
-            (t->params16 || t->param_windows ? zero1_set_params(t->opt, s->params, t->params16) != 0
-                                             : copy_state(t, t->params, s->params, pb, 0) != 0) ||
-            copy_state(t, zero1_moment1(t->opt), s->m, mb, 0) != 0 ||
-            copy_state(t, zero1_moment2(t->opt), s->v, mb, 0) != 0;
+            (upload_params && copy_state(t, params_shard(t, s->begin), s->params, bytes, 0) != 0) ||
+            copy_state(t, zero1_moment1(t->opt), s->m, bytes, 0) != 0 ||
+            copy_state(t, zero1_moment2(t->opt), s->v, bytes, 0) != 0;
     if (failed) snprintf(err, err_len, "cannot copy the checkpoint's state to the device");
     free(s->params), free(s->m), free(s->v);
     return failed ? -1 : 0;
@@ -118,9 +128,9 @@ int trainer_save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len)
     int failed = state_open(t, &s, 1, err, err_len) != 0 ||
                  (t->rank == 0 && io_checkpoint_begin(c->checkpoint_dir, step, err, err_len) != 0);
     if (!phase_failed(t, failed, step, err, err_len))
-        failed = io_checkpoint_write_rank(c->checkpoint_dir, step, t->rank, &meta, s.params,
-                                          s.begin, s.end - s.begin, s.m, s.v, err, err_len) != 0;
-    state_close(t, &s, 0, err, err_len);
+        failed = io_checkpoint_write_rank(c->checkpoint_dir, step, t->rank, &meta, s.begin,
+                                          s.end - s.begin, s.params, s.m, s.v, err, err_len) != 0;
+    state_close(t, &s, 0, 0, err, err_len);
     if (!phase_failed(t, failed, step, err, err_len))
         failed = t->rank == 0 &&
                  io_checkpoint_commit(c->checkpoint_dir, step, c->keep_checkpoints, err, err_len) != 0;
@@ -171,6 +181,48 @@ static int check_resumable(const trainer *t, const io_ckpt_meta *meta, char *err
     return 0;
 }
 
+int trainer_checkpoint_zero_stage(const trainer *t)
+{
+    const char *dir = t->cfg.checkpoint_dir;
+    char err[512];
+    io_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    int64_t step = io_checkpoint_latest(dir, err, sizeof err);
+    if (step < 0 || io_checkpoint_read_model(dir, step, NULL, &meta, NULL, err, sizeof err) != 0)
+        return 0;
+    train_config was;
+    train_config_default(&was);
+    int stage = train_config_load_text(&was, meta.config_text, dir, err, sizeof err) == 0
+                    ? train_config_zero_stage(&was)
+                    : 0;
+    free((char *)meta.config_text);
+    return stage;
+}
+
+/* zero = 1 or 2: the parameters whole on every rank, read from every shard
+ * (and with bf16 parameters, the optimizer's masters from them). */
+static int load_whole_params(trainer *t, int64_t step, const io_ckpt_meta *expect, char *err,
+                             size_t err_len)
+{
+    size_t bytes = floats_bytes(t->model.n_params);
+    int in_place = !t->choices.on_device && !t->params16;
+    float *full = in_place ? t->params : malloc(bytes ? bytes : 1);
+    if (!full) {
+        snprintf(err, err_len, "cannot allocate %zu bytes to read the checkpoint's parameters",
+                 bytes);
+        return -1;
+    }
+    int failed = io_checkpoint_read_model(t->cfg.checkpoint_dir, step, expect, NULL, full, err,
+                                          err_len) != 0;
+    if (!failed && !in_place) {
+        failed = t->params16 ? zero1_set_params(t->opt, full, t->params16) != 0
+                             : copy_state(t, t->params, full, bytes, 0) != 0;
+        if (failed) snprintf(err, err_len, "cannot copy the checkpoint's parameters to the device");
+    }
+    if (!in_place) free(full);
+    return failed ? -1 : 0;
+}
+
 int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len)
 {
     train_config *c = &t->cfg;
@@ -183,17 +235,20 @@ int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len)
     if (!failed)
         failed = io_checkpoint_read_model(c->checkpoint_dir, step, NULL, &meta, NULL, err,
                                           err_len) != 0 ||
-                 check_resumable(t, &meta, err, err_len) != 0;
+                 check_resumable(t, &meta, err, err_len) != 0 ||
+                 io_checkpoint_read_model(c->checkpoint_dir, step, &expect, NULL, NULL, err,
+                                          err_len) != 0;
+    /* zero = 3 takes its shard of the parameters alone, the others them all */
+    int own_shard = t->param_windows != NULL;
     ckpt_state s = {0};
     int opened = !failed && state_open(t, &s, 0, err, err_len) == 0;
     failed |= !opened;
     if (!failed)
-        failed = io_checkpoint_read_model(c->checkpoint_dir, step, &expect, NULL, s.params, err,
-                                          err_len) != 0;
-    if (!failed)
-        failed = io_checkpoint_read_rank(c->checkpoint_dir, step, t->rank, s.begin, s.end - s.begin,
-                                         s.m, s.v, err, err_len) != 0;
-    if (opened) failed |= state_close(t, &s, !failed, err, err_len) != 0;
+        failed =
+            io_checkpoint_read_rank(c->checkpoint_dir, step, t->rank, s.begin, s.end - s.begin,
+                                    own_shard ? s.params : NULL, s.m, s.v, err, err_len) != 0 ||
+            (!own_shard && load_whole_params(t, step, &expect, err, err_len) != 0);
+    if (opened) failed |= state_close(t, &s, !failed, own_shard, err, err_len) != 0;
     free((char *)meta.config_text);
     if (trainer_any_rank(t, failed)) {
         if (!failed) snprintf(err, err_len, "another rank could not load the checkpoint");

@@ -106,7 +106,7 @@ size_t trainer_nccl_bytes(const trainer *t, char *basis, size_t basis_len)
 
 int trainer_zero_stage(const trainer *t)
 {
-    return t->opts.forward_only ? 1 : t->cfg.zero;
+    return t->opts.forward_only ? 1 : t->zero_stage;
 }
 
 zero1_sharding trainer_sharding(const trainer *t)
@@ -171,38 +171,60 @@ static const char *memory_share(const trainer *t, double *share)
     return "a node has available for each of its ranks";
 }
 
-/* The need compared with the share of memory_share: the total, or on a
- * device the parts that live there (the arena adds its margin when it is
- * taken). */
-int trainer_check_memory(trainer *t, char *err, size_t err_len)
+/* The need compared with the share of memory_share, agreed over the world:
+ * need[0] the largest total, need[1] the largest need where the share is (on
+ * a device the parts that live there; the arena adds its margin when it is
+ * taken), *share the smallest share (< 0: unknown). 0, or -1 when the world
+ * failed. */
+static int agree_on_need(trainer *t, double need[2], double *share, const char **where)
 {
-    const train_config *c = &t->cfg;
-    double share;
-    const char *where = memory_share(t, &share);
+    *where = memory_share(t, share);
     double total = (double)trainer_memory_total(&t->mem),
            there =
                t->choices.on_device ? (double)(trainer_device_bytes(&t->mem) + t->mem.nccl) : total;
     /* [largest total, largest need where the share is, -smallest share], reduced with MAX */
-    double v[3] = {total, there, share >= 0 ? -share : -INFINITY};
-    if (bt_allreduce(bt_world_comm(t->world), v, 3, BT_F64, BT_MAX) != BT_OK) {
+    double v[3] = {total, there, *share >= 0 ? -*share : -INFINITY};
+    if (bt_allreduce(bt_world_comm(t->world), v, 3, BT_F64, BT_MAX) != BT_OK) return -1;
+    need[0] = v[0], need[1] = v[1], *share = -v[2];
+    return 0;
+}
+
+static int over_limit(const trainer *t, const double need[2])
+{
+    return t->cfg.limit_bytes > 0 && need[0] > (double)t->cfg.limit_bytes;
+}
+
+int trainer_memory_fits(trainer *t)
+{
+    double need[2], share;
+    const char *where;
+    if (agree_on_need(t, need, &share, &where) != 0) return -1;
+    return !over_limit(t, need) && need[1] <= share;
+}
+
+int trainer_check_memory(trainer *t, char *err, size_t err_len)
+{
+    const train_config *c = &t->cfg;
+    double need2[2], share;
+    const char *where;
+    if (agree_on_need(t, need2, &share, &where) != 0) {
         snprintf(err, err_len, "%s", bt_world_error(t->world));
         return EXIT_RUN_FAILURE;
     }
-    share = -v[2];
-    int over_limit = c->limit_bytes > 0 && v[0] > (double)c->limit_bytes;
-    if (!over_limit && v[1] <= share) return 0;
-    double need = over_limit ? v[0] : v[1];
-    const char *kind = !over_limit && t->choices.on_device ? " of device memory" : "";
+    int over = over_limit(t, need2);
+    if (!over && need2[1] <= share) return 0;
+    double need = over ? need2[0] : need2[1];
+    const char *kind = !over && t->choices.on_device ? " of device memory" : "";
     char parts[512], h_need[32], h_have[32], have[160];
     trainer_memory_parts(&t->mem, parts, sizeof parts);
-    if (over_limit)
+    if (over)
         snprintf(have, sizeof have, "more than [memory] limit_bytes = %lld (%s)",
                  (long long)c->limit_bytes, bu_human_bytes((double)c->limit_bytes, h_have, 32));
     else
         snprintf(have, sizeof have, "more than %s (%s)", where,
                  bu_human_bytes(share, h_have, sizeof h_have));
-    snprintf(err, err_len, "a rank needs %.0f bytes%s (%s), %s: %s", need, kind,
-             bu_human_bytes(need, h_need, sizeof h_need), have, parts);
+    snprintf(err, err_len, "a rank needs %.0f bytes%s (%s) at ZeRO stage %d, %s: %s", need, kind,
+             bu_human_bytes(need, h_need, sizeof h_need), trainer_zero_stage(t), have, parts);
     return trainer_fail_together(t, t->rank == 0, 0, err, err_len);
 }
 

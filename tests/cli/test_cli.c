@@ -315,6 +315,47 @@ START_TEST(plan_memory_speaks_json)
 }
 END_TEST
 
+/* `burst plan memory --json` with zero = z and host memory host: the object. */
+static json_t *plan_json(const char *zero, const char *host, int exit_code)
+{
+    char set[32];
+    snprintf(set, sizeof set, "parallel.zero=%s", zero);
+    char *argv[] = {(char *)test_burst_path(), "plan",       "memory", "--json", "--set", set,
+                    "--host-memory",           (char *)host, NULL};
+    test_run_result r = test_run(argv, NULL);
+    json_error_t e;
+    json_t *o = json_loads(r.out, 0, &e);
+    ck_assert_msg(o && r.exit_code == exit_code, "zero = %s, host %s: exit %d, %s:\n%s", zero, host,
+                  r.exit_code, e.text, r.out);
+    test_run_free(&r);
+    return o;
+}
+
+static long long total_of(const json_t *o)
+{
+    return (long long)json_integer_value(json_object_get(o, "total"));
+}
+
+/* zero = auto: the smallest stage that fits the memory given, and says it
+ * chose; 3 (and exit 2) when none does. */
+START_TEST(plan_memory_chooses_zero_auto)
+{
+    json_t *one = plan_json("1", "64G", 0), *two = plan_json("2", "64G", 0);
+    long long t1 = total_of(one), t2 = total_of(two);
+    ck_assert_msg(t2 < t1, "zero = 2 needs %lld, zero = 1 %lld", t2, t1);
+    ck_assert(json_is_false(json_object_get(one, "zero_auto")));
+    char host[32];
+    snprintf(host, sizeof host, "%lld", t2);
+    json_t *chosen = plan_json("auto", host, 0), *none = plan_json("auto", "1M", 2);
+    ck_assert_msg(json_integer_value(json_object_get(chosen, "zero")) == 2 &&
+                      json_is_true(json_object_get(chosen, "zero_auto")) && total_of(chosen) == t2,
+                  "zero = auto in %s bytes chose stage %lld", host,
+                  (long long)json_integer_value(json_object_get(chosen, "zero")));
+    ck_assert_int_eq(json_integer_value(json_object_get(none, "zero")), 3);
+    json_decref(one), json_decref(two), json_decref(chosen), json_decref(none);
+}
+END_TEST
+
 /* A budget the run does not fit in exits 2, saying so; bad options are
  * refused naming them. */
 START_TEST(plan_memory_refuses_what_does_not_fit)
@@ -550,7 +591,7 @@ int main(void)
 {
     Suite *s = suite_create("cli");
     TCase *tc = check_tcase(s, "cli", 60);
-    check_add_tests(tc, plan_memory_speaks_json);
+    check_add_tests(tc, plan_memory_speaks_json, plan_memory_chooses_zero_auto);
     check_add_tests(tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
                     plan_attention_options, plan_memory_counts_what_a_run_counts,
                     plan_memory_refuses_what_does_not_fit, byte_sizes_are_read_alike,

@@ -2,12 +2,15 @@
  * checkpoint written by two ranks (called one after the other here) reads back
  * bit for bit, configuration text and metadata included; keep_last prunes all
  * but the newest; a writer killed with SIGKILL before its commit, in the
- * middle of model.h5, between the rename and the new `latest`, or at a random
+ * middle of a shard, between the rename and the new `latest`, or at a random
  * moment of a loop of checkpoints leaves the checkpoint `latest` names whole,
  * and a later write of the same step over the debris succeeds; checkpoints of
  * another parameter count or world size, or another shard, are refused with
  * messages naming both values; a missing `latest` and truncated or garbage
- * files give clean errors naming the file (and HDF5 prints nothing). Every
+ * files give clean errors naming the file (and HDF5 prints nothing); every
+ * rank's shard reads back alone, and the parameters whole from all of them;
+ * a checkpoint of weights only refuses to give moments, and one of format
+ * version 1 (the parameters whole in model.h5) still reads. Every
  * test works in a fresh temporary directory, removed afterwards. */
 #include <check.h>
 #include <dirent.h>
@@ -105,7 +108,7 @@ static void write_ckpt(int64_t step, int world, int64_t n, int keep_last, uint32
     ck_assert_msg(io_checkpoint_begin(ckdir, step, err, sizeof err) == 0, "%s", err);
     for (int r = 0; r < world; r++) {
         int64_t b = n * r / world, e = n * (r + 1) / world;
-        ck_assert_msg(io_checkpoint_write_rank(ckdir, step, r, &meta, p, b, e - b, m + b, v + b,
+        ck_assert_msg(io_checkpoint_write_rank(ckdir, step, r, &meta, b, e - b, p + b, m + b, v + b,
                                                err, sizeof err) == 0,
                       "%s", err);
     }
@@ -140,14 +143,18 @@ static void check_ckpt(int64_t step, int world, int64_t n, uint32_t salt)
     fill(q, n, step, salt);
     ck_assert_msg(memcmp(p, q, (size_t)n * sizeof *p) == 0, "params of step %lld differ",
                   (long long)step);
-    fill(p, n, step, salt + 1);
-    fill(q, n, step, salt + 2);
+    /* each rank's shard alone: the same parameters */
+    memset(p, 0xff, (size_t)n * sizeof *p);
     for (int r = 0; r < world; r++) {
         int64_t b = n * r / world, e = n * (r + 1) / world;
-        ck_assert_msg(
-            io_checkpoint_read_rank(ckdir, step, r, b, e - b, m + b, v + b, err, sizeof err) == 0,
-            "%s", err);
+        ck_assert_msg(io_checkpoint_read_rank(ckdir, step, r, b, e - b, p + b, m + b, v + b, err,
+                                              sizeof err) == 0,
+                      "%s", err);
     }
+    ck_assert_msg(memcmp(p, q, (size_t)n * sizeof *p) == 0, "shards of step %lld differ",
+                  (long long)step);
+    fill(p, n, step, salt + 1);
+    fill(q, n, step, salt + 2);
     ck_assert_msg(memcmp(m, p, (size_t)n * sizeof *m) == 0, "m of step %lld differs",
                   (long long)step);
     ck_assert_msg(memcmp(v, q, (size_t)n * sizeof *v) == 0, "v of step %lld differs",
@@ -173,7 +180,8 @@ START_TEST(round_trip_is_bitwise)
     write_ckpt(20, 2, n, 0, 5);
     ck_assert_int_eq(latest(), 20);
     ck_assert(exists("%s/step-%lld/model.h5", ckdir, 20));
-    ck_assert(exists("%s/step-%lld/optim-1.h5", ckdir, 20));
+    ck_assert(exists("%s/step-%lld/shard-1.h5", ckdir, 20));
+    ck_assert(!exists("%s/step-%lld/optim-1.h5", ckdir, 20));
     ck_assert(!exists("%s/step-%lld.tmp", ckdir, 20));
     ck_assert(!exists("%s/latest.tmp%.0lld", ckdir, 0));
     check_ckpt(20, 2, n, 5);
@@ -287,9 +295,9 @@ static void write_step_2(void)
     io_ckpt_meta meta = {.step = 2, .world_size = 2, .n_params = N_ATOM, .config_text = "x"};
     if (io_checkpoint_begin(ckdir, 2, err, sizeof err) != 0) _exit(3);
     int64_t h = N_ATOM / 2;
-    if (io_checkpoint_write_rank(ckdir, 2, 1, NULL, NULL, h, N_ATOM - h, p + h, p + h, err,
+    if (io_checkpoint_write_rank(ckdir, 2, 1, NULL, h, N_ATOM - h, p + h, p + h, p + h, err,
                                  sizeof err) != 0 ||
-        io_checkpoint_write_rank(ckdir, 2, 0, &meta, p, 0, h, p, p, err, sizeof err) != 0)
+        io_checkpoint_write_rank(ckdir, 2, 0, &meta, 0, h, p, p, p, err, sizeof err) != 0)
         _exit(4);
     free(p);
 }
@@ -300,19 +308,19 @@ static void die_before_commit(void)
     raise(SIGKILL);
 }
 
-static void die_inside_model_h5(void)
+static void die_inside_a_shard(void)
 {
     char err[512], path[1024];
     float *p = calloc((size_t)N_ATOM, sizeof *p);
     if (!p) _exit(2);
     if (io_checkpoint_begin(ckdir, 2, err, sizeof err) != 0) _exit(3);
     int64_t h = N_ATOM / 2;
-    if (io_checkpoint_write_rank(ckdir, 2, 1, NULL, NULL, h, N_ATOM - h, p + h, p + h, err,
+    if (io_checkpoint_write_rank(ckdir, 2, 1, NULL, h, N_ATOM - h, p + h, p + h, p + h, err,
                                  sizeof err) != 0)
         _exit(4);
     /* What rank 0 does, cut short: the file exists, half of /params is
      * written and flushed, the file is never closed. */
-    snprintf(path, sizeof path, "%s/step-2.tmp/model.h5", ckdir);
+    snprintf(path, sizeof path, "%s/step-2.tmp/shard-0.h5", ckdir);
     hid_t f = io_h5_create(path, err, sizeof err);
     hsize_t dims[1] = {(hsize_t)N_ATOM}, start[1] = {0}, count[1] = {(hsize_t)h};
     hid_t space = H5Screate_simple(1, dims, NULL);
@@ -346,13 +354,13 @@ START_TEST(killed_writer_leaves_previous_checkpoint)
     write_ckpt(1, 2, N_ATOM, 3, 7);
 
     run_killed_child(die_before_commit);
-    ck_assert(exists("%s/step-%lld.tmp/optim-1.h5", ckdir, 2));
+    ck_assert(exists("%s/step-%lld.tmp/shard-1.h5", ckdir, 2));
     ck_assert(!exists("%s/step-%lld", ckdir, 2));
     ck_assert_int_eq(latest(), 1);
     check_ckpt(1, 2, N_ATOM, 7);
 
-    run_killed_child(die_inside_model_h5);
-    ck_assert(exists("%s/step-%lld.tmp/model.h5", ckdir, 2));
+    run_killed_child(die_inside_a_shard);
+    ck_assert(exists("%s/step-%lld.tmp/shard-0.h5", ckdir, 2));
     ck_assert_int_eq(latest(), 1);
     check_ckpt(1, 2, N_ATOM, 7);
 
@@ -474,13 +482,13 @@ START_TEST(mismatches_are_refused)
     free((char *)meta.config_text);
 
     /* Another shard of the optimizer state, another rank's file, no such step. */
-    ck_assert_int_eq(io_checkpoint_read_rank(ckdir, 20, 1, 28000, 28752, p, p, err, sizeof err),
+    ck_assert_int_eq(io_checkpoint_read_rank(ckdir, 20, 1, 28000, 28752, p, p, p, err, sizeof err),
                      -1);
-    ck_assert_ptr_nonnull(strstr(err, "optim-1.h5"));
+    ck_assert_ptr_nonnull(strstr(err, "shard-1.h5"));
     ck_assert_ptr_nonnull(strstr(err, "[28752, 57504)"));
     ck_assert_ptr_nonnull(strstr(err, "[28000, 56752)"));
-    ck_assert_int_eq(io_checkpoint_read_rank(ckdir, 20, 4, 0, 10, p, p, err, sizeof err), -1);
-    ck_assert_ptr_nonnull(strstr(err, "optim-4.h5"));
+    ck_assert_int_eq(io_checkpoint_read_rank(ckdir, 20, 4, 0, 10, p, p, p, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "shard-4.h5"));
     ck_assert_int_eq(io_checkpoint_read_model(ckdir, 21, NULL, &meta, p, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "step-21/model.h5"));
     free(p);
@@ -532,7 +540,7 @@ static void expect_clean_error(int model, const char *file)
     ck_assert_ptr_nonnull(p);
     io_ckpt_meta meta, expect = {.n_params = N_ATOM, .world_size = 2};
     int rc = model ? io_checkpoint_read_model(ckdir, 1, &expect, &meta, p, err, sizeof err)
-                   : io_checkpoint_read_rank(ckdir, 1, 1, N_ATOM / 2, N_ATOM - N_ATOM / 2, p, p,
+                   : io_checkpoint_read_rank(ckdir, 1, 1, N_ATOM / 2, N_ATOM - N_ATOM / 2, p, p, p,
                                              err, sizeof err);
     ck_assert_int_eq(rc, -1);
     ck_assert_msg(strstr(err, file) != NULL, "error does not name %s: %s", file, err);
@@ -555,7 +563,7 @@ START_TEST(corrupt_files_give_clean_errors)
     write_ckpt(1, 2, N_ATOM, 0, 4);
     char model[1024], optim[1024];
     snprintf(model, sizeof model, "%s/step-1/model.h5", ckdir);
-    snprintf(optim, sizeof optim, "%s/step-1/optim-1.h5", ckdir);
+    snprintf(optim, sizeof optim, "%s/step-1/shard-1.h5", ckdir);
     struct stat st;
     ck_assert_int_eq(stat(model, &st), 0);
 
@@ -591,8 +599,8 @@ START_TEST(corrupt_files_give_clean_errors)
     /* Phases out of order fail cleanly too. */
     ck_assert_int_eq(io_checkpoint_commit(ckdir, 9, 0, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "step-9.tmp"));
-    ck_assert_int_eq(
-        io_checkpoint_write_rank(ckdir, 9, 1, NULL, NULL, 0, 1, &x, &x, err, sizeof err), -1);
+    ck_assert_int_eq(io_checkpoint_write_rank(ckdir, 9, 1, NULL, 0, 1, &x, &x, &x, err, sizeof err),
+                     -1);
     ck_assert_ptr_nonnull(strstr(err, "step-9.tmp"));
 
     fflush(stderr);
@@ -600,6 +608,121 @@ START_TEST(corrupt_files_give_clean_errors)
     close(saved);
     ck_assert_int_eq(stat(errfile, &st), 0);
     ck_assert_msg(st.st_size == 0, "something was printed on stderr (%s)", errfile);
+}
+END_TEST
+
+/* A 1-D float dataset of a file built by hand. */
+static void h5_floats(hid_t f, const char *name, const float *x, int64_t n)
+{
+    hsize_t dims[1] = {(hsize_t)n};
+    hid_t space = H5Screate_simple(1, dims, NULL);
+    hid_t d = H5Dcreate2(f, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert(d >= 0 && H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x) >= 0);
+    ck_assert(H5Dclose(d) >= 0 && H5Sclose(space) >= 0);
+}
+
+/* Step 5 of 2 ranks in format version 1, built by hand: the parameters [n]
+ * whole in model.h5, each rank's moments in optim-R.h5, its halves. */
+static void write_version_1(int64_t n, const float *p, const float *m, const float *v)
+{
+    char dir[1024], path[1200], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/step-5", ckdir);
+    ck_assert(mkdir(ckdir, 0777) == 0 && mkdir(dir, 0777) == 0);
+    io_h5_quiet();
+    snprintf(path, sizeof path, "%s/model.h5", dir);
+    hid_t f = io_h5_create(path, err, sizeof err);
+    ck_assert_msg(f >= 0, "%s", err);
+    int bad =
+        io_h5_write_format(f, path, "burstengine-checkpoint", 1, err, sizeof err) ||
+        io_h5_write_attr_int(f, path, "step", H5T_NATIVE_INT64, 5, err, sizeof err) ||
+        io_h5_write_attr_int(f, path, "sample_position", H5T_NATIVE_INT64, 43, err, sizeof err) ||
+        io_h5_write_attr_u64(f, path, "rng_state", rng_of(5), err, sizeof err) ||
+        io_h5_write_attr_int(f, path, "world_size", H5T_NATIVE_INT, 2, err, sizeof err) ||
+        io_h5_write_attr_int(f, path, "n_params", H5T_NATIVE_INT64, n, err, sizeof err) ||
+        io_h5_write_string_dataset(f, path, "config", "[model]\n", err, sizeof err);
+    ck_assert_msg(!bad, "%s", err);
+    h5_floats(f, "params", p, n);
+    ck_assert(H5Fclose(f) >= 0);
+    for (int r = 0; r < 2; r++) {
+        int64_t b = n * r / 2, e = n * (r + 1) / 2;
+        snprintf(path, sizeof path, "%s/optim-%d.h5", dir, r);
+        f = io_h5_create(path, err, sizeof err);
+        ck_assert_msg(f >= 0, "%s", err);
+        bad = io_h5_write_format(f, path, "burstengine-checkpoint", 1, err, sizeof err) ||
+              io_h5_write_attr_int(f, path, "rank", H5T_NATIVE_INT, r, err, sizeof err) ||
+              io_h5_write_attr_int(f, path, "shard_begin", H5T_NATIVE_INT64, b, err, sizeof err) ||
+              io_h5_write_attr_int(f, path, "shard_len", H5T_NATIVE_INT64, e - b, err, sizeof err);
+        ck_assert_msg(!bad, "%s", err);
+        h5_floats(f, "m", m + b, e - b);
+        h5_floats(f, "v", v + b, e - b);
+        ck_assert(H5Fclose(f) >= 0);
+    }
+    snprintf(path, sizeof path, "%s/latest", ckdir);
+    FILE *l = fopen(path, "w");
+    ck_assert(l && fputs("step-5\n", l) >= 0 && fclose(l) == 0);
+}
+
+START_TEST(version_1_is_read)
+{
+    enum { N = 1001 };
+    static float p[N], m[N], v[N], got[N], gm[N], gv[N];
+    fill(p, N, 5, 1), fill(m, N, 5, 2), fill(v, N, 5, 3);
+    write_version_1(N, p, m, v);
+    char err[512] = "";
+    io_ckpt_meta meta, expect = {.n_params = N, .world_size = 2};
+    ck_assert_msg(io_checkpoint_read_model(ckdir, latest(), &expect, &meta, got, err, sizeof err) ==
+                      0,
+                  "%s", err);
+    ck_assert_int_eq(meta.sample_position, 43);
+    ck_assert_int_eq(meta.weights_only, 0);
+    ck_assert_str_eq(meta.config_text, "[model]\n");
+    free((char *)meta.config_text);
+    ck_assert(memcmp(got, p, sizeof p) == 0);
+    memset(got, 0, sizeof got);
+    ck_assert_msg(
+        io_checkpoint_read_rank(ckdir, 5, 1, N / 2, N - N / 2, got, gm, gv, err, sizeof err) == 0,
+        "%s", err);
+    ck_assert(memcmp(got, p + N / 2, (N - N / 2) * sizeof *p) == 0);
+    ck_assert(memcmp(gm, m + N / 2, (N - N / 2) * sizeof *m) == 0);
+    ck_assert(memcmp(gv, v + N / 2, (N - N / 2) * sizeof *v) == 0);
+}
+END_TEST
+
+START_TEST(weights_only_and_missing_shards)
+{
+    enum { N = 777 };
+    static float p[N], got[N];
+    fill(p, N, 0, 4);
+    char err[512] = "", path[1024];
+    io_ckpt_meta meta = {.world_size = 1, .n_params = N, .config_text = "", .weights_only = 1};
+    ck_assert_msg(io_checkpoint_begin(ckdir, 0, err, sizeof err) == 0 &&
+                      io_checkpoint_write_rank(ckdir, 0, 0, &meta, 0, N, p, NULL, NULL, err,
+                                               sizeof err) == 0 &&
+                      io_checkpoint_commit(ckdir, 0, 0, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_msg(io_checkpoint_read_model(ckdir, 0, NULL, &meta, got, err, sizeof err) == 0, "%s",
+                  err);
+    free((char *)meta.config_text);
+    ck_assert_int_eq(meta.weights_only, 1);
+    ck_assert(memcmp(got, p, sizeof p) == 0);
+    ck_assert_msg(io_checkpoint_read_rank(ckdir, 0, 0, 0, N, got, NULL, NULL, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(io_checkpoint_read_rank(ckdir, 0, 0, 0, N, got, got, got, err, sizeof err),
+                     -1);
+    ck_assert_msg(strstr(err, "shard-0.h5 holds weights only, no optimizer state"), "%s", err);
+
+    /* a checkpoint missing a rank's shard: its parameters cannot be whole */
+    write_ckpt(1, 3, N_ATOM, 0, 6);
+    snprintf(path, sizeof path, "%s/step-1/shard-2.h5", ckdir);
+    ck_assert_int_eq(unlink(path), 0);
+    float *full = malloc((size_t)N_ATOM * sizeof *full);
+    ck_assert_ptr_nonnull(full);
+    ck_assert_int_eq(io_checkpoint_read_model(ckdir, 1, NULL, &meta, full, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, path), "%s", err);
+    ck_assert_msg(io_checkpoint_read_model(ckdir, 1, NULL, &meta, NULL, err, sizeof err) == 0, "%s",
+                  err);
+    free((char *)meta.config_text);
+    free(full);
 }
 END_TEST
 
@@ -612,6 +735,7 @@ int main(void)
                     keep_last_keeps_the_newest, killed_writer_leaves_previous_checkpoint,
                     killed_commit_then_same_step_again, same_step_written_again,
                     killed_at_a_random_moment, mismatches_are_refused, missing_or_bad_latest,
-                    corrupt_files_give_clean_errors);
+                    corrupt_files_give_clean_errors, version_1_is_read,
+                    weights_only_and_missing_shards);
     return check_run(s);
 }

@@ -9,7 +9,9 @@
  * allocation of the setup, made to fail in turn, ends every rank with exit 2
  * and a message naming the size, never a crash. A run just over
  * [memory] limit_bytes is refused before the first step with exit 2, naming
- * the limit and the parts; at the limit it trains. */
+ * the limit and the parts; at the limit it trains. [parallel] zero = auto
+ * takes the smallest stage that fits under the limit, and a resume keeps the
+ * stage its checkpoint was written with. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <stdio.h>
@@ -146,19 +148,47 @@ START_TEST(failed_allocations_end_every_rank_with_exit_2)
 }
 END_TEST
 
-/* burst run -n 2 -- burst train with the base settings and limit_bytes = limit. */
-static test_run_result train_with_limit(long long limit)
+/* burst run -n 2 -- burst train with the base settings, limit_bytes = limit
+ * (none when 0) and extra arguments (NULL-terminated: --set S.K=V pairs and
+ * options). */
+static test_run_result train_limited(long long limit, const char *const *extra)
 {
     char set[64];
     snprintf(set, sizeof set, "memory.limit_bytes=%lld", limit);
-    char *argv[8 + 2 * MAX_SETS];
+    char *argv[10 + 4 * MAX_SETS];
     int a = 0;
     argv[a++] = (char *)test_burst_path(), argv[a++] = "run", argv[a++] = "-n", argv[a++] = "2";
     argv[a++] = "--", argv[a++] = (char *)test_burst_path(), argv[a++] = "train";
     for (int i = 0; base_sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)base_sets[i];
     argv[a++] = "--set", argv[a++] = set;
+    for (int i = 0; extra[i]; i++) argv[a++] = (char *)extra[i];
     argv[a] = NULL;
     return test_run(argv, NULL);
+}
+
+static test_run_result train_with_limit(long long limit)
+{
+    const char *none[] = {NULL};
+    return train_limited(limit, none);
+}
+
+/* What a rank needs at a ZeRO stage ("1", "2", "3"), as the refusal of a
+ * 1-byte limit says. */
+static long long need_at_stage(const char *stage)
+{
+    char set[32];
+    snprintf(set, sizeof set, "parallel.zero=%s", stage);
+    const char *extra[] = {"--set", set, NULL};
+    test_run_result r = train_limited(1, extra);
+    long long need = 0;
+    const char *at = strstr(r.out, "a rank needs ");
+    char says[64];
+    snprintf(says, sizeof says, "at ZeRO stage %s, more than", stage);
+    ck_assert_msg(r.exit_code == 2 && at && sscanf(at, "a rank needs %lld bytes", &need) == 1 &&
+                      test_output_has(&r, says),
+                  "zero = %s: exit %d:\n%s", stage, r.exit_code, tail_of(&r));
+    test_run_free(&r);
+    return need;
 }
 
 START_TEST(just_over_the_limit_is_refused_before_work)
@@ -191,6 +221,42 @@ START_TEST(just_over_the_limit_is_refused_before_work)
 }
 END_TEST
 
+/* zero = auto takes the smallest stage whose memory fits, says so, and
+ * records it: a run resumed with zero = auto keeps it, whatever fits now. */
+START_TEST(zero_auto_takes_the_smallest_stage_that_fits_and_a_resume_keeps_it)
+{
+    long long one = need_at_stage("1"), two = need_at_stage("2");
+    ck_assert_msg(two < one, "zero = 2 needs %lld bytes, zero = 1 %lld", two, one);
+    char dir[512], dir_set[600];
+    ck_assert_ptr_nonnull(test_make_tmpdir(dir, sizeof dir, "burst-zero-auto"));
+    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    const char *first[] = {"--set", "parallel.zero=auto", "--set", dir_set, "--stop-after", "1",
+                           NULL};
+    test_run_result r = train_limited(two, first);
+    ck_assert_msg(r.exit_code == 0 &&
+                      test_output_has(&r, "ZeRO stage 2 (zero = auto: the smallest stage whose "
+                                          "memory fits)"),
+                  "limit %lld: exit %d:\n%s", two, r.exit_code, tail_of(&r));
+    test_run_free(&r);
+    /* without the limit zero = 1 fits; the resumed run keeps the checkpoint's 2 */
+    const char *fresh[] = {"--set", "parallel.zero=auto", NULL};
+    r = train_limited(0, fresh);
+    ck_assert_msg(r.exit_code == 0 &&
+                      test_output_has(&r, "ZeRO stage 1 (zero = auto: the smallest"),
+                  "exit %d:\n%s", r.exit_code, tail_of(&r));
+    test_run_free(&r);
+    const char *resume[] = {"--set", "parallel.zero=auto", "--set", dir_set, "--resume", NULL};
+    r = train_limited(0, resume);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "resumed from") &&
+                      test_output_has(&r, "ZeRO stage 2 (zero = auto: the stage of the "
+                                          "checkpoint resumed from)") &&
+                      test_output_has(&r, "step     2/2"),
+                  "exit %d:\n%s", r.exit_code, tail_of(&r));
+    test_run_free(&r);
+    ck_assert_int_eq(test_remove_tree(dir), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("memory");
@@ -199,6 +265,7 @@ int main(void)
                     zeros_2_and_3_hold_windows_not_every_gradient_and_parameter,
                     micro_batches_add_only_their_tokens,
                     failed_allocations_end_every_rank_with_exit_2,
-                    just_over_the_limit_is_refused_before_work);
+                    just_over_the_limit_is_refused_before_work,
+                    zero_auto_takes_the_smallest_stage_that_fits_and_a_resume_keeps_it);
     return check_run(s);
 }
