@@ -39,6 +39,7 @@ typedef struct {
     int ok, measured;             /* steps counted in the timing */
     double sgemm, seconds, flop;  /* sgemm GFLOP/s; sums over measured steps (s, GFLOP) */
     double exposed;               /* sum over measured steps of the exposed communication (s) */
+    double zero_s;                /* sum over measured steps of ZeRO's reductions and gathers (s) */
     double peak, estimate, ratio; /* bytes; ratio = peak / estimate */
 } run;
 
@@ -76,14 +77,16 @@ static void read_metrics(const char *path, run *r)
     char line[1024];
     run first = {0};
     while (fgets(line, sizeof line, f)) {
-        double step = 0, seconds = 0, gflops = 0, exposed = 0;
+        double step = 0, seconds = 0, gflops = 0, exposed = 0, reduce = 0, gather = 0;
         if (!metric(line, "step", &step) || !metric(line, "seconds", &seconds) ||
-            !metric(line, "gflops", &gflops) || !metric(line, "exposed_s", &exposed))
+            !metric(line, "gflops", &gflops) || !metric(line, "exposed_s", &exposed) ||
+            !metric(line, "reduce_s", &reduce) || !metric(line, "gather_s", &gather))
             continue;
         run *into = step == 1 ? &first : r;
         into->seconds += seconds;
         into->flop += gflops * seconds;
         into->exposed += exposed;
+        into->zero_s += reduce + gather;
         into->measured++;
     }
     fclose(f);
@@ -91,6 +94,7 @@ static void read_metrics(const char *path, run *r)
         r->seconds = first.seconds;
         r->flop = first.flop;
         r->exposed = first.exposed;
+        r->zero_s = first.zero_s;
         r->measured = 1;
     }
 }
@@ -178,16 +182,17 @@ static void print_run_header(int on_device)
 {
     printf(
         "| model | P | seq | s/step | tokens/s | GFLOP/s | sgemm x P | fraction | exposed s/step "
-        "| MFU | %s | estimate | peak/est |\n",
+        "| ZeRO s/step | MFU | %s | estimate | peak/est |\n",
         on_device ? "device peak" : "peak rank 0");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+           "|\n");
 }
 
 static void print_run(const run *r, const mfu_ref *m)
 {
     char s[16], p[32], e[32], mfu[16] = "-";
     if (!r->ok) {
-        printf("| %s | %d | %s | failed | | | | | | | | | |\n", r->model, r->ranks,
+        printf("| %s | %d | %s | failed | | | | | | | | | | |\n", r->model, r->ranks,
                seq_name(r->seq, s, sizeof s));
         return;
     }
@@ -196,11 +201,12 @@ static void print_run(const run *r, const mfu_ref *m)
     int gpus = r->ranks < m->gpus ? r->ranks : m->gpus;
     if (m->peak_tflops > 0)
         snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * gflops / (gpus * m->peak_tflops * 1e3));
-    printf("| %s | %d | %s | %.2f | %.0f | %.2f | %.1f | %.2f | %.3f | %s | %s | %s | %.2f |\n",
+    printf("| %s | %d | %s | %.2f | %.0f | %.2f | %.1f | %.2f | %.3f | %.3f | %s | %s | %s | %.2f "
+           "|\n",
            r->model, r->ranks, seq_name(r->seq, s, sizeof s), step_s, (double)r->seq / step_s,
-           gflops, ref, ref > 0 ? gflops / ref : 0, r->exposed / r->measured, mfu,
-           bu_human_bytes(r->peak, p, sizeof p), bu_human_bytes(r->estimate, e, sizeof e),
-           r->ratio);
+           gflops, ref, ref > 0 ? gflops / ref : 0, r->exposed / r->measured,
+           r->zero_s / r->measured, mfu, bu_human_bytes(r->peak, p, sizeof p),
+           bu_human_bytes(r->estimate, e, sizeof e), r->ratio);
 }
 
 /* Parses "a,b,c" into values; K suffix multiplies by 1024. Returns the count or -1. */
@@ -414,7 +420,9 @@ static int throughput_rows(const bench_train_opts *o, const char *self)
     }
     printf(
         "\nfraction = achieved GFLOP/s / (P x the sgemm rate rank 0 measured in the same run%s); "
-        "exposed = the most any rank waited for the rings' transfers per step; %s; estimate = "
+        "exposed = the most any rank waited for the rings' transfers per step; ZeRO = the most "
+        "any rank spent in ZeRO's gradient reductions and parameter gathers per step (they "
+        "block: all exposed); %s; estimate = "
         "the engine's memory report%s.\n",
         on_device ? " on its device" : "",
         on_device ? "device peak = the largest peak of any rank's device arena"

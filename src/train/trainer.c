@@ -238,7 +238,10 @@ model_params trainer_params(const trainer *t)
 static bt_status gather_params(void *ctx, void *window, int64_t begin, int64_t end)
 {
     trainer *t = ctx;
-    return zero1_gather_range(t->opt, window, begin, end);
+    double start = bu_now();
+    bt_status st = zero1_gather_range(t->opt, window, begin, end);
+    t->gather_s += bu_now() - start;
+    return st;
 }
 
 /* The parameters of [model] init_from, read by every rank. */

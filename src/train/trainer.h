@@ -37,7 +37,10 @@ typedef struct {
 /* The bytes of one rank's training state, by part, known before any of it is
  * allocated: what the memory report prints and the pre-check compares. */
 typedef struct {
-    size_t params, grads; /* [n_params] each: parameters fp32 or bf16, gradients fp32 */
+    size_t params, grads; /* [n_params] each: parameters fp32 or bf16, gradients fp32;
+                             with zero >= 2 the gradients' windows, with zero = 3 the
+                             parameters' (the embedding's and a bucket each) */
+    int zero_stage;       /* the stage counted (the parts' names say what it shards) */
     size_t optimizer;     /* moments (and with bf16 parameters the fp32 masters) of the
                              shard, reduce buffers (zero1_bytes) */
     size_t tokens;        /* tokens and labels [micro_batches][n] */
@@ -76,6 +79,9 @@ typedef struct {
     model_gather param_gather;    /* zero = 3: how the runner fills them */
     int zero_stage;               /* [parallel] zero, chosen at setup when auto */
     const char *zero_chosen;      /* zero = auto: how the stage was chosen; else NULL */
+    double reduce_s, gather_s;    /* this step's seconds in ZeRO's range reductions (zero >= 2)
+                                     and parameter gathers (zero = 3), this rank's: they
+                                     block, so all of it is exposed */
     double grad_sq;               /* zero = 2: the step's squared gradients before the
                                      reduction, this rank's (its finiteness check) */
     int64_t step_now;             /* the step and micro-batch being computed */
@@ -207,6 +213,8 @@ typedef struct {
     double attn_s;      /* wall time in the attention rings, the slowest rank's */
     double exposed_s;   /* of which waiting for transfers (ring_exec_stats.wait_s), the
                          * most any rank waited */
+    double reduce_s;    /* in ZeRO's range reductions (zero >= 2) and its parameter */
+    double gather_s;    /* gathers (zero = 3), blocking: the slowest rank's */
 } trainer_step_result;
 
 /* One optimizer step: all micro-batches, then ZeRO-1. 0, STOP_AGREED, or the

@@ -29,18 +29,21 @@ int trainer_memory_part_list(const trainer_memory *m, trainer_memory_part *out)
     const struct {
         trainer_memory_part part;
         int optional; /* left out when 0 */
-    } parts[] = {{{"parameters", "parameters", m->params}, 0},
-                 {{"gradients", "gradients", m->grads}, 0},
-                 {{"optimizer", "optimizer", m->optimizer}, 0},
-                 {{"stored activations", "stored_activations", r->stored}, 0},
-                 {{"layer workspace", "layer_workspace", r->workspace}, 0},
-                 {{"ring buffers", "ring_buffers", r->ring}, 0},
-                 /* with their document ids and the recall source's whole sample */
-                 {{"tokens", "tokens", m->tokens + m->segments + m->whole_sample}, 0},
-                 {{"NCCL's buffers (estimated)", "nccl_buffers", m->nccl}, 1},
-                 /* the two transients, last */
-                 {{"head logits", "head_logits", r->head_logits}, 0},
-                 {{"gradient reduction copy", "gradient_reduction_copy", m->reduce_copy}, 0}};
+    } parts[] = {
+        {{m->zero_stage == 3 ? "parameters (gathered windows)" : "parameters", "parameters",
+          m->params},
+         0},
+        {{m->zero_stage >= 2 ? "gradients (windows)" : "gradients", "gradients", m->grads}, 0},
+        {{"optimizer", "optimizer", m->optimizer}, 0},
+        {{"stored activations", "stored_activations", r->stored}, 0},
+        {{"layer workspace", "layer_workspace", r->workspace}, 0},
+        {{"ring buffers", "ring_buffers", r->ring}, 0},
+        /* with their document ids and the recall source's whole sample */
+        {{"tokens", "tokens", m->tokens + m->segments + m->whole_sample}, 0},
+        {{"NCCL's buffers (estimated)", "nccl_buffers", m->nccl}, 1},
+        /* the two transients, last */
+        {{"head logits", "head_logits", r->head_logits}, 0},
+        {{"gradient reduction copy", "gradient_reduction_copy", m->reduce_copy}, 0}};
     _Static_assert(sizeof parts / sizeof *parts == TRAINER_MEMORY_PARTS, "one row per part");
     int n = 0;
     for (int i = 0; i < TRAINER_MEMORY_PARTS; i++)
@@ -127,6 +130,7 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
             bucket = model_grad_bucket_floats(&t->model), windows = embed + bucket,
             grad_floats = stage >= 2 ? windows : t->model.n_params,
             param_count = stage == 3 ? windows : t->model.n_params;
+    m->zero_stage = stage;
     m->grads = (size_t)grad_floats * sizeof(float);
     /* bf16: rounded up to whole floats, as the trainer allocates them */
     m->params = param_type == BK_BF16 ? (size_t)(param_count + 1) / 2 * sizeof(float)

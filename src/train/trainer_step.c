@@ -17,6 +17,7 @@
 #include "src/attn/attn_need.h"
 #include "src/attn/kernel_status.h"
 #include "src/train/trainer.h"
+#include "util/clock.h"
 #include "util/exit_codes.h"
 
 static int fail(const char *detail)
@@ -137,7 +138,10 @@ static bt_status range_done(void *ctx, float *grad, int64_t begin, int64_t end)
     if (kst == BK_OK) kst = bk_grad_sqnorm(&t->queue, 1, bufs, &count, &sq);
     if (kst != BK_OK) return attn_kernel_status(kst);
     t->grad_sq += sq;
-    return zero1_add_range(t->opt, grad, begin, end);
+    double start = bu_now();
+    bt_status st = zero1_add_range(t->opt, grad, begin, end);
+    t->reduce_s += bu_now() - start;
+    return st;
 }
 
 void trainer_bind_gradients(trainer *t)
@@ -171,6 +175,7 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
                   *labels = t->choices.on_device ? t->dev_labels : t->labels;
     model_step_stats ms = {0};
     double sent_before = ring_bytes_sent(t);
+    t->reduce_s = t->gather_s = 0;
     for (int mb = 0; mb < t->cfg.micro_batches; mb++) {
         char err[256];
         t->mb_now = mb;
@@ -185,6 +190,8 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
     res->attn_bytes = ring_bytes_sent(t) - sent_before;
     res->attn_s = ms.attn_fwd_s + ms.attn_bwd_s + ms.attn_recompute_s;
     res->exposed_s = ms.attn_wait_s;
+    res->reduce_s = t->reduce_s;
+    res->gather_s = t->gather_s;
     return 0;
 }
 
@@ -206,17 +213,19 @@ static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_ba
     int bad = !isfinite(loss_sum) || !isfinite(sq);
     *first_bad = bad ? t->rank : INT64_MAX;
     double sums[4] = {loss_sum, (double)counted, res->attn_bytes, sequence_pairs(t)};
-    double slowest[2] = {res->attn_s, res->exposed_s};
+    double slowest[4] = {res->attn_s, res->exposed_s, res->reduce_s, res->gather_s};
     bt_comm *all = bt_world_comm(t->world);
     if (bt_allreduce(all, first_bad, 1, BT_I64, BT_MIN) != BT_OK ||
         bt_allreduce(all, sums, 4, BT_F64, BT_SUM) != BT_OK ||
-        bt_allreduce(all, slowest, 2, BT_F64, BT_MAX) != BT_OK)
+        bt_allreduce(all, slowest, 4, BT_F64, BT_MAX) != BT_OK)
         return fail(bt_world_error(t->world));
     res->loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
     res->attn_bytes = sums[2];
     res->attn_pairs = sums[3];
     res->attn_s = slowest[0];
     res->exposed_s = slowest[1];
+    res->reduce_s = slowest[2];
+    res->gather_s = slowest[3];
     return 0;
 }
 

@@ -566,19 +566,20 @@ START_TEST(bench_train_runs_on_the_device)
     ck_assert_msg(test_output_has(&r, "checkpoint fraction 1, ZeRO stage 1)"), "%s", r.out);
     const char *row = strstr(r.out, "| tiny | 2 | 64 | ");
     ck_assert_msg(row != NULL, "no row:\n%s", r.out);
-    double s_step, tokens, gflops, ref, fraction, exposed, mfu, peak, estimate, ratio;
+    double s_step, tokens, gflops, ref, fraction, exposed, zero_s, mfu, peak, estimate, ratio;
     char peak_unit[8], estimate_unit[8];
     ck_assert_msg(sscanf(row,
-                         "| tiny | 2 | 64 | %lf | %lf | %lf | %lf | %lf | %lf | %lf%% | %lf %7s | "
-                         "%lf %7s | %lf |",
-                         &s_step, &tokens, &gflops, &ref, &fraction, &exposed, &mfu, &peak,
-                         peak_unit, &estimate, estimate_unit, &ratio) == 12,
+                         "| tiny | 2 | 64 | %lf | %lf | %lf | %lf | %lf | %lf | %lf | %lf%% | "
+                         "%lf %7s | %lf %7s | %lf |",
+                         &s_step, &tokens, &gflops, &ref, &fraction, &exposed, &zero_s, &mfu, &peak,
+                         peak_unit, &estimate, estimate_unit, &ratio) == 13,
                   "row: %.200s", row);
     ck_assert_msg(test_output_has(&r, "| device peak | estimate | peak/est |"), "%s", r.out);
     ck_assert_msg(ratio >= 0.95 && ratio <= 1.05, "device peak / estimate %g: %.200s", ratio, row);
     ck_assert_msg(s_step > 0 && tokens > 0 && gflops >= 0 && ref > 0 && mfu > 0, "row: %.200s",
                   row);
     ck_assert_msg(exposed >= 0 && exposed <= s_step, "exposed %g of a %g s step", exposed, s_step);
+    ck_assert_msg(zero_s == 0, "ZeRO stage 1 spent %g s in range reductions or gathers", zero_s);
     /* MFU = achieved over one GPU's peak: the two ranks share the one device;
      * within the rounding of the printed GFLOP/s (0.005) and MFU (0.05) */
     ck_assert_msg(fabs(mfu - 100.0 * gflops / 0.01) <= 100.0 * 0.005 / 0.01 + 0.05,

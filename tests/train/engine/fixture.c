@@ -79,6 +79,8 @@ test_run_result train_args(int ranks, int nodes, const char *const *sets, const 
             out->flops[out->n] = metric(line, "gflops") * metric(line, "seconds") * 1e9;
             out->attn_s[out->n] = metric(line, "attn_s");
             out->exposed_s[out->n] = metric(line, "exposed_s");
+            out->reduce_s[out->n] = metric(line, "reduce_s");
+            out->gather_s[out->n] = metric(line, "gather_s");
             out->n++;
         }
         if (f) fclose(f);

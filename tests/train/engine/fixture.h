@@ -19,6 +19,7 @@ typedef struct {
     double tokens[MAX_STEPS], attn_bytes[MAX_STEPS]; /* labelled tokens, ring bytes sent */
     double attn_pairs[MAX_STEPS], flops[MAX_STEPS];  /* pairs the mask allowed, FLOPs counted */
     double attn_s[MAX_STEPS], exposed_s[MAX_STEPS];  /* ring time, exposed communication */
+    double reduce_s[MAX_STEPS], gather_s[MAX_STEPS]; /* ZeRO's reductions and gathers */
 } curve;
 
 /* One OpenMP thread per rank: more threads than cores, spinning, would make

@@ -44,13 +44,26 @@ static void expect_curves_agree(const curve *a, const curve *b, int za, int zb, 
     }
 }
 
+/* The metrics time each step's ZeRO collectives: the reductions from stage
+ * 2, the gathers at 3, none below. */
+static void expect_zero_times(const curve *c, int stage, const char *what)
+{
+    for (int i = 0; i < c->n; i++)
+        ck_assert_msg((c->reduce_s[i] > 0) == (stage >= 2) && (c->gather_s[i] > 0) == (stage == 3),
+                      "%s: zero = %d, step %d: reductions %g s, gathers %g s", what, stage, i + 1,
+                      c->reduce_s[i], c->gather_s[i]);
+}
+
 /* The three stages on `ranks` ranks (nodes) with sets: zero = 2 as zero = 1
  * (bit for bit when `exact`), zero = 3 as zero = 2 bit for bit. */
 static void expect_stages_agree(int ranks, int nodes, const char *const *sets, int exact,
                                 const char *what)
 {
     curve c[3];
-    for (int z = 0; z < 3; z++) run_ok(ranks, nodes, with(sets, stages[z]), &c[z]);
+    for (int z = 0; z < 3; z++) {
+        run_ok(ranks, nodes, with(sets, stages[z]), &c[z]);
+        expect_zero_times(&c[z], z + 1, what);
+    }
     expect_curves_agree(&c[0], &c[1], 1, 2, exact, what);
     expect_curves_agree(&c[1], &c[2], 2, 3, 1, what);
 }
