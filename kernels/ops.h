@@ -146,6 +146,12 @@ bk_status bk_alloc(const bk_queue *q, size_t bytes, void **p);
  * on the same stream, which runs in order, not for a buffer another stream
  * still reads. */
 bk_status bk_free(const bk_queue *q, void *p);
+/* The bytes the queue's memory holds now, for measuring what a piece of code
+ * takes: its arena's pieces in use, or on the host without one the C heap's
+ * bytes in use (the whole process's: glibc's mallinfo2, or the sanitizer's
+ * allocator under AddressSanitizer); 0 for a device without an arena, whose
+ * runtime does not say. */
+size_t bk_held_bytes(const bk_queue *q);
 /* *p = floats [count] (at least one), every one = value, in the queue's
  * memory (bk_alloc, then bk_fill where the memory is not already value). */
 bk_status bk_alloc_floats(const bk_queue *q, int64_t count, float value, float **p);

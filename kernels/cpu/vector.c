@@ -2,8 +2,12 @@
  * memory, so that its code reads the same on the host and on a device: fill,
  * y += alpha x, a copy within the queue's memory, and allocation in it (from
  * the queue's arena when it has one). */
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/allocator_interface.h>
+#endif
 
 #include "kernels/arena.h"
 #include "kernels/cpu/ops_cpu.h"
@@ -60,6 +64,18 @@ bk_status bk_free(const bk_queue *q, void *p)
     if (q->where == BK_DEVICE) return bk_device_free(p);
     free(p);
     return BK_OK;
+}
+
+size_t bk_held_bytes(const bk_queue *q)
+{
+    if (q->arena) return bk_arena_stats_of(q->arena).in_use;
+    if (q->where != BK_HOST) return 0;
+#ifdef __SANITIZE_ADDRESS__
+    return __sanitizer_get_current_allocated_bytes();
+#else
+    struct mallinfo2 m = mallinfo2();
+    return m.uordblks + m.hblkhd;
+#endif
 }
 
 bk_status bk_alloc_floats(const bk_queue *q, int64_t count, float value, float **p)

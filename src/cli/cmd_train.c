@@ -46,6 +46,10 @@ static const bu_option options[] = {
      "(bit for bit: the losses equal those of an uninterrupted\n"
      "run); refused, naming the key, when the configuration\n"
      "differs in a key that changes the numbers"},
+    {"--dry-run", NULL, BU_OPT_FLAG, OPT(opts.dry_run), 0, 0, NULL,
+     "set up as the run would (memory check, device arena, model,\n"
+     "optimizer, data), print the start report, with what each\n"
+     "part holds on a device, and exit before the first step"},
     {"--stop-after", "S", BU_OPT_I64, OPT(opts.stop_after), 1, 9e18, NULL,
      "stop after step S (checkpointed when checkpoint_dir is set),\n"
      "e.g. to fit a job's time limit; --resume continues it"},

@@ -113,6 +113,9 @@ int model_runner_memory(const model_runner_config *cfg, model_memory *mem, char 
  * configuration or an allocation that failed (err names its size). */
 model_runner *model_runner_create(const model_runner_config *cfg, char *err, size_t err_len);
 void model_runner_free(model_runner *r);
+/* What r's buffers of each part (stored, workspace, ring) took of the
+ * queue's memory as they were made (bk_held_bytes): measured, not counted. */
+model_memory model_runner_held(const model_runner *r);
 
 /* Under a document mask: the document ids [N] of the global positions of the
  * sequence the next forward (and backward) computes, the same on every rank

@@ -78,6 +78,7 @@ struct model_runner {
     const model_gather *gather;           /* the windows (model_runner_gather), or NULL */
     int64_t gathered_begin, gathered_end; /* the range the bucket holds */
     model_memory mem;    /* what the buffers below take, counted as they are made */
+    model_memory held;   /* what its arena handed out for each part, when it has one */
     int allocate;        /* make the buffers (1) or only count them (0) */
     int on_device;       /* the buffers the kernels read are device memory */
     char failed[160];    /* the first allocation that failed */

@@ -286,12 +286,25 @@ static model_runner *runner_new(const model_runner_config *cfg, char *err, size_
     return r;
 }
 
-/* Counts (and with r->allocate, makes) every buffer of the runner. */
+/* Counts (and with r->allocate, makes) every buffer of the runner, one part
+ * after the other, so that what the queue's memory holds between them
+ * measures each. */
 static void take_buffers(model_runner *r)
 {
+    size_t before = bk_held_bytes(r->cfg.queue);
     take_ring(r);
+    size_t ring = bk_held_bytes(r->cfg.queue);
     take_workspace(r);
+    size_t workspace = bk_held_bytes(r->cfg.queue);
     take_store(r);
+    r->held.ring = ring - before;
+    r->held.workspace = workspace - ring;
+    r->held.stored = bk_held_bytes(r->cfg.queue) - workspace;
+}
+
+model_memory model_runner_held(const model_runner *r)
+{
+    return r->held;
 }
 
 int model_runner_memory(const model_runner_config *cfg, model_memory *mem, char *err,

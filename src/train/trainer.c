@@ -317,13 +317,22 @@ static int init_params(trainer *t, char *err, size_t err_len)
     return failed ? -1 : 0;
 }
 
+/* What the model's memory holds now: between the setup's parts, what each
+ * takes (t->held). */
+static size_t held_now(const trainer *t)
+{
+    return bk_held_bytes(&t->queue);
+}
+
 /* The parameters (initialised), gradients and token buffers, the metrics
  * file: this rank's own, 0 or -1 with err. */
 static int make_buffers(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     const trainer_memory *m = &t->mem;
+    size_t before = held_now(t);
     void *params = model_buffer(t, m->params, "the parameters", err, err_len);
+    t->held.params = held_now(t) - before;
     int64_t embed = (int64_t)c->vocab * c->d_model;
     size_t elem = t->choices.bf16_matmul ? 2 : 4;
     if (trainer_zero_stage(t) == 3)
@@ -337,17 +346,23 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
             (model_gather){params, (char *)params + (size_t)embed * elem, gather_params, t};
         model_runner_gather(t->runner, &t->param_gather);
     }
+    before = held_now(t);
     if (!params ||
-        (m->grads && !(t->grads = model_buffer(t, m->grads, "the gradients", err, err_len))) ||
-        !(t->tokens = bu_calloc(m->tokens / 2, "the tokens", err, err_len)) ||
+        (m->grads && !(t->grads = model_buffer(t, m->grads, "the gradients", err, err_len))))
+        return -1;
+    t->held.grads = held_now(t) - before;
+    trainer_bind_gradients(t);
+    /* the tokens in the model's memory: the host's, or on a device its copy */
+    before = held_now(t);
+    if (!(t->tokens = bu_calloc(m->tokens / 2, "the tokens", err, err_len)) ||
         !(t->labels = bu_calloc(m->tokens / 2, "the labels", err, err_len)) ||
         (m->segments && !(t->segments = bu_calloc(m->segments, "the document ids", err, err_len))))
         return -1;
-    trainer_bind_gradients(t);
     if (t->choices.on_device &&
         (!(t->dev_tokens = model_buffer(t, m->tokens / 2, "the tokens", err, err_len)) ||
          !(t->dev_labels = model_buffer(t, m->tokens / 2, "the labels", err, err_len))))
         return -1;
+    t->held.tokens = held_now(t) - before;
     if (init_params(t, err, err_len) != 0) return -1;
     if (t->rank == 0 && c->metrics[0] && !(t->metrics = fopen(c->metrics, "w"))) {
         snprintf(err, err_len, "[train] metrics: cannot write %s", c->metrics);
@@ -368,9 +383,11 @@ static int make_optimizer(trainer *t, char *err, size_t err_len)
                         .weight_decay = c->weight_decay, .grad_clip = c->grad_clip};
     /* collective: a rank without its mask still takes part (with a size
      * zero1_create refuses), so that every rank fails together */
+    size_t before = held_now(t);
     t->opt =
         zero1_create(bt_world_comm(t->world), decay ? t->model.n_params : -1, decay, &hp, &t->queue,
                      t->choices.bf16_matmul ? BK_BF16 : BK_F32, trainer_sharding(t));
+    t->held.optimizer = held_now(t) - before;
     free(decay);
     if (t->opt) return 0;
     if (bt_world_error(t->world)[0]) {
@@ -498,6 +515,7 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     if (status != 0) return status;
     int failed = make_source(t, err, err_len) != 0 ||
                  !(t->runner = model_runner_create(&rc, err, err_len));
+    if (t->runner) t->held.model = model_runner_held(t->runner);
     status = trainer_agree_on_own_part(t, failed, err, err_len);
     if (status == 0 && !t->opts.forward_only) status = make_optimizer(t, err, err_len);
     if (status == 0)
@@ -542,6 +560,10 @@ int trainer_run(trainer *t)
 {
     const train_config *c = &t->cfg;
     if (trainer_report_start(t) != 0) return EXIT_RUN_FAILURE;
+    if (t->opts.dry_run) {
+        if (t->rank == 0) printf("dry run: set up and fits; no step taken\n");
+        return 0;
+    }
     int64_t first = first_step(t), step;
     if (first < 0) return EXIT_USAGE;
     double t_start = bu_now();

@@ -32,6 +32,7 @@ typedef struct {
     int resume;                   /* continue from the latest checkpoint */
     int64_t stop_after;           /* stop (checkpointed) after this step; 0 = run to the end */
     int forward_only;             /* burst eval: no gradients and no optimizer are made */
+    int dry_run;                  /* set up and report, then stop before the first step */
 } trainer_opts;
 
 /* The bytes of one rank's training state, by part, known before any of it is
@@ -99,6 +100,10 @@ typedef struct {
     int nccl_ranks;                 /* ranks of this node that NCCL serves together, or 0 */
     FILE *metrics;
     trainer_memory mem;
+    trainer_memory held;          /* what each part the setup made took of the model's
+                                     memory, measured between them (bk_held_bytes; parts
+                                     trainer_memory_part calls kept); on a device the device's
+                                     token buffers as tokens */
     double baseline_bytes;        /* the process before the model was made */
     double sgemm_gflops;          /* one rank's sgemm rate, measured by rank 0 alone */
 } trainer;
@@ -284,6 +289,8 @@ enum { TRAINER_MEMORY_PARTS = 10 };
 typedef struct {
     const char *name, *key;
     size_t bytes;
+    int kept; /* made at setup and kept (on a device, in the arena: t->held measures it);
+                 0 for the transients and NCCL's own buffers */
 } trainer_memory_part;
 int trainer_memory_part_list(const trainer_memory *m, trainer_memory_part *out);
 /* The parts of m that live in the device arena on a device: parameters,

@@ -31,19 +31,19 @@ int trainer_memory_part_list(const trainer_memory *m, trainer_memory_part *out)
         int optional; /* left out when 0 */
     } parts[] = {
         {{m->zero_stage == 3 ? "parameters (gathered windows)" : "parameters", "parameters",
-          m->params},
+          m->params, 1},
          0},
-        {{m->zero_stage >= 2 ? "gradients (windows)" : "gradients", "gradients", m->grads}, 0},
-        {{"optimizer", "optimizer", m->optimizer}, 0},
-        {{"stored activations", "stored_activations", r->stored}, 0},
-        {{"layer workspace", "layer_workspace", r->workspace}, 0},
-        {{"ring buffers", "ring_buffers", r->ring}, 0},
+        {{m->zero_stage >= 2 ? "gradients (windows)" : "gradients", "gradients", m->grads, 1}, 0},
+        {{"optimizer", "optimizer", m->optimizer, 1}, 0},
+        {{"stored activations", "stored_activations", r->stored, 1}, 0},
+        {{"layer workspace", "layer_workspace", r->workspace, 1}, 0},
+        {{"ring buffers", "ring_buffers", r->ring, 1}, 0},
         /* with their document ids and the recall source's whole sample */
-        {{"tokens", "tokens", m->tokens + m->segments + m->whole_sample}, 0},
-        {{"NCCL's buffers (estimated)", "nccl_buffers", m->nccl}, 1},
+        {{"tokens", "tokens", m->tokens + m->segments + m->whole_sample, 1}, 0},
+        {{"NCCL's buffers (estimated)", "nccl_buffers", m->nccl, 0}, 1},
         /* the two transients, last */
-        {{"head logits", "head_logits", r->head_logits}, 0},
-        {{"gradient reduction copy", "gradient_reduction_copy", m->reduce_copy}, 0}};
+        {{"head logits", "head_logits", r->head_logits, 0}, 0},
+        {{"gradient reduction copy", "gradient_reduction_copy", m->reduce_copy, 0}, 0}};
     _Static_assert(sizeof parts / sizeof *parts == TRAINER_MEMORY_PARTS, "one row per part");
     int n = 0;
     for (int i = 0; i < TRAINER_MEMORY_PARTS; i++)

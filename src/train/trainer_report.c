@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 #include "kernels/arena.h"
@@ -163,6 +164,29 @@ void trainer_report_arena(const trainer *t, const char *when)
     fflush(stdout);
 }
 
+/* What each part the setup made took of the model's memory (t->held: on a
+ * device its arena, on the CPU the heap), against its count, in bytes. On a
+ * device the count of a part includes its few host buffers, which are not in
+ * the arena: the layer workspace's positions, the host's tokens. */
+static void held_report(const trainer *t)
+{
+    trainer_memory_part counted[TRAINER_MEMORY_PARTS], held[TRAINER_MEMORY_PARTS];
+    int n = trainer_memory_part_list(&t->mem, counted);
+    trainer_memory held_mem = t->held;
+    held_mem.zero_stage = t->mem.zero_stage;
+    int h = trainer_memory_part_list(&held_mem, held);
+    printf("%s at setup, by part (bytes held of counted):",
+           t->choices.on_device ? "device arena held" : "heap held");
+    const char *sep = " ";
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < h && counted[i].kept; j++)
+            if (strcmp(held[j].key, counted[i].key) == 0) {
+                printf("%s%s %zu of %zu", sep, counted[i].name, held[j].bytes, counted[i].bytes);
+                sep = ", ";
+            }
+    printf("\n");
+}
+
 static void memory_report(const trainer *t)
 {
     char parts[512], b[2][32];
@@ -177,6 +201,7 @@ static void memory_report(const trainer *t)
         printf("NCCL's buffers, estimated from its settings (outside the arena): %s\n", basis);
     }
     if (t->arena) arena_report(t);
+    held_report(t);
 }
 
 /* Rank 0 measures sgemm while the others wait in a barrier, so the rate is

@@ -213,6 +213,83 @@ START_TEST(plan_memory_counts_what_a_device_run_counts)
 }
 END_TEST
 
+/* What a rank holds at setup (`burst train --dry-run`: on the CPU the heap,
+ * on the emulated device its arena, measured between the parts) against what
+ * `burst plan memory` counts for the same configuration, part by part within
+ * 5%: tiny at 64K tokens, where the per-token parts dominate, on 1 rank and on
+ * 2 (cp 2) at each ZeRO stage. */
+static void expect_held_as_planned(int on_device)
+{
+    char emu[4096];
+    test_program_path("tests/train/burst_emu", emu, sizeof emu);
+    char *program = on_device ? emu : (char *)test_burst_path();
+    static const char *const grids[][2] = {{"1", "1"}, {"2", "1"}, {"2", "2"}, {"2", "3"}};
+    for (size_t g = 0; g < sizeof grids / sizeof *grids; g++) {
+        char cp[32], zero[32];
+        snprintf(cp, sizeof cp, "parallel.cp=%s", grids[g][0]);
+        snprintf(zero, sizeof zero, "parallel.zero=%s", grids[g][1]);
+        char *sets[] = {"--set", on_device ? "train.device=cuda" : "train.device=cpu",
+                        "--set", "data.seq_len=65536",
+                        "--set", "model.max_seq=65536",
+                        "--set", cp,
+                        "--set", zero};
+        enum { N_SETS = sizeof sets / sizeof *sets };
+        char *plan[5 + N_SETS] = {program, "plan", "memory", "--json"};
+        char *train[9 + N_SETS] = {(char *)test_burst_path(),
+                                   "run",
+                                   "-n",
+                                   (char *)grids[g][0],
+                                   "--",
+                                   program,
+                                   "train",
+                                   "--dry-run"};
+        memcpy(plan + 4, sets, sizeof sets), memcpy(train + 8, sets, sizeof sets);
+        plan[4 + N_SETS] = NULL, train[8 + N_SETS] = NULL;
+        char *env[] = {"OMP_NUM_THREADS=1", NULL};
+        test_run_result p = test_run(plan, NULL), t = test_run(train, env);
+        json_error_t e;
+        json_t *o = json_loads(p.out, 0, &e), *parts = json_object_get(o, "parts");
+        ck_assert_msg(o && p.exit_code == 0, "plan: exit %d, %s:\n%s", p.exit_code, e.text, p.out);
+        ck_assert_msg(t.exit_code == 0 && test_output_has(&t, "dry run: set up and fits"), "%s",
+                      t.out);
+        /* "name H of C, name H of C, ...": each part's name up to " (" is its key */
+        const char *at = line_after(&t, "by part (bytes held of counted): ", NULL);
+        int checked = 0;
+        for (char name[64]; *at; checked++) {
+            long long held = 0, counted = 0;
+            int used = 0;
+            ck_assert_msg(sscanf(at, "%63[^0-9] %lld of %lld%n", name, &held, &counted, &used) == 3,
+                          "cannot read '%s'", at);
+            name[strcspn(name, "(")] = '\0';
+            for (size_t k = strlen(name); k > 0 && name[k - 1] == ' '; k--) name[k - 1] = '\0';
+            for (char *c = name; *c; c++) *c = *c == ' ' ? '_' : *c;
+            json_t *v = json_object_get(parts, name);
+            double planned = (double)json_integer_value(v);
+            ck_assert_msg(json_is_integer(v) && planned == (double)counted &&
+                              fabs((double)held - planned) <= 0.05 * planned,
+                          "cp %s, zero %s, %s: held %lld bytes, planned %.0f (run's count %lld)",
+                          grids[g][0], grids[g][1], name, held, planned, counted);
+            at += used;
+            at += strspn(at, ", ");
+        }
+        ck_assert_int_eq(checked, 7);
+        json_decref(o);
+        test_run_free(&p), test_run_free(&t);
+    }
+}
+
+START_TEST(a_run_holds_what_plan_memory_counts)
+{
+    expect_held_as_planned(0);
+}
+END_TEST
+
+START_TEST(a_device_run_holds_what_plan_memory_counts)
+{
+    expect_held_as_planned(1);
+}
+END_TEST
+
 /* On a device, NCCL's own buffers are a part of their own on nodes of several
  * GPUs: at NCCL's defaults 32 collective channels x (4 MiB + 512 KiB +
  * 4,915,200 B) and 7 ring communicators x 2 peers x 2 channels x 4 MiB, 406.0
@@ -592,7 +669,8 @@ int main(void)
 {
     Suite *s = suite_create("cli");
     TCase *tc = check_tcase(s, "cli", 60);
-    check_add_tests(tc, plan_memory_speaks_json, plan_memory_chooses_zero_auto);
+    check_add_tests(tc, plan_memory_speaks_json, plan_memory_chooses_zero_auto,
+                    a_run_holds_what_plan_memory_counts);
     check_add_tests(tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
                     plan_attention_options, plan_memory_counts_what_a_run_counts,
                     plan_memory_refuses_what_does_not_fit, byte_sizes_are_read_alike,
@@ -602,6 +680,7 @@ int main(void)
                     bench_attention_and_transport_options, bench_train_refuses_bad_options);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device,
-                    plan_memory_counts_what_a_device_run_counts, plan_memory_counts_nccls_buffers);
+                    plan_memory_counts_what_a_device_run_counts, plan_memory_counts_nccls_buffers,
+                    a_device_run_holds_what_plan_memory_counts);
     return check_run(s);
 }
