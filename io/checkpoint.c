@@ -646,33 +646,44 @@ static int check_shard(hid_t f, const char *path, int rank, int64_t shard_begin,
     return 0;
 }
 
-/* The parameters [n] of a checkpoint of version 2, from each rank's shard:
- * the shards must follow each other in rank order and cover them all. */
-static int assemble_params(const char *ck, const io_ckpt_meta *got, float *params, char *err,
-                           size_t err_len)
+/* Parameters [begin, begin + count) of a checkpoint of version 2 into out,
+ * from the shards that hold them: the shards must follow each other in rank
+ * order and cover all n_params, which is checked as far as the range reaches
+ * (and to the end when it is the whole). */
+static int read_shards(const char *ck, const io_ckpt_meta *got, int64_t begin, int64_t count,
+                       float *out, char *err, size_t err_len)
 {
     char path[CKPT_PATH_MAX + 32];
-    int64_t next = 0;
-    for (int r = 0; r < got->world_size; r++) {
+    int64_t next = 0, end = begin + count;
+    for (int r = 0; r < got->world_size && (next < end || count == got->n_params); r++) {
         snprintf(path, sizeof path, "%s/shard-%d.h5", ck, r);
         int version = 0, rc = -1;
-        int64_t stored_rank = -1, begin = -1, len = -1;
+        int64_t stored_rank = -1, at = -1, len = -1, found = 0;
         hid_t f = open_checked(path, &version, err, err_len);
         if (f >= 0 && !io_h5_read_attr_int(f, path, "rank", &stored_rank, err, err_len) &&
-            !io_h5_read_attr_int(f, path, "shard_begin", &begin, err, err_len) &&
+            !io_h5_read_attr_int(f, path, "shard_begin", &at, err, err_len) &&
             !io_h5_read_attr_int(f, path, "shard_len", &len, err, err_len)) {
-            if (stored_rank != r || begin != next || len < 0 || len > got->n_params - next)
+            if (stored_rank != r || at != next || len < 0 || len > got->n_params - next) {
                 set_err(err, err_len,
                         "%s holds rank %" PRId64 "'s shard [%" PRId64 ", +%" PRId64
                         "), expected rank %d's, from %" PRId64 " within %" PRId64 " parameters",
-                        path, stored_rank, begin, len, r, next, got->n_params);
-            else
-                rc = read_floats(f, path, "params", params + begin, len, "shard_len", err, err_len);
+                        path, stored_rank, at, len, r, next, got->n_params);
+            } else {
+                /* the part of [begin, end) this shard holds */
+                int64_t lo = begin > at ? begin : at, hi = end < at + len ? end : at + len;
+                rc = read_floats_at(f, path, "params", hi > lo ? out + (lo - begin) : NULL,
+                                    hi > lo ? lo - at : 0, hi > lo ? hi - lo : 0, len, &found, err,
+                                    err_len);
+                if (rc == -2)
+                    set_err(err, err_len,
+                            "%s: /params holds %" PRId64 " values, shard_len says %" PRId64, path,
+                            found, len);
+            }
         }
-        if (close_read(f, path, rc, err, err_len) != 0) return -1;
+        if (close_read(f, path, rc == 0 ? 0 : -1, err, err_len) != 0) return -1;
         next += len;
     }
-    if (next == got->n_params) return 0;
+    if (next >= end && (count != got->n_params || next == got->n_params)) return 0;
     set_err(err, err_len, "the shards of %s hold %" PRId64 " of its %" PRId64 " parameters", ck,
             next, got->n_params);
     return -1;
@@ -717,7 +728,8 @@ int io_checkpoint_read_model(const char *dir, int64_t step, const io_ckpt_meta *
          read_floats(f, path, "params", params, got.n_params, "n_params", err, err_len) == 0))
         config = io_h5_read_string_dataset(f, path, "config", err, err_len);
     rc = close_read(f, path, config ? 0 : -1, err, err_len);
-    if (rc == 0 && version >= 2 && params) rc = assemble_params(ck, &got, params, err, err_len);
+    if (rc == 0 && version >= 2 && params)
+        rc = read_shards(ck, &got, 0, got.n_params, params, err, err_len);
     if (rc != 0) {
         free(config);
         return -1;
@@ -748,24 +760,32 @@ static int read_moments(hid_t f, const char *path, int64_t shard_len, float *m, 
                : 0;
 }
 
-/* Version 1: the parameters of the shard from model.h5's whole /params. */
-static int read_params_v1(const char *ck, int64_t shard_begin, int64_t shard_len, float *params,
-                          char *err, size_t err_len)
+int io_checkpoint_read_params(const char *dir, int64_t step, int64_t begin, int64_t count,
+                              float *out, char *err, size_t err_len)
 {
-    char path[CKPT_PATH_MAX + 32];
+    char ck[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
+    if (committed_dir(ck, sizeof ck, dir, step, err, err_len) != 0) return -1;
     snprintf(path, sizeof path, "%s/model.h5", ck);
+    io_h5_quiet();
     int version = 0, rc = -1;
-    int64_t n = 0, found = 0;
+    io_ckpt_meta got = {0};
+    int64_t found = 0;
     hid_t f = open_checked(path, &version, err, err_len);
-    if (f >= 0 && io_h5_read_attr_int(f, path, "n_params", &n, err, err_len) == 0) {
-        rc = shard_begin + shard_len <= n ? read_floats_at(f, path, "params", params, shard_begin,
-                                                           shard_len, n, &found, err, err_len)
-                                          : -1;
-        if (rc == -2 || shard_begin + shard_len > n)
-            set_err(err, err_len, "%s: /params does not hold [%" PRId64 ", %" PRId64 ")", path,
-                    shard_begin, shard_begin + shard_len);
+    if (f >= 0 && read_model_meta(f, path, version, &got, err, err_len) == 0) {
+        if (begin < 0 || count < 0 || count > got.n_params - begin || (count > 0 && !out))
+            set_err(err, err_len,
+                    "checkpoint %s: no parameters [%" PRId64 ", %" PRId64 ") among its %" PRId64,
+                    ck, begin, begin + count, got.n_params);
+        else if (version >= 2)
+            rc = 0;
+        else if ((rc = read_floats_at(f, path, "params", out, begin, count, got.n_params, &found,
+                                      err, err_len)) == -2)
+            set_err(err, err_len, "%s: /params holds %" PRId64 " values, n_params says %" PRId64,
+                    path, found, got.n_params);
     }
-    return close_read(f, path, rc != 0 ? -1 : 0, err, err_len);
+    rc = close_read(f, path, rc == 0 ? 0 : -1, err, err_len);
+    if (rc == 0 && version >= 2) rc = read_shards(ck, &got, begin, count, out, err, err_len);
+    return rc;
 }
 
 int io_checkpoint_read_rank(const char *dir, int64_t step, int rank, int64_t shard_begin,
@@ -789,7 +809,7 @@ int io_checkpoint_read_rank(const char *dir, int64_t step, int rank, int64_t sha
         rc = read_floats(f, path, "params", params, shard_len, "shard_len", err, err_len);
     if (rc == 0 && (m || v)) rc = read_moments(f, path, shard_len, m, v, err, err_len);
     rc = close_read(f, path, rc, err, err_len);
-    if (rc == 0 && params && version == 1)
-        rc = read_params_v1(ck, shard_begin, shard_len, params, err, err_len);
+    if (rc == 0 && params && version == 1) /* from model.h5's whole /params */
+        rc = io_checkpoint_read_params(dir, step, shard_begin, shard_len, params, err, err_len);
     return rc;
 }

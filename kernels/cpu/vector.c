@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #ifdef __SANITIZE_ADDRESS__
-#include <sanitizer/allocator_interface.h>
+/* AddressSanitizer's own count of the heap in use (its runtime exports it;
+ * the header that declares it is not always installed) */
+size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 #include "kernels/arena.h"

@@ -363,15 +363,24 @@ static void each_element(const hf_tensor *t, element_fn fn, void *ctx)
                     fn(ctx, r * t->cols + c, t->at + c * t->ld + t->col0 + r);
 }
 
+/* Where t's elements fall in our parameters: [*first, *end). */
+static void footprint(const hf_tensor *t, int64_t *first, int64_t *end)
+{
+    *first = t->at + t->col0;
+    *end = t->transposed ? t->at + (t->cols - 1) * t->ld + t->col0 + t->rows : t->at + elements(t);
+}
+
+/* The parameters [begin, end) take their elements from s, into out [end - begin]. */
 typedef struct {
     const io_st_tensor *s;
-    float *params;
+    int64_t begin, end;
+    float *out;
 } scatter_ctx;
 
 static void scatter_one(void *ctx, int64_t i, int64_t j)
 {
     scatter_ctx *x = ctx;
-    x->params[j] = element(x->s, i);
+    if (j >= x->begin && j < x->end) x->out[j - x->begin] = element(x->s, i);
 }
 
 static int shape_matches(const hf_tensor *t, const io_st_tensor *s)
@@ -380,8 +389,10 @@ static int shape_matches(const hf_tensor *t, const io_st_tensor *s)
                    : s->rank == 1 && s->shape[0] == t->rows;
 }
 
-static int read_tensor(const io_st_model *st, const char *path, const hf_tensor *t, float *params,
-                       char *err, size_t err_len)
+/* Tensor t checked against the file, and what of it falls in [begin, end) of
+ * our parameters read into out [end - begin]. */
+static int read_tensor(const io_st_model *st, const char *path, const hf_tensor *t, int64_t begin,
+                       int64_t end, float *out, char *err, size_t err_len)
 {
     io_st_tensor s;
     if (io_st_find(st, t->name, &s) != 0)
@@ -401,7 +412,10 @@ static int read_tensor(const io_st_model *st, const char *path, const hf_tensor 
         return bu_fail(err, err_len, "%s: tensor '%s' has shape [%s], config.json gives [%s]",
                        s.path, t->name, got, want);
     }
-    scatter_ctx x = {&s, params};
+    int64_t first, last;
+    footprint(t, &first, &last);
+    if (first >= end || last <= begin) return 0;
+    scatter_ctx x = {&s, begin, end, out};
     each_element(t, scatter_one, &x);
     return 0;
 }
@@ -427,13 +441,19 @@ static int check_all_used(const io_st_model *st, const hf_tensor *t, int64_t n, 
 int hf_weights_read(const char *path, const model_layout *m, float *params, char *err,
                     size_t err_len)
 {
+    return hf_weights_read_range(path, m, 0, m->n_params, params, err, err_len);
+}
+
+int hf_weights_read_range(const char *path, const model_layout *m, int64_t begin, int64_t end,
+                          float *out, char *err, size_t err_len)
+{
     int64_t n = 0;
     hf_tensor *t = hf_tensors(m, &n);
     if (!t) return bu_fail(err, err_len, "out of memory for the tensor table");
     io_st_model *st = io_st_model_open(path, err, err_len);
     int rc = st ? check_all_used(st, t, n, err, err_len) : -1;
     for (int64_t k = 0; k < n && rc == 0; k++)
-        rc = read_tensor(st, path, &t[k], params, err, err_len);
+        rc = read_tensor(st, path, &t[k], begin, end, out, err, err_len);
     io_st_model_close(st);
     free(t);
     return rc;

@@ -46,6 +46,10 @@ int hf_config_read(const char *path, hf_config *out, char *err, size_t err_len);
  * otherwise refused naming the tensor. 0, or -1 with err. */
 int hf_weights_read(const char *path, const model_layout *m, float *params, char *err,
                     size_t err_len);
+/* The same for the parameters [begin, end) alone, into out [end - begin]:
+ * every tensor checked, only those that reach into the range read. */
+int hf_weights_read_range(const char *path, const model_layout *m, int64_t begin, int64_t end,
+                          float *out, char *err, size_t err_len);
 
 /* What `burst convert --to hf` writes. */
 typedef struct {

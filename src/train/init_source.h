@@ -37,6 +37,10 @@ int init_source_config(const init_source *s, const train_config *base, train_con
  * are not of m's shape. */
 int init_source_params(const init_source *s, const model_layout *m, float *params, char *err,
                        size_t err_len);
+/* The same for the parameters [begin, end) alone, into out [end - begin]:
+ * what a rank of zero = 3 holds, read without the whole model. */
+int init_source_params_range(const init_source *s, const model_layout *m, int64_t begin,
+                             int64_t end, float *out, char *err, size_t err_len);
 /* [model] init_from applied to c: its model keys taken (train_config_take_model).
  * Nothing to do without init_from. */
 int init_source_take_model(train_config *c, char *err, size_t err_len);

@@ -244,13 +244,15 @@ static bt_status gather_params(void *ctx, void *window, int64_t begin, int64_t e
     return st;
 }
 
-/* The parameters of [model] init_from, read by every rank. */
-static int init_source_take_params(trainer *t, float *host, char *err, size_t err_len)
+/* The parameters [begin, end) of [model] init_from into host [end - begin],
+ * read by every rank. */
+static int init_source_take_params(trainer *t, float *host, int64_t begin, int64_t end, char *err,
+                                   size_t err_len)
 {
     init_source s;
     char why[1024];
     if (init_source_open(t->cfg.init_from, &s, why, sizeof why) == 0 &&
-        init_source_params(&s, &t->model, host, why, sizeof why) == 0)
+        init_source_params_range(&s, &t->model, begin, end, host, why, sizeof why) == 0)
         return 0;
     snprintf(err, err_len, "[model] init_from: %s", why);
     return -1;
@@ -268,50 +270,54 @@ static int upload_bf16(trainer *t, const float *host)
     return rc;
 }
 
-/* zero = 3, no init_from: this rank's masters initialised alone, without the
- * whole model on the host: in place on the host, through a copy of the
- * shard to a device. */
+/* zero = 3: this rank's masters alone, initialised or read from [model]
+ * init_from, without the whole model on the host: in place on the host,
+ * through a copy of the shard to a device. */
 static int init_own_masters(trainer *t, char *err, size_t err_len)
 {
+    const train_config *c = &t->cfg;
     int64_t begin, end;
     zero1_shard(t->opt, &begin, &end);
-    if (!t->choices.on_device) {
-        model_init_params_range(&t->model, zero1_masters(t->opt), begin, end, t->cfg.seed,
-                                t->cfg.init_std);
-        return 0;
-    }
     size_t bytes = (size_t)(end > begin ? end - begin : 1) * sizeof(float);
-    float *own = bu_calloc(bytes, "the parameters' initial values", err, err_len);
+    float *own = !t->choices.on_device
+                     ? zero1_masters(t->opt)
+                     : bu_calloc(bytes, "the parameters' initial values", err, err_len);
     if (!own) return -1;
-    model_init_params_range(&t->model, own, begin, end, t->cfg.seed, t->cfg.init_std);
-    int failed = zero1_set_masters(t->opt, own) != 0;
-    free(own);
-    if (failed) snprintf(err, err_len, "cannot copy the parameters to the optimizer's memory");
+    int failed = 0;
+    if (!c->init_from[0])
+        model_init_params_range(&t->model, own, begin, end, c->seed, c->init_std);
+    else
+        failed = init_source_take_params(t, own, begin, end, err, err_len) != 0;
+    if (!failed && t->choices.on_device && zero1_set_masters(t->opt, own) != 0) {
+        snprintf(err, err_len, "cannot copy the parameters to the optimizer's memory");
+        failed = 1;
+    }
+    if (own != zero1_masters(t->opt)) free(own);
     return failed ? -1 : 0;
 }
 
-/* The parameters, initialised (on the host, then copied to the device; with
- * bf16 parameters or zero = 3, into the optimizer's masters, and rounded). */
+/* The parameters, initialised or read from [model] init_from (on the host,
+ * then copied to the device; with bf16 parameters into the optimizer's
+ * masters too, and rounded; at zero = 3 the rank's masters alone). */
 static int init_params(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
-    if (t->param_windows && !c->init_from[0]) return init_own_masters(t, err, err_len);
+    if (t->param_windows) return init_own_masters(t, err, err_len);
     size_t bytes = (size_t)t->model.n_params * sizeof(float);
-    float *host = t->choices.on_device || t->param_windows
+    float *host = t->choices.on_device
                       ? bu_calloc(bytes, "the parameters' initial values", err, err_len)
                       : t->params;
     if (!host) return -1;
     if (!c->init_from[0]) {
         model_init_params(&t->model, host, c->seed, c->init_std);
-    } else if (init_source_take_params(t, host, err, err_len) != 0) {
+    } else if (init_source_take_params(t, host, 0, t->model.n_params, err, err_len) != 0) {
         if (host != t->params) free(host);
         return -1;
     }
     if (host == t->params) return 0;
-    int failed = t->param_windows ? zero1_set_params(t->opt, host, NULL) != 0
-                 : !t->params16   ? bk_device_upload(&t->queue, t->params, host, bytes) != BK_OK
-                 : t->opt         ? zero1_set_params(t->opt, host, t->params16) != 0
-                                  : upload_bf16(t, host) != 0;
+    int failed = !t->params16 ? bk_device_upload(&t->queue, t->params, host, bytes) != BK_OK
+                 : t->opt     ? zero1_set_params(t->opt, host, t->params16) != 0
+                              : upload_bf16(t, host) != 0;
     free(host);
     if (failed) snprintf(err, err_len, "cannot copy the parameters to the device");
     return failed ? -1 : 0;

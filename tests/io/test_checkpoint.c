@@ -726,6 +726,42 @@ START_TEST(weights_only_and_missing_shards)
 }
 END_TEST
 
+/* Any range of the parameters reads back, across the shards of another world
+ * (3 ranks here) and from a checkpoint of version 1; past the end is refused. */
+START_TEST(any_range_of_the_parameters_reads_back)
+{
+    enum { N = 1000 };
+    static float p[N], got[N + 1];
+    fill(p, N, 7, 11);
+    write_ckpt(7, 3, N, 0, 11); /* shards [0, 333), [333, 666), [666, 1000) */
+    char err[512] = "";
+    const int64_t ranges[][2] = {{0, N},   {0, 1},   {332, 2}, {333, 333}, {100, 800},
+                                 {999, 1}, {500, 0}, {0, 0},   {666, 334}};
+    for (size_t i = 0; i < sizeof ranges / sizeof *ranges; i++) {
+        int64_t b = ranges[i][0], c = ranges[i][1];
+        memset(got, 0xff, sizeof got);
+        ck_assert_msg(io_checkpoint_read_params(ckdir, 7, b, c, got, err, sizeof err) == 0,
+                      "[%lld, +%lld): %s", (long long)b, (long long)c, err);
+        ck_assert_msg(memcmp(got, p + b, (size_t)c * sizeof *p) == 0, "[%lld, +%lld) differs",
+                      (long long)b, (long long)c);
+        uint32_t past;
+        memcpy(&past, &got[c], sizeof past);
+        ck_assert_msg(past == 0xffffffffu, "[%lld, +%lld) wrote past its end", (long long)b,
+                      (long long)c);
+    }
+    ck_assert_int_eq(io_checkpoint_read_params(ckdir, 7, 990, 11, got, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "no parameters [990, 1001) among its 1000"), "%s", err);
+
+    static float m[N], v[N];
+    fill(m, N, 5, 2), fill(v, N, 5, 3), fill(p, N, 5, 1);
+    test_remove_tree(ckdir);
+    write_version_1(N, p, m, v);
+    ck_assert_msg(io_checkpoint_read_params(ckdir, 5, 250, 600, got, err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert(memcmp(got, p + 250, 600 * sizeof *p) == 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("checkpoint");
@@ -736,6 +772,6 @@ int main(void)
                     killed_commit_then_same_step_again, same_step_written_again,
                     killed_at_a_random_moment, mismatches_are_refused, missing_or_bad_latest,
                     corrupt_files_give_clean_errors, version_1_is_read,
-                    weights_only_and_missing_shards);
+                    weights_only_and_missing_shards, any_range_of_the_parameters_reads_back);
     return check_run(s);
 }

@@ -15,6 +15,9 @@
 #   stages: a run from the import at another theta, seq_len and cp starts
 #     from its parameters bit for bit; resuming it with another theta is
 #     refused, and so is an init_from whose shape differs from a key given;
+#   zero = 3: each rank reads its shard of the weights alone (a folder, a
+#     checkpoint, the shards of another world) and trains with the losses
+#     zero = 1 prints (4 decimals), on 1 and 3 ranks;
 #   bad inputs (truncated file, tensor of another dtype, shape, missing or
 #     extra, a config key we do not compute, an export over a folder in use)
 #     exit 2 naming what is wrong and leave no output behind.
@@ -148,6 +151,25 @@ expect 2 "rope_theta" "$BURST" run -n 2 -- "$BURST" train --set model.init_from=
     --set train.min_lr=0 --set train.weight_decay=0 --set train.checkpoint_dir=stage --resume
 expect 2 "[model] d_model = 128, but ck-a has 64" "$BURST" train --set model.init_from=ck-a \
     --set model.d_model=128 --print-config
+
+# ---- zero = 3: each rank reads its shard of init_from alone (from a Hugging
+# Face folder, a checkpoint of one shard, and stage's two shards read by
+# another world) and trains as zero = 1, which reads the whole: the same
+# printed losses
+# losses() SOURCE RANKS ZERO: the losses of 2 steps from SOURCE
+losses() {
+    "$BURST" run -n "$2" -- "$BURST" train --set model.init_from="$1" --set data.source=hdf5 \
+        --set data.path=c.h5 --set data.seq_len=$SEQ --set parallel.dp="$2" --set train.steps=2 \
+        --set train.warmup_steps=1 --set train.lr=0.01 --set parallel.zero="$3" 2>&1 |
+        sed -n 's/.*step *\([0-9]\)\/2  loss \([0-9.]*\).*/\1:\2/p' | tr '\n' ' '
+}
+for src in a ck-a stage; do
+    for ranks in 1 3; do
+        want=$(losses $src $ranks 1) got=$(losses $src $ranks 3)
+        if [ -n "$want" ] && [ "$got" = "$want" ]; then echo "ok: zero = 3 from $src on $ranks: $got"
+        else fail "zero = 3 from $src on $ranks ranks: '$got', zero = 1: '$want'"; fi
+    done
+done
 
 # ---- bad inputs: exit 2, the culprit named, nothing written
 bad() { # bad FOLDER NEEDLE
