@@ -175,6 +175,9 @@ typedef struct {
     void *ctx;
 } model_grads;
 
+/* The floats of the embedding [V D] (with a tied head's): ZeRO's embedding
+ * window. */
+int64_t model_embed_floats(const model_layout *m);
 /* The floats of the windowed gradients' bucket: the longest range but the
  * embedding's (a layer, or the tail). */
 int64_t model_grad_bucket_floats(const model_layout *m);

@@ -40,10 +40,15 @@ int model_layout_init(model_layout *m, const model_dims *d)
     return 0;
 }
 
+int64_t model_embed_floats(const model_layout *m)
+{
+    return (int64_t)m->dims.vocab * m->dims.d_model;
+}
+
 int64_t model_window_offset(const model_layout *m, int64_t at, int64_t begin, int64_t end,
                             int *in_embed)
 {
-    int64_t embed_end = m->embed + (int64_t)m->dims.vocab * m->dims.d_model;
+    int64_t embed_end = m->embed + model_embed_floats(m);
     *in_embed = at >= m->embed && at < embed_end;
     if (*in_embed) return at - m->embed;
     return at >= begin && at < end ? at - begin : -1;

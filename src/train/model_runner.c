@@ -96,7 +96,7 @@ static void add_region(wide_region *out, int *k, float *wide, int64_t *total, in
  * their floats. */
 static int wide_regions(const model_layout *m, float *wide, wide_region *out, int64_t *total)
 {
-    int64_t D = m->dims.d_model, VD = (int64_t)m->dims.vocab * D;
+    int64_t D = m->dims.d_model, VD = model_embed_floats(m);
     int k = 0;
     *total = 0;
     for (int l = 0; l < m->dims.layers; l++) {

@@ -339,7 +339,7 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
     size_t before = held_now(t);
     void *params = model_buffer(t, m->params, "the parameters", err, err_len);
     t->held.params = held_now(t) - before;
-    int64_t embed = (int64_t)c->vocab * c->d_model;
+    int64_t embed = model_embed_floats(&t->model);
     size_t elem = t->choices.bf16_matmul ? 2 : 4;
     if (trainer_zero_stage(t) == 3)
         t->param_windows = params;

@@ -126,9 +126,8 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
     int stage = trainer_zero_stage(t);
     /* zero >= 2: the embedding's window and the bucket (trainer_bind_gradients),
      * the same windows for the parameters at zero = 3 (make_buffers) */
-    int64_t embed = (int64_t)t->cfg.vocab * t->cfg.d_model,
-            bucket = model_grad_bucket_floats(&t->model), windows = embed + bucket,
-            grad_floats = stage >= 2 ? windows : t->model.n_params,
+    int64_t embed = model_embed_floats(&t->model), bucket = model_grad_bucket_floats(&t->model),
+            windows = embed + bucket, grad_floats = stage >= 2 ? windows : t->model.n_params,
             param_count = stage == 3 ? windows : t->model.n_params;
     m->zero_stage = stage;
     m->grads = (size_t)grad_floats * sizeof(float);

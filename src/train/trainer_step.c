@@ -146,7 +146,7 @@ static bt_status range_done(void *ctx, float *grad, int64_t begin, int64_t end)
 
 void trainer_bind_gradients(trainer *t)
 {
-    int64_t embed = (int64_t)t->cfg.vocab * t->cfg.d_model;
+    int64_t embed = model_embed_floats(&t->model);
     if (!t->grads)
         t->grad_sink = (model_grads){NULL, NULL, NULL, NULL, NULL};
     else if (trainer_zero_stage(t) >= 2)
