@@ -61,12 +61,11 @@ struct zero1 {
     uint16_t *work16; /* bf16 parameters, padded != n: the all-gather's buffer [padded]
                        * (its padding stays zero), else NULL */
     zero1_sharding sharding;
-    float *stage; /* bf16 parameters, stage 3: [gather_floats], else NULL */
 };
 
 /* Which buffers a rank of z's shape needs (zero1_sharding). */
 typedef struct {
-    int work, work16, master, stage;
+    int work, work16, master;
 } zero1_needs;
 
 static zero1_needs needs_of(const zero1 *z, bk_dtype param_type, zero1_sharding sh)
@@ -74,8 +73,7 @@ static zero1_needs needs_of(const zero1 *z, bk_dtype param_type, zero1_sharding 
     int padded = z->padded != z->n, bf16 = param_type == BK_BF16;
     return (zero1_needs){.work = padded && (sh.stage == 1 || (sh.stage == 2 && !bf16)),
                          .work16 = padded && bf16 && sh.stage < 3,
-                         .master = bf16 || sh.stage == 3,
-                         .stage = bf16 && sh.stage == 3};
+                         .master = bf16 || sh.stage == 3};
 }
 
 /* Zeroed floats [count] in z's memory, never NULL for a zero count (NULL:
@@ -113,7 +111,6 @@ size_t zero1_bytes(int64_t n_params, int size, int rank, bk_dtype param_type,
     if (need.work) floats += z.padded;
     if (need.master) floats += own > 0 ? own : 1;
     if (need.work16) floats += halves(z.padded);
-    if (need.stage) floats += sharding.gather_floats > 0 ? sharding.gather_floats : 1;
     return (size_t)floats * sizeof(float);
 }
 
@@ -134,7 +131,6 @@ void zero1_free(zero1 *z)
     bk_free(&z->q, z->work);
     bk_free(&z->q, z->master);
     bk_free(&z->q, z->work16);
-    bk_free(&z->q, z->stage);
     free(z);
 }
 
@@ -181,8 +177,7 @@ zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
     zero1 *z = calloc(1, sizeof *z);
     int ok = z != NULL && n_params >= 0 && hparams_valid(hp) &&
              (param_type == BK_F32 || param_type == BK_BF16) && sharding.stage >= 1 &&
-             sharding.stage <= 3 &&
-             (param_type == BK_F32 || sharding.stage < 3 || sharding.gather_floats > 0);
+             sharding.stage <= 3;
     if (ok) {
         z->q = q ? *q : bk_host_queue();
         z->mem = z->q.where == BK_DEVICE ? BT_MEM_DEVICE : BT_MEM_HOST;
@@ -203,10 +198,8 @@ zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
         if (need.master) z->master = zalloc(z, own);
         /* zeroed, so the padding the all-gather carries is zeros */
         if (need.work16) z->work16 = (uint16_t *)zalloc(z, halves(z->padded));
-        if (need.stage) z->stage = zalloc(z, sharding.gather_floats);
         ok = z->m && z->v && z->gshard && (!need.work || z->work) && (!need.master || z->master) &&
-             (!need.work16 || z->work16) && (!need.stage || z->stage) &&
-             build_runs(z, decay_mask) == 0;
+             (!need.work16 || z->work16) && build_runs(z, decay_mask) == 0;
     }
     /* Every rank must agree on the size and on success, or none proceeds:
      * [n, -n, failed] reduced with MAX. */
@@ -405,27 +398,30 @@ int zero1_set_params(zero1 *z, const float *full, uint16_t *params)
     return failed ? -1 : 0;
 }
 
+size_t zero1_window_bytes(int64_t count, bk_dtype param_type)
+{
+    size_t bytes = (size_t)(count > 0 ? count : 0) * (param_type == BK_BF16 ? 2 : 4);
+    return (bytes + 7) / 8 * 8;
+}
+
 bt_status zero1_gather_range(zero1 *z, void *window, int64_t begin, int64_t end)
 {
     if (!z || z->sharding.stage != 3 || begin < 0 || end < begin || end > z->n ||
-        (end > begin && !window))
+        (end > begin && (!window || (uintptr_t)window % 8 != 0)))
         return BT_ERR_ARG;
     int bf16 = z->param_type == BK_BF16;
-    int64_t piece = bf16 ? z->sharding.gather_floats : end - begin;
-    for (int64_t b = begin; b < end; b += piece) {
-        int64_t e = end - b < piece ? end : b + piece, count = e - b;
-        float *sum = bf16 ? z->stage : (float *)window + (b - begin);
-        int64_t lo = b > z->begin ? b : z->begin, hi = e < z->end ? e : z->end;
-        KERNEL(bk_fill(&z->q, count, sum, 0.0f));
-        if (lo < hi)
-            KERNEL(bk_copy(&z->q, sum + (lo - b), z->master + (lo - z->begin),
-                           (size_t)(hi - lo) * sizeof(float)));
-        KERNEL(queue_drained(z));
-        bt_status st = bt_allreduce_mem(z->comm, sum, (size_t)count, BT_F32, BT_SUM, z->mem);
-        if (st != BT_OK) return st;
-        if (bf16) KERNEL(bk_round_bf16(&z->q, count, sum, (uint16_t *)window + (b - begin)));
-    }
-    return BT_OK;
+    size_t words = zero1_window_bytes(end - begin, z->param_type) / 8;
+    int64_t lo = begin > z->begin ? begin : z->begin, hi = end < z->end ? end : z->end;
+    /* zeros (fp32 zeros are zero bits), then this rank's own bits */
+    KERNEL(bk_fill(&z->q, (int64_t)words * 2, window, 0.0f));
+    if (lo < hi && bf16)
+        KERNEL(bk_round_bf16(&z->q, hi - lo, z->master + (lo - z->begin),
+                             (uint16_t *)window + (lo - begin)));
+    else if (lo < hi)
+        KERNEL(bk_copy(&z->q, (float *)window + (lo - begin), z->master + (lo - z->begin),
+                       (size_t)(hi - lo) * sizeof(float)));
+    KERNEL(queue_drained(z));
+    return bt_allreduce_mem(z->comm, window, words, BT_I64, BT_SUM, z->mem);
 }
 
 bt_status zero1_gather_params(zero1 *z, float *full)

@@ -38,11 +38,9 @@ typedef struct zero1 zero1;
  * the gradients reduce-scattered from a whole buffer at the step; 2 the
  * gradients, summed range by range (zero1_add_range); 3 the parameters too:
  * this rank keeps the fp32 masters of its shard and no step all-gathers
- * them; a pass gathers the range it uses (zero1_gather_range), with bf16
- * parameters through an fp32 staging buffer of gather_floats floats. */
+ * them; a pass gathers the range it uses (zero1_gather_range). */
 typedef struct {
-    int stage;             /* 1, 2 or 3 */
-    int64_t gather_floats; /* stage 3, bf16 parameters: the staging buffer's floats */
+    int stage; /* 1, 2 or 3 */
 } zero1_sharding;
 
 /* n_params parameters of param_type (BK_F32 or BK_BF16); decay_mask
@@ -85,12 +83,18 @@ bt_status zero1_clear_gradients(zero1 *z);
 bt_status zero1_add_range(zero1 *z, float *grad, int64_t begin, int64_t end);
 size_t zero1_range_bytes(int64_t count, int size);
 /* Stage 3: the parameters [begin, end) of every rank's masters into window
- * [end - begin] (fp32, or rounded to bf16 with bf16 parameters), in the
- * optimizer's memory: each rank contributes its part of the range and zeros
- * elsewhere to an all-reduce (sum), in pieces of gather_floats with bf16
- * parameters. Collective over the communicator, the same ranges on every
- * rank in the same order. */
+ * (fp32, or rounded to bf16 with bf16 parameters; zero1_window_bytes of them,
+ * 8-byte aligned), in the optimizer's memory. Every parameter has one owner,
+ * so each rank writes the bits of its part of the range and zeros elsewhere,
+ * and an integer sum over the ranks (an all-reduce of 64-bit words, which
+ * adds disjoint bit fields without a carry) leaves every rank with each
+ * owner's bits exactly: -0 and NaN included, and with bf16 parameters half
+ * the bytes of an fp32 sum, through no staging buffer. Collective over the
+ * communicator, the same ranges on every rank in the same order. */
 bt_status zero1_gather_range(zero1 *z, void *window, int64_t begin, int64_t end);
+/* The bytes of a window zero1_gather_range fills with up to count parameters
+ * of param_type: whole 8-byte words. */
+size_t zero1_window_bytes(int64_t count, bk_dtype param_type);
 
 /* bf16 parameters or stage 3 (where the optimizer keeps masters).
  * zero1_set_params: this rank's masters from the fp32 parameters full
@@ -116,7 +120,7 @@ size_t zero1_state_bytes(const zero1 *z);
  * not a multiple of size, the padded work buffer (stage 1, and fp32
  * parameters at stage 2) and the bf16 all-gather buffer (bf16 parameters,
  * stages 1 and 2); the masters of the shard (bf16 parameters, or stage 3);
- * the staging buffer (bf16 parameters at stage 3). */
+ * nothing more at stage 3. */
 size_t zero1_bytes(int64_t n_params, int size, int rank, bk_dtype param_type,
                    zero1_sharding sharding);
 /* Bytes a step allocates while it runs (the transport's reduce-scatter). */

@@ -339,8 +339,7 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
     size_t before = held_now(t);
     void *params = model_buffer(t, m->params, "the parameters", err, err_len);
     t->held.params = held_now(t) - before;
-    int64_t embed = model_embed_floats(&t->model);
-    size_t elem = t->choices.bf16_matmul ? 2 : 4;
+    size_t embed_bytes = trainer_param_window_bytes(t, model_embed_floats(&t->model));
     if (trainer_zero_stage(t) == 3)
         t->param_windows = params;
     else if (t->choices.bf16_matmul)
@@ -348,8 +347,7 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
     else
         t->params = params;
     if (t->param_windows) {
-        t->param_gather =
-            (model_gather){params, (char *)params + (size_t)embed * elem, gather_params, t};
+        t->param_gather = (model_gather){params, (char *)params + embed_bytes, gather_params, t};
         model_runner_gather(t->runner, &t->param_gather);
     }
     before = held_now(t);

@@ -203,8 +203,11 @@ int trainer_zero_stage(const trainer *t);
  * [train] checkpoint_dir, or 0 when there is none to read (resuming will say
  * why). */
 int trainer_checkpoint_zero_stage(const trainer *t);
-/* What the optimizer shards (zero1_sharding): the stage, and the bucket's
- * floats for gathering bf16 parameters. */
+/* zero = 3: the bytes of a parameter window of count parameters, which the
+ * optimizer's gathers fill in whole words (zero1_window_bytes); the bucket
+ * follows the embedding's window at that offset. */
+size_t trainer_param_window_bytes(const trainer *t, int64_t count);
+/* What the optimizer shards (zero1_sharding): the stage. */
 zero1_sharding trainer_sharding(const trainer *t);
 
 /* What one step did, the same on every rank. */

@@ -112,10 +112,14 @@ int trainer_zero_stage(const trainer *t)
     return t->opts.forward_only ? 1 : t->zero_stage;
 }
 
+size_t trainer_param_window_bytes(const trainer *t, int64_t count)
+{
+    return zero1_window_bytes(count, t->choices.bf16_matmul ? BK_BF16 : BK_F32);
+}
+
 zero1_sharding trainer_sharding(const trainer *t)
 {
-    /* bf16 parameters gather through fp32 pieces of one bucket */
-    return (zero1_sharding){trainer_zero_stage(t), model_grad_bucket_floats(&t->model)};
+    return (zero1_sharding){trainer_zero_stage(t)};
 }
 
 int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, size_t err_len)
@@ -128,12 +132,14 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
      * the same windows for the parameters at zero = 3 (make_buffers) */
     int64_t embed = model_embed_floats(&t->model), bucket = model_grad_bucket_floats(&t->model),
             windows = embed + bucket, grad_floats = stage >= 2 ? windows : t->model.n_params,
-            param_count = stage == 3 ? windows : t->model.n_params;
+            n = t->model.n_params;
     m->zero_stage = stage;
     m->grads = (size_t)grad_floats * sizeof(float);
     /* bf16: rounded up to whole floats, as the trainer allocates them */
-    m->params = param_type == BK_BF16 ? (size_t)(param_count + 1) / 2 * sizeof(float)
-                                      : (size_t)param_count * sizeof(float);
+    m->params = stage == 3
+                    ? trainer_param_window_bytes(t, embed) + trainer_param_window_bytes(t, bucket)
+                : param_type == BK_BF16 ? (size_t)(n + 1) / 2 * sizeof(float)
+                                        : (size_t)n * sizeof(float);
     m->optimizer =
         zero1_bytes(t->model.n_params, t->world_size, t->rank, param_type, trainer_sharding(t));
     m->reduce_copy = stage >= 2 ? zero1_range_bytes(embed > bucket ? embed : bucket, t->world_size)

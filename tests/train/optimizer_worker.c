@@ -10,7 +10,9 @@
  *     leaves parameters and moments unchanged (the next step still matches);
  *   - bf16 parameters (zero1_step_bf16, given the same gradients) are at every
  *     step the fp32 parameters rounded, bit for bit, and the masters gathered
- *     (zero1_gather_params) are the fp32 parameters, bit for bit.
+ *     (zero1_gather_params) are the fp32 parameters, bit for bit;
+ *   - stage 3's gathers (zero1_gather_range) copy each owner's bits exactly,
+ *     fp32 or rounded to bf16, -0, NaN, infinities and subnormals included.
  * Cases: n = 1001 (not a multiple of P) with a patchy decay mask and clipping,
  * n = 12 (a multiple of P = 1..4: the unpadded path), n = 3 (empty shards at
  * P = 4), no mask, no clipping. Prints "ok optimizer on P ranks" on rank 0. */
@@ -157,8 +159,8 @@ static void run_case(const test_case *tc)
         rp[i] = params[i];
     }
 
-    zero1 *z = zero1_create(comm, n, mask, &hp, NULL, BK_F32, (zero1_sharding){1, 0});
-    zero1 *z16 = zero1_create(comm, n, mask, &hp, NULL, BK_BF16, (zero1_sharding){1, 0});
+    zero1 *z = zero1_create(comm, n, mask, &hp, NULL, BK_F32, (zero1_sharding){1});
+    zero1 *z16 = zero1_create(comm, n, mask, &hp, NULL, BK_BF16, (zero1_sharding){1});
     if (!z || !z16) {
         fprintf(stderr, "rank %d: %s: zero1_create failed\n", rank, tc->name);
         exit(1);
@@ -250,6 +252,50 @@ static void run_case(const test_case *tc)
     free(rv);
 }
 
+/* Stage 3's gathers copy every owner's bits exactly: -0, a NaN, infinities
+ * and a subnormal among the masters, fp32 as they are and bf16 rounded as
+ * bk_float_to_bf16 rounds, over ranges across the shards' edges, of odd
+ * lengths, empty; a window that is not 8-byte aligned is refused. */
+static void gather_case(int64_t n)
+{
+    bt_comm *comm = bt_world_comm(world);
+    zero1_hparams hp = {0.9, 0.95, 1e-8, 0.0, 0.0};
+    float *full = malloc((size_t)n * sizeof *full);
+    uint64_t *window = calloc((size_t)n / 2 + 2, sizeof *window);
+    for (int64_t i = 0; i < n; i++) full[i] = (float)(uni(7, (uint64_t)i, 0, 0) - 0.5);
+    const float planted[] = {-0.0f, NAN, INFINITY, -INFINITY, 1e-42f};
+    for (int k = 0; k < 5 && k < n; k++) full[(k * 7 + 1) % n] = planted[k];
+    const int64_t ranges[][2] = {{0, n},     {1, n - 1},     {n / 3, n / 3 + 3},
+                                 {n - 1, n}, {n / 2, n / 2}, {0, 1}};
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        zero1 *z =
+            zero1_create(comm, n, NULL, &hp, NULL, bf16 ? BK_BF16 : BK_F32, (zero1_sharding){3});
+        int64_t b = 0, e = 0;
+        if (z) zero1_shard(z, &b, &e);
+        EXPECT(z && zero1_set_masters(z, full + b) == 0, "n=%lld: a stage-3 optimizer failed",
+               (long long)n);
+        for (size_t r = 0; z && r < sizeof ranges / sizeof *ranges; r++) {
+            int64_t lo = ranges[r][0], hi = ranges[r][1] < n ? ranges[r][1] : n;
+            if (hi < lo) continue;
+            EXPECT(zero1_gather_range(z, window, lo, hi) == BT_OK, "gather [%lld, %lld) failed",
+                   (long long)lo, (long long)hi);
+            for (int64_t i = lo; i < hi; i++) {
+                uint32_t want = bf16 ? bk_float_to_bf16(full[i]) : bk_float_to_bits(full[i]);
+                uint32_t got = bf16 ? ((uint16_t *)window)[i - lo]
+                                    : bk_float_to_bits(((float *)window)[i - lo]);
+                EXPECT(got == want, "n=%lld %s: [%lld, %lld): parameter %lld is %08x, not %08x",
+                       (long long)n, bf16 ? "bf16" : "fp32", (long long)lo, (long long)hi,
+                       (long long)i, got, want);
+            }
+        }
+        EXPECT(!z || zero1_gather_range(z, (char *)window + 2, 0, 1) == BT_ERR_ARG,
+               "a misaligned window was not refused");
+        zero1_free(z);
+    }
+    free(window);
+    free(full);
+}
+
 int main(void)
 {
     worker_init("optimizer_worker");
@@ -261,6 +307,7 @@ int main(void)
         {"n=3 unmasked unclipped", 3, 0, 0.0, 2},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) run_case(&cases[c]);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) gather_case(cases[c].n);
 
     int64_t total_failures = worker_finish();
     if (rank == 0 && total_failures == 0) printf("ok optimizer on %d ranks\n", size);
