@@ -82,11 +82,14 @@ static int fits_at_stage(const plan_args *a, const train_config *cfg, trainer *t
     if (trainer_plan_offline(t, a->ranks, a->ranks / a->per_node, err, err_len) != 0) return -1;
     /* what trainer_check_memory compares, with the arena's margin on a device
      * (trainer_make_arena takes the two together) */
-    double total = (double)trainer_memory_total(&t->mem);
-    if (cfg->limit_bytes > 0 && total > (double)cfg->limit_bytes) return 0;
-    if (t->choices.on_device)
-        return (double)(trainer_arena_bytes(&t->mem) + t->mem.nccl) <= (double)a->device_bytes;
-    return total <= (double)a->host_bytes / a->per_node;
+    int on_device = t->choices.on_device;
+    double need[MEMORY_KINDS],
+        room[MEMORY_KINDS] = {cfg->limit_bytes > 0 ? (double)cfg->limit_bytes : -1,
+                              on_device ? (double)a->device_bytes : -1,
+                              on_device ? -1 : (double)a->host_bytes / a->per_node};
+    trainer_memory_needs(&t->mem, on_device, need);
+    if (on_device) need[MEMORY_DEVICE] = (double)(trainer_arena_bytes(&t->mem) + t->mem.nccl);
+    return trainer_memory_verdict(need, room) < 0;
 }
 
 /* The verdict for cfg, as fits_at_stage; with zero = auto, at the smallest
@@ -153,9 +156,15 @@ static void report(const plan_args *a, const trainer *t, int ok)
         char basis[256];
         trainer_nccl_bytes(t, basis, sizeof basis);
         printf("NCCL's buffers, estimated from its settings: %s\n", basis);
-    } else
+    }
+    double host = (double)trainer_host_bytes(&t->mem, t->choices.on_device);
+    if (t->choices.on_device)
+        printf("host per rank: %s outside the device (at most: the gradient reduction's copy "
+               "counted whole; not compared)\n",
+               bu_human_bytes(host, h[1], 32));
+    else
         printf("host per rank: %s of %s (a node's %s over %d ranks)\n",
-               bu_human_bytes((double)trainer_memory_total(&t->mem), h[1], 32),
+               bu_human_bytes(host, h[1], 32),
                bu_human_bytes((double)a->host_bytes / a->per_node, h[2], 32),
                bu_human_bytes((double)a->host_bytes, h[3], 32), a->per_node);
     printf("fits: %s\n", ok ? "yes" : "no");
@@ -172,14 +181,15 @@ static int report_json(const plan_args *a, const trainer *t, int ok, int64_t lon
     for (int i = 0; i < n; i++)
         json_object_set_new(parts, list[i].key, json_integer((json_int_t)list[i].bytes));
     json_t *o = json_pack(
-        "{s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:b, s:I, s:I, s:b, s:o, s:I, s:I, "
+        "{s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:b, s:I, s:I, s:b, s:o, s:I, s:I, s:I, "
         "s:I, s:I, s:I, s:b, s:I}",
         "preset", c->preset, "parameters", (json_int_t)t->model.n_params, "ranks", a->ranks,
         "gpus_per_node", a->per_node, "dp", c->dp, "cp", c->cp, "zero", trainer_zero_stage(t),
         "zero_auto", t->zero_chosen != NULL, "sequence", (json_int_t)c->seq_len, "tokens_per_rank",
         (json_int_t)t->layout.n, "on_device", t->choices.on_device, "parts", parts, "total",
         (json_int_t)trainer_memory_total(&t->mem), "arena",
-        (json_int_t)(t->choices.on_device ? trainer_arena_bytes(&t->mem) : 0), "device_memory",
+        (json_int_t)(t->choices.on_device ? trainer_arena_bytes(&t->mem) : 0), "host_per_rank",
+        (json_int_t)trainer_host_bytes(&t->mem, t->choices.on_device), "device_memory",
         (json_int_t)a->device_bytes, "host_memory", (json_int_t)a->host_bytes, "limit_bytes",
         (json_int_t)c->limit_bytes, "fits", ok, "longest_sequence", (json_int_t)longest);
     if (!o || json_dumpf(o, stdout, JSON_INDENT(2)) != 0) {

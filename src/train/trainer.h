@@ -152,6 +152,19 @@ int trainer_check_memory(trainer *t, char *err, size_t err_len);
 /* Collective: whether every rank's need, as trainer_check_memory compares
  * it, fits: 1, 0, or -1 when the world failed. */
 int trainer_memory_fits(trainer *t);
+/* The three needs of a rank the memory check compares, each with its room:
+ * the total (with [memory] limit_bytes), on a device the device parts and
+ * NCCL's buffers (with the GPU's share), and the host's parts (with the
+ * node's share: on the CPU the total, on a device the rest). */
+enum { MEMORY_TOTAL, MEMORY_DEVICE, MEMORY_HOST, MEMORY_KINDS };
+void trainer_memory_needs(const trainer_memory *m, int on_device, double need[MEMORY_KINDS]);
+/* The first kind whose need exceeds its room (a room < 0 is not compared), or
+ * -1 when everything fits: the one verdict of the run's check and of `burst
+ * plan memory`. */
+int trainer_memory_verdict(const double need[MEMORY_KINDS], const double room[MEMORY_KINDS]);
+/* The host's part of m: everything on the CPU, the parts outside the device
+ * arena and NCCL's on a device. */
+size_t trainer_host_bytes(const trainer_memory *m, int on_device);
 /* Collective, on a device (else nothing): the arena of trainer_arena_bytes,
  * taken now and set on the queue the runner, the optimizer and the trainer's
  * buffers use; 0, or EXIT_USAGE on every rank when any rank could not take

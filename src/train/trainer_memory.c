@@ -160,80 +160,94 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
     return 0;
 }
 
-/* The memory a rank's state lives in, and the share of it each rank may
- * take: on a GPU its free memory over the ranks that drive it, else the
- * node's available memory over the node's ranks (also for the emulated
- * device, whose memory is the host's unless BK_EMU_DEVICE_BYTES gives it
- * some). *share < 0: unknown. */
-static const char *memory_share(const trainer *t, double *share)
+size_t trainer_host_bytes(const trainer_memory *m, int on_device)
+{
+    size_t total = trainer_memory_total(m);
+    return on_device ? total - trainer_device_bytes(m) - m->nccl : total;
+}
+
+void trainer_memory_needs(const trainer_memory *m, int on_device, double need[MEMORY_KINDS])
+{
+    need[MEMORY_TOTAL] = (double)trainer_memory_total(m);
+    need[MEMORY_DEVICE] = on_device ? (double)(trainer_device_bytes(m) + m->nccl) : 0;
+    need[MEMORY_HOST] = (double)trainer_host_bytes(m, on_device);
+}
+
+int trainer_memory_verdict(const double need[MEMORY_KINDS], const double room[MEMORY_KINDS])
+{
+    for (int k = 0; k < MEMORY_KINDS; k++)
+        if (room[k] >= 0 && need[k] > room[k]) return k;
+    return -1;
+}
+
+/* The room of each kind a rank of t may take: [memory] limit_bytes for the
+ * total (-1: none); on a device a GPU's free memory over the ranks that drive
+ * it (the emulated device's is the host's unless BK_EMU_DEVICE_BYTES gives it
+ * some), on the CPU the node's available memory over its ranks; -1 where
+ * unknown or not compared. The host's part of a device run is not compared:
+ * its largest piece, the gradient reduction's copy, is the whole buffer
+ * staged at once, an upper bound of what the staging pool's pieces or NCCL
+ * take. */
+static void memory_room(const trainer *t, double room[MEMORY_KINDS])
 {
     int local = bt_world_local_size(t->world);
     local = local > 0 ? local : 1;
     size_t free_bytes, total;
-    if (t->choices.on_device && bk_device_memory(&free_bytes, &total) == BK_OK) {
-        int sharing = (local + t->device_count - 1) / t->device_count;
-        *share = (double)free_bytes / sharing;
-        return "a device has free for each of the ranks that drive it";
-    }
-    double avail = trainer_available_bytes();
-    *share = avail > 0 ? avail / local : -1;
-    return "a node has available for each of its ranks";
+    room[MEMORY_TOTAL] = t->cfg.limit_bytes > 0 ? (double)t->cfg.limit_bytes : -1;
+    room[MEMORY_DEVICE] = -1;
+    if (t->choices.on_device && bk_device_memory(&free_bytes, &total) == BK_OK)
+        room[MEMORY_DEVICE] =
+            (double)free_bytes / ((local + t->device_count - 1) / t->device_count);
+    double avail = t->choices.on_device ? -1 : trainer_available_bytes();
+    room[MEMORY_HOST] = avail > 0 ? avail / local : -1;
 }
 
-/* The need compared with the share of memory_share, agreed over the world:
- * need[0] the largest total, need[1] the largest need where the share is (on
- * a device the parts that live there; the arena adds its margin when it is
- * taken), *share the smallest share (< 0: unknown). 0, or -1 when the world
- * failed. */
-static int agree_on_need(trainer *t, double need[2], double *share, const char **where)
+/* need and room agreed over the world: every rank's largest need of each kind
+ * against the smallest room. 0, or -1 when the world failed. */
+static int agree_on_need(trainer *t, double need[MEMORY_KINDS], double room[MEMORY_KINDS])
 {
-    *where = memory_share(t, share);
-    double total = (double)trainer_memory_total(&t->mem),
-           there =
-               t->choices.on_device ? (double)(trainer_device_bytes(&t->mem) + t->mem.nccl) : total;
-    /* [largest total, largest need where the share is, -smallest share], reduced with MAX */
-    double v[3] = {total, there, *share >= 0 ? -*share : -INFINITY};
-    if (bt_allreduce(bt_world_comm(t->world), v, 3, BT_F64, BT_MAX) != BT_OK) return -1;
-    need[0] = v[0], need[1] = v[1], *share = -v[2];
+    trainer_memory_needs(&t->mem, t->choices.on_device, need);
+    memory_room(t, room);
+    /* largest needs and -smallest rooms (unknown: -inf), reduced with MAX */
+    double v[2 * MEMORY_KINDS];
+    for (int k = 0; k < MEMORY_KINDS; k++)
+        v[k] = need[k], v[MEMORY_KINDS + k] = room[k] >= 0 ? -room[k] : -INFINITY;
+    if (bt_allreduce(bt_world_comm(t->world), v, 2 * MEMORY_KINDS, BT_F64, BT_MAX) != BT_OK)
+        return -1;
+    for (int k = 0; k < MEMORY_KINDS; k++)
+        need[k] = v[k], room[k] = isinf(v[MEMORY_KINDS + k]) ? -1 : -v[MEMORY_KINDS + k];
     return 0;
-}
-
-static int over_limit(const trainer *t, const double need[2])
-{
-    return t->cfg.limit_bytes > 0 && need[0] > (double)t->cfg.limit_bytes;
 }
 
 int trainer_memory_fits(trainer *t)
 {
-    double need[2], share;
-    const char *where;
-    if (agree_on_need(t, need, &share, &where) != 0) return -1;
-    return !over_limit(t, need) && need[1] <= share;
+    double need[MEMORY_KINDS], room[MEMORY_KINDS];
+    if (agree_on_need(t, need, room) != 0) return -1;
+    return trainer_memory_verdict(need, room) < 0;
 }
 
 int trainer_check_memory(trainer *t, char *err, size_t err_len)
 {
-    const train_config *c = &t->cfg;
-    double need2[2], share;
-    const char *where;
-    if (agree_on_need(t, need2, &share, &where) != 0) {
+    static const char *const kinds[MEMORY_KINDS] = {"", " of device memory", " of host memory"};
+    static const char *const rooms[MEMORY_KINDS] = {
+        "[memory] limit_bytes", "a device has free for each of the ranks that drive it",
+        "a node has available for each of its ranks"};
+    double need[MEMORY_KINDS], room[MEMORY_KINDS];
+    if (agree_on_need(t, need, room) != 0) {
         snprintf(err, err_len, "%s", bt_world_error(t->world));
         return EXIT_RUN_FAILURE;
     }
-    int over = over_limit(t, need2);
-    if (!over && need2[1] <= share) return 0;
-    double need = over ? need2[0] : need2[1];
-    const char *kind = !over && t->choices.on_device ? " of device memory" : "";
-    char parts[512], h_need[32], h_have[32], have[160];
+    int k = trainer_memory_verdict(need, room);
+    if (k < 0) return 0;
+    char parts[512], h_need[32], h_room[32];
     trainer_memory_parts(&t->mem, parts, sizeof parts);
-    if (over)
-        snprintf(have, sizeof have, "more than [memory] limit_bytes = %lld (%s)",
-                 (long long)c->limit_bytes, bu_human_bytes((double)c->limit_bytes, h_have, 32));
-    else
-        snprintf(have, sizeof have, "more than %s (%s)", where,
-                 bu_human_bytes(share, h_have, sizeof h_have));
-    snprintf(err, err_len, "a rank needs %.0f bytes%s (%s) at ZeRO stage %d, %s: %s", need, kind,
-             bu_human_bytes(need, h_need, sizeof h_need), trainer_zero_stage(t), have, parts);
+    const char *eq = k == MEMORY_TOTAL ? " = " : "";
+    char limit[32] = "";
+    if (k == MEMORY_TOTAL) snprintf(limit, sizeof limit, "%lld", (long long)t->cfg.limit_bytes);
+    snprintf(err, err_len,
+             "a rank needs %.0f bytes%s (%s) at ZeRO stage %d, more than %s%s%s (%s): %s", need[k],
+             kinds[k], bu_human_bytes(need[k], h_need, sizeof h_need), trainer_zero_stage(t),
+             rooms[k], eq, limit, bu_human_bytes(room[k], h_room, sizeof h_room), parts);
     return trainer_fail_together(t, t->rank == 0, 0, err, err_len);
 }
 

@@ -349,8 +349,8 @@ START_TEST(plan_memory_counts_nccls_buffers)
 END_TEST
 
 /* --json: the same report as one object, bytes exact: every part of the text
- * by key, the total their sum with the larger transient, the verdict and the
- * exit status alike. */
+ * by key, the total their sum with the larger transient (on the CPU all of it
+ * the host's), the verdict and the exit status alike. */
 START_TEST(plan_memory_speaks_json)
 {
     for (int tight = 0; tight <= 1; tight++) {
@@ -384,7 +384,8 @@ START_TEST(plan_memory_speaks_json)
         ck_assert_msg(json_integer_value(json_object_get(o, "total")) == sum &&
                           json_is_boolean(json_object_get(o, "fits")) &&
                           json_boolean_value(json_object_get(o, "fits")) == !tight &&
-                          json_integer_value(json_object_get(o, "zero")) == 2,
+                          json_integer_value(json_object_get(o, "zero")) == 2 &&
+                          json_integer_value(json_object_get(o, "host_per_rank")) == sum,
                       "%s", r.out);
         json_decref(o);
         test_run_free(&r);
