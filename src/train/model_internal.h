@@ -77,6 +77,9 @@ struct model_runner {
     const uint16_t *p16; /* or bf16 (bf16_matmul); both NULL when gathered: */
     const model_gather *gather;           /* the windows (model_runner_gather), or NULL */
     int64_t gathered_begin, gathered_end; /* the range the bucket holds */
+    int embed_gathered;                   /* the embedding's window holds the parameters of the last
+                                             runner_use_params that refreshed them (a step's micro-batches
+                                             gather it once) */
     model_memory mem;    /* what the buffers below take, counted as they are made */
     model_memory held;   /* what its arena handed out for each part, when it has one */
     int allocate;        /* make the buffers (1) or only count them (0) */

@@ -67,6 +67,7 @@ bt_status runner_use_params(model_runner *r, model_params p, int refresh)
     if (r->gather) { /* the windows, filled by runner_gather */
         if (p.f32 || p.bf16) return BT_ERR_ARG;
         r->gathered_begin = r->gathered_end = 0;
+        if (refresh) r->embed_gathered = 0;
         return BT_OK;
     }
     if (r->cfg.bf16_matmul ? !p.bf16 || p.f32 : !p.f32 || p.bf16) return BT_ERR_ARG;
@@ -84,6 +85,7 @@ void model_runner_gather(model_runner *r, const model_gather *g)
     r->gather = g;
     r->P = NULL, r->p16 = NULL;
     r->gathered_begin = r->gathered_end = 0;
+    r->embed_gathered = 0;
 }
 
 /* Gathered: the element offset of `at` in the window that holds it, and the
@@ -115,11 +117,13 @@ bt_status runner_gather(model_runner *r, int64_t begin, int64_t end)
 {
     if (!r->gather) return BT_OK;
     int embed = begin == r->m->embed;
+    if (embed && r->embed_gathered) return BT_OK; /* the same parameters, still there */
     void *window = embed ? r->gather->embed : r->gather->bucket;
     if (!embed) r->gathered_begin = r->gathered_end = 0; /* until filled */
     bt_status st = r->gather->fill(r->gather->ctx, window, begin, end);
     if (st != BT_OK) return st;
     if (!embed) r->gathered_begin = begin, r->gathered_end = end;
+    r->embed_gathered |= embed;
     for (int i = 0; i < r->n_regions; i++) { /* bf16: the fp32 copies of the range's regions */
         const wide_region *g = &r->regions[i];
         if (g->at >= begin && g->at < end)

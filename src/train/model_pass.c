@@ -239,7 +239,7 @@ static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
 {
     const model_dims *d = &r->m->dims;
     int64_t n = r->n, D = r->D, QD = r->QD, first_kept = n - r->n_kept;
-    bt_status st = runner_gather(r, r->m->embed, r->m->embed + r->V * D);
+    bt_status st = runner_gather(r, r->m->embed, r->m->embed + model_embed_floats(r->m));
     if (st != BT_OK) return st;
     CHECK_KERNEL(bk_embedding_gather(r->cfg.queue, n, r->V, D, tokens,
                                      runner_param32(r, r->m->embed), r->x));
@@ -405,7 +405,7 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params,
                                  int64_t *n_valid, model_step_stats *stats)
 {
     const model_layout *m = r->m;
-    int64_t embed_end = m->embed + r->V * r->D;
+    int64_t embed_end = m->embed + model_embed_floats(m);
     if (mb < 0 || mb >= r->cfg.micro_batches || !grads ||
         (!grads->whole && (!grads->embed || !grads->bucket || !grads->complete)))
         return BT_ERR_ARG;
