@@ -192,22 +192,22 @@ static int write_floats(hid_t file, const char *path, const char *name, const fl
 /* ---- HDF5 helpers: reading. ---- */
 
 /* Reads [begin, begin + count) of the 1-D float dataset name, which must hold
- * exactly n elements; out may be NULL to check the shape only. Returns 0, -1
- * on an HDF5 failure (err says which), or -2 with *found set when the length
- * differs. */
+ * exactly n elements (`what` says which attribute gives n, for the message
+ * when it holds another number); out may be NULL to check the shape only. 0,
+ * or -1 with err. */
 static int read_floats_at(hid_t file, const char *path, const char *name, float *out, int64_t begin,
-                          int64_t count, int64_t n, int64_t *found, char *err, size_t err_len)
+                          int64_t count, int64_t n, const char *what, char *err, size_t err_len)
 {
     hid_t d = io_h5_open_dataset(file, path, name, H5P_DEFAULT, err, err_len);
     if (d < 0) return -1;
     int rc = -1;
     hid_t space = H5Dget_space(d), mem = -1;
+    hsize_t dims[1] = {0};
     if (space >= 0) {
-        hsize_t dims[1] = {0}, start[1] = {(hsize_t)begin}, len[1] = {(hsize_t)count};
+        hsize_t start[1] = {(hsize_t)begin}, len[1] = {(hsize_t)count};
         if (H5Sget_simple_extent_ndims(space) == 1 &&
             H5Sget_simple_extent_dims(space, dims, NULL) == 1) {
             if ((int64_t)dims[0] != n) {
-                *found = (int64_t)dims[0];
                 rc = -2;
             } else if (!out || count == 0) {
                 rc = 0;
@@ -221,20 +221,17 @@ static int read_floats_at(hid_t file, const char *path, const char *name, float 
     }
     H5Dclose(d);
     if (rc == -1) io_h5_fail(err, err_len, path, "reading the 1-D dataset /%s", name);
-    return rc;
+    if (rc == -2)
+        set_err(err, err_len, "%s: /%s holds %" PRId64 " values, %s says %" PRId64, path, name,
+                (int64_t)dims[0], what, n);
+    return rc == 0 ? 0 : -1;
 }
 
-/* The whole dataset: exactly n elements, named in err when it has another
- * length. */
+/* The whole dataset: exactly n elements. */
 static int read_floats(hid_t file, const char *path, const char *name, float *out, int64_t n,
                        const char *what, char *err, size_t err_len)
 {
-    int64_t found = 0;
-    int rc = read_floats_at(file, path, name, out, 0, n, n, &found, err, err_len);
-    if (rc == -2)
-        set_err(err, err_len, "%s: /%s holds %" PRId64 " values, %s says %" PRId64, path, name,
-                found, what, n);
-    return rc == 0 ? 0 : -1;
+    return read_floats_at(file, path, name, out, 0, n, n, what, err, err_len);
 }
 
 /* Closes a file written for a checkpoint and fsyncs it. */
@@ -325,11 +322,10 @@ static int write_shard(const char *path, int rank, int64_t shard_begin, int64_t 
 }
 
 /* The arguments of write_rank, named in err when they cannot be written. */
-static int shard_args_ok(const char *tmp, int rank, const io_ckpt_meta *meta, int64_t shard_begin,
-                         int64_t shard_len, const float *params, const float *m, const float *v,
-                         char *err, size_t err_len)
+static int shard_args_ok(const char *tmp, int rank, const io_ckpt_meta *meta, int weights_only,
+                         int64_t shard_begin, int64_t shard_len, const float *params,
+                         const float *m, const float *v, char *err, size_t err_len)
 {
-    int weights_only = meta ? meta->weights_only : !m;
     if (rank < 0 || shard_begin < 0 || shard_len < 0 ||
         (shard_len > 0 && (!params || (!weights_only && (!m || !v))))) {
         set_err(err, err_len, "checkpoint %s: bad shard of rank %d ([%" PRId64 ", +%" PRId64 ")",
@@ -350,7 +346,9 @@ int io_checkpoint_write_rank(const char *dir, int64_t step, int rank, const io_c
 {
     char tmp[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
     if (step_path(tmp, sizeof tmp, dir, step, ".tmp", NULL, err, err_len) != 0) return -1;
-    if (!shard_args_ok(tmp, rank, meta, shard_begin, shard_len, params, m, v, err, err_len))
+    int weights_only = meta ? meta->weights_only : !m;
+    if (!shard_args_ok(tmp, rank, meta, weights_only, shard_begin, shard_len, params, m, v, err,
+                       err_len))
         return -1;
     if (rank == 0 && meta->step != step) {
         set_err(err, err_len,
@@ -369,7 +367,6 @@ int io_checkpoint_write_rank(const char *dir, int64_t step, int rank, const io_c
         snprintf(path, sizeof path, "%s/model.h5", tmp);
         rc = write_model(path, meta, err, err_len);
     }
-    int weights_only = meta ? meta->weights_only : !m;
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/shard-%d.h5", tmp, rank);
         rc = write_shard(path, rank, shard_begin, shard_len, params, weights_only ? NULL : m,
@@ -622,16 +619,24 @@ static int read_model_meta(hid_t f, const char *path, int version, io_ckpt_meta 
     return 0;
 }
 
-/* The attributes of a rank's file (shard-R.h5, or optim-R.h5 of version 1)
- * must name this rank and this run's shard. */
+/* The attributes of a rank's file (shard-R.h5, or optim-R.h5 of version 1):
+ * the rank that wrote it and its shard [*begin, *begin + *len). */
+static int read_shard_attrs(hid_t f, const char *path, int64_t *rank, int64_t *begin, int64_t *len,
+                            char *err, size_t err_len)
+{
+    return io_h5_read_attr_int(f, path, "rank", rank, err, err_len) ||
+                   io_h5_read_attr_int(f, path, "shard_begin", begin, err, err_len) ||
+                   io_h5_read_attr_int(f, path, "shard_len", len, err, err_len)
+               ? -1
+               : 0;
+}
+
+/* A rank's file must name this rank and this run's shard. */
 static int check_shard(hid_t f, const char *path, int rank, int64_t shard_begin, int64_t shard_len,
                        char *err, size_t err_len)
 {
     int64_t stored_rank = -1, begin = -1, len = -1;
-    if (io_h5_read_attr_int(f, path, "rank", &stored_rank, err, err_len) ||
-        io_h5_read_attr_int(f, path, "shard_begin", &begin, err, err_len) ||
-        io_h5_read_attr_int(f, path, "shard_len", &len, err, err_len))
-        return -1;
+    if (read_shard_attrs(f, path, &stored_rank, &begin, &len, err, err_len) != 0) return -1;
     if (stored_rank != rank) {
         set_err(err, err_len, "%s belongs to rank %" PRId64 ", not %d", path, stored_rank, rank);
         return -1;
@@ -658,11 +663,9 @@ static int read_shards(const char *ck, const io_ckpt_meta *got, int64_t begin, i
     for (int r = 0; r < got->world_size && (next < end || count == got->n_params); r++) {
         snprintf(path, sizeof path, "%s/shard-%d.h5", ck, r);
         int version = 0, rc = -1;
-        int64_t stored_rank = -1, at = -1, len = -1, found = 0;
+        int64_t stored_rank = -1, at = -1, len = -1;
         hid_t f = open_checked(path, &version, err, err_len);
-        if (f >= 0 && !io_h5_read_attr_int(f, path, "rank", &stored_rank, err, err_len) &&
-            !io_h5_read_attr_int(f, path, "shard_begin", &at, err, err_len) &&
-            !io_h5_read_attr_int(f, path, "shard_len", &len, err, err_len)) {
+        if (f >= 0 && read_shard_attrs(f, path, &stored_rank, &at, &len, err, err_len) == 0) {
             if (stored_rank != r || at != next || len < 0 || len > got->n_params - next) {
                 set_err(err, err_len,
                         "%s holds rank %" PRId64 "'s shard [%" PRId64 ", +%" PRId64
@@ -672,12 +675,8 @@ static int read_shards(const char *ck, const io_ckpt_meta *got, int64_t begin, i
                 /* the part of [begin, end) this shard holds */
                 int64_t lo = begin > at ? begin : at, hi = end < at + len ? end : at + len;
                 rc = read_floats_at(f, path, "params", hi > lo ? out + (lo - begin) : NULL,
-                                    hi > lo ? lo - at : 0, hi > lo ? hi - lo : 0, len, &found, err,
-                                    err_len);
-                if (rc == -2)
-                    set_err(err, err_len,
-                            "%s: /params holds %" PRId64 " values, shard_len says %" PRId64, path,
-                            found, len);
+                                    hi > lo ? lo - at : 0, hi > lo ? hi - lo : 0, len, "shard_len",
+                                    err, err_len);
             }
         }
         if (close_read(f, path, rc == 0 ? 0 : -1, err, err_len) != 0) return -1;
@@ -760,8 +759,8 @@ static int read_moments(hid_t f, const char *path, int64_t shard_len, float *m, 
                : 0;
 }
 
-int io_checkpoint_read_params(const char *dir, int64_t step, int64_t begin, int64_t count,
-                              float *out, char *err, size_t err_len)
+int io_checkpoint_read_params(const char *dir, int64_t step, const io_ckpt_meta *expect,
+                              int64_t begin, int64_t count, float *out, char *err, size_t err_len)
 {
     char ck[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 32];
     if (committed_dir(ck, sizeof ck, dir, step, err, err_len) != 0) return -1;
@@ -769,21 +768,20 @@ int io_checkpoint_read_params(const char *dir, int64_t step, int64_t begin, int6
     io_h5_quiet();
     int version = 0, rc = -1;
     io_ckpt_meta got = {0};
-    int64_t found = 0;
     hid_t f = open_checked(path, &version, err, err_len);
-    if (f >= 0 && read_model_meta(f, path, version, &got, err, err_len) == 0) {
+    if (f >= 0 && read_model_meta(f, path, version, &got, err, err_len) == 0 &&
+        check_expected(ck, path, step, &got, expect, err, err_len) == 0) {
         if (begin < 0 || count < 0 || count > got.n_params - begin || (count > 0 && !out))
             set_err(err, err_len,
                     "checkpoint %s: no parameters [%" PRId64 ", %" PRId64 ") among its %" PRId64,
                     ck, begin, begin + count, got.n_params);
         else if (version >= 2)
             rc = 0;
-        else if ((rc = read_floats_at(f, path, "params", out, begin, count, got.n_params, &found,
-                                      err, err_len)) == -2)
-            set_err(err, err_len, "%s: /params holds %" PRId64 " values, n_params says %" PRId64,
-                    path, found, got.n_params);
+        else
+            rc = read_floats_at(f, path, "params", out, begin, count, got.n_params, "n_params", err,
+                                err_len);
     }
-    rc = close_read(f, path, rc == 0 ? 0 : -1, err, err_len);
+    rc = close_read(f, path, rc, err, err_len);
     if (rc == 0 && version >= 2) rc = read_shards(ck, &got, begin, count, out, err, err_len);
     return rc;
 }
@@ -810,6 +808,7 @@ int io_checkpoint_read_rank(const char *dir, int64_t step, int rank, int64_t sha
     if (rc == 0 && (m || v)) rc = read_moments(f, path, shard_len, m, v, err, err_len);
     rc = close_read(f, path, rc, err, err_len);
     if (rc == 0 && params && version == 1) /* from model.h5's whole /params */
-        rc = io_checkpoint_read_params(dir, step, shard_begin, shard_len, params, err, err_len);
+        rc = io_checkpoint_read_params(dir, step, NULL, shard_begin, shard_len, params, err,
+                                       err_len);
     return rc;
 }

@@ -49,9 +49,11 @@ int io_checkpoint_read_model(const char *dir, int64_t step, const io_ckpt_meta *
                              io_ckpt_meta *meta, float *params, char *err, size_t err_len);
 /* Reads the parameters [begin, begin + count) into out [count], whatever the
  * world that wrote the checkpoint: from the shards that hold them (version 1:
- * from model.h5's whole /params). A range beyond n_params is refused. */
-int io_checkpoint_read_params(const char *dir, int64_t step, int64_t begin, int64_t count,
-                              float *out, char *err, size_t err_len);
+ * from model.h5's whole /params). A range beyond n_params is refused, and so
+ * is a checkpoint other than expect (may be NULL) as io_checkpoint_read_model
+ * refuses it. */
+int io_checkpoint_read_params(const char *dir, int64_t step, const io_ckpt_meta *expect,
+                              int64_t begin, int64_t count, float *out, char *err, size_t err_len);
 /* Reads rank's shard [shard_begin, shard_begin + shard_len), which must be the
  * one it wrote: the parameters into params and the moments into m and v
  * [shard_len] each; any of the three may be NULL (not read). Asking a

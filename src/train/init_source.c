@@ -132,10 +132,9 @@ int init_source_params_range(const init_source *s, const model_layout *m, int64_
                              int64_t end, float *out, char *err, size_t err_len)
 {
     if (s->kind == INIT_HF) return hf_weights_read_range(s->path, m, begin, end, out, err, err_len);
-    io_ckpt_meta expect = {.n_params = m->n_params}; /* the shape first, whatever the range */
-    if (io_checkpoint_read_model(s->dir, s->step, &expect, NULL, NULL, err, err_len) != 0)
-        return -1;
-    return io_checkpoint_read_params(s->dir, s->step, begin, end - begin, out, err, err_len);
+    io_ckpt_meta expect = {.n_params = m->n_params}; /* the shape, whatever the range */
+    return io_checkpoint_read_params(s->dir, s->step, &expect, begin, end - begin, out, err,
+                                     err_len);
 }
 
 int init_source_take_model(train_config *c, char *err, size_t err_len)

@@ -9,7 +9,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/resource.h>
 
 #include "kernels/arena.h"
@@ -171,19 +170,18 @@ void trainer_report_arena(const trainer *t, const char *when)
 static void held_report(const trainer *t)
 {
     trainer_memory_part counted[TRAINER_MEMORY_PARTS], held[TRAINER_MEMORY_PARTS];
-    int n = trainer_memory_part_list(&t->mem, counted);
     trainer_memory held_mem = t->held;
-    held_mem.zero_stage = t->mem.zero_stage;
-    int h = trainer_memory_part_list(&held_mem, held);
+    held_mem.nccl = t->mem.nccl; /* the same rows as the count's, the optional one too */
+    int n = trainer_memory_part_list(&t->mem, counted);
+    trainer_memory_part_list(&held_mem, held);
     printf("%s at setup, by part (bytes held of counted):",
            t->choices.on_device ? "device arena held" : "heap held");
     const char *sep = " ";
     for (int i = 0; i < n; i++)
-        for (int j = 0; j < h && counted[i].kept; j++)
-            if (strcmp(held[j].key, counted[i].key) == 0) {
-                printf("%s%s %zu of %zu", sep, counted[i].name, held[j].bytes, counted[i].bytes);
-                sep = ", ";
-            }
+        if (counted[i].kept) {
+            printf("%s%s %zu of %zu", sep, counted[i].name, held[i].bytes, counted[i].bytes);
+            sep = ", ";
+        }
     printf("\n");
 }
 

@@ -727,7 +727,8 @@ START_TEST(weights_only_and_missing_shards)
 END_TEST
 
 /* Any range of the parameters reads back, across the shards of another world
- * (3 ranks here) and from a checkpoint of version 1; past the end is refused. */
+ * (3 ranks here) and from a checkpoint of version 1; past the end, or from a
+ * checkpoint of another parameter count than expected, is refused. */
 START_TEST(any_range_of_the_parameters_reads_back)
 {
     enum { N = 1000 };
@@ -740,7 +741,7 @@ START_TEST(any_range_of_the_parameters_reads_back)
     for (size_t i = 0; i < sizeof ranges / sizeof *ranges; i++) {
         int64_t b = ranges[i][0], c = ranges[i][1];
         memset(got, 0xff, sizeof got);
-        ck_assert_msg(io_checkpoint_read_params(ckdir, 7, b, c, got, err, sizeof err) == 0,
+        ck_assert_msg(io_checkpoint_read_params(ckdir, 7, NULL, b, c, got, err, sizeof err) == 0,
                       "[%lld, +%lld): %s", (long long)b, (long long)c, err);
         ck_assert_msg(memcmp(got, p + b, (size_t)c * sizeof *p) == 0, "[%lld, +%lld) differs",
                       (long long)b, (long long)c);
@@ -749,15 +750,18 @@ START_TEST(any_range_of_the_parameters_reads_back)
         ck_assert_msg(past == 0xffffffffu, "[%lld, +%lld) wrote past its end", (long long)b,
                       (long long)c);
     }
-    ck_assert_int_eq(io_checkpoint_read_params(ckdir, 7, 990, 11, got, err, sizeof err), -1);
+    ck_assert_int_eq(io_checkpoint_read_params(ckdir, 7, NULL, 990, 11, got, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "no parameters [990, 1001) among its 1000"), "%s", err);
+    io_ckpt_meta other = {.n_params = 999};
+    ck_assert_int_eq(io_checkpoint_read_params(ckdir, 7, &other, 0, 1, got, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "has 1000 parameters, this run 999"), "%s", err);
 
     static float m[N], v[N];
     fill(m, N, 5, 2), fill(v, N, 5, 3), fill(p, N, 5, 1);
     test_remove_tree(ckdir);
     write_version_1(N, p, m, v);
-    ck_assert_msg(io_checkpoint_read_params(ckdir, 5, 250, 600, got, err, sizeof err) == 0, "%s",
-                  err);
+    ck_assert_msg(io_checkpoint_read_params(ckdir, 5, NULL, 250, 600, got, err, sizeof err) == 0,
+                  "%s", err);
     ck_assert(memcmp(got, p + 250, 600 * sizeof *p) == 0);
 }
 END_TEST
