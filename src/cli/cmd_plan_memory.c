@@ -86,7 +86,7 @@ static int fits_at_stage(const plan_args *a, const train_config *cfg, trainer *t
     double need[MEMORY_KINDS],
         room[MEMORY_KINDS] = {cfg->limit_bytes > 0 ? (double)cfg->limit_bytes : -1,
                               on_device ? (double)a->device_bytes : -1,
-                              on_device ? -1 : (double)a->host_bytes / a->per_node};
+                              (double)a->host_bytes / a->per_node};
     trainer_memory_needs(&t->mem, on_device, need);
     if (on_device) need[MEMORY_DEVICE] = (double)(trainer_arena_bytes(&t->mem) + t->mem.nccl);
     return trainer_memory_verdict(need, room) < 0;
@@ -158,15 +158,10 @@ static void report(const plan_args *a, const trainer *t, int ok)
         printf("NCCL's buffers, estimated from its settings: %s\n", basis);
     }
     double host = (double)trainer_host_bytes(&t->mem, t->choices.on_device);
-    if (t->choices.on_device)
-        printf("host per rank: %s outside the device (at most: the gradient reduction's copy "
-               "counted whole; not compared)\n",
-               bu_human_bytes(host, h[1], 32));
-    else
-        printf("host per rank: %s of %s (a node's %s over %d ranks)\n",
-               bu_human_bytes(host, h[1], 32),
-               bu_human_bytes((double)a->host_bytes / a->per_node, h[2], 32),
-               bu_human_bytes((double)a->host_bytes, h[3], 32), a->per_node);
+    printf("host per rank: %s%s of %s (a node's %s over %d ranks)\n",
+           bu_human_bytes(host, h[1], 32), t->choices.on_device ? " outside the device" : "",
+           bu_human_bytes((double)a->host_bytes / a->per_node, h[2], 32),
+           bu_human_bytes((double)a->host_bytes, h[3], 32), a->per_node);
     printf("fits: %s\n", ok ? "yes" : "no");
 }
 

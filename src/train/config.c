@@ -295,6 +295,8 @@ static const field fields[] = {
         "share of local tokens whose attention output and lse are kept for the backward: 0, 0.5 or 1"),
     BOOL("memory", keep_layers, "false", FREE,
         "keep every layer's norms, projections and MLP activations for the backward instead of recomputing them from the layer's stored input (faster, and per layer and token 4 (3 D + Hq*hd + 2 Hkv*hd + 3 F + 2) more bytes)"),
+    BOOL("memory", offload_activations, "false", FREE,
+        "on a device: each layer's stored activations (its input, and the attention output and lse kept by attn_kept_fraction) in page-locked host memory instead of the device's, copied out during the forward and back one layer ahead during the backward on a stream of their own, two layers' worth staying on the device (needs [train] device = cuda)"),
     BOOL("memory", fused_head, "true", FREE,
         "LM head fused with the loss, chunk by chunk (false: the reference head, CPU only)"),
     I64("memory", head_chunk, 1, "1024", FREE,
@@ -955,6 +957,10 @@ static int validate_device(const train_config *c, char *err, size_t err_len)
         return bu_fail(err, err_len,
                        "[memory] fused_head = false needs [train] device = cpu: the "
                        "reference head runs on the host");
+    if (!choose_device(c->device) && c->offload_activations)
+        return bu_fail(err, err_len,
+                       "[memory] offload_activations = true needs [train] device = cuda: the "
+                       "CPU engine's stored activations are in host memory already");
     if (choose_device(c->device) && c->d_model / c->n_heads > 128)
         return bu_fail(err, err_len,
                        "[model] d_model / n_heads = %d: the device's attention takes head "

@@ -86,6 +86,8 @@ typedef struct {
         attn_kept_fraction; /* share of local tokens whose attention O, lse are kept: 0, 0.5, 1 */
     int keep_layers;        /* every layer's intermediates kept for the backward (1), or
                                recomputed from its stored input (0) */
+    int offload_activations; /* on a device, each layer's stored activations in page-locked
+                                host memory, copied out and back on a stream of their own */
     int fused_head;         /* LM head fused with the loss, chunked (1) or the reference (0) */
     int64_t head_chunk;     /* tokens per chunk of logits */
     double z_loss;

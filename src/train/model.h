@@ -80,6 +80,10 @@ typedef struct {
     train_keep keep;             /* attention outputs kept: none, half (zigzag + causal), all */
     int keep_layers;             /* each layer's intermediates kept, not recomputed, for the
                                   * backward ([memory] keep_layers) */
+    int offload_activations;     /* on a device queue: each layer's stored input, kept O
+                                  * and lse in page-locked host memory, through two
+                                  * device slots ([memory] offload_activations); ignored
+                                  * on the host */
     int micro_batches;           /* micro-batches of a step: mb in [0, micro_batches) */
     int fused_head;
     int bf16_matmul; /* bf16 parameters and the layers' matrix products on bf16
@@ -103,6 +107,9 @@ typedef struct {
     size_t ring;        /* the ring's slots, accumulators and position tables */
     size_t head_logits; /* the reference head's logits [n, V] + losses [n], made at each step
                            (0 with the fused head) */
+    size_t offloaded;   /* with offload_activations on a device: every layer's stored input,
+                           kept O and lse in page-locked host memory (stored then counts
+                           the two device slots they pass through instead) */
 } model_memory;
 
 
@@ -154,6 +161,7 @@ void model_runner_gather(model_runner *r, const model_gather *g);
 typedef struct {
     double attn_fwd_s, attn_bwd_s, attn_recompute_s; /* wall time in the ring */
     double attn_wait_s;                              /* exposed communication */
+    double offload_wait_s; /* the host's wait for offloaded inputs coming back: exposed copies */
 } model_step_stats;
 
 /* Where a backward writes the fp32 gradients, in the memory of the runner's

@@ -32,6 +32,14 @@ typedef struct {
     kept_layer kept;        /* with keep_layers; else NULLs */
 } stored_layer;
 
+/* The buffers of a stored set that offloading moves, in one order: e's
+ * input [n, D] and kept O [n_kept, Hq*hd] (act_bytes elements each), and lse
+ * [n_kept, Hq] (fp32; O and lse one element more, so that none is empty):
+ * their addresses in e and their bytes. */
+enum { STORED_SET = 3 };
+void runner_stored_set(const model_runner *r, stored_layer *e, void **buf[STORED_SET],
+                       size_t bytes[STORED_SET]);
+
 /* kept_layer's buffers in one order, the attention part's first: with
  * runner_kept_buffers they are made, copied and freed by one table. */
 enum { KEPT_ATTENTION = 5, KEPT_BUFFERS = 10 };
@@ -80,6 +88,19 @@ struct model_runner {
     int embed_gathered;                   /* the embedding's window holds the parameters of the last
                                              runner_use_params that refreshed them (a step's micro-batches
                                              gather it once) */
+    /* offload_activations on a device: the stored sets (runner_stored_set:
+     * store[l]'s input, kept O and lse) are page-locked host memory, and
+     * layer l's passes through slot[l % 2], a set of the device, copied out
+     * on copy's stream during the forward and back one layer ahead during
+     * the backward (model_pass.c). copied[k]: the copy stream's last copy of
+     * slot k; used[k]: the compute queued before the copy stream's next copy
+     * of slot k. */
+    int offload;
+    int offload_unordered; /* testing aid (BURST_TEST_OFFLOAD_UNORDERED=1): the backward's
+                              compute does not wait for a slot's copy back */
+    stored_layer slot[2];
+    bk_queue copy;
+    void *copied[2], *used[2];
     model_memory mem;    /* what the buffers below take, counted as they are made */
     model_memory held;   /* what its arena handed out for each part, when it has one */
     int allocate;        /* make the buffers (1) or only count them (0) */

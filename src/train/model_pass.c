@@ -6,6 +6,7 @@
  * model_operands.c, which holds every difference bf16 operands make. */
 #include "kernels/device.h"
 #include "src/train/model_internal.h"
+#include "util/clock.h"
 
 static stored_layer *stored(model_runner *r, int layer)
 {
@@ -46,10 +47,64 @@ static bt_status grad_close(const grad_sink *s, float *window, int64_t begin, in
     return s->g->whole ? BT_OK : s->g->complete(s->g->ctx, window, begin, end);
 }
 
+/* Where the device holds layer l's stored set (its input, the kept O and
+ * lse): the stored buffers, or offloaded its slot. The (layer, micro-batch)
+ * key stays in store[l]. */
+static stored_layer *device_stored(model_runner *r, int l)
+{
+    return r->offload ? &r->slot[l % 2] : stored(r, l);
+}
+
+/* Offloaded: the compute's next work on slot k after the copy stream's last
+ * copy of it (out during the forward, in during the backward). */
+static bt_status slot_wait_copied(model_runner *r, int k)
+{
+    CHECK_KERNEL(bk_device_stream_wait_event(r->cfg.queue, r->copied[k]));
+    return BT_OK;
+}
+
+/* Offloaded: layer l's stored set copied out of its slot into its host
+ * buffers (out), or back, on the copy stream, after everything the compute
+ * has queued so far: its writes to the slot, or its last reads of it. */
+static bt_status slot_copy(model_runner *r, int l, int out)
+{
+    int k = l % 2;
+    void **host[STORED_SET], **dev[STORED_SET];
+    size_t bytes[STORED_SET];
+    runner_stored_set(r, stored(r, l), host, bytes);
+    runner_stored_set(r, &r->slot[k], dev, bytes);
+    CHECK_KERNEL(bk_device_event_record(r->used[k], r->cfg.queue));
+    CHECK_KERNEL(bk_device_stream_wait_event(&r->copy, r->used[k]));
+    for (int i = 0; i < STORED_SET; i++)
+        CHECK_KERNEL(out ? bk_device_download_async(&r->copy, *host[i], *dev[i], bytes[i])
+                         : bk_device_upload_async(&r->copy, *dev[i], *host[i], bytes[i]));
+    CHECK_KERNEL(bk_device_event_record(r->copied[k], &r->copy));
+    return BT_OK;
+}
+
+/* Offloaded, as layer l's backward starts: its stored set in its slot for
+ * the compute (the host's wait for the copy counted: the offload's exposed
+ * time), then layer l - 1's on its way into the other slot while layer l
+ * computes, unless the forward left it there (the last two layers' sets). */
+static bt_status slot_arrived(model_runner *r, int l, model_step_stats *stats)
+{
+    int k = l % 2, done = r->offload_unordered ? 1 : bk_device_event_query(r->copied[k]);
+    if (done < 0) return BT_ERR_SYS;
+    if (done == 0) {
+        double start = bu_now();
+        CHECK_KERNEL(bk_device_event_sync(r->copied[k]));
+        stats->offload_wait_s += bu_now() - start;
+    }
+    bt_status st = r->offload_unordered ? BT_OK : slot_wait_copied(r, k);
+    if (st == BT_OK && l >= 1 && l - 1 < r->m->dims.layers - 2) st = slot_copy(r, l - 1, 0);
+    return st;
+}
+
 /* Layer l's input x [n, D], about to enter the layer: stored under (l, mb)
- * when mb >= 0. With bf16 activations x becomes its rounded values, stored or
- * not, so that the backward recomputes the layer from the input the forward
- * computed it from, and a prediction sees what training saw. */
+ * when mb >= 0 (offloaded: into its slot, once the slot's last copy is done).
+ * With bf16 activations x becomes its rounded values, stored or not, so that
+ * the backward recomputes the layer from the input the forward computed it
+ * from, and a prediction sees what training saw. */
 static bt_status enter_layer(model_runner *r, int l, int mb, float *x)
 {
     int64_t D = r->D;
@@ -57,8 +112,11 @@ static bt_status enter_layer(model_runner *r, int l, int mb, float *x)
         stored_layer *e = stored(r, l);
         e->layer = l;
         e->micro_batch = mb;
-        CHECK_KERNEL(runner_keep(r, e->x_in, x, r->n * D));
-        if (r->act_bytes == 2) CHECK_KERNEL(runner_fetch(r, x, e->x_in, r->n * D));
+        void *home = device_stored(r, l)->x_in;
+        bt_status st = r->offload ? slot_wait_copied(r, l % 2) : BT_OK;
+        if (st != BT_OK) return st;
+        CHECK_KERNEL(runner_keep(r, home, x, r->n * D));
+        if (r->act_bytes == 2) CHECK_KERNEL(runner_fetch(r, x, home, r->n * D));
         return BT_OK;
     }
     /* a prediction stores nothing: x rounds through op16, chunk by chunk */
@@ -70,12 +128,15 @@ static bt_status enter_layer(model_runner *r, int l, int mb, float *x)
     return BT_OK;
 }
 
-/* The input of stored layer e in fp32: the stored buffer itself, or widened
- * into r->x (free during the backward). NULL when the device failed. */
-static const float *stored_input(model_runner *r, const stored_layer *e)
+/* Layer l's stored input in fp32 on the queue (offloaded: once back in its
+ * slot): the stored buffer itself, or widened into r->x (free during the
+ * backward). NULL when the device failed. */
+static const float *stored_input(model_runner *r, int l, model_step_stats *stats)
 {
-    if (r->act_bytes != 2) return e->x_in;
-    return runner_fetch(r, r->x, e->x_in, r->n * r->D) == BK_OK ? r->x : NULL;
+    if (r->offload && slot_arrived(r, l, stats) != BT_OK) return NULL;
+    const float *home = device_stored(r, l)->x_in;
+    if (r->act_bytes != 2) return home;
+    return runner_fetch(r, r->x, home, r->n * r->D) == BK_OK ? r->x : NULL;
 }
 
 /* a = RMSNorm(x_in), q, k, v = a W, RoPE on q and k at the global positions. */
@@ -256,11 +317,13 @@ static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
                                 stats);
         if (st != BT_OK) break;
         if (mb >= 0) {
-            stored_layer *e = stored(r, l);
+            stored_layer *e = device_stored(r, l);
             CHECK_KERNEL(runner_keep(r, e->o_kept, r->o + first_kept * QD, r->n_kept * QD));
             CHECK_KERNEL(bk_copy(r->cfg.queue, e->lse_kept, r->lse + first_kept * r->Hq,
                                  (size_t)(r->n_kept * r->Hq) * sizeof(float)));
+            if (r->offload) st = slot_copy(r, l, 1); /* the set whole: out while the MLP runs */
         }
+        if (st != BT_OK) break;
         st = mlp_forward(r, l, r->x, r->x, keep);
     }
     return st;
@@ -365,11 +428,11 @@ static bt_status layer_backward(model_runner *r, int l, int mb, grad_sink *gs,
     model_layer_range(r->m, l, &begin, &end);
     bt_status st = grad_open(r, gs, gs->g->bucket, begin, end);
     if (st == BT_OK) st = runner_gather(r, begin, end);
-    const float *x_in = st == BT_OK ? stored_input(r, e) : NULL;
+    const float *x_in = st == BT_OK ? stored_input(r, l, stats) : NULL;
     if (!x_in) return st != BT_OK ? st : BT_ERR_SYS; /* the device failed */
     kept_layer *kept = r->cfg.keep_layers ? &e->kept : NULL;
     st = kept ? move_attention_part(r, kept, 0) : attention_inputs(r, l, x_in);
-    if (st == BT_OK) st = attention_output_for_backward(r, e, stats);
+    if (st == BT_OK) st = attention_output_for_backward(r, device_stored(r, l), stats);
     if (st == BT_OK) st = mlp_backward(r, l, x_in, kept, gs);
     if (st != BT_OK) return st;
     /* output projection and attention, from dx: now the gradient of x1 */

@@ -181,22 +181,71 @@ static void take_kept(model_runner *r, kept_layer *k)
             take_buffer(r, floats(r->n * width[i]), &r->mem.stored, "the kept layer activations");
 }
 
+/* Page-locked host memory of bytes, counted into *part as take does. */
+static void *take_pinned(model_runner *r, size_t bytes, size_t *part, const char *what)
+{
+    *part += bytes;
+    void *p = NULL;
+    if (!r->allocate || r->failed[0]) return NULL;
+    if (bk_host_pinned_malloc(bytes, &p) == BK_OK) return p;
+    bu_no_memory(r->failed, sizeof r->failed, bytes, what);
+    return NULL;
+}
+
+void runner_stored_set(const model_runner *r, stored_layer *e, void **buf[STORED_SET],
+                       size_t bytes[STORED_SET])
+{
+    size_t a = r->act_bytes;
+    buf[0] = &e->x_in, bytes[0] = (size_t)(r->n * r->D) * a;
+    buf[1] = &e->o_kept, bytes[1] = (size_t)(r->n_kept * r->QD + 1) * a;
+    buf[2] = (void **)&e->lse_kept, bytes[2] = floats(r->n_kept * r->Hq + 1);
+}
+
+/* A stored set into e: device memory, or page-locked host memory (pinned). */
+static void take_stored_set(model_runner *r, stored_layer *e, int pinned, size_t *part,
+                            const char *what)
+{
+    void **buf[STORED_SET];
+    size_t bytes[STORED_SET];
+    runner_stored_set(r, e, buf, bytes);
+    for (int i = 0; i < STORED_SET; i++)
+        *buf[i] =
+            pinned ? take_pinned(r, bytes[i], part, what) : take_buffer(r, bytes[i], part, what);
+}
+
 /* One set of stored activations: per layer its input, the kept O, lse and,
- * with keep_layers, its intermediates. */
+ * with keep_layers, its intermediates. Offloaded, the first three are
+ * page-locked host memory, and two sets of the device carry them. */
 static void take_store(model_runner *r)
 {
     int layers = r->m->dims.layers;
     const char *what = "the stored activations";
     r->store = take(r, (size_t)layers * sizeof *r->store, &r->mem.stored, what);
+    for (int k = 0; k < 2 && r->offload && layers > 0; k++)
+        take_stored_set(r, &r->slot[k], 0, &r->mem.stored, "the offload's device slots");
     for (int l = 0; l < layers; l++) {
         stored_layer e = {.layer = -1};
-        size_t a = r->act_bytes;
-        e.x_in = take_buffer(r, (size_t)(r->n * r->D) * a, &r->mem.stored, what);
-        e.o_kept = take_buffer(r, (size_t)(r->n_kept * r->QD + 1) * a, &r->mem.stored, what);
-        e.lse_kept = take_buffer(r, floats(r->n_kept * r->Hq + 1), &r->mem.stored, what);
+        if (r->offload)
+            take_stored_set(r, &e, 1, &r->mem.offloaded,
+                            "the offloaded activations (page-locked host memory)");
+        else
+            take_stored_set(r, &e, 0, &r->mem.stored, what);
         if (r->cfg.keep_layers) take_kept(r, &e.kept);
         if (r->store) r->store[l] = e;
     }
+}
+
+/* A stored set given back, as take_stored_set made it. */
+static void give_back_stored_set(const model_runner *r, stored_layer *e, int pinned)
+{
+    void **buf[STORED_SET];
+    size_t bytes[STORED_SET];
+    runner_stored_set(r, e, buf, bytes);
+    for (int i = 0; i < STORED_SET; i++)
+        if (pinned)
+            bk_host_pinned_free(*buf[i]);
+        else
+            give_back(r, *buf[i]);
 }
 
 /* The ring's buffers, sized for every pass the runner makes. */
@@ -226,6 +275,9 @@ static model_runner *runner_new(const model_runner_config *cfg, char *err, size_
         return NULL;
     }
     r->n = cfg->layout.n;
+    r->offload = cfg->offload_activations && r->on_device;
+    const char *unordered = getenv("BURST_TEST_OFFLOAD_UNORDERED");
+    r->offload_unordered = r->offload && unordered && strcmp(unordered, "1") == 0;
     r->act_bytes = cfg->bf16_matmul ? 2 : sizeof(float);
     r->mlp_rows = cfg->mlp_rows > 0 ? cfg->mlp_rows : MODEL_MLP_ROWS;
     if (r->mlp_rows > r->n) r->mlp_rows = r->n > 0 ? r->n : 1;
@@ -300,6 +352,21 @@ static void take_buffers(model_runner *r)
     r->held.ring = ring - before;
     r->held.workspace = workspace - ring;
     r->held.stored = bk_held_bytes(r->cfg.queue) - workspace;
+    r->held.offloaded = r->mem.offloaded; /* page-locked memory: taken whole or not at all */
+}
+
+/* The offload's copy stream and its events. 0, or -1 with err. */
+static int make_copy_stream(model_runner *r, char *err, size_t err_len)
+{
+    r->copy = *r->cfg.queue;
+    r->copy.stream = NULL;
+    int failed = bk_device_stream_create(&r->copy.stream) != BK_OK;
+    for (int k = 0; k < 2 && !failed; k++)
+        failed = bk_device_event_create(&r->copied[k]) != BK_OK ||
+                 bk_device_event_create(&r->used[k]) != BK_OK;
+    if (failed)
+        snprintf(err, err_len, "cannot make the offload's copy stream: %s", bk_kernel_error());
+    return failed ? -1 : 0;
 }
 
 model_memory model_runner_held(const model_runner *r)
@@ -329,6 +396,10 @@ model_runner *model_runner_create(const model_runner_config *cfg, char *err, siz
         model_runner_free(r);
         return NULL;
     }
+    if (r->offload && make_copy_stream(r, err, err_len) != 0) {
+        model_runner_free(r);
+        return NULL;
+    }
     seq_layout_positions(&cfg->layout, bt_comm_rank(cfg->cp), r->pos_host);
     bk_queue q = *cfg->queue;
     if (r->on_device &&
@@ -343,6 +414,10 @@ model_runner *model_runner_create(const model_runner_config *cfg, char *err, siz
 void model_runner_free(model_runner *r)
 {
     if (!r) return;
+    if (r->copy.stream) { /* its copies done before their buffers go */
+        bk_device_sync(&r->copy);
+        bk_device_stream_destroy(r->copy.stream);
+    }
     ring_schedule_free(r->fwd);
     ring_schedule_free(r->bwd);
     ring_schedule_free(r->half);
@@ -357,11 +432,14 @@ void model_runner_free(model_runner *r)
         int64_t width[KEPT_BUFFERS];
         runner_kept_buffers(r, &st->kept, kept, work, width);
         for (int i = 0; i < KEPT_BUFFERS; i++) give_back(r, *kept[i]);
-        give_back(r, st->x_in);
-        give_back(r, st->o_kept);
-        give_back(r, st->lse_kept);
+        give_back_stored_set(r, st, r->offload);
     }
     free(r->store);
+    for (int k = 0; k < 2; k++) {
+        give_back_stored_set(r, &r->slot[k], 0);
+        if (r->copied[k]) bk_device_event_destroy(r->copied[k]);
+        if (r->used[k]) bk_device_event_destroy(r->used[k]);
+    }
     if (r->on_device) give_back(r, r->pos);
     give_back(r, r->wide);
     free(r->regions);

@@ -112,6 +112,7 @@ static int runner_config(trainer *t, int nodes, int local_size, model_runner_con
                                 .piece_rows = c->piece_rows,
                                 .keep = t->choices.keep,
                                 .keep_layers = c->keep_layers,
+                                .offload_activations = c->offload_activations,
                                 .micro_batches = c->micro_batches,
                                 .fused_head = c->fused_head,
                                 .bf16_matmul = t->choices.bf16_matmul,

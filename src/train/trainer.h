@@ -162,8 +162,11 @@ void trainer_memory_needs(const trainer_memory *m, int on_device, double need[ME
  * -1 when everything fits: the one verdict of the run's check and of `burst
  * plan memory`. */
 int trainer_memory_verdict(const double need[MEMORY_KINDS], const double room[MEMORY_KINDS]);
-/* The host's part of m: everything on the CPU, the parts outside the device
- * arena and NCCL's on a device. */
+/* The host's part of m: everything on the CPU; on a device the parts outside
+ * the device arena and NCCL's (the offloaded activations, the host's tokens)
+ * but the transients: the gradient reduction's copy is counted as the whole
+ * buffer staged at once, an upper bound of what the staging pool's pieces
+ * or NCCL take, and the reference head (its logits) runs on the CPU alone. */
 size_t trainer_host_bytes(const trainer_memory *m, int on_device);
 /* Collective, on a device (else nothing): the arena of trainer_arena_bytes,
  * taken now and set on the queue the runner, the optimizer and the trainer's
@@ -236,6 +239,8 @@ typedef struct {
                          * most any rank waited */
     double reduce_s;    /* in ZeRO's range reductions (zero >= 2) and its parameter */
     double gather_s;    /* gathers (zero = 3), blocking: the slowest rank's */
+    double offload_s;   /* waiting for offloaded activations to come back
+                           ([memory] offload_activations): the most any rank waited */
 } trainer_step_result;
 
 /* One optimizer step: all micro-batches, then ZeRO-1. 0, STOP_AGREED, or the
@@ -301,7 +306,7 @@ void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len);
 /* The same parts one by one, in that order (the two transients last; NCCL's
  * buffers only where counted): their name, a key for scripts and the bytes,
  * into out [TRAINER_MEMORY_PARTS]; returns how many. */
-enum { TRAINER_MEMORY_PARTS = 10 };
+enum { TRAINER_MEMORY_PARTS = 11 };
 typedef struct {
     const char *name, *key;
     size_t bytes;

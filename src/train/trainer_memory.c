@@ -15,12 +15,18 @@
 #include "util/exit_codes.h"
 #include "util/parse.h"
 
+/* The larger of the two transients, which live at different times of a step. */
+static size_t transient_bytes(const trainer_memory *m)
+{
+    return m->model.head_logits > m->reduce_copy ? m->model.head_logits : m->reduce_copy;
+}
+
 size_t trainer_memory_total(const trainer_memory *m)
 {
     const model_memory *r = &m->model;
-    size_t transient = r->head_logits > m->reduce_copy ? r->head_logits : m->reduce_copy;
+    size_t transient = transient_bytes(m);
     return m->params + m->grads + m->optimizer + m->tokens + m->segments + m->whole_sample +
-           r->stored + r->workspace + r->ring + m->nccl + transient;
+           r->stored + r->offloaded + r->workspace + r->ring + m->nccl + transient;
 }
 
 int trainer_memory_part_list(const trainer_memory *m, trainer_memory_part *out)
@@ -36,6 +42,8 @@ int trainer_memory_part_list(const trainer_memory *m, trainer_memory_part *out)
         {{m->zero_stage >= 2 ? "gradients (windows)" : "gradients", "gradients", m->grads, 1}, 0},
         {{"optimizer", "optimizer", m->optimizer, 1}, 0},
         {{"stored activations", "stored_activations", r->stored, 1}, 0},
+        /* page-locked host memory, taken whole: the arena does not hold it */
+        {{"offloaded activations (host)", "offloaded_activations", r->offloaded, 0}, 1},
         {{"layer workspace", "layer_workspace", r->workspace, 1}, 0},
         {{"ring buffers", "ring_buffers", r->ring, 1}, 0},
         /* with their document ids and the recall source's whole sample */
@@ -163,7 +171,7 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
 size_t trainer_host_bytes(const trainer_memory *m, int on_device)
 {
     size_t total = trainer_memory_total(m);
-    return on_device ? total - trainer_device_bytes(m) - m->nccl : total;
+    return on_device ? total - trainer_device_bytes(m) - m->nccl - transient_bytes(m) : total;
 }
 
 void trainer_memory_needs(const trainer_memory *m, int on_device, double need[MEMORY_KINDS])
@@ -183,11 +191,8 @@ int trainer_memory_verdict(const double need[MEMORY_KINDS], const double room[ME
 /* The room of each kind a rank of t may take: [memory] limit_bytes for the
  * total (-1: none); on a device a GPU's free memory over the ranks that drive
  * it (the emulated device's is the host's unless BK_EMU_DEVICE_BYTES gives it
- * some), on the CPU the node's available memory over its ranks; -1 where
- * unknown or not compared. The host's part of a device run is not compared:
- * its largest piece, the gradient reduction's copy, is the whole buffer
- * staged at once, an upper bound of what the staging pool's pieces or NCCL
- * take. */
+ * some); the node's available memory over its ranks for the host part, on a
+ * device as on the CPU; -1 where unknown. */
 static void memory_room(const trainer *t, double room[MEMORY_KINDS])
 {
     int local = bt_world_local_size(t->world);
@@ -198,7 +203,7 @@ static void memory_room(const trainer *t, double room[MEMORY_KINDS])
     if (t->choices.on_device && bk_device_memory(&free_bytes, &total) == BK_OK)
         room[MEMORY_DEVICE] =
             (double)free_bytes / ((local + t->device_count - 1) / t->device_count);
-    double avail = t->choices.on_device ? -1 : trainer_available_bytes();
+    double avail = trainer_available_bytes();
     room[MEMORY_HOST] = avail > 0 ? avail / local : -1;
 }
 

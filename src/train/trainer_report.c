@@ -287,12 +287,15 @@ void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
     else if (stage == 3)
         snprintf(zero, sizeof zero, "  zero-3 reduce %.3g s gather %.3g s", res->reduce_s,
                  res->gather_s);
+    char offload[48] = "";
+    if (t->cfg.offload_activations)
+        snprintf(offload, sizeof offload, "  offload wait %.3g s", res->offload_s);
     printf("step %5lld/%lld  loss %.4f  grad-norm %.3g  lr %.3g  %.0f tokens/s  %.2f GFLOP/s "
-           "(%.2f of sgemm x P)  attn %.3g s (exposed %.3g s)%s  mem %s  ETA %.0f s\n",
+           "(%.2f of sgemm x P)  attn %.3g s (exposed %.3g s)%s%s  mem %s  ETA %.0f s\n",
            (long long)step, (long long)c->steps, res->loss, res->grad_norm,
            lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step), step_tokens(t) / step_s,
            gflops, sgemm_world > 0 ? gflops / sgemm_world : 0, res->attn_s, res->exposed_s, zero,
-           bu_human_bytes(trainer_rss_bytes(), mem, sizeof mem), eta);
+           offload, bu_human_bytes(trainer_rss_bytes(), mem, sizeof mem), eta);
     fflush(stdout);
 }
 
@@ -313,10 +316,11 @@ void trainer_report_metrics(trainer *t, int64_t step, const trainer_step_result 
     fprintf(t->metrics,
             "{\"step\": %lld, \"loss\": %s, \"grad_norm\": %s, \"skipped\": %d, "
             "\"tokens\": %lld, \"attn_bytes\": %.0f, \"attn_pairs\": %.0f, \"attn_s\": %.6g, "
-            "\"exposed_s\": %.6g, \"reduce_s\": %.6g, \"gather_s\": %.6g, \"tokens_per_s\": %.6g, "
-            "\"gflops\": %.6g, \"seconds\": %.6g}\n",
+            "\"exposed_s\": %.6g, \"reduce_s\": %.6g, \"gather_s\": %.6g, \"offload_s\": %.6g, "
+            "\"tokens_per_s\": %.6g, \"gflops\": %.6g, \"seconds\": %.6g}\n",
             (long long)step, json_number(res->loss, l, sizeof l),
             json_number(res->grad_norm, g, sizeof g), res->skipped, (long long)res->tokens,
             res->attn_bytes, res->attn_pairs, res->attn_s, res->exposed_s, res->reduce_s,
-            res->gather_s, step_tokens(t) / step_s, step_flops(t, res) / step_s / 1e9, step_s);
+            res->gather_s, res->offload_s, step_tokens(t) / step_s,
+            step_flops(t, res) / step_s / 1e9, step_s);
 }

@@ -192,6 +192,7 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
     res->exposed_s = ms.attn_wait_s;
     res->reduce_s = t->reduce_s;
     res->gather_s = t->gather_s;
+    res->offload_s = ms.offload_wait_s;
     return 0;
 }
 
@@ -213,11 +214,11 @@ static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_ba
     int bad = !isfinite(loss_sum) || !isfinite(sq);
     *first_bad = bad ? t->rank : INT64_MAX;
     double sums[4] = {loss_sum, (double)counted, res->attn_bytes, sequence_pairs(t)};
-    double slowest[4] = {res->attn_s, res->exposed_s, res->reduce_s, res->gather_s};
+    double slowest[5] = {res->attn_s, res->exposed_s, res->reduce_s, res->gather_s, res->offload_s};
     bt_comm *all = bt_world_comm(t->world);
     if (bt_allreduce(all, first_bad, 1, BT_I64, BT_MIN) != BT_OK ||
         bt_allreduce(all, sums, 4, BT_F64, BT_SUM) != BT_OK ||
-        bt_allreduce(all, slowest, 4, BT_F64, BT_MAX) != BT_OK)
+        bt_allreduce(all, slowest, 5, BT_F64, BT_MAX) != BT_OK)
         return fail(bt_world_error(t->world));
     res->loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
     res->attn_bytes = sums[2];
@@ -226,6 +227,7 @@ static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_ba
     res->exposed_s = slowest[1];
     res->reduce_s = slowest[2];
     res->gather_s = slowest[3];
+    res->offload_s = slowest[4];
     return 0;
 }
 

@@ -217,22 +217,31 @@ END_TEST
  * on the emulated device its arena, measured between the parts) against what
  * `burst plan memory` counts for the same configuration, part by part within
  * 5%: tiny at 64K tokens, where the per-token parts dominate, on 1 rank and on
- * 2 (cp 2) at each ZeRO stage. */
+ * 2 (cp 2) at each ZeRO stage, and on the device with the stored activations
+ * offloaded (the arena then holds their two slots; the page-locked host
+ * memory is taken whole, so it is not measured). */
 static void expect_held_as_planned(int on_device)
 {
     char emu[4096];
     test_program_path("tests/train/burst_emu", emu, sizeof emu);
     char *program = on_device ? emu : (char *)test_burst_path();
-    static const char *const grids[][2] = {{"1", "1"}, {"2", "1"}, {"2", "2"}, {"2", "3"}};
+    static const char *const grids[][3] = {{"1", "1", "false"},
+                                           {"2", "1", "false"},
+                                           {"2", "2", "false"},
+                                           {"2", "3", "false"},
+                                           {"2", "3", "true"}};
     for (size_t g = 0; g < sizeof grids / sizeof *grids; g++) {
-        char cp[32], zero[32];
+        if (!on_device && strcmp(grids[g][2], "true") == 0) continue;
+        char cp[32], zero[32], offload[64];
         snprintf(cp, sizeof cp, "parallel.cp=%s", grids[g][0]);
         snprintf(zero, sizeof zero, "parallel.zero=%s", grids[g][1]);
+        snprintf(offload, sizeof offload, "memory.offload_activations=%s", grids[g][2]);
         char *sets[] = {"--set", on_device ? "train.device=cuda" : "train.device=cpu",
                         "--set", "data.seq_len=65536",
                         "--set", "model.max_seq=65536",
                         "--set", cp,
-                        "--set", zero};
+                        "--set", zero,
+                        "--set", offload};
         enum { N_SETS = sizeof sets / sizeof *sets };
         char *plan[5 + N_SETS] = {program, "plan", "memory", "--json"};
         char *train[9 + N_SETS] = {(char *)test_burst_path(),
@@ -267,8 +276,9 @@ static void expect_held_as_planned(int on_device)
             double planned = (double)json_integer_value(v);
             ck_assert_msg(json_is_integer(v) && planned == (double)counted &&
                               fabs((double)held - planned) <= 0.05 * planned,
-                          "cp %s, zero %s, %s: held %lld bytes, planned %.0f (run's count %lld)",
-                          grids[g][0], grids[g][1], name, held, planned, counted);
+                          "cp %s, zero %s, offload %s, %s: held %lld bytes, planned %.0f (run's "
+                          "count %lld)",
+                          grids[g][0], grids[g][1], grids[g][2], name, held, planned, counted);
             at += used;
             at += strspn(at, ", ");
         }
@@ -436,6 +446,73 @@ END_TEST
 
 /* A budget the run does not fit in exits 2, saying so; bad options are
  * refused naming them. */
+/* Llama-3-8B at 1M tokens on 8 GPUs of 80 GiB, zero = 3, host memory host,
+ * offload_activations offload: the object, the exit status as expected. */
+static json_t *plan_offload(const char *offload, const char *host, int exit_code)
+{
+    char set[64];
+    snprintf(set, sizeof set, "memory.offload_activations=%s", offload);
+    char *argv[] = {(char *)test_burst_path(),
+                    "plan",
+                    "memory",
+                    "--json",
+                    "--gpus-per-node",
+                    "8",
+                    "--host-memory",
+                    (char *)host,
+                    "--set",
+                    "model.preset=llama3-8b",
+                    "--set",
+                    "train.device=cuda",
+                    "--set",
+                    "parallel.cp=8",
+                    "--set",
+                    "data.seq_len=1048576",
+                    "--set",
+                    "parallel.zero=3",
+                    "--set",
+                    "memory.attn_kept_fraction=0",
+                    "--set",
+                    set,
+                    NULL};
+    test_run_result r = test_run(argv, NULL);
+    json_error_t e;
+    json_t *o = json_loads(r.out, 0, &e);
+    ck_assert_msg(o && r.exit_code == exit_code, "offload %s, host %s: exit %d, %s:\n%s", offload,
+                  host, r.exit_code, e.text, r.out);
+    test_run_free(&r);
+    return o;
+}
+
+static long long part_of(const json_t *o, const char *key)
+{
+    return (long long)json_integer_value(json_object_get(json_object_get(o, "parts"), key));
+}
+
+/* Offloaded, the stored sets of Llama-3-8B at 128K tokens a rank (32 layers
+ * x 131072 x 4096 bf16 inputs: 32 GiB; no attention output kept, so O and
+ * lse are their one element, 2 + 4 bytes) leave the device for the host, two
+ * layers' slots staying: 1M tokens then fit on 8 GPUs and the host part is
+ * the offloaded bytes, compared with a node's memory over its ranks (2 TiB:
+ * fits; 128 GiB, 16 GiB a rank: does not, exit 2). */
+START_TEST(plan_memory_counts_offloaded_activations_on_the_host)
+{
+    const long long set = 131072LL * 4096 * 2 + 2 + 4, inputs = 32 * set, slots = 2 * set;
+    json_t *kept = plan_offload("false", "2048G", 2), *off = plan_offload("true", "2048G", 0),
+           *tight = plan_offload("true", "128G", 2);
+    ck_assert_int_eq(part_of(kept, "offloaded_activations"), 0);
+    ck_assert_int_eq(part_of(off, "offloaded_activations"), inputs);
+    ck_assert_int_eq(part_of(kept, "stored_activations") - part_of(off, "stored_activations"),
+                     inputs - slots);
+    long long host = (long long)json_integer_value(json_object_get(off, "host_per_rank"));
+    ck_assert_msg(host >= inputs && host < inputs + (1LL << 20), "host per rank %lld", host);
+    ck_assert(json_is_false(json_object_get(kept, "fits")));
+    ck_assert(json_is_true(json_object_get(off, "fits")));
+    ck_assert(json_is_false(json_object_get(tight, "fits")));
+    json_decref(kept), json_decref(off), json_decref(tight);
+}
+END_TEST
+
 START_TEST(plan_memory_refuses_what_does_not_fit)
 {
     char *tight[] = {(char *)test_burst_path(), "plan", "memory", "--host-memory", "1M", NULL};
@@ -674,7 +751,8 @@ int main(void)
                     a_run_holds_what_plan_memory_counts);
     check_add_tests(tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
                     plan_attention_options, plan_memory_counts_what_a_run_counts,
-                    plan_memory_refuses_what_does_not_fit, byte_sizes_are_read_alike,
+                    plan_memory_refuses_what_does_not_fit,
+                    plan_memory_counts_offloaded_activations_on_the_host, byte_sizes_are_read_alike,
                     unknown_command_is_usage_error, every_command_has_help,
                     version_names_optional_parts, version_and_selftest_options,
                     bench_kernels_device_errors, bench_lists_every_benchmark,

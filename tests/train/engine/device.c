@@ -85,6 +85,70 @@ START_TEST(device_zeros_2_and_3_train_as_zero_1)
 }
 END_TEST
 
+/* Losses and gradient norms of a and b equal, bit for bit. */
+static void expect_bit_for_bit(const curve *a, const curve *b, const char *what)
+{
+    ck_assert_msg(a->n == 6 && b->n == 6, "%s: %d and %d steps", what, a->n, b->n);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(a->loss[i] == b->loss[i] && a->grad_norm[i] == b->grad_norm[i],
+                      "%s, step %d: loss %.17g and %.17g, gradient norm %.17g and %.17g", what,
+                      i + 1, a->loss[i], b->loss[i], a->grad_norm[i], b->grad_norm[i]);
+}
+
+/* [memory] offload_activations: every layer's stored input in page-locked
+ * host memory, through two device slots on a copy stream, kernels deferred
+ * (4 layers, so that the backward copies inputs back while it computes):
+ * the same losses and gradient norms as kept on the device, bit for bit, on
+ * 1 rank (bf16 and fp32 products) and on 4 (dp x cp = 2 x 2, zero = 3), the
+ * wait for the copies reported; a resume continues bit for bit. Without the
+ * compute's wait for a copy back (BURST_TEST_OFFLOAD_UNORDERED=1) the
+ * emulator stops the run at the stream hazard. */
+START_TEST(device_offloaded_activations_train_as_kept_on_device)
+{
+    on_emulator = 1;
+    run_env = deferred;
+    const char *four_layers[] = {"train.device=cuda", "data.seq_len=64", "model.layers=4", NULL},
+               *offload[] = {"memory.offload_activations=true", NULL},
+               *grid[] = {"parallel.dp=2", "parallel.cp=2", "parallel.zero=3", NULL},
+               *fp32[] = {"train.matmul=fp32", NULL};
+    const struct {
+        int ranks;
+        const char *const *more, *what;
+    } cases[] = {{1, (const char *[]){NULL}, "1 rank, bf16 products"},
+                 {1, fp32, "1 rank, fp32 products"},
+                 {4, grid, "dp x cp = 2 x 2, zero = 3"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        curve kept, offloaded;
+        const char *const *sets = with(four_layers, cases[i].more);
+        run_ok(cases[i].ranks, 1, sets, &kept);
+        run_saying(cases[i].ranks, 1, with(sets, offload), "offloaded activations (host) ",
+                   &offloaded);
+        expect_bit_for_bit(&kept, &offloaded, cases[i].what);
+        for (int s = 0; s < 6; s++)
+            ck_assert_msg(kept.offload_s[s] == 0 && offloaded.offload_s[s] >= 0,
+                          "%s, step %d: offload wait %g kept, %g offloaded", cases[i].what, s + 1,
+                          kept.offload_s[s], offloaded.offload_s[s]);
+    }
+    char dir[512], dir_set[600];
+    snprintf(dir, sizeof dir, "%s/ckpt-offload", train_tmpdir);
+    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    expect_resume_bit_for_bit(1, with(with(four_layers, offload), (const char *[]){dir_set, NULL}),
+                              dir, NULL);
+    ck_assert_int_eq(test_remove_tree(dir), 0);
+
+    static char *unordered[] = {"OMP_NUM_THREADS=1", "BK_EMU_STREAMS=deferred",
+                                "BURST_TEST_OFFLOAD_UNORDERED=1", NULL};
+    run_env = unordered;
+    test_run_result r = train(1, 1, with(four_layers, offload), NULL, NULL);
+    ck_assert_msg(r.exit_code != 0 && test_output_has(&r, "stream hazard") &&
+                      test_output_has(&r, "cudaMemcpyAsync"),
+                  "the compute not waiting for the copies back exited %d:\n%s", r.exit_code, r.out);
+    test_run_free(&r);
+    run_env = one_thread;
+    on_emulator = 0;
+}
+END_TEST
+
 /* A resume on the device continues bit for bit, and a CPU checkpoint resumed
  * on the device continues the CPU's curve within bf16's tolerance. */
 START_TEST(device_resumes_its_own_and_the_cpus_checkpoints)
@@ -506,7 +570,8 @@ void add_device_tests(Suite *s)
                     device_grid_matches_the_cpu, device_resumes_its_own_and_the_cpus_checkpoints,
                     device_zeros_2_and_3_train_as_zero_1, device_arena_holds_every_buffer,
                     device_staging_buffers_taken_at_setup,
-                    device_arena_report_names_the_largest_peak);
+                    device_arena_report_names_the_largest_peak,
+                    device_offloaded_activations_train_as_kept_on_device);
 #ifdef HAVE_NCCL
     check_add_tests(check_tcase(s, "device over NCCL", 900), device_engine_over_nccl,
                     device_masks_backwards_and_resume_over_nccl,

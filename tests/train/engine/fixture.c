@@ -81,6 +81,7 @@ test_run_result train_args(int ranks, int nodes, const char *const *sets, const 
             out->exposed_s[out->n] = metric(line, "exposed_s");
             out->reduce_s[out->n] = metric(line, "reduce_s");
             out->gather_s[out->n] = metric(line, "gather_s");
+            out->offload_s[out->n] = metric(line, "offload_s");
             out->n++;
         }
         if (f) fclose(f);

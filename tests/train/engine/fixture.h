@@ -20,6 +20,7 @@ typedef struct {
     double attn_pairs[MAX_STEPS], flops[MAX_STEPS];  /* pairs the mask allowed, FLOPs counted */
     double attn_s[MAX_STEPS], exposed_s[MAX_STEPS];  /* ring time, exposed communication */
     double reduce_s[MAX_STEPS], gather_s[MAX_STEPS]; /* ZeRO's reductions and gathers */
+    double offload_s[MAX_STEPS];                     /* waiting for offloaded activations */
 } curve;
 
 /* One OpenMP thread per rank: more threads than cores, spinning, would make
