@@ -98,7 +98,7 @@ static int fits(const plan_args *a, const train_config *cfg, trainer *t, char *e
 {
     if (train_config_zero_stage(cfg) != 0) return fits_at_stage(a, cfg, t, err, err_len);
     train_config c = *cfg;
-    for (int stage = 1;; stage++) {
+    for (int stage = train_config_lowest_zero_stage(cfg);; stage++) {
         snprintf(c.zero, sizeof c.zero, "%d", stage);
         int ok = fits_at_stage(a, &c, t, err, err_len);
         if (ok != 0 || stage == 3) {

@@ -128,6 +128,7 @@ static const char *const device_names[] = {"cpu", "cuda", NULL};
 static const char *const matmul_names[] = {"auto", "bf16", "fp32", NULL};
 static const char *const intra_names[] = {"auto", "ucx", "nccl", NULL};
 static const char *const zero_names[] = {"1", "2", "3", "auto", NULL};
+static const char *const optimizer_names[] = {"device", "host", NULL};
 static const char *const rope_type_names[] = {"default", "linear",  "llama3",
                                               "yarn",    "dynamic", NULL};
 
@@ -297,6 +298,8 @@ static const field fields[] = {
         "keep every layer's norms, projections and MLP activations for the backward instead of recomputing them from the layer's stored input (faster, and per layer and token 4 (3 D + Hq*hd + 2 Hkv*hd + 3 F + 2) more bytes)"),
     BOOL("memory", offload_activations, "false", FREE,
         "on a device: each layer's stored activations (its input, and the attention output and lse kept by attn_kept_fraction) in page-locked host memory instead of the device's, copied out during the forward and back one layer ahead during the backward on a stream of their own, two layers' worth staying on the device (needs [train] device = cuda)"),
+    ENUM("memory", optimizer, optimizer_names, "device", FREE,
+        "where a device run keeps the optimizer's state of its shard (fp32 masters, AdamW's moments, the summed gradients) and runs its update: device, or host (page-locked host memory and the CPU's AdamW, each gradient range copied out as the backward sums it, each parameter range copied in as it is gathered; needs bf16 parameters and [parallel] zero = 2, 3 or auto)"),
     BOOL("memory", fused_head, "true", FREE,
         "LM head fused with the loss, chunk by chunk (false: the reference head, CPU only)"),
     I64("memory", head_chunk, 1, "1024", FREE,
@@ -957,6 +960,15 @@ static int validate_device(const train_config *c, char *err, size_t err_len)
         return bu_fail(err, err_len,
                        "[memory] fused_head = false needs [train] device = cpu: the "
                        "reference head runs on the host");
+    if (strcmp(c->optimizer, "host") == 0 && !choose_bf16_matmul(c->device, c->matmul))
+        return bu_fail(err, err_len,
+                       "[memory] optimizer = host needs bf16 parameters ([train] device = cuda, "
+                       "[train] matmul = bf16 or auto): elsewhere the optimizer's state is in "
+                       "host memory already, or the device's fp32 parameters are its masters");
+    if (strcmp(c->optimizer, "host") == 0 && train_config_zero_stage(c) == 1)
+        return bu_fail(err, err_len,
+                       "[memory] optimizer = host needs [parallel] zero = 2, 3 or auto: at "
+                       "zero = 1 the device holds every gradient whole");
     if (!choose_device(c->device) && c->offload_activations)
         return bu_fail(err, err_len,
                        "[memory] offload_activations = true needs [train] device = cuda: the "
@@ -1025,6 +1037,16 @@ static int validate_schedule(const train_config *c, char *err, size_t err_len)
 int train_config_zero_stage(const train_config *c)
 {
     return strcmp(c->zero, "auto") == 0 ? 0 : atoi(c->zero);
+}
+
+int train_config_lowest_zero_stage(const train_config *c)
+{
+    return strcmp(c->optimizer, "host") == 0 ? 2 : 1;
+}
+
+int train_config_optimizer_on_host(const train_config *c)
+{
+    return strcmp(c->optimizer, "host") == 0;
 }
 
 int train_config_validate(const train_config *c, int world_size, char *err, size_t err_len)

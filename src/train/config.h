@@ -88,6 +88,7 @@ typedef struct {
                                recomputed from its stored input (0) */
     int offload_activations; /* on a device, each layer's stored activations in page-locked
                                 host memory, copied out and back on a stream of their own */
+    char optimizer[8];       /* device | host: where a device run keeps the optimizer's state */
     int fused_head;         /* LM head fused with the loss, chunked (1) or the reference (0) */
     int64_t head_chunk;     /* tokens per chunk of logits */
     double z_loss;
@@ -130,6 +131,10 @@ void train_config_set_rope(train_config *c, const bk_rope *r);
 recall_shape train_config_recall(const train_config *c);
 /* [parallel] zero as a number: 1, 2 or 3, and 0 for auto. */
 int train_config_zero_stage(const train_config *c);
+/* The lowest stage the configuration allows: 2 with the optimizer on the
+ * host ([memory] optimizer = host), else 1; and whether it is there. */
+int train_config_lowest_zero_stage(const train_config *c);
+int train_config_optimizer_on_host(const train_config *c);
 /* The effective configuration as INI text (loads back to the same values). */
 void train_config_print(FILE *out, const train_config *c);
 /* Every key as a Markdown table (key, default, whether a resumed run must

@@ -24,7 +24,12 @@
  *
  * On a device the same steps run on the queue (bk_copy, bk_fill, the AdamW
  * and norm kernels); the queue is drained before each collective, whose
- * device buffers must be complete when it starts. */
+ * device buffers must be complete when it starts. With the state on the host
+ * (stages 2 and 3, bf16 parameters), the collectives still move the device's
+ * ranges; each range's own part crosses through xfer: a summed gradient range
+ * down into the block, a rounded parameter range (stage 3) or the updated
+ * shard (stage 2) up into the device's buffer; the norm and AdamW run on the
+ * host's queue sq. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +49,7 @@ typedef struct {
 struct zero1 {
     bt_comm *comm;
     bk_queue q;   /* the kernels' queue; the buffers below live in its memory */
+    bk_queue sq;  /* the state's (m, v, gshard, master, xfer): q, or the host's */
     bt_mem mem;
     int rank, size;
     int64_t n;          /* parameters */
@@ -61,6 +67,8 @@ struct zero1 {
     uint16_t *work16; /* bf16 parameters, padded != n: the all-gather's buffer [padded]
                        * (its padding stays zero), else NULL */
     zero1_sharding sharding;
+    void *xfer; /* state on the host: one range's own part on the host [xfer_floats] */
+    int64_t xfer_floats;
 };
 
 /* Which buffers a rank of z's shape needs (zero1_sharding). */
@@ -76,12 +84,22 @@ static zero1_needs needs_of(const zero1 *z, bk_dtype param_type, zero1_sharding 
                          .master = bf16 || sh.stage == 3};
 }
 
-/* Zeroed floats [count] in z's memory, never NULL for a zero count (NULL:
- * out of memory). */
-static float *zalloc(const zero1 *z, int64_t count)
+/* Zeroed floats [count] in the memory of queue q, never NULL for a zero
+ * count (NULL: out of memory). */
+static float *qalloc(const bk_queue *q, int64_t count)
 {
     float *p = NULL;
-    return bk_alloc_floats(&z->q, count, 0.0f, &p) == BK_OK ? p : NULL;
+    return bk_alloc_floats(q, count, 0.0f, &p) == BK_OK ? p : NULL;
+}
+
+/* The same in z's memory, and in its state's. */
+static float *zalloc(const zero1 *z, int64_t count)
+{
+    return qalloc(&z->q, count);
+}
+static float *salloc(const zero1 *z, int64_t count)
+{
+    return qalloc(&z->sq, count);
 }
 
 /* The shard, the padded length and the owned range of rank of size ranks. */
@@ -100,18 +118,52 @@ static int64_t halves(int64_t count)
     return count > 1 ? (count + 1) / 2 : 1;
 }
 
-size_t zero1_bytes(int64_t n_params, int size, int rank, bk_dtype param_type,
-                   zero1_sharding sharding)
+/* The host buffer a range's own part crosses (state on the host): the
+ * longest range's floats, or the shard in bf16. */
+static int64_t xfer_floats_of(const zero1 *z, zero1_sharding sh)
+{
+    int64_t f = halves(z->shard);
+    return sh.range_floats > f ? sh.range_floats : f;
+}
+
+/* Floats of the buffers zero1_create makes for rank of size ranks: of the
+ * state (moments, gradient block, masters, and on the host xfer) and of the
+ * rest (the padded work buffers), in the optimizer's memory either. */
+static void count_floats(int64_t n_params, int size, int rank, bk_dtype param_type,
+                         zero1_sharding sharding, int64_t *state, int64_t *rest)
 {
     zero1 z = {0};
     z.n = n_params;
     shard_of(n_params, size, rank, &z);
     zero1_needs need = needs_of(&z, param_type, sharding);
-    int64_t own = z.end - z.begin, floats = 2 * (own > 0 ? own : 1) + (z.shard > 0 ? z.shard : 1);
-    if (need.work) floats += z.padded;
-    if (need.master) floats += own > 0 ? own : 1;
-    if (need.work16) floats += halves(z.padded);
-    return (size_t)floats * sizeof(float);
+    int64_t own = z.end - z.begin;
+    *state = 2 * (own > 0 ? own : 1) + (z.shard > 0 ? z.shard : 1);
+    if (need.master) *state += own > 0 ? own : 1;
+    if (sharding.state_on_host) *state += xfer_floats_of(&z, sharding);
+    *rest = 0;
+    if (need.work) *rest += z.padded;
+    if (need.work16) *rest += halves(z.padded);
+}
+
+size_t zero1_bytes(int64_t n_params, int size, int rank, bk_dtype param_type,
+                   zero1_sharding sharding)
+{
+    int64_t state, rest;
+    count_floats(n_params, size, rank, param_type, sharding, &state, &rest);
+    return (size_t)(sharding.state_on_host ? rest : state + rest) * sizeof(float);
+}
+
+size_t zero1_host_bytes(int64_t n_params, int size, int rank, bk_dtype param_type,
+                        zero1_sharding sharding)
+{
+    int64_t state, rest;
+    count_floats(n_params, size, rank, param_type, sharding, &state, &rest);
+    return sharding.state_on_host ? (size_t)state * sizeof(float) : 0;
+}
+
+int zero1_state_on_host(const zero1 *z)
+{
+    return z->sq.where == BK_HOST;
 }
 
 size_t zero1_step_bytes(int64_t n_params, int size)
@@ -125,11 +177,12 @@ void zero1_free(zero1 *z)
 {
     if (!z) return;
     free(z->runs);
-    bk_free(&z->q, z->m);
-    bk_free(&z->q, z->v);
-    bk_free(&z->q, z->gshard);
+    bk_free(&z->sq, z->m);
+    bk_free(&z->sq, z->v);
+    bk_free(&z->sq, z->gshard);
+    bk_free(&z->sq, z->master);
+    bk_free(&z->sq, z->xfer);
     bk_free(&z->q, z->work);
-    bk_free(&z->q, z->master);
     bk_free(&z->q, z->work16);
     free(z);
 }
@@ -175,11 +228,15 @@ zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
 {
     if (!comm) return NULL;
     zero1 *z = calloc(1, sizeof *z);
+    int host_state_ok =
+        !sharding.state_on_host || (q && q->where == BK_DEVICE && param_type == BK_BF16 &&
+                                    sharding.stage >= 2 && sharding.range_floats >= 0);
     int ok = z != NULL && n_params >= 0 && hparams_valid(hp) &&
              (param_type == BK_F32 || param_type == BK_BF16) && sharding.stage >= 1 &&
-             sharding.stage <= 3;
+             sharding.stage <= 3 && host_state_ok;
     if (ok) {
         z->q = q ? *q : bk_host_queue();
+        z->sq = sharding.state_on_host ? bk_host_queue() : z->q;
         z->mem = z->q.where == BK_DEVICE ? BT_MEM_DEVICE : BT_MEM_HOST;
         z->comm = comm;
         z->rank = bt_comm_rank(comm);
@@ -191,15 +248,20 @@ zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
         z->sharding = sharding;
         z->param_type = param_type;
         zero1_needs need = needs_of(z, param_type, sharding);
-        z->m = zalloc(z, own);
-        z->v = zalloc(z, own);
-        z->gshard = zalloc(z, z->shard);
+        z->m = salloc(z, own);
+        z->v = salloc(z, own);
+        z->gshard = salloc(z, z->shard);
+        if (sharding.state_on_host) {
+            z->xfer_floats = xfer_floats_of(z, sharding);
+            ok = (z->xfer = salloc(z, z->xfer_floats)) != NULL;
+        }
         if (need.work) z->work = zalloc(z, z->padded);
-        if (need.master) z->master = zalloc(z, own);
+        if (need.master) z->master = salloc(z, own);
         /* zeroed, so the padding the all-gather carries is zeros */
         if (need.work16) z->work16 = (uint16_t *)zalloc(z, halves(z->padded));
-        ok = z->m && z->v && z->gshard && (!need.work || z->work) && (!need.master || z->master) &&
-             (!need.work16 || z->work16) && build_runs(z, decay_mask) == 0;
+        ok = ok && z->m && z->v && z->gshard && (!need.work || z->work) &&
+             (!need.master || z->master) && (!need.work16 || z->work16) &&
+             build_runs(z, decay_mask) == 0;
     }
     /* Every rank must agree on the size and on success, or none proceeds:
      * [n, -n, failed] reduced with MAX. */
@@ -229,7 +291,7 @@ static bk_status queue_drained(const zero1 *z)
 bt_status zero1_clear_gradients(zero1 *z)
 {
     if (!z) return BT_ERR_ARG;
-    KERNEL(bk_fill(&z->q, z->shard, z->gshard, 0.0f));
+    KERNEL(bk_fill(&z->sq, z->shard, z->gshard, 0.0f));
     return BT_OK;
 }
 
@@ -240,8 +302,14 @@ bt_status zero1_add_range(zero1 *z, float *grad, int64_t begin, int64_t end)
     bt_status st = bt_allreduce_mem(z->comm, grad, (size_t)(end - begin), BT_F32, BT_SUM, z->mem);
     if (st != BT_OK) return st;
     int64_t lo = begin > z->begin ? begin : z->begin, hi = end < z->end ? end : z->end;
-    if (lo < hi)
-        KERNEL(bk_axpy(&z->q, hi - lo, 1.0f, grad + (lo - begin), z->gshard + (lo - z->begin)));
+    if (lo >= hi) return BT_OK;
+    const float *sum = grad + (lo - begin);
+    if (z->xfer) { /* the state on the host: this rank's part of the sum comes down */
+        if (hi - lo > z->xfer_floats) return BT_ERR_ARG;
+        KERNEL(bk_device_download(&z->q, z->xfer, sum, (size_t)(hi - lo) * sizeof(float)));
+        sum = z->xfer;
+    }
+    KERNEL(bk_axpy(&z->sq, hi - lo, 1.0f, sum, z->gshard + (lo - z->begin)));
     return BT_OK;
 }
 
@@ -257,6 +325,7 @@ size_t zero1_range_bytes(int64_t count, int size)
 static bt_status reduce_gradients(zero1 *z, float *grads, double *sq, double *grad_norm)
 {
     const bk_queue *q = &z->q;
+    if (grads && z->xfer) return BT_ERR_ARG; /* the state on the host sums range by range */
     int64_t own = z->end - z->begin;
     bt_status st = BT_OK;
     /* 1. Reduce-scatter the summed gradient: gshard[shard] = block rank of the sum. */
@@ -275,7 +344,7 @@ static bt_status reduce_gradients(zero1 *z, float *grads, double *sq, double *gr
     /* 2. Global squared norm, identical on every rank. */
     const float *bufs[1] = {z->gshard};
     *sq = 0.0;
-    KERNEL(bk_grad_sqnorm(q, 1, bufs, &own, sq));
+    KERNEL(bk_grad_sqnorm(&z->sq, 1, bufs, &own, sq));
     st = bt_allreduce(z->comm, sq, 1, BT_F64, BT_SUM);
     *grad_norm = sqrt(*sq);
     return st;
@@ -297,9 +366,9 @@ static bt_status update_shard(zero1 *z, float *shard, uint16_t *rounded, double 
         const float *g = z->gshard + r->off;
         if (rounded)
             KERNEL(
-                bk_adamw_step_bf16(&z->q, r->len, p, g, m, v, &ap, step, scale, rounded + r->off));
+                bk_adamw_step_bf16(&z->sq, r->len, p, g, m, v, &ap, step, scale, rounded + r->off));
         else
-            KERNEL(bk_adamw_step(&z->q, r->len, p, g, m, v, &ap, step, scale));
+            KERNEL(bk_adamw_step(&z->sq, r->len, p, g, m, v, &ap, step, scale));
     }
     return BT_OK;
 }
@@ -355,8 +424,10 @@ bt_status zero1_step_bf16(zero1 *z, uint16_t *params, float *grads, double lr, i
      * when unpadded, else into work16, whose padding stays zero */
     uint16_t *gathered = z->work16 ? z->work16 : params;
     uint16_t *slot = gathered + (int64_t)z->rank * z->shard;
-    st = update_shard(z, z->master, slot, lr, step, sq);
+    /* the state on the host: rounded there, then up into the slot */
+    st = update_shard(z, z->master, z->xfer ? (uint16_t *)z->xfer : slot, lr, step, sq);
     if (st != BT_OK) return st;
+    if (z->xfer) KERNEL(bk_device_upload(&z->q, slot, z->xfer, (size_t)(z->end - z->begin) * 2));
     KERNEL(queue_drained(z));
     st = bt_allgather_mem(z->comm, slot, gathered, (size_t)z->shard * 2, z->mem);
     if (st == BT_OK && z->work16) KERNEL(bk_copy(&z->q, params, z->work16, (size_t)z->n * 2));
@@ -372,7 +443,7 @@ int zero1_set_masters(zero1 *z, const float *own)
 {
     if (!z || z->sharding.stage != 3 || (z->end > z->begin && !own)) return -1;
     size_t bytes = (size_t)(z->end - z->begin) * sizeof(float);
-    if (z->mem == BT_MEM_DEVICE)
+    if (!zero1_state_on_host(z))
         return bk_device_upload(&z->q, z->master, own, bytes) == BK_OK ? 0 : -1;
     memcpy(z->master, own, bytes);
     return 0;
@@ -387,13 +458,14 @@ int zero1_set_params(zero1 *z, const float *full, uint16_t *params)
     uint16_t *rounded = malloc((size_t)(z->n > 0 ? z->n : 1) * 2);
     bk_queue host = bk_host_queue();
     int failed = !rounded || bk_round_bf16(&host, z->n, full, rounded) != BK_OK;
-    if (!failed && z->mem == BT_MEM_DEVICE)
-        failed = bk_device_upload(&z->q, z->master, full + z->begin, own_bytes) != BK_OK ||
-                 bk_device_upload(&z->q, params, rounded, (size_t)z->n * 2) != BK_OK;
-    else if (!failed) {
+    if (!failed && zero1_state_on_host(z))
         memcpy(z->master, full + z->begin, own_bytes);
+    else if (!failed)
+        failed = bk_device_upload(&z->q, z->master, full + z->begin, own_bytes) != BK_OK;
+    if (!failed && z->mem == BT_MEM_DEVICE)
+        failed = bk_device_upload(&z->q, params, rounded, (size_t)z->n * 2) != BK_OK;
+    else if (!failed)
         memcpy(params, rounded, (size_t)z->n * 2);
-    }
     free(rounded);
     return failed ? -1 : 0;
 }
@@ -414,9 +486,13 @@ bt_status zero1_gather_range(zero1 *z, void *window, int64_t begin, int64_t end)
     int64_t lo = begin > z->begin ? begin : z->begin, hi = end < z->end ? end : z->end;
     /* zeros (fp32 zeros are zero bits), then this rank's own bits */
     KERNEL(bk_fill(&z->q, (int64_t)words * 2, window, 0.0f));
-    if (lo < hi && bf16)
-        KERNEL(bk_round_bf16(&z->q, hi - lo, z->master + (lo - z->begin),
-                             (uint16_t *)window + (lo - begin)));
+    uint16_t *own16 = (uint16_t *)window + (lo - begin);
+    if (lo < hi && z->xfer) { /* the state on the host: rounded there, then up */
+        if (hi - lo > 2 * z->xfer_floats) return BT_ERR_ARG;
+        KERNEL(bk_round_bf16(&z->sq, hi - lo, z->master + (lo - z->begin), (uint16_t *)z->xfer));
+        KERNEL(bk_device_upload(&z->q, own16, z->xfer, (size_t)(hi - lo) * 2));
+    } else if (lo < hi && bf16)
+        KERNEL(bk_round_bf16(&z->q, hi - lo, z->master + (lo - z->begin), own16));
     else if (lo < hi)
         KERNEL(bk_copy(&z->q, (float *)window + (lo - begin), z->master + (lo - z->begin),
                        (size_t)(hi - lo) * sizeof(float)));
@@ -438,7 +514,7 @@ bt_status zero1_gather_params(zero1 *z, float *full)
     }
     float *slot = all + (int64_t)z->rank * z->shard;
     bk_status kst = BK_OK;
-    if (z->mem == BT_MEM_DEVICE)
+    if (!zero1_state_on_host(z))
         kst = bk_device_download(&z->q, slot, z->master, (size_t)own * sizeof(float));
     else
         memcpy(slot, z->master, (size_t)own * sizeof(float));

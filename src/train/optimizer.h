@@ -17,7 +17,9 @@
  *
  * The buffers (parameters, gradients, masters, moments) live in the memory of
  * the optimizer's queue: host memory, or device memory for a device queue (the
- * collectives then move device memory: bt_reduce_scatter_mem). */
+ * collectives then move device memory: bt_reduce_scatter_mem); with
+ * state_on_host (zero1_sharding) the parameters and gradients of the device,
+ * the state on the host. */
 #ifndef BURST_OPTIMIZER_H
 #define BURST_OPTIMIZER_H
 
@@ -41,6 +43,13 @@ typedef struct zero1 zero1;
  * them; a pass gathers the range it uses (zero1_gather_range). */
 typedef struct {
     int stage; /* 1, 2 or 3 */
+    /* With a device queue and bf16 parameters at stage 2 or 3: the shard's
+     * state (masters, moments, the summed gradient block) in host memory and
+     * its update on the CPU ([memory] optimizer = host); each range's own
+     * part crosses through a host buffer of range_floats floats (at least the
+     * longest range zero1_add_range and zero1_gather_range are given). */
+    int state_on_host;
+    int64_t range_floats;
 } zero1_sharding;
 
 /* n_params parameters of param_type (BK_F32 or BK_BF16); decay_mask
@@ -123,13 +132,20 @@ size_t zero1_state_bytes(const zero1 *z);
  * nothing more at stage 3. */
 size_t zero1_bytes(int64_t n_params, int size, int rank, bk_dtype param_type,
                    zero1_sharding sharding);
+/* Of those, the bytes in host memory: with state_on_host the state and the
+ * range's host buffer, else 0 (zero1_bytes then counts the rest). */
+size_t zero1_host_bytes(int64_t n_params, int size, int rank, bk_dtype param_type,
+                        zero1_sharding sharding);
+/* 1 when the state (masters, moments) is host memory: a host queue's
+ * optimizer, or state_on_host. */
+int zero1_state_on_host(const zero1 *z);
 /* Bytes a step allocates while it runs (the transport's reduce-scatter). */
 size_t zero1_step_bytes(int64_t n_params, int size);
 /* Moments of this rank's shard, for checkpoints: [shard size] each, in the
- * optimizer's memory. */
+ * state's memory (zero1_state_on_host). */
 float *zero1_moment1(zero1 *z);
 /* The fp32 masters of this rank's shard [end - begin] (bf16 parameters or
- * stage 3; else NULL), in the optimizer's memory. */
+ * stage 3; else NULL), in the state's memory. */
 float *zero1_masters(zero1 *z);
 float *zero1_moment2(zero1 *z);
 

@@ -280,7 +280,7 @@ static int init_own_masters(trainer *t, char *err, size_t err_len)
     int64_t begin, end;
     zero1_shard(t->opt, &begin, &end);
     size_t bytes = (size_t)(end > begin ? end - begin : 1) * sizeof(float);
-    float *own = !t->choices.on_device
+    float *own = zero1_state_on_host(t->opt)
                      ? zero1_masters(t->opt)
                      : bu_calloc(bytes, "the parameters' initial values", err, err_len);
     if (!own) return -1;
@@ -289,7 +289,7 @@ static int init_own_masters(trainer *t, char *err, size_t err_len)
         model_init_params_range(&t->model, own, begin, end, c->seed, c->init_std);
     else
         failed = init_source_take_params(t, own, begin, end, err, err_len) != 0;
-    if (!failed && t->choices.on_device && zero1_set_masters(t->opt, own) != 0) {
+    if (!failed && own != zero1_masters(t->opt) && zero1_set_masters(t->opt, own) != 0) {
         snprintf(err, err_len, "cannot copy the parameters to the optimizer's memory");
         failed = 1;
     }
@@ -435,7 +435,10 @@ static int choose_zero_stage(trainer *t, model_runner_config *rc, char *err, siz
     int given = train_config_zero_stage(c), resumed = 0;
     if (!given && t->opts.resume && !t->opts.forward_only)
         resumed = trainer_checkpoint_zero_stage(t);
-    int first = given ? given : resumed ? resumed : 1;
+    int lowest = train_config_lowest_zero_stage(c);
+    if (resumed && resumed < lowest)
+        resumed = lowest; /* a stage-1 checkpoint, optimizer on the host */
+    int first = given ? given : resumed ? resumed : lowest;
     for (t->zero_stage = first;; t->zero_stage++) {
         if (plan_rank_memory(t, nodes, local, rc, err, err_len) != 0) return EXIT_USAGE;
         if (given || resumed || t->zero_stage == 3) break;

@@ -44,6 +44,8 @@ typedef struct {
     int zero_stage;       /* the stage counted (the parts' names say what it shards) */
     size_t optimizer;     /* moments (and with bf16 parameters the fp32 masters) of the
                              shard, reduce buffers (zero1_bytes) */
+    size_t optimizer_host; /* of those, in host memory with [memory] optimizer = host
+                              (zero1_host_bytes; optimizer then counts the rest) */
     size_t tokens;        /* tokens and labels [micro_batches][n] */
     size_t segments;      /* document ids [micro_batches][seq_len + 1] (document mask) */
     size_t whole_sample;  /* the recall source's sample, tokens and labels [seq_len] each */
@@ -306,7 +308,7 @@ void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len);
 /* The same parts one by one, in that order (the two transients last; NCCL's
  * buffers only where counted): their name, a key for scripts and the bytes,
  * into out [TRAINER_MEMORY_PARTS]; returns how many. */
-enum { TRAINER_MEMORY_PARTS = 11 };
+enum { TRAINER_MEMORY_PARTS = 12 };
 typedef struct {
     const char *name, *key;
     size_t bytes;

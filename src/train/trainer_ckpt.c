@@ -52,7 +52,7 @@ static int copy_state(const trainer *t, void *dst, const void *src, size_t bytes
     return st == BK_OK ? 0 : -1;
 }
 
-/* Where this rank's shard of the fp32 parameters lives, in the model's memory:
+/* Where this rank's shard of the fp32 parameters lives, in the state's memory:
  * the optimizer's masters (bf16 parameters, or zero = 3), else the range of
  * the parameters. */
 static float *params_shard(trainer *t, int64_t begin)
@@ -66,7 +66,7 @@ static int state_open(trainer *t, ckpt_state *s, int download, char *err, size_t
     int64_t begin, end;
     zero1_shard(t->opt, &begin, &end);
     float *params = params_shard(t, begin), *m = zero1_moment1(t->opt), *v = zero1_moment2(t->opt);
-    if (!t->choices.on_device) {
+    if (zero1_state_on_host(t->opt)) {
         *s = (ckpt_state){params, m, v, begin, end, 0};
         return 0;
     }

@@ -25,8 +25,9 @@ size_t trainer_memory_total(const trainer_memory *m)
 {
     const model_memory *r = &m->model;
     size_t transient = transient_bytes(m);
-    return m->params + m->grads + m->optimizer + m->tokens + m->segments + m->whole_sample +
-           r->stored + r->offloaded + r->workspace + r->ring + m->nccl + transient;
+    return m->params + m->grads + m->optimizer + m->optimizer_host + m->tokens + m->segments +
+           m->whole_sample + r->stored + r->offloaded + r->workspace + r->ring + m->nccl +
+           transient;
 }
 
 int trainer_memory_part_list(const trainer_memory *m, trainer_memory_part *out)
@@ -41,6 +42,8 @@ int trainer_memory_part_list(const trainer_memory *m, trainer_memory_part *out)
          0},
         {{m->zero_stage >= 2 ? "gradients (windows)" : "gradients", "gradients", m->grads, 1}, 0},
         {{"optimizer", "optimizer", m->optimizer, 1}, 0},
+        /* [memory] optimizer = host: the state and the CPU's update, in host memory */
+        {{"optimizer (host)", "optimizer_host", m->optimizer_host, 0}, 1},
         {{"stored activations", "stored_activations", r->stored, 1}, 0},
         /* page-locked host memory, taken whole: the arena does not hold it */
         {{"offloaded activations (host)", "offloaded_activations", r->offloaded, 0}, 1},
@@ -127,7 +130,11 @@ size_t trainer_param_window_bytes(const trainer *t, int64_t count)
 
 zero1_sharding trainer_sharding(const trainer *t)
 {
-    return (zero1_sharding){trainer_zero_stage(t)};
+    int64_t embed = model_embed_floats(&t->model), bucket = model_grad_bucket_floats(&t->model);
+    return (zero1_sharding){.stage = trainer_zero_stage(t),
+                            .state_on_host =
+                                t->choices.on_device && train_config_optimizer_on_host(&t->cfg),
+                            .range_floats = embed > bucket ? embed : bucket};
 }
 
 int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, size_t err_len)
@@ -150,9 +157,11 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
                                         : (size_t)n * sizeof(float);
     m->optimizer =
         zero1_bytes(t->model.n_params, t->world_size, t->rank, param_type, trainer_sharding(t));
+    m->optimizer_host = zero1_host_bytes(t->model.n_params, t->world_size, t->rank, param_type,
+                                         trainer_sharding(t));
     m->reduce_copy = stage >= 2 ? zero1_range_bytes(embed > bucket ? embed : bucket, t->world_size)
                                 : zero1_step_bytes(t->model.n_params, t->world_size);
-    if (t->opts.forward_only) m->grads = m->optimizer = m->reduce_copy = 0;
+    if (t->opts.forward_only) m->grads = m->optimizer = m->optimizer_host = m->reduce_copy = 0;
     size_t mb = (size_t)t->cfg.micro_batches;
     m->tokens = 2 * (size_t)t->layout.n * mb * sizeof(int64_t);
     /* the recall source makes each sample whole (tokens, labels) first */

@@ -171,7 +171,10 @@ static void held_report(const trainer *t)
 {
     trainer_memory_part counted[TRAINER_MEMORY_PARTS], held[TRAINER_MEMORY_PARTS];
     trainer_memory held_mem = t->held;
-    held_mem.nccl = t->mem.nccl; /* the same rows as the count's, the optional one too */
+    /* the same rows as the count's, the optional ones too (not measured: outside the arena) */
+    held_mem.nccl = t->mem.nccl;
+    held_mem.optimizer_host = t->mem.optimizer_host;
+    held_mem.model.offloaded = t->mem.model.offloaded;
     int n = trainer_memory_part_list(&t->mem, counted);
     trainer_memory_part_list(&held_mem, held);
     printf("%s at setup, by part (bytes held of counted):",
@@ -245,8 +248,11 @@ int trainer_report_start(trainer *t)
         printf("device: %s, device %d of rank 0; its sgemm: %.1f GFLOP/s (rank 0 alone); %s; layer "
                "matrix products in %s\n",
                bk_device_backend_name(), t->device_index, t->sgemm_gflops,
-               t->choices.bf16_matmul ? "bf16 parameters, fp32 masters in the optimizer's shards"
-                                      : "fp32 parameters",
+               !t->choices.bf16_matmul ? "fp32 parameters"
+               : train_config_optimizer_on_host(c)
+                   ? "bf16 parameters, fp32 masters in the optimizer's shards in host memory "
+                     "(AdamW on the CPU)"
+                   : "bf16 parameters, fp32 masters in the optimizer's shards",
                t->choices.bf16_matmul ? "bf16" : "fp32");
     else
         printf("sgemm per rank: %.1f GFLOP/s (rank 0 alone, %d OpenMP thread%s)\n",

@@ -446,12 +446,17 @@ END_TEST
 
 /* A budget the run does not fit in exits 2, saying so; bad options are
  * refused naming them. */
-/* Llama-3-8B at 1M tokens on 8 GPUs of 80 GiB, zero = 3, host memory host,
- * offload_activations offload: the object, the exit status as expected. */
-static json_t *plan_offload(const char *offload, const char *host, int exit_code)
+/* Llama-3-8B at seq tokens on 8 GPUs of 80 GiB, zero = 3, host memory host,
+ * offload_activations offload, the optimizer's state where optimizer says:
+ * the object, the exit status as expected. */
+static json_t *plan_8b(const char *seq, const char *offload, const char *optimizer,
+                       const char *host, int exit_code)
 {
-    char set[64];
+    char set[64], where[64], seq_len[64], max_seq[64];
     snprintf(set, sizeof set, "memory.offload_activations=%s", offload);
+    snprintf(where, sizeof where, "memory.optimizer=%s", optimizer);
+    snprintf(seq_len, sizeof seq_len, "data.seq_len=%s", seq);
+    snprintf(max_seq, sizeof max_seq, "model.max_seq=%s", seq);
     char *argv[] = {(char *)test_burst_path(),
                     "plan",
                     "memory",
@@ -467,19 +472,25 @@ static json_t *plan_offload(const char *offload, const char *host, int exit_code
                     "--set",
                     "parallel.cp=8",
                     "--set",
-                    "data.seq_len=1048576",
+                    seq_len,
+                    "--set",
+                    max_seq,
                     "--set",
                     "parallel.zero=3",
                     "--set",
                     "memory.attn_kept_fraction=0",
                     "--set",
                     set,
+                    "--set",
+                    where,
                     NULL};
     test_run_result r = test_run(argv, NULL);
     json_error_t e;
     json_t *o = json_loads(r.out, 0, &e);
-    ck_assert_msg(o && r.exit_code == exit_code, "offload %s, host %s: exit %d, %s:\n%s", offload,
-                  host, r.exit_code, e.text, r.out);
+    ck_assert_msg(o && r.exit_code == exit_code,
+                  "%s tokens, offload %s, optimizer %s, host %s: "
+                  "exit %d, %s:\n%s",
+                  seq, offload, optimizer, host, r.exit_code, e.text, r.out);
     test_run_free(&r);
     return o;
 }
@@ -498,8 +509,9 @@ static long long part_of(const json_t *o, const char *key)
 START_TEST(plan_memory_counts_offloaded_activations_on_the_host)
 {
     const long long set = 131072LL * 4096 * 2 + 2 + 4, inputs = 32 * set, slots = 2 * set;
-    json_t *kept = plan_offload("false", "2048G", 2), *off = plan_offload("true", "2048G", 0),
-           *tight = plan_offload("true", "128G", 2);
+    json_t *kept = plan_8b("1048576", "false", "device", "2048G", 2),
+           *off = plan_8b("1048576", "true", "device", "2048G", 0),
+           *tight = plan_8b("1048576", "true", "device", "128G", 2);
     ck_assert_int_eq(part_of(kept, "offloaded_activations"), 0);
     ck_assert_int_eq(part_of(off, "offloaded_activations"), inputs);
     ck_assert_int_eq(part_of(kept, "stored_activations") - part_of(off, "stored_activations"),
@@ -510,6 +522,28 @@ START_TEST(plan_memory_counts_offloaded_activations_on_the_host)
     ck_assert(json_is_true(json_object_get(off, "fits")));
     ck_assert(json_is_false(json_object_get(tight, "fits")));
     json_decref(kept), json_decref(off), json_decref(tight);
+}
+END_TEST
+
+/* The optimizer's state on the host: Llama-3-8B's shard on 8 ranks (its
+ * masters, two moments and summed gradients, 4 x 4 bytes for each of its
+ * 1,003,782,656 parameters, and the buffer a range crosses) leaves the
+ * device, whose optimizer part is then empty, and 2M tokens fit on 8 GPUs
+ * with the activations offloaded, which they do not with the state on the
+ * device. */
+START_TEST(plan_memory_counts_the_optimizer_on_the_host)
+{
+    const long long own = 8030261248LL / 8;
+    json_t *dev = plan_8b("2097152", "true", "device", "2048G", 2),
+           *host = plan_8b("2097152", "true", "host", "2048G", 0);
+    ck_assert_int_eq(part_of(dev, "optimizer_host"), 0);
+    ck_assert_int_eq(part_of(host, "optimizer"), 0);
+    long long state = part_of(host, "optimizer_host");
+    ck_assert_msg(state >= 16 * own && state <= 16 * own + (3LL << 30) &&
+                      part_of(dev, "optimizer") >= 12 * own,
+                  "the state on the host %lld bytes, on the device %lld", state,
+                  part_of(dev, "optimizer"));
+    json_decref(dev), json_decref(host);
 }
 END_TEST
 
@@ -749,14 +783,14 @@ int main(void)
     TCase *tc = check_tcase(s, "cli", 60);
     check_add_tests(tc, plan_memory_speaks_json, plan_memory_chooses_zero_auto,
                     a_run_holds_what_plan_memory_counts);
-    check_add_tests(tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
-                    plan_attention_options, plan_memory_counts_what_a_run_counts,
-                    plan_memory_refuses_what_does_not_fit,
-                    plan_memory_counts_offloaded_activations_on_the_host, byte_sizes_are_read_alike,
-                    unknown_command_is_usage_error, every_command_has_help,
-                    version_names_optional_parts, version_and_selftest_options,
-                    bench_kernels_device_errors, bench_lists_every_benchmark,
-                    bench_attention_and_transport_options, bench_train_refuses_bad_options);
+    check_add_tests(
+        tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
+        plan_attention_options, plan_memory_counts_what_a_run_counts,
+        plan_memory_refuses_what_does_not_fit, plan_memory_counts_offloaded_activations_on_the_host,
+        plan_memory_counts_the_optimizer_on_the_host, byte_sizes_are_read_alike,
+        unknown_command_is_usage_error, every_command_has_help, version_names_optional_parts,
+        version_and_selftest_options, bench_kernels_device_errors, bench_lists_every_benchmark,
+        bench_attention_and_transport_options, bench_train_refuses_bad_options);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device,
                     plan_memory_counts_what_a_device_run_counts, plan_memory_counts_nccls_buffers,

@@ -159,8 +159,8 @@ static void run_case(const test_case *tc)
         rp[i] = params[i];
     }
 
-    zero1 *z = zero1_create(comm, n, mask, &hp, NULL, BK_F32, (zero1_sharding){1});
-    zero1 *z16 = zero1_create(comm, n, mask, &hp, NULL, BK_BF16, (zero1_sharding){1});
+    zero1 *z = zero1_create(comm, n, mask, &hp, NULL, BK_F32, (zero1_sharding){.stage = 1});
+    zero1 *z16 = zero1_create(comm, n, mask, &hp, NULL, BK_BF16, (zero1_sharding){.stage = 1});
     if (!z || !z16) {
         fprintf(stderr, "rank %d: %s: zero1_create failed\n", rank, tc->name);
         exit(1);
@@ -268,8 +268,8 @@ static void gather_case(int64_t n)
     const int64_t ranges[][2] = {{0, n},     {1, n - 1},     {n / 3, n / 3 + 3},
                                  {n - 1, n}, {n / 2, n / 2}, {0, 1}};
     for (int bf16 = 0; bf16 <= 1; bf16++) {
-        zero1 *z =
-            zero1_create(comm, n, NULL, &hp, NULL, bf16 ? BK_BF16 : BK_F32, (zero1_sharding){3});
+        zero1 *z = zero1_create(comm, n, NULL, &hp, NULL, bf16 ? BK_BF16 : BK_F32,
+                                (zero1_sharding){.stage = 3});
         int64_t b = 0, e = 0;
         if (z) zero1_shard(z, &b, &e);
         EXPECT(z && zero1_set_masters(z, full + b) == 0, "n=%lld: a stage-3 optimizer failed",

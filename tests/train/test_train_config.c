@@ -568,6 +568,12 @@ static const bad_whole bad_wholes[] = {
       "memory.attn_kept_fraction=1"},
      1,
      "[data] task = recall"},
+    {{"memory.offload_activations=true"}, 1, "[memory] offload_activations = true needs [train]"},
+    {{"memory.optimizer=host", "parallel.zero=2"}, 1, "[memory] optimizer = host needs bf16"},
+    {{"memory.optimizer=host", "train.device=cuda", "train.matmul=fp32", "parallel.zero=3"},
+     1,
+     "[memory] optimizer = host needs bf16"},
+    {{"memory.optimizer=host", "train.device=cuda"}, 1, "needs [parallel] zero = 2, 3 or auto"},
 };
 enum { N_BAD_WHOLES = sizeof bad_wholes / sizeof bad_wholes[0] };
 
@@ -603,8 +609,10 @@ START_TEST(validate_accepts_consistent_configurations)
         {"data.task=recall", "eval.min_accuracy=0.9"},
         /* the recall keys matter only for the synthetic task */
         {"data.task=recall", "data.recall_pairs=100", "data.source=hdf5", "data.path=a.h5"},
+        {"train.device=cuda", "memory.optimizer=host", "parallel.zero=auto",
+         "memory.offload_activations=true"},
     };
-    static const int worlds[] = {4, 3, 4, 4, 1, 2, 1, 1, 1, 1, 1};
+    static const int worlds[] = {4, 3, 4, 4, 1, 2, 1, 1, 1, 1, 1, 1};
     for (size_t i = 0; i < sizeof worlds / sizeof worlds[0]; i++) {
         train_config c;
         char err[512] = "";

@@ -27,6 +27,14 @@ static const char *const on_cpu[] = {"data.seq_len=64", NULL};
  * work the engine did not order after what it reads would read old data. */
 static char *deferred[] = {"OMP_NUM_THREADS=1", "BK_EMU_STREAMS=deferred", NULL};
 
+/* The temporary checkpoint directory `name` (dir [512]) and the setting that
+ * names it (set [600]). */
+static void checkpoint_dir(const char *name, char *dir, char *set)
+{
+    snprintf(dir, 512, "%s/%s", train_tmpdir, name);
+    snprintf(set, 600, "train.checkpoint_dir=%s", dir);
+}
+
 /* 1 rank (kernels at once), and 4 ranks on 2 emulated nodes with the double
  * ring (kernels deferred). */
 START_TEST(device_engine_matches_the_cpu)
@@ -130,8 +138,7 @@ START_TEST(device_offloaded_activations_train_as_kept_on_device)
                           kept.offload_s[s], offloaded.offload_s[s]);
     }
     char dir[512], dir_set[600];
-    snprintf(dir, sizeof dir, "%s/ckpt-offload", train_tmpdir);
-    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    checkpoint_dir("ckpt-offload", dir, dir_set);
     expect_resume_bit_for_bit(1, with(with(four_layers, offload), (const char *[]){dir_set, NULL}),
                               dir, NULL);
     ck_assert_int_eq(test_remove_tree(dir), 0);
@@ -149,36 +156,90 @@ START_TEST(device_offloaded_activations_train_as_kept_on_device)
 }
 END_TEST
 
+/* A run of sets stopped after step 3 (checkpointing where sets say) and
+ * resumed with moved (other settings, the same directory) continues whole,
+ * the uninterrupted curve of sets, within tol. */
+static void expect_moved_resume(int ranks, const char *const *sets, const char *const *moved,
+                                const curve *whole, double tol, const char *what)
+{
+    const char *stop[] = {"--stop-after", "3", NULL}, *resume[] = {"--resume", NULL};
+    test_run_result r = train_args(ranks, 1, sets, stop, NULL, NULL, 0);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    test_run_free(&r);
+    curve c;
+    r = train_args(ranks, 1, moved, resume, &c, NULL, 0);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "resumed from"), "%s", r.out);
+    test_run_free(&r);
+    ck_assert_int_eq(c.n, whole->n - 3);
+    for (int i = 0; i < c.n; i++)
+        ck_assert_msg(fabs(c.loss[i] - whole->loss[i + 3]) <= tol * fabs(whole->loss[i + 3]),
+                      "step %d: resumed %s %.17g, uninterrupted %.17g", i + 4, what, c.loss[i],
+                      whole->loss[i + 3]);
+}
+
+/* [memory] optimizer = host: the shard's masters, moments and summed
+ * gradients in host memory and AdamW on the CPU, each range's own part
+ * crossing through a host buffer (kernels deferred): zero = 2 and 3 on 1 and
+ * 2 ranks (cp = 2) train with the losses and gradient norms of the
+ * optimizer on the device within 1e-6 (the norm's sum adds in another
+ * order); a resume continues bit for bit, and a checkpoint it wrote resumes
+ * with the optimizer on the device (one format) within 1e-6 of its curve. */
+START_TEST(device_optimizer_on_the_host_trains_as_on_the_device)
+{
+    on_emulator = 1;
+    run_env = deferred;
+    const char *host[] = {"memory.optimizer=host", NULL};
+    static const char *const zero[] = {"parallel.zero=2", "parallel.zero=3"};
+    curve on_host;
+    for (int ranks = 1; ranks <= 2; ranks++)
+        for (int z = 0; z < 2; z++) {
+            const char *cp = ranks == 2 ? "parallel.cp=2" : "parallel.cp=1";
+            curve dev;
+            char what[96];
+            snprintf(what, sizeof what, "%d ranks, %s: optimizer on the host vs the device", ranks,
+                     zero[z]);
+            run_ok(ranks, 1, with(on_device, (const char *[]){cp, zero[z], NULL}), &dev);
+            run_saying(ranks, 1, with(on_device, (const char *[]){cp, zero[z], host[0], NULL}),
+                       "optimizer (host) ", &on_host);
+            expect_same(&dev, &on_host, 1e-6, what);
+        }
+    char dir[512], dir_set[600];
+    checkpoint_dir("ckpt-host-optimizer", dir, dir_set);
+    const char *sets[] = {"train.device=cuda",
+                          "data.seq_len=64",
+                          "parallel.cp=2",
+                          "parallel.zero=3",
+                          host[0],
+                          dir_set,
+                          NULL};
+    expect_resume_bit_for_bit(2, sets, dir, NULL);
+    ck_assert_int_eq(test_remove_tree(dir), 0);
+
+    expect_moved_resume(2, sets, with(sets, (const char *[]){"memory.optimizer=device", NULL}),
+                        &on_host, 1e-6, "the optimizer on the device after the host");
+    ck_assert_int_eq(test_remove_tree(dir), 0);
+    run_env = one_thread;
+    on_emulator = 0;
+}
+END_TEST
+
 /* A resume on the device continues bit for bit, and a CPU checkpoint resumed
  * on the device continues the CPU's curve within bf16's tolerance. */
 START_TEST(device_resumes_its_own_and_the_cpus_checkpoints)
 {
     on_emulator = 1;
     char dir[512], dir_set[600];
-    snprintf(dir, sizeof dir, "%s/ckpt-device", train_tmpdir);
-    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    checkpoint_dir("ckpt-device", dir, dir_set);
     const char *sets[] = {"train.device=cuda", "data.seq_len=64", "parallel.cp=2", dir_set, NULL};
     expect_resume_bit_for_bit(2, sets, dir, NULL);
     ck_assert_int_eq(test_remove_tree(dir), 0);
 
-    curve cpu, moved;
+    curve cpu;
     run_ok(1, 1, on_cpu, &cpu);
-    snprintf(dir, sizeof dir, "%s/ckpt-moved", train_tmpdir);
-    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    checkpoint_dir("ckpt-moved", dir, dir_set);
     const char *cpu_ckpt[] = {"data.seq_len=64", dir_set, NULL};
-    const char *stop[] = {"--stop-after", "3", NULL}, *resume[] = {"--resume", NULL};
-    test_run_result r = train_args(1, 1, cpu_ckpt, stop, NULL, NULL, 0);
-    ck_assert_msg(r.exit_code == 0, "%s", r.out);
-    test_run_free(&r);
-    r = train_args(1, 1, with(cpu_ckpt, (const char *[]){"train.device=cuda", NULL}), resume,
-                   &moved, NULL, 0);
-    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "resumed from"), "%s", r.out);
-    test_run_free(&r);
-    ck_assert_int_eq(moved.n, cpu.n - 3);
-    for (int i = 0; i < moved.n; i++)
-        ck_assert_msg(fabs(moved.loss[i] - cpu.loss[i + 3]) <= 2e-2 * fabs(cpu.loss[i + 3]),
-                      "step %d: resumed on the device %.6f, the CPU %.6f", i + 4, moved.loss[i],
-                      cpu.loss[i + 3]);
+    expect_moved_resume(1, cpu_ckpt, with(cpu_ckpt, (const char *[]){"train.device=cuda", NULL}),
+                        &cpu, 2e-2, "on the device after the CPU");
     ck_assert_int_eq(test_remove_tree(dir), 0);
     on_emulator = 0;
 }
@@ -270,8 +331,7 @@ START_TEST(device_masks_backwards_and_resume_over_nccl)
         expect_same(&cpu, &nccl, 2e-2, cases[i].what);
     }
     char dir[512], dir_set[600];
-    snprintf(dir, sizeof dir, "%s/ckpt-nccl", train_tmpdir);
-    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    checkpoint_dir("ckpt-nccl", dir, dir_set);
     const char *resumed[] = {"data.seq_len=64",
                              "parallel.mask=window",
                              "parallel.window=24",
@@ -571,7 +631,8 @@ void add_device_tests(Suite *s)
                     device_zeros_2_and_3_train_as_zero_1, device_arena_holds_every_buffer,
                     device_staging_buffers_taken_at_setup,
                     device_arena_report_names_the_largest_peak,
-                    device_offloaded_activations_train_as_kept_on_device);
+                    device_offloaded_activations_train_as_kept_on_device,
+                    device_optimizer_on_the_host_trains_as_on_the_device);
 #ifdef HAVE_NCCL
     check_add_tests(check_tcase(s, "device over NCCL", 900), device_engine_over_nccl,
                     device_masks_backwards_and_resume_over_nccl,
