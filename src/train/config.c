@@ -296,6 +296,8 @@ static const field fields[] = {
         "share of local tokens whose attention output and lse are kept for the backward: 0, 0.5 or 1"),
     BOOL("memory", keep_layers, "false", FREE,
         "keep every layer's norms, projections and MLP activations for the backward instead of recomputing them from the layer's stored input (faster, and per layer and token 4 (3 D + Hq*hd + 2 Hkv*hd + 3 F + 2) more bytes)"),
+    I64("memory", mlp_rows, 1, "16384", FREE,
+        "tokens per chunk of the MLP and of the bf16 operands of the matrix products: the MLP's buffers (per token 4 (2 d_model + 6 d_ff) bytes) and the operands' hold one chunk, whatever the sequence; fewer rows, less memory and smaller products"),
     BOOL("memory", offload_activations, "false", FREE,
         "on a device: each layer's stored activations (its input, and the attention output and lse kept by attn_kept_fraction) in page-locked host memory instead of the device's, copied out during the forward and back one layer ahead during the backward on a stream of their own, two layers' worth staying on the device (needs [train] device = cuda)"),
     ENUM("memory", optimizer, optimizer_names, "device", FREE,
