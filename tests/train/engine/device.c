@@ -388,12 +388,13 @@ static long long number_after(const test_run_result *r, const char *line, const 
 /* burst_emu train on the emulated device, one rank without a launcher (its
  * output and the emulator's in one pipe, in the order they were written), 3
  * steps of 64 tokens, in the environment env. */
-static test_run_result train_alone_on_device(char *const *env)
+static test_run_result train_alone_on_device_with(char *const *env, const char *const *more)
 {
     on_emulator = 1;
-    const char *sets[] = {"train.device=cuda", "data.seq_len=64", "train.steps=3",
+    const char *base[] = {"train.device=cuda", "data.seq_len=64", "train.steps=3",
                           "train.warmup_steps=1", NULL};
-    char *argv[16];
+    const char *const *sets = with(base, more);
+    char *argv[32];
     int a = 0;
     argv[a++] = (char *)train_program(), argv[a++] = "train";
     for (int i = 0; sets[i]; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
@@ -401,6 +402,32 @@ static test_run_result train_alone_on_device(char *const *env)
     on_emulator = 0;
     return test_run(argv, env);
 }
+
+static test_run_result train_alone_on_device(char *const *env)
+{
+    return train_alone_on_device_with(env, (const char *[]){NULL});
+}
+
+/* The page-locked host memory of the offloaded activations is taken at
+ * setup, as the arena is (with the optimizer's state on the host, plain host
+ * memory made with the optimizer): with the emulator printing every runtime
+ * allocation, cudaMallocHost comes before the report and no allocation of
+ * any kind after it. */
+START_TEST(device_host_memory_taken_at_setup)
+{
+    char *env[] = {"OMP_NUM_THREADS=1", "BK_EMU_TRACE_ALLOC=1", NULL};
+    test_run_result r = train_alone_on_device_with(
+        env, (const char *[]){"memory.offload_activations=true", "memory.optimizer=host",
+                              "parallel.zero=3", NULL});
+    const char *started = strstr(r.out, "device: emulator"),
+               *pinned = strstr(r.out, "emu: cudaMallocHost ");
+    ck_assert_msg(r.exit_code == 0 && started && pinned && pinned < started &&
+                      !strstr(started, "emu: cudaMalloc") && test_output_has(&r, "step     3/3"),
+                  "exit %d, a runtime allocation after setup or none page-locked:\n%s", r.exit_code,
+                  r.out);
+    test_run_free(&r);
+}
+END_TEST
 
 /* On a device every buffer of the engine and the kernels' scratch come from
  * one arena, taken at setup: with the emulator printing every runtime
@@ -626,13 +653,13 @@ END_TEST
 void add_device_tests(Suite *s)
 {
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
-    check_add_tests(check_tcase(s, "device", 900), device_engine_matches_the_cpu,
-                    device_grid_matches_the_cpu, device_resumes_its_own_and_the_cpus_checkpoints,
-                    device_zeros_2_and_3_train_as_zero_1, device_arena_holds_every_buffer,
-                    device_staging_buffers_taken_at_setup,
-                    device_arena_report_names_the_largest_peak,
-                    device_offloaded_activations_train_as_kept_on_device,
-                    device_optimizer_on_the_host_trains_as_on_the_device);
+    check_add_tests(
+        check_tcase(s, "device", 900), device_engine_matches_the_cpu, device_grid_matches_the_cpu,
+        device_resumes_its_own_and_the_cpus_checkpoints, device_zeros_2_and_3_train_as_zero_1,
+        device_arena_holds_every_buffer, device_staging_buffers_taken_at_setup,
+        device_arena_report_names_the_largest_peak,
+        device_offloaded_activations_train_as_kept_on_device,
+        device_optimizer_on_the_host_trains_as_on_the_device, device_host_memory_taken_at_setup);
 #ifdef HAVE_NCCL
     check_add_tests(check_tcase(s, "device over NCCL", 900), device_engine_over_nccl,
                     device_masks_backwards_and_resume_over_nccl,
