@@ -27,14 +27,6 @@ static const char *const on_cpu[] = {"data.seq_len=64", NULL};
  * work the engine did not order after what it reads would read old data. */
 static char *deferred[] = {"OMP_NUM_THREADS=1", "BK_EMU_STREAMS=deferred", NULL};
 
-/* The temporary checkpoint directory `name` (dir [512]) and the setting that
- * names it (set [600]). */
-static void checkpoint_dir(const char *name, char *dir, char *set)
-{
-    snprintf(dir, 512, "%s/%s", train_tmpdir, name);
-    snprintf(set, 600, "train.checkpoint_dir=%s", dir);
-}
-
 /* 1 rank (kernels at once), and 4 ranks on 2 emulated nodes with the double
  * ring (kernels deferred). */
 START_TEST(device_engine_matches_the_cpu)

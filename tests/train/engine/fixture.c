@@ -130,6 +130,12 @@ void run_ok(int ranks, int nodes, const char *const *sets, curve *c)
 }
 
 /* The sets of a run: base (NULL-terminated) followed by more (idem). */
+void checkpoint_dir(const char *name, char *dir, char *set)
+{
+    snprintf(dir, 512, "%s/%s", train_tmpdir, name);
+    snprintf(set, 600, "train.checkpoint_dir=%s", dir);
+}
+
 const char *const *with(const char *const *base, const char *const *more)
 {
     static const char *all[32];

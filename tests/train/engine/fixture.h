@@ -51,6 +51,9 @@ void expect_same(const curve *a, const curve *b, double tol, const char *what);
 /* A run that must succeed; its output must hold `says` when given. */
 void run_saying(int ranks, int nodes, const char *const *sets, const char *says, curve *c);
 void run_ok(int ranks, int nodes, const char *const *sets, curve *c);
+/* The temporary checkpoint directory `name` in the suite's (dir [512]) and
+ * the setting that names it (set [600]). */
+void checkpoint_dir(const char *name, char *dir, char *set);
 /* The sets of a run: base (NULL-terminated) followed by more (idem). */
 const char *const *with(const char *const *base, const char *const *more);
 /* Every step spent time in the rings and waited for no more than that. */

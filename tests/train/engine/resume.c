@@ -32,8 +32,7 @@ static void swap_attribute(const char *file, const char *name, hid_t type, void 
 START_TEST(resume_continues_bit_for_bit)
 {
     char dir[512], dir_set[600], model[600];
-    snprintf(dir, sizeof dir, "%s/ckpt", train_tmpdir);
-    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    checkpoint_dir("ckpt", dir, dir_set);
     snprintf(model, sizeof model, "%s/step-3/model.h5", dir);
     /* keys that change the numbers are refused, each named with both values;
      * the checkpoint is left whole by every refusal */
@@ -79,8 +78,7 @@ START_TEST(resume_continues_a_shuffled_corpus_bit_for_bit)
     snprintf(corpus, sizeof corpus, "%s/resume.h5", train_tmpdir);
     synth("passkey", "256", "40", "3", corpus);
     snprintf(path_set, sizeof path_set, "data.path=%s", corpus);
-    snprintf(dir, sizeof dir, "%s/ckpt-corpus", train_tmpdir);
-    snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+    checkpoint_dir("ckpt-corpus", dir, dir_set);
     const char *const refused[][2] = {
         {"data.sampling=sequential", "was written with [data] sampling = shuffled, this run has "
                                      "sequential"},

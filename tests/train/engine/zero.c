@@ -111,8 +111,9 @@ START_TEST(a_checkpoint_resumes_with_another_stage)
     for (size_t k = 0; k < sizeof pairs / sizeof *pairs; k++) {
         int first = pairs[k][0], then = pairs[k][1];
         char dir[512], dir_set[600], says[32];
-        snprintf(dir, sizeof dir, "%s/ckpt-zero%d%d", train_tmpdir, first, then);
-        snprintf(dir_set, sizeof dir_set, "train.checkpoint_dir=%s", dir);
+        char name[32];
+        snprintf(name, sizeof name, "ckpt-zero%d%d", first, then);
+        checkpoint_dir(name, dir, dir_set);
         snprintf(says, sizeof says, "ZeRO stage %d", then);
         const char *sets[] = {"parallel.cp=2", dir_set, NULL};
         const char *const *before = with(sets, stages[first - 1]), *const *after =
