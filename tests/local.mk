@@ -390,20 +390,25 @@ tests_train_test_recall_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_recall_LDADD = $(ENGINE_SUITE_LIBS)
 
 # Training end to end, and the gradients against finite differences
-# (tests/train/train_gradcheck, on one rank or a ring): one suite whose main
-# is test_train.c and whose tests stand in tests/train/engine/, a file per
-# concern on a shared fixture.
-check_PROGRAMS += tests/train/train_gradcheck tests/train/test_train
-TESTS += tests/train/test_train
+# (tests/train/train_gradcheck, on one rank or a ring): two suites whose tests
+# stand in tests/train/engine/, a file per concern on a shared fixture: the
+# CPU engine's (test_train.c) and the emulated device's (test_train_device.c),
+# two programs so that `make -j` runs them side by side.
+check_PROGRAMS += tests/train/train_gradcheck tests/train/test_train \
+	tests/train/test_train_device
+TESTS += tests/train/test_train_device tests/train/test_train
 tests_train_test_train_SOURCES = tests/train/test_train.c tests/train/engine/fixture.h \
 	tests/train/engine/fixture.c tests/train/engine/ranks.c tests/train/engine/steps.c \
-	tests/train/engine/resume.c tests/train/engine/corpus.c tests/train/engine/device.c \
-	tests/train/engine/zero.c
+	tests/train/engine/resume.c tests/train/engine/corpus.c tests/train/engine/zero.c
 tests_train_test_train_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_train_LDADD = $(ENGINE_SUITE_LIBS)
+tests_train_test_train_device_SOURCES = tests/train/test_train_device.c \
+	tests/train/engine/fixture.h tests/train/engine/fixture.c tests/train/engine/device.c
+tests_train_test_train_device_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_train_device_LDADD = $(ENGINE_SUITE_LIBS)
 
 # burst itself linked with the device emulator: the engine with [train]
-# device = cuda on an emulated device (tests/train/test_train).
+# device = cuda on an emulated device (tests/train/test_train_device).
 check_PROGRAMS += tests/train/burst_emu
 tests_train_burst_emu_SOURCES = $(burst_SOURCES) kernels/emu/select_emu.c
 tests_train_burst_emu_LDADD = $(EMU_ENGINE_LIBS)

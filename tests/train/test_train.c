@@ -3,13 +3,11 @@
  * gradients against finite differences, and the same losses on any number of
  * ranks, under every mask, ring and backward), the steps (steps.c:
  * non-finite gradients, a loss that falls, settings refused before any work),
- * resumes (resume.c), HDF5 corpora (corpus.c), the ZeRO stages (zero.c:
- * gradients sharded train as they are not) and the device (device.c: the
- * engine on the emulated device, and over the model of NCCL), on the runs and
- * expectations of fixture.h. Losses, labelled tokens, ring bytes, attention
- * pairs and FLOPs are read from the JSON-lines metrics each run writes. Every
- * rank runs one OpenMP thread: more threads than cores, spinning, would make
- * a multi-rank run crawl. */
+ * resumes (resume.c), HDF5 corpora (corpus.c) and the ZeRO stages (zero.c:
+ * gradients sharded train as they are not), on the runs and expectations of
+ * fixture.h; the device's part (device.c) is test_train_device.c's. Losses, labelled tokens, ring
+ * bytes, attention pairs and FLOPs are read from the JSON-lines metrics each run writes. Every rank
+ * runs one OpenMP thread: more threads than cores, spinning, would make a multi-rank run crawl. */
 #include "config.h"
 
 #include <check.h>
@@ -28,7 +26,6 @@ int main(void)
     add_resume_tests(tc);
     add_corpus_tests(tc);
     add_zero_tests(tc);
-    add_device_tests(s);
     int status = check_run(s);
     test_remove_tree(train_tmpdir);
     return status;

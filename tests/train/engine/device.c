@@ -1,4 +1,4 @@
-/* device.c (tests/train/test_train): the engine on the emulated device
+/* device.c (tests/train/test_train_device): the engine on the emulated device
  * (tests/train/burst_emu) against the CPU engine, and over the model of NCCL;
  * its arena, its staging buffers and the arena report of several ranks. */
 #define _GNU_SOURCE

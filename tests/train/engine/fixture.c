@@ -1,5 +1,5 @@
 /* fixture.c: the runs and expectations the parts of tests/train/test_train
- * share (fixture.h). */
+ * and test_train_device share (fixture.h). */
 #include "config.h"
 
 #include <check.h>

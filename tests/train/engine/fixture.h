@@ -1,4 +1,5 @@
-/* fixture.h: what the parts of tests/train/test_train share: runs of
+/* fixture.h: what the parts of tests/train/test_train and
+ * test_train_device share: runs of
  * `burst run ... burst train` on real ranks (or of burst linked with the
  * device emulator), the curve of losses and counts each run's JSON-lines
  * metrics give, and the expectations several parts make of those curves:
