@@ -73,7 +73,11 @@ typedef struct {
 
 bt_status ring_forward(const ring_exec_ctx *c, const float *Q, const float *K, const float *V,
                        float *O, float *lse, ring_exec_stats *stats);
-/* dQ, dK, dV are overwritten with this rank's gradients. */
+/* dQ, dK, dV are overwritten with this rank's gradients. dQ may be O: O is
+ * read once, for delta = rowsum(dO * O), on the queue before anything is
+ * written to dQ. With in_type BK_BF16, dK and dV may also be K and V: Q, K,
+ * V and dO are then read once, rounded at home, before any gradient is
+ * written. (The model runner's backward keeps its gradients so.) */
 bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, const float *V,
                         const float *O, const float *dO, const float *lse, float *dQ, float *dK,
                         float *dV, ring_exec_stats *stats);

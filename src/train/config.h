@@ -89,7 +89,7 @@ typedef struct {
     int offload_activations; /* on a device, each layer's stored activations in page-locked
                                 host memory, copied out and back on a stream of their own */
     char optimizer[8];       /* device | host: where a device run keeps the optimizer's state */
-    int64_t mlp_rows;        /* tokens per chunk of the MLP and of the bf16 operands */
+    int64_t chunk_rows;      /* tokens per chunk of the token-wise work and the bf16 operands */
     int fused_head;         /* LM head fused with the loss, chunked (1) or the reference (0) */
     int64_t head_chunk;     /* tokens per chunk of logits */
     double z_loss;

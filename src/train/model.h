@@ -59,9 +59,10 @@ void model_decay_mask(const model_layout *m, uint8_t *mask);
  * with the mask's fraction of attention pairs), for throughput reports. */
 double model_flops_per_sequence(const model_layout *m, int64_t N, double attn_pair_fraction);
 
-/* Tokens per chunk of the MLP by default: its buffers [chunk, 2 d_ff] stay
- * small at any sequence length, and the products stay large. */
-enum { MODEL_MLP_ROWS = 16384 };
+/* Tokens per chunk by default of all that runs token by token (the norms,
+ * the MLP, the head): their buffers [chunk, 2 d_ff] and [chunk, d_model]
+ * stay small at any sequence length, and the products stay large. */
+enum { MODEL_CHUNK_ROWS = 4096 };
 
 typedef struct model_runner model_runner;
 
@@ -75,8 +76,8 @@ typedef struct {
                                   * bitmap must outlive the runner */
     ring_bwd_choice backward;
     int64_t piece_rows;          /* query rows per kernel call in the ring; 0: the default */
-    int64_t mlp_rows;            /* tokens per chunk of the MLP (its buffers hold one chunk);
-                                  * 0: MODEL_MLP_ROWS */
+    int64_t chunk_rows;          /* tokens per chunk of the norms, the MLP and the head (their
+                                  * buffers hold one chunk); 0: MODEL_CHUNK_ROWS */
     train_keep keep;             /* attention outputs kept: none, half (zigzag + causal), all */
     int keep_layers;             /* each layer's intermediates kept, not recomputed, for the
                                   * backward ([memory] keep_layers) */

@@ -40,9 +40,11 @@ enum { STORED_SET = 3 };
 void runner_stored_set(const model_runner *r, stored_layer *e, void **buf[STORED_SET],
                        size_t bytes[STORED_SET]);
 
-/* kept_layer's buffers in one order, the attention part's first: with
- * runner_kept_buffers they are made, copied and freed by one table. */
-enum { KEPT_ATTENTION = 5, KEPT_BUFFERS = 10 };
+/* kept_layer's buffers in one order: the attention norm's (a, rstd1; chunk
+ * buffers in the workspace), the projections' (q, k, v; whole), the MLP's
+ * (chunk buffers): with runner_kept_buffers they are made, copied and freed
+ * by one table. */
+enum { KEPT_NORM = 2, KEPT_ATTENTION = 5, KEPT_BUFFERS = 10 };
 
 /* Parameters [at, at + count) widened to fp32 at wide. */
 typedef struct {
@@ -55,7 +57,7 @@ struct model_runner {
     const model_layout *m;
     int64_t n, D, QD, KD, F, V, Hq, n_kept;
     size_t act_bytes;  /* of a stored activation: 2 (bf16, with bf16_matmul) or 4 (fp32) */
-    int64_t mlp_rows;  /* rows of one MLP chunk: min(n, mlp_rows of the config or the default) */
+    int64_t chunk_rows; /* rows of one chunk: min(n, chunk_rows of the config or the default) */
     int64_t *pos;      /* [n] global positions, for the kernels */
     int64_t *pos_host; /* [n] the same on the host (pos itself there) */
     int32_t *segments; /* [N] document ids (document mask), else NULL */
@@ -65,16 +67,22 @@ struct model_runner {
     /* [layers]: one micro-batch's forward and backward run back to back, so
      * only the set of the micro-batch in flight is ever live */
     stored_layer *store;
-    /* workspace: [n, ...] for the attention part, [mlp_rows, ...] for the
-     * MLP's chunk (x1, b, rstd2, g, s, ds, dg). The final norm and the head
-     * use a, rstd1 and dx, and the backward's gradients of x1 and of a go
-     * into dx and a: no [n, D] buffer beyond these */
+    /* workspace (model_pass.c): [n, ...] for what the ring reads and writes
+     * (q, k, v, o, lse, d_o, dq, dk, dv) and the residual streams (x, dx);
+     * [chunk_rows, ...] for all that runs token by token: the norms (a,
+     * rstd1: the attention norm's and the final norm's), the MLP (x1, b,
+     * rstd2, g, s, ds, dg; x1 also takes a chunk of a stored input widened
+     * from bf16). The backward's gradients of x1 and of a go into dx and a.
+     * d_o is x's memory (x is free in the backward, and holds n * max(D, QD)
+     * floats), dq is o's (the ring reads O once, before it writes dQ), and
+     * when the ring's inputs travel in bf16 dk and dv are k's and v's (it
+     * reads them once, rounding them at home) */
     float *x, *a, *rstd1, *q, *k, *v, *o, *lse, *x1, *b, *rstd2, *g, *s;
     float *dx, *d_o, *dq, *dk, *dv, *ds, *dg;
     float *head_scratch; /* fused head: its chunk scratch; else the logits [V] of a prediction */
     float *logits_host;  /* on a device: a prediction's logits [V] copied to the host */
     /* bf16 matrix products only: two operands rounded to bf16 chunk by chunk,
-     * of mlp_rows * max(D, QD, 2F) elements each, and the fp32 copies (widened
+     * of chunk_rows * max(D, QD, 2F) elements each, and the fp32 copies (widened
      * at each step's first micro-batch) of the parameters that fp32 kernels
      * read: the norm gains and the embedding, one region each, in wide */
     uint16_t *op16[2];
@@ -116,17 +124,17 @@ struct model_runner {
         if (check_st_ != BT_OK) return check_st_;                                                  \
     } while (0)
 
-/* Rows of the chunk that starts at row r0 of m rows: the MLP's chunks and
- * the bf16 products' operands hold at most mlp_rows rows. */
+/* Rows of the chunk that starts at row r0 of m rows: the chunk buffers and
+ * the bf16 products' operands hold at most chunk_rows rows. */
 static inline int64_t runner_chunk_rows(const model_runner *r, int64_t r0, int64_t m)
 {
-    return m - r0 < r->mlp_rows ? m - r0 : r->mlp_rows;
+    return m - r0 < r->chunk_rows ? m - r0 : r->chunk_rows;
 }
 
 /* The matrix products of the layers, with the weight W[k, n] at offset w of
  * the parameters. In fp32, or with bf16_matmul on bf16 operands: the weight
  * from the bf16 parameters, the activation or gradient rounded as it enters
- * (into op16, mlp_rows rows at a time, so the operands never take [n, ...]),
+ * (into op16, chunk_rows rows at a time, so the operands never take [n, ...]),
  * fp32 accumulation and results.
  *
  * out[m, cols] (+)= X[m, inner] op(W), op(W) [inner, cols]: W itself

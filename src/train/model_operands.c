@@ -22,7 +22,7 @@ bk_status runner_times_weight(model_runner *r, const float *X, int64_t m, int64_
                        ldw, beta, out, cols);
     const uint16_t *w16 = runner_weight16(r, w);
     bk_status st = BK_OK;
-    for (int64_t r0 = 0; r0 < m && st == BK_OK; r0 += r->mlp_rows) {
+    for (int64_t r0 = 0; r0 < m && st == BK_OK; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, m);
         const uint16_t *x = operand16(r, 0, X + r0 * inner, rows * inner);
         st = x ? bk_gemm_bf16(q, BK_NO_TRANS, tw, rows, cols, inner, 1.0f, x, inner, w16, ldw, beta,
@@ -45,7 +45,7 @@ bk_status runner_mm_grad_weight(model_runner *r, const float *A, int64_t m, int6
     if (!r->cfg.bf16_matmul)
         return bk_gemm(q, BK_TRANS, BK_NO_TRANS, k, n, m, 1.0f, A, k, dY, n, 1.0f, dW, n);
     bk_status st = BK_OK;
-    for (int64_t r0 = 0; r0 < m && st == BK_OK; r0 += r->mlp_rows) {
+    for (int64_t r0 = 0; r0 < m && st == BK_OK; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, m);
         const uint16_t *a = operand16(r, 0, A + r0 * k, rows * k);
         const uint16_t *dy = operand16(r, 1, dY + r0 * n, rows * n);

@@ -120,7 +120,7 @@ static bt_status enter_layer(model_runner *r, int l, int mb, float *x)
         return BT_OK;
     }
     /* a prediction stores nothing: x rounds through op16, chunk by chunk */
-    for (int64_t r0 = 0; r0 < r->n && r->act_bytes == 2; r0 += r->mlp_rows) {
+    for (int64_t r0 = 0; r0 < r->n && r->act_bytes == 2; r0 += r->chunk_rows) {
         int64_t count = runner_chunk_rows(r, r0, r->n) * D;
         CHECK_KERNEL(runner_keep(r, r->op16[0], x + r0 * D, count));
         CHECK_KERNEL(runner_fetch(r, x + r0 * D, r->op16[0], count));
@@ -128,32 +128,29 @@ static bt_status enter_layer(model_runner *r, int l, int mb, float *x)
     return BT_OK;
 }
 
-/* Layer l's stored input in fp32 on the queue (offloaded: once back in its
- * slot): the stored buffer itself, or widened into r->x (free during the
- * backward). NULL when the device failed. */
-static const float *stored_input(model_runner *r, int l, model_step_stats *stats)
+/* A layer's input [n, D] as a pass reads it, chunk by chunk: the residual
+ * stream in the forward (fp32), the stored input in the backward (act_bytes
+ * elements), never widened whole. */
+typedef struct {
+    const void *rows;
+    size_t elem; /* bytes of an element: 4 (fp32) or 2 (bf16) */
+} layer_input;
+
+/* Rows [r0, r0 + rows) of in in fp32: in itself, or widened into x1 (free
+ * outside the MLP's chunk). NULL when the device failed. */
+static const float *input_rows(model_runner *r, layer_input in, int64_t r0, int64_t rows)
 {
-    if (r->offload && slot_arrived(r, l, stats) != BT_OK) return NULL;
-    const float *home = device_stored(r, l)->x_in;
-    if (r->act_bytes != 2) return home;
-    return runner_fetch(r, r->x, home, r->n * r->D) == BK_OK ? r->x : NULL;
+    if (in.elem == sizeof(float)) return (const float *)in.rows + r0 * r->D;
+    const char *src = (const char *)in.rows + (size_t)(r0 * r->D) * in.elem;
+    return runner_fetch(r, r->x1, src, rows * r->D) == BK_OK ? r->x1 : NULL;
 }
 
-/* a = RMSNorm(x_in), q, k, v = a W, RoPE on q and k at the global positions. */
-static bt_status attention_inputs(model_runner *r, int l, const float *x_in)
+/* Layer l's stored input (offloaded: once back in its slot); rows NULL when
+ * the device failed. */
+static layer_input stored_input(model_runner *r, int l, model_step_stats *stats)
 {
-    const bk_queue *q = r->cfg.queue;
-    const layer_offsets *o = &r->m->layer[l];
-    const model_dims *d = &r->m->dims;
-    int64_t n = r->n, D = r->D;
-    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, x_in, runner_param32(r, o->attn_norm), d->norm_eps, r->a,
-                                r->rstd1));
-    CHECK_KERNEL(runner_mm(r, r->a, n, D, o->wq, r->QD, r->q, 0));
-    CHECK_KERNEL(runner_mm(r, r->a, n, D, o->wk, r->KD, r->k, 0));
-    CHECK_KERNEL(runner_mm(r, r->a, n, D, o->wv, r->KD, r->v, 0));
-    CHECK_KERNEL(bk_rope_fwd(q, n, d->n_heads, d->head_dim, r->pos, &d->rope, r->q, r->q));
-    CHECK_KERNEL(bk_rope_fwd(q, n, d->n_kv_heads, d->head_dim, r->pos, &d->rope, r->k, r->k));
-    return BT_OK;
+    if (r->offload && slot_arrived(r, l, stats) != BT_OK) return (layer_input){NULL, 0};
+    return (layer_input){device_stored(r, l)->x_in, r->act_bytes};
 }
 
 /* Copies a layer's kept intermediates (keep_layers) between the workspace
@@ -174,10 +171,10 @@ static bt_status move_kept(model_runner *r, kept_layer *k, int first, int last, 
     return BT_OK;
 }
 
-/* The attention part's intermediates (a, rstd1, q, k, v) of all n rows. */
-static bt_status move_attention_part(model_runner *r, kept_layer *k, int to_kept)
+/* The projections (q, k, v after RoPE) of all n rows. */
+static bt_status move_projections(model_runner *r, kept_layer *k, int to_kept)
 {
-    return move_kept(r, k, 0, KEPT_ATTENTION, 0, r->n, to_kept);
+    return move_kept(r, k, KEPT_NORM, KEPT_ATTENTION, 0, r->n, to_kept);
 }
 
 /* The MLP part's intermediates (x1, b, rstd2, g, s) of rows [r0, r0 + rows),
@@ -188,17 +185,59 @@ static bt_status move_mlp_rows(model_runner *r, kept_layer *k, int64_t r0, int64
     return move_kept(r, k, KEPT_ATTENTION, KEPT_BUFFERS, r0, rows, to_kept);
 }
 
+/* Rows [r0, r0 + rows) of layer l's attention norm, a = RMSNorm(x_in) and
+ * its factors, into the chunk buffers a and rstd1, and x_in's rows in fp32
+ * into *x_rows; from kept's rows instead when given (keep_layers' backward). */
+static bt_status attention_norm_rows(model_runner *r, int l, layer_input in, int64_t r0,
+                                     int64_t rows, kept_layer *kept, const float **x_rows)
+{
+    *x_rows = input_rows(r, in, r0, rows);
+    if (!*x_rows) return BT_ERR_SYS;
+    if (kept) return move_kept(r, kept, 0, KEPT_NORM, r0, rows, 0);
+    CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, rows, r->D, *x_rows,
+                                runner_param32(r, r->m->layer[l].attn_norm), r->m->dims.norm_eps,
+                                r->a, r->rstd1));
+    return BT_OK;
+}
+
+/* q, k, v = RMSNorm(x_in) W, chunk by chunk, then RoPE on q and k at the
+ * global positions. With keep (keep_layers, the forward), each chunk's norm
+ * and then q, k and v are kept there. */
+static bt_status attention_inputs(model_runner *r, int l, layer_input in, kept_layer *keep)
+{
+    const bk_queue *q = r->cfg.queue;
+    const layer_offsets *o = &r->m->layer[l];
+    const model_dims *d = &r->m->dims;
+    int64_t D = r->D;
+    for (int64_t r0 = 0; r0 < r->n; r0 += r->chunk_rows) {
+        int64_t rows = runner_chunk_rows(r, r0, r->n);
+        const float *x_rows;
+        bt_status st = attention_norm_rows(r, l, in, r0, rows, NULL, &x_rows);
+        if (st == BT_OK && keep) st = move_kept(r, keep, 0, KEPT_NORM, r0, rows, 1);
+        if (st != BT_OK) return st;
+        CHECK_KERNEL(runner_mm(r, r->a, rows, D, o->wq, r->QD, r->q + r0 * r->QD, 0));
+        CHECK_KERNEL(runner_mm(r, r->a, rows, D, o->wk, r->KD, r->k + r0 * r->KD, 0));
+        CHECK_KERNEL(runner_mm(r, r->a, rows, D, o->wv, r->KD, r->v + r0 * r->KD, 0));
+    }
+    CHECK_KERNEL(bk_rope_fwd(q, r->n, d->n_heads, d->head_dim, r->pos, &d->rope, r->q, r->q));
+    CHECK_KERNEL(bk_rope_fwd(q, r->n, d->n_kv_heads, d->head_dim, r->pos, &d->rope, r->k, r->k));
+    return keep ? move_projections(r, keep, 1) : BT_OK;
+}
+
 /* Rows [r0, r0 + rows) of the MLP part, into the chunk buffers: x1 = x_in +
  * O Wo; b = RMSNorm(x1); g = b W_gate_up; s = SwiGLU(g); and, when out is
- * given, out = x1 + s W_down (out may be x_in: a chunk reads its rows of x_in
- * before it writes them). */
-static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, const float *x_in,
+ * given, out = x1 + s W_down (out may be x_in's rows: a chunk reads its rows
+ * of x_in before it writes them). */
+static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, layer_input in,
                            float *out)
 {
     const bk_queue *q = r->cfg.queue;
     const layer_offsets *o = &r->m->layer[l];
     int64_t D = r->D, F = r->F;
-    CHECK_KERNEL(bk_copy(q, r->x1, x_in + r0 * D, (size_t)(rows * D) * sizeof(float)));
+    const float *x_rows = input_rows(r, in, r0, rows); /* x1 itself when widened */
+    if (!x_rows) return BT_ERR_SYS;
+    if (x_rows != r->x1)
+        CHECK_KERNEL(bk_copy(q, r->x1, x_rows, (size_t)(rows * D) * sizeof(float)));
     CHECK_KERNEL(runner_mm(r, r->o + r0 * r->QD, rows, r->QD, o->wo, D, r->x1, 1));
     CHECK_KERNEL(bk_rmsnorm_fwd(q, rows, D, r->x1, runner_param32(r, o->mlp_norm),
                                 r->m->dims.norm_eps, r->b, r->rstd2));
@@ -213,15 +252,14 @@ static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, con
 
 /* The MLP part of layer l forward, out[n, D] = x1 + MLP(x1) with x1 = x_in +
  * O Wo, chunk by chunk: the MLP is token by token, so its buffers hold one
- * chunk of mlp_rows rows, not the whole sequence. With keep (keep_layers,
+ * chunk of chunk_rows rows, not the whole sequence. With keep (keep_layers,
  * training), each chunk's intermediates are kept there. */
-static bt_status mlp_forward(model_runner *r, int l, const float *x_in, float *out,
-                             kept_layer *keep)
+static bt_status mlp_forward(model_runner *r, int l, layer_input in, float *out, kept_layer *keep)
 {
     bt_status st = BT_OK;
-    for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->mlp_rows) {
+    for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, r->n);
-        st = mlp_chunk(r, l, r0, rows, x_in, out);
+        st = mlp_chunk(r, l, r0, rows, in, out);
         if (st == BT_OK && keep) st = move_mlp_rows(r, keep, r0, rows, 1);
     }
     return st;
@@ -233,16 +271,16 @@ static bt_status mlp_forward(model_runner *r, int l, const float *x_in, float *o
  * accumulated into gs, and dx += the gradient through the MLP branch, so that
  * dx becomes the gradient of x1 (a chunk's rows of dx are read by that chunk
  * alone, before it adds to them). */
-static bt_status mlp_backward(model_runner *r, int l, const float *x_in, kept_layer *kept,
+static bt_status mlp_backward(model_runner *r, int l, layer_input in, kept_layer *kept,
                               const grad_sink *gs)
 {
     const bk_queue *q = r->cfg.queue;
     const layer_offsets *o = &r->m->layer[l];
     int64_t D = r->D, F = r->F;
-    for (int64_t r0 = 0; r0 < r->n; r0 += r->mlp_rows) {
+    for (int64_t r0 = 0; r0 < r->n; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, r->n);
         bt_status st =
-            kept ? move_mlp_rows(r, kept, r0, rows, 0) : mlp_chunk(r, l, r0, rows, x_in, NULL);
+            kept ? move_mlp_rows(r, kept, r0, rows, 0) : mlp_chunk(r, l, r0, rows, in, NULL);
         if (st != BT_OK) return st;
         float *dx = r->dx + r0 * D;
         CHECK_KERNEL(runner_mm_grad_weight(r, r->s, rows, F, dx, D, grad_at(gs, o->w_down)));
@@ -309,9 +347,9 @@ static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
         int64_t begin, end;
         model_layer_range(r->m, l, &begin, &end);
         st = runner_gather(r, begin, end);
+        layer_input in = {r->x, sizeof(float)};
         if (st == BT_OK) st = enter_layer(r, l, mb, r->x);
-        if (st == BT_OK) st = attention_inputs(r, l, r->x);
-        if (st == BT_OK && keep) st = move_attention_part(r, keep, 1);
+        if (st == BT_OK) st = attention_inputs(r, l, in, keep);
         if (st == BT_OK)
             st = ring_fwd_timed(r, r->fwd, r->q, r->k, r->v, r->o, r->lse, &stats->attn_fwd_s,
                                 stats);
@@ -324,9 +362,42 @@ static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
             if (r->offload) st = slot_copy(r, l, 1); /* the set whole: out while the MLP runs */
         }
         if (st != BT_OK) break;
-        st = mlp_forward(r, l, r->x, r->x, keep);
+        st = mlp_forward(r, l, in, r->x, keep);
     }
     return st;
+}
+
+/* Rows [r0, r0 + rows) of the final norm of x, the last hidden states:
+ * into the chunk buffer a, their factors into rstd when given. */
+static bt_status final_norm_rows(model_runner *r, int64_t r0, int64_t rows, float *rstd)
+{
+    CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, rows, r->D, r->x + r0 * r->D,
+                                runner_param32(r, r->m->final_norm), r->m->dims.norm_eps, r->a,
+                                rstd));
+    return BT_OK;
+}
+
+/* The head with the loss on rows [r0, r0 + rows) of the final-normed states
+ * hn [rows, D]: their losses added up, their gradient into dh [rows, D], the
+ * head's weight gradient added into dW. */
+static bt_status head_rows(model_runner *r, int64_t r0, int64_t rows, const float *hn,
+                           const int64_t *labels, float loss_scale, double *loss_sum,
+                           int64_t *n_valid, float *dh, float *dW)
+{
+    const bk_queue *q = r->cfg.queue;
+    const lm_head_opts *ho = &r->cfg.head;
+    int64_t D = r->D, V = r->V, head = r->m->head;
+    labels += r0;
+    if (r->cfg.bf16_matmul)
+        CHECK_KERNEL(lm_head_fused_bf16(q, ho, rows, D, V, hn, runner_weight16(r, head), labels,
+                                        loss_scale, loss_sum, n_valid, dh, dW, r->head_scratch));
+    else if (r->cfg.fused_head)
+        CHECK_KERNEL(lm_head_fused(q, ho, rows, D, V, hn, runner_weight32(r, head), labels,
+                                   loss_scale, loss_sum, n_valid, dh, dW, r->head_scratch));
+    else
+        CHECK_KERNEL(lm_head_unfused(q, ho, rows, D, V, hn, runner_weight32(r, head), labels,
+                                     loss_scale, loss_sum, n_valid, dh, dW));
+    return BT_OK;
 }
 
 bt_status model_predict(model_runner *r, model_params params, const int64_t *tokens,
@@ -337,16 +408,15 @@ bt_status model_predict(model_runner *r, model_params params, const int64_t *tok
     if (st == BT_OK) st = forward_layers(r, tokens, -1, &stats);
     if (st == BT_OK) st = runner_gather(r, r->m->final_norm, r->m->n_params);
     if (st != BT_OK) return st;
-    int64_t D = r->D, V = r->V;
-    float *hn = r->a; /* [n, D] the final-normed hidden states; a is free after the layers */
-    CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, r->n, D, r->x, runner_param32(r, r->m->final_norm),
-                                r->m->dims.norm_eps, hn, NULL));
+    int64_t V = r->V;
     float *logits = r->head_scratch;                      /* [V], in the queue's memory */
     float *seen = r->on_device ? r->logits_host : logits; /* the same on the host */
     bk_status kst = BK_OK;
     for (int i = 0; i < n_rows && kst == BK_OK; i++) {
-        /* logits [1, V] = h [1, D] W_head [V, D]^T */
-        kst = runner_times_weight(r, hn + rows[i] * D, 1, D, r->m->head, BK_TRANS, V, logits, 0);
+        /* logits [1, V] = hn [1, D] W_head [V, D]^T, hn the row's final norm in a */
+        bt_status st_row = final_norm_rows(r, rows[i], 1, NULL);
+        if (st_row != BT_OK) return st_row;
+        kst = runner_times_weight(r, r->a, 1, r->D, r->m->head, BK_TRANS, V, logits, 0);
         if (kst == BK_OK && r->on_device)
             kst = bk_device_download(r->cfg.queue, seen, logits, (size_t)V * sizeof(float));
         int64_t best = 0;
@@ -365,75 +435,103 @@ bt_status model_forward_loss(model_runner *r, model_params params, const int64_t
     bt_status st = runner_use_params(r, params, 1);
     if (st == BT_OK) st = forward_layers(r, tokens, -1, &stats);
     if (st == BT_OK) st = runner_gather(r, r->m->final_norm, r->m->n_params);
-    if (st != BT_OK) return st;
-    const bk_queue *q = r->cfg.queue;
-    float *hn = r->a; /* [n, D] the final-normed hidden states; a is free after the layers */
-    CHECK_KERNEL(bk_rmsnorm_fwd(q, r->n, r->D, r->x, runner_param32(r, r->m->final_norm),
-                                r->m->dims.norm_eps, hn, NULL));
     lm_head_opts ho = r->cfg.head;
     ho.z_loss = 0.0f; /* the likelihood alone */
     int bf16 = r->cfg.bf16_matmul;
-    CHECK_KERNEL(lm_head_loss(q, &ho, r->n, r->D, r->V, hn,
-                              bf16 ? NULL : runner_weight32(r, r->m->head),
-                              bf16 ? runner_weight16(r, r->m->head) : NULL, labels, loss_sum,
-                              n_valid, row_loss, r->head_scratch));
-    return BT_OK;
+    for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->chunk_rows) {
+        int64_t rows = runner_chunk_rows(r, r0, r->n);
+        st = final_norm_rows(r, r0, rows, NULL);
+        if (st == BT_OK)
+            st = attn_kernel_status(lm_head_loss(r->cfg.queue, &ho, rows, r->D, r->V, r->a,
+                                                 bf16 ? NULL : runner_weight32(r, r->m->head),
+                                                 bf16 ? runner_weight16(r, r->m->head) : NULL,
+                                                 labels + r0, loss_sum, n_valid,
+                                                 row_loss ? row_loss + r0 : NULL, r->head_scratch));
+    }
+    return st;
 }
 
 /* The final norm and the head with the loss (the forward's last op: its
- * gradient comes with it), their gradients the tail's range (a tied head's
- * the embedding's). The final-normed states hn [n, D] and their rstd take a
- * and rstd1, free until the backward recomputes the last layer's inputs; the
- * head's gradient dh goes into dx, which the final norm's backward turns in
- * place into the gradient of the last layer's output. */
+ * gradient comes with it), chunk by chunk, their gradients the tail's range
+ * (a tied head's the embedding's). A chunk's final-normed states and their
+ * factors take a and rstd1; the head's gradient goes into dx, which the
+ * final norm's backward turns in place into the gradient of the last layer's
+ * output. */
 static bt_status head_backward(model_runner *r, const int64_t *labels, float loss_scale,
                                double *loss_sum, int64_t *n_valid, grad_sink *gs)
 {
-    const bk_queue *q = r->cfg.queue;
     const model_layout *m = r->m;
-    int64_t n = r->n, D = r->D, V = r->V;
+    int64_t D = r->D;
     bt_status st = grad_open(r, gs, gs->g->bucket, m->final_norm, m->n_params);
     if (st == BT_OK) st = runner_gather(r, m->final_norm, m->n_params);
-    if (st != BT_OK) return st;
-    const float *final_norm = runner_param32(r, m->final_norm);
-    float *hn = r->a, *rstd_f = r->rstd1, *dW = grad_at(gs, m->head);
-    CHECK_KERNEL(bk_rmsnorm_fwd(q, n, D, r->x, final_norm, m->dims.norm_eps, hn, rstd_f));
-    const lm_head_opts *ho = &r->cfg.head;
-    if (r->cfg.bf16_matmul)
-        CHECK_KERNEL(lm_head_fused_bf16(q, ho, n, D, V, hn, runner_weight16(r, m->head), labels,
-                                        loss_scale, loss_sum, n_valid, r->dx, dW, r->head_scratch));
-    else if (r->cfg.fused_head)
-        CHECK_KERNEL(lm_head_fused(q, ho, n, D, V, hn, runner_weight32(r, m->head), labels,
-                                   loss_scale, loss_sum, n_valid, r->dx, dW, r->head_scratch));
-    else
-        CHECK_KERNEL(lm_head_unfused(q, ho, n, D, V, hn, runner_weight32(r, m->head), labels,
-                                     loss_scale, loss_sum, n_valid, r->dx, dW));
-    CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, r->x, final_norm, rstd_f, r->dx, r->dx,
-                                grad_at(gs, m->final_norm)));
-    return grad_close(gs, gs->g->bucket, m->final_norm, m->n_params);
+    for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->chunk_rows) {
+        int64_t rows = runner_chunk_rows(r, r0, r->n);
+        float *x = r->x + r0 * D, *dx = r->dx + r0 * D;
+        st = final_norm_rows(r, r0, rows, r->rstd1);
+        if (st == BT_OK)
+            st = head_rows(r, r0, rows, r->a, labels, loss_scale, loss_sum, n_valid, dx,
+                           grad_at(gs, m->head));
+        if (st == BT_OK)
+            st = attn_kernel_status(bk_rmsnorm_bwd(r->cfg.queue, rows, D, x,
+                                                   runner_param32(r, m->final_norm), r->rstd1, dx,
+                                                   dx, grad_at(gs, m->final_norm)));
+    }
+    return st == BT_OK ? grad_close(gs, gs->g->bucket, m->final_norm, m->n_params) : st;
+}
+
+/* The attention norm and the projections of layer l backward, chunk by
+ * chunk, each chunk's norm recomputed from x_in or, with kept (keep_layers),
+ * copied back from there: from dq, dk, dv [n, ...] (after RoPE's backward),
+ * the weight and gain gradients accumulated into gs, and dx += the gradient
+ * through the attention branch, so that dx becomes the gradient of x_in. */
+static bt_status projections_backward(model_runner *r, int l, layer_input in, kept_layer *kept,
+                                      const grad_sink *gs)
+{
+    const bk_queue *q = r->cfg.queue;
+    const layer_offsets *o = &r->m->layer[l];
+    int64_t D = r->D, QD = r->QD, KD = r->KD;
+    for (int64_t r0 = 0; r0 < r->n; r0 += r->chunk_rows) {
+        int64_t rows = runner_chunk_rows(r, r0, r->n);
+        const float *x_rows, *dq = r->dq + r0 * QD, *dk = r->dk + r0 * KD, *dv = r->dv + r0 * KD;
+        bt_status st = attention_norm_rows(r, l, in, r0, rows, kept, &x_rows);
+        if (st != BT_OK) return st;
+        CHECK_KERNEL(runner_mm_grad_weight(r, r->a, rows, D, dq, QD, grad_at(gs, o->wq)));
+        CHECK_KERNEL(runner_mm_grad_weight(r, r->a, rows, D, dk, KD, grad_at(gs, o->wk)));
+        CHECK_KERNEL(runner_mm_grad_weight(r, r->a, rows, D, dv, KD, grad_at(gs, o->wv)));
+        /* a is free once the weight gradients are taken: the attention
+         * branch's gradient of a, then of x_in, goes there, then into dx */
+        CHECK_KERNEL(runner_mm_grad_input(r, dq, rows, QD, o->wq, D, r->a, 0));
+        CHECK_KERNEL(runner_mm_grad_input(r, dk, rows, KD, o->wk, D, r->a, 1));
+        CHECK_KERNEL(runner_mm_grad_input(r, dv, rows, KD, o->wv, D, r->a, 1));
+        CHECK_KERNEL(bk_rmsnorm_bwd(q, rows, D, x_rows, runner_param32(r, o->attn_norm), r->rstd1,
+                                    r->a, r->a, grad_at(gs, o->attn_norm)));
+        CHECK_KERNEL(bk_axpy(q, rows * D, 1.0f, r->a, r->dx + r0 * D));
+    }
+    return BT_OK;
 }
 
 /* Layer l's backward, recomputing what was not kept (with keep_layers: the
  * attention outputs not kept alone): dx, the gradient of its output, becomes
- * that of its input; its gradients are its range's. */
+ * that of its input; its gradients are its range's. d_o takes x's memory and
+ * dq o's (model_internal.h). */
 static bt_status layer_backward(model_runner *r, int l, int mb, grad_sink *gs,
                                 model_step_stats *stats)
 {
     const bk_queue *q = r->cfg.queue;
     const model_dims *d = &r->m->dims;
     const layer_offsets *o = &r->m->layer[l];
-    int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, begin, end;
+    int64_t n = r->n, D = r->D, QD = r->QD, begin, end;
     stored_layer *e = stored(r, l);
     if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
     model_layer_range(r->m, l, &begin, &end);
     bt_status st = grad_open(r, gs, gs->g->bucket, begin, end);
     if (st == BT_OK) st = runner_gather(r, begin, end);
-    const float *x_in = st == BT_OK ? stored_input(r, l, stats) : NULL;
-    if (!x_in) return st != BT_OK ? st : BT_ERR_SYS; /* the device failed */
+    layer_input in = st == BT_OK ? stored_input(r, l, stats) : (layer_input){NULL, 0};
+    if (!in.rows) return st != BT_OK ? st : BT_ERR_SYS; /* the device failed */
     kept_layer *kept = r->cfg.keep_layers ? &e->kept : NULL;
-    st = kept ? move_attention_part(r, kept, 0) : attention_inputs(r, l, x_in);
+    st = kept ? move_projections(r, kept, 0) : attention_inputs(r, l, in, NULL);
     if (st == BT_OK) st = attention_output_for_backward(r, device_stored(r, l), stats);
-    if (st == BT_OK) st = mlp_backward(r, l, x_in, kept, gs);
+    if (st == BT_OK) st = mlp_backward(r, l, in, kept, gs);
     if (st != BT_OK) return st;
     /* output projection and attention, from dx: now the gradient of x1 */
     CHECK_KERNEL(runner_mm_grad_weight(r, r->o, n, QD, r->dx, D, grad_at(gs, o->wo)));
@@ -447,19 +545,8 @@ static bt_status layer_backward(model_runner *r, int l, int mb, grad_sink *gs,
     if (st != BT_OK) return st;
     CHECK_KERNEL(bk_rope_bwd(q, n, d->n_heads, d->head_dim, r->pos, &d->rope, r->dq, r->dq));
     CHECK_KERNEL(bk_rope_bwd(q, n, d->n_kv_heads, d->head_dim, r->pos, &d->rope, r->dk, r->dk));
-    /* Q/K/V projections and the attention norm */
-    CHECK_KERNEL(runner_mm_grad_weight(r, r->a, n, D, r->dq, QD, grad_at(gs, o->wq)));
-    CHECK_KERNEL(runner_mm_grad_weight(r, r->a, n, D, r->dk, KD, grad_at(gs, o->wk)));
-    CHECK_KERNEL(runner_mm_grad_weight(r, r->a, n, D, r->dv, KD, grad_at(gs, o->wv)));
-    /* a is free once the weight gradients are taken: the attention branch's
-     * gradient of a, then of x_in, goes there, then into dx */
-    CHECK_KERNEL(runner_mm_grad_input(r, r->dq, n, QD, o->wq, D, r->a, 0));
-    CHECK_KERNEL(runner_mm_grad_input(r, r->dk, n, KD, o->wk, D, r->a, 1));
-    CHECK_KERNEL(runner_mm_grad_input(r, r->dv, n, KD, o->wv, D, r->a, 1));
-    CHECK_KERNEL(bk_rmsnorm_bwd(q, n, D, x_in, runner_param32(r, o->attn_norm), r->rstd1, r->a,
-                                r->a, grad_at(gs, o->attn_norm)));
-    CHECK_KERNEL(bk_axpy(q, n * D, 1.0f, r->a, r->dx));
-    return grad_close(gs, gs->g->bucket, begin, end);
+    st = projections_backward(r, l, in, kept, gs);
+    return st == BT_OK ? grad_close(gs, gs->g->bucket, begin, end) : st;
 }
 
 bt_status model_forward_backward(model_runner *r, int mb, model_params params,

@@ -118,26 +118,53 @@ static void take_wide(model_runner *r)
     if (r->regions && r->wide) r->n_regions = wide_regions(r->m, r->wide, r->regions, &total);
 }
 
-/* The layer's work buffers, the positions and the head's buffer. */
-static void take_workspace(model_runner *r)
+enum { WORK_BUFFERS = 19 };
+
+/* dk and dv in k's and v's memory: when the ring's inputs travel in bf16,
+ * it reads K and V once, rounding them at home (ring.h). */
+static int grads_over_kv(const model_runner *r)
 {
-    int64_t n = r->n, D = r->D, QD = r->QD, KD = r->KD, F = r->F;
+    return r->ring.in_type == BK_BF16;
+}
+
+/* The workspace's buffers (model_internal.h) and their floats, in one
+ * order, for take_workspace and model_runner_free: [n, ...] the streams and
+ * what the ring reads and writes, [chunk_rows, ...] the rest; 0 floats for
+ * a buffer in another's memory (grads_over_kv). */
+static void work_buffers(model_runner *r, float **bufs[WORK_BUFFERS], int64_t counts[WORK_BUFFERS])
+{
+    int64_t n = r->n, c = r->chunk_rows, D = r->D, QD = r->QD, KD = r->KD, F = r->F;
+    int64_t dkv = grads_over_kv(r) ? 0 : n * KD;
     const lm_head_opts *ho = &r->cfg.head;
     int64_t head = !r->cfg.fused_head   ? 0
                    : r->cfg.bf16_matmul ? (int64_t)lm_head_bf16_scratch_floats(ho, r->V, D)
                                         : (int64_t)lm_head_scratch_floats(ho, r->V);
-    int64_t c = r->mlp_rows; /* the MLP's buffers hold one chunk of rows */
-    float **bufs[] = {&r->x,   &r->a,  &r->rstd1, &r->q,     &r->k,  &r->v,  &r->o,
-                      &r->lse, &r->x1, &r->b,     &r->rstd2, &r->g,  &r->s,  &r->dx,
-                      &r->d_o, &r->dq, &r->dk,    &r->dv,    &r->ds, &r->dg, &r->head_scratch};
     /* clang-format off */
-    const int64_t counts[] = {n * D,     n * D,  n,      n * QD,    n * KD, n * KD,    n * QD,
-                              n * r->Hq, c * D,  c * D,  c,         c * 2 * F, c * F, n * D,
-                              n * QD,    n * QD, n * KD, n * KD,    c * F,  c * 2 * F,
-                              head > r->V ? head : r->V};
+    float **const b[WORK_BUFFERS] = {&r->x, &r->dx, &r->q, &r->k, &r->v, &r->o, &r->lse, &r->dk,
+                                     &r->dv,
+                                     &r->a, &r->rstd1, &r->x1, &r->b, &r->rstd2, &r->g, &r->s,
+                                     &r->ds, &r->dg, &r->head_scratch};
+    const int64_t k[WORK_BUFFERS] = {n * (D > QD ? D : QD), n * D, n * QD, n * KD, n * KD, n * QD,
+                                     n * r->Hq, dkv, dkv,
+                                     c * D, c, c * D, c * D, c, c * 2 * F, c * F,
+                                     c * F, c * 2 * F, head > r->V ? head : r->V};
     /* clang-format on */
-    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
-        *bufs[i] = take_buffer(r, floats(counts[i]), &r->mem.workspace, "the layer workspace");
+    for (int i = 0; i < WORK_BUFFERS; i++) bufs[i] = b[i], counts[i] = k[i];
+}
+
+/* The layer's work buffers, the positions and the head's buffer. */
+static void take_workspace(model_runner *r)
+{
+    int64_t n = r->n, D = r->D, QD = r->QD, F = r->F, c = r->chunk_rows;
+    float **bufs[WORK_BUFFERS];
+    int64_t counts[WORK_BUFFERS];
+    work_buffers(r, bufs, counts);
+    for (int i = 0; i < WORK_BUFFERS; i++)
+        if (counts[i] > 0)
+            *bufs[i] = take_buffer(r, floats(counts[i]), &r->mem.workspace, "the layer workspace");
+    r->d_o = r->x; /* free in the backward */
+    r->dq = r->o;  /* read once by the ring's backward, before it writes dQ */
+    if (grads_over_kv(r)) r->dk = r->k, r->dv = r->v;
     size_t pos_bytes = (size_t)n * sizeof(int64_t);
     r->pos_host = take(r, pos_bytes, &r->mem.workspace, "the token positions");
     r->pos = r->on_device ? take_buffer(r, pos_bytes, &r->mem.workspace, "the token positions")
@@ -153,8 +180,8 @@ static void take_workspace(model_runner *r)
             r->op16[k] = take_buffer(r, (size_t)widest * 2, &r->mem.workspace, what);
         take_wide(r);
     }
-    /* the reference head makes its logits [n, V] and losses [n] at every step */
-    r->mem.head_logits = r->cfg.fused_head ? 0 : floats(n * r->V + n);
+    /* the reference head makes its logits [chunk, V] and losses [chunk] at every chunk */
+    r->mem.head_logits = r->cfg.fused_head ? 0 : floats(c * r->V + c);
 }
 
 void runner_kept_buffers(model_runner *r, kept_layer *k, float **kept[KEPT_BUFFERS],
@@ -279,8 +306,8 @@ static model_runner *runner_new(const model_runner_config *cfg, char *err, size_
     const char *unordered = getenv("BURST_TEST_OFFLOAD_UNORDERED");
     r->offload_unordered = r->offload && unordered && strcmp(unordered, "1") == 0;
     r->act_bytes = cfg->bf16_matmul ? 2 : sizeof(float);
-    r->mlp_rows = cfg->mlp_rows > 0 ? cfg->mlp_rows : MODEL_MLP_ROWS;
-    if (r->mlp_rows > r->n) r->mlp_rows = r->n > 0 ? r->n : 1;
+    r->chunk_rows = cfg->chunk_rows > 0 ? cfg->chunk_rows : MODEL_CHUNK_ROWS;
+    if (r->chunk_rows > r->n) r->chunk_rows = r->n > 0 ? r->n : 1;
     r->D = d->d_model;
     r->Hq = d->n_heads;
     r->QD = (int64_t)d->n_heads * d->head_dim;
@@ -422,10 +449,11 @@ void model_runner_free(model_runner *r)
     ring_schedule_free(r->bwd);
     ring_schedule_free(r->half);
     ring_buffers_free(r->ring.buffers);
-    float *bufs[] = {r->x,   r->a,  r->rstd1, r->q,     r->k,  r->v,  r->o,
-                     r->lse, r->x1, r->b,     r->rstd2, r->g,  r->s,  r->dx,
-                     r->d_o, r->dq, r->dk,    r->dv,    r->ds, r->dg, r->head_scratch};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) give_back(r, bufs[i]);
+    float **bufs[WORK_BUFFERS];
+    int64_t counts[WORK_BUFFERS];
+    work_buffers(r, bufs, counts);
+    for (int i = 0; i < WORK_BUFFERS; i++)
+        if (counts[i] > 0) give_back(r, *bufs[i]);
     for (int e = 0; r->store && e < r->m->dims.layers; e++) {
         stored_layer *st = &r->store[e];
         float **kept[KEPT_BUFFERS], *work[KEPT_BUFFERS];

@@ -110,7 +110,7 @@ static int runner_config(trainer *t, int nodes, int local_size, model_runner_con
                                 .mask = t->choices.mask,
                                 .backward = t->choices.backward,
                                 .piece_rows = c->piece_rows,
-                                .mlp_rows = c->mlp_rows,
+                                .chunk_rows = c->chunk_rows,
                                 .keep = t->choices.keep,
                                 .keep_layers = c->keep_layers,
                                 .offload_activations = c->offload_activations,

@@ -13,8 +13,9 @@
  * kernels round to bf16. --in-bytes 2 makes Q, K, V and dO travel in bf16
  * (ring_exec_ctx.in_type): the inputs are rounded to bf16 first, so on the
  * host, where the kernels widen bf16 exactly, the fp32 tolerances still hold,
- * and the byte counters show the halved bundles. Rank 0 prints "ok ..." when
- * every rank agreed. */
+ * and the byte counters show the halved bundles. Each backward runs again
+ * with the gradients over their inputs' memory (expect_gradients_over_inputs). Rank 0 prints "ok
+ * ..." when every rank agreed. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <signal.h>
@@ -81,6 +82,48 @@ static void download_outputs(ring_io *host, const ring_io *dev, const size_t flo
 {
     for (int i = IO_OUT; i < IO_BUFS; i++)
         worker_device_read(host->b[i], dev->b[i], floats[i] * sizeof(float));
+}
+
+/* ring.h lets dQ take O's memory, and with bf16 inputs dK and dV K's and
+ * V's: the backward again with O (and K, V) copied into the gradients'
+ * buffers and passed as both gives the gradients host holds from the run
+ * apart: the same bits on the host, within 1e-6 on the device (whose kernels
+ * may add in another order from run to run). */
+static void expect_gradients_over_inputs(const ring_exec_ctx *ctx, ring_io *host, const ring_io *io,
+                                         const size_t floats[IO_BUFS], const char *config)
+{
+    float *apart[3];
+    for (int i = 0; i < 3; i++) {
+        apart[i] = malloc(floats[IO_DQ + i] * sizeof(float));
+        memcpy(apart[i], host->b[IO_DQ + i], floats[IO_DQ + i] * sizeof(float));
+    }
+    int kv = ctx->in_type == BK_BF16; /* dK over K and dV over V too */
+    const int from[3] = {IO_OUT, IO_K, IO_V};
+    for (int i = 0; i < (kv ? 3 : 1); i++)
+        if (bk_copy(ctx->queue, io->b[IO_DQ + i], io->b[from[i]],
+                    floats[from[i]] * sizeof(float)) != BK_OK)
+            must(BT_ERR_SYS, "an input copied into its gradient's buffer");
+    const float *k = kv ? io->b[IO_DK] : io->b[IO_K], *v = kv ? io->b[IO_DV] : io->b[IO_V];
+    ring_exec_stats stats;
+    must(ring_backward(ctx, io->b[IO_Q], k, v, io->b[IO_DQ], io->b[IO_DOUT], io->b[IO_LSE],
+                       io->b[IO_DQ], io->b[IO_DK], io->b[IO_DV], &stats),
+         "ring backward, gradients over inputs");
+    if (ctx->queue->where == BK_DEVICE) download_outputs(host, io, floats);
+    const char *names[3] = {"dQ", "dK", "dV"};
+    for (int i = 0; i < 3; i++) {
+        double worst = 0, tol = ctx->queue->where == BK_DEVICE ? 1e-6 : 0;
+        for (size_t j = 0; j < floats[IO_DQ + i]; j++) {
+            double a = apart[i][j], b = host->b[IO_DQ + i][j];
+            double rel = a == b ? 0 : fabs(a - b) / (fabs(a) > 1e-30 ? fabs(a) : 1e-30);
+            if (!(rel <= worst)) worst = rel;
+        }
+        if (!(worst <= tol)) {
+            fprintf(stderr, "rank %d: %s: %s over its input differs from the run apart by %.3g\n",
+                    rank, config, names[i], worst);
+            failures++;
+        }
+        free(apart[i]);
+    }
 }
 
 static bk_attn_mask make_mask(const char *name, int64_t N, int P, uint64_t **bits_out)
@@ -263,6 +306,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
         check("dQ", compare_rows(&layout, dq, dQ_ref, qrow), tol_bwd(o), cfg2);
         check("dK", compare_rows(&layout, dk, dK_ref, kvrow), tol_bwd(o), cfg2);
         check("dV", compare_rows(&layout, dv, dV_ref, kvrow), tol_bwd(o), cfg2);
+        expect_gradients_over_inputs(&ctx, &host, &io, floats, cfg2);
         ring_schedule_free(bwd);
     }
     for (int i = 0; o->device && i < IO_BUFS; i++) bk_device_free(io.b[i]);

@@ -500,18 +500,18 @@ static long long part_of(const json_t *o, const char *key)
     return (long long)json_integer_value(json_object_get(json_object_get(o, "parts"), key));
 }
 
-/* Offloaded, the stored sets of Llama-3-8B at 128K tokens a rank (32 layers
- * x 131072 x 4096 bf16 inputs: 32 GiB; no attention output kept, so O and
+/* Offloaded, the stored sets of Llama-3-8B at 256K tokens a rank (32 layers
+ * x 262144 x 4096 bf16 inputs: 64 GiB; no attention output kept, so O and
  * lse are their one element, 2 + 4 bytes) leave the device for the host, two
- * layers' slots staying: 1M tokens then fit on 8 GPUs and the host part is
+ * layers' slots staying: 2M tokens then fit on 8 GPUs and the host part is
  * the offloaded bytes, compared with a node's memory over its ranks (2 TiB:
  * fits; 128 GiB, 16 GiB a rank: does not, exit 2). */
 START_TEST(plan_memory_counts_offloaded_activations_on_the_host)
 {
-    const long long set = 131072LL * 4096 * 2 + 2 + 4, inputs = 32 * set, slots = 2 * set;
-    json_t *kept = plan_8b("1048576", "false", "device", "2048G", 2),
-           *off = plan_8b("1048576", "true", "device", "2048G", 0),
-           *tight = plan_8b("1048576", "true", "device", "128G", 2);
+    const long long set = 262144LL * 4096 * 2 + 2 + 4, inputs = 32 * set, slots = 2 * set;
+    json_t *kept = plan_8b("2097152", "false", "device", "2048G", 2),
+           *off = plan_8b("2097152", "true", "device", "2048G", 0),
+           *tight = plan_8b("2097152", "true", "device", "128G", 2);
     ck_assert_int_eq(part_of(kept, "offloaded_activations"), 0);
     ck_assert_int_eq(part_of(off, "offloaded_activations"), inputs);
     ck_assert_int_eq(part_of(kept, "stored_activations") - part_of(off, "stored_activations"),
@@ -528,14 +528,14 @@ END_TEST
 /* The optimizer's state on the host: Llama-3-8B's shard on 8 ranks (its
  * masters, two moments and summed gradients, 4 x 4 bytes for each of its
  * 1,003,782,656 parameters, and the buffer a range crosses) leaves the
- * device, whose optimizer part is then empty, and 2M tokens fit on 8 GPUs
+ * device, whose optimizer part is then empty, and 3M tokens fit on 8 GPUs
  * with the activations offloaded, which they do not with the state on the
  * device. */
 START_TEST(plan_memory_counts_the_optimizer_on_the_host)
 {
     const long long own = 8030261248LL / 8;
-    json_t *dev = plan_8b("2097152", "true", "device", "2048G", 2),
-           *host = plan_8b("2097152", "true", "host", "2048G", 0);
+    json_t *dev = plan_8b("3145728", "true", "device", "2048G", 2),
+           *host = plan_8b("3145728", "true", "host", "2048G", 0);
     ck_assert_int_eq(part_of(dev, "optimizer_host"), 0);
     ck_assert_int_eq(part_of(host, "optimizer"), 0);
     long long state = part_of(host, "optimizer_host");

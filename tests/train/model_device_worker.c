@@ -180,7 +180,7 @@ int main(int argc, char **argv)
     model_runner *host = model_runner_create(&rc, err, sizeof err);
     rc.queue = &dq;
     rc.bf16_matmul = o.bf16_matmul;
-    rc.mlp_rows = 9; /* the device's MLP in chunks, the last one short */
+    rc.chunk_rows = 9; /* the device's MLP in chunks, the last one short */
     model_runner *dev = host ? model_runner_create(&rc, err, sizeof err) : NULL;
     if (!dev) usage_exit(err);
     /* bf16 products store the input [n, D] and the kept O [n_kept, QD] (+1) of

@@ -13,7 +13,7 @@
  * Prints "ok gradcheck" on rank 0, exits 1 on a mismatch.
  * Usage: train_gradcheck [--mask causal|window|document|sparse] [--fraction F]
  *                        [--fused 0|1] [--bwd auto|q|kv] [--piece-rows R]
- *                        [--mlp-rows R]  (the MLP in chunks of R tokens)
+ *                        [--chunk-rows R]  (the MLP in chunks of R tokens)
  *                        [--keep-layers 0|1]  (the layers' intermediates kept) */
 #include <math.h>
 #include <stdio.h>
@@ -31,7 +31,7 @@ typedef struct {
     const char *mask, *bwd;
     double fraction;
     int fused, keep_layers;
-    int64_t piece_rows, mlp_rows;
+    int64_t piece_rows, chunk_rows;
 } options;
 
 /* The sequence, its mask and the cut of the isolation check. */
@@ -230,8 +230,8 @@ static options parse_options(int argc, char **argv)
             o.fused = atoi(v);
         else if (strcmp(argv[i], "--piece-rows") == 0)
             o.piece_rows = atoll(v);
-        else if (strcmp(argv[i], "--mlp-rows") == 0)
-            o.mlp_rows = atoll(v);
+        else if (strcmp(argv[i], "--chunk-rows") == 0)
+            o.chunk_rows = atoll(v);
         else if (strcmp(argv[i], "--keep-layers") == 0)
             o.keep_layers = atoi(v);
         else
@@ -268,7 +268,7 @@ int main(int argc, char **argv)
         .mask = pb.mask,
         .backward = choose_backward(o.bwd),
         .piece_rows = o.piece_rows,
-        .mlp_rows = o.mlp_rows,
+        .chunk_rows = o.chunk_rows,
         .keep = choose_keep(o.fraction),
         .keep_layers = o.keep_layers,
         .micro_batches = 1,

@@ -34,9 +34,10 @@ START_TEST(gradients_match_finite_differences)
     /* ranks, then the worker's options */
     const char *cases[][11] = {
         {"1", "--mask", "causal", "--fraction", "1", "--fused", "1", NULL},
-        {"1", "--mask", "causal", "--fraction", "0", "--fused", "0", "--mlp-rows", "5", NULL},
-        {"2", "--mask", "causal", "--fraction", "0.5", "--mlp-rows", "7", NULL},
-        {"2", "--mask", "window", "--keep-layers", "1", "--mlp-rows", "3", "--fraction", "1", NULL},
+        {"1", "--mask", "causal", "--fraction", "0", "--fused", "0", "--chunk-rows", "5", NULL},
+        {"2", "--mask", "causal", "--fraction", "0.5", "--chunk-rows", "7", NULL},
+        {"2", "--mask", "window", "--keep-layers", "1", "--chunk-rows", "3", "--fraction", "1",
+         NULL},
         {"4", "--mask", "causal", "--fraction", "1", "--fused", "0", NULL},
         {"2", "--mask", "causal", "--fraction", "0", "--bwd", "q", NULL},
         {"2", "--mask", "window", "--fraction", "1", "--piece-rows", "5", NULL},

@@ -197,18 +197,19 @@ START_TEST(keeping_the_layers_changes_no_bit)
 }
 END_TEST
 
-/* [memory] mlp_rows cuts the MLP (and the bf16 operands) into chunks of that
- * many tokens: 128 tokens whole (the default, 16384, holds them) and in
+/* [memory] chunk_rows cuts all that runs token by token (the attention norm
+ * and the projections, the MLP, the final norm and the head) into chunks of
+ * that many tokens: 128 tokens whole (the default, 4096, holds them) and in
  * chunks of 48, 48 and 32 train alike, within what the weight gradients'
  * sums over the chunks move (they add in another order). */
-START_TEST(the_mlp_in_chunks_trains_as_whole)
+START_TEST(the_layers_in_chunks_train_as_whole)
 {
     const char *whole[] = {"data.seq_len=128", NULL},
-               *chunks[] = {"data.seq_len=128", "memory.mlp_rows=48", NULL};
+               *chunks[] = {"data.seq_len=128", "memory.chunk_rows=48", NULL};
     curve a, b;
     run_ok(1, 1, whole, &a);
     run_ok(1, 1, chunks, &b);
-    expect_same(&a, &b, 1e-5, "the MLP in chunks of 48 tokens");
+    expect_same(&a, &b, 1e-6, "the layers in chunks of 48 tokens");
 }
 END_TEST
 
@@ -218,5 +219,5 @@ void add_step_tests(TCase *tc)
     check_add_loop_tests(tc, 0, 3, nonfinite_gradient_stops_every_rank,
                          gradient_infinite_only_after_the_reduction);
     check_add_tests(tc, loss_falls_on_a_learnable_task, bad_settings_exit_2_before_work,
-                    keeping_the_layers_changes_no_bit, the_mlp_in_chunks_trains_as_whole);
+                    keeping_the_layers_changes_no_bit, the_layers_in_chunks_train_as_whole);
 }
