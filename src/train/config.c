@@ -344,6 +344,7 @@ static const struct {
     const char *section, *former, *key;
 } renamed_keys[] = {
     {"memory", "ckpt_fraction", "attn_kept_fraction"},
+    {"memory", "mlp_rows", "chunk_rows"},
 };
 enum { N_RENAMED = sizeof renamed_keys / sizeof renamed_keys[0] };
 

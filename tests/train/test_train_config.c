@@ -775,6 +775,8 @@ START_TEST(renamed_keys_are_read_under_their_former_names)
     ck_assert_double_eq(c.attn_kept_fraction, 1.0);
     ck_assert_int_eq(train_config_set(&c, "memory.ckpt_fraction=2", err, sizeof err), -1);
     ck_assert_msg(strstr(err, "must be 0, 0.5"), "%s", err);
+    ck_assert_int_eq(train_config_set(&c, "memory.mlp_rows=48", err, sizeof err), 0);
+    ck_assert_int_eq(c.chunk_rows, 48);
     remove_tmpdir();
 
     char *argv[] = {(char *)test_burst_path(), "train",          "--set",
