@@ -254,6 +254,12 @@ int trainer_any_rank(trainer *t, int failed);
 /* The lowest rank that passes failed != 0, the same on every rank; -1 when
  * none did (this rank's own number when the ranks could not agree). */
 int trainer_failed_rank(trainer *t, int failed);
+/* err of a rank whose own part went well when the ranks agreed that another
+ * failed: "what: " and the transport's error when it lost a rank (which
+ * names it: the agreement itself may be where a rank that failed and left is
+ * found gone), else "what: said". */
+void trainer_another_rank_failed(const trainer *t, const char *what, const char *said, char *err,
+                                 size_t err_len);
 /* Checkpoint of a completed step, written by every rank; 0 or -1 with err. */
 int trainer_save_checkpoint(trainer *t, int64_t step, char *err, size_t err_len);
 /* The latest checkpoint's step, loaded; or -1 with err, also when this run

@@ -29,6 +29,13 @@ int trainer_any_rank(trainer *t, int failed)
     return trainer_failed_rank(t, failed) >= 0;
 }
 
+void trainer_another_rank_failed(const trainer *t, const char *what, const char *said, char *err,
+                                 size_t err_len)
+{
+    const char *lost = bt_world_error(t->world);
+    snprintf(err, err_len, "%s: %s", what, lost[0] ? lost : said);
+}
+
 /* What a checkpoint holds of this rank, on the host: its shard [begin, end)
  * of the fp32 parameters and of the two moments, [end - begin] each. On the
  * host the trainer's own buffers; on a device, host copies. */
@@ -107,7 +114,9 @@ static int state_close(trainer *t, ckpt_state *s, int upload, int upload_params,
 static int phase_failed(trainer *t, int failed, int64_t step, char *err, size_t err_len)
 {
     if (!trainer_any_rank(t, failed)) return 0;
-    if (!failed) snprintf(err, err_len, "checkpoint of step %lld failed on another rank", (long long)step);
+    char what[64];
+    snprintf(what, sizeof what, "checkpoint of step %lld", (long long)step);
+    if (!failed) trainer_another_rank_failed(t, what, "failed on another rank", err, err_len);
     return 1;
 }
 
@@ -251,7 +260,9 @@ int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len)
     if (opened) failed |= state_close(t, &s, !failed, own_shard, err, err_len) != 0;
     free((char *)meta.config_text);
     if (trainer_any_rank(t, failed)) {
-        if (!failed) snprintf(err, err_len, "another rank could not load the checkpoint");
+        if (!failed)
+            trainer_another_rank_failed(t, "checkpoint", "another rank could not load it", err,
+                                        err_len);
         return -1;
     }
     return step;

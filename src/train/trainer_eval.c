@@ -96,7 +96,8 @@ static int sum_counts(trainer *t, int failed, const eval_counts *local, eval_cou
     int64_t sums[2] = {local->correct, local->total};
     if (trainer_any_rank(t, failed) ||
         bt_allreduce(bt_world_comm(t->world), sums, 2, BT_I64, BT_SUM) != BT_OK) {
-        if (!failed) snprintf(err, err_len, "%s: evaluation failed on another rank", what);
+        if (!failed)
+            trainer_another_rank_failed(t, what, "evaluation failed on another rank", err, err_len);
         return -1;
     }
     *out = (eval_counts){.correct = sums[0], .total = sums[1]};
@@ -122,7 +123,9 @@ static int open_passkey(trainer *t, int64_t **answers, int64_t *rows, int64_t *c
                                   err, err_len);
     failed |= !*src;
     if (!trainer_any_rank(t, failed)) return 0;
-    if (!failed) snprintf(err, err_len, "%s: another rank could not open it", c->eval_path);
+    if (!failed)
+        trainer_another_rank_failed(t, c->eval_path, "another rank could not open it", err,
+                                    err_len);
     free(*answers);
     if (*src) (*src)->free(*src);
     return -1;
@@ -223,7 +226,8 @@ static int alloc_recall_buffers(trainer *t, const recall_shape *shape, recall_bu
         !(b->queries = bu_calloc(Q * sizeof(recall_query), "the recall queries", err, err_len));
     if (!failed) b->answers = b->rows + Q, b->predicted = b->answers + Q;
     if (!trainer_any_rank(t, failed)) return 0;
-    if (!failed) snprintf(err, err_len, "recall: another rank is out of memory");
+    if (!failed)
+        trainer_another_rank_failed(t, "recall", "another rank is out of memory", err, err_len);
     free_recall_buffers(b);
     return -1;
 }

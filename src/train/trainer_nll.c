@@ -164,7 +164,9 @@ int trainer_eval_nll(trainer *t, int64_t samples, const char *out_json, char *er
     int status = 0;
     if (trainer_any_rank(t, failed) ||
         bt_allreduce(bt_world_comm(t->world), a.sum, count, BT_F64, BT_SUM) != BT_OK) {
-        if (!failed) snprintf(err, err_len, "the evaluation failed on another rank");
+        if (!failed)
+            trainer_another_rank_failed(t, "the evaluation", "failed on another rank", err,
+                                        err_len);
         status = failed ? EXIT_RUN_FAILURE : STOP_AGREED;
     } else if (t->rank == 0) {
         status = report(&a, out_json, err, err_len);
