@@ -104,10 +104,11 @@ typedef struct {
     size_t stored;      /* per layer its input [n, D] and the kept O [n_kept, Hq*hd] (2 bytes
                            each with bf16_matmul, else 4), lse [n_kept, Hq] (4 bytes), and
                            with keep_layers its intermediates (model_internal.h, fp32) */
-    size_t workspace;   /* the layer's work buffers [n, ...], positions [n], the head's scratch */
+    size_t workspace;   /* the layer's work buffers [n, ...] and [chunk, ...], positions [n],
+                           the head's scratch */
     size_t ring;        /* the ring's slots, accumulators and position tables */
-    size_t head_logits; /* the reference head's logits [n, V] + losses [n], made at each step
-                           (0 with the fused head) */
+    size_t head_logits; /* the reference head's logits [chunk, V] + losses [chunk], made at
+                           each chunk (0 with the fused head) */
     size_t offloaded;   /* with offload_activations on a device: every layer's stored input,
                            kept O and lse in page-locked host memory (stored then counts
                            the two device slots they pass through instead) */

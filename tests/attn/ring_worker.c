@@ -14,8 +14,8 @@
  * (ring_exec_ctx.in_type): the inputs are rounded to bf16 first, so on the
  * host, where the kernels widen bf16 exactly, the fp32 tolerances still hold,
  * and the byte counters show the halved bundles. Each backward runs again
- * with the gradients over their inputs' memory (expect_gradients_over_inputs). Rank 0 prints "ok
- * ..." when every rank agreed. */
+ * with the gradients over their inputs' memory (expect_gradients_over_inputs).
+ * Rank 0 prints "ok ..." when every rank agreed. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <signal.h>
