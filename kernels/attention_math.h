@@ -37,6 +37,12 @@ typedef struct {
     int64_t block_size, n_blocks;
 } bk_attn_mask;
 
+/* Words of a block-sparse bitmap over n_blocks blocks: ceil(n_blocks^2 / 64). */
+static inline int64_t bk_attn_block_words(int64_t n_blocks)
+{
+    return (n_blocks * n_blocks + 63) / 64;
+}
+
 /* Bit (q block, k block) of a block-sparse mask; 0 outside the bitmap. */
 BK_HOSTDEV int bk_attn_block_bit(const bk_attn_mask *m, int64_t q_pos, int64_t k_pos)
 {

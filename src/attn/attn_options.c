@@ -75,7 +75,7 @@ int attn_options_build(attn_options *o, ring_plan_config *cfg, char *err, size_t
                      (long long)bs, (long long)nb);
             return -1;
         }
-        o->sparse_bits = bu_calloc((size_t)((nb * nb + 63) / 64) * sizeof(uint64_t),
+        o->sparse_bits = bu_calloc((size_t)bk_attn_block_words(nb) * sizeof(uint64_t),
                                    "the block-sparse bitmap", err, err_len);
         if (!o->sparse_bits) return -1;
         uint64_t rng = 42;

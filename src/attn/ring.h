@@ -25,14 +25,28 @@
  * schedules a caller will run and reused by every pass. */
 typedef struct ring_buffers ring_buffers;
 
+/* ring_buffers_create's flags. RING_CALLER_MEMORY: the backward keeps
+ * accumulators in its caller's memory, so that the buffers need not hold
+ * them (on a device at long sequences, the ring's largest buffers):
+ * - the home block's final accumulator is received straight into its
+ *   gradients: dQ (Q-side), or dK and dV, which every call then gives as one
+ *   buffer [dK | dV] (dV = dK + n Hkv d);
+ * - where the inputs travel in bf16 on the KV side (read once, rounded at
+ *   home), the trailing [dK | dV] accumulators go into Q's and dO's memory
+ *   once the ring has read them: up to four, as many as Q's [n, Hq, d] holds
+ *   two of; every call then gives Q and dO writable (ring_exec_ctx.spend). */
+enum { RING_CALLER_MEMORY = 1 };
+
 /* Buffers large enough for each of scheds[n_scheds], in the memory of q (device
- * memory for a device queue; q NULL: host); NULL when out of memory. */
+ * memory for a device queue; q NULL: host), with flags (RING_CALLER_MEMORY or
+ * 0); NULL when out of memory. */
 ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_scheds,
-                                  const bk_queue *q);
+                                  const bk_queue *q, unsigned flags);
 void ring_buffers_free(ring_buffers *b);
-/* Bytes ring_buffers_create allocates for scheds[n_scheds], known before
- * allocating (what a memory report and its pre-check count for the ring). */
-size_t ring_buffers_bytes(const ring_schedule *const *scheds, int n_scheds);
+/* Bytes ring_buffers_create allocates for scheds[n_scheds] and flags, known
+ * before allocating (what a memory report and its pre-check count for the
+ * ring). */
+size_t ring_buffers_bytes(const ring_schedule *const *scheds, int n_scheds, unsigned flags);
 
 /* Query rows per kernel call on the host unless a ring_exec_ctx says
  * otherwise: small enough that the transport is polled often, large enough
@@ -51,7 +65,8 @@ typedef struct {
     const ring_schedule *sched;  /* the pass to run */
     const bk_queue *queue;
     float scale;                 /* softmax scale */
-    bk_attn_mask mask;           /* the kernel mask, the one the schedule was planned with */
+    bk_attn_mask mask;           /* the kernel mask, the one the schedule was planned with;
+                                  * on a device queue its block_bits in device memory */
     const int32_t *segments;     /* [N] global document ids (document mask), else NULL */
     ring_buffers *buffers;       /* made for sched by ring_buffers_create; NULL: made for this call */
     int64_t piece_rows;          /* query rows per kernel call between transport polls;
@@ -61,6 +76,10 @@ typedef struct {
                                   * half the bytes on the wire and in the slots, and on a device
                                   * the same bits, since its kernels round fp32 inputs so); the
                                   * schedule is planned with the same (in_bytes 2) */
+    float *spend[2];             /* backward on buffers made with RING_CALLER_MEMORY: the
+                                  * Q and dO it is given, writable: the ring may overwrite
+                                  * them (else NULL; a call whose buffers are made for it
+                                  * makes them so when given these) */
 } ring_exec_ctx;
 
 typedef struct {
@@ -77,7 +96,9 @@ bt_status ring_forward(const ring_exec_ctx *c, const float *Q, const float *K, c
  * read once, for delta = rowsum(dO * O), on the queue before anything is
  * written to dQ. With in_type BK_BF16, dK and dV may also be K and V: Q, K,
  * V and dO are then read once, rounded at home, before any gradient is
- * written. (The model runner's backward keeps its gradients so.) */
+ * written. (The model runner's backward keeps its gradients so.) On buffers
+ * made with RING_CALLER_MEMORY, c->spend must be {Q, dO}, whose content is
+ * lost, and dV must be dK + n Hkv d. */
 bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, const float *V,
                         const float *O, const float *dO, const float *lse, float *dQ, float *dK,
                         float *dV, ring_exec_stats *stats);

@@ -62,21 +62,22 @@ static bt_status zero_floats(const ring_run *run, float *dst, size_t floats)
 }
 
 /* The home block's travelling inputs into slot: [Q | dO | lse | delta]
- * (Q-side) or [K | V], the tensors of the travelling type. */
+ * (Q-side) or [K | V] (ring_bundle_offsets), the tensors of the travelling
+ * type; those rounded there at home are there already. */
 static bt_status bundle_pack(const ring_run *run, const bwd_home *h, unsigned char *slot)
 {
     block_floats f = sizes_of(run->s);
     size_t e = run->elem, rows = f.rows * sizeof(float);
-    bt_status st;
-    if (q_side(run)) {
-        st = copy_bytes(run, slot, h->Q, f.q * e);
-        if (st == BT_OK) st = copy_bytes(run, slot + f.q * e, h->dO, f.q * e);
-        if (st == BT_OK) st = copy_bytes(run, slot + 2 * f.q * e, h->lse, rows);
-        if (st == BT_OK) st = copy_bytes(run, slot + 2 * f.q * e + rows, h->delta, rows);
-    } else {
-        st = copy_bytes(run, slot, h->K, f.kv * e);
-        if (st == BT_OK) st = copy_bytes(run, slot + f.kv * e, h->V, f.kv * e);
-    }
+    int64_t off[4];
+    ring_bundle_offsets(run->s, off);
+    const void *const src[4] = {h->Q, h->K, h->V, h->dO};
+    const size_t bytes[4] = {f.q * e, f.kv * e, f.kv * e, f.q * e};
+    bt_status st = BT_OK;
+    for (int k = 0; k < 4 && st == BT_OK; k++)
+        if (off[k] >= 0 && src[k] != slot + off[k])
+            st = copy_bytes(run, slot + off[k], src[k], bytes[k]);
+    if (st == BT_OK && q_side(run)) st = copy_bytes(run, slot + 2 * f.q * e, h->lse, rows);
+    if (st == BT_OK && q_side(run)) st = copy_bytes(run, slot + 2 * f.q * e + rows, h->delta, rows);
     return st;
 }
 
@@ -99,12 +100,14 @@ static bwd_pair pair_views(const ring_run *run, const bwd_home *h, const unsigne
                       b->block_seg};
 }
 
-/* The home block's gradients that the chain accumulates: from acc, or zero
- * when acc is NULL (no query ever meets this block). */
+/* The home block's gradients that the chain accumulates: from acc (nothing
+ * to do when it was received there), or zero when acc is NULL (no query
+ * ever meets this block). */
 static bt_status home_gradients(const ring_run *run, const bwd_home *h, const float *acc)
 {
     block_floats f = sizes_of(run->s);
     float *dst[2] = {q_side(run) ? h->dQ : h->dK, q_side(run) ? NULL : h->dV};
+    if (acc == dst[0]) return BT_OK;
     size_t len = q_side(run) ? f.q : f.kv;
     bt_status st = BT_OK;
     for (int k = 0; k < 2 && dst[k] && st == BT_OK; k++)
@@ -155,10 +158,10 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
     int a = step % 2;
     size_t acc_floats = s->acc_bytes / sizeof(float);
     bt_status st = ring_run_wait(run, &run->acc_send[a]); /* acc_out[a] free again */
-    if (st == BT_OK) st = zero_floats(run, b->acc_out[a], acc_floats);
+    if (st == BT_OK) st = zero_floats(run, run->acc_out[a], acc_floats);
     if (st == BT_OK && x->compute) {
         st = ring_run_block_positions(run, x->block);
-        bwd_pair p = pair_views(run, h, b->slot[x->slot], b->acc_out[a]);
+        bwd_pair p = pair_views(run, h, b->slot[x->slot], run->acc_out[a]);
         if (st == BT_OK) st = ring_run_pieces(run, backward_piece, &p);
         if (st == BT_OK) st = ring_run_mark(run, b->slot_used[x->slot]);
     }
@@ -166,13 +169,13 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
         st = ring_run_wait(run, acc_recv);
         if (st == BT_OK)
             st = attn_kernel_status(
-                bk_axpy(run->c->queue, (int64_t)acc_floats, 1.0f, b->acc_in[a], b->acc_out[a]));
+                bk_axpy(run->c->queue, (int64_t)acc_floats, 1.0f, run->acc_in[a], run->acc_out[a]));
         if (st == BT_OK) st = ring_run_mark(run, b->acc_in_used[a]);
     }
     if (st == BT_OK) st = ring_run_mark(run, b->acc_out_used[a]);
     if (st != BT_OK || x->acc_to >= 0 || x->block != run->rank) return st;
     *home_done = 1; /* the chain ends where it began: at home */
-    return home_gradients(run, h, b->acc_out[a]);
+    return home_gradients(run, h, run->acc_out[a]);
 }
 
 /* After computing step x (next: this rank's step after it, or NULL), one
@@ -198,16 +201,58 @@ static bt_status post_accumulators(ring_run *run, const ring_step *x, const ring
     if (st == BT_OK) st = bt_group_start(run->world);
     if (st != BT_OK) return st;
     if (take)
-        st = ring_run_irecv(run, next->acc_from, next->acc_from_channel, b->acc_in[1 - a],
+        st = ring_run_irecv(run, next->acc_from, next->acc_from_channel, run->acc_in[1 - a],
                             s->acc_bytes, &r->acc[1 - a]);
     if (st == BT_OK && x->home_acc_in)
         st = ring_run_irecv(run, s->home_acc_from[run->rank], s->home_acc_channel[run->rank],
-                            b->home_acc, s->acc_bytes, &r->home);
+                            run->home_acc, s->acc_bytes, &r->home);
     if (st == BT_OK && send)
-        st = ring_run_isend(run, x->acc_to, x->acc_to_channel, b->acc_out[a], s->acc_bytes,
+        st = ring_run_isend(run, x->acc_to, x->acc_to_channel, run->acc_out[a], s->acc_bytes,
                             &run->acc_send[a]);
     bt_status ended = bt_group_end(run->world);
     return st != BT_OK ? st : ended;
+}
+
+/* The accumulators (RING_CALLER_MEMORY): the buffers', or
+ * - the home block's final one in its gradients, dQ or [dK | dV] (home_lent);
+ * - the first b->lent trailing ones in the memory of Q and dO, which c->spend
+ *   must name: Q holds acc_out[0] then acc_in[1], dO acc_out[1] then
+ *   acc_in[0]. So while the queue computes into acc_out[a], the transfers in
+ *   flight (the receive into acc_in[a], the send of acc_out[1 - a]) touch the
+ *   other's memory; the emulator's hazard check, which takes a kernel to
+ *   touch its whole buffer, holds the ring to that.
+ * Nothing is written there before the ring has read what it reads of the
+ * caller's (delta, the rounding at home): the kernels run in the queue's
+ * order, and a receive waits for its buffer's event, marked once those are
+ * queued (spend_inputs). */
+static bt_status place_accumulators(ring_run *run, const float *Q, const float *dO, float *dQ,
+                                    float *dK, const float *dV)
+{
+    const ring_buffers *b = run->b;
+    float *const *spend = run->c->spend;
+    block_floats f = sizes_of(run->s);
+    if (b->lent && (spend[0] != Q || spend[1] != dO || !Q || !dO)) return BT_ERR_ARG;
+    if (b->home_lent && !q_side(run) && dV != dK + f.kv) return BT_ERR_ARG;
+    size_t acc_floats = run->s->acc_bytes / sizeof(float);
+    float **acc[4] = {&run->acc_out[0], &run->acc_out[1], &run->acc_in[1], &run->acc_in[0]};
+    float *const own[4] = {b->acc_out[0], b->acc_out[1], b->acc_in[1], b->acc_in[0]};
+    for (int i = 0; i < 4; i++)
+        *acc[i] = i < b->lent ? spend[i % 2] + (size_t)(i / 2) * acc_floats : own[i];
+    run->home_acc = !b->home_lent ? b->home_acc : q_side(run) ? dQ : dK;
+    return BT_OK;
+}
+
+/* After the caller's inputs are read: the events of the accumulators in the
+ * caller's memory, so that no transfer touches them before that. */
+static bt_status spend_inputs(ring_run *run)
+{
+    ring_buffers *b = run->b;
+    void *const used[4] = {b->acc_out_used[0], b->acc_out_used[1], b->acc_in_used[1],
+                           b->acc_in_used[0]};
+    bt_status st = BT_OK;
+    for (int i = 0; i < b->lent && st == BT_OK; i++) st = ring_run_mark(run, used[i]);
+    if (st == BT_OK && b->home_lent) st = ring_run_mark(run, b->home_acc_used);
+    return st;
 }
 
 bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, const float *V,
@@ -223,7 +268,9 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
     /* delta from the fp32 dO, whatever travels */
     st =
         attn_kernel_status(bk_attn_delta(c->queue, s->layout.n, s->h_q, s->d, dO, O, run.b->delta));
+    if (st == BT_OK) st = place_accumulators(&run, Q, dO, dQ, dK, dV);
     if (st == BT_OK) st = ring_run_home_inputs(&run, Q, K, V, dO, &in);
+    if (st == BT_OK) st = spend_inputs(&run);
     bwd_home h = {in.Q, in.K, in.V, in.dO, lse, run.b->delta, dQ, dK, dV};
     if (st == BT_OK) st = zero_home_accumulators(&run, &h);
     /* the copies last, as in ring_forward.c */
@@ -241,7 +288,7 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
     }
     if (st == BT_OK && from >= 0) {
         st = ring_run_wait(&run, &recvs.home);
-        if (st == BT_OK) st = home_gradients(&run, &h, run.b->home_acc), home_done = 1;
+        if (st == BT_OK) st = home_gradients(&run, &h, run.home_acc), home_done = 1;
         if (st == BT_OK) st = ring_run_mark(&run, run.b->home_acc_used);
     }
     if (st == BT_OK && !home_done) st = home_gradients(&run, &h, NULL);

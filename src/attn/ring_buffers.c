@@ -51,12 +51,18 @@ int ring_buffers_serve(const ring_buffers *b, const ring_schedule *s)
     return (b->used & need) == need;
 }
 
-/* The capacities b needs for each of scheds[n_scheds]: the largest of each,
- * and the buffers any of them uses. */
-static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, ring_buffers *b)
+/* The capacities b needs for each of scheds[n_scheds] made with flags: the
+ * largest of each, the buffers any of them uses, and the accumulators every
+ * backward among them can keep in its inputs. */
+static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, unsigned flags,
+                              ring_buffers *b)
 {
+    b->lent = flags & RING_CALLER_MEMORY ? 4 : 0;
+    b->home_lent = (flags & RING_CALLER_MEMORY) != 0;
     for (int i = 0; i < n_scheds; i++) {
         const ring_schedule *s = scheds[i];
+        if (s->pass != RING_FORWARD && ring_accs_in_inputs(s) < b->lent)
+            b->lent = ring_accs_in_inputs(s);
         b->used |= buffers_used(s);
         if (s->input_bytes > b->input_bytes) b->input_bytes = s->input_bytes;
         if (s->acc_bytes > b->acc_bytes) b->acc_bytes = s->acc_bytes;
@@ -64,6 +70,8 @@ static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, 
         if (s->layout.n * s->h_q > b->rows) b->rows = s->layout.n * s->h_q;
         if (ring_home_in_bytes(s) > b->home_in_bytes) b->home_in_bytes = ring_home_in_bytes(s);
     }
+    if (!(b->used >> USED_ACC_OUT & 1)) b->lent = 0; /* no backward */
+    if (!(b->used >> USED_HOME_ACC & 1)) b->home_lent = 0;
 }
 
 /* The bytes of each buffer of b, in the order ring_buffers_create allocates
@@ -78,6 +86,10 @@ static int buffer_sizes(const ring_buffers *b, size_t sizes[N_BUFFERS])
     sizes[k++] = b->acc_bytes ? b->acc_bytes : 1;
     for (int i = 0; i <= USED_HOME_ACC; i++)
         if (!(b->used >> i & 1)) sizes[i] = 0; /* never touched: not made */
+    /* in the caller's inputs, in ring_backward.c's order: acc_out[0], acc_out[1], acc_in[1] */
+    const int lent_order[4] = {USED_ACC_OUT, USED_ACC_OUT + 1, USED_ACC_IN + 1, USED_ACC_IN};
+    for (int i = 0; i < b->lent; i++) sizes[lent_order[i]] = 0;
+    if (b->home_lent) sizes[USED_HOME_ACC] = 0;
     sizes[k++] = ((size_t)b->rows + 1) * sizeof(float);
     sizes[k++] = n * sizeof(int64_t), sizes[k++] = n * sizeof(int64_t);
     sizes[k++] = n * sizeof(int32_t), sizes[k++] = n * sizeof(int32_t);
@@ -117,12 +129,12 @@ static int make_device_side(ring_buffers *b)
 }
 
 ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_scheds,
-                                  const bk_queue *q)
+                                  const bk_queue *q, unsigned flags)
 {
     ring_buffers *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->memory = q != NULL ? *q : bk_host_queue();
-    buffer_capacities(scheds, n_scheds, b);
+    buffer_capacities(scheds, n_scheds, flags, b);
     size_t sizes[N_BUFFERS];
     int count = buffer_sizes(b, sizes), ok = 1;
     void *p[N_BUFFERS] = {NULL};
@@ -158,10 +170,10 @@ void ring_buffers_free(ring_buffers *b)
     free(b);
 }
 
-size_t ring_buffers_bytes(const ring_schedule *const *scheds, int n_scheds)
+size_t ring_buffers_bytes(const ring_schedule *const *scheds, int n_scheds, unsigned flags)
 {
     ring_buffers b = {0};
-    buffer_capacities(scheds, n_scheds, &b);
+    buffer_capacities(scheds, n_scheds, flags, &b);
     size_t sizes[N_BUFFERS], total = 0;
     int k = buffer_sizes(&b, sizes);
     for (int i = 0; i < k; i++) total += sizes[i];

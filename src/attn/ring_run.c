@@ -98,7 +98,8 @@ static int buffers_fit(const ring_buffers *b, const ring_schedule *s)
 {
     return b->input_bytes >= s->input_bytes && b->acc_bytes >= s->acc_bytes &&
            b->n >= s->layout.n && b->rows >= s->layout.n * s->h_q &&
-           b->home_in_bytes >= ring_home_in_bytes(s) && ring_buffers_serve(b, s);
+           b->home_in_bytes >= ring_home_in_bytes(s) && ring_buffers_serve(b, s) &&
+           (s->pass == RING_FORWARD || ring_accs_in_inputs(s) >= b->lent);
 }
 
 bt_status ring_run_home_inputs(ring_run *run, const float *Q, const float *K, const float *V,
@@ -107,17 +108,19 @@ bt_status ring_run_home_inputs(ring_run *run, const float *Q, const float *K, co
     *in = (ring_inputs){Q, K, V, dO};
     if (run->elem == sizeof(float)) return BT_OK;
     const ring_schedule *s = run->s;
-    int64_t q = s->layout.n * s->h_q * s->d, kv = s->layout.n * s->h_kv * s->d;
+    int64_t q = s->layout.n * s->h_q * s->d, kv = s->layout.n * s->h_kv * s->d, off[4];
+    ring_bundle_offsets(s, off);
     const float *from[4] = {Q, K, V, dO};
     const int64_t count[4] = {q, kv, kv, q};
     const void **to[4] = {&in->Q, &in->K, &in->V, &in->dO};
     uint16_t *at = run->b->home_in;
     for (int k = 0; k < 4; k++) {
         if (!from[k]) continue;
-        bt_status st = attn_kernel_status(bk_round_bf16(run->c->queue, count[k], from[k], at));
+        uint16_t *dst = off[k] >= 0 ? (uint16_t *)(run->b->slot[SLOT_HOME] + off[k]) : at;
+        bt_status st = attn_kernel_status(bk_round_bf16(run->c->queue, count[k], from[k], dst));
         if (st != BT_OK) return st;
-        *to[k] = at;
-        at += count[k];
+        *to[k] = dst;
+        if (dst == at) at += count[k];
     }
     return BT_OK;
 }
@@ -159,7 +162,8 @@ bt_status ring_run_begin(ring_run *run, const ring_exec_ctx *c, int backward,
         (size_t)run->s->in_bytes != run->elem)
         return BT_ERR_ARG;
     run->b = c->buffers;
-    if (!run->b) run->b = run->owned = ring_buffers_create(&c->sched, 1, c->queue);
+    unsigned flags = c->spend[0] ? RING_CALLER_MEMORY : 0;
+    if (!run->b) run->b = run->owned = ring_buffers_create(&c->sched, 1, c->queue, flags);
     int on_device = c->queue->where == BK_DEVICE;
     if (!run->b || !buffers_fit(run->b, run->s) || ring_buffers_on_device(run->b) != on_device) {
         ring_buffers_free(run->owned);

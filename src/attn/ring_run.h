@@ -27,8 +27,9 @@ struct ring_buffers {
     unsigned char *slot[RING_N_SLOTS];    /* [input_bytes] each */
     float *acc_out[2], *acc_in[2];         /* trailing accumulators, double-buffered */
     float *home_acc;                       /* the home block's final accumulator */
-    uint16_t *home_in;                     /* bf16 inputs only: the home block's Q, K, V, dO
-                                            * rounded, [home_in_bytes] */
+    uint16_t *home_in;                     /* bf16 inputs only: those of the home block's Q,
+                                            * K, V, dO that stay home, rounded,
+                                            * [home_in_bytes] */
     float *delta;                          /* [n, Hq] rowsum(dO * O) */
     int64_t *home_pos, *block_pos;         /* [n] global positions */
     int32_t *home_seg, *block_seg;         /* [n] document ids (0 without segments) */
@@ -37,6 +38,11 @@ struct ring_buffers {
                                             * home_acc (in that order) exists: one that no
                                             * step of any planned pass can touch is NULL */
     size_t home_in_bytes;                  /* capacity of home_in (0: no bf16 schedule) */
+    int lent;                              /* trailing accumulators a backward keeps in its
+                                            * Q and dO (RING_CALLER_MEMORY), NULL here:
+                                            * the first lent of acc_out[0], acc_out[1],
+                                            * acc_in[1], acc_in[0] */
+    int home_lent;                         /* home_acc NULL: received into the gradients */
     int64_t n, rows;                       /* capacity in tokens and in token-heads (n * Hq) */
     bk_queue memory;                       /* the queue whose memory holds the buffers above */
     /* device only: page-locked host mirrors of the position tables [2][n] and the event of
@@ -52,12 +58,40 @@ struct ring_buffers {
     void *queue_mark; /* everything queued when a wait began (exposed time) */
 };
 
-/* Bytes of the bf16 home inputs [Q | K | V | dO] a schedule needs: 0 unless
- * its inputs travel in bf16. */
+/* The travelling bundle of a pass of s: the byte offset in it of each of
+ * the home block's Q, K, V and dO (ring_inputs' order), -1 for those that
+ * stay home: [K | V] in the forward and the KV-side backward, [Q | dO | lse |
+ * delta] in the Q-side one (lse and delta after the inputs). */
+static inline void ring_bundle_offsets(const ring_schedule *s, int64_t off[4])
+{
+    int64_t rows = s->layout.n * s->d * s->in_bytes, q = rows * s->h_q, kv = rows * s->h_kv;
+    int q_side = s->pass == RING_BWD_Q_SIDE;
+    off[0] = q_side ? 0 : -1, off[1] = q_side ? -1 : 0;
+    off[2] = q_side ? -1 : kv, off[3] = q_side ? q : -1;
+}
+
+/* Bytes of the bf16 inputs that stay home ([Q] forward, [Q | dO] KV-side,
+ * [K | V] Q-side: ring_run_home_inputs rounds the travelling ones straight
+ * into the home slot): 0 unless the inputs travel in bf16. */
 static inline size_t ring_home_in_bytes(const ring_schedule *s)
 {
     if (s->in_bytes != 2) return 0;
-    return (size_t)s->layout.n * (size_t)(2 * s->h_q + 2 * s->h_kv) * (size_t)s->d * 2;
+    int64_t off[4], heads = 0;
+    ring_bundle_offsets(s, off);
+    const int64_t h[4] = {s->h_q, s->h_kv, s->h_kv, s->pass == RING_FORWARD ? 0 : s->h_q};
+    for (int k = 0; k < 4; k++) heads += off[k] < 0 ? h[k] : 0;
+    return (size_t)s->layout.n * (size_t)heads * (size_t)s->d * 2;
+}
+
+/* The trailing accumulators a backward of s can keep in its Q and dO
+ * (RING_CALLER_MEMORY): with bf16 inputs on the KV side, whose [dK | dV] of
+ * 2 Hkv d floats a row fits Hq / (2 Hkv) times into Q's and dO's Hq d, up to
+ * two in each; else 0. */
+static inline int ring_accs_in_inputs(const ring_schedule *s)
+{
+    if (s->pass != RING_BWD_KV_SIDE || s->in_bytes != 2) return 0;
+    int each = s->h_q / (2 * s->h_kv);
+    return 2 * (each < 2 ? each : 2);
 }
 
 /* 1 when b has every buffer a step of s may touch (ring_buffers.used). */
@@ -98,6 +132,10 @@ typedef struct {
     bt_request *slot_sends[RING_N_SLOTS][RING_SLOT_SENDS]; /* outstanding sends reading each slot */
     int n_slot_sends[RING_N_SLOTS];
     bt_request *acc_send[2];
+    float *acc_out[2], *acc_in[2]; /* backward: the trailing accumulators, the buffers' or
+                                    * (ring_buffers.lent) in the caller's Q and dO */
+    float *home_acc;               /* backward: the home block's final accumulator, the
+                                    * buffers' or (home_lent) the caller's dQ or [dK | dV] */
     ring_exec_stats *stats;
     bt_mem mem;        /* where the buffers live, for the transport */
     size_t elem;       /* bytes of a travelling input element: 4 (fp32) or 2 (bf16) */
@@ -112,7 +150,9 @@ typedef struct {
 } ring_inputs;
 
 /* The caller's fp32 inputs as ring_inputs: themselves, or rounded to bf16
- * into the buffers' home_in ([Q | K | V | dO]) on the ring's queue. */
+ * on the ring's queue, those that travel into the home slot where the
+ * bundle has them (ring_bundle_offsets), the others into the buffers'
+ * home_in. */
 bt_status ring_run_home_inputs(ring_run *run, const float *Q, const float *K, const float *V,
                                const float *dO, ring_inputs *in);
 /* base + elements of the travelling type: an input offset by rows. */

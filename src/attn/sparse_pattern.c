@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention_math.h"
 #include "src/attn/sparse_pattern.h"
 #include "util/parse.h"
 
@@ -64,7 +65,7 @@ int sparse_pattern_allows(const sparse_pattern *p, int64_t q, int64_t k)
 
 uint64_t *sparse_pattern_bitmap(const sparse_pattern *p, int64_t n_blocks)
 {
-    uint64_t *bits = calloc((size_t)((n_blocks * n_blocks + 63) / 64), sizeof(uint64_t));
+    uint64_t *bits = calloc((size_t)bk_attn_block_words(n_blocks), sizeof(uint64_t));
     if (!bits) return NULL;
     for (int64_t q = 0; q < n_blocks; q++)
         for (int64_t k = 0; k <= q; k++)

@@ -61,6 +61,9 @@ struct model_runner {
     int64_t *pos;      /* [n] global positions, for the kernels */
     int64_t *pos_host; /* [n] the same on the host (pos itself there) */
     int32_t *segments; /* [N] document ids (document mask), else NULL */
+    /* on a device, a block-sparse mask's bitmap for the kernels (ring.mask's;
+     * the plans read the config's, on the host), else NULL */
+    uint64_t *mask_bits;
     ring_plan_config ring_cfg;       /* what the rings are planned from, less the segments */
     ring_schedule *fwd, *bwd, *half; /* half: recompute of the early chunks */
     ring_exec_ctx ring;
@@ -76,7 +79,9 @@ struct model_runner {
      * d_o is x's memory (x is free in the backward, and holds n * max(D, QD)
      * floats), dq is o's (the ring reads O once, before it writes dQ), and
      * when the ring's inputs travel in bf16 dk and dv are k's and v's (it
-     * reads them once, rounding them at home) */
+     * reads them once, rounding them at home); v follows k in one buffer, dv
+     * dk (the ring receives the home block's [dK | dV] there), and the ring's
+     * backward keeps accumulators in q and d_o (RING_CALLER_MEMORY) */
     float *x, *a, *rstd1, *q, *k, *v, *o, *lse, *x1, *b, *rstd2, *g, *s;
     float *dx, *d_o, *dq, *dk, *dv, *ds, *dg;
     float *head_scratch; /* fused head: its chunk scratch; else the logits [V] of a prediction */

@@ -538,6 +538,7 @@ static bt_status layer_backward(model_runner *r, int l, int mb, grad_sink *gs,
     CHECK_KERNEL(runner_mm_grad_input(r, r->dx, n, D, o->wo, QD, r->d_o, 0));
     ring_exec_ctx c = r->ring;
     c.sched = r->bwd;
+    c.spend[0] = r->q, c.spend[1] = r->d_o; /* read no more: the ring's to overwrite */
     ring_exec_stats rs;
     st = ring_backward(&c, r->q, r->k, r->v, r->o, r->d_o, r->lse, r->dq, r->dk, r->dv, &rs);
     stats->attn_bwd_s += rs.total_s;

@@ -130,11 +130,12 @@ static int grads_over_kv(const model_runner *r)
 /* The workspace's buffers (model_internal.h) and their floats, in one
  * order, for take_workspace and model_runner_free: [n, ...] the streams and
  * what the ring reads and writes, [chunk_rows, ...] the rest; 0 floats for
- * a buffer in another's memory (grads_over_kv). */
+ * a buffer in another's memory: v in k's and dv in dk's (the ring receives
+ * [dK | dV] as one: RING_CALLER_MEMORY), dk and dv in k's (grads_over_kv). */
 static void work_buffers(model_runner *r, float **bufs[WORK_BUFFERS], int64_t counts[WORK_BUFFERS])
 {
     int64_t n = r->n, c = r->chunk_rows, D = r->D, QD = r->QD, KD = r->KD, F = r->F;
-    int64_t dkv = grads_over_kv(r) ? 0 : n * KD;
+    int64_t dkv = grads_over_kv(r) ? 0 : 2 * n * KD;
     const lm_head_opts *ho = &r->cfg.head;
     int64_t head = !r->cfg.fused_head   ? 0
                    : r->cfg.bf16_matmul ? (int64_t)lm_head_bf16_scratch_floats(ho, r->V, D)
@@ -144,12 +145,18 @@ static void work_buffers(model_runner *r, float **bufs[WORK_BUFFERS], int64_t co
                                      &r->dv,
                                      &r->a, &r->rstd1, &r->x1, &r->b, &r->rstd2, &r->g, &r->s,
                                      &r->ds, &r->dg, &r->head_scratch};
-    const int64_t k[WORK_BUFFERS] = {n * (D > QD ? D : QD), n * D, n * QD, n * KD, n * KD, n * QD,
-                                     n * r->Hq, dkv, dkv,
+    const int64_t k[WORK_BUFFERS] = {n * (D > QD ? D : QD), n * D, n * QD, 2 * n * KD, 0, n * QD,
+                                     n * r->Hq, dkv, 0,
                                      c * D, c, c * D, c * D, c, c * 2 * F, c * F,
                                      c * F, c * 2 * F, head > r->V ? head : r->V};
     /* clang-format on */
     for (int i = 0; i < WORK_BUFFERS; i++) bufs[i] = b[i], counts[i] = k[i];
+}
+
+/* Bytes of a block-sparse mask's bitmap. */
+static size_t mask_bits_bytes(const bk_attn_mask *m)
+{
+    return (size_t)bk_attn_block_words(m->n_blocks) * sizeof(uint64_t);
 }
 
 /* The layer's work buffers, the positions and the head's buffer. */
@@ -164,13 +171,18 @@ static void take_workspace(model_runner *r)
             *bufs[i] = take_buffer(r, floats(counts[i]), &r->mem.workspace, "the layer workspace");
     r->d_o = r->x; /* free in the backward */
     r->dq = r->o;  /* read once by the ring's backward, before it writes dQ */
-    if (grads_over_kv(r)) r->dk = r->k, r->dv = r->v;
+    if (grads_over_kv(r)) r->dk = r->k;
+    if (r->k) r->v = r->k + n * r->KD;
+    if (r->dk) r->dv = r->dk + n * r->KD;
     size_t pos_bytes = (size_t)n * sizeof(int64_t);
     r->pos_host = take(r, pos_bytes, &r->mem.workspace, "the token positions");
     r->pos = r->on_device ? take_buffer(r, pos_bytes, &r->mem.workspace, "the token positions")
                           : r->pos_host;
     if (r->on_device)
         r->logits_host = take(r, floats(r->V), &r->mem.workspace, "a prediction's logits");
+    if (r->on_device && (r->cfg.mask.flags & BK_ATTN_BLOCK_SPARSE))
+        r->mask_bits = take_buffer(r, mask_bits_bytes(&r->cfg.mask), &r->mem.workspace,
+                                   "the block-sparse mask");
     if (r->cfg.bf16_matmul) {
         int64_t widest = D > QD ? D : QD;
         if (2 * F > widest) widest = 2 * F;
@@ -275,15 +287,18 @@ static void give_back_stored_set(const model_runner *r, stored_layer *e, int pin
             give_back(r, *buf[i]);
 }
 
-/* The ring's buffers, sized for every pass the runner makes. */
+/* The ring's buffers, sized for every pass the runner makes. Its backward
+ * gives the ring q and d_o to keep accumulators in (RING_CALLER_MEMORY),
+ * neither read after it, and dk and dv as one [dK | dV]. */
 static void take_ring(model_runner *r)
 {
     const ring_schedule *passes[3] = {r->fwd, r->bwd, r->half};
     int n_passes = r->half ? 3 : 2;
-    size_t bytes = ring_buffers_bytes(passes, n_passes);
+    size_t bytes = ring_buffers_bytes(passes, n_passes, RING_CALLER_MEMORY);
     r->mem.ring += bytes;
     if (!r->allocate || r->failed[0]) return;
-    if (!(r->ring.buffers = ring_buffers_create(passes, n_passes, r->cfg.queue)))
+    if (!(r->ring.buffers =
+              ring_buffers_create(passes, n_passes, r->cfg.queue, RING_CALLER_MEMORY)))
         bu_no_memory(r->failed, sizeof r->failed, bytes, "the ring's buffers");
 }
 
@@ -435,6 +450,15 @@ model_runner *model_runner_create(const model_runner_config *cfg, char *err, siz
         model_runner_free(r);
         return NULL;
     }
+    if (r->mask_bits) { /* the device kernels read the mask's bitmap from device memory */
+        size_t bytes = mask_bits_bytes(&cfg->mask);
+        if (bk_device_upload(&q, r->mask_bits, cfg->mask.block_bits, bytes) != BK_OK) {
+            snprintf(err, err_len, "cannot copy the block-sparse mask to the device");
+            model_runner_free(r);
+            return NULL;
+        }
+        r->ring.mask.block_bits = r->mask_bits;
+    }
     return r;
 }
 
@@ -469,6 +493,7 @@ void model_runner_free(model_runner *r)
         if (r->used[k]) bk_device_event_destroy(r->used[k]);
     }
     if (r->on_device) give_back(r, r->pos);
+    give_back(r, r->mask_bits);
     give_back(r, r->wide);
     free(r->regions);
     give_back(r, r->op16[0]);

@@ -15,6 +15,8 @@
  * host, where the kernels widen bf16 exactly, the fp32 tolerances still hold,
  * and the byte counters show the halved bundles. Each backward runs again
  * with the gradients over their inputs' memory (expect_gradients_over_inputs).
+ * --intra nccl moves the device buffers between the ranks of a node over NCCL
+ * (a GPU per rank: the emulator's BK_EMU_GPUS_PER_NODE).
  * Rank 0 prints "ok ..." when every rank agreed. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -42,6 +44,7 @@ typedef struct {
     int64_t piece_rows; /* 0: the executor's default */
     int device;         /* run on the device queue, on device buffers */
     int in_bytes;       /* 4: Q, K, V, dO travel in fp32; 2: in bf16 */
+    const char *intra;  /* the transport inside a node: auto, ucx or nccl (a GPU per rank) */
 } options;
 
 /* Relative tolerances: fp32 on the host; on the device, P and dS rounded to
@@ -68,12 +71,16 @@ typedef struct {
     float *b[IO_BUFS];
 } ring_io;
 
-/* Device copies of host's buffers [floats[i]] each. */
+/* Device copies of host's buffers [floats[i]] each, dK and dV one buffer
+ * [dK | dV] as on the host (RING_CALLER_MEMORY asks for it). */
 static ring_io device_copy_of(const ring_io *host, const size_t floats[IO_BUFS])
 {
     ring_io dev;
     for (int i = 0; i < IO_BUFS; i++)
-        dev.b[i] = worker_device_copy(host->b[i], floats[i] * sizeof(float));
+        if (i != IO_DV)
+            dev.b[i] = worker_device_copy(
+                host->b[i], (floats[i] + (i == IO_DK ? floats[IO_DV] : 0)) * sizeof(float));
+    dev.b[IO_DV] = dev.b[IO_DK] + floats[IO_DK];
     return dev;
 }
 
@@ -84,13 +91,42 @@ static void download_outputs(ring_io *host, const ring_io *dev, const size_t flo
         worker_device_read(host->b[i], dev->b[i], floats[i] * sizeof(float));
 }
 
+/* dst[floats] = src on queue q. */
+static void copy_floats(const bk_queue *q, float *dst, const float *src, size_t floats)
+{
+    if (bk_copy(q, dst, src, floats * sizeof(float)) != BK_OK)
+        must(BT_ERR_SYS, "a copy of the ring's buffers");
+}
+
+/* Whether a spent input now differs from its copy kept: the ring kept an
+ * accumulator there. */
+static int overwritten(const bk_queue *q, const float *input, const float *kept, size_t floats)
+{
+    float *a = malloc(floats * sizeof(float)), *b = malloc(floats * sizeof(float));
+    if (q->where == BK_DEVICE) {
+        worker_device_read(a, input, floats * sizeof(float));
+        worker_device_read(b, kept, floats * sizeof(float));
+    } else {
+        memcpy(a, input, floats * sizeof(float)), memcpy(b, kept, floats * sizeof(float));
+    }
+    int differs = memcmp(a, b, floats * sizeof(float)) != 0;
+    free(a), free(b);
+    return differs;
+}
+
 /* ring.h lets dQ take O's memory, and with bf16 inputs dK and dV K's and
- * V's: the backward again with O (and K, V) copied into the gradients'
- * buffers and passed as both gives the gradients host holds from the run
+ * V's, and the accumulators the caller's memory (RING_CALLER_MEMORY, on
+ * buffers made for the call: the home block's in its gradients, with bf16
+ * inputs on the KV side the trailing ones in Q and dO): the backward again
+ * with O (and K, V) copied into the gradients' buffers and passed as both,
+ * and Q and dO given to spend, gives the gradients host holds from the run
  * apart: the same bits on the host, within 1e-6 on the device (whose kernels
- * may add in another order from run to run). */
+ * may add in another order from run to run). With bf16 inputs on the KV side
+ * and Hq >= 2 Hkv the ring must have written into Q; Q and dO are put back
+ * after. */
 static void expect_gradients_over_inputs(const ring_exec_ctx *ctx, ring_io *host, const ring_io *io,
-                                         const size_t floats[IO_BUFS], const char *config)
+                                         const size_t floats[IO_BUFS], int h_q, int h_kv,
+                                         const char *config)
 {
     float *apart[3];
     for (int i = 0; i < 3; i++) {
@@ -98,17 +134,34 @@ static void expect_gradients_over_inputs(const ring_exec_ctx *ctx, ring_io *host
         memcpy(apart[i], host->b[IO_DQ + i], floats[IO_DQ + i] * sizeof(float));
     }
     int kv = ctx->in_type == BK_BF16; /* dK over K and dV over V too */
-    const int from[3] = {IO_OUT, IO_K, IO_V};
+    const int from[3] = {IO_OUT, IO_K, IO_V}, spent[2] = {IO_Q, IO_DOUT};
     for (int i = 0; i < (kv ? 3 : 1); i++)
-        if (bk_copy(ctx->queue, io->b[IO_DQ + i], io->b[from[i]],
-                    floats[from[i]] * sizeof(float)) != BK_OK)
-            must(BT_ERR_SYS, "an input copied into its gradient's buffer");
+        copy_floats(ctx->queue, io->b[IO_DQ + i], io->b[from[i]], floats[from[i]]);
+    ring_exec_ctx c = *ctx;
+    float *kept[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        if (bk_alloc(ctx->queue, floats[spent[i]] * sizeof(float), (void **)&kept[i]) != BK_OK)
+            must(BT_ERR_SYS, "a copy of a spent input");
+        copy_floats(ctx->queue, kept[i], io->b[spent[i]], floats[spent[i]]);
+        c.spend[i] = io->b[spent[i]];
+    }
     const float *k = kv ? io->b[IO_DK] : io->b[IO_K], *v = kv ? io->b[IO_DV] : io->b[IO_V];
     ring_exec_stats stats;
-    must(ring_backward(ctx, io->b[IO_Q], k, v, io->b[IO_DQ], io->b[IO_DOUT], io->b[IO_LSE],
+    must(ring_backward(&c, io->b[IO_Q], k, v, io->b[IO_DQ], io->b[IO_DOUT], io->b[IO_LSE],
                        io->b[IO_DQ], io->b[IO_DK], io->b[IO_DV], &stats),
          "ring backward, gradients over inputs");
     if (ctx->queue->where == BK_DEVICE) download_outputs(host, io, floats);
+    /* acc_out[0], which step 0 (the home block) computes into, in Q */
+    int lent = kv && c.sched->pass == RING_BWD_KV_SIDE && h_q >= 2 * h_kv;
+    for (int i = 0; i < 2; i++) {
+        if (lent && i == 0 &&
+            !overwritten(ctx->queue, io->b[spent[i]], kept[i], floats[spent[i]])) {
+            fprintf(stderr, "rank %d: %s: the ring kept no accumulator in Q\n", rank, config);
+            failures++;
+        }
+        copy_floats(ctx->queue, io->b[spent[i]], kept[i], floats[spent[i]]);
+        bk_free(ctx->queue, kept[i]);
+    }
     const char *names[3] = {"dQ", "dK", "dV"};
     for (int i = 0; i < 3; i++) {
         double worst = 0, tol = ctx->queue->where == BK_DEVICE ? 1e-6 : 0;
@@ -247,7 +300,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     size_t n = (size_t)layout.n, qrow = (size_t)h_q * d, kvrow = (size_t)h_kv * d;
     float *q = malloc(n * qrow * 4), *k = malloc(n * kvrow * 4), *v = malloc(n * kvrow * 4),
           *dout = malloc(n * qrow * 4), *out = malloc(n * qrow * 4), *lse = malloc(n * h_q * 4),
-          *dq = malloc(n * qrow * 4), *dk = malloc(n * kvrow * 4), *dv = malloc(n * kvrow * 4);
+          *dq = malloc(n * qrow * 4), *dk = malloc(2 * n * kvrow * 4), *dv = dk + n * kvrow;
     int64_t *pos = malloc(n * sizeof(int64_t));
     seq_layout_positions(&layout, rank, pos);
     for (size_t i = 0; i < n; i++) {
@@ -266,6 +319,9 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     ring_exec_ctx ctx = {.comm = bt_world_comm(world), .queue = &queue, .scale = scale,
                          .mask = mask, .segments = segments, .piece_rows = o->piece_rows,
                          .in_type = o->in_bytes == 2 ? BK_BF16 : BK_F32};
+    if (o->device && bits) /* the device's kernels read the bitmap from device memory */
+        ctx.mask.block_bits =
+            worker_device_copy(bits, (size_t)bk_attn_block_words(mask.n_blocks) * sizeof(uint64_t));
     ring_exec_stats stats;
     bt_counter before[RING_N_CHANNELS];
     ring_io host = {{q, k, v, dout, out, lse, dq, dk, dv}};
@@ -306,20 +362,22 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
         check("dQ", compare_rows(&layout, dq, dQ_ref, qrow), tol_bwd(o), cfg2);
         check("dK", compare_rows(&layout, dk, dK_ref, kvrow), tol_bwd(o), cfg2);
         check("dV", compare_rows(&layout, dv, dV_ref, kvrow), tol_bwd(o), cfg2);
-        expect_gradients_over_inputs(&ctx, &host, &io, floats, cfg2);
+        expect_gradients_over_inputs(&ctx, &host, &io, floats, h_q, h_kv, cfg2);
         ring_schedule_free(bwd);
     }
-    for (int i = 0; o->device && i < IO_BUFS; i++) bk_device_free(io.b[i]);
+    for (int i = 0; o->device && i < IO_BUFS; i++)
+        if (i != IO_DV) bk_device_free(io.b[i]);
+    if (o->device && bits) bk_device_free((void *)ctx.mask.block_bits);
     ring_schedule_free(fwd);
     free(Q), free(K), free(V), free(dO), free(segments), free(bits), free(gpos);
     free(O_ref), free(lse_ref), free(dQ_ref), free(dK_ref), free(dV_ref);
-    free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
+    free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk);
     free(pos);
 }
 
 int main(int argc, char **argv)
 {
-    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1, 0, 0, 4};
+    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1, 0, 0, 4, "auto"};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--mask") == 0) o.mask_name = argv[i + 1];
         else if (strcmp(argv[i], "--layout") == 0 && seq_layout_parse(argv[i + 1], &o.layout) == 0) {}
@@ -329,24 +387,34 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--piece-rows") == 0) o.piece_rows = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--device") == 0) o.device = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--in-bytes") == 0) o.in_bytes = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--intra") == 0)
+            o.intra = argv[i + 1];
         else {
             fprintf(stderr, "ring_worker: bad option '%s'\n", argv[i]);
             return WORKER_USAGE;
         }
     }
-    worker_init("ring_worker");
-    if (o.device && (!bk_device_available() || transport_link_device(world, -1) != BT_OK)) {
+    bt_options topt;
+    bt_options_default(&topt);
+    topt.intra = o.intra;
+    worker_init_with("ring_worker", &topt);
+    int gpus = 0; /* the node's GPUs, a rank's the one its local rank names (as the trainer's) */
+    if (o.device &&
+        (!bk_device_available() || bk_device_use(bt_world_local_rank(world), &gpus) != BK_OK ||
+         transport_link_device(world, bt_world_local_rank(world) % gpus) != BT_OK)) {
         fprintf(stderr, "rank %d: --device: no device (%s), or the transport refused it: %s\n",
                 rank, bk_device_backend_name(), bt_world_error(world));
         return WORKER_FAILED;
     }
     if (o.N == 0) o.N = 48 * size; /* divisible by 2P, and by 8 sparse blocks when 8 | 6P */
     run_heads(&o, 4, 4, 16); /* MHA */
-    run_heads(&o, 4, 2, 16); /* GQA */
+    run_heads(&o, 4, 1, 16); /* GQA: Q and dO hold two [dK | dV] each */
     int64_t total = worker_finish();
     if (rank == 0 && total == 0)
-        printf("ok ring %s/%s on %d ranks%s%s%s%s\n", o.mask_name, seq_layout_name(o.layout), size,
-               o.topo == TOPO_DOUBLE ? " (double ring)" : "", o.piece_rows ? " in pieces" : "",
-               o.device ? " on the device" : "", o.in_bytes == 2 ? " with bf16 inputs" : "");
+        printf("ok ring %s/%s on %d ranks%s%s%s%s%s\n", o.mask_name, seq_layout_name(o.layout),
+               size, o.topo == TOPO_DOUBLE ? " (double ring)" : "",
+               o.piece_rows ? " in pieces" : "", o.device ? " on the device" : "",
+               o.in_bytes == 2 ? " with bf16 inputs" : "",
+               strcmp(o.intra, "nccl") == 0 ? " over NCCL" : "");
     return total ? WORKER_FAILED : 0;
 }

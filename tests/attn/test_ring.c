@@ -4,9 +4,11 @@
  * flat ring and the double ring on emulated nodes; the kernels called on
  * several pieces of a block's rows; the byte counters against the schedule;
  * the same on device buffers (the emulated device) and with the inputs
- * travelling in bf16; a rank killed between the
+ * travelling in bf16, and over the model of NCCL; a rank killed between the
  * forward and the backward ring. The ranks are tests/attn/ring_worker (or
  * ring_worker_emu), which checks its own rows. */
+#include "config.h"
+
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,15 +100,51 @@ END_TEST
 /* The same executor on device buffers (the emulated device): the kernels on
  * the device queue, the slots and accumulators in device memory, the
  * transport staging them between ranks; flat and double ring, both layouts,
- * a document mask, several pieces. */
+ * a document mask, a block-sparse one, several pieces. */
 START_TEST(device_ring_equals_single_rank)
 {
     expect_ring(1, 1, "causal", "zigzag", NULL, 1, 0);
     expect_ring(2, 1, "causal", "zigzag", NULL, 1, 1);
     expect_ring(4, 2, "causal", "zigzag", NULL, 1, 0); /* 2 emulated nodes x 2 ranks */
     expect_ring(4, 2, "document", "contiguous", "7", 1, 1);
+    expect_ring(3, 1, "sparse", "contiguous", NULL, 1, 1); /* the bitmap in device memory */
 }
 END_TEST
+
+#ifdef HAVE_NCCL
+/* The device ring over the model of NCCL (a GPU per rank, kernels queued on
+ * their streams), bf16 inputs: a causal window on contiguous blocks, where
+ * the last rank's home block goes nowhere, so its first step posts the
+ * receive of a trailing accumulator (kept in Q's memory) and nothing else. */
+START_TEST(device_ring_over_nccl_equals_single_rank)
+{
+    static char *const env[] = {"BK_EMU_GPUS_PER_NODE=4", "BK_EMU_STREAMS=deferred",
+                                "BK_EMU_NCCL_TIMEOUT=120", NULL};
+    char *argv[] = {(char *)test_burst_path(),
+                    "run",
+                    "-n",
+                    "4",
+                    "--",
+                    ring_worker(1),
+                    "--mask",
+                    "window",
+                    "--layout",
+                    "contiguous",
+                    "--device",
+                    "1",
+                    "--in-bytes",
+                    "2",
+                    "--intra",
+                    "nccl",
+                    NULL};
+    test_run_result r = test_run(argv, env);
+    const char *want =
+        "ok ring window/contiguous on 4 ranks on the device with bf16 inputs over NCCL";
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, want), "exit %d\n%s", r.exit_code, r.out);
+    test_run_free(&r);
+}
+END_TEST
+#endif
 
 /* Q, K, V and dO travelling in bf16 on the host: inputs rounded to bf16 first,
  * the fp32 tolerances, the halved bundles in the byte counters; flat and
@@ -147,5 +185,8 @@ int main(void)
     check_add_tests(tc, odd_and_larger_worlds, several_kernel_pieces_per_block,
                     device_ring_equals_single_rank, bf16_inputs_equal_single_rank,
                     rank_lost_during_the_ring_is_named);
+#ifdef HAVE_NCCL
+    check_add_tests(tc, device_ring_over_nccl_equals_single_rank);
+#endif
     return check_run(s);
 }

@@ -542,12 +542,41 @@ START_TEST(ring_buffers_make_only_what_steps_touch)
         want +=
             (size_t)(acc_out[0] + acc_out[1] + acc_in[0] + acc_in[1] + home_acc) * s[1]->acc_bytes;
         want += (n * 4 + 1) * sizeof(float) + 2 * n * sizeof(int64_t) + 2 * n * sizeof(int32_t);
-        size_t got = ring_buffers_bytes(s, 2);
+        size_t got = ring_buffers_bytes(s, 2, 0);
         ck_assert_msg(got == want, "P=%d M=%d: %zu bytes, the steps touch %zu", P, M, got, want);
         ck_assert_int_eq(slot[SLOT_INTER0] || slot[SLOT_INTER0 + 1], M > 1);
         if (P == 1)
             ck_assert(!slot[1] && !slot[2] && !slot[3] && !slot[4] && !acc_out[1] && !acc_in[0] &&
                       !acc_in[1] && !home_acc);
+        ring_schedule_free((ring_schedule *)s[0]), ring_schedule_free((ring_schedule *)s[1]);
+    }
+}
+END_TEST
+
+/* RING_CALLER_MEMORY: every backward of more than one rank receives its
+ * home accumulator into its gradients; one with bf16 inputs on the KV side
+ * keeps as many trailing accumulators in Q and dO as they hold, two in each
+ * at most: Hq = 4 Hkv spares all four, Hq = 2 Hkv two, MHA none; fp32
+ * inputs or a Q-side backward among the passes none. A forward alone keeps
+ * no accumulator. */
+START_TEST(the_backward_keeps_accumulators_in_its_inputs)
+{
+    const struct {
+        int h_q, h_kv, in_bytes;
+        ring_pass bwd;
+        int lent;
+    } cases[] = {{8, 2, 2, RING_BWD_KV_SIDE, 4}, {16, 2, 2, RING_BWD_KV_SIDE, 4},
+                 {4, 2, 2, RING_BWD_KV_SIDE, 2}, {2, 2, 2, RING_BWD_KV_SIDE, 0},
+                 {8, 2, 4, RING_BWD_KV_SIDE, 0}, {8, 2, 2, RING_BWD_Q_SIDE, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int P = 4, h_q = cases[c].h_q, h_kv = cases[c].h_kv, e = cases[c].in_bytes;
+        const ring_schedule *s[2] = {plan_typed(P, 1, 0, RING_FORWARD, h_q, h_kv, 8, 64 * P, e),
+                                     plan_typed(P, 1, 0, cases[c].bwd, h_q, h_kv, 8, 64 * P, e)};
+        size_t own = ring_buffers_bytes(s, 2, 0),
+               lent = ring_buffers_bytes(s, 2, RING_CALLER_MEMORY);
+        ck_assert_msg(own - lent == (size_t)(cases[c].lent + 1) * s[1]->acc_bytes,
+                      "Hq %d Hkv %d, %d-byte inputs: %zu bytes spared", h_q, h_kv, e, own - lent);
+        ck_assert_int_eq(ring_buffers_bytes(s, 1, RING_CALLER_MEMORY), ring_buffers_bytes(s, 1, 0));
         ring_schedule_free((ring_schedule *)s[0]), ring_schedule_free((ring_schedule *)s[1]);
     }
 }
@@ -577,6 +606,6 @@ int main(void)
         q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha,
         auto_never_sends_more_than_the_cheaper_direction, bf16_inputs_halve_the_travelling_tensors,
         sliding_window_sends_only_the_window, ring_buffers_make_only_what_steps_touch,
-        kernel_pieces_are_whole_blocks_on_a_device);
+        the_backward_keeps_accumulators_in_its_inputs, kernel_pieces_are_whole_blocks_on_a_device);
     return check_run(s);
 }

@@ -528,14 +528,14 @@ END_TEST
 /* The optimizer's state on the host: Llama-3-8B's shard on 8 ranks (its
  * masters, two moments and summed gradients, 4 x 4 bytes for each of its
  * 1,003,782,656 parameters, and the buffer a range crosses) leaves the
- * device, whose optimizer part is then empty, and 3M tokens fit on 8 GPUs
+ * device, whose optimizer part is then empty, and 4M tokens fit on 8 GPUs
  * with the activations offloaded, which they do not with the state on the
  * device. */
 START_TEST(plan_memory_counts_the_optimizer_on_the_host)
 {
     const long long own = 8030261248LL / 8;
-    json_t *dev = plan_8b("3145728", "true", "device", "2048G", 2),
-           *host = plan_8b("3145728", "true", "host", "2048G", 0);
+    json_t *dev = plan_8b("4194304", "true", "device", "2048G", 2),
+           *host = plan_8b("4194304", "true", "host", "2048G", 0);
     ck_assert_int_eq(part_of(dev, "optimizer_host"), 0);
     ck_assert_int_eq(part_of(host, "optimizer"), 0);
     long long state = part_of(host, "optimizer_host");

@@ -61,18 +61,24 @@ static inline void must(bt_status st, const char *what)
     if (st != BT_OK) worker_exit(st, what);
 }
 
-/* Joins the world the launcher set up (world, rank, size); when that fails,
- * prints "NAME: <why>" and exits with worker_status. */
-static inline void worker_init(const char *name)
+/* Joins the world the launcher set up (world, rank, size) with the
+ * transport's options opt (NULL: the defaults); when that fails, prints
+ * "NAME: <why>" and exits with worker_status. */
+static inline void worker_init_with(const char *name, const bt_options *opt)
 {
     char err[512];
-    bt_status st = bt_world_init(NULL, &world, err, sizeof err);
+    bt_status st = bt_world_init(opt, &world, err, sizeof err);
     if (st != BT_OK) {
         fprintf(stderr, "%s: %s\n", name, err);
         exit(worker_status(st));
     }
     rank = bt_world_rank(world);
     size = bt_world_size(world);
+}
+
+static inline void worker_init(const char *name)
+{
+    worker_init_with(name, NULL);
 }
 
 /* Sums the failures of every rank and leaves the world: the total, the same

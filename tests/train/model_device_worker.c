@@ -15,7 +15,7 @@
  * tokens, the host in one. Then both predict the next token at every row.
  *
  * Prints "ok model on the device" on rank 0, exits 1 on a mismatch.
- * Usage: model_device_worker [--mask causal|document] [--fraction F]
+ * Usage: model_device_worker [--mask causal|document|sparse] [--fraction F]
  *                            [--double-ring NODES] [--matmul fp32|bf16] */
 #include <math.h>
 #include <stdio.h>
@@ -163,6 +163,12 @@ int main(int argc, char **argv)
     seq_layout layout;
     if (seq_layout_init(&layout, choose_layout("auto", o.mask), size, N, err, sizeof err) != 0)
         usage_exit(err);
+    /* sparse: blocks of 8 tokens, each seeing itself, the one before and the first */
+    bk_attn_mask mask = choose_mask(o.mask, 0);
+    uint64_t *bits = NULL;
+    if ((mask.flags & BK_ATTN_BLOCK_SPARSE) &&
+        choose_sparse_mask("local:2+global:1", 8, N, &mask, &bits, err, sizeof err) != 0)
+        usage_exit(err);
     bk_queue hq = bk_host_queue(), dq = {BK_DEVICE, NULL, 0, NULL};
     model_runner_config rc = {
         .model = &m,
@@ -170,7 +176,7 @@ int main(int argc, char **argv)
         .layout = layout,
         .topo = o.nodes > 1 ? TOPO_DOUBLE : TOPO_FLAT,
         .nodes = o.nodes,
-        .mask = choose_mask(o.mask, 0),
+        .mask = mask,
         .backward = choose_backward("auto"),
         .keep = choose_keep(o.fraction),
         .micro_batches = MICRO_BATCHES,
@@ -255,7 +261,7 @@ int main(int argc, char **argv)
     for (int mb = 0; mb < MICRO_BATCHES; mb++) bk_device_free((void *)dev_labels[mb]);
     model_layout_free(&m);
     free(params), free(rounded), free(grads), free(dev_grads), free(pos), free(tokens),
-        free(labels0), free(labels1);
+        free(labels0), free(labels1), free(bits);
     int64_t total_failures = worker_finish();
     if (rank == 0 && !total_failures)
         printf("ok model on the device: %s mask, fraction %g, %d ranks%s\n", o.mask, o.fraction,

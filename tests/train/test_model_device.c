@@ -2,7 +2,7 @@
  * host, with real ranks under `burst run`: one rank, a flat ring of 2, and
  * the double ring over 2 emulated nodes x 2; the causal mask with half the
  * attention outputs kept (the early chunks recomputed through their own
- * ring) and a document mask; the same with the layers' products on bf16
+ * ring), a document mask and a block-sparse one; the same with the layers' products on bf16
  * operands. The ranks are tests/train/model_device_worker,
  * which compares its own loss and gradients. A kernel that fails on the
  * device in a step is a device error with its message, not refused
@@ -45,6 +45,7 @@ START_TEST(device_runner_matches_host)
     expect_same(2, 1, "causal", "0.5");
     expect_same(4, 2, "causal", "0"); /* 2 emulated nodes x 2 ranks, double ring */
     expect_same(2, 1, "document", "1");
+    expect_same(2, 1, "sparse", "1"); /* the bitmap copied to the device for its kernels */
 }
 END_TEST
 
