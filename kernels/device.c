@@ -159,3 +159,9 @@ void bk_device_note_piece(const void *p, size_t bytes)
     const bk_device_ops *d = bk_device_backend();
     if (d != NULL) d->note_piece(p, bytes);
 }
+
+void bk_device_note_parts(const void *p, size_t part_bytes, int parts)
+{
+    const bk_device_ops *d = bk_device_backend();
+    if (d != NULL) d->note_parts(p, part_bytes, parts);
+}

@@ -74,6 +74,12 @@ bk_status bk_device_sync(const bk_queue *q);
  * `bytes` bytes, or given back when bytes is 0. A GPU needs nothing; the
  * emulator tracks which stream last wrote each piece (its stream hazards). */
 void bk_device_note_piece(const void *p, size_t bytes);
+/* The buffer at p holds `parts` consecutive parts of part_bytes each that the
+ * program uses apart (kernels on one while transfers use another), until
+ * noted again with parts 0. A GPU needs nothing; the emulator, which takes a
+ * kernel to touch the whole buffer its pointer lies in, then takes a kernel
+ * given a pointer into a part to touch that part alone. */
+void bk_device_note_parts(const void *p, size_t part_bytes, int parts);
 
 /* ---------------------------------------------------------------- streams and events */
 /* A queue's stream runs its work in order; work on different streams may

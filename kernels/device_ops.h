@@ -49,6 +49,7 @@ typedef struct bk_device_ops {
     bk_status (*host_malloc)(size_t bytes, void **p); /* page-locked host memory */
     bk_status (*host_free)(void *p);
     void (*note_piece)(const void *p, size_t bytes); /* the arena's pieces (device.h) */
+    void (*note_parts)(const void *p, size_t part_bytes, int parts); /* device.h */
 
     /* ops.h */
     bk_status (*gemm)(const bk_queue *q, bk_transpose ta, bk_transpose tb, int64_t m, int64_t n,

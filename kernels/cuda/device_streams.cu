@@ -118,6 +118,11 @@ extern "C" void BK_DEV_FN(note_piece)(const void *p, size_t bytes)
     bk_emu::note_piece(p, bytes);
 }
 
+extern "C" void BK_DEV_FN(note_parts)(const void *p, size_t part_bytes, int parts)
+{
+    bk_emu::note_parts(p, part_bytes, parts);
+}
+
 #else /* CUDA */
 
 /* BK_CUDA's status (bk_cuda.cuh), but BK_ERR_NOMEM when the runtime ran out
@@ -204,6 +209,11 @@ extern "C" bk_status BK_DEV_FN(host_free)(void *p)
 extern "C" void BK_DEV_FN(note_piece)(const void *p, size_t bytes)
 {
     (void)p, (void)bytes;
+}
+
+extern "C" void BK_DEV_FN(note_parts)(const void *p, size_t part_bytes, int parts)
+{
+    (void)p, (void)part_bytes, (void)parts;
 }
 
 #endif

@@ -94,12 +94,19 @@
 #include <vector>
 
 #include "kernels/emu/simt_memory.h"
+#include "kernels/emu/simt_stream.h"
 
-/* The emulated runtime's record of allocations, in the programs that link the
- * SIMT emulator (weak: test_nccl_emu runs the model on host buffers alone). */
+/* The emulated runtime's record of allocations and its hazard check, in the
+ * programs that link the SIMT emulator (weak: test_nccl_emu runs the model on
+ * host buffers alone). */
 namespace bk_emu
 {
 int memory_find(const void *p, allocation *out) __attribute__((weak));
+int external_stream_create(void) __attribute__((weak));
+int external_issue(int id, const char *what, const access *acc, int n, uint64_t *op)
+    __attribute__((weak));
+void external_seen(int id, uint64_t op) __attribute__((weak));
+const char *last_error(void) __attribute__((weak)); /* simt_runtime.h's */
 }
 
 namespace
@@ -1024,6 +1031,8 @@ struct EventState {
     uint64_t recorded = 0;  /* records so far */
     uint64_t completed = 0; /* the latest record its stream passed */
     cudaError_t status = cudaSuccess;
+    int hazard_id = -1;      /* the latest record's stream in the hazard check, */
+    uint64_t hazard_ops = 0; /* and its operations issued before the record */
 };
 
 /* A group's ops on all the streams it uses: the last stream to reach it runs
@@ -1052,6 +1061,10 @@ struct CUstream_st {
     bool busy = false, closing = false;
     std::atomic<bool> failed{false}; /* an op on it failed: later work fails */
     std::thread worker;
+    /* with the SIMT emulator: the stream's id in its hazard check (-1 before
+     * its first operation) and the operations issued there; under mu */
+    int hazard_id = -1;
+    uint64_t hazard_ops = 0;
 };
 
 struct CUevent_st {
@@ -1359,6 +1372,39 @@ std::string buffers_problem(Kind kind, const void *send, void *recv, size_t byte
     return bad;
 }
 
+/* What the SIMT emulator's hazard check says of an operation on stream that
+ * reads send and writes recv (sizes as buffers_problem), or "": the kernels
+ * and copies of the emulator's streams that touch those bytes must be ordered
+ * before it, as the host orders them (it waited for their event), and its
+ * bytes are the emulator's to check later work against, until the host sees
+ * it done (event_seen). Nothing where the program has no SIMT emulator. */
+std::string hazard_problem(const char *name, Kind kind, const void *send, void *recv, size_t bytes,
+                           const Comm &c, cudaStream_t stream)
+{
+    if (!bk_emu::external_issue || bytes == 0) return std::string();
+    size_t all = bytes * (size_t)c.nranks;
+    bk_emu::access acc[2];
+    int n = 0;
+    if (kind != Kind::Recv)
+        acc[n++] = bk_emu::access{send, 0, kind == Kind::ReduceScatter ? all : bytes};
+    if (kind != Kind::Send)
+        acc[n++] = bk_emu::access{recv, 1, kind == Kind::AllGather ? all : bytes};
+    std::lock_guard<std::mutex> lk(stream->mu);
+    if (stream->hazard_id < 0 && (stream->hazard_id = bk_emu::external_stream_create()) < 0)
+        return "out of memory";
+    uint64_t op = 0;
+    if (bk_emu::external_issue(stream->hazard_id, name, acc, n, &op) != 0)
+        return bk_emu::last_error();
+    stream->hazard_ops = op;
+    return std::string();
+}
+
+/* The host has seen stream's operations up to its event's record done. */
+void event_seen(const EventState &e)
+{
+    if (bk_emu::external_seen && e.hazard_id >= 0) bk_emu::external_seen(e.hazard_id, e.hazard_ops);
+}
+
 /* The op for a call, or the error it returns (and the reason in why). */
 ncclResult_t make_op(Kind kind, const void *send, void *recv, size_t count, ncclDataType_t t,
                      ncclRedOp_t redop, int peer, ncclComm_t comm, cudaStream_t stream,
@@ -1399,6 +1445,8 @@ ncclResult_t make_op(Kind kind, const void *send, void *recv, size_t count, nccl
     if (err != ncclSuccess)
         return refused(
             err, format("%s on a communicator that failed (%s)", name, ncclGetErrorString(err)));
+    std::string hazard = hazard_problem(name, kind, send, recv, count * es, c, stream);
+    if (!hazard.empty()) return refused(ncclInvalidUsage, format("%s: %s", name, hazard.c_str()));
 
     auto op = std::unique_ptr<Op>(new Op);
     op->kind = kind;
@@ -1842,6 +1890,8 @@ extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t stream)
     if (!stream) return cudaErrorInvalidResourceHandle;
     std::unique_lock<std::mutex> lk(stream->mu);
     stream->cv.wait(lk, [stream] { return stream->queue.empty() && !stream->busy; });
+    if (bk_emu::external_seen && stream->hazard_id >= 0)
+        bk_emu::external_seen(stream->hazard_id, stream->hazard_ops);
     return stream->failed.load() ? cudaErrorLaunchFailure : cudaSuccess;
 }
 
@@ -1868,8 +1918,10 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
     if (!event || !stream) return cudaErrorInvalidResourceHandle;
     uint64_t record;
     {
-        std::lock_guard<std::mutex> lk(event->state->mu);
+        std::lock_guard<std::mutex> sk(stream->mu), lk(event->state->mu);
         record = ++event->state->recorded;
+        event->state->hazard_id = stream->hazard_id;
+        event->state->hazard_ops = stream->hazard_ops;
     }
     try {
         enqueue(stream, QueueItem{nullptr, event->state, record});
@@ -1885,7 +1937,9 @@ extern "C" cudaError_t cudaEventQuery(cudaEvent_t event)
     if (!event) return cudaErrorInvalidResourceHandle;
     EventState &e = *event->state;
     std::lock_guard<std::mutex> lk(e.mu);
-    return e.completed == e.recorded ? e.status : cudaErrorNotReady;
+    if (e.completed != e.recorded) return cudaErrorNotReady;
+    event_seen(e);
+    return e.status;
 }
 
 /* The event's pending record, if any, still completes; nobody looks. */

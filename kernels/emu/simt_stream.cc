@@ -86,6 +86,9 @@ vclock g_host;                                     /* what the host has seen com
 std::map<const char *, size_t> g_pieces;           /* arena pieces: base, bytes */
 std::map<const char *, std::vector<mark>> g_state; /* by region base: the accesses not
                                                         yet known done to the host */
+std::map<int, emu_stream *> g_external;            /* external streams by id: never run */
+/* note_parts: by base, the bytes of a part and the parts */
+std::map<const char *, std::pair<size_t, int>> g_parts;
 int g_hazard_check = 1;
 int g_mode = -1;     /* 1 deferred, 0 eager, -1 not read from the environment yet */
 char g_sticky[1024]; /* the error queued work left, "" when none */
@@ -141,10 +144,24 @@ bool region_of(const void *p, const char **lo, const char **hi)
     return true;
 }
 
+/* Narrows [*lo, *hi) to the noted part p lies in, if any (the lock held). */
+void part_of(const void *p, const char **lo, const char **hi)
+{
+    const char *c = static_cast<const char *>(p);
+    auto at = g_parts.upper_bound(c);
+    if (at == g_parts.begin()) return;
+    --at;
+    size_t part = at->second.first, offset = (size_t)(c - at->first);
+    if (part == 0 || offset >= part * (size_t)at->second.second) return;
+    *lo = at->first + offset / part * part, *hi = *lo + part;
+}
+
 void name_stream(int id, char *buf, size_t len)
 {
     if (id == 0)
         snprintf(buf, len, "the default stream");
+    else if (g_external.count(id))
+        snprintf(buf, len, "NCCL's stream %d", id);
     else
         snprintf(buf, len, "stream %d", id);
 }
@@ -195,7 +212,10 @@ int check_accesses(emu_stream *s, uint64_t op, const char *what, const access *a
         const char *lo, *hi;
         if (!region_of(acc[i].p, &lo, &hi)) continue;
         const char *base = lo;
-        if (acc[i].bytes) lo = static_cast<const char *>(acc[i].p), hi = lo + acc[i].bytes;
+        if (acc[i].bytes)
+            lo = static_cast<const char *>(acc[i].p), hi = lo + acc[i].bytes;
+        else
+            part_of(acc[i].p, &lo, &hi); /* a kernel: its whole region, or part */
         for (const mark &m : g_state[base])
             if (m.stream != s->id && (m.write || acc[i].write) && m.lo < hi && lo < m.hi &&
                 seen(s->known, m.stream) < m.op)
@@ -453,6 +473,44 @@ void note_piece(const void *p, size_t bytes)
         g_pieces[base] = bytes;
     else
         g_pieces.erase(base);
+}
+
+int external_stream_create(void)
+{
+    emu_stream *s = new (std::nothrow) emu_stream();
+    if (s == NULL) return -1;
+    lock_guard hold;
+    s->id = g_next_id++;
+    g_external[s->id] = s; /* kept to the end: its marks may outlive its owner */
+    return s->id;
+}
+
+int external_issue(int id, const char *what, const access *acc, int n, uint64_t *op)
+{
+    lock_guard hold;
+    read_mode();
+    auto at = g_external.find(id);
+    if (at == g_external.end()) return -1;
+    if (issue(at->second, what, acc, n) != 0) return -2;
+    *op = at->second->enqueued;
+    return 0;
+}
+
+void external_seen(int id, uint64_t op)
+{
+    lock_guard hold;
+    if (g_host.size() <= (size_t)id) g_host.resize((size_t)id + 1, 0);
+    g_host[(size_t)id] = std::max(g_host[(size_t)id], op);
+}
+
+void note_parts(const void *p, size_t part_bytes, int parts)
+{
+    lock_guard hold;
+    const char *base = static_cast<const char *>(p);
+    if (parts > 0)
+        g_parts[base] = std::make_pair(part_bytes, parts);
+    else
+        g_parts.erase(base);
 }
 
 int sticky_error(char *why, size_t len)

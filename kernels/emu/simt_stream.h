@@ -32,6 +32,7 @@
 #define BURST_KERNELS_EMU_SIMT_STREAM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <functional>
 #include <tuple>
@@ -98,6 +99,12 @@ void set_hazard_check(int on);
  * back): each is a region of its own, its record forgotten when it changes
  * hands. */
 void note_piece(const void *p, size_t bytes);
+/* kernels/device.h's bk_device_note_parts: a kernel's access (bytes 0)
+ * through a pointer into one of the parts [p + i part_bytes, p + (i + 1)
+ * part_bytes), i < parts, is that part's, not its whole region's; parts 0
+ * forgets the parts noted at p. Marks stay keyed by the region, so earlier
+ * accesses of the whole region still meet later ones of a part. */
+void note_parts(const void *p, size_t part_bytes, int parts);
 /* Runs everything queued on the stream; 0, or -1 when queued work failed
  * (the sticky error says which). */
 int stream_flush(void *stream);
@@ -122,6 +129,21 @@ int stream_wait_event(void *stream, void *event);
  * event is run and 1 returned the next time (kernels/device.h); -1 when that
  * work failed. */
 int event_query(void *event);
+
+/* Streams the emulator does not run: the model of NCCL's (nccl_emu.cc), whose
+ * operations the hazard check must see beside the kernels and copies. Such a
+ * stream has an id among the emulator's; the host issues its operations after
+ * what it has seen done, and sees them done itself (an event of that runtime
+ * answering done, a stream synchronisation). */
+/* A new such stream's id; -1 when out of memory. */
+int external_stream_create(void);
+/* Issues the next operation of external stream id, named what, with its
+ * accesses acc[n] (byte ranges): checked against the other streams' work and
+ * recorded as the hazards above; its number (1, 2, ...) in *op. 0, or -2 for
+ * a hazard (last_error says which; nothing issued), -1 for an unknown id. */
+int external_issue(int id, const char *what, const access *acc, int n, uint64_t *op);
+/* The host has seen external stream id's operations up to number op done. */
+void external_seen(int id, uint64_t op);
 
 /* The sticky error left by queued work that failed: its message in why (len
  * bytes) and 1, or 0 when none. */

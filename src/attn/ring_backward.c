@@ -12,6 +12,7 @@
  * fp32 dO), so the bundle never needs O. Q, K, V and dO travel in the ring's
  * input type (fp32 or bf16, ring_exec_ctx.in_type); lse, delta and the
  * accumulators are fp32 always. */
+#include "kernels/device.h"
 #include "src/attn/ring_run.h"
 #include "util/clock.h"
 
@@ -217,10 +218,8 @@ static bt_status post_accumulators(ring_run *run, const ring_step *x, const ring
  * - the home block's final one in its gradients, dQ or [dK | dV] (home_lent);
  * - the first b->lent trailing ones in the memory of Q and dO, which c->spend
  *   must name: Q holds acc_out[0] then acc_in[1], dO acc_out[1] then
- *   acc_in[0]. So while the queue computes into acc_out[a], the transfers in
- *   flight (the receive into acc_in[a], the send of acc_out[1 - a]) touch the
- *   other's memory; the emulator's hazard check, which takes a kernel to
- *   touch its whole buffer, holds the ring to that.
+ *   acc_in[0]; the kernels on one and the transfers of another overlap in
+ *   time, not in bytes (note_lent_parts tells the emulator).
  * Nothing is written there before the ring has read what it reads of the
  * caller's (delta, the rounding at home): the kernels run in the queue's
  * order, and a receive waits for its buffer's event, marked once those are
@@ -242,8 +241,19 @@ static bt_status place_accumulators(ring_run *run, const float *Q, const float *
     return BT_OK;
 }
 
+/* On a device, Q and dO as the parts the lent accumulators are (parts 0:
+ * as whole buffers again), for the emulator, which otherwise takes a kernel
+ * on one accumulator to touch the other's bytes too (bk_device_note_parts). */
+static void note_lent_parts(const ring_run *run, int parts)
+{
+    int each = run->b->lent > 2 ? 2 : 1;
+    for (int k = 0; k < 2 && run->b->lent && run->mem == BT_MEM_DEVICE; k++)
+        bk_device_note_parts(run->c->spend[k], run->s->acc_bytes, parts ? each : 0);
+}
+
 /* After the caller's inputs are read: the events of the accumulators in the
- * caller's memory, so that no transfer touches them before that. */
+ * caller's memory, so that no transfer touches them before that, and Q and
+ * dO noted as their parts. */
 static bt_status spend_inputs(ring_run *run)
 {
     ring_buffers *b = run->b;
@@ -252,6 +262,7 @@ static bt_status spend_inputs(ring_run *run)
     bt_status st = BT_OK;
     for (int i = 0; i < b->lent && st == BT_OK; i++) st = ring_run_mark(run, used[i]);
     if (st == BT_OK && b->home_lent) st = ring_run_mark(run, b->home_acc_used);
+    if (st == BT_OK) note_lent_parts(run, 1);
     return st;
 }
 
@@ -292,6 +303,7 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
         if (st == BT_OK) st = ring_run_mark(&run, run.b->home_acc_used);
     }
     if (st == BT_OK && !home_done) st = home_gradients(&run, &h, NULL);
+    note_lent_parts(&run, 0); /* no kernel touches them after this */
     st = ring_run_finish(&run, st);
     stats->total_s = bu_now() - t_start;
     return st;

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/arena.h"
 #include "kernels/bf16.h"
 #include "kernels/device.h"
 #include "kernels/ref/attention_ref.h"
@@ -315,7 +316,12 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
                            .need = {.mask = mask, .segments = segments, .N = N},
                            .h_q = h_q, .h_kv = h_kv, .d = d, .count_pairs = 0,
                            .in_bytes = o->in_bytes};
-    bk_queue queue = o->device ? (bk_queue){BK_DEVICE, NULL, 0, NULL} : bk_host_queue();
+    /* on the device an arena, as the engine has: no cudaFree, which waits for
+     * every stream, orders the ring's work behind the tests' backs */
+    bk_arena *arena = NULL;
+    if (o->device && bk_arena_create(64u << 20, BK_ARENA_DEVICE, &arena) != BK_OK)
+        must(BT_ERR_SYS, "the device arena");
+    bk_queue queue = o->device ? (bk_queue){BK_DEVICE, NULL, 0, arena} : bk_host_queue();
     ring_exec_ctx ctx = {.comm = bt_world_comm(world), .queue = &queue, .scale = scale,
                          .mask = mask, .segments = segments, .piece_rows = o->piece_rows,
                          .in_type = o->in_bytes == 2 ? BK_BF16 : BK_F32};
@@ -368,6 +374,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     for (int i = 0; o->device && i < IO_BUFS; i++)
         if (i != IO_DV) bk_device_free(io.b[i]);
     if (o->device && bits) bk_device_free((void *)ctx.mask.block_bits);
+    bk_arena_destroy(arena);
     ring_schedule_free(fwd);
     free(Q), free(K), free(V), free(dO), free(segments), free(bits), free(gpos);
     free(O_ref), free(lse_ref), free(dQ_ref), free(dK_ref), free(dV_ref);

@@ -9,7 +9,9 @@
  * negative controls (the same work with the waits CUDA requires) give the
  * right answer in both modes and under random run points of every seed. A
  * queued kernel that fails leaves a sticky error that every later call
- * reports, and a bad configuration is refused at the launch, as on a GPU. */
+ * reports, and a bad configuration is refused at the launch, as on a GPU.
+ * A buffer noted as parts (bk_device_note_parts) lets kernels on different
+ * parts run on different streams, and no more. */
 #include <check.h>
 #include <string.h>
 
@@ -134,6 +136,40 @@ START_TEST(a_cross_stream_read_without_a_wait_is_refused)
                       "%s", why);
         ck_assert_float_eq(rig_finish(&r, r.y), 0.0f); /* it did not run */
     }
+}
+END_TEST
+
+/* A buffer noted as parts (bk_device_note_parts): kernels on two streams,
+ * each on its own half, are no hazard; before the note, and after it is
+ * forgotten, the same two are (a kernel is taken to touch its whole buffer);
+ * and a kernel on the whole buffer before the note still meets one on a part
+ * after it. */
+START_TEST(kernels_on_noted_parts_of_a_buffer_are_apart)
+{
+    use_mode("deferred");
+    rig r = rig_make();
+    bk_queue a = on(r.sa), b = on(r.sb);
+    float *lo = r.x, *hi = r.x + N / 2;
+    const size_t half = N / 2 * sizeof(float);
+    ck_assert_int_eq(BK_LAUNCH(k_set, dim3(N / 128), dim3(64), 0, r.sa, lo, 1.0f), BK_OK);
+    ck_assert_int_eq(BK_LAUNCH(k_set, dim3(N / 128), dim3(64), 0, r.sb, hi, 2.0f), BK_ERR_DEVICE);
+    ck_assert_int_eq(bk_device_sync(&a), BK_OK);
+    bk_device_note_parts(r.x, half, 2);
+    ck_assert_int_eq(BK_LAUNCH(k_set, dim3(N / 128), dim3(64), 0, r.sa, lo, 3.0f), BK_OK);
+    ck_assert_int_eq(BK_LAUNCH(k_set, dim3(N / 128), dim3(64), 0, r.sb, hi, 4.0f), BK_OK);
+    ck_assert_int_eq(BK_LAUNCH(k_add_one, dim3(N / 128), dim3(64), 0, r.sb, lo, r.y),
+                     BK_ERR_DEVICE); /* lo is still a's */
+    bk_device_note_parts(r.x, 0, 0);
+    ck_assert_int_eq(bk_device_sync(&a), BK_OK);
+    ck_assert_int_eq(BK_LAUNCH(k_set, dim3(N / 64), dim3(64), 0, r.sa, r.x, 5.0f),
+                     BK_ERR_DEVICE); /* b's kernel on hi, unordered, is in the whole buffer */
+    ck_assert_int_eq(bk_device_sync(&b), BK_OK);
+    ck_assert_int_eq(BK_LAUNCH(k_set, dim3(N / 64), dim3(64), 0, r.sa, r.x, 5.0f), BK_OK);
+    bk_device_note_parts(r.x, half, 2);
+    ck_assert_int_eq(BK_LAUNCH(k_set, dim3(N / 128), dim3(64), 0, r.sb, hi, 6.0f), BK_ERR_DEVICE);
+    bk_device_note_parts(r.x, 0, 0);
+    ck_assert_int_eq(bk_device_sync(&a), BK_OK);
+    ck_assert_float_eq(rig_finish(&r, r.x), 5.0f);
 }
 END_TEST
 
@@ -302,6 +338,7 @@ int main(void)
     TCase *tc = check_tcase(s, "streams", 60);
     tcase_add_test(tc, a_cross_stream_read_without_a_wait_is_refused);
     tcase_add_test(tc, a_cross_stream_read_without_a_wait_reads_old_data_when_deferred);
+    tcase_add_test(tc, kernels_on_noted_parts_of_a_buffer_are_apart);
     tcase_add_test(tc, an_event_recorded_before_its_kernel_is_refused);
     tcase_add_test(tc, an_event_recorded_before_its_kernel_is_caught_when_deferred);
     tcase_add_test(tc, a_download_read_before_its_wait_is_caught_when_deferred);

@@ -4,8 +4,10 @@
  * communicator's device reaches (its own, page-locked host memory) is
  * accepted; pageable host memory, another device's memory and a buffer
  * running past the end of its allocation are refused (ncclInvalidArgument,
- * naming the call and the buffer). One rank on an emulated node of 2 GPUs,
- * the emulator and the model linked together as in the engine's programs. */
+ * naming the call and the buffer); and NCCL's operations take part in the
+ * emulator's hazard check beside the kernels. One rank on an emulated node of
+ * 2 GPUs, the emulator and the model linked together as in the engine's
+ * programs. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include <nccl.h>
 
 #include "kernels/device.h"
+#include "kernels/ops.h"
 #include "tests/lib/check_main.h"
 
 enum { COUNT = 100 };
@@ -83,15 +86,21 @@ static void expect_refused(nccl_call call, ncclComm_t comm, cudaStream_t stream,
     printf("refused as expected: %s", said);
 }
 
-START_TEST(buffers_are_checked_against_the_record)
+/* A communicator of this one rank on device 0, and a stream for it. */
+static void open_one_rank(ncclComm_t *comm, cudaStream_t *stream)
 {
     ncclUniqueId id;
-    ncclComm_t comm;
-    cudaStream_t stream;
     ck_assert_int_eq(cudaSetDevice(0), cudaSuccess);
     ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
-    ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
-    ck_assert_int_eq(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    ck_assert_int_eq(ncclCommInitRank(comm, 1, id, 0), ncclSuccess);
+    ck_assert_int_eq(cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking), cudaSuccess);
+}
+
+START_TEST(buffers_are_checked_against_the_record)
+{
+    ncclComm_t comm;
+    cudaStream_t stream;
+    open_one_rank(&comm, &stream);
 
     float *mine = device_floats(0, COUNT), *theirs = device_floats(1, COUNT), pageable[COUNT];
     void *pinned = NULL;
@@ -126,10 +135,53 @@ START_TEST(buffers_are_checked_against_the_record)
 }
 END_TEST
 
+/* NCCL's operations run on its streams, the kernels on the emulator's: a
+ * buffer a kernel still writes (queued, kernels deferred) is refused to an
+ * NCCL call (ncclInvalidUsage, the stream hazard named), and a buffer an NCCL
+ * operation still writes is refused to a kernel, until the host has seen the
+ * other side done (a synchronisation of its stream, or of an event behind it;
+ * the negative controls). */
+START_TEST(nccl_and_kernels_on_one_buffer_are_ordered)
+{
+    ncclComm_t comm;
+    cudaStream_t stream;
+    cudaEvent_t done;
+    open_one_rank(&comm, &stream);
+    ck_assert_int_eq(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), cudaSuccess);
+    float *mine = device_floats(0, COUNT);
+    bk_queue q = {BK_DEVICE, NULL, 0, NULL};
+    char said[1024];
+
+    ck_assert_int_eq(bk_fill(&q, COUNT, mine, 1.0f), BK_OK); /* queued, not run */
+    ncclResult_t r = call_saying(all_reduce, comm, stream, mine, mine, COUNT, said, sizeof said);
+    ck_assert_msg(r == ncclInvalidUsage && strstr(said, "allreduce") &&
+                      strstr(said, "stream hazard"),
+                  "result %d: %s", (int)r, said);
+    ck_assert_int_eq(bk_device_sync(&q), BK_OK);
+    ck_assert_int_eq(call_saying(all_reduce, comm, stream, mine, mine, COUNT, said, sizeof said),
+                     ncclSuccess);
+
+    ck_assert_int_ne(bk_fill(&q, COUNT, mine, 2.0f), BK_OK); /* the all-reduce may still run */
+    ck_assert_msg(strstr(bk_kernel_error(), "stream hazard") && strstr(bk_kernel_error(), "NCCL"),
+                  "%s", bk_kernel_error());
+    ck_assert_int_eq(cudaEventRecord(done, stream), cudaSuccess);
+    while (cudaEventQuery(done) == cudaErrorNotReady) usleep(100);
+    ck_assert_int_eq(bk_fill(&q, COUNT, mine, 2.0f), BK_OK);
+    ck_assert_int_eq(bk_device_sync(&q), BK_OK);
+
+    ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+    ck_assert_int_eq(cudaEventDestroy(done), cudaSuccess);
+    ck_assert_int_eq(cudaStreamDestroy(stream), cudaSuccess);
+    ck_assert_int_eq(bk_device_free(mine), BK_OK);
+}
+END_TEST
+
 int main(void)
 {
     setenv("BK_EMU_GPUS_PER_NODE", "2", 1);
+    setenv("BK_EMU_STREAMS", "deferred", 1);
     Suite *s = suite_create("nccl_emu_memory");
-    check_add_tests(check_tcase(s, "buffers", 60), buffers_are_checked_against_the_record);
+    check_add_tests(check_tcase(s, "buffers", 60), buffers_are_checked_against_the_record,
+                    nccl_and_kernels_on_one_buffer_are_ordered);
     return check_run(s);
 }
