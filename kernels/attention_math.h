@@ -9,6 +9,7 @@
 #ifndef BURST_KERNELS_ATTENTION_MATH_H
 #define BURST_KERNELS_ATTENTION_MATH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/shared_math.h"
@@ -41,6 +42,11 @@ typedef struct {
 static inline int64_t bk_attn_block_words(int64_t n_blocks)
 {
     return (n_blocks * n_blocks + 63) / 64;
+}
+/* Its bytes: whole words. */
+static inline size_t bk_attn_block_bytes(int64_t n_blocks)
+{
+    return (size_t)bk_attn_block_words(n_blocks) * sizeof(uint64_t);
 }
 
 /* Bit (q block, k block) of a block-sparse mask; 0 outside the bitmap. */

@@ -1357,23 +1357,32 @@ std::string buffer_problem(const char *which, const void *p, size_t bytes, int d
     return std::string();
 }
 
-/* The send and receive buffers' problem (buffer_problem), or "": `bytes` is
- * the smaller of the two sizes (count elements); the other holds nranks times
- * as many for ReduceScatter's send and AllGather's receive. */
+/* The bytes an operation of kind reads from send (side 0) or writes to recv
+ * (side 1), 0 for a side it has not: `bytes` is the smaller of the two sizes
+ * (count elements); the other holds nranks times as many for ReduceScatter's
+ * send and AllGather's receive. */
+size_t side_bytes(Kind kind, int side, size_t bytes, int nranks)
+{
+    if (kind == (side == 0 ? Kind::Recv : Kind::Send)) return 0;
+    Kind gathered = side == 0 ? Kind::ReduceScatter : Kind::AllGather;
+    return kind == gathered ? bytes * (size_t)nranks : bytes;
+}
+
+/* The send and receive buffers' problem (buffer_problem), or "" (sizes:
+ * side_bytes). */
 std::string buffers_problem(Kind kind, const void *send, void *recv, size_t bytes, const Comm &c)
 {
     int device = (int)c.slot(c.rank)->device;
-    size_t all = bytes * (size_t)c.nranks;
     std::string bad;
     if (kind != Kind::Recv)
-        bad = buffer_problem("send", send, kind == Kind::ReduceScatter ? all : bytes, device);
+        bad = buffer_problem("send", send, side_bytes(kind, 0, bytes, c.nranks), device);
     if (bad.empty() && kind != Kind::Send)
-        bad = buffer_problem("receive", recv, kind == Kind::AllGather ? all : bytes, device);
+        bad = buffer_problem("receive", recv, side_bytes(kind, 1, bytes, c.nranks), device);
     return bad;
 }
 
 /* What the SIMT emulator's hazard check says of an operation on stream that
- * reads send and writes recv (sizes as buffers_problem), or "": the kernels
+ * reads send and writes recv (sizes: side_bytes), or "": the kernels
  * and copies of the emulator's streams that touch those bytes must be ordered
  * before it, as the host orders them (it waited for their event), and its
  * bytes are the emulator's to check later work against, until the host sees
@@ -1382,13 +1391,12 @@ std::string hazard_problem(const char *name, Kind kind, const void *send, void *
                            const Comm &c, cudaStream_t stream)
 {
     if (!bk_emu::external_issue || bytes == 0) return std::string();
-    size_t all = bytes * (size_t)c.nranks;
     bk_emu::access acc[2];
     int n = 0;
     if (kind != Kind::Recv)
-        acc[n++] = bk_emu::access{send, 0, kind == Kind::ReduceScatter ? all : bytes};
+        acc[n++] = bk_emu::access{send, 0, side_bytes(kind, 0, bytes, c.nranks)};
     if (kind != Kind::Send)
-        acc[n++] = bk_emu::access{recv, 1, kind == Kind::AllGather ? all : bytes};
+        acc[n++] = bk_emu::access{recv, 1, side_bytes(kind, 1, bytes, c.nranks)};
     std::lock_guard<std::mutex> lk(stream->mu);
     if (stream->hazard_id < 0 && (stream->hazard_id = bk_emu::external_stream_create()) < 0)
         return "out of memory";

@@ -75,8 +75,8 @@ int attn_options_build(attn_options *o, ring_plan_config *cfg, char *err, size_t
                      (long long)bs, (long long)nb);
             return -1;
         }
-        o->sparse_bits = bu_calloc((size_t)bk_attn_block_words(nb) * sizeof(uint64_t),
-                                   "the block-sparse bitmap", err, err_len);
+        o->sparse_bits =
+            bu_calloc(bk_attn_block_bytes(nb), "the block-sparse bitmap", err, err_len);
         if (!o->sparse_bits) return -1;
         uint64_t rng = 42;
         for (int64_t q = 0; q < nb; q++)

@@ -217,9 +217,9 @@ static bt_status post_accumulators(ring_run *run, const ring_step *x, const ring
 /* The accumulators (RING_CALLER_MEMORY): the buffers', or
  * - the home block's final one in its gradients, dQ or [dK | dV] (home_lent);
  * - the first b->lent trailing ones in the memory of Q and dO, which c->spend
- *   must name: Q holds acc_out[0] then acc_in[1], dO acc_out[1] then
- *   acc_in[0]; the kernels on one and the transfers of another overlap in
- *   time, not in bytes (note_lent_parts tells the emulator).
+ *   must name, as ring_lent places them; the kernels on one and the
+ *   transfers of another overlap in time, not in bytes (note_lent_parts
+ *   tells the emulator).
  * Nothing is written there before the ring has read what it reads of the
  * caller's (delta, the rounding at home): the kernels run in the queue's
  * order, and a receive waits for its buffer's event, marked once those are
@@ -233,10 +233,12 @@ static bt_status place_accumulators(ring_run *run, const float *Q, const float *
     if (b->lent && (spend[0] != Q || spend[1] != dO || !Q || !dO)) return BT_ERR_ARG;
     if (b->home_lent && !q_side(run) && dV != dK + f.kv) return BT_ERR_ARG;
     size_t acc_floats = run->s->acc_bytes / sizeof(float);
-    float **acc[4] = {&run->acc_out[0], &run->acc_out[1], &run->acc_in[1], &run->acc_in[0]};
-    float *const own[4] = {b->acc_out[0], b->acc_out[1], b->acc_in[1], b->acc_in[0]};
-    for (int i = 0; i < 4; i++)
-        *acc[i] = i < b->lent ? spend[i % 2] + (size_t)(i / 2) * acc_floats : own[i];
+    for (int i = 0; i < 4; i++) {
+        ring_lent_acc l = ring_lent(i);
+        float **acc = l.in ? &run->acc_in[l.index] : &run->acc_out[l.index];
+        float *own = l.in ? b->acc_in[l.index] : b->acc_out[l.index];
+        *acc = i < b->lent ? spend[i % 2] + (size_t)(i / 2) * acc_floats : own;
+    }
     run->home_acc = !b->home_lent ? b->home_acc : q_side(run) ? dQ : dK;
     return BT_OK;
 }
@@ -257,10 +259,11 @@ static void note_lent_parts(const ring_run *run, int parts)
 static bt_status spend_inputs(ring_run *run)
 {
     ring_buffers *b = run->b;
-    void *const used[4] = {b->acc_out_used[0], b->acc_out_used[1], b->acc_in_used[1],
-                           b->acc_in_used[0]};
     bt_status st = BT_OK;
-    for (int i = 0; i < b->lent && st == BT_OK; i++) st = ring_run_mark(run, used[i]);
+    for (int i = 0; i < b->lent && st == BT_OK; i++) {
+        ring_lent_acc l = ring_lent(i);
+        st = ring_run_mark(run, l.in ? b->acc_in_used[l.index] : b->acc_out_used[l.index]);
+    }
     if (st == BT_OK && b->home_lent) st = ring_run_mark(run, b->home_acc_used);
     if (st == BT_OK) note_lent_parts(run, 1);
     return st;

@@ -86,9 +86,8 @@ static int buffer_sizes(const ring_buffers *b, size_t sizes[N_BUFFERS])
     sizes[k++] = b->acc_bytes ? b->acc_bytes : 1;
     for (int i = 0; i <= USED_HOME_ACC; i++)
         if (!(b->used >> i & 1)) sizes[i] = 0; /* never touched: not made */
-    /* in the caller's inputs, in ring_backward.c's order: acc_out[0], acc_out[1], acc_in[1] */
-    const int lent_order[4] = {USED_ACC_OUT, USED_ACC_OUT + 1, USED_ACC_IN + 1, USED_ACC_IN};
-    for (int i = 0; i < b->lent; i++) sizes[lent_order[i]] = 0;
+    for (int i = 0; i < b->lent; i++)          /* in the caller's inputs */
+        sizes[(ring_lent(i).in ? USED_ACC_IN : USED_ACC_OUT) + ring_lent(i).index] = 0;
     if (b->home_lent) sizes[USED_HOME_ACC] = 0;
     sizes[k++] = ((size_t)b->rows + 1) * sizeof(float);
     sizes[k++] = n * sizeof(int64_t), sizes[k++] = n * sizeof(int64_t);

@@ -22,6 +22,20 @@
 #include "src/attn/kernel_status.h"
 #include "src/attn/ring.h"
 
+/* The trailing accumulators a backward lends into its caller's Q and dO
+ * (RING_CALLER_MEMORY), in the order they are lent: the i-th is acc_in (in)
+ * or acc_out, [index], and lives in Q (i even) or dO (i odd), one
+ * accumulator's bytes in when i >= 2. Q then holds acc_out[0] and acc_in[1],
+ * dO acc_out[1] and acc_in[0]. */
+typedef struct {
+    int in, index;
+} ring_lent_acc;
+static inline ring_lent_acc ring_lent(int i)
+{
+    static const ring_lent_acc order[4] = {{0, 0}, {0, 1}, {1, 1}, {1, 0}};
+    return order[i];
+}
+
 /* Every pointer before `memory` is memory of the ring's queue. */
 struct ring_buffers {
     unsigned char *slot[RING_N_SLOTS];    /* [input_bytes] each */
@@ -40,8 +54,7 @@ struct ring_buffers {
     size_t home_in_bytes;                  /* capacity of home_in (0: no bf16 schedule) */
     int lent;                              /* trailing accumulators a backward keeps in its
                                             * Q and dO (RING_CALLER_MEMORY), NULL here:
-                                            * the first lent of acc_out[0], acc_out[1],
-                                            * acc_in[1], acc_in[0] */
+                                            * the first lent of ring_lent's order */
     int home_lent;                         /* home_acc NULL: received into the gradients */
     int64_t n, rows;                       /* capacity in tokens and in token-heads (n * Hq) */
     bk_queue memory;                       /* the queue whose memory holds the buffers above */

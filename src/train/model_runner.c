@@ -153,12 +153,6 @@ static void work_buffers(model_runner *r, float **bufs[WORK_BUFFERS], int64_t co
     for (int i = 0; i < WORK_BUFFERS; i++) bufs[i] = b[i], counts[i] = k[i];
 }
 
-/* Bytes of a block-sparse mask's bitmap. */
-static size_t mask_bits_bytes(const bk_attn_mask *m)
-{
-    return (size_t)bk_attn_block_words(m->n_blocks) * sizeof(uint64_t);
-}
-
 /* The layer's work buffers, the positions and the head's buffer. */
 static void take_workspace(model_runner *r)
 {
@@ -181,7 +175,7 @@ static void take_workspace(model_runner *r)
     if (r->on_device)
         r->logits_host = take(r, floats(r->V), &r->mem.workspace, "a prediction's logits");
     if (r->on_device && (r->cfg.mask.flags & BK_ATTN_BLOCK_SPARSE))
-        r->mask_bits = take_buffer(r, mask_bits_bytes(&r->cfg.mask), &r->mem.workspace,
+        r->mask_bits = take_buffer(r, bk_attn_block_bytes(r->cfg.mask.n_blocks), &r->mem.workspace,
                                    "the block-sparse mask");
     if (r->cfg.bf16_matmul) {
         int64_t widest = D > QD ? D : QD;
@@ -451,7 +445,7 @@ model_runner *model_runner_create(const model_runner_config *cfg, char *err, siz
         return NULL;
     }
     if (r->mask_bits) { /* the device kernels read the mask's bitmap from device memory */
-        size_t bytes = mask_bits_bytes(&cfg->mask);
+        size_t bytes = bk_attn_block_bytes(cfg->mask.n_blocks);
         if (bk_device_upload(&q, r->mask_bits, cfg->mask.block_bits, bytes) != BK_OK) {
             snprintf(err, err_len, "cannot copy the block-sparse mask to the device");
             model_runner_free(r);

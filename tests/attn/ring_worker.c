@@ -326,8 +326,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
                          .mask = mask, .segments = segments, .piece_rows = o->piece_rows,
                          .in_type = o->in_bytes == 2 ? BK_BF16 : BK_F32};
     if (o->device && bits) /* the device's kernels read the bitmap from device memory */
-        ctx.mask.block_bits =
-            worker_device_copy(bits, (size_t)bk_attn_block_words(mask.n_blocks) * sizeof(uint64_t));
+        ctx.mask.block_bits = worker_device_copy(bits, bk_attn_block_bytes(mask.n_blocks));
     ring_exec_stats stats;
     bt_counter before[RING_N_CHANNELS];
     ring_io host = {{q, k, v, dout, out, lse, dq, dk, dv}};
