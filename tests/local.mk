@@ -365,9 +365,15 @@ tests_train_test_lm_head_device_LDFLAGS = -Wl,--wrap=malloc
 tests_train_test_lm_head_device_LDADD = $(SUITE_LIBS) libburst_train.a libburst_kernels_emu.a \
 	libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
 
-# ZeRO-1 AdamW (ranks: tests/train/optimizer_worker) and the learning-rate schedule.
-check_PROGRAMS += tests/train/optimizer_worker tests/train/test_optimizer
+# ZeRO-1 AdamW (ranks: tests/train/optimizer_worker), its state on the host
+# beside the emulated device (tests/train/optimizer_host_worker) and the
+# learning-rate schedule.
+check_PROGRAMS += tests/train/optimizer_worker tests/train/optimizer_host_worker \
+	tests/train/test_optimizer
 TESTS += tests/train/test_optimizer
+tests_train_optimizer_host_worker_SOURCES = tests/train/optimizer_host_worker.c \
+	kernels/emu/select_emu.c
+tests_train_optimizer_host_worker_LDADD = $(EMU_ENGINE_LIBS)
 tests_train_test_optimizer_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_optimizer_LDADD = $(ENGINE_SUITE_LIBS)
 

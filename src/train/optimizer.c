@@ -26,9 +26,13 @@
  * and norm kernels); the queue is drained before each collective, whose
  * device buffers must be complete when it starts. With the state on the host
  * (stages 2 and 3, bf16 parameters), the collectives still move the device's
- * ranges; each range's own part crosses through xfer: a summed gradient range
- * down into the block, a rounded parameter range (stage 3) or the updated
- * shard (stage 2) up into the device's buffer; the norm and AdamW run on the
+ * ranges; each range's own part crosses through page-locked host memory: a
+ * summed gradient range comes down into xfer on the queue's stream without
+ * the host waiting, and is added into the block at the next range (or the
+ * step), while the queue runs the backward of the ranges after it; the
+ * updated shard (stage 2) goes up through xfer; at stage 3 a gathered range
+ * goes up from `rounded`, the masters rounded to bf16 once per update (in
+ * AdamW's pass) instead of once per gather. The norm and AdamW run on the
  * host's queue sq. */
 #include <math.h>
 #include <stdlib.h>
@@ -67,8 +71,15 @@ struct zero1 {
     uint16_t *work16; /* bf16 parameters, padded != n: the all-gather's buffer [padded]
                        * (its padding stays zero), else NULL */
     zero1_sharding sharding;
-    void *xfer; /* state on the host: one range's own part on the host [xfer_floats] */
+    /* State on the host, all page-locked: */
+    void *xfer; /* one range's own part on its way [xfer_floats] */
     int64_t xfer_floats;
+    uint16_t
+        *rounded; /* stage 3: the masters rounded to bf16 [end - begin], what gathers copy up */
+    int rounded_stale; /* the masters were written since rounded was made */
+    void *down_done;   /* event: the own part of the last range summed is down in xfer */
+    int64_t pending_lo, pending_hi; /* that part's range, added into the block by zero1_add_arrived;
+                                       empty when none is on its way */
 };
 
 /* Which buffers a rank of z's shape needs (zero1_sharding). */
@@ -119,15 +130,24 @@ static int64_t halves(int64_t count)
 }
 
 /* The host buffer a range's own part crosses (state on the host): the
- * longest range's floats, or the shard in bf16. */
+ * longest range's floats, at most the shard's, and at stage 2 the updated
+ * shard in bf16. */
 static int64_t xfer_floats_of(const zero1 *z, zero1_sharding sh)
 {
-    int64_t f = halves(z->shard);
-    return sh.range_floats > f ? sh.range_floats : f;
+    int64_t own = sh.range_floats < z->shard ? sh.range_floats : z->shard;
+    int64_t f = sh.stage == 2 ? halves(z->shard) : 1;
+    return own > f ? own : f;
+}
+
+/* The floats of the rounded masters (state on the host, stage 3). */
+static int64_t rounded_floats_of(const zero1 *z, zero1_sharding sh)
+{
+    return sh.state_on_host && sh.stage == 3 ? halves(z->end - z->begin) : 0;
 }
 
 /* Floats of the buffers zero1_create makes for rank of size ranks: of the
- * state (moments, gradient block, masters, and on the host xfer) and of the
+ * state (moments, gradient block, masters, and on the host xfer and the
+ * rounded masters) and of the
  * rest (the padded work buffers), in the optimizer's memory either. */
 static void count_floats(int64_t n_params, int size, int rank, bk_dtype param_type,
                          zero1_sharding sharding, int64_t *state, int64_t *rest)
@@ -140,6 +160,7 @@ static void count_floats(int64_t n_params, int size, int rank, bk_dtype param_ty
     *state = 2 * (own > 0 ? own : 1) + (z.shard > 0 ? z.shard : 1);
     if (need.master) *state += own > 0 ? own : 1;
     if (sharding.state_on_host) *state += xfer_floats_of(&z, sharding);
+    *state += rounded_floats_of(&z, sharding);
     *rest = 0;
     if (need.work) *rest += z.padded;
     if (need.work16) *rest += halves(z.padded);
@@ -181,7 +202,11 @@ void zero1_free(zero1 *z)
     bk_free(&z->sq, z->v);
     bk_free(&z->sq, z->gshard);
     bk_free(&z->sq, z->master);
-    bk_free(&z->sq, z->xfer);
+    /* a download still on its way writes xfer */
+    if (z->pending_hi > z->pending_lo) (void)bk_device_event_sync(z->down_done);
+    if (z->down_done) bk_device_event_destroy(z->down_done);
+    bk_host_pinned_free(z->xfer);
+    bk_host_pinned_free(z->rounded);
     bk_free(&z->q, z->work);
     bk_free(&z->q, z->work16);
     free(z);
@@ -222,6 +247,21 @@ static int build_runs(zero1 *z, const uint8_t *mask)
     return 0;
 }
 
+/* State on the host: its page-locked buffers (xfer, and at stage 3 the
+ * rounded masters) and the download's event; 0 or -1. */
+static int host_state_buffers(zero1 *z)
+{
+    z->xfer_floats = xfer_floats_of(z, z->sharding);
+    int64_t rounded = rounded_floats_of(z, z->sharding);
+    z->rounded_stale = 1;
+    return bk_host_pinned_malloc((size_t)z->xfer_floats * sizeof(float), &z->xfer) == BK_OK &&
+                   (rounded == 0 || bk_host_pinned_malloc((size_t)rounded * sizeof(float),
+                                                          (void **)&z->rounded) == BK_OK) &&
+                   bk_device_event_create(&z->down_done) == BK_OK
+               ? 0
+               : -1;
+}
+
 zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
                     const zero1_hparams *hp, const bk_queue *q, bk_dtype param_type,
                     zero1_sharding sharding)
@@ -251,10 +291,7 @@ zero1 *zero1_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
         z->m = salloc(z, own);
         z->v = salloc(z, own);
         z->gshard = salloc(z, z->shard);
-        if (sharding.state_on_host) {
-            z->xfer_floats = xfer_floats_of(z, sharding);
-            ok = (z->xfer = salloc(z, z->xfer_floats)) != NULL;
-        }
+        if (sharding.state_on_host) ok = host_state_buffers(z) == 0;
         if (need.work) z->work = zalloc(z, z->padded);
         if (need.master) z->master = salloc(z, own);
         /* zeroed, so the padding the all-gather carries is zeros */
@@ -288,9 +325,22 @@ static bk_status queue_drained(const zero1 *z)
     return z->mem == BT_MEM_DEVICE ? bk_device_sync(&z->q) : BK_OK;
 }
 
+bt_status zero1_add_arrived(zero1 *z)
+{
+    if (!z) return BT_ERR_ARG;
+    int64_t lo = z->pending_lo, hi = z->pending_hi;
+    if (hi <= lo) return BT_OK;
+    z->pending_lo = z->pending_hi = 0;
+    KERNEL(bk_device_event_sync(z->down_done));
+    KERNEL(bk_axpy(&z->sq, hi - lo, 1.0f, z->xfer, z->gshard + (lo - z->begin)));
+    return BT_OK;
+}
+
 bt_status zero1_clear_gradients(zero1 *z)
 {
     if (!z) return BT_ERR_ARG;
+    bt_status st = zero1_add_arrived(z); /* the block's last sum, cleared with it */
+    if (st != BT_OK) return st;
     KERNEL(bk_fill(&z->sq, z->shard, z->gshard, 0.0f));
     return BT_OK;
 }
@@ -298,18 +348,26 @@ bt_status zero1_clear_gradients(zero1 *z)
 bt_status zero1_add_range(zero1 *z, float *grad, int64_t begin, int64_t end)
 {
     if (!z || begin < 0 || end < begin || end > z->n || (end > begin && !grad)) return BT_ERR_ARG;
-    KERNEL(queue_drained(z));
-    bt_status st = bt_allreduce_mem(z->comm, grad, (size_t)(end - begin), BT_F32, BT_SUM, z->mem);
-    if (st != BT_OK) return st;
     int64_t lo = begin > z->begin ? begin : z->begin, hi = end < z->end ? end : z->end;
-    if (lo >= hi) return BT_OK;
+    if (z->xfer && hi - lo > z->xfer_floats) return BT_ERR_ARG;
+    /* the host adds the last range's part while the queue runs what the
+     * caller queued after it (the backward of this range) */
+    bt_status st = zero1_add_arrived(z);
+    if (st != BT_OK) return st;
+    KERNEL(queue_drained(z));
+    st = bt_allreduce_mem(z->comm, grad, (size_t)(end - begin), BT_F32, BT_SUM, z->mem);
+    if (st != BT_OK || lo >= hi) return st;
     const float *sum = grad + (lo - begin);
-    if (z->xfer) { /* the state on the host: this rank's part of the sum comes down */
-        if (hi - lo > z->xfer_floats) return BT_ERR_ARG;
-        KERNEL(bk_device_download(&z->q, z->xfer, sum, (size_t)(hi - lo) * sizeof(float)));
-        sum = z->xfer;
+    if (!z->xfer) {
+        KERNEL(bk_axpy(&z->sq, hi - lo, 1.0f, sum, z->gshard + (lo - z->begin)));
+        return BT_OK;
     }
-    KERNEL(bk_axpy(&z->sq, hi - lo, 1.0f, sum, z->gshard + (lo - z->begin)));
+    /* the state on the host: this rank's part comes down on the queue's
+     * stream, ahead of whatever the caller writes into grad next */
+    KERNEL(bk_device_download_async(&z->q, z->xfer, sum, (size_t)(hi - lo) * sizeof(float)));
+    KERNEL(bk_device_event_record(z->down_done, &z->q));
+    z->pending_lo = lo;
+    z->pending_hi = hi;
     return BT_OK;
 }
 
@@ -327,7 +385,8 @@ static bt_status reduce_gradients(zero1 *z, float *grads, double *sq, double *gr
     const bk_queue *q = &z->q;
     if (grads && z->xfer) return BT_ERR_ARG; /* the state on the host sums range by range */
     int64_t own = z->end - z->begin;
-    bt_status st = BT_OK;
+    bt_status st = zero1_add_arrived(z);
+    if (st != BT_OK) return st;
     /* 1. Reduce-scatter the summed gradient: gshard[shard] = block rank of the sum. */
     const float *send = grads;
     if (grads && z->work) {
@@ -419,7 +478,11 @@ bt_status zero1_step_bf16(zero1 *z, uint16_t *params, float *grads, double lr, i
     double sq = 0.0;
     bt_status st = reduce_gradients(z, grads, &sq, grad_norm);
     if (st != BT_OK || !isfinite(*grad_norm)) return st;
-    if (z->sharding.stage == 3) return update_shard(z, z->master, NULL, lr, step, sq);
+    if (z->sharding.stage == 3) { /* the rounded masters of the host made in the same pass */
+        st = update_shard(z, z->master, z->rounded, lr, step, sq);
+        z->rounded_stale = st != BT_OK;
+        return st;
+    }
     /* the bf16 shard is written where the all-gather takes it from: in place
      * when unpadded, else into work16, whose padding stays zero */
     uint16_t *gathered = z->work16 ? z->work16 : params;
@@ -436,6 +499,7 @@ bt_status zero1_step_bf16(zero1 *z, uint16_t *params, float *grads, double lr, i
 
 float *zero1_masters(zero1 *z)
 {
+    if (z) z->rounded_stale = 1; /* the caller may write them */
     return z ? z->master : NULL;
 }
 
@@ -443,6 +507,7 @@ int zero1_set_masters(zero1 *z, const float *own)
 {
     if (!z || z->sharding.stage != 3 || (z->end > z->begin && !own)) return -1;
     size_t bytes = (size_t)(z->end - z->begin) * sizeof(float);
+    z->rounded_stale = 1;
     if (!zero1_state_on_host(z))
         return bk_device_upload(&z->q, z->master, own, bytes) == BK_OK ? 0 : -1;
     memcpy(z->master, own, bytes);
@@ -487,10 +552,12 @@ bt_status zero1_gather_range(zero1 *z, void *window, int64_t begin, int64_t end)
     /* zeros (fp32 zeros are zero bits), then this rank's own bits */
     KERNEL(bk_fill(&z->q, (int64_t)words * 2, window, 0.0f));
     uint16_t *own16 = (uint16_t *)window + (lo - begin);
-    if (lo < hi && z->xfer) { /* the state on the host: rounded there, then up */
-        if (hi - lo > 2 * z->xfer_floats) return BT_ERR_ARG;
-        KERNEL(bk_round_bf16(&z->sq, hi - lo, z->master + (lo - z->begin), (uint16_t *)z->xfer));
-        KERNEL(bk_device_upload(&z->q, own16, z->xfer, (size_t)(hi - lo) * 2));
+    if (lo < hi && z->rounded) { /* the state on the host: up from its rounded masters */
+        if (z->rounded_stale)
+            KERNEL(bk_round_bf16(&z->sq, z->end - z->begin, z->master, z->rounded));
+        z->rounded_stale = 0;
+        KERNEL(bk_device_upload_async(&z->q, own16, z->rounded + (lo - z->begin),
+                                      (size_t)(hi - lo) * 2));
     } else if (lo < hi && bf16)
         KERNEL(bk_round_bf16(&z->q, hi - lo, z->master + (lo - z->begin), own16));
     else if (lo < hi)

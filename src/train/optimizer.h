@@ -46,8 +46,10 @@ typedef struct {
     /* With a device queue and bf16 parameters at stage 2 or 3: the shard's
      * state (masters, moments, the summed gradient block) in host memory and
      * its update on the CPU ([memory] optimizer = host); each range's own
-     * part crosses through a host buffer of range_floats floats (at least the
-     * longest range zero1_add_range and zero1_gather_range are given). */
+     * part of the gradients comes down through a host buffer of range_floats
+     * floats (at least the longest range zero1_add_range is given), added
+     * into the block at the next range or step, so that the host's addition
+     * overlaps the device's work queued after the range. */
     int state_on_host;
     int64_t range_floats;
 } zero1_sharding;
@@ -91,6 +93,13 @@ bt_status zero1_step_bf16(zero1 *z, uint16_t *params, float *grads, double lr, i
 bt_status zero1_clear_gradients(zero1 *z);
 bt_status zero1_add_range(zero1 *z, float *grad, int64_t begin, int64_t end);
 size_t zero1_range_bytes(int64_t count, int size);
+/* With the state on the host (zero1_sharding), zero1_add_range returns
+ * before its range's own part has come down; zero1_add_arrived waits for it
+ * and adds it into the block (nothing to do otherwise, or when none is on
+ * its way). The next zero1_add_range, zero1_clear_gradients and the step
+ * call it first; a caller about to wait for its queue calls it before, so
+ * that the host adds while the device runs what was queued after the range. */
+bt_status zero1_add_arrived(zero1 *z);
 /* Stage 3: the parameters [begin, end) of every rank's masters into window
  * (fp32, or rounded to bf16 with bf16 parameters; zero1_window_bytes of them,
  * 8-byte aligned), in the optimizer's memory. Every parameter has one owner,
@@ -145,7 +154,9 @@ size_t zero1_step_bytes(int64_t n_params, int size);
  * state's memory (zero1_state_on_host). */
 float *zero1_moment1(zero1 *z);
 /* The fp32 masters of this rank's shard [end - begin] (bf16 parameters or
- * stage 3; else NULL), in the state's memory. */
+ * stage 3; else NULL), in the state's memory. A caller may write them
+ * (a checkpoint's load) before the next gather: what a gather copies up is
+ * made again from them then. */
 float *zero1_masters(zero1 *z);
 float *zero1_moment2(zero1 *z);
 

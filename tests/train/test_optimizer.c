@@ -1,7 +1,9 @@
 /* test_optimizer.c: the learning-rate schedule (single process) and the ZeRO-1
  * AdamW against a serial double-precision reference on P = 1..4 real ranks:
  * tests/train/optimizer_worker under `burst run`, which checks its own results
- * (parameters, norms, clipping, shards, a NaN gradient) and exits 0 or 1. */
+ * (parameters, norms, clipping, shards, a NaN gradient) and exits 0 or 1;
+ * and the state on the host beside the emulated device against the optimizer
+ * wholly on the host (tests/train/optimizer_host_worker). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -42,19 +44,34 @@ START_TEST(schedule_warmup_then_cosine)
 }
 END_TEST
 
+/* program on P ranks under `burst run` with env (NULL: as this process's),
+ * which must say "ok <what> on P ranks". */
+static void expect_ranks_ok(const char *program, int P, char *const *env, const char *what)
+{
+    char n[16], want[96];
+    snprintf(n, sizeof n, "%d", P);
+    snprintf(want, sizeof want, "ok %s on %d ranks", what, P);
+    char *prog = (char *)test_program_path(program, worker, sizeof worker);
+    char *argv[] = {(char *)test_burst_path(), "run", "-n", n, "--", prog, NULL};
+    test_run_result r = test_run(argv, env);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, want), "%s, P=%d: exit %d\n%s", program,
+                  P, r.exit_code, r.out);
+    test_run_free(&r);
+}
+
 START_TEST(zero1_matches_serial_adamw)
 {
-    int P = _i;
-    char n[16];
-    snprintf(n, sizeof n, "%d", P);
-    char *prog = (char *)test_program_path("tests/train/optimizer_worker", worker, sizeof worker);
-    char *argv[] = {(char *)test_burst_path(), "run", "-n", n, "--", prog, NULL};
-    test_run_result r = test_run(argv, NULL);
-    char want[64];
-    snprintf(want, sizeof want, "ok optimizer on %d ranks", P);
-    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, want), "P=%d: exit %d\n%s", P,
-                  r.exit_code, r.out);
-    test_run_free(&r);
+    expect_ranks_ok("tests/train/optimizer_worker", _i, NULL, "optimizer");
+}
+END_TEST
+
+/* The state on the host beside the emulated device, its copies deferred as
+ * late as the program allows, against the optimizer wholly on the host:
+ * tests/train/optimizer_host_worker on 1 and 2 ranks. */
+START_TEST(host_state_matches_the_host_optimizer)
+{
+    char *env[] = {"OMP_NUM_THREADS=1", "BK_EMU_STREAMS=deferred", NULL};
+    expect_ranks_ok("tests/train/optimizer_host_worker", _i, env, "host state");
 }
 END_TEST
 
@@ -65,5 +82,6 @@ int main(void)
     tcase_add_test(sched, schedule_warmup_then_cosine);
     TCase *z = check_tcase(s, "zero1", 300);
     tcase_add_loop_test(z, zero1_matches_serial_adamw, 1, 5);
+    tcase_add_loop_test(z, host_state_matches_the_host_optimizer, 1, 3);
     return check_run(s);
 }
