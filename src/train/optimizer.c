@@ -74,8 +74,7 @@ struct zero1 {
     /* State on the host, all page-locked: */
     void *xfer; /* one range's own part on its way [xfer_floats] */
     int64_t xfer_floats;
-    uint16_t
-        *rounded; /* stage 3: the masters rounded to bf16 [end - begin], what gathers copy up */
+    uint16_t *rounded; /* stage 3: the masters in bf16 [end - begin], what gathers copy up */
     int rounded_stale; /* the masters were written since rounded was made */
     void *down_done;   /* event: the own part of the last range summed is down in xfer */
     int64_t pending_lo, pending_hi; /* that part's range, added into the block by zero1_add_arrived;
@@ -147,8 +146,8 @@ static int64_t rounded_floats_of(const zero1 *z, zero1_sharding sh)
 
 /* Floats of the buffers zero1_create makes for rank of size ranks: of the
  * state (moments, gradient block, masters, and on the host xfer and the
- * rounded masters) and of the
- * rest (the padded work buffers), in the optimizer's memory either. */
+ * rounded masters) and of the rest (the padded work buffers), in the
+ * optimizer's memory either. */
 static void count_floats(int64_t n_params, int size, int rank, bk_dtype param_type,
                          zero1_sharding sharding, int64_t *state, int64_t *rest)
 {
