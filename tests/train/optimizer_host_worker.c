@@ -111,10 +111,11 @@ static void run_stage(int stage)
     if (!on_host || !dev) worker_exit(BT_ERR_SYS, "creating the optimizers");
     float *full = malloc(N_PARAMS * sizeof *full);
     for (int64_t i = 0; i < N_PARAMS; i++) full[i] = grad_of(i, 99, 0);
-    uint16_t *host16 = calloc(N_PARAMS, 2), *dev16 = NULL;
+    size_t window_bytes = zero1_window_bytes(N_PARAMS, BK_BF16); /* whole words */
+    uint16_t *host16 = calloc(1, window_bytes), *dev16 = NULL;
     if (stage == 2) dev16 = worker_device_copy(host16, N_PARAMS * 2);
     float *bucket = worker_device_copy(full, N_PARAMS * sizeof(float));
-    void *window = worker_device_copy(host16, zero1_window_bytes(N_PARAMS, BK_BF16));
+    void *window = worker_device_copy(host16, window_bytes);
     check(zero1_set_params(on_host, full, stage == 2 ? host16 : NULL) == 0 &&
               zero1_set_params(dev, full, dev16) == 0,
           "setting the parameters", stage, 0);
