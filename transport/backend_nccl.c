@@ -258,8 +258,9 @@ static int collective_done(void *arg, bt_status *st)
     return 0;
 }
 
-bt_status bt_nccl_collective(bt_backend *b, int kind, const void *send, void *recv, size_t count,
-                             bt_dtype t, bt_op op)
+/* Queues the collective on NCCL's stream. */
+static bt_status issue_collective(bt_backend *b, int kind, const void *send, void *recv,
+                                  size_t count, bt_dtype t, bt_op op)
 {
     nccl_state *s = b->impl;
     ncclComm_t comm = s->comms[NCCL_COLL];
@@ -270,17 +271,32 @@ bt_status bt_nccl_collective(bt_backend *b, int kind, const void *send, void *re
         : kind == BT_COLL_REDUCE_SCATTER
             ? ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), comm, stream)
             : ncclAllGather(send, recv, count, ncclUint8, comm, stream);
-    if (nr != ncclSuccess) return nccl_error(b->world, "collective", nr);
+    return nr == ncclSuccess ? BT_OK : nccl_error(b->world, "collective", nr);
+}
+
+bt_status bt_nccl_collective(bt_backend *b, int kind, const void *send, void *recv, size_t count,
+                             bt_dtype t, bt_op op)
+{
+    nccl_state *s = b->impl;
+    bt_status st = issue_collective(b, kind, send, recv, count, t, op);
+    if (st != BT_OK) return st;
     cudaEvent_t ev;
     cudaError_t ce = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     if (ce != cudaSuccess) return cuda_error(b->world, "event creation", ce);
-    ce = cudaEventRecord(ev, stream);
+    ce = cudaEventRecord(ev, s->streams[NCCL_COLL]);
     collective_poll poll = {b, ev};
-    bt_status st = ce == cudaSuccess
-                       ? bt_poll_wait(b->world, collective_done, &poll, "an NCCL collective")
-                       : cuda_error(b->world, "event record", ce);
+    st = ce == cudaSuccess ? bt_poll_wait(b->world, collective_done, &poll, "an NCCL collective")
+                           : cuda_error(b->world, "event record", ce);
     cudaEventDestroy(ev);
     return st;
+}
+
+bt_status bt_nccl_collective_start(bt_backend *b, int kind, const void *send, void *recv,
+                                   size_t count, bt_dtype t, bt_op op, bt_request *req)
+{
+    if (comm_index(req->channel) != NCCL_COLL) return BT_ERR_ARG;
+    bt_status st = issue_collective(b, kind, send, recv, count, t, op);
+    return st == BT_OK ? record_event(b, req) : st;
 }
 
 /* ------------------------------------------------------------------ creation */

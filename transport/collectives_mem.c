@@ -224,6 +224,38 @@ bt_status bt_allreduce_mem(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_o
     return st;
 }
 
+bt_status bt_iallreduce_mem(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_op op, bt_mem mem,
+                            bt_request **req)
+{
+    if (!req) return BT_ERR_ARG;
+    *req = NULL;
+#ifdef HAVE_NCCL
+    bt_status st = check_call(c, mem);
+    if (st != BT_OK) return st;
+    if (mem == BT_MEM_DEVICE && count && buf && bt_dtype_size(t) && nccl_covers(c)) {
+        bt_world *w = c->world;
+        bt_request *r = bt_calloc(w, sizeof *r, "a collective's request");
+        if (!r) return BT_ERR_SYS;
+        *r = (bt_request){.world = w,
+                          .backend = w->nccl,
+                          .kind = BT_REQ_COLLECTIVE,
+                          .mem = mem,
+                          .world_peer = w->rank,
+                          .channel = BT_CHANNEL_RESERVED,
+                          .bytes = count * bt_dtype_size(t),
+                          .buf = buf};
+        st = bt_nccl_collective_start(w->nccl, BT_COLL_ALLREDUCE, buf, buf, count, t, op, r);
+        if (st != BT_OK) {
+            free(r);
+            return st;
+        }
+        *req = r;
+        return BT_OK;
+    }
+#endif
+    return bt_allreduce_mem(c, buf, count, t, op, mem);
+}
+
 bt_status bt_reduce_scatter_mem(bt_comm *c, const void *send, void *recv, size_t count_per_rank,
                                 bt_dtype t, bt_op op, bt_mem mem)
 {

@@ -14,12 +14,12 @@
 
 typedef struct bt_backend bt_backend;
 
-enum { BT_REQ_SEND = 1, BT_REQ_RECV = 2 };
+enum { BT_REQ_SEND = 1, BT_REQ_RECV = 2, BT_REQ_COLLECTIVE = 3 };
 
 struct bt_request {
     bt_world *world;
     bt_backend *backend;
-    int kind;        /* BT_REQ_SEND or BT_REQ_RECV */
+    int kind;        /* BT_REQ_SEND, BT_REQ_RECV or BT_REQ_COLLECTIVE (bt_iallreduce_mem) */
     bt_mem mem;      /* where buf lives */
     int world_peer;  /* the other end, as a world rank */
     int channel;
@@ -240,6 +240,11 @@ int bt_nccl_device_key(int device_id, char *key, size_t key_len);
  * ranks); kind: BT_COLL_*. */
 bt_status bt_nccl_collective(bt_backend *b, int kind, const void *send, void *recv, size_t count,
                              bt_dtype t, bt_op op);
+/* The same, issued on NCCL's stream and not waited for: req (kind
+ * BT_REQ_COLLECTIVE, on a reserved channel, backend b) completes through the
+ * backend's test once the result is in recv. */
+bt_status bt_nccl_collective_start(bt_backend *b, int kind, const void *send, void *recv,
+                                   size_t count, bt_dtype t, bt_op op, bt_request *req);
 #endif
 enum { BT_COLL_ALLREDUCE, BT_COLL_REDUCE_SCATTER, BT_COLL_ALLGATHER };
 

@@ -248,6 +248,15 @@ bt_status bt_allgather(bt_comm *c, const void *send, void *recv, size_t bytes_pe
  * pool's buffers, each piece's copies overlapping the others' wire, with the
  * results of the whole buffer's host collective to the bit. */
 bt_status bt_allreduce_mem(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_op op, bt_mem mem);
+/* bt_allreduce_mem, not waited for: where NCCL carries it, queued on NCCL's
+ * stream, *req completing (bt_test, bt_wait) once buf holds the sum on the
+ * device, so that the caller queues other work meanwhile; on every other
+ * path it runs whole before returning and *req is NULL. buf must be complete
+ * when it is called (as for a blocking collective), and the caller leaves it
+ * alone, on the host and on the device, until *req completed. Collectives
+ * (blocking or not) on one communicator run in the order they are called. */
+bt_status bt_iallreduce_mem(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_op op, bt_mem mem,
+                            bt_request **req);
 bt_status bt_reduce_scatter_mem(bt_comm *c, const void *send, void *recv, size_t count_per_rank,
                                 bt_dtype t, bt_op op, bt_mem mem);
 bt_status bt_allgather_mem(bt_comm *c, const void *send, void *recv, size_t bytes_per_rank,

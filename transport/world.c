@@ -466,6 +466,10 @@ static void wait_pause(long iteration, double waited_s)
 
 static bt_status timeout_error(bt_world *w, const bt_request *r, double waited)
 {
+    if (r->kind == BT_REQ_COLLECTIVE)
+        return bt_fail(w, BT_ERR_TIMEOUT,
+                       "timed out after %.0f s waiting for a collective of %zu bytes through %s",
+                       waited, r->bytes, r->backend->ops->name);
     return bt_fail(w, BT_ERR_TIMEOUT,
                    "timed out after %.0f s waiting to %s %zu bytes %s rank %d on channel %d",
                    waited, r->kind == BT_REQ_SEND ? "send" : "receive", r->bytes,

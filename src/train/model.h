@@ -143,17 +143,24 @@ typedef struct {
     const uint16_t *bf16;
 } model_params;
 
-/* Parameters sharded ([parallel] zero = 3): a pass reads them from two
- * windows, of the parameters' type, which it asks `fill` to fill just
- * before it uses a range: the embedding's [V D] (with a tied head's) at the
- * start of the pass, held to its end; the bucket [model_grad_bucket_floats]
- * for the tail (the final norm and an untied head) and for each layer, in
- * the forward and again in the backward. fill: the range [begin, end) into
- * window, collective as the caller's gathering is; BT_OK or its error, which
- * the pass returns. */
+/* Parameters sharded ([parallel] zero = 3): a pass reads them from windows
+ * of the parameters' type, each a buffer of its own: the embedding's [V D]
+ * (with a tied head's), filled at a step's first pass and held to its end,
+ * and two buckets for the tail (the final norm and an untied head) and the
+ * layers, each range in its bucket (model_bucket_of). While the pass
+ * computes with the range in one bucket, the next range it needs fills the
+ * other: the next
+ * layer (the tail after the last) in the forward, the layer below in the
+ * backward. A range a bucket still holds from earlier in the step is not
+ * filled again (the last layer and the tail, between the forward and the
+ * backward; the first two layers, between micro-batches). start: begins
+ * filling window with the range [begin, end), collective as the caller's
+ * gathering is; wait: returns once the fill last started is complete (one
+ * fill at a time); BT_OK or the error the pass returns. */
 typedef struct {
-    void *embed, *bucket;
-    bt_status (*fill)(void *ctx, void *window, int64_t begin, int64_t end);
+    void *embed, *bucket[2];
+    bt_status (*start)(void *ctx, void *window, int64_t begin, int64_t end);
+    bt_status (*wait)(void *ctx);
     void *ctx;
 } model_gather;
 /* From now on the runner's passes read the parameters through g (kept; NULL:
@@ -175,11 +182,16 @@ typedef struct {
  * (the final norm and an untied head) first, then each layer from the last,
  * then the embedding [embed, embed + V D) (with a tied head's). */
 typedef struct {
-    float *whole;  /* [n_params], or NULL: windowed */
-    float *embed;  /* windowed: the embedding's window [V D] */
-    float *bucket; /* windowed: every other range's window [model_grad_bucket_floats] */
+    float *whole;     /* [n_params], or NULL: windowed */
+    float *embed;     /* windowed: the embedding's window [V D] */
+    float *bucket[2]; /* windowed: every other range's window, in its bucket
+                         (model_bucket_of, [model_bucket_floats]), so that `complete` may
+                         still read one range's while the backward writes the next
+                         (each a buffer of its own) */
     /* windowed: the gradients of [begin, end) in grad [end - begin], the
-     * queue's work on them possibly still queued; BT_OK, or the error the
+     * queue's work on them possibly still queued; grad is the callee's until
+     * the pass opens that window again for the range after next (the
+     * embedding's: the next micro-batch's pass); BT_OK, or the error the
      * pass returns */
     bt_status (*complete)(void *ctx, float *grad, int64_t begin, int64_t end);
     void *ctx;
@@ -188,9 +200,15 @@ typedef struct {
 /* The floats of the embedding [V D] (with a tied head's): ZeRO's embedding
  * window. */
 int64_t model_embed_floats(const model_layout *m);
-/* The floats of the windowed gradients' bucket: the longest range but the
- * embedding's (a layer, or the tail). */
-int64_t model_grad_bucket_floats(const model_layout *m);
+/* ZeRO's two buckets (model_grads, model_gather): the one that takes the
+ * range starting at begin, a layer's or the tail's: the tail bucket 0,
+ * layer l bucket (layers - l) mod 2. So consecutive ranges of a pass alternate,
+ * forward (layer 0 up, then the tail) and backward (the tail, then layer
+ * layers - 1 down), and bucket 1 never holds the tail, the longest range
+ * with an untied head. model_bucket_floats: the floats of bucket k, its
+ * longest range. */
+int model_bucket_of(const model_layout *m, int64_t begin);
+int64_t model_bucket_floats(const model_layout *m, int k);
 /* Where ZeRO's windows hold the parameter (or gradient) at flat offset at:
  * the embedding's window [V D] (*in_embed set) or the bucket holding the
  * range [begin, end); the element offset there, or -1 in neither. */

@@ -96,11 +96,15 @@ struct model_runner {
     int n_regions;
     const float *P;      /* the parameters of the pass in progress: fp32, */
     const uint16_t *p16; /* or bf16 (bf16_matmul); both NULL when gathered: */
-    const model_gather *gather;           /* the windows (model_runner_gather), or NULL */
-    int64_t gathered_begin, gathered_end; /* the range the bucket holds */
-    int embed_gathered;                   /* the embedding's window holds the parameters of the last
-                                             runner_use_params that refreshed them (a step's micro-batches
-                                             gather it once) */
+    const model_gather *gather; /* the windows (model_runner_gather), or NULL */
+    struct {
+        int64_t begin, end; /* the range bucket[k] holds, or is filling; empty: none */
+    } bucket_range[2];
+    int reading;        /* the bucket the pass reads now, or -1 */
+    int filling;        /* the bucket whose fill is on its way (runner_prefetch), or -1 */
+    int embed_gathered; /* the embedding's window holds the parameters of the last
+                           runner_use_params that refreshed them (a step's micro-batches
+                           gather it once); so do the buckets their ranges */
     /* offload_activations on a device: the stored sets (runner_stored_set:
      * store[l]'s input, kept O and lse) are page-locked host memory, and
      * layer l's passes through slot[l % 2], a set of the device, copied out
@@ -170,9 +174,15 @@ bt_status runner_use_params(model_runner *r, model_params p, int refresh);
 const float *runner_weight32(const model_runner *r, int64_t at);
 const uint16_t *runner_weight16(const model_runner *r, int64_t at);
 /* Gathered parameters: [begin, end) (the embedding's range, or the tail's or
- * a layer's) filled into its window, and the fp32 copies of its regions
- * widened; nothing when the parameters are whole. */
+ * a layer's) in its window, filled now unless a bucket holds it or is
+ * filling it, and the fp32 copies of its regions widened; nothing when the
+ * parameters are whole. */
 bt_status runner_gather(model_runner *r, int64_t begin, int64_t end);
+/* Gathered parameters: starts filling [begin, end), the range the pass
+ * gathers next, into its bucket (model_bucket_of), so that the fill runs
+ * while the pass computes with the other; nothing when the bucket holds it
+ * already or is the one the pass reads, or the parameters are whole. */
+bt_status runner_prefetch(model_runner *r, int64_t begin, int64_t end);
 
 /* The fp32 parameters from offset at of the flat index, for an fp32 kernel:
  * the parameters themselves, or their widened copy. */

@@ -62,13 +62,30 @@ bk_status runner_mm_grad_input(model_runner *r, const float *dY, int64_t m, int6
     return runner_times_weight(r, dY, m, n, w, BK_TRANS, k, dA, accumulate);
 }
 
+/* No bucket holds a range (the parameters changed). */
+static void forget_buckets(model_runner *r)
+{
+    for (int k = 0; k < 2; k++) r->bucket_range[k].begin = r->bucket_range[k].end = 0;
+    r->reading = -1;
+}
+
+/* Waits for the fill on its way, if any. */
+static bt_status fill_arrived(model_runner *r)
+{
+    if (r->filling < 0) return BT_OK;
+    bt_status st = r->gather->wait(r->gather->ctx);
+    if (st != BT_OK) forget_buckets(r); /* what it holds is not known */
+    r->filling = -1;
+    return st;
+}
+
 bt_status runner_use_params(model_runner *r, model_params p, int refresh)
 {
     if (r->gather) { /* the windows, filled by runner_gather */
         if (p.f32 || p.bf16) return BT_ERR_ARG;
-        r->gathered_begin = r->gathered_end = 0;
-        if (refresh) r->embed_gathered = 0;
-        return BT_OK;
+        bt_status st = fill_arrived(r);
+        if (refresh) r->embed_gathered = 0, forget_buckets(r);
+        return st;
     }
     if (r->cfg.bf16_matmul ? !p.bf16 || p.f32 : !p.f32 || p.bf16) return BT_ERR_ARG;
     r->P = p.f32;
@@ -84,17 +101,19 @@ void model_runner_gather(model_runner *r, const model_gather *g)
 {
     r->gather = g;
     r->P = NULL, r->p16 = NULL;
-    r->gathered_begin = r->gathered_end = 0;
+    r->filling = -1;
     r->embed_gathered = 0;
+    forget_buckets(r);
 }
 
 /* Gathered: the element offset of `at` in the window that holds it, and the
  * window; NULL when no window holds it now. */
 static void *window_of(const model_runner *r, int64_t at, int64_t *offset)
 {
-    int in_embed;
-    *offset = model_window_offset(r->m, at, r->gathered_begin, r->gathered_end, &in_embed);
-    return *offset < 0 ? NULL : in_embed ? r->gather->embed : r->gather->bucket;
+    int in_embed, k = r->reading;
+    int64_t begin = k < 0 ? 0 : r->bucket_range[k].begin, end = k < 0 ? 0 : r->bucket_range[k].end;
+    *offset = model_window_offset(r->m, at, begin, end, &in_embed);
+    return *offset < 0 ? NULL : in_embed ? r->gather->embed : r->gather->bucket[k];
 }
 
 const float *runner_weight32(const model_runner *r, int64_t at)
@@ -113,17 +132,59 @@ const uint16_t *runner_weight16(const model_runner *r, int64_t at)
     return w ? w + off : NULL;
 }
 
+/* Bucket k holds or is filling [begin, end). */
+static int bucket_holds(const model_runner *r, int k, int64_t begin, int64_t end)
+{
+    return r->bucket_range[k].begin == begin && r->bucket_range[k].end == end && end > begin;
+}
+
+/* Starts filling bucket k with [begin, end) after the fill on its way. */
+static bt_status start_fill(model_runner *r, int k, int64_t begin, int64_t end)
+{
+    bt_status st = fill_arrived(r);
+    r->bucket_range[k].begin = r->bucket_range[k].end = 0; /* until filled */
+    if (st == BT_OK) st = r->gather->start(r->gather->ctx, r->gather->bucket[k], begin, end);
+    if (st != BT_OK) return st;
+    r->bucket_range[k].begin = begin, r->bucket_range[k].end = end;
+    r->filling = k;
+    return BT_OK;
+}
+
+bt_status runner_prefetch(model_runner *r, int64_t begin, int64_t end)
+{
+    if (!r->gather) return BT_OK;
+    int k = model_bucket_of(r->m, begin);
+    if (k == r->reading || bucket_holds(r, k, begin, end)) return BT_OK;
+    return start_fill(r, k, begin, end);
+}
+
+/* The embedding's window filled (once a step). */
+static bt_status gather_embedding(model_runner *r, int64_t begin, int64_t end)
+{
+    bt_status st = fill_arrived(r);
+    if (st == BT_OK) st = r->gather->start(r->gather->ctx, r->gather->embed, begin, end);
+    if (st == BT_OK) st = r->gather->wait(r->gather->ctx);
+    r->embed_gathered = st == BT_OK;
+    return st;
+}
+
+/* [begin, end) in its bucket, filled now unless it held it or was filling it. */
+static bt_status gather_bucket(model_runner *r, int64_t begin, int64_t end)
+{
+    int k = model_bucket_of(r->m, begin);
+    bt_status st = bucket_holds(r, k, begin, end) ? BT_OK : start_fill(r, k, begin, end);
+    if (st == BT_OK && r->filling == k) st = fill_arrived(r);
+    r->reading = st == BT_OK ? k : -1;
+    return st;
+}
+
 bt_status runner_gather(model_runner *r, int64_t begin, int64_t end)
 {
     if (!r->gather) return BT_OK;
     int embed = begin == r->m->embed;
     if (embed && r->embed_gathered) return BT_OK; /* the same parameters, still there */
-    void *window = embed ? r->gather->embed : r->gather->bucket;
-    if (!embed) r->gathered_begin = r->gathered_end = 0; /* until filled */
-    bt_status st = r->gather->fill(r->gather->ctx, window, begin, end);
+    bt_status st = embed ? gather_embedding(r, begin, end) : gather_bucket(r, begin, end);
     if (st != BT_OK) return st;
-    if (!embed) r->gathered_begin = begin, r->gathered_end = end;
-    r->embed_gathered |= embed;
     for (int i = 0; i < r->n_regions; i++) { /* bf16: the fp32 copies of the range's regions */
         const wide_region *g = &r->regions[i];
         if (g->at >= begin && g->at < end)

@@ -60,13 +60,21 @@ void model_layer_range(const model_layout *m, int l, int64_t *begin, int64_t *en
     *end = l + 1 < m->dims.layers ? m->layer[l + 1].attn_norm : m->final_norm;
 }
 
-int64_t model_grad_bucket_floats(const model_layout *m)
+int model_bucket_of(const model_layout *m, int64_t begin)
 {
-    int64_t most = m->n_params - m->final_norm; /* the tail */
+    int layers = m->dims.layers;
+    for (int l = 0; l < layers; l++)
+        if (m->layer[l].attn_norm == begin) return (layers - l) % 2;
+    return 0; /* the tail */
+}
+
+int64_t model_bucket_floats(const model_layout *m, int k)
+{
+    int64_t most = k == 0 ? m->n_params - m->final_norm : 0; /* the tail */
     for (int l = 0; l < m->dims.layers; l++) {
         int64_t begin, end;
         model_layer_range(m, l, &begin, &end);
-        if (end - begin > most) most = end - begin;
+        if (model_bucket_of(m, begin) == k && end - begin > most) most = end - begin;
     }
     return most;
 }

@@ -13,11 +13,12 @@ static stored_layer *stored(model_runner *r, int layer)
     return &r->store[layer];
 }
 
-/* The backward's view of model_grads: the range the bucket holds now. */
+/* The backward's view of model_grads: the bucket in use and its range. */
 typedef struct {
     const model_grads *g;
     const model_layout *m;
-    int64_t begin, end; /* windowed: the bucket's range */
+    float *bucket;      /* windowed: the bucket the backward writes now, */
+    int64_t begin, end; /* holding this range */
 } grad_sink;
 
 /* Where the gradient of the parameter at flat offset `at` accumulates; NULL
@@ -28,23 +29,28 @@ static float *grad_at(const grad_sink *s, int64_t at)
     if (g->whole) return g->whole + at;
     int in_embed;
     int64_t off = model_window_offset(s->m, at, s->begin, s->end, &in_embed);
-    return off < 0 ? NULL : (in_embed ? g->embed : g->bucket) + off;
+    return off < 0 ? NULL : (in_embed ? g->embed : s->bucket) + off;
 }
 
-/* Windowed: the bucket now holds [begin, end), zeroed; window (the bucket,
- * or the embedding's) takes the range at grad_close. */
-static bt_status grad_open(model_runner *r, grad_sink *s, float *window, int64_t begin, int64_t end)
+/* Windowed: [begin, end) zeroed in its window, the embedding's or its
+ * bucket (model_bucket_of), which takes the range at grad_close. */
+static bt_status grad_open(model_runner *r, grad_sink *s, int64_t begin, int64_t end)
 {
     if (s->g->whole) return BT_OK;
-    if (window == s->g->bucket) s->begin = begin, s->end = end;
+    float *window = s->g->embed;
+    if (begin != s->m->embed) {
+        window = s->bucket = s->g->bucket[model_bucket_of(s->m, begin)];
+        s->begin = begin, s->end = end;
+    }
     CHECK_KERNEL(bk_fill(r->cfg.queue, end - begin, window, 0.0f));
     return BT_OK;
 }
 
-/* Windowed: the range [begin, end) in window is whole for this micro-batch. */
-static bt_status grad_close(const grad_sink *s, float *window, int64_t begin, int64_t end)
+/* Windowed: the range [begin, end) in its window is whole for this micro-batch. */
+static bt_status grad_close(const grad_sink *s, int64_t begin, int64_t end)
 {
-    return s->g->whole ? BT_OK : s->g->complete(s->g->ctx, window, begin, end);
+    if (s->g->whole) return BT_OK;
+    return s->g->complete(s->g->ctx, begin == s->m->embed ? s->g->embed : s->bucket, begin, end);
 }
 
 /* Where the device holds layer l's stored set (its input, the kept O and
@@ -331,6 +337,15 @@ static bt_status attention_output_for_backward(model_runner *r, stored_layer *e,
     return BT_OK;
 }
 
+/* The forward's next range after layer l (the tail after the last) fills
+ * while layer l computes. */
+static bt_status prefetch_after(model_runner *r, int l)
+{
+    int64_t begin = r->m->final_norm, end = r->m->n_params;
+    if (l + 1 < r->m->dims.layers) model_layer_range(r->m, l + 1, &begin, &end);
+    return runner_prefetch(r, begin, end);
+}
+
 /* Embedding and every layer; with mb >= 0 each layer's input and the kept part
  * of O, lse are stored under (layer, mb). Leaves the last hidden state in r->x. */
 static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
@@ -347,6 +362,7 @@ static bt_status forward_layers(model_runner *r, const int64_t *tokens, int mb,
         int64_t begin, end;
         model_layer_range(r->m, l, &begin, &end);
         st = runner_gather(r, begin, end);
+        if (st == BT_OK) st = prefetch_after(r, l);
         layer_input in = {r->x, sizeof(float)};
         if (st == BT_OK) st = enter_layer(r, l, mb, r->x);
         if (st == BT_OK) st = attention_inputs(r, l, in, keep);
@@ -462,7 +478,7 @@ static bt_status head_backward(model_runner *r, const int64_t *labels, float los
 {
     const model_layout *m = r->m;
     int64_t D = r->D;
-    bt_status st = grad_open(r, gs, gs->g->bucket, m->final_norm, m->n_params);
+    bt_status st = grad_open(r, gs, m->final_norm, m->n_params);
     if (st == BT_OK) st = runner_gather(r, m->final_norm, m->n_params);
     for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, r->n);
@@ -476,7 +492,7 @@ static bt_status head_backward(model_runner *r, const int64_t *labels, float los
                                                    runner_param32(r, m->final_norm), r->rstd1, dx,
                                                    dx, grad_at(gs, m->final_norm)));
     }
-    return st == BT_OK ? grad_close(gs, gs->g->bucket, m->final_norm, m->n_params) : st;
+    return st == BT_OK ? grad_close(gs, m->final_norm, m->n_params) : st;
 }
 
 /* The attention norm and the projections of layer l backward, chunk by
@@ -524,8 +540,13 @@ static bt_status layer_backward(model_runner *r, int l, int mb, grad_sink *gs,
     stored_layer *e = stored(r, l);
     if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
     model_layer_range(r->m, l, &begin, &end);
-    bt_status st = grad_open(r, gs, gs->g->bucket, begin, end);
+    bt_status st = grad_open(r, gs, begin, end);
     if (st == BT_OK) st = runner_gather(r, begin, end);
+    if (st == BT_OK && l > 0) { /* the layer below fills while this one computes */
+        int64_t below_begin, below_end;
+        model_layer_range(r->m, l - 1, &below_begin, &below_end);
+        st = runner_prefetch(r, below_begin, below_end);
+    }
     layer_input in = st == BT_OK ? stored_input(r, l, stats) : (layer_input){NULL, 0};
     if (!in.rows) return st != BT_OK ? st : BT_ERR_SYS; /* the device failed */
     kept_layer *kept = r->cfg.keep_layers ? &e->kept : NULL;
@@ -547,7 +568,7 @@ static bt_status layer_backward(model_runner *r, int l, int mb, grad_sink *gs,
     CHECK_KERNEL(bk_rope_bwd(q, n, d->n_heads, d->head_dim, r->pos, &d->rope, r->dq, r->dq));
     CHECK_KERNEL(bk_rope_bwd(q, n, d->n_kv_heads, d->head_dim, r->pos, &d->rope, r->dk, r->dk));
     st = projections_backward(r, l, in, kept, gs);
-    return st == BT_OK ? grad_close(gs, gs->g->bucket, begin, end) : st;
+    return st == BT_OK ? grad_close(gs, begin, end) : st;
 }
 
 bt_status model_forward_backward(model_runner *r, int mb, model_params params,
@@ -558,17 +579,18 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params,
     const model_layout *m = r->m;
     int64_t embed_end = m->embed + model_embed_floats(m);
     if (mb < 0 || mb >= r->cfg.micro_batches || !grads ||
-        (!grads->whole && (!grads->embed || !grads->bucket || !grads->complete)))
+        (!grads->whole &&
+         (!grads->embed || !grads->bucket[0] || !grads->bucket[1] || !grads->complete)))
         return BT_ERR_ARG;
-    grad_sink gs = {grads, m, 0, 0};
+    grad_sink gs = {grads, m, NULL, 0, 0};
     bt_status st = runner_use_params(r, params, mb == 0);
     if (st == BT_OK) st = forward_layers(r, tokens, mb, stats);
-    if (st == BT_OK) st = grad_open(r, &gs, grads->embed, m->embed, embed_end);
+    if (st == BT_OK) st = grad_open(r, &gs, m->embed, embed_end);
     if (st == BT_OK) st = head_backward(r, labels, loss_scale, loss_sum, n_valid, &gs);
     for (int l = m->dims.layers - 1; l >= 0 && st == BT_OK; l--)
         st = layer_backward(r, l, mb, &gs, stats);
     if (st != BT_OK) return st;
     CHECK_KERNEL(bk_embedding_scatter_add(r->cfg.queue, r->n, r->V, r->D, tokens, r->dx,
                                           grad_at(&gs, m->embed)));
-    return grad_close(&gs, grads->embed, m->embed, embed_end);
+    return grad_close(&gs, m->embed, embed_end);
 }

@@ -79,6 +79,10 @@ struct zero1 {
     void *down_done;   /* event: the own part of the last range summed is down in xfer */
     int64_t pending_lo, pending_hi; /* that part's range, added into the block by zero1_add_arrived;
                                        empty when none is on its way */
+    /* Collectives still running (bt_iallreduce_mem), NULL when none: */
+    bt_request *reducing;     /* the last range's sum (state on the device) */
+    const float *pending_sum; /* where its own part [pending_lo, pending_hi) will be */
+    bt_request *gathering;    /* the last gather started (zero1_gather_start) */
 };
 
 /* Which buffers a rank of z's shape needs (zero1_sharding). */
@@ -197,6 +201,10 @@ void zero1_free(zero1 *z)
 {
     if (!z) return;
     free(z->runs);
+    /* collectives still running write device memory: wait for them (after
+     * a failure the world's error ends the waits at once) */
+    if (z->reducing) (void)bt_wait(&z->reducing);
+    if (z->gathering) (void)bt_wait(&z->gathering);
     bk_free(&z->sq, z->m);
     bk_free(&z->sq, z->v);
     bk_free(&z->sq, z->gshard);
@@ -328,8 +336,13 @@ bt_status zero1_add_arrived(zero1 *z)
 {
     if (!z) return BT_ERR_ARG;
     int64_t lo = z->pending_lo, hi = z->pending_hi;
-    if (hi <= lo) return BT_OK;
+    bt_status st = z->reducing ? bt_wait(&z->reducing) : BT_OK;
+    if (st != BT_OK || hi <= lo) return st;
     z->pending_lo = z->pending_hi = 0;
+    if (!z->xfer) { /* the sum is on the device: its own part joins the block */
+        KERNEL(bk_axpy(&z->q, hi - lo, 1.0f, z->pending_sum, z->gshard + (lo - z->begin)));
+        return BT_OK;
+    }
     KERNEL(bk_device_event_sync(z->down_done));
     KERNEL(bk_axpy(&z->sq, hi - lo, 1.0f, z->xfer, z->gshard + (lo - z->begin)));
     return BT_OK;
@@ -349,18 +362,21 @@ bt_status zero1_add_range(zero1 *z, float *grad, int64_t begin, int64_t end)
     if (!z || begin < 0 || end < begin || end > z->n || (end > begin && !grad)) return BT_ERR_ARG;
     int64_t lo = begin > z->begin ? begin : z->begin, hi = end < z->end ? end : z->end;
     if (z->xfer && hi - lo > z->xfer_floats) return BT_ERR_ARG;
-    /* the host adds the last range's part while the queue runs what the
-     * caller queued after it (the backward of this range) */
+    /* the last range's sum joins the block: on the host while the queue
+     * runs what the caller queued after it (the backward of this range) */
     bt_status st = zero1_add_arrived(z);
     if (st != BT_OK) return st;
     KERNEL(queue_drained(z));
+    const float *sum = grad + (lo - begin);
+    if (!z->xfer) { /* the sum comes while the caller queues its next work */
+        st = bt_iallreduce_mem(z->comm, grad, (size_t)(end - begin), BT_F32, BT_SUM, z->mem,
+                               &z->reducing);
+        if (st != BT_OK || lo >= hi) return st;
+        z->pending_sum = sum, z->pending_lo = lo, z->pending_hi = hi;
+        return z->reducing ? BT_OK : zero1_add_arrived(z); /* here already: added now */
+    }
     st = bt_allreduce_mem(z->comm, grad, (size_t)(end - begin), BT_F32, BT_SUM, z->mem);
     if (st != BT_OK || lo >= hi) return st;
-    const float *sum = grad + (lo - begin);
-    if (!z->xfer) {
-        KERNEL(bk_axpy(&z->sq, hi - lo, 1.0f, sum, z->gshard + (lo - z->begin)));
-        return BT_OK;
-    }
     /* the state on the host: this rank's part comes down on the queue's
      * stream, ahead of whatever the caller writes into grad next */
     KERNEL(bk_device_download_async(&z->q, z->xfer, sum, (size_t)(hi - lo) * sizeof(float)));
@@ -542,7 +558,19 @@ size_t zero1_window_bytes(int64_t count, bk_dtype param_type)
 
 bt_status zero1_gather_range(zero1 *z, void *window, int64_t begin, int64_t end)
 {
-    if (!z || z->sharding.stage != 3 || begin < 0 || end < begin || end > z->n ||
+    bt_status st = zero1_gather_start(z, window, begin, end);
+    return st == BT_OK ? zero1_gather_arrived(z) : st;
+}
+
+bt_status zero1_gather_arrived(zero1 *z)
+{
+    if (!z) return BT_ERR_ARG;
+    return z->gathering ? bt_wait(&z->gathering) : BT_OK;
+}
+
+bt_status zero1_gather_start(zero1 *z, void *window, int64_t begin, int64_t end)
+{
+    if (!z || z->gathering || z->sharding.stage != 3 || begin < 0 || end < begin || end > z->n ||
         (end > begin && (!window || (uintptr_t)window % 8 != 0)))
         return BT_ERR_ARG;
     int bf16 = z->param_type == BK_BF16;
@@ -563,7 +591,7 @@ bt_status zero1_gather_range(zero1 *z, void *window, int64_t begin, int64_t end)
         KERNEL(bk_copy(&z->q, (float *)window + (lo - begin), z->master + (lo - z->begin),
                        (size_t)(hi - lo) * sizeof(float)));
     KERNEL(queue_drained(z));
-    return bt_allreduce_mem(z->comm, window, words, BT_I64, BT_SUM, z->mem);
+    return bt_iallreduce_mem(z->comm, window, words, BT_I64, BT_SUM, z->mem, &z->gathering);
 }
 
 bt_status zero1_gather_params(zero1 *z, float *full)

@@ -86,19 +86,26 @@ bt_status zero1_step_bf16(zero1 *z, uint16_t *params, float *grads, double lr, i
  * zero1_clear_gradients zeroes the block (before a step's first
  * micro-batch). zero1_add_range sums grad [end - begin], the gradients of
  * the flat range [begin, end) in the optimizer's memory, over the ranks in
- * place (bt_allreduce_mem) and adds this rank's part of the sum to its
- * block; collective over the communicator, every rank adding the same ranges
- * in the same order. A step then takes grads NULL. zero1_range_bytes: what
- * zero1_add_range allocates while it runs, for count floats on size ranks. */
+ * place and adds this rank's part of the sum to its block; collective over
+ * the communicator, every rank adding the same ranges in the same order. A
+ * step then takes grads NULL. zero1_range_bytes: what zero1_add_range
+ * allocates while it runs, for count floats on size ranks.
+ *
+ * With the state on the device, the sum runs on NCCL's stream where NCCL
+ * carries it (bt_iallreduce_mem), and zero1_add_range returns without
+ * waiting for it: grad then belongs to the optimizer until zero1_add_arrived,
+ * which the next zero1_add_range, zero1_clear_gradients and the step call
+ * first. So a caller gives the next range in another buffer (the model's
+ * two gradient buckets), and calls zero1_add_arrived itself before it
+ * writes this one again. */
 bt_status zero1_clear_gradients(zero1 *z);
 bt_status zero1_add_range(zero1 *z, float *grad, int64_t begin, int64_t end);
 size_t zero1_range_bytes(int64_t count, int size);
-/* With the state on the host (zero1_sharding), zero1_add_range returns
- * before its range's own part has come down; zero1_add_arrived waits for it
- * and adds it into the block (nothing to do otherwise, or when none is on
- * its way). The next zero1_add_range, zero1_clear_gradients and the step
- * call it first; a caller about to wait for its queue calls it before, so
- * that the host adds while the device runs what was queued after the range. */
+/* Waits for the last range's sum and adds its own part into the block
+ * (nothing to do when none is on its way). With the state on the host the
+ * sum came before zero1_add_range returned, and its own part comes down on
+ * the queue: a caller about to wait for its queue calls this before, so that
+ * the host adds while the device runs what was queued after the range. */
 bt_status zero1_add_arrived(zero1 *z);
 /* Stage 3: the parameters [begin, end) of every rank's masters into window
  * (fp32, or rounded to bf16 with bf16 parameters; zero1_window_bytes of them,
@@ -110,6 +117,14 @@ bt_status zero1_add_arrived(zero1 *z);
  * the bytes of an fp32 sum, through no staging buffer. Collective over the
  * communicator, the same ranges on every rank in the same order. */
 bt_status zero1_gather_range(zero1 *z, void *window, int64_t begin, int64_t end);
+/* zero1_gather_range in two halves, so that the caller computes while the
+ * window fills: zero1_gather_start returns once the sum is on its way
+ * (bt_iallreduce_mem; whole where NCCL does not carry it), and
+ * zero1_gather_arrived waits for it (nothing to do when none is on its way).
+ * One gather at a time (BT_ERR_ARG for a second start); the window is the
+ * optimizer's until it arrived. */
+bt_status zero1_gather_start(zero1 *z, void *window, int64_t begin, int64_t end);
+bt_status zero1_gather_arrived(zero1 *z);
 /* The bytes of a window zero1_gather_range fills with up to count parameters
  * of param_type: whole 8-byte words. */
 size_t zero1_window_bytes(int64_t count, bk_dtype param_type);

@@ -236,14 +236,34 @@ model_params trainer_params(const trainer *t)
 }
 
 /* zero = 3: a range of the parameters into its window, from every rank's
- * masters (the runner's model_gather). */
-static bt_status gather_params(void *ctx, void *window, int64_t begin, int64_t end)
+ * masters (the runner's model_gather); the host's time in both halves is
+ * the gathers' exposed time. */
+static bt_status gather_start(void *ctx, void *window, int64_t begin, int64_t end)
 {
     trainer *t = ctx;
     double start = bu_now();
-    bt_status st = zero1_gather_range(t->opt, window, begin, end);
+    bt_status st = zero1_gather_start(t->opt, window, begin, end);
     t->gather_s += bu_now() - start;
     return st;
+}
+
+static bt_status gather_wait(void *ctx)
+{
+    trainer *t = ctx;
+    double start = bu_now();
+    bt_status st = zero1_gather_arrived(t->opt);
+    t->gather_s += bu_now() - start;
+    return st;
+}
+
+/* ZeRO's windows (zero >= 2), each a buffer of its own (model.h): the
+ * embedding's and the two buckets, of bytes[3], into w[3]. */
+static int make_windows(trainer *t, const size_t bytes[3], void *w[3], const char *what, char *err,
+                        size_t err_len)
+{
+    for (int i = 0; i < 3; i++)
+        if (!(w[i] = model_buffer(t, bytes[i], what, err, err_len))) return -1;
+    return 0;
 }
 
 /* The parameters [begin, end) of [model] init_from into host [end - begin],
@@ -304,7 +324,7 @@ static int init_own_masters(trainer *t, char *err, size_t err_len)
 static int init_params(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
-    if (t->param_windows) return init_own_masters(t, err, err_len);
+    if (t->param_windows[0]) return init_own_masters(t, err, err_len);
     size_t bytes = (size_t)t->model.n_params * sizeof(float);
     float *host = t->choices.on_device
                       ? bu_calloc(bytes, "the parameters' initial values", err, err_len)
@@ -338,23 +358,33 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     const trainer_memory *m = &t->mem;
+    const model_layout *ml = &t->model;
+    int64_t floats[3] = {model_embed_floats(ml), model_bucket_floats(ml, 0),
+                         model_bucket_floats(ml, 1)};
+    int stage = trainer_zero_stage(t);
     size_t before = held_now(t);
-    void *params = model_buffer(t, m->params, "the parameters", err, err_len);
+    void **w = t->param_windows;
+    size_t bytes[3];
+    for (int i = 0; i < 3; i++) bytes[i] = trainer_param_window_bytes(t, floats[i]);
+    if (stage == 3 && make_windows(t, bytes, w, "the parameters' windows", err, err_len) != 0)
+        return -1;
+    void *params = stage == 3 ? w[0] : model_buffer(t, m->params, "the parameters", err, err_len);
+    if (!params) return -1;
     t->held.params = held_now(t) - before;
-    size_t embed_bytes = trainer_param_window_bytes(t, model_embed_floats(&t->model));
-    if (trainer_zero_stage(t) == 3)
-        t->param_windows = params;
-    else if (t->choices.bf16_matmul)
+    if (stage == 3) {
+        t->param_gather = (model_gather){w[0], {w[1], w[2]}, gather_start, gather_wait, t};
+        model_runner_gather(t->runner, &t->param_gather);
+    } else if (t->choices.bf16_matmul)
         t->params16 = params;
     else
         t->params = params;
-    if (t->param_windows) {
-        t->param_gather = (model_gather){params, (char *)params + embed_bytes, gather_params, t};
-        model_runner_gather(t->runner, &t->param_gather);
-    }
     before = held_now(t);
-    if (!params ||
-        (m->grads && !(t->grads = model_buffer(t, m->grads, "the gradients", err, err_len))))
+    if (m->grads && stage >= 2) {
+        void *g[3];
+        for (int i = 0; i < 3; i++) bytes[i] = (size_t)floats[i] * sizeof(float);
+        if (make_windows(t, bytes, g, "the gradients' windows", err, err_len) != 0) return -1;
+        t->grads = g[0], t->grad_buckets[0] = g[1], t->grad_buckets[1] = g[2];
+    } else if (m->grads && !(t->grads = model_buffer(t, m->grads, "the gradients", err, err_len)))
         return -1;
     t->held.grads = held_now(t) - before;
     trainer_bind_gradients(t);
@@ -622,8 +652,9 @@ void trainer_free(trainer *t)
     bt_comm_free(t->dp_comm);
     bt_comm_free(t->cp_comm);
     model_buffer_free(t, t->params), model_buffer_free(t, t->params16);
-    model_buffer_free(t, t->param_windows);
+    for (int i = 0; i < 3; i++) model_buffer_free(t, t->param_windows[i]);
     model_buffer_free(t, t->grads);
+    model_buffer_free(t, t->grad_buckets[0]), model_buffer_free(t, t->grad_buckets[1]);
     if (t->choices.on_device)
         model_buffer_free(t, t->dev_tokens), model_buffer_free(t, t->dev_labels);
     free(t->tokens), free(t->labels);

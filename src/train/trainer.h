@@ -74,17 +74,18 @@ typedef struct {
     float *params;                /* [n_params] in the queue's memory (NULL with bf16
                                      parameters) */
     float *grads;                 /* the gradients in the queue's memory: [n_params]; with
-                                     [parallel] zero = 2 the embedding's window [V D] then
-                                     the bucket [model_grad_bucket_floats] */
+                                     [parallel] zero >= 2 the embedding's window [V D] */
+    float *grad_buckets[2];       /* zero >= 2: the buckets [model_bucket_floats] */
     model_grads grad_sink;        /* where the backward writes them (trainer_bind_gradients) */
-    void *param_windows;          /* zero = 3: the parameters' embedding window [V D] then
-                                     bucket, of their type (params and params16 NULL) */
+    void *param_windows[3];       /* zero = 3: the parameters' embedding window [V D] and
+                                     two buckets, of their type (params and params16 NULL) */
     model_gather param_gather;    /* zero = 3: how the runner fills them */
     int zero_stage;               /* [parallel] zero, chosen at setup when auto */
     const char *zero_chosen;      /* zero = auto: how the stage was chosen; else NULL */
-    double reduce_s, gather_s;    /* this step's seconds in ZeRO's range reductions (zero >= 2)
-                                     and parameter gathers (zero = 3), this rank's: they
-                                     block, so all of it is exposed */
+    double reduce_s, gather_s;    /* this step's seconds the host spent in ZeRO's range
+                                     reductions (zero >= 2) and parameter gathers (zero = 3),
+                                     starting them and waiting for them, this rank's: their
+                                     exposed time */
     double grad_sq;               /* zero = 2: the step's squared gradients before the
                                      reduction, this rank's (its finiteness check) */
     int64_t step_now;             /* the step and micro-batch being computed */

@@ -64,7 +64,7 @@ static int copy_state(const trainer *t, void *dst, const void *src, size_t bytes
  * the parameters. */
 static float *params_shard(trainer *t, int64_t begin)
 {
-    return t->params16 || t->param_windows ? zero1_masters(t->opt) : t->params + begin;
+    return t->params16 || t->param_windows[0] ? zero1_masters(t->opt) : t->params + begin;
 }
 
 /* s for t; with download, the device's values copied in. 0 or -1 with err. */
@@ -248,7 +248,7 @@ int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len)
                  io_checkpoint_read_model(c->checkpoint_dir, step, &expect, NULL, NULL, err,
                                           err_len) != 0;
     /* zero = 3 takes its shard of the parameters alone, the others them all */
-    int own_shard = t->param_windows != NULL;
+    int own_shard = t->param_windows[0] != NULL;
     ckpt_state s = {0};
     int opened = !failed && state_open(t, &s, 0, err, err_len) == 0;
     failed |= !opened;

@@ -128,13 +128,21 @@ size_t trainer_param_window_bytes(const trainer *t, int64_t count)
     return zero1_window_bytes(count, t->choices.bf16_matmul ? BK_BF16 : BK_F32);
 }
 
+/* ZeRO's longest range: the embedding's, or a bucket's (zero >= 2). */
+static int64_t longest_range(const trainer *t)
+{
+    int64_t most = model_embed_floats(&t->model);
+    for (int k = 0; k < 2; k++)
+        if (model_bucket_floats(&t->model, k) > most) most = model_bucket_floats(&t->model, k);
+    return most;
+}
+
 zero1_sharding trainer_sharding(const trainer *t)
 {
-    int64_t embed = model_embed_floats(&t->model), bucket = model_grad_bucket_floats(&t->model);
     return (zero1_sharding){.stage = trainer_zero_stage(t),
                             .state_on_host =
                                 t->choices.on_device && train_config_optimizer_on_host(&t->cfg),
-                            .range_floats = embed > bucket ? embed : bucket};
+                            .range_floats = longest_range(t)};
 }
 
 int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, size_t err_len)
@@ -143,23 +151,24 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
     if (model_runner_memory(rc, &m->model, err, err_len) != 0) return -1;
     bk_dtype param_type = t->choices.bf16_matmul ? BK_BF16 : BK_F32;
     int stage = trainer_zero_stage(t);
-    /* zero >= 2: the embedding's window and the bucket (trainer_bind_gradients),
+    /* zero >= 2: the embedding's window and two buckets (trainer_bind_gradients),
      * the same windows for the parameters at zero = 3 (make_buffers) */
-    int64_t embed = model_embed_floats(&t->model), bucket = model_grad_bucket_floats(&t->model),
-            windows = embed + bucket, grad_floats = stage >= 2 ? windows : t->model.n_params,
-            n = t->model.n_params;
+    int64_t embed = model_embed_floats(&t->model), bucket = model_bucket_floats(&t->model, 0),
+            bucket1 = model_bucket_floats(&t->model, 1), windows = embed + bucket + bucket1,
+            grad_floats = stage >= 2 ? windows : t->model.n_params, n = t->model.n_params;
     m->zero_stage = stage;
     m->grads = (size_t)grad_floats * sizeof(float);
     /* bf16: rounded up to whole floats, as the trainer allocates them */
     m->params = stage == 3
-                    ? trainer_param_window_bytes(t, embed) + trainer_param_window_bytes(t, bucket)
+                    ? trainer_param_window_bytes(t, embed) + trainer_param_window_bytes(t, bucket) +
+                          trainer_param_window_bytes(t, bucket1)
                 : param_type == BK_BF16 ? (size_t)(n + 1) / 2 * sizeof(float)
                                         : (size_t)n * sizeof(float);
     m->optimizer =
         zero1_bytes(t->model.n_params, t->world_size, t->rank, param_type, trainer_sharding(t));
     m->optimizer_host = zero1_host_bytes(t->model.n_params, t->world_size, t->rank, param_type,
                                          trainer_sharding(t));
-    m->reduce_copy = stage >= 2 ? zero1_range_bytes(embed > bucket ? embed : bucket, t->world_size)
+    m->reduce_copy = stage >= 2 ? zero1_range_bytes(longest_range(t), t->world_size)
                                 : zero1_step_bytes(t->model.n_params, t->world_size);
     if (t->opts.forward_only) m->grads = m->optimizer = m->optimizer_host = m->reduce_copy = 0;
     size_t mb = (size_t)t->cfg.micro_batches;

@@ -151,13 +151,13 @@ static bt_status range_done(void *ctx, float *grad, int64_t begin, int64_t end)
 
 void trainer_bind_gradients(trainer *t)
 {
-    int64_t embed = model_embed_floats(&t->model);
     if (!t->grads)
-        t->grad_sink = (model_grads){NULL, NULL, NULL, NULL, NULL};
+        t->grad_sink = (model_grads){NULL, NULL, {NULL, NULL}, NULL, NULL};
     else if (trainer_zero_stage(t) >= 2)
-        t->grad_sink = (model_grads){NULL, t->grads, t->grads + embed, range_done, t};
+        t->grad_sink =
+            (model_grads){NULL, t->grads, {t->grad_buckets[0], t->grad_buckets[1]}, range_done, t};
     else
-        t->grad_sink = (model_grads){t->grads, NULL, NULL, NULL, NULL};
+        t->grad_sink = (model_grads){t->grads, NULL, {NULL, NULL}, NULL, NULL};
 }
 
 /* Forward and backward of every micro-batch into the gradients (t->grads, or
@@ -190,6 +190,12 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
         bt_status st =
             model_forward_backward(t->runner, mb, trainer_params(t), &t->grad_sink, tokens + mb * n,
                                    labels + mb * n, scale, loss_sum, counted, &ms);
+        if (st == BT_OK && trainer_zero_stage(t) >= 2 && mb + 1 < t->cfg.micro_batches) {
+            /* the embedding's window is the next micro-batch's: its sum first */
+            double start = bu_now();
+            st = zero1_add_arrived(t->opt);
+            t->reduce_s += bu_now() - start;
+        }
         if (st != BT_OK) return fail_with(t, "forward and backward", st);
     }
     res->attn_bytes = ring_bytes_sent(t) - sent_before;

@@ -287,7 +287,18 @@ static void collectives_on(bt_comm *c, const char *name)
                 must(bt_allreduce_mem(c, dev, count, t, ops[oi], BT_MEM_DEVICE), "device allreduce");
                 snprintf(what, sizeof what, "%s allreduce (type %d, op %d, %zu)", name, ti, oi, count);
                 check_same(dev, host, bytes, what);
-                free(host);
+                bk_device_free(dev);
+                /* not waited for: off NCCL it runs whole, no request left */
+                void *again = filled(t, count, 0);
+                dev = dev_from(again, bytes);
+                bt_request *req = NULL;
+                must(bt_iallreduce_mem(c, dev, count, t, ops[oi], BT_MEM_DEVICE, &req),
+                     "device allreduce not waited for");
+                EXPECT(req == NULL, "%s: a staged all-reduce left a request", name);
+                snprintf(what, sizeof what, "%s iallreduce (type %d, op %d, %zu)", name, ti, oi,
+                         count);
+                check_same(dev, host, bytes, what);
+                free(host), free(again);
                 bk_device_free(dev);
 
                 size_t per = count, total = per * (size_t)n * bt_dtype_size(t);
@@ -317,9 +328,10 @@ static void collectives_on(bt_comm *c, const char *name)
     }
 }
 
-/* The device collectives equal the host ones to the bit (the staged ones
- * run piece by piece through three buffers of the staging pool, which the
- * pool's counts show; on one rank nothing is staged). */
+/* The device collectives (the all-reduce also not waited for) equal the
+ * host ones to the bit (the staged ones run piece by piece through three
+ * buffers of the staging pool, which the pool's counts show; on one rank
+ * nothing is staged). */
 static void scenario_collectives(void)
 {
     set_device();

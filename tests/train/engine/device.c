@@ -308,6 +308,43 @@ START_TEST(device_engine_over_nccl)
 }
 END_TEST
 
+/* ZeRO's collectives over NCCL (one node of two emulated GPUs, cp = 2,
+ * kernels deferred) run while the engine computes: a layer's gradient sum
+ * during the backward of the layer below, the next layer's gather during
+ * this one's (model.h's two buckets). Three layers and two micro-batches, so
+ * that each bucket is written again while the other's sum may run, and the
+ * embedding's window at the next micro-batch. The emulator's hazard check
+ * refuses any kernel that touches a bucket NCCL may still be writing, and
+ * NCCL a bucket a kernel may still be writing or reading. zero = 2 over
+ * NCCL trains as zero = 2 staged (both ranks sharing one GPU; the
+ * collectives run whole there) bit for bit (a sum of two ranks is the same
+ * in either order), and zero = 3 as zero = 2 (its gathers copy exactly). */
+START_TEST(device_zero_collectives_overlap_over_nccl)
+{
+    on_emulator = 1;
+    static char *two_gpus[] = {"OMP_NUM_THREADS=1", "BK_EMU_GPUS_PER_NODE=2",
+                               "BK_EMU_NCCL_TIMEOUT=300", "BK_EMU_STREAMS=deferred", NULL};
+    const char *run[] = {"train.device=cuda",
+                         "data.seq_len=64",
+                         "model.layers=3",
+                         "train.steps=4",
+                         "train.micro_batches=2",
+                         "parallel.cp=2",
+                         NULL};
+    const char *over_nccl[] = {"transport.intra=nccl", NULL};
+    curve staged, zero2, zero3;
+    run_env = deferred;
+    run_ok(2, 1, with(run, (const char *[]){"parallel.zero=2", NULL}), &staged);
+    run_env = two_gpus;
+    run_ok(2, 1, with(with(run, over_nccl), (const char *[]){"parallel.zero=2", NULL}), &zero2);
+    run_ok(2, 1, with(with(run, over_nccl), (const char *[]){"parallel.zero=3", NULL}), &zero3);
+    run_env = one_thread;
+    expect_close(&staged, &zero2, 0, "zero = 2 over NCCL against staged");
+    expect_close(&zero2, &zero3, 0, "over NCCL, zero = 3 against zero = 2");
+    on_emulator = 0;
+}
+END_TEST
+
 /* The masks, backward directions and resume over NCCL on one node of two
  * emulated GPUs (cp = 2, kernels deferred): the window mask with the Q-side
  * backward and the document mask with the KV-side one match the CPU engine's
@@ -671,6 +708,7 @@ void add_device_tests(Suite *s)
 #ifdef HAVE_NCCL
     check_add_tests(check_tcase(s, "device over NCCL", 900), device_engine_over_nccl,
                     device_masks_backwards_and_resume_over_nccl,
+                    device_zero_collectives_overlap_over_nccl,
                     device_two_nodes_of_four_gpus_over_nccl);
 #endif
 }
