@@ -421,8 +421,8 @@ static int throughput_rows(const bench_train_opts *o, const char *self)
     printf(
         "\nfraction = achieved GFLOP/s / (P x the sgemm rate rank 0 measured in the same run%s); "
         "exposed = the most any rank waited for the rings' transfers per step; ZeRO = the most "
-        "any rank spent in ZeRO's gradient reductions and parameter gathers per step (they "
-        "block: all exposed); %s; estimate = "
+        "any rank spent in ZeRO's gradient reductions and parameter gathers per step, starting "
+        "and waiting for them (their exposed time); %s; estimate = "
         "the engine's memory report%s.\n",
         on_device ? " on its device" : "",
         on_device ? "device peak = the largest peak of any rank's device arena"
