@@ -358,9 +358,8 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     const trainer_memory *m = &t->mem;
-    const model_layout *ml = &t->model;
-    int64_t floats[3] = {model_embed_floats(ml), model_bucket_floats(ml, 0),
-                         model_bucket_floats(ml, 1)};
+    int64_t floats[3];
+    trainer_window_floats(t, floats);
     int stage = trainer_zero_stage(t);
     size_t before = held_now(t);
     void **w = t->param_windows;

@@ -223,9 +223,12 @@ int trainer_zero_stage(const trainer *t);
  * why). */
 int trainer_checkpoint_zero_stage(const trainer *t);
 /* zero = 3: the bytes of a parameter window of count parameters, which the
- * optimizer's gathers fill in whole words (zero1_window_bytes); the bucket
- * follows the embedding's window at that offset. */
+ * optimizer's gathers fill in whole words (zero1_window_bytes). */
 size_t trainer_param_window_bytes(const trainer *t, int64_t count);
+/* ZeRO's windows (zero >= 2; model.h), each a buffer of its own: the
+ * embedding's, bucket 0 and bucket 1, their lengths in parameters into
+ * floats[3], for the memory count and the allocation alike. */
+void trainer_window_floats(const trainer *t, int64_t floats[3]);
 /* What the optimizer shards (zero1_sharding): the stage. */
 zero1_sharding trainer_sharding(const trainer *t);
 

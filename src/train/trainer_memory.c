@@ -128,12 +128,19 @@ size_t trainer_param_window_bytes(const trainer *t, int64_t count)
     return zero1_window_bytes(count, t->choices.bf16_matmul ? BK_BF16 : BK_F32);
 }
 
-/* ZeRO's longest range: the embedding's, or a bucket's (zero >= 2). */
+void trainer_window_floats(const trainer *t, int64_t floats[3])
+{
+    floats[0] = model_embed_floats(&t->model);
+    for (int k = 0; k < 2; k++) floats[1 + k] = model_bucket_floats(&t->model, k);
+}
+
+/* ZeRO's longest range (zero >= 2): its longest window. */
 static int64_t longest_range(const trainer *t)
 {
-    int64_t most = model_embed_floats(&t->model);
-    for (int k = 0; k < 2; k++)
-        if (model_bucket_floats(&t->model, k) > most) most = model_bucket_floats(&t->model, k);
+    int64_t floats[3], most = 0;
+    trainer_window_floats(t, floats);
+    for (int i = 0; i < 3; i++)
+        if (floats[i] > most) most = floats[i];
     return most;
 }
 
@@ -153,15 +160,15 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
     int stage = trainer_zero_stage(t);
     /* zero >= 2: the embedding's window and two buckets (trainer_bind_gradients),
      * the same windows for the parameters at zero = 3 (make_buffers) */
-    int64_t embed = model_embed_floats(&t->model), bucket = model_bucket_floats(&t->model, 0),
-            bucket1 = model_bucket_floats(&t->model, 1), windows = embed + bucket + bucket1,
-            grad_floats = stage >= 2 ? windows : t->model.n_params, n = t->model.n_params;
+    int64_t floats[3], windows = 0, n = t->model.n_params;
+    size_t param_windows = 0;
+    trainer_window_floats(t, floats);
+    for (int i = 0; i < 3; i++)
+        windows += floats[i], param_windows += trainer_param_window_bytes(t, floats[i]);
     m->zero_stage = stage;
-    m->grads = (size_t)grad_floats * sizeof(float);
+    m->grads = (size_t)(stage >= 2 ? windows : n) * sizeof(float);
     /* bf16: rounded up to whole floats, as the trainer allocates them */
-    m->params = stage == 3
-                    ? trainer_param_window_bytes(t, embed) + trainer_param_window_bytes(t, bucket) +
-                          trainer_param_window_bytes(t, bucket1)
+    m->params = stage == 3              ? param_windows
                 : param_type == BK_BF16 ? (size_t)(n + 1) / 2 * sizeof(float)
                                         : (size_t)n * sizeof(float);
     m->optimizer =
