@@ -70,6 +70,18 @@ EMU_ENGINE_LIBS = libburst_train.a libburst_attn.a libburst_transport.a libburst
 WRAPPED_ALLOCATOR = -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
 	-Wl,--wrap=aligned_alloc
 
+# ------------------------------------------------------------------ the order
+# `make -j check` starts the tests in TESTS's order (its scripts, the .sh
+# tests, ahead of the programs): the slowest programs stand first, so that the
+# longest are not the last to start.
+TESTS += tests/train/test_train_device tests/train/test_train_device_host
+if HAVE_NCCL
+TESTS += tests/train/test_train_device_nccl
+endif
+TESTS += tests/attn/test_ring tests/train/test_train tests/train/test_lm_head_device \
+	tests/kernels/test_dev_attention_emu tests/train/test_recall \
+	tests/train/test_train_device_memory
+
 # ------------------------------------------------------------------ the build
 # configure names the package to install when a dependency is missing.
 TESTS += tests/build/test_configure.sh
@@ -169,7 +181,7 @@ tests_kernels_test_dev_ops_emu_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_dev_ops_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
 
 check_PROGRAMS += tests/kernels/test_dev_attention_emu
-TESTS += tests/kernels/test_dev_attention_emu
+# (test_dev_attention_emu stands in TESTS with the slowest, at the top.)
 tests_kernels_test_dev_attention_emu_SOURCES = tests/kernels/test_dev_attention.c \
 	$(DEV_SUITE_EMU_SOURCES)
 tests_kernels_test_dev_attention_emu_CFLAGS = $(SUITE_CFLAGS)
@@ -320,8 +332,9 @@ tests_io_test_corpus_LDADD = $(ENGINE_SUITE_LIBS)
 # ------------------------------------------------------------------ attn
 # The ring planner's schedules, as data; distributed attention with real ranks
 # (tests/attn/ring_worker) under `burst run`.
+# (test_ring stands in TESTS with the slowest, at the top.)
 check_PROGRAMS += tests/attn/ring_worker tests/attn/test_ring_schedule tests/attn/test_ring
-TESTS += tests/attn/test_ring_schedule tests/attn/test_ring
+TESTS += tests/attn/test_ring_schedule
 # The same worker on the emulated device (--device 1): the ring's buffers in
 # device memory, the transport staging them (tests/attn/test_ring).
 check_PROGRAMS += tests/attn/ring_worker_emu
@@ -357,7 +370,7 @@ tests_train_test_lm_head_LDADD = $(ENGINE_SUITE_LIBS)
 # The same head on the emulated device: each chunk's losses come back without
 # an allocation (every malloc wrapped and counted), in pieces that sum as one.
 check_PROGRAMS += tests/train/test_lm_head_device
-TESTS += tests/train/test_lm_head_device
+# (test_lm_head_device stands in TESTS with the slowest, at the top.)
 tests_train_test_lm_head_device_SOURCES = tests/train/test_lm_head_device.c \
 	$(DEV_SUITE_EMU_SOURCES)
 tests_train_test_lm_head_device_CFLAGS = $(SUITE_CFLAGS)
@@ -391,18 +404,21 @@ tests_train_test_train_config_LDADD = $(ENGINE_SUITE_LIBS)
 
 # The associative recall task and the evaluation's choice and count of queries.
 check_PROGRAMS += tests/train/test_recall
-TESTS += tests/train/test_recall
+# (test_recall stands in TESTS with the slowest, at the top.)
 tests_train_test_recall_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_recall_LDADD = $(ENGINE_SUITE_LIBS)
 
 # Training end to end, and the gradients against finite differences
-# (tests/train/train_gradcheck, on one rank or a ring): two suites whose tests
+# (tests/train/train_gradcheck, on one rank or a ring): suites whose tests
 # stand in tests/train/engine/, a file per concern on a shared fixture: the
-# CPU engine's (test_train.c) and the emulated device's (test_train_device.c),
-# two programs so that `make -j` runs them side by side.
+# CPU engine's (test_train.c), the emulated device's (test_train_device.c),
+# its host keys' (test_train_device_host.c), its memory's
+# (test_train_device_memory.c) and, where NCCL is, the emulated device's over
+# the model of NCCL (test_train_device_nccl.c): programs apart so that
+# `make -j` runs them side by side (in TESTS with the slowest, at the
+# top).
 check_PROGRAMS += tests/train/train_gradcheck tests/train/test_train \
 	tests/train/test_train_device
-TESTS += tests/train/test_train_device tests/train/test_train
 tests_train_test_train_SOURCES = tests/train/test_train.c tests/train/engine/fixture.h \
 	tests/train/engine/fixture.c tests/train/engine/ranks.c tests/train/engine/steps.c \
 	tests/train/engine/resume.c tests/train/engine/corpus.c tests/train/engine/zero.c
@@ -412,6 +428,23 @@ tests_train_test_train_device_SOURCES = tests/train/test_train_device.c \
 	tests/train/engine/fixture.h tests/train/engine/fixture.c tests/train/engine/device.c
 tests_train_test_train_device_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_train_device_LDADD = $(ENGINE_SUITE_LIBS)
+check_PROGRAMS += tests/train/test_train_device_host
+tests_train_test_train_device_host_SOURCES = tests/train/test_train_device_host.c \
+	tests/train/engine/fixture.h tests/train/engine/fixture.c tests/train/engine/device_host.c
+tests_train_test_train_device_host_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_train_device_host_LDADD = $(ENGINE_SUITE_LIBS)
+check_PROGRAMS += tests/train/test_train_device_memory
+tests_train_test_train_device_memory_SOURCES = tests/train/test_train_device_memory.c \
+	tests/train/engine/fixture.h tests/train/engine/fixture.c tests/train/engine/device_memory.c
+tests_train_test_train_device_memory_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_train_device_memory_LDADD = $(ENGINE_SUITE_LIBS)
+if HAVE_NCCL
+check_PROGRAMS += tests/train/test_train_device_nccl
+tests_train_test_train_device_nccl_SOURCES = tests/train/test_train_device_nccl.c \
+	tests/train/engine/fixture.h tests/train/engine/fixture.c tests/train/engine/device_nccl.c
+tests_train_test_train_device_nccl_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_train_device_nccl_LDADD = $(ENGINE_SUITE_LIBS)
+endif
 
 # burst itself linked with the device emulator: the engine with [train]
 # device = cuda on an emulated device (tests/train/test_train_device).

@@ -5,28 +5,29 @@
  * non-finite gradients, a loss that falls, settings refused before any work),
  * resumes (resume.c), HDF5 corpora (corpus.c) and the ZeRO stages (zero.c:
  * gradients sharded train as they are not), on the runs and expectations of
- * fixture.h; the device's part (device.c) is test_train_device.c's. Losses, labelled tokens, ring
- * bytes, attention pairs and FLOPs are read from the JSON-lines metrics each run writes. Every rank
- * runs one OpenMP thread: more threads than cores, spinning, would make a multi-rank run crawl. */
+ * fixture.h; the device's parts (device*.c) are the test_train_device*
+ * programs'. Losses, labelled
+ * tokens, ring bytes, attention pairs and FLOPs are read from the JSON-lines
+ * metrics each run writes. Every rank runs one OpenMP thread: more threads
+ * than cores, spinning, would make a multi-rank run crawl. */
 #include "config.h"
 
 #include <check.h>
 
 #include "tests/lib/check_main.h"
-#include "tests/lib/testutil.h"
 #include "tests/train/engine/fixture.h"
 
-int main(void)
+static void add_train_tests(Suite *s)
 {
-    if (!test_make_tmpdir(train_tmpdir, sizeof train_tmpdir, "burst-train")) return 1;
-    Suite *s = suite_create("train");
     TCase *tc = check_tcase(s, "train", 900);
     add_rank_tests(tc);
     add_step_tests(tc);
     add_resume_tests(tc);
     add_corpus_tests(tc);
     add_zero_tests(tc);
-    int status = check_run(s);
-    test_remove_tree(train_tmpdir);
-    return status;
+}
+
+int main(void)
+{
+    return train_suite_main("train", "burst-train", add_train_tests);
 }

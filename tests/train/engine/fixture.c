@@ -1,5 +1,5 @@
 /* fixture.c: the runs and expectations the parts of tests/train/test_train
- * and test_train_device share (fixture.h). */
+ * and of the test_train_device suites share (fixture.h). */
 #include "config.h"
 
 #include <check.h>
@@ -9,12 +9,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/lib/check_main.h"
 #include "tests/train/engine/fixture.h"
 
 char *one_thread[] = {"OMP_NUM_THREADS=1", NULL};
 char **run_env = one_thread;
 char train_tmpdir[256];
 int on_emulator;
+const char *const on_device[] = {"train.device=cuda", "data.seq_len=64", NULL};
+const char *const on_cpu[] = {"data.seq_len=64", NULL};
+char *deferred[] = {"OMP_NUM_THREADS=1", "BK_EMU_STREAMS=deferred", NULL};
 
 /* The number after "key": in a metrics line, or -1 when absent. */
 static double metric(const char *line, const char *key)
@@ -112,6 +116,16 @@ void expect_same(const curve *a, const curve *b, double tol, const char *what)
                       "%s: step %d grad norm %.9g vs %.9g", what, i + 1, a->grad_norm[i],
                       b->grad_norm[i]);
     }
+}
+
+void expect_close(const curve *a, const curve *b, double tol, const char *what)
+{
+    ck_assert_msg(a->n >= 4 && a->n == b->n, "%s: %d and %d steps", what, a->n, b->n);
+    for (int i = 0; i < a->n; i++)
+        ck_assert_msg(fabs(a->loss[i] - b->loss[i]) <= tol * fabs(a->loss[i]) &&
+                          fabs(a->grad_norm[i] - b->grad_norm[i]) <= tol * fabs(a->grad_norm[i]),
+                      "%s, step %d: loss %.17g and %.17g, gradient norm %.17g and %.17g", what,
+                      i + 1, a->loss[i], b->loss[i], a->grad_norm[i], b->grad_norm[i]);
 }
 
 /* A run that must succeed; its output must hold `says` when given. */
@@ -216,6 +230,24 @@ void expect_resume_bit_for_bit(int ranks, const char *const *sets, const char *d
     ck_assert_msg(strlen(a) > 0 && strcmp(a, b) == 0, "uninterrupted:\n%s\nresumed:\n%s", a, b);
 }
 
+void expect_moved_resume(int ranks, const char *const *sets, const char *const *moved,
+                         const curve *whole, double tol, const char *what)
+{
+    const char *stop[] = {"--stop-after", "3", NULL}, *resume[] = {"--resume", NULL};
+    test_run_result r = train_args(ranks, 1, sets, stop, NULL, NULL, 0);
+    ck_assert_msg(r.exit_code == 0, "%s", r.out);
+    test_run_free(&r);
+    curve c;
+    r = train_args(ranks, 1, moved, resume, &c, NULL, 0);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "resumed from"), "%s", r.out);
+    test_run_free(&r);
+    ck_assert_int_eq(c.n, whole->n - 3);
+    for (int i = 0; i < c.n; i++)
+        ck_assert_msg(fabs(c.loss[i] - whole->loss[i + 3]) <= tol * fabs(whole->loss[i + 3]),
+                      "step %d: resumed %s %.17g, uninterrupted %.17g", i + 4, what, c.loss[i],
+                      whole->loss[i + 3]);
+}
+
 void synth(const char *task, const char *seq_len, const char *samples, const char *seed,
            const char *out)
 {
@@ -229,4 +261,14 @@ void synth(const char *task, const char *seq_len, const char *samples, const cha
     test_run_result r = test_run(argv, NULL);
     ck_assert_msg(r.exit_code == 0, "%s", r.out);
     test_run_free(&r);
+}
+
+int train_suite_main(const char *name, const char *tmp_prefix, void (*add)(Suite *s))
+{
+    if (!test_make_tmpdir(train_tmpdir, sizeof train_tmpdir, tmp_prefix)) return 1;
+    Suite *s = suite_create(name);
+    add(s);
+    int status = check_run(s);
+    test_remove_tree(train_tmpdir);
+    return status;
 }

@@ -1,5 +1,5 @@
-/* fixture.h: what the parts of tests/train/test_train and
- * test_train_device share: runs of
+/* fixture.h: what the parts of tests/train/test_train and of the
+ * test_train_device suites share: runs of
  * `burst run ... burst train` on real ranks (or of burst linked with the
  * device emulator), the curve of losses and counts each run's JSON-lines
  * metrics give, and the expectations several parts make of those curves:
@@ -36,6 +36,20 @@ extern char train_tmpdir[256];
  * (tests/train/burst_emu), for [train] device = cuda. */
 extern int on_emulator;
 
+/* The engine on the (emulated) device: every buffer of the model, the ring
+ * and the optimizer in device memory, the transport staging device buffers
+ * between ranks. Against the CPU engine, step by step, within what bf16
+ * attention moves (the device's tensor cores round Q, K, V, P and dS to bf16;
+ * the host computes in fp32). Sequences of 64 tokens: the emulator runs every
+ * kernel thread by thread on the CPU, so each comparison is a test of its
+ * own, under its own timeout. on_device: the sets of such a run; on_cpu:
+ * the CPU engine's run of the same tokens. */
+extern const char *const on_device[];
+extern const char *const on_cpu[];
+/* Kernels queued on their streams like copies (kernels/emu/simt_stream.h):
+ * work the engine did not order after what it reads would read old data. */
+extern char *deferred[];
+
 /* The program the ranks run: burst, or burst_emu under on_emulator. */
 const char *train_program(void);
 /* burst run -n ranks [--nodes nodes] -- burst train --set ... (sets and args:
@@ -49,6 +63,9 @@ test_run_result train(int ranks, int nodes, const char *const *sets, const char 
 /* Runs a and b logged 6 steps of the same labelled tokens and attention pairs,
  * and losses within tol (gradient norms within 10 tol), relative. */
 void expect_same(const curve *a, const curve *b, double tol, const char *what);
+/* Runs a and b logged the same steps (at least 4), with losses and
+ * gradient norms within tol of each other, relative (0: the same bits). */
+void expect_close(const curve *a, const curve *b, double tol, const char *what);
 /* A run that must succeed; its output must hold `says` when given. */
 void run_saying(int ranks, int nodes, const char *const *sets, const char *says, curve *c);
 void run_ok(int ranks, int nodes, const char *const *sets, curve *c);
@@ -65,6 +82,11 @@ void expect_resume_refused(int ranks, const char *const *sets, const char *want)
  * bit; refused: [setting, message] pairs a resume refuses first (NULL-ended). */
 void expect_resume_bit_for_bit(int ranks, const char *const *sets, const char *dir,
                                const char *const (*refused)[2]);
+/* A run of sets stopped after step 3 (checkpointing where sets say) and
+ * resumed with moved (other settings, the same directory) continues whole,
+ * the uninterrupted curve of sets, within tol. */
+void expect_moved_resume(int ranks, const char *const *sets, const char *const *moved,
+                         const curve *whole, double tol, const char *what);
 /* burst data synth --task TASK --seq-len N --samples S [--seed SEED] -o OUT
  * (seed NULL: the command's default), which must succeed. */
 void synth(const char *task, const char *seq_len, const char *samples, const char *seed,
@@ -72,13 +94,22 @@ void synth(const char *task, const char *seq_len, const char *samples, const cha
 
 /* The tests of each part, added to the suite's test case tc in the order
  * they run: the ranks (ranks.c), the steps (steps.c), resumes (resume.c),
- * HDF5 corpora (corpus.c), the ZeRO stages (zero.c); the device's in test
- * cases of their own. */
+ * HDF5 corpora (corpus.c), the ZeRO stages (zero.c); the device's
+ * (device.c), its host keys (device_host.c), its memory (device_memory.c) and
+ * the device's over the model of NCCL (device_nccl.c) in suites of their own. */
 void add_rank_tests(TCase *tc);
 void add_step_tests(TCase *tc);
 void add_resume_tests(TCase *tc);
 void add_corpus_tests(TCase *tc);
 void add_zero_tests(TCase *tc);
 void add_device_tests(Suite *s);
+void add_device_host_tests(Suite *s);
+void add_device_memory_tests(Suite *s);
+void add_device_nccl_tests(Suite *s);
+
+/* The main of each suite program: the suite `name` of the tests `add` adds,
+ * run in a temporary directory (train_tmpdir) whose name starts with
+ * tmp_prefix, removed after; the program's exit status. */
+int train_suite_main(const char *name, const char *tmp_prefix, void (*add)(Suite *s));
 
 #endif
