@@ -1,10 +1,11 @@
 /* simt_fiber.h: the fibers the SIMT emulator runs CUDA threads on: a stack
- * each, started once with ucontext (makecontext/setcontext), then switched
- * with _setjmp/_longjmp, which costs no system call (the ucontext calls save
- * or restore the signal mask with one). Under AddressSanitizer every switch is
- * announced with __sanitizer_start_switch_fiber and
- * __sanitizer_finish_switch_fiber, so ASan knows which stack is live and
- * reports no false stack overflows.
+ * each, switched without a system call: on x86-64 by saving the registers a
+ * call preserves and swapping stack pointers, elsewhere with _setjmp/_longjmp
+ * after a start through ucontext (makecontext/setcontext; the ucontext calls
+ * save or restore the signal mask with a system call each). Under
+ * AddressSanitizer every switch is announced with
+ * __sanitizer_start_switch_fiber and __sanitizer_finish_switch_fiber, so ASan
+ * knows which stack is live and reports no false stack overflows.
  *
  * One OS thread owns a set of fibers and a "main" fiber (its own stack); the
  * emulator's scheduler runs on main and switches to a CUDA thread's fiber,
@@ -20,7 +21,8 @@ namespace bk_emu
 {
 
 struct fiber {
-    jmp_buf jb;        /* where to resume this fiber */
+    void *sp;          /* where to resume this fiber (x86-64) */
+    jmp_buf jb;        /* where to resume this fiber (elsewhere) */
     char *stack;       /* usable stack (above a guard page); NULL for main */
     size_t stack_size; /* bytes of usable stack */
     char *mapping;     /* the whole mapping, guard page included */
