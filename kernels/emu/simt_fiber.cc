@@ -83,10 +83,9 @@ void fiber_main_init(fiber *main_f)
     t_main = main_f;
 }
 
-/* The first code a new fiber runs: it completes the switch into it (the
- * first ever on this OS thread came from main, whose stack ASan names
- * here), then runs the fiber's entry. */
-[[noreturn]] static void fiber_enter(fiber *self)
+/* The first thing a new fiber does: complete the switch into it (the first
+ * ever on this OS thread came from main, whose stack ASan names here). */
+static void finish_first_switch(void)
 {
     const void *bottom = NULL;
     size_t size = 0;
@@ -95,6 +94,11 @@ void fiber_main_init(fiber *main_f)
         t_main->asan_bottom = bottom;
         t_main->asan_size = size;
     }
+}
+
+/* Runs the fiber's entry, which must never return. */
+[[noreturn]] static void run_entry(fiber *self)
+{
     self->entry(self->arg);
     fprintf(stderr, "bk_emu: a fiber's entry function returned\n");
     abort();
@@ -168,7 +172,8 @@ bk_emu_stack_switch:
  * of every backtrace). */
 [[noreturn]] static void trampoline(void)
 {
-    fiber_enter(t_entering);
+    finish_first_switch();
+    run_entry(t_entering);
 }
 
 int fiber_create(fiber *f, size_t stack_size, void (*entry)(void *), void *arg)
@@ -205,22 +210,14 @@ static __thread jmp_buf t_create_jb;
 static void trampoline(void)
 {
     fiber *self = t_entering;
-    const void *bottom = NULL;
-    size_t size = 0;
-    asan_finish(NULL, &bottom, &size);
-    if (t_main->asan_bottom == NULL) {
-        t_main->asan_bottom = bottom;
-        t_main->asan_size = size;
-    }
+    finish_first_switch();
     void *fake = NULL;
     if (_setjmp(self->jb) == 0) {
         asan_start(&fake, t_main);
         _longjmp(t_create_jb, 1);
     }
     asan_finish(fake, NULL, NULL);
-    self->entry(self->arg);
-    fprintf(stderr, "bk_emu: a fiber's entry function returned\n");
-    abort();
+    run_entry(self);
 }
 
 int fiber_create(fiber *f, size_t stack_size, void (*entry)(void *), void *arg)
