@@ -94,6 +94,53 @@ static bt_status check_options(const bt_options *opt, char *err, size_t err_len)
     return BT_OK;
 }
 
+/* A world of one rank: its messages to itself through the self backend. */
+static bt_status connect_alone(bt_world *w, char *err, size_t err_len)
+{
+    w->n_nodes = 1;
+    w->local_size = 1;
+    w->peers = bt_calloc(w, sizeof *w->peers, "the world's peers");
+    bt_status st = w->peers ? bt_backend_self_create(w, &w->intra) : BT_ERR_SYS;
+    if (st != BT_OK) {
+        snprintf(err, err_len, "%s", w->err);
+        free(w->peers);
+        return st;
+    }
+    w->inter = w->self = w->intra;
+    w->backends[w->n_backends++] = w->intra;
+    return BT_OK;
+}
+
+/* Several ranks: UCX's addresses exchanged at the rendezvous, UCX connected
+ * to every peer, the self backend for a rank's messages to itself, the
+ * control plane started; on failure what was made is undone. */
+static bt_status connect_peers(bt_world *w, char *err, size_t err_len)
+{
+    bt_backend *ucx = NULL;
+    unsigned char *addr = NULL;
+    size_t addr_len = 0;
+    bt_status st = bt_backend_ucx_create(w, &ucx, &addr, &addr_len);
+    if (st == BT_OK) st = bt_rendezvous(w, addr, addr_len);
+    if (st == BT_OK) {
+        w->intra = w->inter = ucx;
+        w->backends[w->n_backends++] = ucx;
+        st = bt_backend_ucx_connect(ucx);
+    }
+    if (st == BT_OK) {
+        /* A rank's messages to itself: copied at once, in either memory. */
+        st = bt_backend_self_create(w, &w->self);
+        if (st == BT_OK) w->backends[w->n_backends++] = w->self;
+    }
+    if (st == BT_OK) st = bt_control_start(w);
+    if (st != BT_OK) {
+        snprintf(err, err_len, "%s", w->err[0] ? w->err : bt_status_name(st));
+        if (w->self) w->self->ops->finalize(w->self);
+        if (ucx) ucx->ops->finalize(ucx);
+        bt_control_stop(w, 1);
+    }
+    return st;
+}
+
 bt_status bt_world_init(const bt_options *opt_in, bt_world **out, char *err, size_t err_len)
 {
     bt_options opt;
@@ -122,44 +169,10 @@ bt_status bt_world_init(const bt_options *opt_in, bt_world **out, char *err, siz
     w->rank = w->ident.rank;
     w->size = w->ident.size;
 
-    if (w->size == 1) {
-        w->n_nodes = 1;
-        w->local_size = 1;
-        w->peers = bt_calloc(w, sizeof *w->peers, "the world's peers");
-        st = w->peers ? bt_backend_self_create(w, &w->intra) : BT_ERR_SYS;
-        if (st != BT_OK) {
-            snprintf(err, err_len, "%s", w->err);
-            free(w->peers);
-            free(w);
-            return st;
-        }
-        w->inter = w->self = w->intra;
-        w->backends[w->n_backends++] = w->intra;
-    } else {
-        bt_backend *ucx = NULL;
-        unsigned char *addr = NULL;
-        size_t addr_len = 0;
-        st = bt_backend_ucx_create(w, &ucx, &addr, &addr_len);
-        if (st == BT_OK) st = bt_rendezvous(w, addr, addr_len);
-        if (st == BT_OK) {
-            w->intra = w->inter = ucx;
-            w->backends[w->n_backends++] = ucx;
-            st = bt_backend_ucx_connect(ucx);
-        }
-        if (st == BT_OK) {
-            /* A rank's messages to itself: copied at once, in either memory. */
-            st = bt_backend_self_create(w, &w->self);
-            if (st == BT_OK) w->backends[w->n_backends++] = w->self;
-        }
-        if (st == BT_OK) st = bt_control_start(w);
-        if (st != BT_OK) {
-            snprintf(err, err_len, "%s", w->err[0] ? w->err : bt_status_name(st));
-            if (w->self) w->self->ops->finalize(w->self);
-            if (ucx) ucx->ops->finalize(ucx);
-            bt_control_stop(w, 1);
-            free(w);
-            return st;
-        }
+    st = w->size == 1 ? connect_alone(w, err, err_len) : connect_peers(w, err, err_len);
+    if (st != BT_OK) {
+        free(w);
+        return st;
     }
     w->world_comm = comm_new(w, 1, w->rank, w->size, NULL);
     w->max_comm_id = 1;

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "kernels/device.h"
-#include "src/attn/ring_run.h"
+#include "src/attn/ring_buffers.h"
 
 /* The slots, then 4 trailing accumulators, the home accumulator, delta, 4
  * tables and the bf16 home inputs. */

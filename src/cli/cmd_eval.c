@@ -96,32 +96,34 @@ static int parse_args(int argc, char **argv, eval_args *a)
 
 int cmd_eval(int argc, char **argv)
 {
-    trainer t;
-    memset(&t, 0, sizeof t);
-    train_config_default(&t.cfg);
-    eval_args a = {.config = {&t.cfg, "burst eval"}};
+    train_config cfg;
+    train_config_default(&cfg);
+    eval_args a = {.config = {&cfg, "burst eval"}};
     int status = parse_args(argc, argv, &a);
     if (status >= 0) return status;
-    t.opts = (trainer_opts){.inject_step = -1, .overflow_step = -1, .forward_only = 1};
+    const trainer_opts opts = {.inject_step = -1, .overflow_step = -1, .forward_only = 1};
     char err[1024];
     bt_options opt;
     bt_options_default(&opt);
-    opt.intra = t.cfg.intra;
-    opt.timeout_s = t.cfg.timeout;
-    if (bt_world_init(&opt, &t.world, err, sizeof err) != BT_OK) {
+    opt.intra = cfg.intra;
+    opt.timeout_s = cfg.timeout;
+    bt_world *world;
+    if (bt_world_init(&opt, &world, err, sizeof err) != BT_OK) {
         fprintf(stderr, "burst eval: transport: %s\n", err);
         return EXIT_RUN_FAILURE;
     }
-    status = trainer_setup(&t, err, sizeof err);
+    trainer *t = trainer_create(&cfg, &opts, world);
+    status = t ? trainer_setup(t, err, sizeof err) : EXIT_RUN_FAILURE;
     if (status != 0) {
-        if (t.rank == 0 && err[0]) fprintf(stderr, "burst eval: %s\n", err);
-        bt_world_abort(t.world);
-        trainer_free(&t);
+        if (!t) fprintf(stderr, "burst eval: out of memory for the trainer\n");
+        else if (trainer_rank(t) == 0 && err[0]) fprintf(stderr, "burst eval: %s\n", err);
+        bt_world_abort(world);
+        trainer_free(t);
         return status;
     }
     err[0] = '\0';
-    status = trainer_eval_nll(&t, a.samples, a.out_json, err, sizeof err);
-    if (status != 0 && err[0] && (t.rank == 0 || status != STOP_AGREED))
-        fprintf(stderr, "burst eval: rank %d: %s\n", t.rank, err);
-    return trainer_leave_world(&t, status);
+    status = trainer_eval_nll(t, a.samples, a.out_json, err, sizeof err);
+    if (status != 0 && err[0] && (trainer_rank(t) == 0 || status != STOP_AGREED))
+        fprintf(stderr, "burst eval: rank %d: %s\n", trainer_rank(t), err);
+    return trainer_leave_world(t, status);
 }

@@ -12,9 +12,10 @@
 #include <string.h>
 
 #include "src/cli/cli.h"
-#include "src/train/trainer.h"
+#include "src/train/trainer_memory.h"
 #include "util/options.h"
 #include "util/parse.h"
+#include "util/proc_memory.h"
 
 /* What the command line sets; the configuration first (cli_config_ref). */
 typedef struct {
@@ -72,40 +73,35 @@ static int parse_args(int argc, char **argv, plan_args *a)
 }
 
 /* The verdict for cfg at its ZeRO stage: 1 fits, 0 does not, -1 a
- * configuration the run refuses (err). *t holds the count until the caller
- * frees it. */
-static int fits_at_stage(const plan_args *a, const train_config *cfg, trainer *t, char *err,
-                         size_t err_len)
+ * configuration the run refuses (err). *p holds the count. */
+static int fits_at_stage(const plan_args *a, const train_config *cfg, trainer_memory_plan *p,
+                         char *err, size_t err_len)
 {
-    memset(t, 0, sizeof *t);
-    t->cfg = *cfg;
-    if (trainer_plan_offline(t, a->ranks, a->ranks / a->per_node, err, err_len) != 0) return -1;
+    if (trainer_plan_offline(cfg, a->ranks, a->ranks / a->per_node, p, err, err_len) != 0)
+        return -1;
     /* what trainer_check_memory compares, with the arena's margin on a device
      * (trainer_make_arena takes the two together) */
-    int on_device = t->choices.on_device;
+    int on_device = p->on_device;
     double need[MEMORY_KINDS],
         room[MEMORY_KINDS] = {cfg->limit_bytes > 0 ? (double)cfg->limit_bytes : -1,
                               on_device ? (double)a->device_bytes : -1,
                               (double)a->host_bytes / a->per_node};
-    trainer_memory_needs(&t->mem, on_device, need);
-    if (on_device) need[MEMORY_DEVICE] = (double)(trainer_arena_bytes(&t->mem) + t->mem.nccl);
+    trainer_memory_needs(&p->mem, on_device, need);
+    if (on_device) need[MEMORY_DEVICE] = (double)(trainer_arena_bytes(&p->mem) + p->mem.nccl);
     return trainer_memory_verdict(need, room) < 0;
 }
 
 /* The verdict for cfg, as fits_at_stage; with zero = auto, at the smallest
- * stage that fits (t->zero_chosen says so), else at 3. */
-static int fits(const plan_args *a, const train_config *cfg, trainer *t, char *err, size_t err_len)
+ * stage that fits, else at 3. */
+static int fits(const plan_args *a, const train_config *cfg, trainer_memory_plan *p, char *err,
+                size_t err_len)
 {
-    if (train_config_zero_stage(cfg) != 0) return fits_at_stage(a, cfg, t, err, err_len);
+    if (train_config_zero_stage(cfg) != 0) return fits_at_stage(a, cfg, p, err, err_len);
     train_config c = *cfg;
     for (int stage = train_config_lowest_zero_stage(cfg);; stage++) {
         snprintf(c.zero, sizeof c.zero, "%d", stage);
-        int ok = fits_at_stage(a, &c, t, err, err_len);
-        if (ok != 0 || stage == 3) {
-            t->zero_chosen = "the smallest stage whose memory fits";
-            return ok;
-        }
-        trainer_free(t);
+        int ok = fits_at_stage(a, &c, p, err, err_len);
+        if (ok != 0 || stage == 3) return ok;
     }
 }
 
@@ -117,33 +113,38 @@ static int64_t longest_fitting(const plan_args *a)
     train_config c = a->cfg;
     char err[512];
     for (int64_t seq = unit; seq <= ((int64_t)1 << 30); seq *= 2) { /* up to 1G tokens */
-        trainer t;
+        trainer_memory_plan p;
         c.seq_len = seq;
         if (c.max_seq < seq) c.max_seq = seq;
-        int ok = fits(a, &c, &t, err, sizeof err);
-        trainer_free(&t);
+        int ok = fits(a, &c, &p, err, sizeof err);
         if (ok != 1) break;
         best = seq;
     }
     return best;
 }
 
-static void report(const plan_args *a, const trainer *t, int ok)
+/* [parallel] zero = auto: the stage reported is the smallest that fits. */
+static int zero_auto(const plan_args *a)
 {
-    const train_config *c = &t->cfg;
+    return train_config_zero_stage(&a->cfg) == 0;
+}
+
+static void report(const plan_args *a, const trainer_memory_plan *t, int ok)
+{
+    const train_config *c = &a->cfg;
     char parts[512], h[4][32];
     trainer_memory_parts(&t->mem, parts, sizeof parts);
     printf("plan memory: %lld parameters (%s); %d ranks = dp %d x cp %d, %d per node, ZeRO stage "
            "%d%s; sequence %lld tokens (%lld per rank); %s\n",
-           (long long)t->model.n_params, c->preset, a->ranks, c->dp, c->cp, a->per_node,
-           trainer_zero_stage(t), t->zero_chosen ? " (zero = auto)" : "", (long long)c->seq_len,
-           (long long)t->layout.n, t->choices.on_device ? "on a GPU per rank" : "on the CPU");
+           (long long)t->n_params, c->preset, a->ranks, c->dp, c->cp, a->per_node,
+           t->zero_stage, zero_auto(a) ? " (zero = auto)" : "", (long long)c->seq_len,
+           (long long)t->tokens_per_rank, t->on_device ? "on a GPU per rank" : "on the CPU");
     printf("memory per rank: %s\n", parts);
     printf("memory per rank, the parts together: %s (a process adds its own baseline)\n",
            bu_human_bytes((double)trainer_memory_total(&t->mem), h[0], 32));
     if (c->limit_bytes > 0)
         printf("[memory] limit_bytes: %s\n", bu_human_bytes((double)c->limit_bytes, h[1], 32));
-    if (t->choices.on_device) {
+    if (t->on_device) {
         char nccl[64] = "";
         if (t->mem.nccl > 0)
             snprintf(nccl, sizeof nccl, " and NCCL's buffers %s",
@@ -153,13 +154,11 @@ static void report(const plan_args *a, const trainer *t, int ok)
                bu_human_bytes((double)a->device_bytes, h[2], 32));
     }
     if (t->mem.nccl > 0) {
-        char basis[256];
-        trainer_nccl_bytes(t, basis, sizeof basis);
-        printf("NCCL's buffers, estimated from its settings: %s\n", basis);
+        printf("NCCL's buffers, estimated from its settings: %s\n", t->nccl_basis);
     }
-    double host = (double)trainer_host_bytes(&t->mem, t->choices.on_device);
+    double host = (double)trainer_host_bytes(&t->mem, t->on_device);
     printf("host per rank: %s%s of %s (a node's %s over %d ranks)\n",
-           bu_human_bytes(host, h[1], 32), t->choices.on_device ? " outside the device" : "",
+           bu_human_bytes(host, h[1], 32), t->on_device ? " outside the device" : "",
            bu_human_bytes((double)a->host_bytes / a->per_node, h[2], 32),
            bu_human_bytes((double)a->host_bytes, h[3], 32), a->per_node);
     printf("fits: %s\n", ok ? "yes" : "no");
@@ -167,9 +166,9 @@ static void report(const plan_args *a, const trainer *t, int ok)
 
 /* The report as one JSON object: the cluster, the parts by key, the totals
  * the verdict compares, the verdict and the longest sequence (0: none). */
-static int report_json(const plan_args *a, const trainer *t, int ok, int64_t longest)
+static int report_json(const plan_args *a, const trainer_memory_plan *t, int ok, int64_t longest)
 {
-    const train_config *c = &t->cfg;
+    const train_config *c = &a->cfg;
     json_t *parts = json_object();
     trainer_memory_part list[TRAINER_MEMORY_PARTS];
     int n = trainer_memory_part_list(&t->mem, list);
@@ -178,13 +177,13 @@ static int report_json(const plan_args *a, const trainer *t, int ok, int64_t lon
     json_t *o = json_pack(
         "{s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:b, s:I, s:I, s:b, s:o, s:I, s:I, s:I, "
         "s:I, s:I, s:I, s:b, s:I}",
-        "preset", c->preset, "parameters", (json_int_t)t->model.n_params, "ranks", a->ranks,
-        "gpus_per_node", a->per_node, "dp", c->dp, "cp", c->cp, "zero", trainer_zero_stage(t),
-        "zero_auto", t->zero_chosen != NULL, "sequence", (json_int_t)c->seq_len, "tokens_per_rank",
-        (json_int_t)t->layout.n, "on_device", t->choices.on_device, "parts", parts, "total",
+        "preset", c->preset, "parameters", (json_int_t)t->n_params, "ranks", a->ranks,
+        "gpus_per_node", a->per_node, "dp", c->dp, "cp", c->cp, "zero", t->zero_stage,
+        "zero_auto", zero_auto(a), "sequence", (json_int_t)c->seq_len, "tokens_per_rank",
+        (json_int_t)t->tokens_per_rank, "on_device", t->on_device, "parts", parts, "total",
         (json_int_t)trainer_memory_total(&t->mem), "arena",
-        (json_int_t)(t->choices.on_device ? trainer_arena_bytes(&t->mem) : 0), "host_per_rank",
-        (json_int_t)trainer_host_bytes(&t->mem, t->choices.on_device), "device_memory",
+        (json_int_t)(t->on_device ? trainer_arena_bytes(&t->mem) : 0), "host_per_rank",
+        (json_int_t)trainer_host_bytes(&t->mem, t->on_device), "device_memory",
         (json_int_t)a->device_bytes, "host_memory", (json_int_t)a->host_bytes, "limit_bytes",
         (json_int_t)c->limit_bytes, "fits", ok, "longest_sequence", (json_int_t)longest);
     if (!o || json_dumpf(o, stdout, JSON_INDENT(2)) != 0) {
@@ -206,25 +205,19 @@ int cmd_plan_memory(int argc, char **argv)
     if (a.ranks == 0) a.ranks = a.cfg.dp * a.cfg.cp;
     if (a.per_node == 0 || a.per_node > a.ranks) a.per_node = a.ranks;
     if (a.host_bytes == 0) {
-        double avail = trainer_available_bytes();
+        double avail = bu_available_bytes();
         a.host_bytes = avail > 0 ? (int64_t)avail : (int64_t)1 << 40;
     }
-    trainer t;
+    trainer_memory_plan p;
     char err[512];
-    int ok = fits(&a, &a.cfg, &t, err, sizeof err);
+    int ok = fits(&a, &a.cfg, &p, err, sizeof err);
     if (ok < 0) {
         fprintf(stderr, "burst plan memory: %s\n", err);
-        trainer_free(&t);
         return EXIT_USAGE;
     }
     int64_t longest = longest_fitting(&a);
-    if (a.json) {
-        int failed = report_json(&a, &t, ok, longest) != 0;
-        trainer_free(&t);
-        return failed ? EXIT_RUN_FAILURE : ok ? 0 : EXIT_USAGE;
-    }
-    report(&a, &t, ok);
-    trainer_free(&t);
+    if (a.json) return report_json(&a, &p, ok, longest) != 0 ? EXIT_RUN_FAILURE : ok ? 0 : EXIT_USAGE;
+    report(&a, &p, ok);
     if (longest > 0)
         printf("longest sequence 2^k x %d that fits: %lld tokens (memory alone: [model] max_seq "
                "raised where needed)\n",

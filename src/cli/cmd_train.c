@@ -111,30 +111,31 @@ static int print_config(train_config *c)
 
 int cmd_train(int argc, char **argv)
 {
-    trainer t;
-    memset(&t, 0, sizeof t);
-    train_args a = {.config = {&t.cfg, "burst train"},
+    train_config cfg;
+    train_args a = {.config = {&cfg, "burst train"},
                     .opts = {.inject_step = -1, .inject_rank = 0, .overflow_step = -1}};
-    train_config_default(&t.cfg);
+    train_config_default(&cfg);
     int status = parse_args(argc, argv, &a);
     if (status >= 0) return status;
-    if (a.print_config) return print_config(&t.cfg);
-    t.opts = a.opts;
+    if (a.print_config) return print_config(&cfg);
     char err[512];
     bt_options opt;
     bt_options_default(&opt);
-    opt.intra = t.cfg.intra;
-    opt.timeout_s = t.cfg.timeout;
-    if (bt_world_init(&opt, &t.world, err, sizeof err) != BT_OK) {
+    opt.intra = cfg.intra;
+    opt.timeout_s = cfg.timeout;
+    bt_world *world;
+    if (bt_world_init(&opt, &world, err, sizeof err) != BT_OK) {
         fprintf(stderr, "burst train: transport: %s\n", err);
         return EXIT_RUN_FAILURE;
     }
-    status = trainer_setup(&t, err, sizeof err);
+    trainer *t = trainer_create(&cfg, &a.opts, world);
+    status = t ? trainer_setup(t, err, sizeof err) : EXIT_RUN_FAILURE;
     if (status != 0) {
-        if (t.rank == 0 && err[0]) fprintf(stderr, "burst train: %s\n", err);
-        bt_world_abort(t.world);
-        trainer_free(&t);
+        if (!t) fprintf(stderr, "burst train: out of memory for the trainer\n");
+        else if (trainer_rank(t) == 0 && err[0]) fprintf(stderr, "burst train: %s\n", err);
+        bt_world_abort(world);
+        trainer_free(t);
         return status;
     }
-    return trainer_leave_world(&t, trainer_run(&t));
+    return trainer_leave_world(t, trainer_run(t));
 }

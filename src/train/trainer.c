@@ -18,44 +18,12 @@
 #include "kernels/device.h"
 #include "src/attn/device_link.h"
 #include "src/train/init_source.h"
-#include "src/train/trainer.h"
+#include "src/train/trainer_internal.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/exit_codes.h"
 #include "util/parse.h"
-
-int64_t trainer_sample_index(const train_config *c, int64_t step, int dp_rank, int mb)
-{
-    return ((step - 1) * c->dp + dp_rank) * c->micro_batches + mb;
-}
-
-const char *trainer_command(const trainer *t)
-{
-    return t->opts.forward_only ? "burst eval" : "burst train";
-}
-
-int trainer_report_world_failure(const trainer *t)
-{
-    const char *why = bt_world_error(t->world);
-    if (!why[0]) return 0;
-    fprintf(stderr, "%s: rank %d: %s\n", trainer_command(t), t->rank, why);
-    return 1;
-}
-
-int trainer_fail_together(trainer *t, int says, int name_rank, char *err, size_t err_len)
-{
-    if (says && name_rank)
-        fprintf(stderr, "%s: rank %d: %s\n", trainer_command(t), t->rank, err);
-    else if (says)
-        fprintf(stderr, "%s: %s\n", trainer_command(t), err);
-    /* A rank with nothing to say whose world has already failed, before the
-     * barrier below lets any rank leave: the agreement that brought it here
-     * was cut short by a lost rank, which it names. */
-    else trainer_report_world_failure(t);
-    if (err_len) err[0] = '\0';
-    bt_barrier(bt_world_comm(t->world)); /* a failed wait changes nothing: every rank fails */
-    return EXIT_USAGE;
-}
+#include "util/proc_memory.h"
 
 static int make_model_layout(trainer *t, char *err, size_t err_len)
 {
@@ -230,32 +198,6 @@ static void model_buffer_free(trainer *t, void *p)
     bk_free(&t->queue, p);
 }
 
-model_params trainer_params(const trainer *t)
-{
-    return (model_params){t->params, t->params16}; /* both NULL at zero = 3: gathered */
-}
-
-/* zero = 3: a range of the parameters into its window, from every rank's
- * masters (the runner's model_gather); the host's time in both halves is
- * the gathers' exposed time. */
-static bt_status gather_start(void *ctx, void *window, int64_t begin, int64_t end)
-{
-    trainer *t = ctx;
-    double start = bu_now();
-    bt_status st = zero1_gather_start(t->opt, window, begin, end);
-    t->gather_s += bu_now() - start;
-    return st;
-}
-
-static bt_status gather_wait(void *ctx)
-{
-    trainer *t = ctx;
-    double start = bu_now();
-    bt_status st = zero1_gather_arrived(t->opt);
-    t->gather_s += bu_now() - start;
-    return st;
-}
-
 /* ZeRO's windows (zero >= 2), each a buffer of its own (model.h): the
  * embedding's and the two buckets, of bytes[3], into w[3]. */
 static int make_windows(trainer *t, const size_t bytes[3], void *w[3], const char *what, char *err,
@@ -371,8 +313,7 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
     if (!params) return -1;
     t->held.params = held_now(t) - before;
     if (stage == 3) {
-        t->param_gather = (model_gather){w[0], {w[1], w[2]}, gather_start, gather_wait, t};
-        model_runner_gather(t->runner, &t->param_gather);
+        trainer_bind_gather(t);
     } else if (t->choices.bf16_matmul)
         t->params16 = params;
     else
@@ -433,12 +374,6 @@ static int make_optimizer(trainer *t, char *err, size_t err_len)
     return trainer_fail_together(t, t->rank == 0, 0, err, err_len);
 }
 
-int trainer_agree_on_own_part(trainer *t, int failed, char *err, size_t err_len)
-{
-    if (trainer_failed_rank(t, failed) < 0) return 0;
-    return trainer_fail_together(t, failed, 1, err, err_len);
-}
-
 /* The sequence layout, the runner's configuration and the rank's memory
  * counted from them (t->mem): the part of the setup that needs no world, so
  * that trainer_plan_offline counts exactly what a run counts. */
@@ -487,7 +422,8 @@ static int choose_zero_stage(trainer *t, model_runner_config *rc, char *err, siz
     return 0;
 }
 
-int trainer_plan_offline(trainer *t, int world_size, int nodes, char *err, size_t err_len)
+/* trainer_plan_offline on t, whose cfg is set. */
+static int plan_offline(trainer *t, int world_size, int nodes, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     if (err_len) err[0] = '\0';
@@ -517,6 +453,39 @@ int trainer_plan_offline(trainer *t, int world_size, int nodes, char *err, size_
     return plan_rank_memory(t, nodes, world_size / nodes, &rc, err, err_len);
 }
 
+int trainer_plan_offline(const train_config *cfg, int world_size, int nodes,
+                         trainer_memory_plan *out, char *err, size_t err_len)
+{
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.cfg = *cfg;
+    int rc = plan_offline(&t, world_size, nodes, err, err_len);
+    if (rc == 0) {
+        *out = (trainer_memory_plan){.mem = t.mem,
+                                     .n_params = t.model.n_params,
+                                     .tokens_per_rank = t.layout.n,
+                                     .zero_stage = trainer_zero_stage(&t),
+                                     .on_device = t.choices.on_device};
+        trainer_nccl_bytes(&t, out->nccl_basis, sizeof out->nccl_basis);
+    }
+    trainer_free_parts(&t);
+    return rc;
+}
+
+trainer *trainer_create(const train_config *cfg, const trainer_opts *opts, bt_world *world)
+{
+    trainer *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->cfg = *cfg, t->opts = *opts, t->world = world;
+    t->rank = bt_world_rank(world);
+    return t;
+}
+
+int trainer_rank(const trainer *t)
+{
+    return t->rank;
+}
+
 int trainer_setup(trainer *t, char *err, size_t err_len)
 {
     train_config *c = &t->cfg;
@@ -524,7 +493,7 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     t->rank = bt_world_rank(t->world);
     t->world_size = bt_world_size(t->world);
     t->queue = bk_host_queue();
-    t->baseline_bytes = trainer_rss_bytes();
+    t->baseline_bytes = bu_rss_bytes();
     if (init_source_take_model(c, err, err_len) != 0 ||
         train_config_validate(c, t->world_size, err, err_len) != 0)
         return EXIT_USAGE;
@@ -543,7 +512,7 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     int status = make_queue(t, err, err_len);
     if (status != 0) return status;
     /* on a device, the runtime's own host memory is part of the baseline */
-    if (t->queue.where == BK_DEVICE) t->baseline_bytes = trainer_rss_bytes();
+    if (t->queue.where == BK_DEVICE) t->baseline_bytes = bu_rss_bytes();
     model_runner_config rc;
     status = choose_zero_stage(t, &rc, err, err_len);
     if (status != 0) return status;
@@ -632,7 +601,7 @@ int trainer_run(trainer *t)
         status = trainer_evaluate(t);
     if (status == 0) trainer_report_arena(t, "at the end"); /* every rank: collective */
     if (status == 0 && t->rank == 0) {
-        double peak = trainer_peak_rss_bytes(), est = trainer_estimated_host_bytes(t);
+        double peak = bu_peak_rss_bytes(), est = trainer_estimated_host_bytes(t);
         char p[32], e[32];
         printf("done: step %lld of %lld, final loss %.4f; peak host memory rank 0 %s (estimated "
                "%s, ratio %.2f)\n",
@@ -642,7 +611,7 @@ int trainer_run(trainer *t)
     return status;
 }
 
-void trainer_free(trainer *t)
+void trainer_free_parts(trainer *t)
 {
     model_runner_free(t->runner);
     model_layout_free(&t->model);
@@ -661,6 +630,13 @@ void trainer_free(trainer *t)
     if (t->metrics) fclose(t->metrics);
     bk_arena_destroy(t->arena); /* after every buffer that came from it */
     memset(t, 0, sizeof *t);
+}
+
+void trainer_free(trainer *t)
+{
+    if (!t) return;
+    trainer_free_parts(t);
+    free(t);
 }
 
 /* Leaves the world: in order after a run every rank finished or stopped

@@ -15,26 +15,7 @@
 
 #include "io/checkpoint.h"
 #include "kernels/device.h"
-#include "src/train/trainer.h"
-
-int trainer_failed_rank(trainer *t, int failed)
-{
-    int64_t first = failed ? t->rank : INT64_MAX;
-    if (bt_allreduce(bt_world_comm(t->world), &first, 1, BT_I64, BT_MIN) != BT_OK) return t->rank;
-    return first == INT64_MAX ? -1 : (int)first;
-}
-
-int trainer_any_rank(trainer *t, int failed)
-{
-    return trainer_failed_rank(t, failed) >= 0;
-}
-
-void trainer_another_rank_failed(const trainer *t, const char *what, const char *said, char *err,
-                                 size_t err_len)
-{
-    const char *lost = bt_world_error(t->world);
-    snprintf(err, err_len, "%s: %s", what, lost[0] ? lost : said);
-}
+#include "src/train/trainer_internal.h"
 
 /* What a checkpoint holds of this rank, on the host: its shard [begin, end)
  * of the fp32 parameters and of the two moments, [end - begin] each. On the

@@ -17,7 +17,7 @@
 
 #include "io/dataset_int64.h"
 #include "kernels/device.h"
-#include "src/train/trainer.h"
+#include "src/train/trainer_internal.h"
 #include "util/alloc.h"
 #include "util/exit_codes.h"
 

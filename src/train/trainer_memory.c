@@ -10,10 +10,11 @@
 #include "kernels/arena.h"
 #include "kernels/device.h"
 #include "src/attn/ring_plan.h"
-#include "src/train/trainer.h"
+#include "src/train/trainer_internal.h"
 #include "transport/transport.h"
 #include "util/exit_codes.h"
 #include "util/parse.h"
+#include "util/proc_memory.h"
 
 /* The larger of the two transients, which live at different times of a step. */
 static size_t transient_bytes(const trainer_memory *m)
@@ -118,40 +119,6 @@ size_t trainer_nccl_bytes(const trainer *t, char *basis, size_t basis_len)
                                 basis_len);
 }
 
-int trainer_zero_stage(const trainer *t)
-{
-    return t->opts.forward_only ? 1 : t->zero_stage;
-}
-
-size_t trainer_param_window_bytes(const trainer *t, int64_t count)
-{
-    return zero1_window_bytes(count, t->choices.bf16_matmul ? BK_BF16 : BK_F32);
-}
-
-void trainer_window_floats(const trainer *t, int64_t floats[3])
-{
-    floats[0] = model_embed_floats(&t->model);
-    for (int k = 0; k < 2; k++) floats[1 + k] = model_bucket_floats(&t->model, k);
-}
-
-/* ZeRO's longest range (zero >= 2): its longest window. */
-static int64_t longest_range(const trainer *t)
-{
-    int64_t floats[3], most = 0;
-    trainer_window_floats(t, floats);
-    for (int i = 0; i < 3; i++)
-        if (floats[i] > most) most = floats[i];
-    return most;
-}
-
-zero1_sharding trainer_sharding(const trainer *t)
-{
-    return (zero1_sharding){.stage = trainer_zero_stage(t),
-                            .state_on_host =
-                                t->choices.on_device && train_config_optimizer_on_host(&t->cfg),
-                            .range_floats = longest_range(t)};
-}
-
 int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, size_t err_len)
 {
     trainer_memory *m = &t->mem;
@@ -175,7 +142,7 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
         zero1_bytes(t->model.n_params, t->world_size, t->rank, param_type, trainer_sharding(t));
     m->optimizer_host = zero1_host_bytes(t->model.n_params, t->world_size, t->rank, param_type,
                                          trainer_sharding(t));
-    m->reduce_copy = stage >= 2 ? zero1_range_bytes(longest_range(t), t->world_size)
+    m->reduce_copy = stage >= 2 ? zero1_range_bytes(trainer_sharding(t).range_floats, t->world_size)
                                 : zero1_step_bytes(t->model.n_params, t->world_size);
     if (t->opts.forward_only) m->grads = m->optimizer = m->optimizer_host = m->reduce_copy = 0;
     size_t mb = (size_t)t->cfg.micro_batches;
@@ -228,7 +195,7 @@ static void memory_room(const trainer *t, double room[MEMORY_KINDS])
     if (t->choices.on_device && bk_device_memory(&free_bytes, &total) == BK_OK)
         room[MEMORY_DEVICE] =
             (double)free_bytes / ((local + t->device_count - 1) / t->device_count);
-    double avail = trainer_available_bytes();
+    double avail = bu_available_bytes();
     room[MEMORY_HOST] = avail > 0 ? avail / local : -1;
 }
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/train/trainer.h"
+#include "src/train/trainer_internal.h"
 #include "util/alloc.h"
 #include "util/exit_codes.h"
 

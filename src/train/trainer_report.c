@@ -9,44 +9,15 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 
 #include "kernels/arena.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
-#include "src/train/trainer.h"
+#include "src/train/trainer_internal.h"
 #include "util/clock.h"
 #include "util/exit_codes.h"
 #include "util/parse.h"
-
-double trainer_peak_rss_bytes(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss * 1024.0;
-}
-
-double trainer_rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, resident = 0;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-        fclose(f);
-    }
-    return (double)resident * 4096.0;
-}
-
-double trainer_available_bytes(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb * 1024.0;
-}
+#include "util/proc_memory.h"
 
 /* sgemm rate (GFLOP/s) of the queue the model runs on, measured for 0.3 s:
  * this rank's threads, or the device. 0 when it cannot be measured. */
@@ -301,7 +272,7 @@ void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
            (long long)step, (long long)c->steps, res->loss, res->grad_norm,
            lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step), step_tokens(t) / step_s,
            gflops, sgemm_world > 0 ? gflops / sgemm_world : 0, res->attn_s, res->exposed_s, zero,
-           offload, bu_human_bytes(trainer_rss_bytes(), mem, sizeof mem), eta);
+           offload, bu_human_bytes(bu_rss_bytes(), mem, sizeof mem), eta);
     fflush(stdout);
 }
 

@@ -16,7 +16,7 @@
 #include "kernels/device.h"
 #include "src/attn/attn_need.h"
 #include "src/attn/kernel_status.h"
-#include "src/train/trainer.h"
+#include "src/train/trainer_internal.h"
 #include "util/clock.h"
 #include "util/exit_codes.h"
 
@@ -35,33 +35,6 @@ static int fail_with(const trainer *t, const char *what, bt_status st)
     char msg[512], kernels[320];
     snprintf(msg, sizeof msg, "%s: %s", what, attn_kernel_failure(st, kernels, sizeof kernels));
     return fail(msg);
-}
-
-/* The document ids of micro-batch mb's sample (mask = document), else NULL. */
-static int32_t *segments_of(const trainer *t, int mb)
-{
-    return t->segments ? t->segments + (size_t)mb * (size_t)(t->cfg.seq_len + 1) : NULL;
-}
-
-int trainer_read_sample(trainer *t, int64_t index, int mb)
-{
-    int64_t n = t->layout.n, *labels = t->labels + mb * n;
-    int32_t *segments = segments_of(t, mb);
-    if (t->data->read(t->data, index, t->tokens + mb * n, labels) != 0 ||
-        (segments && t->data->documents(t->data, index, segments) != 0))
-        return -1;
-    if (segments) token_shard_end_documents(&t->shard, segments, labels);
-    return 0;
-}
-
-int trainer_upload_tokens(trainer *t, int count)
-{
-    size_t bytes = (size_t)count * (size_t)t->layout.n * sizeof(int64_t);
-    if (!t->choices.on_device) return 0;
-    return bk_device_upload(&t->queue, t->dev_tokens, t->tokens, bytes) == BK_OK &&
-                   bk_device_upload(&t->queue, t->dev_labels, t->labels, bytes) == BK_OK
-               ? 0
-               : -1;
 }
 
 /* Reads the step's micro-batches, announces the next step's first sample,
@@ -95,7 +68,7 @@ static double sequence_pairs(const trainer *t)
     double pairs = 0;
     for (int mb = 0; mb < t->cfg.micro_batches; mb++) {
         attn_need_ctx need = {
-            .mask = t->choices.mask, .segments = segments_of(t, mb), .N = t->cfg.seq_len};
+            .mask = t->choices.mask, .segments = trainer_segments(t, mb), .N = t->cfg.seq_len};
         pairs += (double)attn_need_sequence_pairs(&need);
         if (!need.segments) return pairs * t->cfg.micro_batches; /* the same every sequence */
     }
@@ -109,55 +82,6 @@ static double ring_bytes_sent(trainer *t)
     for (int ch = 0; ch < RING_N_CHANNELS; ch++)
         sent += (double)bt_counter_get(t->world, ch).sent_bytes;
     return sent;
-}
-
-/* The testing aids' fault for this step and rank (a NaN gradient, or FLT_MAX
- * on every rank), written to the first parameter's gradient before the
- * reduction; 0 for none. */
-static float injected_fault(const trainer *t)
-{
-    if (t->opts.inject_step == t->step_now && t->opts.inject_rank == t->rank) return NAN;
-    return t->opts.overflow_step == t->step_now ? FLT_MAX : 0.0f;
-}
-
-/* ZeRO-2: the micro-batch's gradients of [begin, end) are whole in grad. The
- * testing aids' fault goes into the first parameter's at the last
- * micro-batch, as it would into the whole buffer; the squares join this
- * rank's finiteness check (before the reduction, as with zero = 1); the
- * optimizer sums the range over the ranks into its block. */
-static bt_status range_done(void *ctx, float *grad, int64_t begin, int64_t end)
-{
-    trainer *t = ctx;
-    /* the last range's part, on the host, before the norm below waits for the queue */
-    double start = bu_now();
-    bt_status st = zero1_add_arrived(t->opt);
-    t->reduce_s += bu_now() - start;
-    if (st != BT_OK) return st;
-    float fault = injected_fault(t);
-    bk_status kst = BK_OK;
-    if (begin == 0 && end > 0 && fault != 0.0f && t->mb_now == t->cfg.micro_batches - 1)
-        kst = bk_fill(&t->queue, 1, grad, fault);
-    const float *bufs[1] = {grad};
-    int64_t count = end - begin;
-    double sq = 0;
-    if (kst == BK_OK) kst = bk_grad_sqnorm(&t->queue, 1, bufs, &count, &sq);
-    if (kst != BK_OK) return attn_kernel_status(kst);
-    t->grad_sq += sq;
-    start = bu_now();
-    st = zero1_add_range(t->opt, grad, begin, end);
-    t->reduce_s += bu_now() - start;
-    return st;
-}
-
-void trainer_bind_gradients(trainer *t)
-{
-    if (!t->grads)
-        t->grad_sink = (model_grads){NULL, NULL, {NULL, NULL}, NULL, NULL};
-    else if (trainer_zero_stage(t) >= 2)
-        t->grad_sink =
-            (model_grads){NULL, t->grads, {t->grad_buckets[0], t->grad_buckets[1]}, range_done, t};
-    else
-        t->grad_sink = (model_grads){t->grads, NULL, {NULL, NULL}, NULL, NULL};
 }
 
 /* Forward and backward of every micro-batch into the gradients (t->grads, or
@@ -184,8 +108,8 @@ static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *
     for (int mb = 0; mb < t->cfg.micro_batches; mb++) {
         char err[256];
         t->mb_now = mb;
-        if (segments_of(t, mb) &&
-            model_runner_set_documents(t->runner, segments_of(t, mb), err, sizeof err) != 0)
+        if (trainer_segments(t, mb) &&
+            model_runner_set_documents(t->runner, trainer_segments(t, mb), err, sizeof err) != 0)
             return fail(err);
         bt_status st =
             model_forward_backward(t->runner, mb, trainer_params(t), &t->grad_sink, tokens + mb * n,
@@ -274,8 +198,9 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
                                   res);
     if (status != 0) return status;
     bk_status kst = BK_OK;
-    if (trainer_zero_stage(t) < 2 && injected_fault(t) != 0.0f) /* zero >= 2: range_done did */
-        kst = bk_fill(&t->queue, 1, t->grads, injected_fault(t));
+    /* zero >= 2: the gradients' sink did (trainer_zero.c) */
+    if (trainer_zero_stage(t) < 2 && trainer_injected_fault(t) != 0.0f)
+        kst = bk_fill(&t->queue, 1, t->grads, trainer_injected_fault(t));
     if (kst != BK_OK) return fail_with(t, "injecting a fault", attn_kernel_status(kst));
     if ((status = agree(t, loss_sum, counted, &first_bad, res)) != 0) return status;
     char what[96];

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "src/train/data/token_source.h"
-#include "src/train/trainer.h"
+#include "src/train/trainer_internal.h"
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
 

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/train/trainer.h"
+#include "src/train/trainer_internal.h"
 #include "tests/lib/worker_util.h"
 #include "util/exit_codes.h"
 
@@ -129,7 +129,7 @@ static int run_peak(int n_sets, char **sets)
     }
     printf("rank %d: state %zu peak %lld\n", rank, trainer_memory_total(&t.mem),
            atomic_load(&peak) - before);
-    trainer_free(&t);
+    trainer_free_parts(&t);
     return 0;
 }
 
@@ -147,7 +147,7 @@ static int run_fail(int n_sets, char **sets)
         atomic_store(&fail_armed, 0);
         int64_t hit = atomic_load(&large_seen) >= k; /* on any rank: all go on together */
         must(bt_allreduce(bt_world_comm(world), &hit, 1, BT_I64, BT_MAX), "allreduce");
-        trainer_free(&t);
+        trainer_free_parts(&t);
         if (!hit) {
             EXPECT(status == 0, "setup without a refused allocation: status %d: %s", status, err);
             break;
