@@ -65,3 +65,27 @@ void cli_print_subcommands(FILE *out, const cli_subcommand *subs, int n, int wid
         fputc('\n', out);
     }
 }
+
+trainer *cli_start_trainer(const train_config *cfg, const trainer_opts *opts, const char *command,
+                           int *status)
+{
+    char err[1024];
+    bt_options opt;
+    bt_options_default(&opt);
+    opt.intra = cfg->intra;
+    opt.timeout_s = cfg->timeout;
+    bt_world *world;
+    if (bt_world_init(&opt, &world, err, sizeof err) != BT_OK) {
+        fprintf(stderr, "%s: transport: %s\n", command, err);
+        *status = EXIT_RUN_FAILURE;
+        return NULL;
+    }
+    trainer *t = trainer_create(cfg, opts, world);
+    *status = t ? trainer_setup(t, err, sizeof err) : EXIT_RUN_FAILURE;
+    if (*status == 0) return t;
+    if (!t) fprintf(stderr, "%s: out of memory for the trainer\n", command);
+    else if (trainer_rank(t) == 0 && err[0]) fprintf(stderr, "%s: %s\n", command, err);
+    bt_world_abort(world);
+    trainer_free(t);
+    return NULL;
+}

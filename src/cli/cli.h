@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "src/train/config.h"
+#include "src/train/trainer.h"
 #include "util/exit_codes.h"
 
 /* Each subcommand takes argv with argv[0] = its own name. */
@@ -48,6 +49,13 @@ void cli_print_subcommands(FILE *out, const cli_subcommand *subs, int n, int wid
  * one not in the table (named on stderr), prints it on stderr (EXIT_USAGE). */
 int cli_dispatch(const char *cmd, const cli_subcommand *subs, int n, void (*usage)(FILE *out),
                  int argc, char **argv);
+
+/* Joins the world (cfg's [transport] intra and timeout) and sets up a
+ * trainer of cfg and opts on it (burst train, burst eval: command names the
+ * messages). The trainer, or NULL with *status the exit status, the reason
+ * said (rank 0 the setup's error) and the world aborted. */
+trainer *cli_start_trainer(const train_config *cfg, const trainer_opts *opts, const char *command,
+                           int *status);
 
 /* True when argv holds -h or --help before a "--". */
 int cli_wants_help(int argc, char **argv);

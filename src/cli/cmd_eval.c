@@ -102,26 +102,9 @@ int cmd_eval(int argc, char **argv)
     int status = parse_args(argc, argv, &a);
     if (status >= 0) return status;
     const trainer_opts opts = {.inject_step = -1, .overflow_step = -1, .forward_only = 1};
-    char err[1024];
-    bt_options opt;
-    bt_options_default(&opt);
-    opt.intra = cfg.intra;
-    opt.timeout_s = cfg.timeout;
-    bt_world *world;
-    if (bt_world_init(&opt, &world, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "burst eval: transport: %s\n", err);
-        return EXIT_RUN_FAILURE;
-    }
-    trainer *t = trainer_create(&cfg, &opts, world);
-    status = t ? trainer_setup(t, err, sizeof err) : EXIT_RUN_FAILURE;
-    if (status != 0) {
-        if (!t) fprintf(stderr, "burst eval: out of memory for the trainer\n");
-        else if (trainer_rank(t) == 0 && err[0]) fprintf(stderr, "burst eval: %s\n", err);
-        bt_world_abort(world);
-        trainer_free(t);
-        return status;
-    }
-    err[0] = '\0';
+    trainer *t = cli_start_trainer(&cfg, &opts, "burst eval", &status);
+    if (!t) return status;
+    char err[1024] = "";
     status = trainer_eval_nll(t, a.samples, a.out_json, err, sizeof err);
     if (status != 0 && err[0] && (trainer_rank(t) == 0 || status != STOP_AGREED))
         fprintf(stderr, "burst eval: rank %d: %s\n", trainer_rank(t), err);

@@ -118,24 +118,7 @@ int cmd_train(int argc, char **argv)
     int status = parse_args(argc, argv, &a);
     if (status >= 0) return status;
     if (a.print_config) return print_config(&cfg);
-    char err[512];
-    bt_options opt;
-    bt_options_default(&opt);
-    opt.intra = cfg.intra;
-    opt.timeout_s = cfg.timeout;
-    bt_world *world;
-    if (bt_world_init(&opt, &world, err, sizeof err) != BT_OK) {
-        fprintf(stderr, "burst train: transport: %s\n", err);
-        return EXIT_RUN_FAILURE;
-    }
-    trainer *t = trainer_create(&cfg, &a.opts, world);
-    status = t ? trainer_setup(t, err, sizeof err) : EXIT_RUN_FAILURE;
-    if (status != 0) {
-        if (!t) fprintf(stderr, "burst train: out of memory for the trainer\n");
-        else if (trainer_rank(t) == 0 && err[0]) fprintf(stderr, "burst train: %s\n", err);
-        bt_world_abort(world);
-        trainer_free(t);
-        return status;
-    }
+    trainer *t = cli_start_trainer(&cfg, &a.opts, "burst train", &status);
+    if (!t) return status;
     return trainer_leave_world(t, trainer_run(t));
 }

@@ -50,6 +50,13 @@ extern const char *const on_cpu[];
  * work the engine did not order after what it reads would read old data. */
 extern char *deferred[];
 
+/* The steps of a run (train_args' base): 6; on the emulated device of the
+ * sanitizer build 4, the fewest that still take a run through its warm-up,
+ * the decay after it, a stop after step 3 and the resume of step 4. There
+ * the emulator runs every kernel several times slower, and the suites look
+ * for memory and undefined-behaviour bugs, which 4 steps find as 6 do; the
+ * CUDA build runs the 6. */
+int run_steps(void);
 /* The program the ranks run: burst, or burst_emu under on_emulator. */
 const char *train_program(void);
 /* burst run -n ranks [--nodes nodes] -- burst train --set ... (sets and args:
@@ -60,7 +67,7 @@ test_run_result train_args(int ranks, int nodes, const char *const *sets, const 
 /* The same, with --inject-nan inject when inject is given. */
 test_run_result train(int ranks, int nodes, const char *const *sets, const char *inject,
                       curve *out);
-/* Runs a and b logged 6 steps of the same labelled tokens and attention pairs,
+/* Runs a and b logged run_steps() steps of the same labelled tokens and attention pairs,
  * and losses within tol (gradient norms within 10 tol), relative. */
 void expect_same(const curve *a, const curve *b, double tol, const char *what);
 /* Runs a and b logged the same steps (at least 4), with losses and
@@ -79,7 +86,7 @@ void expect_ring_times(const curve *c, const char *what);
 /* Resuming with sets on `ranks` ranks is refused with exit 2 and want. */
 void expect_resume_refused(int ranks, const char *const *sets, const char *want);
 /* A stop after step 3 and a resume continue the uninterrupted losses bit for
- * bit; refused: [setting, message] pairs a resume refuses first (NULL-ended). */
+ * bit (steps 4 to run_steps()); refused: [setting, message] pairs a resume refuses first (NULL-ended). */
 void expect_resume_bit_for_bit(int ranks, const char *const *sets, const char *dir,
                                const char *const (*refused)[2]);
 /* A run of sets stopped after step 3 (checkpointing where sets say) and
