@@ -1,15 +1,12 @@
-# kernels/cuda.mk: the device (CUDA) side of the kernels, and the SIMT emulator
-# that runs the same kernel sources on the CPU (their tests are listed in
-# tests/local.mk).
+# kernels/cuda.mk: the device (CUDA) side of the kernels (their tests are
+# listed in tests/local.mk).
 #
 # Every kernels/cuda/*.cu file is compiled twice: by nvcc for the GPU into
 # libburst_kernels.a (CUDA builds only), and by the host C++ compiler as C++
-# with -DBK_EMULATOR into libburst_kernels_emu.a (every build), which the
-# device kernel tests link. See doc/KERNELS.md, "Device kernels".
+# with -DBK_EMULATOR into libburst_kernels_emu.a (every build; emu/local.mk),
+# which the device kernel tests link. See doc/KERNELS.md, "Device kernels".
 
 CLEANFILES =
-AM_CXXFLAGS = -std=gnu++17 -pthread -fno-exceptions -fno-rtti -fno-strict-aliasing \
-	$(WARN_CXXFLAGS) $(OPT_CFLAGS) $(SAN_CFLAGS)
 
 # The kernel sources (kernels/cuda/*.cu) and the headers they include.
 BK_CU_SRC = kernels/cuda/device_memory.cu kernels/cuda/device_streams.cu kernels/cuda/device_checks.cu \
@@ -82,40 +79,4 @@ kernels/cuda/resource-usage.txt: $(BK_CU_NVCC_OBJS)
 CLEANFILES += $(BK_CU_NVCC_OBJS:=.ptxas) kernels/cuda/resource-usage.txt
 else
 libburst_kernels_a_SOURCES += kernels/device_none.c
-endif
-
-# ---------------------------------------------------------------- the emulator
-SIMT_EMU_HDRS = kernels/emu/simt.h kernels/emu/simt_types.h kernels/emu/simt_internal.h \
-	kernels/emu/simt_fiber.h kernels/emu/simt_runtime.h kernels/emu/simt_shared.h \
-	kernels/emu/simt_warp.h kernels/emu/simt_atomic.h kernels/emu/simt_mma.h \
-	kernels/emu/simt_stream.h kernels/emu/simt_memory.h
-noinst_LIBRARIES += libburst_kernels_emu.a
-libburst_kernels_emu_a_SOURCES = $(SIMT_EMU_HDRS) kernels/emu/simt_fiber.cc \
-	kernels/emu/simt_runtime.cc kernels/emu/simt_shared.cc kernels/emu/simt_warp.cc \
-	kernels/emu/simt_mma.cc kernels/emu/simt_stream.cc kernels/emu/simt_memory.cc
-# The kernel sources compiled as C++ for the emulator: the same text nvcc
-# compiles, with -DBK_EMULATOR (kernels/emu/simt.h), as .eo objects.
-BK_CU_EMU_OBJS = $(BK_CU_SRC:.cu=.eo)
-libburst_kernels_emu_a_LIBADD = $(BK_CU_EMU_OBJS)
-libburst_kernels_emu_a_DEPENDENCIES = $(BK_CU_EMU_OBJS)
-SUFFIXES += .eo
-BK_EMU_CXXCOMPILE = $(CXX) -x c++ -DBK_EMULATOR $(DEFS) $(DEFAULT_INCLUDES) $(INCLUDES) \
-	$(AM_CPPFLAGS) $(CPPFLAGS) $(AM_CXXFLAGS) -Wno-unknown-pragmas $(CXXFLAGS)
-.cu.eo:
-	@$(MKDIR_P) $(@D)
-	$(AM_V_CXX)$(BK_EMU_CXXCOMPILE) -c -o $@ $<
-$(BK_CU_EMU_OBJS): $(BK_CU_HDRS) $(SIMT_EMU_HDRS)
-CLEANFILES += $(BK_CU_EMU_OBJS)
-
-# A model of NCCL, and of the CUDA runtime calls around it, between the
-# processes of one machine (kernels/emu/nccl_emu.cc: NCCL's documented
-# semantics, strict where they allow either behaviour), for programs linked
-# with the emulator instead of libnccl. It needs NCCL's header for the
-# signatures. Its own checks: tests/transport/test_nccl_emu. It catches
-# allocation failures in its worker threads, so it keeps C++ exceptions.
-if HAVE_NCCL
-noinst_LIBRARIES += libburst_nccl_emu.a
-libburst_nccl_emu_a_SOURCES = kernels/emu/nccl_emu.cc
-libburst_nccl_emu_a_CXXFLAGS = -std=gnu++17 -pthread -fno-strict-aliasing $(WARN_CXXFLAGS) \
-	$(OPT_CFLAGS) $(SAN_CFLAGS)
 endif

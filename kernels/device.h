@@ -86,7 +86,7 @@ void bk_device_note_parts(const void *p, size_t part_bytes, int parts);
  * overlap (compute on one, copies and communication on others). An event marks
  * a point in a stream: another stream can be told to wait for it, or the host
  * can. In the emulator, queued copies run as late as the program allows
- * (kernels/emu/simt_stream.h), so a missing wait shows as stale data there.
+ * (emu/simt/simt_stream.h), so a missing wait shows as stale data there.
  * Destroying a stream runs what it still has queued first; an event recorded
  * on a stream is not used after that stream is destroyed. */
 /* A new stream, not ordered with the default stream (NULL). */

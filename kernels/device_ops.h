@@ -8,7 +8,7 @@
  * compiles to bk_cuda_ops with nvcc and to bk_emu_ops for the SIMT emulator;
  * which one bk_device_backend() returns is fixed at link time:
  * kernels/cuda/select_cuda.c (CUDA builds), kernels/device_none.c (others),
- * kernels/emu/select_emu.c (linked into the emulator tests). */
+ * emu/simt/select_emu.c (linked into the emulator tests). */
 #ifndef BURST_KERNELS_DEVICE_OPS_H
 #define BURST_KERNELS_DEVICE_OPS_H
 

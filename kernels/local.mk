@@ -8,5 +8,5 @@ libburst_kernels_a_SOURCES += kernels/ref/attention_ref.h kernels/ref/attention_
 	kernels/ref/ops_ref.h kernels/ref/ops_ref.c
 include kernels/attention.mk
 include kernels/ops.mk
-# The CUDA kernels, the SIMT emulator that runs them on the CPU, their tests.
+# The CUDA kernels (the emulator that runs them on the CPU: emu/local.mk).
 include kernels/cuda.mk

@@ -51,13 +51,13 @@ TRANSPORT_SUITE_LIBS = $(SUITE_LIBS) libburst_transport.a libburst_util.a $(EXTE
 IO_SUITE_LIBS = $(SUITE_LIBS) libburst_io.a $(EXTERNAL_LIBS)
 # Every library of the engine (Makefile.am's LDADD).
 ENGINE_SUITE_LIBS = $(SUITE_LIBS) $(LDADD)
-# The suites of the device kernels linked with the emulator: kernels/emu/
+# The suites of the device kernels linked with the emulator: emu/simt/
 # select_emu.c ahead of the libraries and the emulator's library before the
 # kernels (the CUDA builds' device suites link KERNEL_SUITE_LIBS);
 # tests/kernels/dev_util is what they add to tests/lib (device buffers; a main
 # that skips without a device).
 DEV_SUITE_UTIL = tests/kernels/dev_util.h tests/kernels/dev_util.c
-DEV_SUITE_EMU_SOURCES = $(DEV_SUITE_UTIL) kernels/emu/select_emu.c
+DEV_SUITE_EMU_SOURCES = $(DEV_SUITE_UTIL) emu/simt/select_emu.c
 DEV_SUITE_LIBS_EMU = $(SUITE_LIBS) libburst_kernels_emu.a libburst_kernels.a libburst_util.a \
 	$(EXTERNAL_LIBS) -lstdc++
 # The multi-rank workers and programs linked with the emulator (no check):
@@ -123,7 +123,7 @@ tests_kernels_test_simt_LDADD = $(SIMT_SUITE_LIBS)
 # copy in the wrong direction, dynamic shared memory over the limit).
 check_PROGRAMS += tests/kernels/test_simt_memory
 TESTS += tests/kernels/test_simt_memory
-tests_kernels_test_simt_memory_SOURCES = tests/kernels/test_simt_memory.cc kernels/emu/select_emu.c
+tests_kernels_test_simt_memory_SOURCES = tests/kernels/test_simt_memory.cc emu/simt/select_emu.c
 tests_kernels_test_simt_memory_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
 tests_kernels_test_simt_memory_LDADD = $(DEV_SUITE_LIBS_EMU)
 
@@ -139,7 +139,7 @@ tests_kernels_test_simt_racecheck_LDADD = $(SIMT_SUITE_LIBS)
 # 16 GiB, only the first and last block of each grid run.
 check_PROGRAMS += tests/kernels/test_dev_1m
 TESTS += tests/kernels/test_dev_1m
-tests_kernels_test_dev_1m_SOURCES = tests/kernels/test_dev_1m.cc kernels/emu/select_emu.c
+tests_kernels_test_dev_1m_SOURCES = tests/kernels/test_dev_1m.cc emu/simt/select_emu.c
 tests_kernels_test_dev_1m_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
 tests_kernels_test_dev_1m_LDADD = $(DEV_SUITE_LIBS_EMU)
 
@@ -147,7 +147,7 @@ tests_kernels_test_dev_1m_LDADD = $(DEV_SUITE_LIBS_EMU)
 # between streams and the host (they live in the test alone).
 check_PROGRAMS += tests/kernels/test_simt_streams
 TESTS += tests/kernels/test_simt_streams
-tests_kernels_test_simt_streams_SOURCES = tests/kernels/test_simt_streams.cc kernels/emu/select_emu.c
+tests_kernels_test_simt_streams_SOURCES = tests/kernels/test_simt_streams.cc emu/simt/select_emu.c
 tests_kernels_test_simt_streams_CPPFLAGS = $(EMU_SUITE_CPPFLAGS)
 tests_kernels_test_simt_streams_LDADD = $(DEV_SUITE_LIBS_EMU)
 
@@ -167,7 +167,7 @@ tests_kernels_test_simt_schedule_LDADD = $(SIMT_SUITE_LIBS)
 check_PROGRAMS += tests/kernels/test_simt_wrong_layout
 TESTS += tests/kernels/test_simt_wrong_layout.sh
 EXTRA_DIST += tests/kernels/test_simt_wrong_layout.sh
-tests_kernels_test_simt_wrong_layout_SOURCES = tests/kernels/test_simt.cc kernels/emu/simt_mma.cc
+tests_kernels_test_simt_wrong_layout_SOURCES = tests/kernels/test_simt.cc emu/simt/simt_mma.cc
 tests_kernels_test_simt_wrong_layout_CPPFLAGS = $(EMU_SUITE_CPPFLAGS) -DBK_EMU_MMA_MUTANTS
 tests_kernels_test_simt_wrong_layout_LDADD = $(SIMT_SUITE_LIBS)
 
@@ -189,7 +189,7 @@ tests_kernels_test_dev_attention_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
 
 check_PROGRAMS += tests/kernels/test_dev_attention_wrong_layout
 tests_kernels_test_dev_attention_wrong_layout_SOURCES = tests/kernels/test_dev_attention.c \
-	$(DEV_SUITE_EMU_SOURCES) kernels/emu/simt_mma.cc
+	$(DEV_SUITE_EMU_SOURCES) emu/simt/simt_mma.cc
 tests_kernels_test_dev_attention_wrong_layout_CPPFLAGS = $(AM_CPPFLAGS) -DBK_EMULATOR \
 	-DBK_EMU_MMA_MUTANTS
 tests_kernels_test_dev_attention_wrong_layout_CFLAGS = $(SUITE_CFLAGS)
@@ -261,12 +261,12 @@ tests_transport_test_transport_LDADD = $(TRANSPORT_SUITE_LIBS)
 check_PROGRAMS += tests/transport/transport_dev_worker tests/transport/test_transport_device
 TESTS += tests/transport/test_transport_device
 tests_transport_transport_dev_worker_SOURCES = tests/transport/transport_dev_worker.c \
-	kernels/emu/select_emu.c
+	emu/simt/select_emu.c
 tests_transport_transport_dev_worker_LDADD = $(EMU_ATTN_LIBS)
 tests_transport_test_transport_device_CFLAGS = $(SUITE_CFLAGS)
 tests_transport_test_transport_device_LDADD = $(TRANSPORT_SUITE_LIBS)
 
-# The model of NCCL (kernels/emu/nccl_emu.cc) against what NCCL documents,
+# The model of NCCL (emu/nccl/) against what NCCL documents,
 # with forked ranks: a ring step posted as one group completes, the same ring
 # posted call by call deadlocks and every rank reports its pending operations,
 # collectives, matching order, a peer that aborts or dies.
@@ -281,7 +281,7 @@ tests_transport_test_nccl_emu_LDADD = libburst_nccl_emu.a $(SUITE_LIBS) -lrt -ls
 check_PROGRAMS += tests/transport/test_nccl_emu_memory
 TESTS += tests/transport/test_nccl_emu_memory
 tests_transport_test_nccl_emu_memory_SOURCES = tests/transport/test_nccl_emu_memory.c \
-	kernels/emu/select_emu.c
+	emu/simt/select_emu.c
 tests_transport_test_nccl_emu_memory_CFLAGS = $(SUITE_CFLAGS)
 tests_transport_test_nccl_emu_memory_LDADD = $(SUITE_LIBS) libburst_kernels_emu.a \
 	libburst_kernels.a libburst_util.a $(EMU_EXTERNAL_LIBS) -lstdc++
@@ -338,7 +338,7 @@ TESTS += tests/attn/test_ring_schedule
 # The same worker on the emulated device (--device 1): the ring's buffers in
 # device memory, the transport staging them (tests/attn/test_ring).
 check_PROGRAMS += tests/attn/ring_worker_emu
-tests_attn_ring_worker_emu_SOURCES = tests/attn/ring_worker.c kernels/emu/select_emu.c
+tests_attn_ring_worker_emu_SOURCES = tests/attn/ring_worker.c emu/simt/select_emu.c
 tests_attn_ring_worker_emu_LDADD = $(EMU_ATTN_LIBS)
 tests_attn_test_ring_schedule_CFLAGS = $(SUITE_CFLAGS)
 tests_attn_test_ring_schedule_LDADD = $(ENGINE_SUITE_LIBS)
@@ -385,7 +385,7 @@ check_PROGRAMS += tests/train/optimizer_worker tests/train/optimizer_host_worker
 	tests/train/test_optimizer
 TESTS += tests/train/test_optimizer
 tests_train_optimizer_host_worker_SOURCES = tests/train/optimizer_host_worker.c \
-	kernels/emu/select_emu.c
+	emu/simt/select_emu.c
 tests_train_optimizer_host_worker_LDADD = $(EMU_ENGINE_LIBS)
 tests_train_test_optimizer_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_optimizer_LDADD = $(ENGINE_SUITE_LIBS)
@@ -449,7 +449,7 @@ endif
 # burst itself linked with the device emulator: the engine with [train]
 # device = cuda on an emulated device (tests/train/test_train_device).
 check_PROGRAMS += tests/train/burst_emu
-tests_train_burst_emu_SOURCES = $(burst_SOURCES) kernels/emu/select_emu.c
+tests_train_burst_emu_SOURCES = $(burst_SOURCES) emu/simt/select_emu.c
 tests_train_burst_emu_LDADD = $(EMU_ENGINE_LIBS)
 
 # The model runner on the emulated device against the host, on 1, 2 and 4
@@ -460,7 +460,7 @@ tests_train_burst_emu_LDADD = $(EMU_ENGINE_LIBS)
 check_PROGRAMS += tests/train/model_device_worker tests/train/model_fail_worker \
 	tests/train/test_model_device
 TESTS += tests/train/test_model_device
-tests_train_model_device_worker_SOURCES = tests/train/model_device_worker.c kernels/emu/select_emu.c
+tests_train_model_device_worker_SOURCES = tests/train/model_device_worker.c emu/simt/select_emu.c
 tests_train_model_device_worker_LDADD = $(EMU_ENGINE_LIBS)
 tests_train_model_fail_worker_LDADD = $(EMU_ENGINE_LIBS)
 tests_train_test_model_device_CFLAGS = $(SUITE_CFLAGS)

@@ -1,7 +1,7 @@
 /* bk_cuda.cuh: the one header every kernel source of kernels/cuda/ includes,
  * so that the same text compiles with nvcc (for the GPU) and with the host
  * C++ compiler for the SIMT emulator (-x c++ -DBK_EMULATOR, see
- * kernels/emu/simt.h). What differs between the two lives here and only here:
+ * emu/simt/simt.h). What differs between the two lives here and only here:
  *
  *   BK_DEV_FN(name)     a launcher's external name: bk_cuda_name / bk_emu_name
  *   BK_LAUNCH(k, grid, block, smem, stream, args...)
@@ -36,8 +36,8 @@
 #include "kernels/kernels_common.h"
 
 #ifdef BK_EMULATOR
-#include "kernels/emu/simt.h"
-#include "kernels/emu/simt_stream.h"
+#include "emu/simt/simt.h"
+#include "emu/simt/simt_stream.h"
 #else
 #include <cuda_runtime.h>
 #endif

@@ -5,7 +5,7 @@
  * Under nvcc these are the CUDA runtime's calls; in the SIMT emulator device
  * memory is host memory, every launch has finished when it returns, and copies
  * wait in their stream's queue until something needs them
- * (kernels/emu/simt_stream.h). Streams, events and page-locked host memory are
+ * (emu/simt/simt_stream.h). Streams, events and page-locked host memory are
  * in device_streams.cu.
  *
  * Scratch of a queue with an arena is a piece of that arena, so that no
@@ -46,7 +46,7 @@ extern "C" size_t BK_DEV_FN(scratch_bytes)(int64_t rows, int64_t width, int64_t 
 
 /* What the emulated device's runtime calls (cudaMalloc, cudaMallocAsync) have
  * handed out and not taken back is in the emulator's record of allocations
- * (kernels/emu/simt_memory.h: exact sizes, red zones checked when freed and
+ * (emu/simt/simt_memory.h: exact sizes, red zones checked when freed and
  * at every synchronisation, the pointer checks of launches and copies). Two
  * environment variables make it visible:
  *   BK_EMU_DEVICE_BYTES=N  the device has N bytes: mem_info reports N minus
@@ -217,7 +217,7 @@ extern "C" int BK_DEV_FN(available)(void)
 }
 
 /* The node's emulated GPUs: BK_EMU_GPUS_PER_NODE (default 1), as the model
- * of NCCL (kernels/emu/nccl_emu.cc) counts them. Each process has memory of
+ * of NCCL (emu/nccl/) counts them. Each process has memory of
  * its own; the device index only tells the transport which ranks share a GPU. */
 static int gpus_per_node(void)
 {

@@ -4,7 +4,7 @@
  * Under nvcc these are the CUDA runtime's calls: streams are non-blocking (no
  * implicit ordering with the default stream), events have timing disabled
  * (cheaper to record and wait for). In the SIMT emulator they are the ordered
- * queues of kernels/emu/simt_stream.h, where queued copies run as late as the
+ * queues of emu/simt/simt_stream.h, where queued copies run as late as the
  * program allows, and page-locked memory is plain host memory (its
  * allocations traced as device_memory.cu's, BK_EMU_TRACE_ALLOC) that the
  * emulator remembers, so that a queued copy from or to pageable memory is

@@ -5,7 +5,7 @@
  * useful check of the engine: a kernel reading what another stream writes
  * with no wait between is refused as a hazard, and queued copies run as late
  * as allowed, so a host buffer changed before its copy ran is what the device
- * gets (kernels/emu/simt_stream.h). */
+ * gets (emu/simt/simt_stream.h). */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>

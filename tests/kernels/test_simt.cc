@@ -1,4 +1,4 @@
-/* test_simt.cc: the SIMT emulator's own tests (kernels/emu/). Kernels written
+/* test_simt.cc: the SIMT emulator's own tests (emu/simt/). Kernels written
  * in CUDA C through kernels/cuda/bk_cuda.cuh run in the emulator and their
  * results are checked against what CUDA and the PTX ISA specify, computed here
  * independently of the emulator's code: built-in variables, shuffles of every

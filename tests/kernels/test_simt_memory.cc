@@ -1,5 +1,5 @@
 /* test_simt_memory.cc: the emulated runtime's checks of global memory and
- * launch limits (kernels/emu/simt_memory.h, simt_runtime.h), each with a
+ * launch limits (emu/simt/simt_memory.h, simt_runtime.h), each with a
  * planted bug it must catch and a negative control that must pass: a host
  * pointer given to a kernel, a kernel writing one element past the end of its
  * allocation, misaligned and out-of-bounds vector loads from global memory, a copy whose pointers

@@ -1,5 +1,5 @@
 /* test_simt_racecheck.cc: the SIMT emulator's shared-memory race detector
- * (kernels/emu/simt_shared.cc) against planted bugs, built only here: a block
+ * (emu/simt/simt_shared.cc) against planted bugs, built only here: a block
  * that publishes a value through shared memory without the __syncthreads
  * between the write and the other threads' reads, a lane that reads another
  * lane's write with no __syncwarp between (through a plain load and through

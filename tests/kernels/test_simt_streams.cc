@@ -1,4 +1,4 @@
-/* test_simt_streams.cc: the emulator's two stream modes (kernels/emu/
+/* test_simt_streams.cc: the emulator's two stream modes (emu/simt/
  * simt_stream.h, bk_emu::set_streams) against planted ordering bugs, built only
  * here. Eager launches run at once and copies late; deferred launches wait in
  * their stream's queue like copies. Each bug gives the right answer in one

@@ -2,7 +2,7 @@
 # test_simt_wrong_layout.sh: the emulator's mma and ldmatrix tests, and the
 # attention kernels' sweep over every mask, run against an emulator built with
 # layout mutants (-DBK_EMU_MMA_MUTANTS), one classic mistake per fragment table
-# of the PTX ISA, chosen by BK_EMU_MMA_MUTANT (kernels/emu/simt_mma.cc):
+# of the PTX ISA, chosen by BK_EMU_MMA_MUTANT (emu/simt/simt_mma.cc):
 #   1 A registers 1 and 2 swapped      2 B halves k, k + 8 instead of k, k + 1
 #   3 C registers 1 and 2 swapped      4 ldmatrix: lane l holds row l % 8
 #                                        (the address lanes' order)

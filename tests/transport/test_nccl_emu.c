@@ -1,9 +1,9 @@
-/* test_nccl_emu.c: the NCCL model of the emulated device (kernels/emu/
- * nccl_emu.cc), through the real nccl.h and cuda_runtime.h, with one process
- * per rank: each case forks its ranks (the parent draws the unique id before),
- * every rank checks its own results and exits 0 or 1 with the reason on
- * stderr, and the parent asserts every rank exited in time, passed, and said
- * what it had to say, and that no shared-memory segment was left behind.
+/* test_nccl_emu.c: the NCCL model of the emulated device (emu/nccl/), through
+ * the real nccl.h and cuda_runtime.h, with one process per rank: each case
+ * forks its ranks (the parent draws the unique id before), every rank checks
+ * its own results and exits 0 or 1 with the reason on stderr, and the parent
+ * asserts every rank exited in time, passed, and said what it had to say, and
+ * that no shared-memory segment was left behind.
  * Covered: a grouped ring step; the ungrouped rings that deadlock under strict
  * rendezvous, reported after BK_EMU_NCCL_TIMEOUT; collectives on odd sizes
  * (and in place) against values computed here; point-to-point matching in
@@ -677,8 +677,8 @@ typedef struct {
     char shm_path[2][128]; /* its segments' names under /dev/shm (id, second_id) */
 } run_result;
 
-/* The segment's name that the id holds after its 16-byte tag (nccl_emu.cc's
- * IdLayout). */
+/* The segment's name that the id holds after its 16-byte tag (IdLayout in
+ * emu/nccl/nccl_emu_internal.h). */
 static void shm_path_of(const ncclUniqueId *id, char *path, size_t len)
 {
     snprintf(path, len, "/dev/shm%.64s", id->internal + 16);

@@ -1,4 +1,4 @@
-/* test_nccl_emu_memory.c: the model of NCCL (kernels/emu/nccl_emu.cc) checks
+/* test_nccl_emu_memory.c: the model of NCCL (emu/nccl/) checks
  * the buffers it is given against the emulated runtime's record of
  * allocations, as NCCL's documentation of data pointers has it: memory the
  * communicator's device reaches (its own, page-locked host memory) is

@@ -1,5 +1,5 @@
 /* device_nccl.c (tests/train/test_train_device_nccl): the engine on the
- * emulated device over the model of NCCL (kernels/emu/nccl_emu.cc), against
+ * emulated device over the model of NCCL (emu/nccl/), against
  * the staged path and the CPU engine: the ring on one node and on two, the
  * masks and backwards, a resume, and ZeRO's collectives overlapped with the
  * compute. */
@@ -13,7 +13,7 @@
 #include "tests/train/engine/fixture.h"
 
 /* The device engine over NCCL (the emulated programs link the model of NCCL,
- * kernels/emu/nccl_emu.cc): emulated nodes of 4 GPUs, a GPU per rank, and
+ * emu/nccl/): emulated nodes of 4 GPUs, a GPU per rank, and
  * [transport] intra = nccl, which fails unless NCCL serves every node. On one
  * node of 2 and of 4 ranks the losses equal the staged path's within 1e-4
  * (the same kernels and bytes; the gradient sums of NCCL's reduce-scatter add

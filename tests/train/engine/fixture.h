@@ -46,7 +46,7 @@ extern int on_emulator;
  * the CPU engine's run of the same tokens. */
 extern const char *const on_device[];
 extern const char *const on_cpu[];
-/* Kernels queued on their streams like copies (kernels/emu/simt_stream.h):
+/* Kernels queued on their streams like copies (emu/simt/simt_stream.h):
  * work the engine did not order after what it reads would read old data. */
 extern char *deferred[];
 

@@ -4,24 +4,24 @@
  * tensor-core and cp.async emulation, and the few device intrinsics the
  * kernels use. Kernel sources include it through kernels/cuda/bk_cuda.cuh,
  * never directly. See doc/KERNELS.md, "The SIMT emulator". */
-#ifndef BURST_KERNELS_EMU_SIMT_H
-#define BURST_KERNELS_EMU_SIMT_H
+#ifndef BURST_EMU_SIMT_H
+#define BURST_EMU_SIMT_H
 
 #ifndef BK_EMULATOR
-#error "kernels/emu/simt.h is for the emulator build (-DBK_EMULATOR)"
+#error "emu/simt/simt.h is for the emulator build (-DBK_EMULATOR)"
 #endif
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/emu/simt_atomic.h"
-#include "kernels/emu/simt_memory.h"
-#include "kernels/emu/simt_mma.h"
-#include "kernels/emu/simt_runtime.h"
-#include "kernels/emu/simt_shared.h"
-#include "kernels/emu/simt_types.h"
-#include "kernels/emu/simt_warp.h"
+#include "emu/simt/simt_atomic.h"
+#include "emu/simt/simt_memory.h"
+#include "emu/simt/simt_mma.h"
+#include "emu/simt/simt_runtime.h"
+#include "emu/simt/simt_shared.h"
+#include "emu/simt/simt_types.h"
+#include "emu/simt/simt_warp.h"
 
 /* Keywords: every function is an ordinary host function; a kernel gets
  * internal linkage (kernels are written `__global__ void k(...)`, launched from

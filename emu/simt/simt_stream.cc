@@ -1,5 +1,5 @@
 /* simt_stream.cc: see simt_stream.h. */
-#include "kernels/emu/simt_stream.h"
+#include "emu/simt/simt_stream.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/emu/simt_memory.h"
-#include "kernels/emu/simt_runtime.h"
+#include "emu/simt/simt_memory.h"
+#include "emu/simt/simt_runtime.h"
 
 namespace bk_emu
 {

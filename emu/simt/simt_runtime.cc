@@ -10,7 +10,7 @@
  * which then keeps running; the others run at the next sweep. A sweep that
  * finds nothing runnable while some threads still wait is a deadlock,
  * reported with what each waiting thread waits for. */
-#include "kernels/emu/simt_runtime.h"
+#include "emu/simt/simt_runtime.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -23,8 +23,8 @@
 #include <atomic>
 #include <mutex>
 
-#include "kernels/emu/simt_internal.h"
-#include "kernels/emu/simt_shared.h"
+#include "emu/simt/simt_internal.h"
+#include "emu/simt/simt_shared.h"
 
 namespace bk_emu
 {

@@ -13,14 +13,14 @@
  * block and the thread. By default the message goes to stderr and the process
  * aborts; bk_emu::set_fatal(0) makes the launch return -1 instead, with the
  * message in bk_emu::last_error() (the emulator's own tests use this). */
-#ifndef BURST_KERNELS_EMU_SIMT_RUNTIME_H
-#define BURST_KERNELS_EMU_SIMT_RUNTIME_H
+#ifndef BURST_EMU_SIMT_RUNTIME_H
+#define BURST_EMU_SIMT_RUNTIME_H
 
 #include <stddef.h>
 
 #include <type_traits>
 
-#include "kernels/emu/simt_types.h"
+#include "emu/simt/simt_types.h"
 
 namespace bk_emu
 {

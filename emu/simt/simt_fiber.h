@@ -11,8 +11,8 @@
  * emulator's scheduler runs on main and switches to a CUDA thread's fiber,
  * which runs until it blocks (barrier, warp collective) or finishes and then
  * switches back. Nothing here knows about CUDA. */
-#ifndef BURST_KERNELS_EMU_SIMT_FIBER_H
-#define BURST_KERNELS_EMU_SIMT_FIBER_H
+#ifndef BURST_EMU_SIMT_FIBER_H
+#define BURST_EMU_SIMT_FIBER_H
 
 #include <setjmp.h>
 #include <stddef.h>

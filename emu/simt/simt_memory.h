@@ -12,10 +12,10 @@
  * would corrupt the neighbouring allocation silently.
  *
  * The record is guarded by one mutex; a lookup is a map search. The model of
- * NCCL (nccl_emu.cc) checks its buffers, their kind, device and extent,
- * through memory_find. */
-#ifndef BURST_KERNELS_EMU_SIMT_MEMORY_H
-#define BURST_KERNELS_EMU_SIMT_MEMORY_H
+ * NCCL (emu/nccl/nccl_emu_check.cc) checks its buffers, their kind, device
+ * and extent, through memory_find. */
+#ifndef BURST_EMU_SIMT_MEMORY_H
+#define BURST_EMU_SIMT_MEMORY_H
 
 #include <stddef.h>
 

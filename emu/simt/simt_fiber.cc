@@ -14,7 +14,7 @@
  * setcontext rather than swapcontext, which ASan warns about, since the way
  * back is a jmp_buf anyway); the fiber then records a jmp_buf and jumps back,
  * and from then on every switch is a _setjmp/_longjmp pair. */
-#include "kernels/emu/simt_fiber.h"
+#include "emu/simt/simt_fiber.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -5,12 +5,12 @@
  * as on older GPUs. Shared memory is reached through a checked element
  * (atomicAdd(&tile[i], v)), so the bounds check happens before the call; the
  * race detector does not record atomics (they never race with each other). */
-#ifndef BURST_KERNELS_EMU_SIMT_ATOMIC_H
-#define BURST_KERNELS_EMU_SIMT_ATOMIC_H
+#ifndef BURST_EMU_SIMT_ATOMIC_H
+#define BURST_EMU_SIMT_ATOMIC_H
 
 #include <string.h>
 
-#include "kernels/emu/simt_shared.h"
+#include "emu/simt/simt_shared.h"
 
 namespace bk_emu
 {

@@ -9,8 +9,8 @@
  * lane of the mask waits in a different collective, or when a shuffle reads a
  * lane outside the mask (CUDA leaves that value undefined). They are macros so
  * that errors can name the call site. */
-#ifndef BURST_KERNELS_EMU_SIMT_WARP_H
-#define BURST_KERNELS_EMU_SIMT_WARP_H
+#ifndef BURST_EMU_SIMT_WARP_H
+#define BURST_EMU_SIMT_WARP_H
 
 #include <stdint.h>
 #include <string.h>

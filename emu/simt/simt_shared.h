@@ -17,8 +17,8 @@
  *
  * The plain __shared__ keyword does not compile in the emulator: all shared
  * memory goes through these checked arrays. */
-#ifndef BURST_KERNELS_EMU_SIMT_SHARED_H
-#define BURST_KERNELS_EMU_SIMT_SHARED_H
+#ifndef BURST_EMU_SIMT_SHARED_H
+#define BURST_EMU_SIMT_SHARED_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -9,11 +9,11 @@
  * exited, and no lane of the mask waits in a different collective (another
  * kind or mask) whose own mask names the caller: those two would wait for
  * each other forever. */
-#include "kernels/emu/simt_warp.h"
+#include "emu/simt/simt_warp.h"
 
 #include <string.h>
 
-#include "kernels/emu/simt_internal.h"
+#include "emu/simt/simt_internal.h"
 
 namespace bk_emu
 {

@@ -1,6 +1,6 @@
 /* simt_memory.cc: the emulated runtime's record of live allocations, their
  * red zones, and the checks of kernel pointers (simt_memory.h). */
-#include "kernels/emu/simt_memory.h"
+#include "emu/simt/simt_memory.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -12,8 +12,8 @@
 #include <map>
 #include <mutex>
 
-#include "kernels/emu/simt_internal.h"
-#include "kernels/emu/simt_runtime.h"
+#include "emu/simt/simt_internal.h"
+#include "emu/simt/simt_runtime.h"
 
 namespace bk_emu
 {

@@ -7,14 +7,14 @@
  * scheduler (simt_runtime.cc) resumes round-robin; each runs until it blocks
  * in a barrier or a warp collective, or exits. Blocks run one after another,
  * so everything here is per OS thread (__thread) and needs no locks. */
-#ifndef BURST_KERNELS_EMU_SIMT_INTERNAL_H
-#define BURST_KERNELS_EMU_SIMT_INTERNAL_H
+#ifndef BURST_EMU_SIMT_INTERNAL_H
+#define BURST_EMU_SIMT_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/emu/simt_fiber.h"
-#include "kernels/emu/simt_types.h"
+#include "emu/simt/simt_fiber.h"
+#include "emu/simt/simt_types.h"
 
 namespace bk_emu
 {

@@ -20,14 +20,14 @@
  * environment's BK_EMU_MMA_MUTANT = 1 .. 5 plants one classic mistake in one
  * table (enum mutant below); the emulator's tests of mma and ldmatrix and the
  * attention kernels' tests must then fail (tests/kernels/test_simt_wrong_layout.sh). */
-#include "kernels/emu/simt_mma.h"
+#include "emu/simt/simt_mma.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/bf16.h"
-#include "kernels/emu/simt_internal.h"
-#include "kernels/emu/simt_memory.h"
+#include "emu/simt/simt_internal.h"
+#include "emu/simt/simt_memory.h"
 
 namespace bk_emu
 {

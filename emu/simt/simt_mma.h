@@ -13,12 +13,12 @@
  * cp.async copies are performed when the thread waits for their group (not
  * when issued), so reading the destination before cp.async.wait_group shows
  * stale data, as it may on the GPU. */
-#ifndef BURST_KERNELS_EMU_SIMT_MMA_H
-#define BURST_KERNELS_EMU_SIMT_MMA_H
+#ifndef BURST_EMU_SIMT_MMA_H
+#define BURST_EMU_SIMT_MMA_H
 
 #include <stdint.h>
 
-#include "kernels/emu/simt_shared.h"
+#include "emu/simt/simt_shared.h"
 
 namespace bk_emu
 {

@@ -2,8 +2,8 @@
  * (dim3, uint3, and the 16-byte float4 and uint4 of vector loads), in the
  * global namespace as in CUDA, so that kernel and launcher code compiles
  * unchanged with nvcc and with the host C++ compiler. */
-#ifndef BURST_KERNELS_EMU_SIMT_TYPES_H
-#define BURST_KERNELS_EMU_SIMT_TYPES_H
+#ifndef BURST_EMU_SIMT_TYPES_H
+#define BURST_EMU_SIMT_TYPES_H
 
 struct uint3 {
     unsigned x, y, z;

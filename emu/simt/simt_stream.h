@@ -28,8 +28,8 @@
  * A queued kernel that fails when it runs leaves a sticky error, as a fault
  * does on a GPU: every later runtime call fails with its message
  * (runtime_owned). */
-#ifndef BURST_KERNELS_EMU_SIMT_STREAM_H
-#define BURST_KERNELS_EMU_SIMT_STREAM_H
+#ifndef BURST_EMU_SIMT_STREAM_H
+#define BURST_EMU_SIMT_STREAM_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -130,11 +130,11 @@ int stream_wait_event(void *stream, void *event);
  * work failed. */
 int event_query(void *event);
 
-/* Streams the emulator does not run: the model of NCCL's (nccl_emu.cc), whose
- * operations the hazard check must see beside the kernels and copies. Such a
- * stream has an id among the emulator's; the host issues its operations after
- * what it has seen done, and sees them done itself (an event of that runtime
- * answering done, a stream synchronisation). */
+/* Streams the emulator does not run: the model of NCCL's (emu/nccl/
+ * nccl_emu_check.cc), whose operations the hazard check must see beside the
+ * kernels and copies. Such a stream has an id among the emulator's; the host
+ * issues its operations after what it has seen done, and sees them done itself
+ * (an event of that runtime answering done, a stream synchronisation). */
 /* A new such stream's id; -1 when out of memory. */
 int external_stream_create(void);
 /* Issues the next operation of external stream id, named what, with its

@@ -19,14 +19,14 @@
  *
  * A shadow sits in the 128 bytes ahead of each array's data (shared_header),
  * so that an access finds it from the array's base in constant time. */
-#include "kernels/emu/simt_shared.h"
+#include "emu/simt/simt_shared.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/emu/simt_internal.h"
-#include "kernels/emu/simt_runtime.h"
+#include "emu/simt/simt_internal.h"
+#include "emu/simt/simt_runtime.h"
 
 namespace bk_emu
 {
