@@ -30,6 +30,15 @@ typedef enum {
 
 const char *bt_status_name(bt_status st);
 
+/* Returns call's status from the calling function unless it is BT_OK (as
+ * NCCL's NCCLCHECK does): for a chain of calls with nothing to undo when one
+ * fails. */
+#define BT_CHECK(call)                                                                             \
+    do {                                                                                           \
+        bt_status bt_check_status_ = (call);                                                       \
+        if (bt_check_status_ != BT_OK) return bt_check_status_;                                    \
+    } while (0)
+
 /* Channels: independent message streams between each pair of ranks. Channels
  * at and above BT_CHANNEL_RESERVED belong to the transport's collectives. */
 enum { BT_MAX_CHANNELS = 64, BT_CHANNEL_RESERVED = 60 };

@@ -73,13 +73,12 @@ static bt_status bundle_pack(const ring_run *run, const bwd_home *h, unsigned ch
     ring_bundle_offsets(run->s, off);
     const void *const src[4] = {h->Q, h->K, h->V, h->dO};
     const size_t bytes[4] = {f.q * e, f.kv * e, f.kv * e, f.q * e};
-    bt_status st = BT_OK;
-    for (int k = 0; k < 4 && st == BT_OK; k++)
+    for (int k = 0; k < 4; k++)
         if (off[k] >= 0 && src[k] != slot + off[k])
-            st = copy_bytes(run, slot + off[k], src[k], bytes[k]);
-    if (st == BT_OK && q_side(run)) st = copy_bytes(run, slot + 2 * f.q * e, h->lse, rows);
-    if (st == BT_OK && q_side(run)) st = copy_bytes(run, slot + 2 * f.q * e + rows, h->delta, rows);
-    return st;
+            BT_CHECK(copy_bytes(run, slot + off[k], src[k], bytes[k]));
+    if (!q_side(run)) return BT_OK;
+    BT_CHECK(copy_bytes(run, slot + 2 * f.q * e, h->lse, rows));
+    return copy_bytes(run, slot + 2 * f.q * e + rows, h->delta, rows);
 }
 
 /* The operands of a held bundle against home; its gradients go to acc. */
@@ -110,11 +109,10 @@ static bt_status home_gradients(const ring_run *run, const bwd_home *h, const fl
     float *dst[2] = {q_side(run) ? h->dQ : h->dK, q_side(run) ? NULL : h->dV};
     if (acc == dst[0]) return BT_OK;
     size_t len = q_side(run) ? f.q : f.kv;
-    bt_status st = BT_OK;
-    for (int k = 0; k < 2 && dst[k] && st == BT_OK; k++)
-        st = acc ? copy_bytes(run, dst[k], acc + k * len, len * sizeof(float))
-                 : zero_floats(run, dst[k], len);
-    return st;
+    for (int k = 0; k < 2 && dst[k]; k++)
+        BT_CHECK(acc ? copy_bytes(run, dst[k], acc + k * len, len * sizeof(float))
+                     : zero_floats(run, dst[k], len));
+    return BT_OK;
 }
 
 /* The gradients accumulated at home in place start from zero. */
@@ -122,8 +120,8 @@ static bt_status zero_home_accumulators(const ring_run *run, const bwd_home *h)
 {
     block_floats f = sizes_of(run->s);
     if (!q_side(run)) return zero_floats(run, h->dQ, f.q);
-    bt_status st = zero_floats(run, h->dK, f.kv);
-    return st == BT_OK ? zero_floats(run, h->dV, f.kv) : st;
+    BT_CHECK(zero_floats(run, h->dK, f.kv));
+    return zero_floats(run, h->dV, f.kv);
 }
 
 static bt_status backward_piece(ring_run *run, int64_t r0, int64_t rows, void *arg)
@@ -158,23 +156,22 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
     ring_buffers *b = run->b;
     int a = step % 2;
     size_t acc_floats = s->acc_bytes / sizeof(float);
-    bt_status st = ring_run_wait(run, &run->acc_send[a]); /* acc_out[a] free again */
-    if (st == BT_OK) st = zero_floats(run, run->acc_out[a], acc_floats);
-    if (st == BT_OK && x->compute) {
-        st = ring_run_block_positions(run, x->block);
+    BT_CHECK(ring_run_wait(run, &run->acc_send[a])); /* acc_out[a] free again */
+    BT_CHECK(zero_floats(run, run->acc_out[a], acc_floats));
+    if (x->compute) {
+        BT_CHECK(ring_run_block_positions(run, x->block));
         bwd_pair p = pair_views(run, h, b->slot[x->slot], run->acc_out[a]);
-        if (st == BT_OK) st = ring_run_pieces(run, backward_piece, &p);
-        if (st == BT_OK) st = ring_run_mark(run, b->slot_used[x->slot]);
+        BT_CHECK(ring_run_pieces(run, backward_piece, &p));
+        BT_CHECK(ring_run_mark(run, b->slot_used[x->slot]));
     }
-    if (st == BT_OK && x->acc_from >= 0) {
-        st = ring_run_wait(run, acc_recv);
-        if (st == BT_OK)
-            st = attn_kernel_status(
-                bk_axpy(run->c->queue, (int64_t)acc_floats, 1.0f, run->acc_in[a], run->acc_out[a]));
-        if (st == BT_OK) st = ring_run_mark(run, b->acc_in_used[a]);
+    if (x->acc_from >= 0) {
+        BT_CHECK(ring_run_wait(run, acc_recv));
+        BT_CHECK(attn_kernel_status(
+            bk_axpy(run->c->queue, (int64_t)acc_floats, 1.0f, run->acc_in[a], run->acc_out[a])));
+        BT_CHECK(ring_run_mark(run, b->acc_in_used[a]));
     }
-    if (st == BT_OK) st = ring_run_mark(run, b->acc_out_used[a]);
-    if (st != BT_OK || x->acc_to >= 0 || x->block != run->rank) return st;
+    BT_CHECK(ring_run_mark(run, b->acc_out_used[a]));
+    if (x->acc_to >= 0 || x->block != run->rank) return BT_OK;
     *home_done = 1; /* the chain ends where it began: at home */
     return home_gradients(run, h, run->acc_out[a]);
 }
@@ -194,13 +191,13 @@ static bt_status post_accumulators(ring_run *run, const ring_step *x, const ring
     int a = step % 2, send = x->block >= 0 && x->acc_to >= 0,
         take = next && next->block >= 0 && next->acc_from >= 0;
     if (!send && !take && !x->home_acc_in) return BT_OK;
-    bt_status st = send ? ring_run_await(run, b->acc_out_used[a]) : BT_OK;
-    if (st == BT_OK && take) /* acc_in may still be read by the add of the step before */
-        st = ring_run_await(run, b->acc_in_used[1 - a]);
-    if (st == BT_OK && x->home_acc_in) /* once the last pass's copy out of it has run */
-        st = ring_run_await(run, b->home_acc_used);
-    if (st == BT_OK) st = bt_group_start(run->world);
-    if (st != BT_OK) return st;
+    if (send) BT_CHECK(ring_run_await(run, b->acc_out_used[a]));
+    if (take) /* acc_in may still be read by the add of the step before */
+        BT_CHECK(ring_run_await(run, b->acc_in_used[1 - a]));
+    if (x->home_acc_in) /* once the last pass's copy out of it has run */
+        BT_CHECK(ring_run_await(run, b->home_acc_used));
+    BT_CHECK(bt_group_start(run->world));
+    bt_status st = BT_OK;
     if (take)
         st = ring_run_irecv(run, next->acc_from, next->acc_from_channel, run->acc_in[1 - a],
                             s->acc_bytes, &r->acc[1 - a]);
