@@ -34,7 +34,8 @@
 #include "src/attn/seq_layout.h"
 
 typedef enum { RING_FORWARD = 0, RING_BWD_KV_SIDE = 1, RING_BWD_Q_SIDE = 2 } ring_pass;
-typedef enum { BWD_AUTO = 0, BWD_KV_SIDE = 1, BWD_Q_SIDE = 2 } ring_bwd_choice;
+/* the values of [parallel] backward, in the order of its names (src/train/config.c) */
+typedef enum { BWD_AUTO = 0, BWD_Q_SIDE = 1, BWD_KV_SIDE = 2 } ring_bwd_choice;
 typedef enum { TOPO_FLAT = 0, TOPO_DOUBLE = 1 } ring_topology;
 typedef enum { LINK_INTRA = 0, LINK_INTER = 1 } ring_link;
 

@@ -72,7 +72,7 @@ trainer *cli_start_trainer(const train_config *cfg, const trainer_opts *opts, co
     char err[1024];
     bt_options opt;
     bt_options_default(&opt);
-    opt.intra = cfg->intra;
+    opt.intra = train_config_name("transport", "intra", cfg->intra);
     opt.timeout_s = cfg->timeout;
     bt_world *world;
     if (bt_world_init(&opt, &world, err, sizeof err) != BT_OK) {

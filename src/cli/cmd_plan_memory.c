@@ -99,7 +99,7 @@ static int fits(const plan_args *a, const train_config *cfg, trainer_memory_plan
     if (train_config_zero_stage(cfg) != 0) return fits_at_stage(a, cfg, p, err, err_len);
     train_config c = *cfg;
     for (int stage = train_config_lowest_zero_stage(cfg);; stage++) {
-        snprintf(c.zero, sizeof c.zero, "%d", stage);
+        train_config_set_zero_stage(&c, stage);
         int ok = fits_at_stage(a, &c, p, err, err_len);
         if (ok != 0 || stage == 3) return ok;
     }
@@ -136,7 +136,7 @@ static void report(const plan_args *a, const trainer_memory_plan *t, int ok)
     trainer_memory_parts(&t->mem, parts, sizeof parts);
     printf("plan memory: %lld parameters (%s); %d ranks = dp %d x cp %d, %d per node, ZeRO stage "
            "%d%s; sequence %lld tokens (%lld per rank); %s\n",
-           (long long)t->n_params, c->preset, a->ranks, c->dp, c->cp, a->per_node,
+           (long long)t->n_params, train_config_name("model", "preset", c->preset), a->ranks, c->dp, c->cp, a->per_node,
            t->zero_stage, zero_auto(a) ? " (zero = auto)" : "", (long long)c->seq_len,
            (long long)t->tokens_per_rank, t->on_device ? "on a GPU per rank" : "on the CPU");
     printf("memory per rank: %s\n", parts);
@@ -177,7 +177,7 @@ static int report_json(const plan_args *a, const trainer_memory_plan *t, int ok,
     json_t *o = json_pack(
         "{s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:b, s:I, s:I, s:b, s:o, s:I, s:I, s:I, "
         "s:I, s:I, s:I, s:b, s:I}",
-        "preset", c->preset, "parameters", (json_int_t)t->n_params, "ranks", a->ranks,
+        "preset", train_config_name("model", "preset", c->preset), "parameters", (json_int_t)t->n_params, "ranks", a->ranks,
         "gpus_per_node", a->per_node, "dp", c->dp, "cp", c->cp, "zero", t->zero_stage,
         "zero_auto", zero_auto(a), "sequence", (json_int_t)c->seq_len, "tokens_per_rank",
         (json_int_t)t->tokens_per_rank, "on_device", t->on_device, "parts", parts, "total",

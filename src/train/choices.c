@@ -1,26 +1,25 @@
-/* choices.c: see choices.h. The names compared here are the ones config.c accepts
- * (its table lists them), so an unknown name cannot reach these functions. */
+/* choices.c: see choices.h. The values compared here are the ones config.c
+ * parses its keys' names to (config.h). */
 #include <stdio.h>
-#include <string.h>
 
 #include "src/attn/sparse_pattern.h"
 #include "src/train/choices.h"
 
-seq_layout_kind choose_layout(const char *layout, const char *mask)
+seq_layout_kind choose_layout(train_layout_choice layout, train_mask_choice mask)
 {
-    if (strcmp(layout, "zigzag") == 0) return LAYOUT_ZIGZAG;
-    if (strcmp(layout, "contiguous") == 0) return LAYOUT_CONTIGUOUS;
-    return strcmp(mask, "causal") == 0 ? LAYOUT_ZIGZAG : LAYOUT_CONTIGUOUS;
+    if (layout == LAYOUT_CHOICE_ZIGZAG) return LAYOUT_ZIGZAG;
+    if (layout == LAYOUT_CHOICE_CONTIGUOUS) return LAYOUT_CONTIGUOUS;
+    return mask == MASK_CHOICE_CAUSAL ? LAYOUT_ZIGZAG : LAYOUT_CONTIGUOUS;
 }
 
-bk_attn_mask choose_mask(const char *mask, int64_t window)
+bk_attn_mask choose_mask(train_mask_choice mask, int64_t window)
 {
-    if (strcmp(mask, "document") == 0) return bk_attn_mask_document(1);
+    if (mask == MASK_CHOICE_DOCUMENT) return bk_attn_mask_document(1);
     bk_attn_mask m = bk_attn_mask_causal();
-    if (strcmp(mask, "window") == 0) {
+    if (mask == MASK_CHOICE_WINDOW) {
         m = bk_attn_mask_window(window - 1, 0);
         m.flags |= BK_ATTN_CAUSAL;
-    } else if (strcmp(mask, "sparse") == 0) {
+    } else if (mask == MASK_CHOICE_SPARSE) {
         m.flags |= BK_ATTN_BLOCK_SPARSE; /* the bitmap: choose_sparse_mask */
     }
     return m;
@@ -55,38 +54,9 @@ int choose_sparse_mask(const char *pattern, int64_t sparse_block, int64_t seq_le
     return 0;
 }
 
-ring_bwd_choice choose_backward(const char *backward)
+int choose_recall(train_source_kind source, synthetic_task task)
 {
-    return strcmp(backward, "q") == 0    ? BWD_Q_SIDE
-           : strcmp(backward, "kv") == 0 ? BWD_KV_SIDE
-                                         : BWD_AUTO;
-}
-
-train_ring_choice choose_ring(const char *ring)
-{
-    return strcmp(ring, "flat") == 0     ? RING_CHOICE_FLAT
-           : strcmp(ring, "double") == 0 ? RING_CHOICE_DOUBLE
-                                         : RING_CHOICE_AUTO;
-}
-
-train_source_kind choose_source(const char *source)
-{
-    return strcmp(source, "hdf5") == 0 ? SOURCE_HDF5 : SOURCE_SYNTHETIC;
-}
-
-int choose_recall(const char *source, const char *task)
-{
-    return choose_source(source) == SOURCE_SYNTHETIC && strcmp(task, "recall") == 0;
-}
-
-int choose_shuffled(const char *sampling)
-{
-    return strcmp(sampling, "shuffled") == 0;
-}
-
-train_nonfinite choose_on_nonfinite(const char *on_nonfinite)
-{
-    return strcmp(on_nonfinite, "skip") == 0 ? NONFINITE_SKIP : NONFINITE_STOP;
+    return source == SOURCE_SYNTHETIC && task == TASK_RECALL;
 }
 
 train_keep choose_keep(double attn_kept_fraction)
@@ -113,14 +83,9 @@ int choose_topology(train_ring_choice ring, int cp, int nodes, int local_size, r
     return 0;
 }
 
-int choose_device(const char *device)
+int choose_bf16_matmul(train_device device, train_matmul matmul)
 {
-    return strcmp(device, "cuda") == 0;
-}
-
-int choose_bf16_matmul(const char *device, const char *matmul)
-{
-    return choose_device(device) && strcmp(matmul, "fp32") != 0;
+    return device == TRAIN_DEVICE_CUDA && matmul != MATMUL_FP32;
 }
 
 int choose_ring_bf16(int on_device)

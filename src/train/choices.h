@@ -1,7 +1,8 @@
 /* choices.h: the configuration's choices as the engine's types, decided in one
- * place. The configuration keeps the names a user writes (config.h); every
- * rule that turns a name into a layout, a mask, a ring or a policy is here,
- * once, and both the validation of a configuration and the trainer use it. */
+ * place. The configuration keeps each choice as the value of its key (config.h,
+ * parsed once where the configuration is read); every rule that turns those
+ * values into a layout, a mask, a ring or a policy is here, once, and both the
+ * validation of a configuration and the trainer use it. */
 #ifndef BURST_TRAIN_CHOICES_H
 #define BURST_TRAIN_CHOICES_H
 
@@ -10,16 +11,10 @@
 #include "kernels/attention.h"
 #include "src/attn/ring_plan.h"
 #include "src/attn/seq_layout.h"
+#include "src/train/config.h"
 
-typedef enum { SOURCE_SYNTHETIC = 0, SOURCE_HDF5 = 1 } train_source_kind;
-typedef enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 } train_nonfinite;
 /* Which tokens keep their attention output between forward and backward. */
 typedef enum { KEEP_NONE = 0, KEEP_HALF = 1, KEEP_ALL = 2 } train_keep;
-typedef enum {
-    RING_CHOICE_AUTO = 0,
-    RING_CHOICE_FLAT = 1,
-    RING_CHOICE_DOUBLE = 2
-} train_ring_choice;
 
 typedef struct {
     seq_layout_kind layout;
@@ -40,12 +35,12 @@ typedef struct {
 /* [parallel] layout, with auto: zigzag under the causal mask (it balances the
  * causal work), contiguous under a window (the work is already balanced and
  * blocks meet fewer neighbours). */
-seq_layout_kind choose_layout(const char *layout, const char *mask);
+seq_layout_kind choose_layout(train_layout_choice layout, train_mask_choice mask);
 /* [parallel] mask: causal; causal within a window of `window` tokens (the
  * query included); causal within documents (the document ids come with every
  * sample: model_runner_set_documents); or causal and block-sparse, whose
  * bitmap choose_sparse_mask adds. */
-bk_attn_mask choose_mask(const char *mask, int64_t window);
+bk_attn_mask choose_mask(train_mask_choice mask, int64_t window);
 /* mask = sparse: [parallel] sparse_pattern over blocks of sparse_block tokens
  * of a seq_len sequence. Checks both (at most CHOICE_SPARSE_MAX_BLOCKS blocks);
  * with bits given, also makes the bitmap (*bits, the caller's to free) and
@@ -53,22 +48,14 @@ bk_attn_mask choose_mask(const char *mask, int64_t window);
 enum { CHOICE_SPARSE_MAX_BLOCKS = 16384 }; /* a bitmap of 32 MiB */
 int choose_sparse_mask(const char *pattern, int64_t sparse_block, int64_t seq_len,
                        bk_attn_mask *mask, uint64_t **bits, char *err, size_t err_len);
-ring_bwd_choice choose_backward(const char *backward);
-train_ring_choice choose_ring(const char *ring);
-train_source_kind choose_source(const char *source);
 /* 1 when the data are the synthetic recall task (which the evaluation knows
  * how to ask). */
-int choose_recall(const char *source, const char *task);
-/* [data] sampling: 1 for shuffled (a seeded permutation of the windows). */
-int choose_shuffled(const char *sampling);
-train_nonfinite choose_on_nonfinite(const char *on_nonfinite);
+int choose_recall(train_source_kind source, synthetic_task task);
 /* [memory] attn_kept_fraction 0, 0.5 or 1. */
 train_keep choose_keep(double attn_kept_fraction);
-/* [train] device: 1 for cuda (the model on the program's device), 0 for cpu. */
-int choose_device(const char *device);
 /* 1 when the layers' matrix products take bf16 operands ([train] matmul: bf16,
  * or auto on a device). */
-int choose_bf16_matmul(const char *device, const char *matmul);
+int choose_bf16_matmul(train_device device, train_matmul matmul);
 /* 1 when Q, K, V and dO travel the attention rings in bf16: on a device, whose
  * attention kernels round their fp32 inputs to bf16 as they load them, so
  * rounding once at home halves the rings' bytes and slots and changes no

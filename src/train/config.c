@@ -63,6 +63,10 @@ typedef struct {
 /* clang-format on */
 
 static const model_preset presets[] = {MODEL_PRESETS(PRESET_ROW)};
+/* [model] preset's names: a preset's value is its row in presets, custom's the
+ * row after the last */
+static const char *const preset_names[] = {MODEL_PRESETS(PRESET_NAME) "custom", NULL};
+enum { N_PRESETS = sizeof presets / sizeof presets[0], PRESET_CUSTOM = N_PRESETS };
 
 static void set_string(char *dst, size_t size, const char *src)
 {
@@ -70,28 +74,37 @@ static void set_string(char *dst, size_t size, const char *src)
     snprintf(dst, size, "%s", src);
 }
 
+/* The value of name in a key's NULL-terminated list of names, or -1. */
+static int choice_value(const char *const *names, const char *name)
+{
+    for (int i = 0; names[i]; i++)
+        if (strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+
+/* Sets [model] preset to value and, for a named preset, its dimensions. */
+static void apply_preset(train_config *c, int value)
+{
+    c->preset = value;
+    if (value < 0 || value >= N_PRESETS) return; /* custom */
+    const model_preset *p = &presets[value];
+    c->layers = p->layers;
+    c->d_model = p->d_model;
+    c->n_heads = p->n_heads;
+    c->n_kv_heads = p->n_kv_heads;
+    c->d_ff = p->d_ff;
+    c->vocab = p->vocab;
+    c->rope_theta = p->rope_theta;
+    c->max_seq = p->max_seq;
+    c->tied_embeddings = p->tied;
+}
+
 int train_config_preset(train_config *c, const char *name)
 {
-    if (strcmp(name, "custom") == 0) {
-        set_string(c->preset, sizeof c->preset, name);
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
-        const model_preset *p = &presets[i];
-        if (strcmp(name, p->name) != 0) continue;
-        set_string(c->preset, sizeof c->preset, name);
-        c->layers = p->layers;
-        c->d_model = p->d_model;
-        c->n_heads = p->n_heads;
-        c->n_kv_heads = p->n_kv_heads;
-        c->d_ff = p->d_ff;
-        c->vocab = p->vocab;
-        c->rope_theta = p->rope_theta;
-        c->max_seq = p->max_seq;
-        c->tied_embeddings = p->tied;
-        return 0;
-    }
-    return -1;
+    int value = choice_value(preset_names, name);
+    if (value < 0) return -1;
+    apply_preset(c, value);
+    return 0;
 }
 
 /* ---- the table of keys ------------------------------------------------ */
@@ -115,7 +128,6 @@ typedef struct {
     const char *doc;            /* one line: what the key means */
 } field;
 
-static const char *const preset_names[] = {MODEL_PRESETS(PRESET_NAME) "custom", NULL};
 static const char *const source_names[] = {"synthetic", "hdf5", NULL};
 static const char *const task_names[] = {"copy", "counting", "recall", NULL};
 static const char *const sampling_names[] = {"sequential", "shuffled", NULL};
@@ -140,7 +152,9 @@ static const char *const rope_type_names[] = {"default", "linear",  "llama3",
 #define U64(s, k, ...) {s, #k, F_U64, AT(k), 0, 0, 0, 0, 0, 0, NULL, __VA_ARGS__}
 #define DBL(s, k, lo, lo_open, hi, hi_open, ...) {s, #k, F_DBL, AT(k), 0, 0, lo, hi, lo_open, hi_open, NULL, __VA_ARGS__}
 #define BOOL(s, k, ...) {s, #k, F_BOOL, AT(k), 0, 0, 0, 0, 0, 0, NULL, __VA_ARGS__}
-#define ENUM(s, k, names, ...) {s, #k, F_ENUM, AT(k), 0, 0, 0, 0, 0, 0, names, __VA_ARGS__}
+/* an ENUM key is stored as an int-sized enum: the index of its name in names */
+#define INT_SIZED(name) (sizeof(((train_config *)0)->name) + 0 * sizeof(char[sizeof(((train_config *)0)->name) == sizeof(int) ? 1 : -1]))
+#define ENUM(s, k, names, ...) {s, #k, F_ENUM, offsetof(train_config, k), INT_SIZED(k), 0, 0, 0, 0, 0, 0, names, __VA_ARGS__}
 #define STR(s, k, ...) {s, #k, F_STR, AT(k), 0, 0, 0, 0, 0, 0, NULL, __VA_ARGS__}
 #define KEPT_FRACTION(s, k, ...) {s, #k, F_KEPT_FRACTION, AT(k), 0, 0, 0, 0, 0, 0, NULL, __VA_ARGS__}
 #define PRESET NULL
@@ -366,11 +380,16 @@ static const field *find_named_field(const char *section, const char *key)
     return f;
 }
 
+static int is_preset(const field *f)
+{
+    return f->off == offsetof(train_config, preset);
+}
+
 /* Records that a file or --set gave f; an explicit preset gives its keys. */
 static void mark_given(train_config *c, const field *f)
 {
     c->given[f - fields] = 1;
-    if (strcmp(f->section, "model") != 0 || strcmp(f->key, "preset") != 0) return;
+    if (!is_preset(f)) return;
     for (int i = 0; i < N_FIELDS; i++)
         if (!fields[i].def) c->given[i] = 1;
 }
@@ -489,11 +508,11 @@ static int set_bool(char *at, const field *f, const char *value, char *why, size
 
 static int set_enum(char *at, const field *f, const char *value, char *why, size_t why_len)
 {
-    for (int i = 0; f->choices[i]; i++)
-        if (strcmp(value, f->choices[i]) == 0) {
-            set_string(at, f->size, value);
-            return 0;
-        }
+    int v = choice_value(f->choices, value);
+    if (v >= 0) {
+        *(int *)at = v;
+        return 0;
+    }
     char list[160];
     list_choices(f->choices, list, sizeof list);
     snprintf(why, why_len, "not one of %s", list);
@@ -559,9 +578,27 @@ void train_config_default(train_config *c)
          * sets every default, so this never fails in a tested build */
         if (f->def && set_field(c, f, f->def, why, sizeof why) != 0) abort();
     }
-    char preset[sizeof c->preset];
-    memcpy(preset, c->preset, sizeof preset);
-    train_config_preset(c, preset); /* the keys marked PRESET */
+    apply_preset(c, c->preset); /* the keys marked PRESET */
+}
+
+/* The name of value in names, or NULL when out of its range. */
+static const char *choice_name(const char *const *names, int value)
+{
+    for (int i = 0; names[i]; i++)
+        if (i == value) return names[i];
+    return NULL;
+}
+
+const char *train_config_name(const char *section, const char *key, int value)
+{
+    const field *f = find_field(section, key);
+    return f && f->type == F_ENUM ? choice_name(f->choices, value) : NULL;
+}
+
+int train_config_value(const char *section, const char *key, const char *name)
+{
+    const field *f = find_field(section, key);
+    return f && f->type == F_ENUM ? choice_value(f->choices, name) : -1;
 }
 
 /* ---- formatting one value --------------------------------------------- */
@@ -599,7 +636,16 @@ static void format_field(const train_config *c, const field *f, char *buf, size_
     case F_BOOL:
         snprintf(buf, len, "%s", *(const int *)at ? "true" : "false");
         return;
-    case F_ENUM:
+    case F_ENUM: {
+        /* a value out of range (set in code) shows as its number, which no
+         * name matches: validation names the key */
+        const char *name = choice_name(f->choices, *(const int *)at);
+        if (name)
+            snprintf(buf, len, "%s", name);
+        else
+            snprintf(buf, len, "%d", *(const int *)at);
+        return;
+    }
     case F_STR:
         snprintf(buf, len, "%.*s", (int)strnlen(at, f->size), at);
         return;
@@ -633,7 +679,7 @@ typedef struct {
     int pass;          /* 1: only [model] preset; 2: every key */
     int lineno;        /* the line inih is parsing */
     int at_line_start; /* the next chunk read starts a new line */
-    char preset[32];   /* found in pass 1 */
+    int preset;        /* found in pass 1; -1: none */
     int err_line;      /* first error of ours, 0 if none */
     char err[512];
 } load_state;
@@ -685,14 +731,13 @@ static char *load_reader(char *str, int num, void *stream)
 static int load_handler(void *user, const char *section, const char *name, const char *value)
 {
     load_state *st = user;
-    int is_preset = strcmp(section, "model") == 0 && strcmp(name, "preset") == 0;
     if (st->pass == 1) {
         /* Errors are left to pass 2, which sees every one in file order. */
+        const field *f = find_field(section, name);
         train_config scratch;
         char why[8];
-        if (is_preset &&
-            set_field(&scratch, find_field(section, name), value, why, sizeof why) == 0)
-            set_string(st->preset, sizeof st->preset, value);
+        if (f && is_preset(f) && set_field(&scratch, f, value, why, sizeof why) == 0)
+            st->preset = scratch.preset;
         return 1;
     }
     if (st->err_line) return 0;
@@ -754,9 +799,9 @@ static int load_pass(load_state *st, char *err, size_t err_len)
 static int load(train_config *c, const char *path, const char *text, char *err, size_t err_len)
 {
     train_config work = *c;
-    load_state st = {.path = path, .text = text, .c = &work, .pass = 1};
+    load_state st = {.path = path, .text = text, .c = &work, .pass = 1, .preset = -1};
     if (load_pass(&st, err, err_len) == -1) return -1; /* errors of content: see pass 2 */
-    if (st.preset[0]) train_config_preset(&work, st.preset);
+    if (st.preset >= 0) apply_preset(&work, st.preset);
     st.pass = 2;
     if (load_pass(&st, err, err_len) != 0) return -1;
     *c = work;
@@ -820,8 +865,7 @@ int train_config_set(train_config *c, const char *assignment, char *err, size_t 
         snprintf(err, err_len, "--set %s: %s", assignment, why);
         return -1;
     }
-    if (strcmp(section, "model") == 0 && strcmp(key, "preset") == 0)
-        train_config_preset(&work, value);
+    if (is_preset(f)) apply_preset(&work, work.preset);
     mark_given(&work, f);
     *c = work;
     return 0;
@@ -831,9 +875,7 @@ int train_config_set(train_config *c, const char *assignment, char *err, size_t 
 
 bk_rope train_config_rope(const train_config *c)
 {
-    static const bk_rope_type types[] = {BK_ROPE_DEFAULT, BK_ROPE_LINEAR, BK_ROPE_LLAMA3,
-                                         BK_ROPE_YARN, BK_ROPE_DYNAMIC};
-    bk_rope r = {.type = BK_ROPE_DEFAULT,
+    bk_rope r = {.type = c->rope_type,
                  .theta = c->rope_theta,
                  .factor = c->rope_scaling,
                  .low_freq_factor = c->rope_low_freq_factor,
@@ -843,8 +885,6 @@ bk_rope train_config_rope(const train_config *c)
                  .beta_slow = c->rope_beta_slow,
                  .attention_factor = c->rope_attention_factor,
                  .sequence_length = (double)c->seq_len};
-    for (int i = 0; rope_type_names[i]; i++)
-        if (strcmp(c->rope_type, rope_type_names[i]) == 0) r.type = types[i];
     if (r.type == BK_ROPE_DEFAULT && r.factor != 1.0) r.type = BK_ROPE_LINEAR;
     if (r.type == BK_ROPE_YARN && r.attention_factor == 0.0)
         r.attention_factor = 0.1 * log(r.factor) + 1.0;
@@ -853,7 +893,7 @@ bk_rope train_config_rope(const train_config *c)
 
 void train_config_set_rope(train_config *c, const bk_rope *r)
 {
-    set_string(c->rope_type, sizeof c->rope_type, rope_type_names[r->type]);
+    c->rope_type = r->type;
     c->rope_theta = r->theta;
     c->rope_scaling = r->type == BK_ROPE_DEFAULT ? 1.0 : r->factor;
     c->rope_low_freq_factor = r->low_freq_factor;
@@ -877,7 +917,7 @@ static int validate_documents(const train_config *c, const bk_attn_mask *mask, c
                               size_t err_len)
 {
     int documents = (mask->flags & BK_ATTN_DOCUMENT) != 0;
-    int synthetic = choose_source(c->source) == SOURCE_SYNTHETIC;
+    int synthetic = c->source == SOURCE_SYNTHETIC;
     if (documents && synthetic && c->doc_len == 0)
         return bu_fail(err, err_len,
                        "[parallel] mask = document with [data] source = synthetic needs [data] "
@@ -886,7 +926,7 @@ static int validate_documents(const train_config *c, const bk_attn_mask *mask, c
         return bu_fail(err, err_len,
                        "[data] doc_len = %" PRId64 " is only used with [parallel] mask = document "
                        "(here mask = %s)",
-                       c->doc_len, c->mask);
+                       c->doc_len, mask_names[c->mask]);
     if (c->doc_len != 0 && !synthetic)
         return bu_fail(err, err_len,
                        "[data] doc_len = %" PRId64 " is for the synthetic source: an hdf5 corpus "
@@ -938,15 +978,15 @@ static int validate_model(const train_config *c, char *err, size_t err_len)
         return bu_fail(err, err_len,
                        "[model] d_model / n_heads = %d: the head dimension must be a multiple of 8",
                        c->d_model / c->n_heads);
-    if (strcmp(c->rope_type, "llama3") == 0 && c->rope_high_freq_factor <= c->rope_low_freq_factor)
+    if (c->rope_type == BK_ROPE_LLAMA3 && c->rope_high_freq_factor <= c->rope_low_freq_factor)
         return bu_fail(err, err_len,
                        "[model] rope_high_freq_factor = %g must exceed rope_low_freq_factor = %g",
                        c->rope_high_freq_factor, c->rope_low_freq_factor);
-    if (strcmp(c->rope_type, "dynamic") == 0 && c->rope_scaling < 1.0)
+    if (c->rope_type == BK_ROPE_DYNAMIC && c->rope_scaling < 1.0)
         return bu_fail(err, err_len,
                        "[model] rope_scaling = %g: dynamic needs a factor of 1 or more",
                        c->rope_scaling);
-    if (strcmp(c->rope_type, "yarn") == 0 && c->rope_theta <= 1.0)
+    if (c->rope_type == BK_ROPE_YARN && c->rope_theta <= 1.0)
         return bu_fail(err, err_len, "[model] rope_theta = %g: yarn needs a base above 1",
                        c->rope_theta);
     return 0;
@@ -955,28 +995,29 @@ static int validate_model(const train_config *c, char *err, size_t err_len)
 /* What the device engine cannot do that the CPU engine can, and back. */
 static int validate_device(const train_config *c, char *err, size_t err_len)
 {
-    if (!choose_device(c->device) && strcmp(c->matmul, "bf16") == 0)
+    int on_device = c->device == TRAIN_DEVICE_CUDA, on_host = c->optimizer == OPTIMIZER_ON_HOST;
+    if (!on_device && c->matmul == MATMUL_BF16)
         return bu_fail(err, err_len,
                        "[train] matmul = bf16 needs [train] device = cuda: the CPU "
                        "computes its matrix products in fp32");
-    if (choose_device(c->device) && !c->fused_head)
+    if (on_device && !c->fused_head)
         return bu_fail(err, err_len,
                        "[memory] fused_head = false needs [train] device = cpu: the "
                        "reference head runs on the host");
-    if (strcmp(c->optimizer, "host") == 0 && !choose_bf16_matmul(c->device, c->matmul))
+    if (on_host && !choose_bf16_matmul(c->device, c->matmul))
         return bu_fail(err, err_len,
                        "[memory] optimizer = host needs bf16 parameters ([train] device = cuda, "
                        "[train] matmul = bf16 or auto): elsewhere the optimizer's state is in "
                        "host memory already, or the device's fp32 parameters are its masters");
-    if (strcmp(c->optimizer, "host") == 0 && train_config_zero_stage(c) == 1)
+    if (on_host && train_config_zero_stage(c) == 1)
         return bu_fail(err, err_len,
                        "[memory] optimizer = host needs [parallel] zero = 2, 3 or auto: at "
                        "zero = 1 the device holds every gradient whole");
-    if (!choose_device(c->device) && c->offload_activations)
+    if (!on_device && c->offload_activations)
         return bu_fail(err, err_len,
                        "[memory] offload_activations = true needs [train] device = cuda: the "
                        "CPU engine's stored activations are in host memory already");
-    if (choose_device(c->device) && c->d_model / c->n_heads > 128)
+    if (on_device && c->d_model / c->n_heads > 128)
         return bu_fail(err, err_len,
                        "[model] d_model / n_heads = %d: the device's attention takes head "
                        "dimensions up to 128",
@@ -1017,7 +1058,7 @@ static int validate_sequence(const train_config *c, char *err, size_t err_len)
             err, err_len,
             "[memory] attn_kept_fraction = 0.5 needs the causal mask with the zigzag layout "
             "(here mask = %s, layout = %s); use 0 or 1",
-            c->mask, layout);
+            mask_names[c->mask], layout);
     return 0;
 }
 
@@ -1039,17 +1080,22 @@ static int validate_schedule(const train_config *c, char *err, size_t err_len)
 
 int train_config_zero_stage(const train_config *c)
 {
-    return strcmp(c->zero, "auto") == 0 ? 0 : atoi(c->zero);
+    return c->zero == ZERO_AUTO ? 0 : (int)c->zero - ZERO_1 + 1;
+}
+
+void train_config_set_zero_stage(train_config *c, int stage)
+{
+    c->zero = (train_zero)(ZERO_1 + stage - 1);
 }
 
 int train_config_lowest_zero_stage(const train_config *c)
 {
-    return strcmp(c->optimizer, "host") == 0 ? 2 : 1;
+    return train_config_optimizer_on_host(c) ? 2 : 1;
 }
 
 int train_config_optimizer_on_host(const train_config *c)
 {
-    return strcmp(c->optimizer, "host") == 0;
+    return c->optimizer == OPTIMIZER_ON_HOST;
 }
 
 int train_config_validate(const train_config *c, int world_size, char *err, size_t err_len)
@@ -1064,7 +1110,7 @@ int train_config_validate(const train_config *c, int world_size, char *err, size
                        " ranks, but the world size is %d",
                        c->dp, c->cp, (int64_t)c->dp * c->cp, world_size);
 
-    if (choose_source(c->source) == SOURCE_HDF5 && !c->path[0])
+    if (c->source == SOURCE_HDF5 && !c->path[0])
         return bu_fail(err, err_len, "[data] source = hdf5 needs [data] path (corpus files)");
     if (validate_recall(c, err, err_len) != 0) return -1;
     if (validate_sequence(c, err, err_len) != 0) return -1;
@@ -1120,8 +1166,7 @@ int train_config_take_model(train_config *c, const train_config *src, const char
         if (!c->given[i] && set_field(&work, f, theirs, why, sizeof why) != 0)
             return bu_fail(err, err_len, "%s: [model] %s = %s: %s", src_name, f->key, theirs, why);
     }
-    if (!c->given[find_field("model", "preset") - fields])
-        set_string(work.preset, sizeof work.preset, "custom");
+    if (!c->given[find_field("model", "preset") - fields]) work.preset = PRESET_CUSTOM;
     *c = work;
     return 0;
 }

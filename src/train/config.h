@@ -10,13 +10,49 @@
 #include <stdio.h>
 
 #include "kernels/ops_math.h"
+#include "src/attn/ring_plan.h"
 #include "src/train/data/recall.h"
+#include "src/train/data/token_source.h"
 
 enum { TRAIN_CONFIG_MAX_KEYS = 96 };
 
+/* The values of the keys that choose among names. Each key's row in config.c's
+ * table lists its names, in the order of these values (a value is its name's
+ * index there): that list is the one place where a name and its value meet,
+ * and train_config_name gives the name back. Keys whose choice the engine
+ * already has a type for store that type: [model] rope_type a bk_rope_type
+ * (kernels/ops_math.h), [data] task a synthetic_task (token_source.h),
+ * [parallel] backward a ring_bwd_choice (src/attn/ring_plan.h). [model]
+ * preset is an index into the list of presets, whose last name is custom. */
+typedef enum { SOURCE_SYNTHETIC = 0, SOURCE_HDF5 = 1 } train_source_kind;
+typedef enum { SAMPLING_SEQUENTIAL = 0, SAMPLING_SHUFFLED = 1 } train_sampling;
+typedef enum {
+    LAYOUT_CHOICE_AUTO = 0,
+    LAYOUT_CHOICE_ZIGZAG = 1,
+    LAYOUT_CHOICE_CONTIGUOUS = 2
+} train_layout_choice;
+typedef enum {
+    MASK_CHOICE_CAUSAL = 0,
+    MASK_CHOICE_WINDOW = 1,
+    MASK_CHOICE_DOCUMENT = 2,
+    MASK_CHOICE_SPARSE = 3
+} train_mask_choice;
+typedef enum {
+    RING_CHOICE_AUTO = 0,
+    RING_CHOICE_FLAT = 1,
+    RING_CHOICE_DOUBLE = 2
+} train_ring_choice;
+/* [parallel] zero: the stage less one, or auto (train_config_zero_stage). */
+typedef enum { ZERO_1 = 0, ZERO_2 = 1, ZERO_3 = 2, ZERO_AUTO = 3 } train_zero;
+typedef enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 } train_nonfinite;
+typedef enum { TRAIN_DEVICE_CPU = 0, TRAIN_DEVICE_CUDA = 1 } train_device;
+typedef enum { MATMUL_AUTO = 0, MATMUL_BF16 = 1, MATMUL_FP32 = 2 } train_matmul;
+typedef enum { OPTIMIZER_ON_DEVICE = 0, OPTIMIZER_ON_HOST = 1 } train_optimizer_place;
+typedef enum { INTRA_AUTO = 0, INTRA_UCX = 1, INTRA_NCCL = 2 } train_intra;
+
 typedef struct {
     /* [model] */
-    char preset[32];        /* a name of config.c's MODEL_PRESETS, or custom */
+    int preset;             /* a row of config.c's MODEL_PRESETS, or custom (the last name) */
     int layers;
     int d_model;
     int n_heads;            /* query heads */
@@ -24,7 +60,7 @@ typedef struct {
     int d_ff;               /* SwiGLU hidden size */
     int vocab;
     double rope_theta;
-    char rope_type[8];   /* default | linear | llama3 | yarn (kernels/ops_math.h) */
+    bk_rope_type rope_type; /* default | linear | llama3 | yarn | dynamic */
     double rope_scaling; /* the factor of linear, llama3, yarn (with rope_type default,
                           * a factor other than 1 is linear) */
     double rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
@@ -37,27 +73,27 @@ typedef struct {
     double norm_eps;
     char init_from[180]; /* weights to start from: a burst checkpoint or a Hugging Face folder */
     /* [data] */
-    char source[16];        /* synthetic (in memory) | hdf5 (corpus files) */
-    char task[16];          /* synthetic task: copy | counting | recall */
+    train_source_kind source; /* synthetic (in memory) | hdf5 (corpus files) */
+    synthetic_task task;    /* synthetic task: copy | counting | recall */
     int recall_pairs;       /* recall: key-value pairs in the first half of a sample */
     int recall_queries;     /* recall: keys asked again in the second half */
     int recall_keys;        /* recall: key tokens */
     int recall_values;      /* recall: values of each key */
     char path[180];         /* hdf5: corpus files, comma-separated */
-    char sampling[16];      /* hdf5: sequential | shuffled */
+    train_sampling sampling; /* hdf5: sequential | shuffled */
     int64_t seq_len;        /* tokens per sequence (global, split over cp ranks) */
     int64_t doc_len;        /* synthetic, mask = document: mean tokens per document (0: none) */
     uint64_t data_seed;
     /* [parallel] */
     int dp, cp;             /* world = dp * cp, node-major */
-    char layout[16];        /* auto | zigzag | contiguous */
-    char mask[16];          /* causal | window | document | sparse */
+    train_layout_choice layout; /* auto | zigzag | contiguous */
+    train_mask_choice mask; /* causal | window | document | sparse */
     int64_t window;         /* tokens, for mask = window */
     int64_t sparse_block;   /* tokens per block, for mask = sparse */
     char sparse_pattern[64]; /* mask = sparse: e.g. local:4+global:1 (src/attn/sparse_pattern.h) */
-    char backward[8];       /* auto | q | kv */
-    char ring[8];           /* auto | flat | double */
-    char zero[8];           /* 1 | 2 | 3 | auto: the ZeRO stage (train_config_zero_stage) */
+    ring_bwd_choice backward; /* auto | q | kv */
+    train_ring_choice ring; /* auto | flat | double */
+    train_zero zero;        /* 1 | 2 | 3 | auto: the ZeRO stage (train_config_zero_stage) */
     int64_t piece_rows;     /* query rows per attention kernel call between transport polls;
                              * 0: ring_piece_rows' default */
     /* [train] */
@@ -68,9 +104,9 @@ typedef struct {
     double weight_decay, beta1, beta2, adam_eps;
     double grad_clip;       /* max global gradient norm; 0 = off */
     uint64_t seed;          /* initialisation */
-    char on_nonfinite[8];   /* stop | skip */
-    char device[8];         /* cpu | cuda: where the model computes */
-    char matmul[8];         /* auto | bf16 | fp32: the parameters' type and the layers'
+    train_nonfinite on_nonfinite; /* stop | skip */
+    train_device device;    /* cpu | cuda: where the model computes */
+    train_matmul matmul;    /* auto | bf16 | fp32: the parameters' type and the layers'
                              * matrix products (auto: bf16 on a device, fp32 on the CPU) */
     int log_every;
     char metrics[256];      /* JSON-lines file; empty = none */
@@ -88,14 +124,14 @@ typedef struct {
                                recomputed from its stored input (0) */
     int offload_activations; /* on a device, each layer's stored activations in page-locked
                                 host memory, copied out and back on a stream of their own */
-    char optimizer[8];       /* device | host: where a device run keeps the optimizer's state */
+    train_optimizer_place optimizer; /* device | host: where a device run keeps the optimizer's state */
     int64_t chunk_rows;      /* tokens per chunk of the token-wise work and the bf16 operands */
     int fused_head;         /* LM head fused with the loss, chunked (1) or the reference (0) */
     int64_t head_chunk;     /* tokens per chunk of logits */
     double z_loss;
     int64_t limit_bytes;    /* most bytes the training state of one rank may take; 0 = none */
     /* [transport] */
-    char intra[8];          /* auto | ucx | nccl */
+    train_intra intra;      /* auto | ucx | nccl (bt_options.intra: train_config_name) */
     double timeout;         /* seconds */
     /* which keys a file or --set gave (an explicit preset gives its keys), by
      * the key's row in config.c's table */
@@ -105,6 +141,12 @@ typedef struct {
 void train_config_default(train_config *c);
 /* Sets the [model] dimensions of a named preset; -1 for an unknown name. */
 int train_config_preset(train_config *c, const char *name);
+/* The name of `value` of the key [section] key that chooses among names (its
+ * row's list in config.c), e.g. train_config_name("transport", "intra",
+ * c->intra); NULL for another key or a value out of its range. */
+const char *train_config_name(const char *section, const char *key, int value);
+/* The value of `name` for such a key, or -1 when it names none of its values. */
+int train_config_value(const char *section, const char *key, const char *name);
 /* Reads an INI file over c. The [model] preset key is applied first, so keys
  * given next to it override the preset. Unknown sections or keys, values of
  * the wrong type and out-of-range values are errors naming file, line and
@@ -130,8 +172,10 @@ bk_rope train_config_rope(const train_config *c);
 void train_config_set_rope(train_config *c, const bk_rope *r);
 /* The shape of the recall task ([data] recall_* and seq_len). */
 recall_shape train_config_recall(const train_config *c);
-/* [parallel] zero as a number: 1, 2 or 3, and 0 for auto. */
+/* [parallel] zero as a number: 1, 2 or 3, and 0 for auto; and set to stage 1, 2
+ * or 3. */
 int train_config_zero_stage(const train_config *c);
+void train_config_set_zero_stage(train_config *c, int stage);
 /* The lowest stage the configuration allows: 2 with the optimizer on the
  * host ([memory] optimizer = host), else 1; and whether it is there. */
 int train_config_lowest_zero_stage(const train_config *c);

@@ -44,14 +44,14 @@ static int make_choices(trainer *t, char *err, size_t err_len)
         choose_sparse_mask(c->sparse_pattern, c->sparse_block, c->seq_len, &p->mask,
                            &t->sparse_bits, err, err_len) != 0)
         return -1;
-    p->backward = choose_backward(c->backward);
-    p->ring = choose_ring(c->ring);
-    p->source = choose_source(c->source);
-    p->shuffled = choose_shuffled(c->sampling);
+    p->backward = c->backward;
+    p->ring = c->ring;
+    p->source = c->source;
+    p->shuffled = c->sampling == SAMPLING_SHUFFLED;
     p->recall = choose_recall(c->source, c->task);
-    p->on_nonfinite = choose_on_nonfinite(c->on_nonfinite);
+    p->on_nonfinite = c->on_nonfinite;
     p->keep = choose_keep(c->attn_kept_fraction);
-    p->on_device = choose_device(c->device);
+    p->on_device = c->device == TRAIN_DEVICE_CUDA;
     p->bf16_matmul = choose_bf16_matmul(c->device, c->matmul);
     p->ring_bf16 = choose_ring_bf16(p->on_device);
     return 0;
@@ -417,7 +417,7 @@ static int choose_zero_stage(trainer *t, model_runner_config *rc, char *err, siz
     if (!given) {
         t->zero_chosen = resumed ? "the stage of the checkpoint resumed from"
                                  : "the smallest stage whose memory fits";
-        snprintf(c->zero, sizeof c->zero, "%d", t->zero_stage);
+        train_config_set_zero_stage(c, t->zero_stage);
     }
     return 0;
 }
@@ -442,7 +442,7 @@ static int plan_offline(trainer *t, int world_size, int nodes, char *err, size_t
         t->queue = (bk_queue){BK_DEVICE, NULL, 0, NULL}; /* no device touched */
         /* a GPU per rank: NCCL serves every node of several ranks unless told not to */
         int local = world_size / nodes;
-        t->nccl_ranks = local > 1 && strcmp(c->intra, "ucx") != 0 ? local : 0;
+        t->nccl_ranks = local > 1 && c->intra != INTRA_UCX ? local : 0;
     }
     t->zero_stage = train_config_zero_stage(c);
     if (t->zero_stage == 0) {

@@ -209,7 +209,7 @@ int trainer_report_start(trainer *t)
            c->fused_head ? "fused" : "unfused");
     int in_bytes = t->choices.ring_bf16 ? 2 : 4;
     printf("attention: mask %s; %s; kernel pieces of %lld query rows; inputs travel in %s\n",
-           c->mask,
+           train_config_name("parallel", "mask", c->mask),
            ring_pass_name(ring_choose_backward(t->choices.backward, c->n_heads, c->n_kv_heads,
                                                c->d_model / c->n_heads, in_bytes)),
            (long long)ring_piece_rows(c->piece_rows, t->layout.n, t->choices.on_device),

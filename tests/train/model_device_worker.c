@@ -160,11 +160,14 @@ int main(int argc, char **argv)
     model_layout m;
     if (model_layout_init(&m, &dims) != 0) usage_exit("out of memory");
     int64_t N = 32 * (int64_t)size;
+    int kind = train_config_value("parallel", "mask", o.mask);
+    if (kind < 0) usage_exit("--mask: causal, window, document or sparse");
     seq_layout layout;
-    if (seq_layout_init(&layout, choose_layout("auto", o.mask), size, N, err, sizeof err) != 0)
+    if (seq_layout_init(&layout, choose_layout(LAYOUT_CHOICE_AUTO, (train_mask_choice)kind), size,
+                        N, err, sizeof err) != 0)
         usage_exit(err);
     /* sparse: blocks of 8 tokens, each seeing itself, the one before and the first */
-    bk_attn_mask mask = choose_mask(o.mask, 0);
+    bk_attn_mask mask = choose_mask((train_mask_choice)kind, 0);
     uint64_t *bits = NULL;
     if ((mask.flags & BK_ATTN_BLOCK_SPARSE) &&
         choose_sparse_mask("local:2+global:1", 8, N, &mask, &bits, err, sizeof err) != 0)
@@ -177,7 +180,7 @@ int main(int argc, char **argv)
         .topo = o.nodes > 1 ? TOPO_DOUBLE : TOPO_FLAT,
         .nodes = o.nodes,
         .mask = mask,
-        .backward = choose_backward("auto"),
+        .backward = BWD_AUTO,
         .keep = choose_keep(o.fraction),
         .micro_batches = MICRO_BATCHES,
         .fused_head = 1,

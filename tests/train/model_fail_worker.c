@@ -115,7 +115,7 @@ int main(void)
     model_layout m;
     if (model_layout_init(&m, &dims) != 0) worker_exit(BT_ERR_SYS, "out of memory");
     seq_layout layout;
-    if (seq_layout_init(&layout, choose_layout("auto", "causal"), size, 32 * (int64_t)size, err,
+    if (seq_layout_init(&layout, choose_layout(LAYOUT_CHOICE_AUTO, MASK_CHOICE_CAUSAL), size, 32 * (int64_t)size, err,
                         sizeof err) != 0)
         worker_exit(BT_ERR_CONFIG, err);
     bk_queue dq = {BK_DEVICE, NULL, 0, NULL};
@@ -124,8 +124,8 @@ int main(void)
                               .layout = layout,
                               .topo = TOPO_FLAT,
                               .nodes = 1,
-                              .mask = choose_mask("causal", 0),
-                              .backward = choose_backward("auto"),
+                              .mask = choose_mask(MASK_CHOICE_CAUSAL, 0),
+                              .backward = BWD_AUTO,
                               .keep = choose_keep(1.0),
                               .micro_batches = 1,
                               .fused_head = 1,

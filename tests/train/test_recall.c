@@ -116,7 +116,7 @@ START_TEST(source_shards_reassemble_the_sample)
                                   sizeof err) == 0);
         int64_t want[N], want_labels[N], got[N], got_labels[N], local[N], local_labels[N];
         recall_query q[MAX_Q];
-        const synthetic_spec spec = {.task = "recall", .recall = shape};
+        const synthetic_spec spec = {.task = TASK_RECALL, .recall = shape};
         recall_sample(&shape, 3, 5, want, want_labels, q);
         for (int r = 0; r < 4; r++) {
             token_shard sh = token_shard_of(&l, r);
@@ -370,7 +370,7 @@ START_TEST(quickstart_trains_recall_across_ranks_and_requires_90_percent)
     train_config_default(&c);
     ck_assert_msg(train_config_load(&c, path, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(train_config_validate(&c, 4, err, sizeof err) == 0, "%s", err);
-    ck_assert_str_eq(c.task, "recall");
+    ck_assert_int_eq(c.task, TASK_RECALL);
     ck_assert_int_eq(c.cp, 4);
     ck_assert(c.min_accuracy >= 0.9);
     ck_assert(c.eval_samples > 0);

@@ -59,13 +59,13 @@ START_TEST(defaults_are_valid_on_one_rank)
     char err[512] = "";
     train_config_default(&c);
     ck_assert_int_eq(train_config_validate(&c, 1, err, sizeof err), 0);
-    ck_assert_str_eq(c.preset, "tiny");
+    ck_assert_str_eq(train_config_name("model", "preset", c.preset), "tiny");
     ck_assert_int_eq(c.layers, 2);
     ck_assert_int_eq(c.d_model, 64);
     ck_assert_int_eq(c.seq_len, 4096);
     ck_assert_double_eq(c.attn_kept_fraction, 0.5);
-    ck_assert_str_eq(c.layout, "auto");
-    ck_assert_str_eq(c.mask, "causal");
+    ck_assert_int_eq(c.layout, LAYOUT_CHOICE_AUTO);
+    ck_assert_int_eq(c.mask, MASK_CHOICE_CAUSAL);
     ck_assert_str_eq(c.metrics, "");
     ck_assert_double_eq(c.lr, 3e-3);
     ck_assert_double_eq(c.timeout, 60.0);
@@ -141,7 +141,7 @@ START_TEST(presets_set_their_dimensions)
     ck_assert_int_eq(c.n_kv_heads, 32);
     ck_assert_int_eq(c.d_ff, 11008);
     ck_assert_int_eq(c.vocab, 32000);
-    ck_assert_str_eq(c.preset, "7b");
+    ck_assert_str_eq(train_config_name("model", "preset", c.preset), "7b");
     ck_assert_int_eq(train_config_preset(&c, "13b"), 0);
     ck_assert_int_eq(c.layers, 40);
     ck_assert_int_eq(c.d_model, 5120);
@@ -170,7 +170,7 @@ START_TEST(presets_set_their_dimensions)
     c.layers = 5;
     ck_assert_int_eq(train_config_preset(&c, "custom"), 0);
     ck_assert_int_eq(c.layers, 5);
-    ck_assert_str_eq(c.preset, "custom");
+    ck_assert_str_eq(train_config_name("model", "preset", c.preset), "custom");
     ck_assert_int_eq(train_config_preset(&c, "huge"), -1);
     ck_assert_int_eq(c.layers, 5);
 }
@@ -209,13 +209,13 @@ START_TEST(file_keys_override_the_preset_wherever_they_stand)
     train_config_default(&c);
     int rc = train_config_load(&c, path, err, sizeof err);
     ck_assert_msg(rc == 0, "%s", err);
-    ck_assert_str_eq(c.preset, "small");
+    ck_assert_str_eq(train_config_name("model", "preset", c.preset), "small");
     ck_assert_int_eq(c.layers, 3);    /* given before the preset, still wins */
     ck_assert_int_eq(c.d_model, 512); /* from the preset */
     ck_assert_int_eq(c.vocab, 8192);
     ck_assert_int_eq(c.tied_embeddings, 0);
     ck_assert_int_eq(c.cp, 2);
-    ck_assert_str_eq(c.mask, "window");
+    ck_assert_int_eq(c.mask, MASK_CHOICE_WINDOW);
     ck_assert_int_eq(c.window, 512);
     ck_assert_double_eq(c.lr, 1e-3);
     ck_assert_str_eq(c.metrics, "run/metrics.jsonl");
@@ -314,7 +314,7 @@ START_TEST(set_applies_overrides)
     ck_assert_int_eq(train_config_set(&c, "train.lr=0.01", err, sizeof err), 0);
     ck_assert_double_eq(c.lr, 0.01);
     ck_assert_int_eq(train_config_set(&c, " parallel.mask = window ", err, sizeof err), 0);
-    ck_assert_str_eq(c.mask, "window");
+    ck_assert_int_eq(c.mask, MASK_CHOICE_WINDOW);
     ck_assert_int_eq(train_config_set(&c, "memory.attn_kept_fraction=1", err, sizeof err), 0);
     ck_assert_double_eq(c.attn_kept_fraction, 1.0);
     ck_assert_int_eq(train_config_set(&c, "train.metrics=", err, sizeof err), 0);
@@ -329,7 +329,7 @@ START_TEST(set_applies_overrides)
     ck_assert_int_eq(c.d_model, 512);
     ck_assert_int_eq(train_config_set(&c, "model.layers=7", err, sizeof err), 0);
     ck_assert_int_eq(c.layers, 7);
-    ck_assert_str_eq(c.preset, "small");
+    ck_assert_str_eq(train_config_name("model", "preset", c.preset), "small");
 }
 END_TEST
 
@@ -368,7 +368,7 @@ static void assert_same(const train_config *a, const train_config *b)
 {
 #define SAME_STR(f) ck_assert_str_eq(a->f, b->f)
 #define SAME_NUM(f) ck_assert_msg(a->f == b->f, #f " differs")
-    SAME_STR(preset);
+    SAME_NUM(preset);
     SAME_NUM(layers);
     SAME_NUM(d_model);
     SAME_NUM(n_heads);
@@ -381,20 +381,20 @@ static void assert_same(const train_config *a, const train_config *b)
     SAME_NUM(tied_embeddings);
     SAME_NUM(init_std);
     SAME_NUM(norm_eps);
-    SAME_STR(source);
-    SAME_STR(task);
+    SAME_NUM(source);
+    SAME_NUM(task);
     SAME_NUM(seq_len);
     SAME_NUM(doc_len);
     SAME_NUM(data_seed);
     SAME_NUM(dp);
     SAME_NUM(cp);
-    SAME_STR(layout);
-    SAME_STR(mask);
+    SAME_NUM(layout);
+    SAME_NUM(mask);
     SAME_NUM(window);
     SAME_NUM(sparse_block);
     SAME_STR(sparse_pattern);
-    SAME_STR(backward);
-    SAME_STR(ring);
+    SAME_NUM(backward);
+    SAME_NUM(ring);
     SAME_NUM(piece_rows);
     SAME_NUM(steps);
     SAME_NUM(micro_batches);
@@ -407,9 +407,9 @@ static void assert_same(const train_config *a, const train_config *b)
     SAME_NUM(adam_eps);
     SAME_NUM(grad_clip);
     SAME_NUM(seed);
-    SAME_STR(on_nonfinite);
-    SAME_STR(device);
-    SAME_STR(matmul);
+    SAME_NUM(on_nonfinite);
+    SAME_NUM(device);
+    SAME_NUM(matmul);
     SAME_NUM(log_every);
     SAME_STR(metrics);
     SAME_NUM(attn_kept_fraction);
@@ -417,7 +417,7 @@ static void assert_same(const train_config *a, const train_config *b)
     SAME_NUM(head_chunk);
     SAME_NUM(z_loss);
     SAME_NUM(limit_bytes);
-    SAME_STR(intra);
+    SAME_NUM(intra);
     SAME_NUM(timeout);
 #undef SAME_STR
 #undef SAME_NUM
@@ -492,7 +492,7 @@ START_TEST(printed_configuration_loads_back_the_same)
     c.lr = 0.1 + 0.2; /* 0.30000000000000004 */
     c.min_lr = 1.0 / 3.0;
     c.init_std = 5e-324; /* the smallest subnormal */
-    ck_assert_str_eq(c.preset, "custom");
+    ck_assert_str_eq(train_config_name("model", "preset", c.preset), "custom");
     ck_assert_int_eq(c.vocab, 128256); /* kept from llama3-8b */
     round_trip(&c, "custom.ini");
 
@@ -630,7 +630,7 @@ START_TEST(validate_accepts_consistent_configurations)
     ck_assert_int_eq(train_config_validate(&c, 1, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "[model] layers"));
     train_config_default(&c);
-    snprintf(c.mask, sizeof c.mask, "nope");
+    c.mask = (train_mask_choice)(MASK_CHOICE_SPARSE + 1); /* no name */
     ck_assert_int_eq(train_config_validate(&c, 1, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "[parallel] mask"));
 }
@@ -745,7 +745,7 @@ START_TEST(init_from_takes_the_model_and_refuses_another_shape)
     ck_assert_int_eq(c.vocab, 1000);
     ck_assert(c.norm_eps == 1e-6);
     ck_assert(c.rope_theta == 1e6); /* given: a later stage's RoPE */
-    ck_assert_str_eq(c.preset, "custom");
+    ck_assert_str_eq(train_config_name("model", "preset", c.preset), "custom");
 
     train_config_default(&c);
     ck_assert_int_eq(train_config_set(&c, "model.d_model=128", err, sizeof err), 0);
@@ -791,6 +791,64 @@ START_TEST(renamed_keys_are_read_under_their_former_names)
 }
 END_TEST
 
+START_TEST(choice_values_follow_their_names)
+{
+    /* each key's values (config.h, or the engine's type) in its names' order */
+    static const struct {
+        const char *section, *key;
+        int value;
+        const char *name;
+    } cases[] = {
+        {"model", "preset", 0, "tiny"},
+        {"model", "rope_type", BK_ROPE_DYNAMIC, "dynamic"},
+        {"model", "rope_type", BK_ROPE_LLAMA3, "llama3"},
+        {"data", "source", SOURCE_HDF5, "hdf5"},
+        {"data", "task", TASK_COPY, "copy"},
+        {"data", "task", TASK_COUNTING, "counting"},
+        {"data", "task", TASK_RECALL, "recall"},
+        {"data", "sampling", SAMPLING_SHUFFLED, "shuffled"},
+        {"parallel", "layout", LAYOUT_CHOICE_ZIGZAG, "zigzag"},
+        {"parallel", "layout", LAYOUT_CHOICE_CONTIGUOUS, "contiguous"},
+        {"parallel", "mask", MASK_CHOICE_DOCUMENT, "document"},
+        {"parallel", "mask", MASK_CHOICE_SPARSE, "sparse"},
+        {"parallel", "backward", BWD_AUTO, "auto"},
+        {"parallel", "backward", BWD_Q_SIDE, "q"},
+        {"parallel", "backward", BWD_KV_SIDE, "kv"},
+        {"parallel", "ring", RING_CHOICE_DOUBLE, "double"},
+        {"parallel", "zero", ZERO_1, "1"},
+        {"parallel", "zero", ZERO_3, "3"},
+        {"parallel", "zero", ZERO_AUTO, "auto"},
+        {"train", "on_nonfinite", NONFINITE_SKIP, "skip"},
+        {"train", "device", TRAIN_DEVICE_CUDA, "cuda"},
+        {"train", "matmul", MATMUL_BF16, "bf16"},
+        {"train", "matmul", MATMUL_FP32, "fp32"},
+        {"memory", "optimizer", OPTIMIZER_ON_HOST, "host"},
+        {"transport", "intra", INTRA_UCX, "ucx"},
+        {"transport", "intra", INTRA_NCCL, "nccl"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ck_assert_str_eq(train_config_name(cases[i].section, cases[i].key, cases[i].value),
+                         cases[i].name);
+        ck_assert_int_eq(train_config_value(cases[i].section, cases[i].key, cases[i].name),
+                         cases[i].value);
+    }
+    ck_assert_ptr_null(train_config_name("parallel", "mask", MASK_CHOICE_SPARSE + 1));
+    ck_assert_ptr_null(train_config_name("parallel", "mask", -1));
+    ck_assert_ptr_null(train_config_name("data", "path", 0));
+    ck_assert_int_eq(train_config_value("parallel", "mask", "full"), -1);
+
+    train_config c;
+    train_config_default(&c);
+    ck_assert_int_eq(train_config_zero_stage(&c), 1);
+    for (int stage = 1; stage <= 3; stage++) {
+        train_config_set_zero_stage(&c, stage);
+        ck_assert_int_eq(train_config_zero_stage(&c), stage);
+    }
+    c.zero = ZERO_AUTO;
+    ck_assert_int_eq(train_config_zero_stage(&c), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train_config");
@@ -807,6 +865,7 @@ int main(void)
     check_add_tests(tc, configuration_text_loads_like_a_file,
                     resume_refuses_keys_that_change_the_numbers,
                     init_from_takes_the_model_and_refuses_another_shape,
-                    renamed_keys_are_read_under_their_former_names);
+                    renamed_keys_are_read_under_their_former_names,
+                    choice_values_follow_their_names);
     return check_run(s);
 }

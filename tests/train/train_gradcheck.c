@@ -70,23 +70,24 @@ static problem make_problem(const char *mask, int P)
 {
     problem pb = {.N = 16 * (int64_t)P, .changed_end = 4, .isolates = 1};
     char err[256];
-    pb.mask = choose_mask(mask, 6);
-    if (strcmp(mask, "causal") == 0) {
+    int kind = train_config_value("parallel", "mask", mask);
+    if (kind < 0) usage_exit("--mask: causal, window, document or sparse");
+    pb.mask = choose_mask((train_mask_choice)kind, 6);
+    if (kind == MASK_CHOICE_CAUSAL) {
         pb.isolates = 0;
         pb.tail_begin = 12;
-    } else if (strcmp(mask, "window") == 0) { /* 6 tokens: a key reaches 5 queries on */
+    } else if (kind == MASK_CHOICE_WINDOW) { /* 6 tokens: a key reaches 5 queries on */
         pb.tail_begin = 4 + 2 * 5;
-    } else if (strcmp(mask, "document") == 0) { /* the first document, untouched by the rest */
+    } else if (kind == MASK_CHOICE_DOCUMENT) { /* the first document, untouched by the rest */
         pb.segments = documents(pb.N);
         pb.changed_end = pb.tail_begin = 5;
-    } else if (strcmp(mask, "sparse") == 0) { /* blocks of 4 seeing themselves and the previous */
+    } else { /* sparse: blocks of 4 seeing themselves and the previous */
         if (choose_sparse_mask("local:2", 4, pb.N, &pb.mask, &pb.bits, err, sizeof err) != 0)
             usage_exit(err);
         pb.tail_begin = 3 * 4;
-    } else {
-        usage_exit("--mask: causal, window, document or sparse");
     }
-    if (seq_layout_init(&pb.layout, choose_layout("auto", mask), P, pb.N, err, sizeof err) != 0)
+    seq_layout_kind layout = choose_layout(LAYOUT_CHOICE_AUTO, (train_mask_choice)kind);
+    if (seq_layout_init(&pb.layout, layout, P, pb.N, err, sizeof err) != 0)
         usage_exit(err);
     return pb;
 }
@@ -258,6 +259,8 @@ int main(int argc, char **argv)
     model_layout m;
     model_layout_init(&m, &dims);
     problem pb = make_problem(o.mask, size);
+    int backward = train_config_value("parallel", "backward", o.bwd);
+    if (backward < 0) usage_exit("--bwd: auto, q or kv");
     bk_queue q = bk_host_queue();
     model_runner_config rc = {
         .model = &m,
@@ -266,7 +269,7 @@ int main(int argc, char **argv)
         .topo = TOPO_FLAT,
         .nodes = 1,
         .mask = pb.mask,
-        .backward = choose_backward(o.bwd),
+        .backward = (ring_bwd_choice)backward,
         .piece_rows = o.piece_rows,
         .chunk_rows = o.chunk_rows,
         .keep = choose_keep(o.fraction),

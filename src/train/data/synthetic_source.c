@@ -11,8 +11,6 @@
 #include "util/alloc.h"
 #include "util/rng.h"
 
-typedef enum { TASK_COUNTING, TASK_COPY, TASK_RECALL } synthetic_task;
-
 typedef struct {
     token_source base;
     synthetic_task task;
@@ -100,27 +98,14 @@ uint64_t synthetic_heldout_seed(uint64_t seed)
     return seed ^ 0x5bd1e9955bd1e995ull; /* never seed itself */
 }
 
-/* The task of a name, or -1 with err. */
-static int parse_task(const char *task, synthetic_task *kind, char *err, size_t err_len)
-{
-    if (strcmp(task, "copy") == 0)
-        *kind = TASK_COPY;
-    else if (strcmp(task, "counting") == 0)
-        *kind = TASK_COUNTING;
-    else if (strcmp(task, "recall") == 0)
-        *kind = TASK_RECALL;
-    else {
-        snprintf(err, err_len, "[data] task = '%s': expected copy, counting or recall", task);
-        return -1;
-    }
-    return 0;
-}
-
 token_source *synthetic_source_create(const synthetic_spec *spec, int vocab, uint64_t seed,
                                       const token_shard *shard, char *err, size_t err_len)
 {
-    synthetic_task kind;
-    if (parse_task(spec->task, &kind, err, err_len) != 0) return NULL;
+    synthetic_task kind = spec->task;
+    if (kind != TASK_COPY && kind != TASK_COUNTING && kind != TASK_RECALL) {
+        snprintf(err, err_len, "[data] task %d: not a synthetic task", (int)kind);
+        return NULL;
+    }
     if (vocab < 3) {
         snprintf(err, err_len, "[model] vocab = %d: synthetic tasks need at least 3 tokens", vocab);
         return NULL;

@@ -70,8 +70,10 @@ static inline void token_shard_end_documents(const token_shard *sh, const int32_
  *   recall:   multi-query associative recall (recall.h) of the given shape.
  * doc_len > 0 gives the source documents: each sample is cut into documents of
  * seeded lengths, uniform in [1, 2 doc_len - 1] (doc_len on average). */
+/* the values of [data] task, in the order of its names (src/train/config.c) */
+typedef enum { TASK_COPY = 0, TASK_COUNTING = 1, TASK_RECALL = 2 } synthetic_task;
 typedef struct {
-    const char *task;    /* copy | counting | recall */
+    synthetic_task task;
     int64_t doc_len;     /* mean tokens per document; 0: no documents */
     recall_shape recall; /* recall only; its seq_len is taken from the shard */
 } synthetic_spec;
