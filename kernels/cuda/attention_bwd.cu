@@ -79,21 +79,12 @@ __global__ void __launch_bounds__(ATT_THREADS)
                             unsigned long long *stats)
 {
     BK_SHARED_DYN(uint16_t, smem); /* K, V, Q, dO tiles [64][D + 8] */
-    BK_SHARED(int64_t, qpos, ATT_ROWS);
-    BK_SHARED(int64_t, kpos, ATT_ROWS);
-    BK_SHARED(int32_t, qseg, ATT_ROWS);
-    BK_SHARED(int32_t, kseg, ATT_ROWS);
+    BK_ATT_PROLOGUE(g, D);
     BK_SHARED(float, lse2, ATT_ROWS);
     BK_SHARED(float, dlt, ATT_ROWS);
-    BK_SHARED(bk_attn_range, ranges, 2);
-    BK_SHARED(int, tile_class, 1);
-    const int LD = D + 8, hk = (int)blockIdx.y, group = g.h_q / g.h_kv;
-    const int warp = (int)threadIdx.x / 32, r0 = 16 * warp,
-              doc = (g.mask.flags & BK_ATTN_DOCUMENT) != 0;
-    const int64_t j0 = (int64_t)blockIdx.x * ATT_ROWS, qs = (int64_t)g.h_q * g.d,
-                  ks = (int64_t)g.h_kv * g.d;
+    const int hk = (int)blockIdx.y, group = g.h_q / g.h_kv;
+    const int64_t j0 = (int64_t)blockIdx.x * ATT_ROWS;
     const int bk = g.n_kv - j0 < ATT_ROWS ? (int)(g.n_kv - j0) : ATT_ROWS;
-    const float sl2 = g.scale * 1.44269504088896341f;
     BK_SPTR(uint16_t) sk = smem;
     BK_SPTR(uint16_t) sv = smem + ATT_ROWS * LD;
     BK_SPTR(uint16_t) sq = smem + 2 * ATT_ROWS * LD;
@@ -173,21 +164,12 @@ __global__ void __launch_bounds__(ATT_THREADS)
                           const float *lse, const float *delta, float *dQ)
 {
     BK_SHARED_DYN(uint16_t, smem); /* Q, dO, K, V tiles [64][D + 8] */
-    BK_SHARED(int64_t, qpos, ATT_ROWS);
-    BK_SHARED(int64_t, kpos, ATT_ROWS);
-    BK_SHARED(int32_t, qseg, ATT_ROWS);
-    BK_SHARED(int32_t, kseg, ATT_ROWS);
+    BK_ATT_PROLOGUE(g, D);
     BK_SHARED(float, lse2, ATT_ROWS);
     BK_SHARED(float, dlt, ATT_ROWS);
-    BK_SHARED(bk_attn_range, ranges, 2);
-    BK_SHARED(int, tile_class, 1);
-    const int LD = D + 8, h = (int)blockIdx.y, hk = h / (g.h_q / g.h_kv);
-    const int warp = (int)threadIdx.x / 32, r0 = 16 * warp,
-              doc = (g.mask.flags & BK_ATTN_DOCUMENT) != 0;
-    const int64_t i0 = (int64_t)blockIdx.x * ATT_ROWS, qs = (int64_t)g.h_q * g.d,
-                  ks = (int64_t)g.h_kv * g.d;
+    const int h = (int)blockIdx.y, hk = h / (g.h_q / g.h_kv);
+    const int64_t i0 = (int64_t)blockIdx.x * ATT_ROWS;
     const int bq = g.n_q - i0 < ATT_ROWS ? (int)(g.n_q - i0) : ATT_ROWS;
-    const float sl2 = g.scale * 1.44269504088896341f;
     BK_SPTR(uint16_t) sq = smem;
     BK_SPTR(uint16_t) sdo = smem + ATT_ROWS * LD;
     BK_SPTR(uint16_t) sk = smem + 2 * ATT_ROWS * LD;

@@ -94,19 +94,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
                        unsigned long long *stats)
 {
     BK_SHARED_DYN(uint16_t, smem); /* Q, K, V tiles [64][D + 8] */
-    BK_SHARED(int64_t, qpos, ATT_ROWS);
-    BK_SHARED(int64_t, kpos, ATT_ROWS);
-    BK_SHARED(int32_t, qseg, ATT_ROWS);
-    BK_SHARED(int32_t, kseg, ATT_ROWS);
-    BK_SHARED(bk_attn_range, ranges, 2);
-    BK_SHARED(int, tile_class, 1);
-    const int LD = D + 8, h = (int)blockIdx.y, hk = h / (g.h_q / g.h_kv);
-    const int warp = (int)threadIdx.x / 32, r0 = 16 * warp,
-              doc = (g.mask.flags & BK_ATTN_DOCUMENT) != 0;
-    const int64_t i0 = (int64_t)blockIdx.x * ATT_ROWS, qs = (int64_t)g.h_q * g.d,
-                  ks = (int64_t)g.h_kv * g.d;
+    BK_ATT_PROLOGUE(g, D);
+    const int h = (int)blockIdx.y, hk = h / (g.h_q / g.h_kv);
+    const int64_t i0 = (int64_t)blockIdx.x * ATT_ROWS;
     const int bq = g.n_q - i0 < ATT_ROWS ? (int)(g.n_q - i0) : ATT_ROWS;
-    const float sl2 = g.scale * 1.44269504088896341f;
     BK_SPTR(uint16_t) sq = smem;
     BK_SPTR(uint16_t) sk = smem + ATT_ROWS * LD;
     BK_SPTR(uint16_t) sv = smem + 2 * ATT_ROWS * LD;

@@ -23,6 +23,25 @@
 
 enum { ATT_ROWS = 64, ATT_WARPS = 4, ATT_THREADS = 128 };
 
+/* The opening every attention kernel (the forward, dK/dV, dQ) shares: the
+ * shared position and document tables of its two tiles, their ranges and
+ * the pair's class, and what the block reads of the geometry g: LD, a tile
+ * row's stride in the [64][D + 8] shared tiles (padded against bank
+ * conflicts); the warp and its first row r0 of a tile; doc, a document mask;
+ * qs and ks, the row strides of Q (and dO) and of K, V; sl2, the scale in
+ * base 2. */
+#define BK_ATT_PROLOGUE(g, D)                                                                      \
+    BK_SHARED(int64_t, qpos, ATT_ROWS);                                                            \
+    BK_SHARED(int64_t, kpos, ATT_ROWS);                                                            \
+    BK_SHARED(int32_t, qseg, ATT_ROWS);                                                            \
+    BK_SHARED(int32_t, kseg, ATT_ROWS);                                                            \
+    BK_SHARED(bk_attn_range, ranges, 2);                                                           \
+    BK_SHARED(int, tile_class, 1);                                                                 \
+    const int LD = (D) + 8, warp = (int)threadIdx.x / 32, r0 = 16 * warp,                          \
+              doc = ((g).mask.flags & BK_ATTN_DOCUMENT) != 0;                                      \
+    const int64_t qs = (int64_t)(g).h_q * (g).d, ks = (int64_t)(g).h_kv * (g).d;                   \
+    const float sl2 = (g).scale * 1.44269504088896341f
+
 /* ---------------------------------------------------------------- loading tiles */
 
 static __device__ __forceinline__ void bk_att_load8(const float *src, uint16_t v[8])
