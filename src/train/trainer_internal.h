@@ -23,7 +23,7 @@
 #include "src/train/config.h"
 #include "src/train/data/token_source.h"
 #include "src/train/model.h"
-#include "src/train/optimizer.h"
+#include "src/train/zero.h"
 #include "src/train/trainer.h"
 #include "src/train/trainer_memory.h"
 

@@ -26,7 +26,7 @@
 
 #include "kernels/device.h"
 #include "src/attn/device_link.h"
-#include "src/train/optimizer.h"
+#include "src/train/zero.h"
 #include "tests/lib/worker_device.h"
 #include "util/rng.h"
 

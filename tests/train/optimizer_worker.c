@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "kernels/bf16.h"
-#include "src/train/optimizer.h"
+#include "src/train/zero.h"
 #include "tests/lib/worker_util.h"
 #include "util/rng.h"
 

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "src/train/optimizer.h"
+#include "src/train/zero.h"
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
 

@@ -41,7 +41,7 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "src/attn/kernel_status.h"
-#include "src/train/optimizer.h"
+#include "src/train/zero.h"
 
 /* A run of the owned shard with one decay setting: [off, off + len) relative to
  * the shard's first element. */
