@@ -378,7 +378,7 @@ tests_train_test_lm_head_device_LDFLAGS = -Wl,--wrap=malloc
 tests_train_test_lm_head_device_LDADD = $(SUITE_LIBS) libburst_train.a libburst_kernels_emu.a \
 	libburst_kernels.a libburst_util.a $(EXTERNAL_LIBS) -lstdc++
 
-# ZeRO-1 AdamW (ranks: tests/train/optimizer_worker), its state on the host
+# ZeRO's AdamW (ranks: tests/train/optimizer_worker), its state on the host
 # beside the emulated device (tests/train/optimizer_host_worker) and the
 # learning-rate schedule.
 check_PROGRAMS += tests/train/optimizer_worker tests/train/optimizer_host_worker \

@@ -1,8 +1,9 @@
-# src/train/local.mk: the training engine: the model, the fused LM head, ZeRO-1
-# AdamW, the configuration and the token sources.
+# src/train/local.mk: the training engine: the model, the fused LM head, ZeRO
+# (AdamW and the model's side of it, one room: zero.c), the configuration and
+# the token sources.
 libburst_train_a_SOURCES += src/train/model.h src/train/model_internal.h \
 	src/train/model_params.c src/train/model_runner.c src/train/model_operands.c src/train/model_pass.c \
-	src/train/lm_head.h src/train/lm_head.c src/train/optimizer.h src/train/optimizer.c \
+	src/train/lm_head.h src/train/lm_head.c src/train/zero.h src/train/zero.c \
 	src/train/config.h src/train/config.c src/train/choices.h src/train/choices.c \
 	src/train/trainer.h src/train/trainer_internal.h src/train/trainer_memory.h \
 	src/train/trainer_agree.c src/train/trainer_samples.c src/train/trainer_zero.c \

@@ -174,12 +174,10 @@ static int make_queue(trainer *t, char *err, size_t err_len)
     return EXIT_RUN_FAILURE;
 }
 
-/* The model's buffer of bytes (a multiple of 4) for `what`, zeroed, in the
- * memory of the run's queue: host memory, or device memory on a device. */
-static void *model_buffer(trainer *t, size_t bytes, const char *what, char *err, size_t err_len)
+/* err for bytes of the model's memory that `what` could not have: -1. */
+static int no_model_memory(const trainer *t, size_t bytes, const char *what, char *err,
+                           size_t err_len)
 {
-    float *p = NULL;
-    if (bk_alloc_floats(&t->queue, (int64_t)(bytes / sizeof(float)), 0.0f, &p) == BK_OK) return p;
     if (t->arena) {
         bk_arena_stats a = bk_arena_stats_of(t->arena);
         snprintf(err, err_len,
@@ -190,22 +188,22 @@ static void *model_buffer(trainer *t, size_t bytes, const char *what, char *err,
         snprintf(err, err_len, "out of device memory: cannot allocate %zu bytes for %s", bytes, what);
     else
         bu_no_memory(err, err_len, bytes, what);
+    return -1;
+}
+
+/* The model's buffer of bytes (a multiple of 4) for `what`, zeroed, in the
+ * memory of the run's queue: host memory, or device memory on a device. */
+static void *model_buffer(trainer *t, size_t bytes, const char *what, char *err, size_t err_len)
+{
+    float *p = NULL;
+    if (bk_alloc_floats(&t->queue, (int64_t)(bytes / sizeof(float)), 0.0f, &p) == BK_OK) return p;
+    no_model_memory(t, bytes, what, err, err_len);
     return NULL;
 }
 
 static void model_buffer_free(trainer *t, void *p)
 {
     bk_free(&t->queue, p);
-}
-
-/* ZeRO's windows (zero >= 2), each a buffer of its own (model.h): the
- * embedding's and the two buckets, of bytes[3], into w[3]. */
-static int make_windows(trainer *t, const size_t bytes[3], void *w[3], const char *what, char *err,
-                        size_t err_len)
-{
-    for (int i = 0; i < 3; i++)
-        if (!(w[i] = model_buffer(t, bytes[i], what, err, err_len))) return -1;
-    return 0;
 }
 
 /* The parameters [begin, end) of [model] init_from into host [end - begin],
@@ -241,10 +239,10 @@ static int init_own_masters(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     int64_t begin, end;
-    zero1_shard(t->opt, &begin, &end);
+    zero_shard(t->opt, &begin, &end);
     size_t bytes = (size_t)(end > begin ? end - begin : 1) * sizeof(float);
-    float *own = zero1_state_on_host(t->opt)
-                     ? zero1_masters(t->opt)
+    float *own = zero_state_on_host(t->opt)
+                     ? zero_masters(t->opt)
                      : bu_calloc(bytes, "the parameters' initial values", err, err_len);
     if (!own) return -1;
     int failed = 0;
@@ -252,11 +250,11 @@ static int init_own_masters(trainer *t, char *err, size_t err_len)
         model_init_params_range(&t->model, own, begin, end, c->seed, c->init_std);
     else
         failed = init_source_take_params(t, own, begin, end, err, err_len) != 0;
-    if (!failed && own != zero1_masters(t->opt) && zero1_set_masters(t->opt, own) != 0) {
+    if (!failed && own != zero_masters(t->opt) && zero_set_masters(t->opt, own) != 0) {
         snprintf(err, err_len, "cannot copy the parameters to the optimizer's memory");
         failed = 1;
     }
-    if (own != zero1_masters(t->opt)) free(own);
+    if (own != zero_masters(t->opt)) free(own);
     return failed ? -1 : 0;
 }
 
@@ -266,7 +264,7 @@ static int init_own_masters(trainer *t, char *err, size_t err_len)
 static int init_params(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
-    if (t->param_windows[0]) return init_own_masters(t, err, err_len);
+    if (trainer_zero_stage(t) == 3) return init_own_masters(t, err, err_len);
     size_t bytes = (size_t)t->model.n_params * sizeof(float);
     float *host = t->choices.on_device
                       ? bu_calloc(bytes, "the parameters' initial values", err, err_len)
@@ -280,7 +278,7 @@ static int init_params(trainer *t, char *err, size_t err_len)
     }
     if (host == t->params) return 0;
     int failed = !t->params16 ? bk_device_upload(&t->queue, t->params, host, bytes) != BK_OK
-                 : t->opt     ? zero1_set_params(t->opt, host, t->params16) != 0
+                 : t->opt     ? zero_set_params(t->opt, host, t->params16) != 0
                               : upload_bf16(t, host) != 0;
     free(host);
     if (failed) snprintf(err, err_len, "cannot copy the parameters to the device");
@@ -294,40 +292,54 @@ static size_t held_now(const trainer *t)
     return bk_held_bytes(&t->queue);
 }
 
+/* The parameters the model reads: at zero = 3 the optimizer's windows, else
+ * the whole buffer of their type (t->params or t->params16); 0 or -1 with err. */
+static int make_params(trainer *t, char *err, size_t err_len)
+{
+    size_t failed = 0;
+    if (trainer_zero_stage(t) == 3)
+        return zero_make_param_windows(t->opt, &t->model, &failed) == 0
+                   ? 0
+                   : no_model_memory(t, failed, "the parameters' windows", err, err_len);
+    void *params = model_buffer(t, t->mem.params, "the parameters", err, err_len);
+    if (t->choices.bf16_matmul)
+        t->params16 = params;
+    else
+        t->params = params;
+    return params ? 0 : -1;
+}
+
+/* The gradients the backward writes (training only): at zero >= 2 the
+ * optimizer's windows, else the whole buffer t->grads; 0 or -1 with err. */
+static int make_grads(trainer *t, char *err, size_t err_len)
+{
+    size_t failed = 0;
+    if (trainer_zero_stage(t) >= 2)
+        return zero_make_grad_windows(t->opt, &t->model, &failed) == 0
+                   ? 0
+                   : no_model_memory(t, failed, "the gradients' windows", err, err_len);
+    if (t->mem.grads && !(t->grads = model_buffer(t, t->mem.grads, "the gradients", err, err_len)))
+        return -1;
+    return 0;
+}
+
 /* The parameters (initialised), gradients and token buffers, the metrics
- * file: this rank's own, 0 or -1 with err. */
+ * file: this rank's own, 0 or -1 with err. The model reads and writes
+ * through the optimizer's sink and source: model -> ZeRO -> transport. */
 static int make_buffers(trainer *t, char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
     const trainer_memory *m = &t->mem;
-    int64_t floats[3];
-    trainer_window_floats(t, floats);
-    int stage = trainer_zero_stage(t);
     size_t before = held_now(t);
-    void **w = t->param_windows;
-    size_t bytes[3];
-    for (int i = 0; i < 3; i++) bytes[i] = trainer_param_window_bytes(t, floats[i]);
-    if (stage == 3 && make_windows(t, bytes, w, "the parameters' windows", err, err_len) != 0)
-        return -1;
-    void *params = stage == 3 ? w[0] : model_buffer(t, m->params, "the parameters", err, err_len);
-    if (!params) return -1;
+    if (make_params(t, err, err_len) != 0) return -1;
     t->held.params = held_now(t) - before;
-    if (stage == 3) {
-        trainer_bind_gather(t);
-    } else if (t->choices.bf16_matmul)
-        t->params16 = params;
-    else
-        t->params = params;
     before = held_now(t);
-    if (m->grads && stage >= 2) {
-        void *g[3];
-        for (int i = 0; i < 3; i++) bytes[i] = (size_t)floats[i] * sizeof(float);
-        if (make_windows(t, bytes, g, "the gradients' windows", err, err_len) != 0) return -1;
-        t->grads = g[0], t->grad_buckets[0] = g[1], t->grad_buckets[1] = g[2];
-    } else if (m->grads && !(t->grads = model_buffer(t, m->grads, "the gradients", err, err_len)))
-        return -1;
+    if (make_grads(t, err, err_len) != 0) return -1;
     t->held.grads = held_now(t) - before;
-    trainer_bind_gradients(t);
+    if (t->opt) {
+        t->grad_sink = zero_grad_sink(t->opt, t->grads);
+        if (zero_param_source(t->opt)) model_runner_gather(t->runner, zero_param_source(t->opt));
+    }
     /* the tokens in the model's memory: the host's, or on a device its copy */
     before = held_now(t);
     if (!(t->tokens = bu_calloc(m->tokens / 2, "the tokens", err, err_len)) ||
@@ -347,7 +359,7 @@ static int make_buffers(trainer *t, char *err, size_t err_len)
     return 0;
 }
 
-/* The ZeRO-1 optimizer, made together by every rank (before the parameters,
+/* The optimizer (ZeRO at the run's stage), made together by every rank (before the parameters,
  * so that its decay mask [n_params] is gone before they come). */
 static int make_optimizer(trainer *t, char *err, size_t err_len)
 {
@@ -355,14 +367,16 @@ static int make_optimizer(trainer *t, char *err, size_t err_len)
     size_t np = (size_t)t->model.n_params;
     uint8_t *decay = malloc(np ? np : 1);
     if (decay) model_decay_mask(&t->model, decay);
-    zero1_hparams hp = {.beta1 = c->beta1, .beta2 = c->beta2, .eps = c->adam_eps,
-                        .weight_decay = c->weight_decay, .grad_clip = c->grad_clip};
+    zero_hparams hp = {.beta1 = c->beta1,
+                       .beta2 = c->beta2,
+                       .eps = c->adam_eps,
+                       .weight_decay = c->weight_decay,
+                       .grad_clip = c->grad_clip};
     /* collective: a rank without its mask still takes part (with a size
-     * zero1_create refuses), so that every rank fails together */
+     * zero_create refuses), so that every rank fails together */
     size_t before = held_now(t);
-    t->opt =
-        zero1_create(bt_world_comm(t->world), decay ? t->model.n_params : -1, decay, &hp, &t->queue,
-                     t->choices.bf16_matmul ? BK_BF16 : BK_F32, trainer_sharding(t));
+    t->opt = zero_create(bt_world_comm(t->world), decay ? t->model.n_params : -1, decay, &hp,
+                         &t->queue, t->choices.bf16_matmul ? BK_BF16 : BK_F32, trainer_sharding(t));
     t->held.optimizer = held_now(t) - before;
     free(decay);
     if (t->opt) return 0;
@@ -615,14 +629,12 @@ void trainer_free_parts(trainer *t)
 {
     model_runner_free(t->runner);
     model_layout_free(&t->model);
-    if (t->opt) zero1_free(t->opt);
+    if (t->opt) zero_free(t->opt);
     if (t->data) t->data->free(t->data);
     bt_comm_free(t->dp_comm);
     bt_comm_free(t->cp_comm);
     model_buffer_free(t, t->params), model_buffer_free(t, t->params16);
-    for (int i = 0; i < 3; i++) model_buffer_free(t, t->param_windows[i]);
     model_buffer_free(t, t->grads);
-    model_buffer_free(t, t->grad_buckets[0]), model_buffer_free(t, t->grad_buckets[1]);
     if (t->choices.on_device)
         model_buffer_free(t, t->dev_tokens), model_buffer_free(t, t->dev_labels);
     free(t->tokens), free(t->labels);

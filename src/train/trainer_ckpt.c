@@ -45,16 +45,16 @@ static int copy_state(const trainer *t, void *dst, const void *src, size_t bytes
  * the parameters. */
 static float *params_shard(trainer *t, int64_t begin)
 {
-    return t->params16 || t->param_windows[0] ? zero1_masters(t->opt) : t->params + begin;
+    return t->params16 || trainer_zero_stage(t) == 3 ? zero_masters(t->opt) : t->params + begin;
 }
 
 /* s for t; with download, the device's values copied in. 0 or -1 with err. */
 static int state_open(trainer *t, ckpt_state *s, int download, char *err, size_t err_len)
 {
     int64_t begin, end;
-    zero1_shard(t->opt, &begin, &end);
-    float *params = params_shard(t, begin), *m = zero1_moment1(t->opt), *v = zero1_moment2(t->opt);
-    if (zero1_state_on_host(t->opt)) {
+    zero_shard(t->opt, &begin, &end);
+    float *params = params_shard(t, begin), *m = zero_moment1(t->opt), *v = zero_moment2(t->opt);
+    if (zero_state_on_host(t->opt)) {
         *s = (ckpt_state){params, m, v, begin, end, 0};
         return 0;
     }
@@ -84,8 +84,8 @@ static int state_close(trainer *t, ckpt_state *s, int upload, int upload_params,
     if (upload)
         failed =
             (upload_params && copy_state(t, params_shard(t, s->begin), s->params, bytes, 0) != 0) ||
-            copy_state(t, zero1_moment1(t->opt), s->m, bytes, 0) != 0 ||
-            copy_state(t, zero1_moment2(t->opt), s->v, bytes, 0) != 0;
+            copy_state(t, zero_moment1(t->opt), s->m, bytes, 0) != 0 ||
+            copy_state(t, zero_moment2(t->opt), s->v, bytes, 0) != 0;
     if (failed) snprintf(err, err_len, "cannot copy the checkpoint's state to the device");
     free(s->params), free(s->m), free(s->v);
     return failed ? -1 : 0;
@@ -205,7 +205,7 @@ static int load_whole_params(trainer *t, int64_t step, const io_ckpt_meta *expec
     int failed = io_checkpoint_read_model(t->cfg.checkpoint_dir, step, expect, NULL, full, err,
                                           err_len) != 0;
     if (!failed && !in_place) {
-        failed = t->params16 ? zero1_set_params(t->opt, full, t->params16) != 0
+        failed = t->params16 ? zero_set_params(t->opt, full, t->params16) != 0
                              : copy_state(t, t->params, full, bytes, 0) != 0;
         if (failed) snprintf(err, err_len, "cannot copy the checkpoint's parameters to the device");
     }
@@ -229,7 +229,7 @@ int64_t trainer_load_checkpoint(trainer *t, char *err, size_t err_len)
                  io_checkpoint_read_model(c->checkpoint_dir, step, &expect, NULL, NULL, err,
                                           err_len) != 0;
     /* zero = 3 takes its shard of the parameters alone, the others them all */
-    int own_shard = t->param_windows[0] != NULL;
+    int own_shard = trainer_zero_stage(t) == 3;
     ckpt_state s = {0};
     int opened = !failed && state_open(t, &s, 0, err, err_len) == 0;
     failed |= !opened;

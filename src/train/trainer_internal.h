@@ -3,8 +3,8 @@
  * the run each file holds. The files, from the bottom up:
  *   trainer_agree.c    the ranks agreeing on a failure, and in what words
  *   trainer_samples.c  which sample a micro-batch reads, read and uploaded
- *   trainer_zero.c     the trainer's side of ZeRO: the stage, its windows,
- *                      the hooks between the model and the optimizer
+ *   trainer_zero.c     what the trainer chooses of ZeRO: the stage, the
+ *                      sharding, the whole parameters, the testing aids' fault
  *   trainer_memory.c   a rank's memory counted, checked, taken as one arena
  *   trainer_report.c   the memory report, progress lines and metrics
  *   trainer_ckpt.c     checkpoints and resume
@@ -23,9 +23,9 @@
 #include "src/train/config.h"
 #include "src/train/data/token_source.h"
 #include "src/train/model.h"
-#include "src/train/optimizer.h"
 #include "src/train/trainer.h"
 #include "src/train/trainer_memory.h"
+#include "src/train/zero.h"
 
 /* Everything one rank needs during the run. */
 struct trainer {
@@ -37,31 +37,22 @@ struct trainer {
     int rank, world_size, dp_rank, cp_rank;
     model_layout model;
     model_runner *runner;
-    zero1 *opt;
+    zero *opt;
     token_source *data;
     seq_layout layout;
     token_shard shard;            /* this rank's positions of every sample */
     float *params;                /* [n_params] in the queue's memory (NULL with bf16
                                      parameters) */
-    float *grads;                 /* the gradients in the queue's memory: [n_params]; with
-                                     [parallel] zero >= 2 the embedding's window [V D] */
-    float *grad_buckets[2];       /* zero >= 2: the buckets [model_bucket_floats] */
-    model_grads grad_sink;        /* where the backward writes them (trainer_bind_gradients) */
-    void *param_windows[3];       /* zero = 3: the parameters' embedding window [V D] and
-                                     two buckets, of their type (params and params16 NULL) */
-    model_gather param_gather;    /* zero = 3: how the runner fills them */
+    float *grads;                 /* zero = 1: the gradients [n_params] in the queue's memory;
+                                     NULL at zero >= 2 (the optimizer's windows hold them) */
+    const model_grads *grad_sink; /* where the backward writes them: the optimizer's sink
+                                     (zero_grad_sink) */
     int zero_stage;               /* [parallel] zero, chosen at setup when auto */
     const char *zero_chosen;      /* zero = auto: how the stage was chosen; else NULL */
-    double reduce_s, gather_s;    /* this step's seconds the host spent in ZeRO's range
-                                     reductions (zero >= 2) and parameter gathers (zero = 3),
-                                     starting them and waiting for them, this rank's: their
-                                     exposed time */
-    double grad_sq;               /* zero = 2: the step's squared gradients before the
-                                     reduction, this rank's (its finiteness check) */
-    int64_t step_now;             /* the step and micro-batch being computed */
-    int mb_now;
+    int64_t step_now;             /* the step being computed */
     uint16_t *params16;           /* [n_params] bf16 parameters (train_choices.bf16_matmul), their
-                                     fp32 masters the optimizer's; else NULL */
+                                     fp32 masters the optimizer's; else NULL (and both NULL at
+                                     zero = 3: the optimizer's windows hold them) */
     int64_t *tokens, *labels;     /* [micro_batches][n] on the host: what the source reads */
     int64_t *dev_tokens, *dev_labels; /* the same in device memory ([train] device = cuda) */
     int32_t *segments;            /* [micro_batches][seq_len + 1] document ids (mask = document) */
@@ -136,15 +127,9 @@ int trainer_upload_tokens(trainer *t, int count);
 /* The document ids of micro-batch mb's sample (mask = document), else NULL. */
 int32_t *trainer_segments(const trainer *t, int mb);
 
-/* t->grad_sink over t->grads: the whole buffer, or with [parallel] zero >= 2
- * the windows, each range summed into the optimizer's block as it completes. */
-void trainer_bind_gradients(trainer *t);
-/* zero = 3: the runner fills t->param_windows from every rank's masters, a
- * range at a time (model_runner_gather). */
-void trainer_bind_gather(trainer *t);
 /* The testing aids' fault for this step and rank (a NaN gradient, or FLT_MAX
  * on every rank), written to the first parameter's gradient before the
- * reduction; 0 for none. */
+ * reduction (zero_sink_fault); 0 for none. */
 float trainer_injected_fault(const trainer *t);
 /* The ZeRO stage this run uses: [parallel] zero (or the stage auto chose)
  * when training, 1 for a pass without an optimizer (burst eval reads whole
@@ -154,15 +139,9 @@ int trainer_zero_stage(const trainer *t);
  * [train] checkpoint_dir, or 0 when there is none to read (resuming will say
  * why). */
 int trainer_checkpoint_zero_stage(const trainer *t);
-/* zero = 3: the bytes of a parameter window of count parameters, which the
- * optimizer's gathers fill in whole words (zero1_window_bytes). */
-size_t trainer_param_window_bytes(const trainer *t, int64_t count);
-/* ZeRO's windows (zero >= 2; model.h), each a buffer of its own: the
- * embedding's, bucket 0 and bucket 1, their lengths in parameters into
- * floats[3], for the memory count and the allocation alike. */
-void trainer_window_floats(const trainer *t, int64_t floats[3]);
-/* What the optimizer shards (zero1_sharding): the stage. */
-zero1_sharding trainer_sharding(const trainer *t);
+/* What the optimizer shards (zero_sharding_for): the stage, and where its
+ * state lives. */
+zero_sharding trainer_sharding(const trainer *t);
 
 /* What one step did, the same on every rank. */
 typedef struct {
@@ -181,7 +160,7 @@ typedef struct {
                            ([memory] offload_activations): the most any rank waited */
 } trainer_step_result;
 
-/* One optimizer step: all micro-batches, then ZeRO-1. 0, STOP_AGREED, or the
+/* One optimizer step: all micro-batches, then ZeRO's update. 0, STOP_AGREED, or the
  * exit status after a failure. */
 int trainer_step(trainer *t, int64_t step, trainer_step_result *res);
 

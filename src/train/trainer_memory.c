@@ -124,26 +124,15 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
     trainer_memory *m = &t->mem;
     if (model_runner_memory(rc, &m->model, err, err_len) != 0) return -1;
     bk_dtype param_type = t->choices.bf16_matmul ? BK_BF16 : BK_F32;
-    int stage = trainer_zero_stage(t);
-    /* zero >= 2: the embedding's window and two buckets (trainer_bind_gradients),
-     * the same windows for the parameters at zero = 3 (make_buffers) */
-    int64_t floats[3], windows = 0, n = t->model.n_params;
-    size_t param_windows = 0;
-    trainer_window_floats(t, floats);
-    for (int i = 0; i < 3; i++)
-        windows += floats[i], param_windows += trainer_param_window_bytes(t, floats[i]);
-    m->zero_stage = stage;
-    m->grads = (size_t)(stage >= 2 ? windows : n) * sizeof(float);
-    /* bf16: rounded up to whole floats, as the trainer allocates them */
-    m->params = stage == 3              ? param_windows
-                : param_type == BK_BF16 ? (size_t)(n + 1) / 2 * sizeof(float)
-                                        : (size_t)n * sizeof(float);
-    m->optimizer =
-        zero1_bytes(t->model.n_params, t->world_size, t->rank, param_type, trainer_sharding(t));
-    m->optimizer_host = zero1_host_bytes(t->model.n_params, t->world_size, t->rank, param_type,
-                                         trainer_sharding(t));
-    m->reduce_copy = stage >= 2 ? zero1_range_bytes(trainer_sharding(t).range_floats, t->world_size)
-                                : zero1_step_bytes(t->model.n_params, t->world_size);
+    zero_sharding sharding = trainer_sharding(t);
+    m->zero_stage = sharding.stage;
+    /* the whole buffers, or ZeRO's windows (the embedding's and two buckets):
+     * the gradients' at zero >= 2, the parameters' at zero = 3 */
+    zero_model_bytes(&t->model, param_type, sharding.stage, &m->params, &m->grads);
+    m->optimizer = zero_bytes(t->model.n_params, t->world_size, t->rank, param_type, sharding);
+    m->optimizer_host =
+        zero_host_bytes(t->model.n_params, t->world_size, t->rank, param_type, sharding);
+    m->reduce_copy = zero_step_bytes(t->model.n_params, t->world_size, sharding);
     if (t->opts.forward_only) m->grads = m->optimizer = m->optimizer_host = m->reduce_copy = 0;
     size_t mb = (size_t)t->cfg.micro_batches;
     m->tokens = 2 * (size_t)t->layout.n * mb * sizeof(int64_t);

@@ -20,14 +20,15 @@ typedef struct {
                              parameters' (the embedding's and a bucket each) */
     int zero_stage;       /* the stage counted (the parts' names say what it shards) */
     size_t optimizer;     /* moments (and with bf16 parameters the fp32 masters) of the
-                             shard, reduce buffers (zero1_bytes) */
+                             shard, reduce buffers (zero_bytes) */
     size_t optimizer_host; /* of those, in host memory with [memory] optimizer = host
-                              (zero1_host_bytes; optimizer then counts the rest) */
+                              (zero_host_bytes; optimizer then counts the rest) */
     size_t tokens;        /* tokens and labels [micro_batches][n] */
     size_t segments;      /* document ids [micro_batches][seq_len + 1] (document mask) */
     size_t whole_sample;  /* the recall source's sample, tokens and labels [seq_len] each */
     model_memory model;   /* stored activations, workspace, ring buffers, head logits */
-    size_t reduce_copy;   /* the optimizer step's reduce-scatter (zero1_step_bytes) */
+    size_t reduce_copy;   /* the optimizer step's reduce-scatter, or at zero >= 2 the sum of
+                             the longest range (zero_step_bytes) */
     size_t arena_margin;  /* on a device: what the arena adds to the device parts, for
                              its alignment and the kernels' scratch (0 on the host) */
     size_t nccl;          /* on a device in a node NCCL serves: NCCL's own buffers,

@@ -257,12 +257,12 @@ void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
     double gflops = step_flops(t, res) / step_s / 1e9;
     double sgemm_world = t->sgemm_gflops * t->world_size;
     double eta = elapsed_s / (double)(step - first_step + 1) * (double)(c->steps - step);
-    char zero[96] = "";
+    char zero_part[96] = "";
     int stage = trainer_zero_stage(t);
     if (stage == 2)
-        snprintf(zero, sizeof zero, "  zero-2 reduce %.3g s", res->reduce_s);
+        snprintf(zero_part, sizeof zero_part, "  zero-2 reduce %.3g s", res->reduce_s);
     else if (stage == 3)
-        snprintf(zero, sizeof zero, "  zero-3 reduce %.3g s gather %.3g s", res->reduce_s,
+        snprintf(zero_part, sizeof zero_part, "  zero-3 reduce %.3g s gather %.3g s", res->reduce_s,
                  res->gather_s);
     char offload[48] = "";
     if (t->cfg.offload_activations)
@@ -271,8 +271,8 @@ void trainer_report_progress(const trainer *t, int64_t step, int64_t first_step,
            "(%.2f of sgemm x P)  attn %.3g s (exposed %.3g s)%s%s  mem %s  ETA %.0f s\n",
            (long long)step, (long long)c->steps, res->loss, res->grad_norm,
            lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step), step_tokens(t) / step_s,
-           gflops, sgemm_world > 0 ? gflops / sgemm_world : 0, res->attn_s, res->exposed_s, zero,
-           offload, bu_human_bytes(bu_rss_bytes(), mem, sizeof mem), eta);
+           gflops, sgemm_world > 0 ? gflops / sgemm_world : 0, res->attn_s, res->exposed_s,
+           zero_part, offload, bu_human_bytes(bu_rss_bytes(), mem, sizeof mem), eta);
     fflush(stdout);
 }
 

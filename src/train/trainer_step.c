@@ -1,8 +1,11 @@
 /* trainer_step.c: one optimizer step (trainer.h): read the step's samples
  * (and, under a document mask, their documents), forward and backward every
  * micro-batch, agree across ranks on a non-finite loss or gradient, then the
- * ZeRO-1 update, whose gradient norm (taken after the reduction, the same on
- * every rank) may still be non-finite. The loss is a mean over every valid
+ * ZeRO update (src/train/zero.h), whose gradient norm (taken after the
+ * reduction, the same on every rank) may still be non-finite. The model
+ * writes the gradients into ZeRO's sink and, at zero = 3, reads the
+ * parameters from its source: the trainer only wires them (trainer.c).
+ * The loss is a mean over every valid
  * token of the step on all ranks; the attention pairs the mask allowed in the
  * step's sequences are summed alongside (the FLOPs reports count). On a device
  * the samples are read on the host and copied to the device's token buffers;
@@ -13,11 +16,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/device.h"
 #include "src/attn/attn_need.h"
 #include "src/attn/kernel_status.h"
 #include "src/train/trainer_internal.h"
-#include "util/clock.h"
 #include "util/exit_codes.h"
 
 static int fail(const char *detail)
@@ -84,49 +85,38 @@ static double ring_bytes_sent(trainer *t)
     return sent;
 }
 
-/* Forward and backward of every micro-batch into the gradients (t->grads, or
- * with zero = 2 the optimizer's block), each on the rings planned for its
- * documents; adds the loss sum and the count of valid tokens into *loss_sum,
- * *counted, and sets this rank's ring bytes and times in res. */
+/* Forward and backward of every micro-batch into the optimizer's gradient
+ * sink (t->grads, or with zero >= 2 its block), each on the rings planned for
+ * its documents; adds the loss sum and the count of valid tokens into
+ * *loss_sum, *counted, and sets this rank's ring bytes and times in res. */
 static int forward_backward(trainer *t, float scale, double *loss_sum, int64_t *counted,
                             trainer_step_result *res)
 {
     int64_t n = t->layout.n;
-    if (trainer_zero_stage(t) >= 2) {
-        t->grad_sq = 0;
-        bt_status st = zero1_clear_gradients(t->opt);
-        if (st != BT_OK) return fail_with(t, "clearing the gradients", st);
-    } else {
-        bk_status kst = bk_fill(&t->queue, t->model.n_params, t->grads, 0.0f);
-        if (kst != BK_OK) return fail_with(t, "clearing the gradients", attn_kernel_status(kst));
-    }
+    bt_status st = zero_sink_clear(t->opt);
+    if (st != BT_OK) return fail_with(t, "clearing the gradients", st);
     const int64_t *tokens = t->choices.on_device ? t->dev_tokens : t->tokens,
                   *labels = t->choices.on_device ? t->dev_labels : t->labels;
     model_step_stats ms = {0};
     double sent_before = ring_bytes_sent(t);
-    t->reduce_s = t->gather_s = 0;
     for (int mb = 0; mb < t->cfg.micro_batches; mb++) {
         char err[256];
-        t->mb_now = mb;
+        int last = mb + 1 == t->cfg.micro_batches;
         if (trainer_segments(t, mb) &&
             model_runner_set_documents(t->runner, trainer_segments(t, mb), err, sizeof err) != 0)
             return fail(err);
-        bt_status st =
-            model_forward_backward(t->runner, mb, trainer_params(t), &t->grad_sink, tokens + mb * n,
-                                   labels + mb * n, scale, loss_sum, counted, &ms);
-        if (st == BT_OK && trainer_zero_stage(t) >= 2 && mb + 1 < t->cfg.micro_batches) {
-            /* the embedding's window is the next micro-batch's: its sum first */
-            double start = bu_now();
-            st = zero1_add_arrived(t->opt);
-            t->reduce_s += bu_now() - start;
-        }
+        /* the testing aids' fault, into the last micro-batch's first gradient */
+        if (last) zero_sink_fault(t->opt, trainer_injected_fault(t));
+        st = model_forward_backward(t->runner, mb, trainer_params(t), t->grad_sink, tokens + mb * n,
+                                    labels + mb * n, scale, loss_sum, counted, &ms);
+        /* the embedding's window is the next micro-batch's: its sum first */
+        if (st == BT_OK && !last) st = zero_sink_arrived(t->opt);
         if (st != BT_OK) return fail_with(t, "forward and backward", st);
     }
     res->attn_bytes = ring_bytes_sent(t) - sent_before;
     res->attn_s = ms.attn_fwd_s + ms.attn_bwd_s + ms.attn_recompute_s;
     res->exposed_s = ms.attn_wait_s;
-    res->reduce_s = t->reduce_s;
-    res->gather_s = t->gather_s;
+    zero_exposed_times(t->opt, &res->reduce_s, &res->gather_s);
     res->offload_s = ms.offload_wait_s;
     return 0;
 }
@@ -139,13 +129,10 @@ static int agree(trainer *t, double loss_sum, int64_t counted, int64_t *first_ba
                  trainer_step_result *res)
 {
     /* squares of finite floats sum to a finite double: the norm is finite
-     * exactly when every gradient is (zero = 2: summed range by range) */
-    const float *bufs[1] = {t->grads};
-    int64_t count = t->model.n_params;
-    double sq = t->grad_sq;
-    bk_status kst =
-        trainer_zero_stage(t) >= 2 ? BK_OK : bk_grad_sqnorm(&t->queue, 1, bufs, &count, &sq);
-    if (kst != BK_OK) return fail_with(t, "the gradient norm", attn_kernel_status(kst));
+     * exactly when every gradient is (zero >= 2: summed range by range) */
+    double sq = 0;
+    bt_status st = zero_sink_sqnorm(t->opt, &sq);
+    if (st != BT_OK) return fail_with(t, "the gradient norm", st);
     int bad = !isfinite(loss_sum) || !isfinite(sq);
     *first_bad = bad ? t->rank : INT64_MAX;
     double sums[4] = {loss_sum, (double)counted, res->attn_bytes, sequence_pairs(t)};
@@ -197,11 +184,6 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
         status = forward_backward(t, valid > 0 ? 1.0f / (float)valid : 0.0f, &loss_sum, &counted,
                                   res);
     if (status != 0) return status;
-    bk_status kst = BK_OK;
-    /* zero >= 2: the gradients' sink did (trainer_zero.c) */
-    if (trainer_zero_stage(t) < 2 && trainer_injected_fault(t) != 0.0f)
-        kst = bk_fill(&t->queue, 1, t->grads, trainer_injected_fault(t));
-    if (kst != BK_OK) return fail_with(t, "injecting a fault", attn_kernel_status(kst));
     if ((status = agree(t, loss_sum, counted, &first_bad, res)) != 0) return status;
     char what[96];
     if (first_bad != INT64_MAX) {
@@ -210,10 +192,9 @@ int trainer_step(trainer *t, int64_t step, trainer_step_result *res)
         return nonfinite(t, step, what, &res->skipped);
     }
     double lr = lr_schedule(c->lr, c->min_lr, c->warmup_steps, c->steps, step);
-    float *grads = trainer_zero_stage(t) >= 2 ? NULL : t->grads; /* NULL: summed already */
-    bt_status st = t->choices.bf16_matmul
-                       ? zero1_step_bf16(t->opt, t->params16, grads, lr, step, &res->grad_norm)
-                       : zero1_step(t->opt, t->params, grads, lr, step, &res->grad_norm);
+    /* t->grads NULL at zero >= 2: summed into the block already */
+    void *params = t->params16 ? (void *)t->params16 : (void *)t->params;
+    bt_status st = zero_step(t->opt, params, t->grads, lr, step, &res->grad_norm);
     if (st != BT_OK) return fail_with(t, "the optimizer step", st);
     /* Finite gradients everywhere can still sum to an infinite one: the norm is
      * all-reduced, so every rank sees it, and the optimizer updated nothing. */

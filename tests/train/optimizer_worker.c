@@ -1,6 +1,6 @@
-/* optimizer_worker.c: one rank of the ZeRO-1 optimizer test, launched by
+/* optimizer_worker.c: one rank of the ZeRO optimizer test, launched by
  * test_optimizer through `burst run -n P`. Every rank builds the same
- * parameters and its own seeded gradients, runs zero1_step, and checks against
+ * parameters and its own seeded gradients, runs zero_step, and checks against
  * a serial double-precision AdamW over the SUM of every rank's gradients with
  * the same global-norm clipping (every rank computes the reference itself):
  *   - parameters within 1e-5 relative, and bitwise identical on every rank;
@@ -8,10 +8,10 @@
  *   - the shards cover [0, n) in rank order, disjoint, state bytes as stated;
  *   - a NaN gradient on one rank gives a non-finite norm on every rank and
  *     leaves parameters and moments unchanged (the next step still matches);
- *   - bf16 parameters (zero1_step_bf16, given the same gradients) are at every
- *     step the fp32 parameters rounded, bit for bit, and the masters gathered
- *     (zero1_gather_params) are the fp32 parameters, bit for bit;
- *   - stage 3's gathers (zero1_gather_range) copy each owner's bits exactly,
+ *   - bf16 parameters (the same zero_step, given the same gradients) are at
+ *     every step the fp32 parameters rounded, bit for bit, and the masters gathered
+ *     (zero_gather_params) are the fp32 parameters, bit for bit;
+ *   - stage 3's gathers (zero_gather_range) copy each owner's bits exactly,
  *     fp32 or rounded to bf16, -0, NaN, infinities and subnormals included.
  * Cases: n = 1001 (not a multiple of P) with a patchy decay mask and clipping,
  * n = 12 (a multiple of P = 1..4: the unpadded path), n = 3 (empty shards at
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "kernels/bf16.h"
-#include "src/train/optimizer.h"
+#include "src/train/zero.h"
 #include "tests/lib/worker_util.h"
 #include "util/rng.h"
 
@@ -66,7 +66,7 @@ typedef struct {
 /* Reference AdamW in double on the summed gradient (PyTorch's formula, as the
  * kernel). Returns the global norm before clipping. */
 static double ref_step(int64_t n, double *p, double *m, double *v, const uint8_t *mask,
-                       const zero1_hparams *hp, double lr, int64_t t, const double *amp)
+                       const zero_hparams *hp, double lr, int64_t t, const double *amp)
 {
     double *g = malloc((size_t)n * sizeof *g), sq = 0.0;
     for (int64_t i = 0; i < n; i++) {
@@ -113,8 +113,8 @@ static double max_rel_err(const float *a, const double *ref, int64_t n)
 
 /* The bf16 run's parameters are the fp32 run's rounded, and its masters
  * gathered are the fp32 run's parameters, bit for bit. */
-static void expect_bf16_follows(zero1 *z16, const uint16_t *params16, const float *params,
-                                int64_t n, const char *tc, int64_t step)
+static void expect_bf16_follows(zero *z16, const uint16_t *params16, const float *params, int64_t n,
+                                const char *tc, int64_t step)
 {
     int64_t off = -1;
     for (int64_t i = 0; i < n && off < 0; i++)
@@ -123,7 +123,7 @@ static void expect_bf16_follows(zero1 *z16, const uint16_t *params16, const floa
            (long long)step, (long long)off, off < 0 ? 0 : params16[off],
            off < 0 ? 0 : bk_float_to_bf16(params[off]));
     float *gathered = malloc((size_t)(n > 0 ? n : 1) * sizeof *gathered);
-    must(zero1_gather_params(z16, gathered), "zero1_gather_params");
+    must(zero_gather_params(z16, gathered), "zero_gather_params");
     EXPECT(memcmp(gathered, params, (size_t)n * sizeof *params) == 0,
            "%s step %lld: the gathered masters differ from the fp32 parameters", tc,
            (long long)step);
@@ -136,7 +136,7 @@ static void run_case(const test_case *tc)
     int64_t n = tc->n;
     const double amp[] = {0, 0.01, 1.0, 0.02, 3.0, 0.005, 0.5, 0.03};
     const int n_amp = (int)(sizeof amp / sizeof amp[0]);
-    zero1_hparams hp = {0.9, 0.95, 1e-8, 0.1, tc->grad_clip};
+    zero_hparams hp = {0.9, 0.95, 1e-8, 0.1, tc->grad_clip};
     const double lr0 = 1e-2, min_lr = 1e-3;
     const int64_t warmup = 2, total = tc->steps + 1;
     if (tc->steps + 2 > n_amp) {
@@ -159,22 +159,22 @@ static void run_case(const test_case *tc)
         rp[i] = params[i];
     }
 
-    zero1 *z = zero1_create(comm, n, mask, &hp, NULL, BK_F32, (zero1_sharding){.stage = 1});
-    zero1 *z16 = zero1_create(comm, n, mask, &hp, NULL, BK_BF16, (zero1_sharding){.stage = 1});
+    zero *z = zero_create(comm, n, mask, &hp, NULL, BK_F32, (zero_sharding){.stage = 1});
+    zero *z16 = zero_create(comm, n, mask, &hp, NULL, BK_BF16, (zero_sharding){.stage = 1});
     if (!z || !z16) {
-        fprintf(stderr, "rank %d: %s: zero1_create failed\n", rank, tc->name);
+        fprintf(stderr, "rank %d: %s: zero_create failed\n", rank, tc->name);
         exit(1);
     }
     uint16_t *params16 = malloc((size_t)n * 2 + 2);
     float *grads16 = malloc((size_t)n * sizeof *grads16 + 4);
-    EXPECT(zero1_set_params(z16, params, params16) == 0, "%s: zero1_set_params failed", tc->name);
+    EXPECT(zero_set_params(z16, params, params16) == 0, "%s: zero_set_params failed", tc->name);
     expect_bf16_follows(z16, params16, params, n, tc->name, 0);
 
     /* Shards: in rank order, disjoint, covering [0, n), at most ceil(n / P) each. */
     int64_t be[2];
-    zero1_shard(z, &be[0], &be[1]);
-    EXPECT(zero1_state_bytes(z) == 2 * sizeof(float) * (size_t)(be[1] - be[0]),
-           "%s: state bytes %zu for shard [%lld, %lld)", tc->name, zero1_state_bytes(z),
+    zero_shard(z, &be[0], &be[1]);
+    EXPECT(zero_state_bytes(z) == 2 * sizeof(float) * (size_t)(be[1] - be[0]),
+           "%s: state bytes %zu for shard [%lld, %lld)", tc->name, zero_state_bytes(z),
            (long long)be[0], (long long)be[1]);
     int64_t *all = calloc(2 * (size_t)size, sizeof *all);
     must(bt_allgather(comm, be, all, sizeof be), "allgather shard");
@@ -200,8 +200,8 @@ static void run_case(const test_case *tc)
             if (rank == size - 1) grads[n / 2] = NAN;
             double norm = 0.0, norm16 = 0.0;
             memcpy(grads16, grads, (size_t)n * sizeof *grads);
-            must(zero1_step(z, params, grads, lr0, t, &norm), "zero1_step (NaN)");
-            must(zero1_step_bf16(z16, params16, grads16, lr0, t, &norm16), "zero1_step_bf16 (NaN)");
+            must(zero_step(z, params, grads, lr0, t, &norm), "zero_step (NaN)");
+            must(zero_step(z16, params16, grads16, lr0, t, &norm16), "zero_step of bf16 (NaN)");
             EXPECT(!isfinite(norm) && !isfinite(norm16),
                    "%s: NaN gradient on rank %d gave a finite norm %g (bf16: %g)", tc->name,
                    size - 1, norm, norm16);
@@ -213,8 +213,8 @@ static void run_case(const test_case *tc)
         for (int64_t i = 0; i < n; i++) grads[i] = grad_of(i, rank, t, amp);
         double norm = -1.0, norm16 = -1.0;
         memcpy(grads16, grads, (size_t)n * sizeof *grads);
-        must(zero1_step(z, params, grads, lr, t, &norm), "zero1_step");
-        must(zero1_step_bf16(z16, params16, grads16, lr, t, &norm16), "zero1_step_bf16");
+        must(zero_step(z, params, grads, lr, t, &norm), "zero_step");
+        must(zero_step(z16, params16, grads16, lr, t, &norm16), "zero_step of bf16");
         EXPECT(norm16 == norm, "%s step %lld: bf16 run's norm %.17g, fp32 run's %.17g", tc->name,
                (long long)t, norm16, norm);
         double ref_norm = ref_step(n, rp, rm, rv, mask, &hp, lr, t, amp);
@@ -237,11 +237,11 @@ static void run_case(const test_case *tc)
                "%s: clipping should fire on some steps only (%d clipped, %d not)", tc->name,
                clipped, unclipped);
 
-    EXPECT(zero1_step(z16, params, grads, lr0, 1, &(double){0}) == BT_ERR_ARG &&
-               zero1_step_bf16(z, params16, grads, lr0, 1, &(double){0}) == BT_ERR_ARG,
-           "%s: a step of the other parameter type was not refused", tc->name);
-    zero1_free(z);
-    zero1_free(z16);
+    EXPECT(zero_step(z16, NULL, grads, lr0, 1, &(double){0}) == BT_ERR_ARG &&
+               zero_step(z, NULL, grads, lr0, 1, &(double){0}) == BT_ERR_ARG,
+           "%s: a step without its parameters was not refused", tc->name);
+    zero_free(z);
+    zero_free(z16);
     free(params16);
     free(grads16);
     free(mask);
@@ -259,7 +259,7 @@ static void run_case(const test_case *tc)
 static void gather_case(int64_t n)
 {
     bt_comm *comm = bt_world_comm(world);
-    zero1_hparams hp = {0.9, 0.95, 1e-8, 0.0, 0.0};
+    zero_hparams hp = {0.9, 0.95, 1e-8, 0.0, 0.0};
     float *full = malloc((size_t)n * sizeof *full);
     uint64_t *window = calloc((size_t)n / 2 + 2, sizeof *window);
     for (int64_t i = 0; i < n; i++) full[i] = (float)(uni(7, (uint64_t)i, 0, 0) - 0.5);
@@ -268,16 +268,16 @@ static void gather_case(int64_t n)
     const int64_t ranges[][2] = {{0, n},     {1, n - 1},     {n / 3, n / 3 + 3},
                                  {n - 1, n}, {n / 2, n / 2}, {0, 1}};
     for (int bf16 = 0; bf16 <= 1; bf16++) {
-        zero1 *z = zero1_create(comm, n, NULL, &hp, NULL, bf16 ? BK_BF16 : BK_F32,
-                                (zero1_sharding){.stage = 3});
+        zero *z = zero_create(comm, n, NULL, &hp, NULL, bf16 ? BK_BF16 : BK_F32,
+                              (zero_sharding){.stage = 3});
         int64_t b = 0, e = 0;
-        if (z) zero1_shard(z, &b, &e);
-        EXPECT(z && zero1_set_masters(z, full + b) == 0, "n=%lld: a stage-3 optimizer failed",
+        if (z) zero_shard(z, &b, &e);
+        EXPECT(z && zero_set_masters(z, full + b) == 0, "n=%lld: a stage-3 optimizer failed",
                (long long)n);
         for (size_t r = 0; z && r < sizeof ranges / sizeof *ranges; r++) {
             int64_t lo = ranges[r][0], hi = ranges[r][1] < n ? ranges[r][1] : n;
             if (hi < lo) continue;
-            EXPECT(zero1_gather_range(z, window, lo, hi) == BT_OK, "gather [%lld, %lld) failed",
+            EXPECT(zero_gather_range(z, window, lo, hi) == BT_OK, "gather [%lld, %lld) failed",
                    (long long)lo, (long long)hi);
             for (int64_t i = lo; i < hi; i++) {
                 uint32_t want = bf16 ? bk_float_to_bf16(full[i]) : bk_float_to_bits(full[i]);
@@ -288,9 +288,9 @@ static void gather_case(int64_t n)
                        (long long)i, got, want);
             }
         }
-        EXPECT(!z || zero1_gather_range(z, (char *)window + 2, 0, 1) == BT_ERR_ARG,
+        EXPECT(!z || zero_gather_range(z, (char *)window + 2, 0, 1) == BT_ERR_ARG,
                "a misaligned window was not refused");
-        zero1_free(z);
+        zero_free(z);
     }
     free(window);
     free(full);

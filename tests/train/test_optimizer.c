@@ -1,4 +1,4 @@
-/* test_optimizer.c: the learning-rate schedule (single process) and the ZeRO-1
+/* test_optimizer.c: the learning-rate schedule (single process) and ZeRO's
  * AdamW against a serial double-precision reference on P = 1..4 real ranks:
  * tests/train/optimizer_worker under `burst run`, which checks its own results
  * (parameters, norms, clipping, shards, a NaN gradient) and exits 0 or 1;
@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "src/train/optimizer.h"
+#include "src/train/zero.h"
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
 
@@ -59,7 +59,7 @@ static void expect_ranks_ok(const char *program, int P, char *const *env, const 
     test_run_free(&r);
 }
 
-START_TEST(zero1_matches_serial_adamw)
+START_TEST(zero_matches_serial_adamw)
 {
     expect_ranks_ok("tests/train/optimizer_worker", _i, NULL, "optimizer");
 }
@@ -80,8 +80,8 @@ int main(void)
     Suite *s = suite_create("optimizer");
     TCase *sched = check_tcase(s, "schedule", 0);
     tcase_add_test(sched, schedule_warmup_then_cosine);
-    TCase *z = check_tcase(s, "zero1", 300);
-    tcase_add_loop_test(z, zero1_matches_serial_adamw, 1, 5);
+    TCase *z = check_tcase(s, "zero", 300);
+    tcase_add_loop_test(z, zero_matches_serial_adamw, 1, 5);
     tcase_add_loop_test(z, host_state_matches_the_host_optimizer, 1, 3);
     return check_run(s);
 }
