@@ -14,6 +14,10 @@
  * for everything else: a device that failed (BK_ERR_DEVICE), memory that
  * could not be had, a shape or location the backend does not handle. */
 bt_status attn_kernel_status(bk_status st);
+/* Returns a kernel call's failure, as attn_kernel_status maps it, from the
+ * calling function (BT_CHECK for a kernel): for a chain with nothing to
+ * undo. */
+#define CHECK_KERNEL(call) BT_CHECK(attn_kernel_status(call))
 
 /* What a caller reports when its kernels failed with st (as
  * attn_kernel_status gave it) and the transport holds no error of its own:

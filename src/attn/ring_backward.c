@@ -166,8 +166,8 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
     }
     if (x->acc_from >= 0) {
         BT_CHECK(ring_run_wait(run, acc_recv));
-        BT_CHECK(attn_kernel_status(
-            bk_axpy(run->c->queue, (int64_t)acc_floats, 1.0f, run->acc_in[a], run->acc_out[a])));
+        CHECK_KERNEL(
+            bk_axpy(run->c->queue, (int64_t)acc_floats, 1.0f, run->acc_in[a], run->acc_out[a]));
         BT_CHECK(ring_run_mark(run, b->acc_in_used[a]));
     }
     BT_CHECK(ring_run_mark(run, b->acc_out_used[a]));

@@ -125,14 +125,6 @@ struct model_runner {
     char failed[160];    /* the first allocation that failed */
 };
 
-/* A kernel call's failure returned as the engine's status (BT_ERR_ARG for a
- * refused call, BT_ERR_SYS for a failed device; src/attn/kernel_status.h). */
-#define CHECK_KERNEL(call)                                                                         \
-    do {                                                                                           \
-        bt_status check_st_ = attn_kernel_status(call);                                            \
-        if (check_st_ != BT_OK) return check_st_;                                                  \
-    } while (0)
-
 /* Rows of the chunk that starts at row r0 of m rows: the chunk buffers and
  * the bf16 products' operands hold at most chunk_rows rows. */
 static inline int64_t runner_chunk_rows(const model_runner *r, int64_t r0, int64_t m)

@@ -331,14 +331,6 @@ zero *zero_create(bt_comm *comm, int64_t n_params, const uint8_t *decay_mask,
     return z;
 }
 
-/* A failed kernel as the engine's status (src/attn/kernel_status.h): the
- * arguments were checked, so the device failed. */
-#define KERNEL(call)                                                                               \
-    do {                                                                                           \
-        bt_status kernel_st_ = attn_kernel_status(call);                                           \
-        if (kernel_st_ != BT_OK) return kernel_st_;                                                \
-    } while (0)
-
 /* On a device, waits for the queue: a collective's buffers must be complete. */
 static bk_status queue_drained(const zero *z)
 {
@@ -353,11 +345,11 @@ bt_status zero_add_arrived(zero *z)
     if (st != BT_OK || hi <= lo) return st;
     z->pending_lo = z->pending_hi = 0;
     if (!z->xfer) { /* the sum is on the device: its own part joins the block */
-        KERNEL(bk_axpy(&z->q, hi - lo, 1.0f, z->pending_sum, z->gshard + (lo - z->begin)));
+        CHECK_KERNEL(bk_axpy(&z->q, hi - lo, 1.0f, z->pending_sum, z->gshard + (lo - z->begin)));
         return BT_OK;
     }
-    KERNEL(bk_device_event_sync(z->down_done));
-    KERNEL(bk_axpy(&z->sq, hi - lo, 1.0f, z->xfer, z->gshard + (lo - z->begin)));
+    CHECK_KERNEL(bk_device_event_sync(z->down_done));
+    CHECK_KERNEL(bk_axpy(&z->sq, hi - lo, 1.0f, z->xfer, z->gshard + (lo - z->begin)));
     return BT_OK;
 }
 
@@ -366,7 +358,7 @@ bt_status zero_clear_gradients(zero *z)
     if (!z) return BT_ERR_ARG;
     bt_status st = zero_add_arrived(z); /* the block's last sum, cleared with it */
     if (st != BT_OK) return st;
-    KERNEL(bk_fill(&z->sq, z->shard, z->gshard, 0.0f));
+    CHECK_KERNEL(bk_fill(&z->sq, z->shard, z->gshard, 0.0f));
     return BT_OK;
 }
 
@@ -379,7 +371,7 @@ bt_status zero_add_range(zero *z, float *grad, int64_t begin, int64_t end)
      * runs what the caller queued after it (the backward of this range) */
     bt_status st = zero_add_arrived(z);
     if (st != BT_OK) return st;
-    KERNEL(queue_drained(z));
+    CHECK_KERNEL(queue_drained(z));
     const float *sum = grad + (lo - begin);
     if (!z->xfer) { /* the sum comes while the caller queues its next work */
         st = bt_iallreduce_mem(z->comm, grad, (size_t)(end - begin), BT_F32, BT_SUM, z->mem,
@@ -392,8 +384,8 @@ bt_status zero_add_range(zero *z, float *grad, int64_t begin, int64_t end)
     if (st != BT_OK || lo >= hi) return st;
     /* the state on the host: this rank's part comes down on the queue's
      * stream, ahead of whatever the caller writes into grad next */
-    KERNEL(bk_device_download_async(&z->q, z->xfer, sum, (size_t)(hi - lo) * sizeof(float)));
-    KERNEL(bk_device_event_record(z->down_done, &z->q));
+    CHECK_KERNEL(bk_device_download_async(&z->q, z->xfer, sum, (size_t)(hi - lo) * sizeof(float)));
+    CHECK_KERNEL(bk_device_event_record(z->down_done, &z->q));
     z->pending_lo = lo;
     z->pending_hi = hi;
     return BT_OK;
@@ -418,11 +410,11 @@ static bt_status reduce_gradients(zero *z, float *grads, double *sq, double *gra
     /* 1. Reduce-scatter the summed gradient: gshard[shard] = block rank of the sum. */
     const float *send = grads;
     if (grads && z->work) {
-        KERNEL(bk_copy(q, z->work, grads, (size_t)z->n * sizeof(float)));
-        KERNEL(bk_fill(q, z->padded - z->n, z->work + z->n, 0.0f));
+        CHECK_KERNEL(bk_copy(q, z->work, grads, (size_t)z->n * sizeof(float)));
+        CHECK_KERNEL(bk_fill(q, z->padded - z->n, z->work + z->n, 0.0f));
         send = z->work;
     }
-    KERNEL(queue_drained(z));
+    CHECK_KERNEL(queue_drained(z));
     if (grads)
         st = bt_reduce_scatter_mem(z->comm, send, z->gshard, (size_t)z->shard, BT_F32, BT_SUM,
                                    z->mem);
@@ -431,7 +423,7 @@ static bt_status reduce_gradients(zero *z, float *grads, double *sq, double *gra
     /* 2. Global squared norm, identical on every rank. */
     const float *bufs[1] = {z->gshard};
     *sq = 0.0;
-    KERNEL(bk_grad_sqnorm(&z->sq, 1, bufs, &own, sq));
+    CHECK_KERNEL(bk_grad_sqnorm(&z->sq, 1, bufs, &own, sq));
     st = bt_allreduce(z->comm, sq, 1, BT_F64, BT_SUM);
     *grad_norm = sqrt(*sq);
     return st;
@@ -452,10 +444,10 @@ static bt_status update_shard(zero *z, float *shard, uint16_t *rounded, double l
         float *p = shard + r->off, *m = z->m + r->off, *v = z->v + r->off;
         const float *g = z->gshard + r->off;
         if (rounded)
-            KERNEL(
+            CHECK_KERNEL(
                 bk_adamw_step_bf16(&z->sq, r->len, p, g, m, v, &ap, step, scale, rounded + r->off));
         else
-            KERNEL(bk_adamw_step(&z->sq, r->len, p, g, m, v, &ap, step, scale));
+            CHECK_KERNEL(bk_adamw_step(&z->sq, r->len, p, g, m, v, &ap, step, scale));
     }
     return BT_OK;
 }
@@ -475,17 +467,17 @@ static bt_status gather_f32(zero *z, float *params)
     const bk_queue *q = &z->q;
     int64_t own = z->end - z->begin;
     if (!z->work) {
-        KERNEL(queue_drained(z));
+        CHECK_KERNEL(queue_drained(z));
         return bt_allgather_mem(z->comm, params + (int64_t)z->rank * z->shard, params,
                                 (size_t)z->shard * fsz, z->mem);
     }
     float *slot = z->work + (int64_t)z->rank * z->shard;
-    KERNEL(bk_copy(q, slot, params + z->begin, (size_t)own * fsz));
-    KERNEL(bk_fill(q, z->shard - own, slot + own, 0.0f));
-    KERNEL(queue_drained(z));
+    CHECK_KERNEL(bk_copy(q, slot, params + z->begin, (size_t)own * fsz));
+    CHECK_KERNEL(bk_fill(q, z->shard - own, slot + own, 0.0f));
+    CHECK_KERNEL(queue_drained(z));
     bt_status st = bt_allgather_mem(z->comm, slot, z->work, (size_t)z->shard * fsz, z->mem);
     if (st != BT_OK) return st;
-    KERNEL(bk_copy(q, params, z->work, (size_t)z->n * fsz));
+    CHECK_KERNEL(bk_copy(q, params, z->work, (size_t)z->n * fsz));
     return BT_OK;
 }
 
@@ -507,10 +499,11 @@ static bt_status update_bf16(zero *z, uint16_t *params, double lr, int64_t step,
     /* the state on the host: rounded there, then up into the slot */
     st = update_shard(z, z->master, z->xfer ? (uint16_t *)z->xfer : slot, lr, step, sq);
     if (st != BT_OK) return st;
-    if (z->xfer) KERNEL(bk_device_upload(&z->q, slot, z->xfer, (size_t)(z->end - z->begin) * 2));
-    KERNEL(queue_drained(z));
+    if (z->xfer)
+        CHECK_KERNEL(bk_device_upload(&z->q, slot, z->xfer, (size_t)(z->end - z->begin) * 2));
+    CHECK_KERNEL(queue_drained(z));
     st = bt_allgather_mem(z->comm, slot, gathered, (size_t)z->shard * 2, z->mem);
-    if (st == BT_OK && z->work16) KERNEL(bk_copy(&z->q, params, z->work16, (size_t)z->n * 2));
+    if (st == BT_OK && z->work16) CHECK_KERNEL(bk_copy(&z->q, params, z->work16, (size_t)z->n * 2));
     return st;
 }
 
@@ -592,20 +585,20 @@ bt_status zero_gather_start(zero *z, void *window, int64_t begin, int64_t end)
     size_t words = zero_window_bytes(end - begin, z->param_type) / 8;
     int64_t lo = begin > z->begin ? begin : z->begin, hi = end < z->end ? end : z->end;
     /* zeros (fp32 zeros are zero bits), then this rank's own bits */
-    KERNEL(bk_fill(&z->q, (int64_t)words * 2, window, 0.0f));
+    CHECK_KERNEL(bk_fill(&z->q, (int64_t)words * 2, window, 0.0f));
     uint16_t *own16 = (uint16_t *)window + (lo - begin);
     if (lo < hi && z->rounded) { /* the state on the host: up from its rounded masters */
         if (z->rounded_stale)
-            KERNEL(bk_round_bf16(&z->sq, z->end - z->begin, z->master, z->rounded));
+            CHECK_KERNEL(bk_round_bf16(&z->sq, z->end - z->begin, z->master, z->rounded));
         z->rounded_stale = 0;
-        KERNEL(bk_device_upload_async(&z->q, own16, z->rounded + (lo - z->begin),
-                                      (size_t)(hi - lo) * 2));
+        CHECK_KERNEL(bk_device_upload_async(&z->q, own16, z->rounded + (lo - z->begin),
+                                            (size_t)(hi - lo) * 2));
     } else if (lo < hi && bf16)
-        KERNEL(bk_round_bf16(&z->q, hi - lo, z->master + (lo - z->begin), own16));
+        CHECK_KERNEL(bk_round_bf16(&z->q, hi - lo, z->master + (lo - z->begin), own16));
     else if (lo < hi)
-        KERNEL(bk_copy(&z->q, (float *)window + (lo - begin), z->master + (lo - z->begin),
-                       (size_t)(hi - lo) * sizeof(float)));
-    KERNEL(queue_drained(z));
+        CHECK_KERNEL(bk_copy(&z->q, (float *)window + (lo - begin), z->master + (lo - z->begin),
+                             (size_t)(hi - lo) * sizeof(float)));
+    CHECK_KERNEL(queue_drained(z));
     return bt_iallreduce_mem(z->comm, window, words, BT_I64, BT_SUM, z->mem, &z->gathering);
 }
 
@@ -731,11 +724,11 @@ static bt_status sink_range(void *ctx, float *grad, int64_t begin, int64_t end)
     bt_status st = zero_add_arrived(z);
     z->reduce_s += bu_now() - start;
     if (st != BT_OK) return st;
-    if (begin == 0 && end > 0 && z->fault != 0.0f) KERNEL(bk_fill(&z->q, 1, grad, z->fault));
+    if (begin == 0 && end > 0 && z->fault != 0.0f) CHECK_KERNEL(bk_fill(&z->q, 1, grad, z->fault));
     const float *bufs[1] = {grad};
     int64_t count = end - begin;
     double sq = 0;
-    KERNEL(bk_grad_sqnorm(&z->q, 1, bufs, &count, &sq));
+    CHECK_KERNEL(bk_grad_sqnorm(&z->q, 1, bufs, &count, &sq));
     z->grad_sq += sq;
     start = bu_now();
     st = zero_add_range(z, grad, begin, end);
@@ -762,7 +755,7 @@ bt_status zero_sink_clear(zero *z)
         bt_status st = zero_clear_gradients(z);
         if (st != BT_OK) return st;
     } else
-        KERNEL(bk_fill(&z->q, z->n, z->whole, 0.0f));
+        CHECK_KERNEL(bk_fill(&z->q, z->n, z->whole, 0.0f));
     z->reduce_s = z->gather_s = 0;
     return BT_OK;
 }
@@ -782,10 +775,10 @@ bt_status zero_sink_sqnorm(zero *z, double *sq)
     if (!z || !sq) return BT_ERR_ARG;
     *sq = z->grad_sq;
     if (z->sharding.stage >= 2) return BT_OK;
-    if (z->fault != 0.0f) KERNEL(bk_fill(&z->q, 1, z->whole, z->fault));
+    if (z->fault != 0.0f) CHECK_KERNEL(bk_fill(&z->q, 1, z->whole, z->fault));
     const float *bufs[1] = {z->whole};
     int64_t count = z->n;
-    KERNEL(bk_grad_sqnorm(&z->q, 1, bufs, &count, sq));
+    CHECK_KERNEL(bk_grad_sqnorm(&z->q, 1, bufs, &count, sq));
     return BT_OK;
 }
 
