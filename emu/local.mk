@@ -21,16 +21,21 @@ libburst_kernels_emu_a_SOURCES = $(SIMT_EMU_HDRS) emu/simt/simt_fiber.cc \
 # The kernel sources compiled as C++ for the emulator: the same text nvcc
 # compiles, with -DBK_EMULATOR (emu/simt/simt.h), as .eo objects.
 BK_CU_EMU_OBJS = $(BK_CU_SRC:.cu=.eo)
-libburst_kernels_emu_a_LIBADD = $(BK_CU_EMU_OBJS)
-libburst_kernels_emu_a_DEPENDENCIES = $(BK_CU_EMU_OBJS)
+# The model of cuDNN's fused SDPA the emulated device runs instead of cuDNN
+# (emu/cudnn/sdpa_model.cu, device code like the kernels'; its checks:
+# tests/kernels/test_dev_sdpa.c).
+BK_CUDNN_EMU_OBJS = emu/cudnn/sdpa_model.eo
+EXTRA_DIST += emu/cudnn/sdpa_model.cu
+libburst_kernels_emu_a_LIBADD = $(BK_CU_EMU_OBJS) $(BK_CUDNN_EMU_OBJS)
+libburst_kernels_emu_a_DEPENDENCIES = $(BK_CU_EMU_OBJS) $(BK_CUDNN_EMU_OBJS)
 SUFFIXES += .eo
 BK_EMU_CXXCOMPILE = $(CXX) -x c++ -DBK_EMULATOR $(DEFS) $(DEFAULT_INCLUDES) $(INCLUDES) \
 	$(AM_CPPFLAGS) $(CPPFLAGS) $(AM_CXXFLAGS) -Wno-unknown-pragmas $(CXXFLAGS)
 .cu.eo:
 	@$(MKDIR_P) $(@D)
 	$(AM_V_CXX)$(BK_EMU_CXXCOMPILE) -c -o $@ $<
-$(BK_CU_EMU_OBJS): $(BK_CU_HDRS) $(SIMT_EMU_HDRS)
-CLEANFILES += $(BK_CU_EMU_OBJS)
+$(BK_CU_EMU_OBJS) $(BK_CUDNN_EMU_OBJS): $(BK_CU_HDRS) $(SIMT_EMU_HDRS)
+CLEANFILES += $(BK_CU_EMU_OBJS) $(BK_CUDNN_EMU_OBJS)
 
 # ---------------------------------------------------------------- the model of NCCL
 # A model of NCCL, and of the CUDA runtime calls around it, between the

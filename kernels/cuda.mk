@@ -13,12 +13,13 @@ BK_CU_SRC = kernels/cuda/device_memory.cu kernels/cuda/device_streams.cu kernels
 	kernels/cuda/device_table.cu kernels/cuda/gemm.cu kernels/cuda/norm.cu \
 	kernels/cuda/rope.cu kernels/cuda/swiglu.cu kernels/cuda/embedding.cu \
 	kernels/cuda/adamw.cu kernels/cuda/grad_norm.cu kernels/cuda/vector.cu kernels/cuda/cross_entropy.cu \
-	kernels/cuda/attention_state.cu kernels/cuda/attention_fwd.cu kernels/cuda/attention_bwd.cu
+	kernels/cuda/attention_state.cu kernels/cuda/attention_fwd.cu kernels/cuda/attention_bwd.cu \
+	kernels/cuda/sdpa_state.cu
 BK_CU_HDRS = kernels/cuda/bk_cuda.cuh kernels/cuda/dev_common.cuh kernels/cuda/attention_tile.cuh \
 	kernels/attention_tile.h \
 	kernels/bf16.h kernels/device.h kernels/device_ops.h kernels/kernels_common.h \
 	kernels/shared_math.h kernels/ops_math.h kernels/attention_math.h kernels/attention.h \
-	kernels/ops.h
+	kernels/ops.h kernels/sdpa.h kernels/sdpa_graph.h kernels/cuda/cudnn_sdpa.h
 EXTRA_DIST += $(BK_CU_SRC) kernels/cuda/bk_cuda.cuh kernels/cuda/dev_common.cuh \
 	kernels/cuda/attention_tile.cuh
 
@@ -27,8 +28,12 @@ EXTRA_DIST += $(BK_CU_SRC) kernels/cuda/bk_cuda.cuh kernels/cuda/dev_common.cuh 
 libburst_kernels_a_SOURCES += kernels/bf16.h kernels/device.h kernels/device_ops.h \
 	kernels/attention_tile.h \
 	kernels/device.c kernels/cpu/bf16_ops.c kernels/cpu/attention_merge.c
+# The fused SDPA's contract, its description in cuDNN's terms, its entry points
+# and host references (kernels/sdpa.h).
+libburst_kernels_a_SOURCES += kernels/sdpa.h kernels/sdpa.c kernels/sdpa_graph.h \
+	kernels/sdpa_graph.c kernels/cuda/cudnn_sdpa.h
 if HAVE_CUDA
-libburst_kernels_a_SOURCES += kernels/cuda/select_cuda.c $(BK_CU_SRC)
+libburst_kernels_a_SOURCES += kernels/cuda/select_cuda.c $(BK_CU_SRC) kernels/cuda/cudnn_sdpa_none.c
 BK_CU_NVCC_OBJS = $(BK_CU_SRC:.cu=.$(OBJEXT))
 $(BK_CU_NVCC_OBJS): $(BK_CU_HDRS)
 # Each kernel object is compiled with ptxas's resource report (-Xptxas -v:
@@ -69,6 +74,8 @@ kernels/cuda/attention_state.$(OBJEXT): kernels/cuda/attention_state.cu
 kernels/cuda/attention_fwd.$(OBJEXT): kernels/cuda/attention_fwd.cu
 	$(AM_V_GEN)$(BK_NVCC_REPORT)
 kernels/cuda/attention_bwd.$(OBJEXT): kernels/cuda/attention_bwd.cu
+	$(AM_V_GEN)$(BK_NVCC_REPORT)
+kernels/cuda/sdpa_state.$(OBJEXT): kernels/cuda/sdpa_state.cu
 	$(AM_V_GEN)$(BK_NVCC_REPORT)
 noinst_DATA = kernels/cuda/resource-usage.txt
 kernels/cuda/resource-usage.txt: $(BK_CU_NVCC_OBJS)

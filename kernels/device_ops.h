@@ -15,6 +15,7 @@
 #include "kernels/attention.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "kernels/sdpa.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -107,6 +108,25 @@ typedef struct bk_device_ops {
                           bk_attn_stats *stats);
     bk_status (*attn_merge)(const bk_queue *q, int64_t n_q, int h_q, int d, float *O, float *lse,
                             const float *O_blk, const float *lse_blk);
+
+    /* sdpa.h: the fused SDPA calls (cuDNN on a CUDA build, the emulator's model
+     * of cuDNN) and the state operations around them */
+    int (*sdpa_available)(char *why, size_t why_len);
+    long (*sdpa_version)(void);
+    bk_status (*sdpa_prepare)(const bk_sdpa_call *calls, int n, int backward,
+                              size_t *workspace_bytes);
+    bk_status (*sdpa_fwd)(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *Q,
+                          const uint16_t *K, const uint16_t *V, uint16_t *O_blk, float *stats,
+                          void *workspace, size_t workspace_bytes);
+    bk_status (*sdpa_bwd)(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *Q,
+                          const uint16_t *K, const uint16_t *V, const uint16_t *O,
+                          const uint16_t *dO, const float *stats, uint16_t *dQ, uint16_t *dK,
+                          uint16_t *dV, void *workspace, size_t workspace_bytes);
+    bk_status (*attn_merge_sdpa)(const bk_queue *q, const bk_sdpa_call *c, int64_t n_q, int d,
+                                 float *O, float *lse, const uint16_t *O_blk, const float *stats);
+    bk_status (*attn_pack_stats)(const bk_queue *q, const bk_sdpa_call *c, int64_t n_q,
+                                 const float *lse, float *stats);
+    bk_status (*add_bf16)(const bk_queue *q, int64_t n, const uint16_t *x, float *y);
 } bk_device_ops;
 
 /* The device backend of this program, or NULL when it has none. */

@@ -187,6 +187,13 @@ tests_kernels_test_dev_attention_emu_SOURCES = tests/kernels/test_dev_attention.
 tests_kernels_test_dev_attention_emu_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_dev_attention_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
 
+# The fused SDPA on the emulator's model of cuDNN, and the state kernels around it.
+check_PROGRAMS += tests/kernels/test_dev_sdpa_emu
+TESTS += tests/kernels/test_dev_sdpa_emu
+tests_kernels_test_dev_sdpa_emu_SOURCES = tests/kernels/test_dev_sdpa.c $(DEV_SUITE_EMU_SOURCES)
+tests_kernels_test_dev_sdpa_emu_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_dev_sdpa_emu_LDADD = $(DEV_SUITE_LIBS_EMU)
+
 check_PROGRAMS += tests/kernels/test_dev_attention_wrong_layout
 tests_kernels_test_dev_attention_wrong_layout_SOURCES = tests/kernels/test_dev_attention.c \
 	$(DEV_SUITE_EMU_SOURCES) emu/simt/simt_mma.cc

@@ -115,6 +115,27 @@ bk_status BK_DEV_FN(attn_bwd)(const bk_queue *q, const bk_attn_geom *g, const vo
                               bk_attn_stats *stats);
 bk_status BK_DEV_FN(attn_merge)(const bk_queue *q, int64_t n_q, int h_q, int d, float *O,
                                 float *lse, const float *O_blk, const float *lse_blk);
+/* sdpa_state.cu */
+bk_status BK_DEV_FN(attn_merge_sdpa)(const bk_queue *q, const bk_sdpa_call *c, int64_t n_q, int d,
+                                     float *O, float *lse, const uint16_t *O_blk,
+                                     const float *stats);
+bk_status BK_DEV_FN(attn_pack_stats)(const bk_queue *q, const bk_sdpa_call *c, int64_t n_q,
+                                     const float *lse, float *stats);
+bk_status BK_DEV_FN(add_bf16)(const bk_queue *q, int64_t n, const uint16_t *x, float *y);
+#ifdef BK_EMULATOR
+/* the emulator's model of cuDNN's SDPA (emu/cudnn/sdpa_model.cu) */
+int bk_emu_sdpa_available(char *why, size_t why_len);
+long bk_emu_sdpa_version(void);
+bk_status bk_emu_sdpa_prepare(const bk_sdpa_call *calls, int n, int backward,
+                              size_t *workspace_bytes);
+bk_status bk_emu_sdpa_fwd(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *Q,
+                          const uint16_t *K, const uint16_t *V, uint16_t *O_blk, float *stats,
+                          void *workspace, size_t workspace_bytes);
+bk_status bk_emu_sdpa_bwd(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *Q,
+                          const uint16_t *K, const uint16_t *V, const uint16_t *O,
+                          const uint16_t *dO, const float *stats, uint16_t *dQ, uint16_t *dK,
+                          uint16_t *dV, void *workspace, size_t workspace_bytes);
+#endif
 }
 
 #ifdef BK_EMULATOR

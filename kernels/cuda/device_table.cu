@@ -3,6 +3,13 @@
  * emulator, one entry per launcher of kernels/cuda/. */
 #include "kernels/cuda/dev_common.cuh"
 
+#ifdef BK_EMULATOR
+#define BK_SDPA_FN(op) bk_emu_sdpa_##op
+#else
+#include "kernels/cuda/cudnn_sdpa.h"
+#define BK_SDPA_FN(op) bk_cudnn_sdpa_##op
+#endif
+
 extern "C" const bk_device_ops BK_DEV_FN(ops) = {
 #ifdef BK_EMULATOR
     "emulator",
@@ -54,4 +61,14 @@ extern "C" const bk_device_ops BK_DEV_FN(ops) = {
     BK_DEV_FN(attn_delta),
     BK_DEV_FN(attn_bwd),
     BK_DEV_FN(attn_merge),
+    /* the fused SDPA: cuDNN (kernels/cuda/cudnn_sdpa.h), or the emulator's
+     * model of it (emu/cudnn/sdpa_model.cu) */
+    BK_SDPA_FN(available),
+    BK_SDPA_FN(version),
+    BK_SDPA_FN(prepare),
+    BK_SDPA_FN(fwd),
+    BK_SDPA_FN(bwd),
+    BK_DEV_FN(attn_merge_sdpa),
+    BK_DEV_FN(attn_pack_stats),
+    BK_DEV_FN(add_bf16),
 };
