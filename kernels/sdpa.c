@@ -28,6 +28,20 @@ long bk_sdpa_library_version(void)
     return SDPA_BACKEND(sdpa_version) ? bk_device_backend()->sdpa_version() : 0;
 }
 
+int bk_sdpa_version_usable(long version, int window, char *why, size_t why_len)
+{
+    if (version == 91000 || version == 91001) {
+        snprintf(why, why_len, "cuDNN %ld has known bugs in the bf16 SDPA backward (9.10.2 fixes them)",
+                 version);
+        return 0;
+    }
+    if (version == 91400 && window) {
+        snprintf(why, why_len, "cuDNN 9.14.0 has a known bug with sliding windows (9.14.1 fixes it)");
+        return 0;
+    }
+    return 1;
+}
+
 bk_status bk_sdpa_prepare(const bk_sdpa_call *calls, int n, int backward, size_t *workspace_bytes)
 {
     BK_CHECK_ARG(n >= 0 && (n == 0 || calls != NULL) && workspace_bytes != NULL);

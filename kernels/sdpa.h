@@ -112,6 +112,13 @@ int bk_sdpa_available(char *why, size_t why_len);
  * 0 when none is loaded. */
 long bk_sdpa_library_version(void);
 
+/* Whether a loaded cuDNN of `version` (cudnnGetVersion's number) serves the
+ * ring's calls: 0 with the reason for the versions with a known bug for the
+ * case (cuDNN's release notes, doc/KERNELS.md): 9.10.0 and 9.10.1 (the
+ * bf16/fp16 backward), 9.14.0 with a sliding window (non-causal with s_kv >
+ * 1024); else 1. */
+int bk_sdpa_version_usable(long version, int window, char *why, size_t why_len);
+
 /* Makes (once) and keeps the plans of calls[n] (forward, and backward when
  * backward != 0), so that no later bk_sdpa_fwd / bk_sdpa_bwd compiles
  * anything; *workspace_bytes: the most workspace any of them needs.

@@ -8,4 +8,4 @@ libburst_attn_a_SOURCES += src/attn/seq_layout.h src/attn/seq_layout.c \
 	src/attn/ring.h src/attn/ring_buffers.h src/attn/ring_buffers.c src/attn/ring_run.h src/attn/ring_run.c \
 	src/attn/ring_forward.c src/attn/ring_backward.c src/attn/attn_options.h \
 	src/attn/attn_options.c src/attn/device_link.h src/attn/device_link.c \
-	src/attn/kernel_status.h src/attn/kernel_status.c
+	src/attn/kernel_status.h src/attn/kernel_status.c src/attn/ring_sdpa.h src/attn/ring_sdpa.c

@@ -76,6 +76,9 @@ typedef struct {
                                   * half the bytes on the wire and in the slots, and on a device
                                   * the same bits, since its kernels round fp32 inputs so); the
                                   * schedule is planned with the same (in_bytes 2) */
+    struct ring_sdpa *sdpa;      /* the block pairs SDPA calls compute (src/attn/ring_sdpa.h,
+                                  * made for this layout; in_type BK_BF16 on a device), the
+                                  * others on our kernels; NULL: all on our kernels */
     float *spend[2];             /* backward on buffers made with RING_CALLER_MEMORY: the
                                   * Q and dO it is given, writable: the ring may overwrite
                                   * them (else NULL; a call whose buffers are made for it

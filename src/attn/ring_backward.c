@@ -139,6 +139,23 @@ static bt_status backward_piece(ring_run *run, int64_t r0, int64_t rows, void *a
     return st;
 }
 
+/* The held bundle's pair: SDPA calls where the ring has them (the KV-side
+ * backward; the Q-side one carries delta, not the O they read), else our
+ * kernel piece by piece; its gradients go to acc. */
+static bt_status backward_block(ring_run *run, const bwd_home *h, const ring_step *x, float *acc)
+{
+    bwd_pair p = pair_views(run, h, run->b->slot[x->slot], acc);
+    ring_sdpa *sdpa = run->c->sdpa;
+    const sdpa_calls *calls = q_side(run) ? NULL : ring_sdpa_pair(sdpa, run->rank, x->block);
+    double t0 = bu_now();
+    if (calls)
+        return ring_run_sdpa(run, t0,
+                             ring_sdpa_backward(sdpa, run->c->queue, calls, p.Q, p.K, p.V, p.dO,
+                                                p.lse, p.dQ, p.dK, p.dV));
+    BT_CHECK(ring_run_block_positions(run, x->block));
+    return ring_run_pieces(run, backward_piece, &p);
+}
+
 /* Receives in flight: the trailing accumulator of each step parity (posted
  * in the step before, with the send it matches) and this rank's own final one. */
 typedef struct {
@@ -159,9 +176,7 @@ static bt_status backward_step(ring_run *run, const bwd_home *h, const ring_step
     BT_CHECK(ring_run_wait(run, &run->acc_send[a])); /* acc_out[a] free again */
     BT_CHECK(zero_floats(run, run->acc_out[a], acc_floats));
     if (x->compute) {
-        BT_CHECK(ring_run_block_positions(run, x->block));
-        bwd_pair p = pair_views(run, h, b->slot[x->slot], run->acc_out[a]);
-        BT_CHECK(ring_run_pieces(run, backward_piece, &p));
+        BT_CHECK(backward_block(run, h, x, run->acc_out[a]));
         BT_CHECK(ring_run_mark(run, b->slot_used[x->slot]));
     }
     if (x->acc_from >= 0) {
@@ -279,6 +294,9 @@ bt_status ring_backward(const ring_exec_ctx *c, const float *Q, const float *K, 
     /* delta from the fp32 dO, whatever travels */
     st =
         attn_kernel_status(bk_attn_delta(c->queue, s->layout.n, s->h_q, s->d, dO, O, run.b->delta));
+    /* the final O in bf16 for the SDPA calls, before dQ (which may be O) is written */
+    if (st == BT_OK && c->sdpa && !q_side(&run))
+        st = ring_sdpa_backward_begin(c->sdpa, c->queue, O);
     if (st == BT_OK) st = place_accumulators(&run, Q, dO, dQ, dK, dV);
     if (st == BT_OK) st = ring_run_home_inputs(&run, Q, K, V, dO, &in);
     if (st == BT_OK) st = spend_inputs(&run);

@@ -25,6 +25,26 @@ static bt_status forward_piece(ring_run *run, int64_t r0, int64_t rows, void *ar
     return st;
 }
 
+/* The attention of the home queries against the held block: SDPA calls
+ * where the ring has them for this pair, else our kernel piece by piece. */
+static bt_status forward_block(ring_run *run, const ring_step *x, const void *Q, float *O,
+                               float *lse)
+{
+    const ring_schedule *s = run->s;
+    size_t kv_bytes = (size_t)s->layout.n * (size_t)s->h_kv * (size_t)s->d * run->elem;
+    const unsigned char *kv = run->b->slot[x->slot];
+    const sdpa_calls *calls = ring_sdpa_pair(run->c->sdpa, run->rank, x->block);
+    double t0 = bu_now();
+    if (calls)
+        return ring_run_sdpa(run, t0,
+                             ring_sdpa_forward(run->c->sdpa, run->c->queue, calls, Q,
+                                               (const uint16_t *)kv,
+                                               (const uint16_t *)(kv + kv_bytes), O, lse));
+    BT_CHECK(ring_run_block_positions(run, x->block));
+    fwd_piece p = {Q, kv, kv + kv_bytes, O, lse};
+    return ring_run_pieces(run, forward_piece, &p);
+}
+
 bt_status ring_forward(const ring_exec_ctx *c, const float *Q, const float *K, const float *V,
                        float *O, float *lse, ring_exec_stats *stats)
 {
@@ -51,11 +71,7 @@ bt_status ring_forward(const ring_exec_ctx *c, const float *Q, const float *K, c
         const ring_step *x = ring_step_at(s, run.rank, step);
         st = ring_run_begin_step(&run, x, step);
         if (st != BT_OK || x->block < 0 || !x->compute) continue;
-        st = ring_run_block_positions(&run, x->block);
-        if (st != BT_OK) break;
-        const unsigned char *kv = run.b->slot[x->slot];
-        fwd_piece p = {in.Q, kv, kv + kv_bytes, O, lse};
-        st = ring_run_pieces(&run, forward_piece, &p);
+        st = forward_block(&run, x, in.Q, O, lse);
         if (st == BT_OK) st = ring_run_mark(&run, run.b->slot_used[x->slot]);
     }
     st = ring_run_finish(&run, st);

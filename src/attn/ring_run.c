@@ -292,3 +292,11 @@ bt_status ring_run_pieces(ring_run *run, ring_piece_fn fn, void *arg)
     run->stats->blocks_computed++;
     return st;
 }
+
+bt_status ring_run_sdpa(ring_run *run, double t0, bt_status st)
+{
+    if (st == BT_OK) st = bt_progress(run->world);
+    run->stats->compute_s += bu_now() - t0;
+    run->stats->blocks_computed++;
+    return st;
+}

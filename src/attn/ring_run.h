@@ -22,6 +22,7 @@
 #include "src/attn/kernel_status.h"
 #include "src/attn/ring.h"
 #include "src/attn/ring_buffers.h"
+#include "src/attn/ring_sdpa.h"
 
 /* Sends reading one slot at once (a step forwards its block to at most two
  * holders), and the most transfers one rank of a pass has under way at once:
@@ -122,6 +123,10 @@ bk_attn_geom ring_run_geometry(const ring_run *run, int64_t n_q, const int64_t *
 /* Calls fn on every piece of the n local query rows, polling in between, and
  * counts the kernel time and the block as computed. */
 bt_status ring_run_pieces(ring_run *run, ring_piece_fn fn, void *arg);
+/* A block computed by SDPA calls (ring_sdpa.h), since t0, rather than by
+ * pieces: polls the transport and counts the block and its time as
+ * ring_run_pieces does; returns st, the calls' status. */
+bt_status ring_run_sdpa(ring_run *run, double t0, bt_status st);
 /* Where a kernel call counts its tiles: ks zeroed, or NULL on a device,
  * where counting would make the host wait for every kernel (tiles then go
  * uncounted). */

@@ -13,6 +13,9 @@ int bench_train(int argc, char **argv);
 #include <stdio.h>
 int bench_kernels_ops(FILE *out, int quick);
 
+/* The attention kernels of `burst bench kernels --device cuda --kernel`. */
+enum { BENCH_KERNEL_BURST = 1u, BENCH_KERNEL_CUDNN = 2u };
+
 /* `burst bench kernels --device cuda`, as parsed by bench_kernels. */
 typedef struct {
     int64_t seqs[16]; /* attention block sizes in tokens */
@@ -20,6 +23,7 @@ typedef struct {
     int hq;                 /* query heads */
     int only_d, only_hkv;   /* 0: every head dim (64, 128), every Hkv (hq, hq / 4) */
     int only_mask;          /* -1: full and causal; 0: full; 1: causal */
+    unsigned kernels;       /* BENCH_KERNEL_* bits: the attention kernels timed (0: both) */
     int64_t gemm_n;         /* side of the reference bf16 GEMM */
     int64_t op_bytes;       /* bytes of each per-op buffer */
     int ops;                /* run the per-op part */

@@ -192,6 +192,7 @@ static int run_on_device(bench_device_opts *o, int quick)
 /* What the command line sets; the device-only values are -1 when not given. */
 typedef struct {
     int on_device, quick, no_ops, cpu_time, reps, only_d, only_hkv, only_mask, n_seq;
+    unsigned kernels; /* BENCH_KERNEL_* bits given; 0: none given */
     int64_t seqs[16];
     int hq, gemm_n, op_mib, min_ms;
 } kernels_opts;
@@ -225,6 +226,25 @@ static int set_mask(void *o, const char *v)
     return 0;
 }
 
+/* --kernel burst,cudnn: the list, each name once */
+static int set_kernels(void *o, const char *v)
+{
+    kernels_opts *k = o;
+    char list[64];
+    if (strlen(v) >= sizeof list) return -1;
+    strcpy(list, v);
+    k->kernels = 0;
+    for (char *save = NULL, *name = strtok_r(list, ",", &save); name;
+         name = strtok_r(NULL, ",", &save)) {
+        unsigned bit = !strcmp(name, "burst") ? BENCH_KERNEL_BURST
+                       : !strcmp(name, "cudnn") ? BENCH_KERNEL_CUDNN
+                                                : 0;
+        if (!bit || (k->kernels & bit)) return -1;
+        k->kernels |= bit;
+    }
+    return k->kernels ? 0 : -1;
+}
+
 #define OPT(field) offsetof(kernels_opts, field)
 static const bu_option options[] = {
     {"--device", "cpu|cuda", BU_OPT_CUSTOM, 0, 0, 0, set_device,
@@ -248,6 +268,10 @@ static const bu_option options[] = {
      "with more threads, spinning OpenMP threads count too)"},
     {"--no-ops", NULL, BU_OPT_FLAG, OPT(no_ops), 0, 0, NULL, "skip the per-op kernels"},
     {"--hq", "N", BU_OPT_INT, OPT(hq), 1, 128, NULL, "--device cuda: query heads (default 16)"},
+    {"--kernel", "LIST", BU_OPT_CUSTOM, 0, 0, 0, set_kernels,
+     "--device cuda: the attention kernels, burst (ours) and/or cudnn\n"
+     "(cuDNN's fused SDPA), comma-separated (default burst,cudnn;\n"
+     "cudnn rows say n/a and why where it cannot run)"},
     {"--gemm", "N", BU_OPT_INT, OPT(gemm_n), 16, 65536, NULL,
      "--device cuda: side of the reference GEMM (default 8192)"},
     {"--op-mib", "N", BU_OPT_INT, OPT(op_mib), 1, 65536, NULL,
@@ -275,7 +299,8 @@ static void usage(FILE *out)
             "--device cuda: the device kernels on the GPU (CUDA builds). Attention forward and\n"
             "backward TFLOP/s with bf16 Q/K/V on tensor cores (fp32 accumulation), Hq = 16,\n"
             "Hkv = Hq and Hq / 4, each as a ratio to the cuBLASLt bf16 GEMM rate measured\n"
-            "right before it; then each op's GB/s as a ratio to device-to-device copy\n"
+            "right before it, for our kernels and cuDNN's fused SDPA (--kernel; one dense\n"
+            "call per block, causal as a right bound 0); then each op's GB/s as a ratio to device-to-device copy\n"
             "bandwidth measured in the same run. Defaults: SEQ 4096 8192 16384 32768,\n"
             "best of 3 batches of calls, each batch at least 20 ms. --quick: SEQ = 1024,\n"
             "GEMM side 2048, 64 MiB op buffers, one batch.\n\n");
@@ -295,9 +320,10 @@ static int check_combination(const kernels_opts *o)
         fprintf(stderr, "burst bench kernels: --cpu-time applies to --device cpu only\n");
         return EXIT_USAGE;
     }
-    if (!o->on_device && (o->hq >= 0 || o->gemm_n >= 0 || o->op_mib >= 0 || o->min_ms >= 0)) {
-        fprintf(stderr, "burst bench kernels: --hq, --gemm, --op-mib and --min-ms apply to "
-                        "--device cuda only\n");
+    if (!o->on_device &&
+        (o->hq >= 0 || o->gemm_n >= 0 || o->op_mib >= 0 || o->min_ms >= 0 || o->kernels)) {
+        fprintf(stderr, "burst bench kernels: --hq, --kernel, --gemm, --op-mib and --min-ms "
+                        "apply to --device cuda only\n");
         return EXIT_USAGE;
     }
     return 0;
@@ -318,6 +344,7 @@ int bench_kernels(int argc, char **argv)
                                  .only_d = o.only_d,
                                  .only_hkv = o.only_hkv,
                                  .only_mask = o.only_mask,
+                                 .kernels = o.kernels,
                                  .ops = !o.no_ops,
                                  .reps = o.reps,
                                  .gemm_n = o.gemm_n > 0 ? o.gemm_n : 0,

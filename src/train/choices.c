@@ -92,3 +92,47 @@ int choose_ring_bf16(int on_device)
 {
     return on_device;
 }
+
+/* What keeps the rings off SDPA calls, or NULL. */
+static const char *sdpa_obstacle(int deterministic, int on_device, int ring_bf16)
+{
+    if (!on_device) return "on the CPU";
+    if (!ring_bf16) return "the inputs travel in fp32";
+    if (deterministic)
+        return "[attention] deterministic = true (cuDNN's backward sums dQ with atomics)";
+    return NULL;
+}
+
+/* This machine's device has SDPA calls, of a version without a known bug
+ * for the ring's mask. */
+static int sdpa_loaded(const ring_sdpa_config *rc, char *why, size_t why_len)
+{
+    if (!bk_sdpa_available(why, why_len)) return 0; /* else why: which library */
+    int window = (rc->need.mask.flags & BK_ATTN_WINDOW) != 0;
+    return bk_sdpa_version_usable(bk_sdpa_library_version(), window, why, why_len);
+}
+
+int choose_sdpa(train_attn_kernel kernel, int deterministic, int on_device, int ring_bf16,
+                const ring_sdpa_config *rc, int offline, char *why, size_t why_len)
+{
+    if (kernel == ATTN_KERNEL_BURST) {
+        snprintf(why, why_len, "our kernels ([attention] kernel = burst)");
+        return 0;
+    }
+    const char *obstacle = sdpa_obstacle(deterministic, on_device, ring_bf16);
+    char reason[256];
+    int ok = !obstacle && ring_sdpa_supported(rc, reason, sizeof reason) &&
+             (offline || sdpa_loaded(rc, reason, sizeof reason));
+    if (ok) {
+        snprintf(why, why_len, "cuDNN's fused SDPA (%s)",
+                 offline ? "counted as if this machine had it" : reason);
+        return 1;
+    }
+    if (!obstacle) obstacle = reason;
+    if (kernel == ATTN_KERNEL_CUDNN) {
+        snprintf(why, why_len, "[attention] kernel = cudnn cannot be had: %s", obstacle);
+        return -1;
+    }
+    snprintf(why, why_len, "our kernels: %s", obstacle);
+    return 0;
+}

@@ -10,6 +10,7 @@
 
 #include "kernels/attention.h"
 #include "src/attn/ring_plan.h"
+#include "src/attn/ring_sdpa.h"
 #include "src/attn/seq_layout.h"
 #include "src/train/config.h"
 
@@ -65,6 +66,17 @@ int choose_ring_bf16(int on_device);
  * chunks through a ring over the first half of the sequence: it needs the
  * zigzag layout and the plain causal mask. */
 int keep_half_allowed(seq_layout_kind layout, const bk_attn_mask *mask);
+
+/* [attention] kernel and deterministic: 1 when the rings' block pairs go to
+ * SDPA calls (cuDNN's fused attention) where they map, 0 when they all run on
+ * our kernels, with the reason in why either way (the start report prints
+ * it); -1 when kernel = cudnn cannot be had, why naming the key and what is
+ * missing. SDPA needs a device, inputs travelling in bf16 and a ring
+ * ring_sdpa_supported takes; deterministic keeps our kernels (cuDNN's Hopper
+ * backward sums dQ with atomics). offline: counting for another machine
+ * (burst plan memory), whose cuDNN is taken to be there. */
+int choose_sdpa(train_attn_kernel kernel, int deterministic, int on_device, int ring_bf16,
+                const ring_sdpa_config *rc, int offline, char *why, size_t why_len);
 
 /* The topology of a CP group of cp ranks in a world of `nodes` nodes with
  * local_size ranks each: double when asked or (auto) when the group spans

@@ -138,6 +138,7 @@ static const char *const ring_names[] = {"auto", "flat", "double", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const device_names[] = {"cpu", "cuda", NULL};
 static const char *const matmul_names[] = {"auto", "bf16", "fp32", NULL};
+static const char *const attn_kernel_names[] = {"auto", "cudnn", "burst", NULL};
 static const char *const intra_names[] = {"auto", "ucx", "nccl", NULL};
 static const char *const zero_names[] = {"1", "2", "3", "auto", NULL};
 static const char *const optimizer_names[] = {"device", "host", NULL};
@@ -262,6 +263,10 @@ static const field fields[] = {
         "ZeRO stage over every rank (dp x cp): 1 shards the optimizer's state; 2 the gradients too, each layer's summed as the backward produces it (over NCCL while the next computes), so a rank holds its block of them and three windows (the embedding's and two buckets for the layers and the tail) instead of all of them; 3 the parameters too, each range gathered into such windows, the next while a pass computes with this one (training; burst eval reads them whole); auto: the smallest stage whose memory fits, chosen at setup and printed, or on --resume the stage the checkpoint was written with"),
     I64("parallel", piece_rows, 0, "0", FREE,
         "query rows per attention kernel call in the ring; 0: 512 on the CPU, where the transport is polled between calls (smaller pieces move the next blocks sooner), and a rank's whole block on a device, where the calls return before their kernels run and small pieces only starve the GPU"),
+    ENUM("attention", kernel, attn_kernel_names, "auto", FREE,
+        "the kernel of a ring's block pairs on a device: cudnn (cuDNN's fused SDPA, where it can express the mask: causal and window masks; documents and sparse masks stay on ours), burst (ours), auto (cudnn where it is loaded, serves the mask and is not a version with a known bug, else ours; the start report says which and why)"),
+    BOOL("attention", deterministic, "false", FREE,
+        "bit-identical reruns and resumes on a GPU: auto then takes our kernel, since cuDNN's Hopper backward sums dQ with atomics"),
     I64("train", steps, 1, "100", RESUME,
         "optimizer steps (the learning rate decays to min_lr at the last)"),
     INT("train", micro_batches, 1, "1", RESUME,
@@ -334,7 +339,8 @@ enum { N_FIELDS = sizeof fields / sizeof fields[0] };
 _Static_assert((int)N_FIELDS <= (int)TRAIN_CONFIG_MAX_KEYS,
                "train_config.given has a flag per key");
 
-static const char *const sections[] = {"model", "data", "parallel", "train", "eval", "memory", "transport"};
+static const char *const sections[] = {"model",  "data",   "parallel", "attention",
+                                       "train",  "eval",   "memory",   "transport"};
 enum { N_SECTIONS = sizeof sections / sizeof sections[0] };
 
 static int known_section(const char *name)

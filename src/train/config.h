@@ -49,6 +49,8 @@ typedef enum { TRAIN_DEVICE_CPU = 0, TRAIN_DEVICE_CUDA = 1 } train_device;
 typedef enum { MATMUL_AUTO = 0, MATMUL_BF16 = 1, MATMUL_FP32 = 2 } train_matmul;
 typedef enum { OPTIMIZER_ON_DEVICE = 0, OPTIMIZER_ON_HOST = 1 } train_optimizer_place;
 typedef enum { INTRA_AUTO = 0, INTRA_UCX = 1, INTRA_NCCL = 2 } train_intra;
+/* [attention] kernel: which kernel computes a ring's block pairs on a device */
+typedef enum { ATTN_KERNEL_AUTO = 0, ATTN_KERNEL_CUDNN = 1, ATTN_KERNEL_BURST = 2 } train_attn_kernel;
 
 typedef struct {
     /* [model] */
@@ -96,6 +98,9 @@ typedef struct {
     train_zero zero;        /* 1 | 2 | 3 | auto: the ZeRO stage (train_config_zero_stage) */
     int64_t piece_rows;     /* query rows per attention kernel call between transport polls;
                              * 0: ring_piece_rows' default */
+    /* [attention] */
+    train_attn_kernel kernel; /* auto | cudnn | burst (choose_attn_kernel) */
+    int deterministic;      /* bit-identical reruns on a GPU: our kernel, no atomics */
     /* [train] */
     int64_t steps;
     int micro_batches;      /* gradient accumulation: sequences per rank per step */

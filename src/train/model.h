@@ -96,6 +96,8 @@ typedef struct {
     lm_head_opts head;
     int ring_bf16; /* Q, K, V and dO travel the rings in bf16 (choose_ring_bf16),
                     * else fp32 (ring_exec_ctx.in_type) */
+    int sdpa;      /* the rings' block pairs on SDPA calls where they map (choose_sdpa:
+                    * a device, ring_bf16, a mask ring_sdpa_supported takes) */
     const bk_queue *queue;
 } model_runner_config;
 
@@ -107,6 +109,8 @@ typedef struct {
     size_t workspace;   /* the layer's work buffers [n, ...] and [chunk, ...], positions [n],
                            the head's scratch */
     size_t ring;        /* the ring's slots, accumulators and position tables */
+    size_t sdpa;        /* with sdpa: the SDPA calls' block output, Stats, gradients and
+                           workspace (src/attn/ring_sdpa.h), per layout the rings use */
     size_t head_logits; /* the reference head's logits [chunk, V] + losses [chunk], made at
                            each chunk (0 with the fused head) */
     size_t offloaded;   /* with offload_activations on a device: every layer's stored input,

@@ -11,6 +11,7 @@
 
 #include "kernels/ops.h"
 #include "src/attn/kernel_status.h"
+#include "src/attn/ring_sdpa.h"
 #include "src/train/model.h"
 
 /* With keep_layers, a layer's intermediates as its forward computed them,
@@ -67,6 +68,7 @@ struct model_runner {
     ring_plan_config ring_cfg;       /* what the rings are planned from, less the segments */
     ring_schedule *fwd, *bwd, *half; /* half: recompute of the early chunks */
     ring_exec_ctx ring;
+    ring_sdpa *sdpa, *sdpa_half; /* with cfg.sdpa: the pairs of fwd and bwd, and of half */
     /* [layers]: one micro-batch's forward and backward run back to back, so
      * only the set of the micro-batch in flight is ever live */
     stored_layer *store;

@@ -310,6 +310,7 @@ static bt_status ring_fwd_timed(model_runner *r, const ring_schedule *s, const f
 {
     ring_exec_ctx c = r->ring;
     c.sched = s;
+    c.sdpa = s == r->half ? r->sdpa_half : r->sdpa;
     ring_exec_stats rs;
     bt_status st = ring_forward(&c, q, k, v, o, lse, &rs);
     *t += rs.total_s;

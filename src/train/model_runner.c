@@ -296,6 +296,39 @@ static void take_ring(model_runner *r)
         bu_no_memory(r->failed, sizeof r->failed, bytes, "the ring's buffers");
 }
 
+/* The SDPA calls of the rings over layout (src/attn/ring_sdpa.h). */
+static ring_sdpa_config sdpa_config(const model_runner *r, const seq_layout *layout)
+{
+    const model_dims *d = &r->m->dims;
+    return (ring_sdpa_config){.layout = *layout,
+                              .need = r->ring_cfg.need,
+                              .rank = bt_comm_rank(r->cfg.cp),
+                              .h_q = d->n_heads,
+                              .h_kv = d->n_kv_heads,
+                              .d = d->head_dim,
+                              .scale = r->ring.scale};
+}
+
+static void take_sdpa_for(model_runner *r, const seq_layout *layout, ring_sdpa **out)
+{
+    ring_sdpa_config sc = sdpa_config(r, layout);
+    r->mem.sdpa += ring_sdpa_bytes(&sc);
+    if (!r->allocate || r->failed[0]) return;
+    char why[256];
+    if (!(*out = ring_sdpa_create(&sc, r->cfg.queue, why, sizeof why)))
+        snprintf(r->failed, sizeof r->failed, "the SDPA calls of the ring: %s", why);
+}
+
+/* With sdpa: the calls of the rings' layouts, the main one and the half
+ * ring's; the ring context then hands the main one to its passes. */
+static void take_sdpa(model_runner *r)
+{
+    if (!r->cfg.sdpa) return;
+    take_sdpa_for(r, &r->fwd->layout, &r->sdpa);
+    if (r->half) take_sdpa_for(r, &r->half->layout, &r->sdpa_half);
+    r->ring.sdpa = r->sdpa;
+}
+
 /* The runner's dimensions and its planned ring passes; nothing large yet. */
 static model_runner *runner_new(const model_runner_config *cfg, char *err, size_t err_len)
 {
@@ -382,11 +415,14 @@ static void take_buffers(model_runner *r)
     size_t before = bk_held_bytes(r->cfg.queue);
     take_ring(r);
     size_t ring = bk_held_bytes(r->cfg.queue);
+    take_sdpa(r);
+    size_t sdpa = bk_held_bytes(r->cfg.queue);
     take_workspace(r);
     size_t workspace = bk_held_bytes(r->cfg.queue);
     take_store(r);
     r->held.ring = ring - before;
-    r->held.workspace = workspace - ring;
+    r->held.sdpa = sdpa - ring;
+    r->held.workspace = workspace - sdpa;
     r->held.stored = bk_held_bytes(r->cfg.queue) - workspace;
     r->held.offloaded = r->mem.offloaded; /* page-locked memory: taken whole or not at all */
 }
@@ -467,6 +503,8 @@ void model_runner_free(model_runner *r)
     ring_schedule_free(r->bwd);
     ring_schedule_free(r->half);
     ring_buffers_free(r->ring.buffers);
+    ring_sdpa_free(r->sdpa);
+    ring_sdpa_free(r->sdpa_half);
     float **bufs[WORK_BUFFERS];
     int64_t counts[WORK_BUFFERS];
     work_buffers(r, bufs, counts);

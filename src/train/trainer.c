@@ -90,6 +90,18 @@ static int runner_config(trainer *t, int nodes, int local_size, model_runner_con
                                          .z_loss = (float)c->z_loss,
                                          .ignore_index = TOKEN_IGNORE},
                                 .queue = &t->queue};
+    ring_sdpa_config sc = {.layout = t->layout,
+                           .need = {.mask = t->choices.mask, .N = t->layout.N},
+                           .h_q = c->n_heads,
+                           .h_kv = c->n_kv_heads,
+                           .d = c->d_model / c->n_heads};
+    rc->sdpa = choose_sdpa(c->kernel, c->deterministic, t->choices.on_device,
+                           t->choices.ring_bf16, &sc, t->offline, t->sdpa_why,
+                           sizeof t->sdpa_why);
+    if (rc->sdpa < 0) {
+        snprintf(err, err_len, "%s", t->sdpa_why);
+        return -1;
+    }
     return 0;
 }
 
@@ -443,6 +455,7 @@ static int plan_offline(trainer *t, int world_size, int nodes, char *err, size_t
     if (err_len) err[0] = '\0';
     t->rank = 0;
     t->world_size = world_size;
+    t->offline = 1;
     t->queue = bk_host_queue();
     if (nodes < 1 || world_size % nodes != 0) {
         snprintf(err, err_len, "%d ranks do not split into %d nodes of equal size", world_size,

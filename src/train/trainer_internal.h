@@ -48,6 +48,8 @@ struct trainer {
     const model_grads *grad_sink; /* where the backward writes them: the optimizer's sink
                                      (zero_grad_sink) */
     int zero_stage;               /* [parallel] zero, chosen at setup when auto */
+    char sdpa_why[256];           /* the attention kernel chosen, and why (choose_sdpa) */
+    int offline;                  /* counting for burst plan memory: no device touched */
     const char *zero_chosen;      /* zero = auto: how the stage was chosen; else NULL */
     int64_t step_now;             /* the step being computed */
     uint16_t *params16;           /* [n_params] bf16 parameters (train_choices.bf16_matmul), their

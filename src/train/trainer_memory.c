@@ -27,8 +27,8 @@ size_t trainer_memory_total(const trainer_memory *m)
     const model_memory *r = &m->model;
     size_t transient = transient_bytes(m);
     return m->params + m->grads + m->optimizer + m->optimizer_host + m->tokens + m->segments +
-           m->whole_sample + r->stored + r->offloaded + r->workspace + r->ring + m->nccl +
-           transient;
+           m->whole_sample + r->stored + r->offloaded + r->workspace + r->ring + r->sdpa +
+           m->nccl + transient;
 }
 
 int trainer_memory_part_list(const trainer_memory *m, trainer_memory_part *out)
@@ -50,6 +50,8 @@ int trainer_memory_part_list(const trainer_memory *m, trainer_memory_part *out)
         {{"offloaded activations (host)", "offloaded_activations", r->offloaded, 0}, 1},
         {{"layer workspace", "layer_workspace", r->workspace, 1}, 0},
         {{"ring buffers", "ring_buffers", r->ring, 1}, 0},
+        /* [attention] kernel = cudnn: block outputs, Stats, gradients, workspace */
+        {{"SDPA calls (cuDNN)", "sdpa_calls", r->sdpa, 1}, 1},
         /* with their document ids and the recall source's whole sample */
         {{"tokens", "tokens", m->tokens + m->segments + m->whole_sample, 1}, 0},
         {{"NCCL's buffers (estimated)", "nccl_buffers", m->nccl, 0}, 1},
@@ -81,7 +83,8 @@ void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len)
 size_t trainer_device_bytes(const trainer_memory *m)
 {
     const model_memory *r = &m->model;
-    return m->params + m->grads + m->optimizer + m->tokens + r->stored + r->workspace + r->ring;
+    return m->params + m->grads + m->optimizer + m->tokens + r->stored + r->workspace + r->ring +
+           r->sdpa;
 }
 
 static size_t align_up(size_t bytes)

@@ -61,7 +61,7 @@ void trainer_memory_parts(const trainer_memory *m, char *buf, size_t len);
 /* The same parts one by one, in that order (the two transients last; NCCL's
  * buffers only where counted): their name, a key for scripts and the bytes,
  * into out [TRAINER_MEMORY_PARTS]; returns how many. */
-enum { TRAINER_MEMORY_PARTS = 12 };
+enum { TRAINER_MEMORY_PARTS = 13 };
 typedef struct {
     const char *name, *key;
     size_t bytes;

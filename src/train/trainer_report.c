@@ -208,12 +208,13 @@ int trainer_report_start(trainer *t)
            seq_layout_name(t->layout.kind), c->attn_kept_fraction,
            c->fused_head ? "fused" : "unfused");
     int in_bytes = t->choices.ring_bf16 ? 2 : 4;
-    printf("attention: mask %s; %s; kernel pieces of %lld query rows; inputs travel in %s\n",
+    printf("attention: mask %s; %s; kernel pieces of %lld query rows; inputs travel in %s; "
+           "block pairs on %s\n",
            train_config_name("parallel", "mask", c->mask),
            ring_pass_name(ring_choose_backward(t->choices.backward, c->n_heads, c->n_kv_heads,
                                                c->d_model / c->n_heads, in_bytes)),
            (long long)ring_piece_rows(c->piece_rows, t->layout.n, t->choices.on_device),
-           in_bytes == 2 ? "bf16" : "fp32");
+           in_bytes == 2 ? "bf16" : "fp32", t->sdpa_why);
     memory_report(t);
     if (t->choices.on_device)
         printf("device: %s, device %d of rank 0; its sgemm: %.1f GFLOP/s (rank 0 alone); %s; layer "

@@ -92,10 +92,66 @@ START_TEST(device_resumes_its_own_and_the_cpus_checkpoints)
 }
 END_TEST
 
+/* [attention] kernel: the block pairs on cuDNN's SDPA (the emulator's model
+ * of it, which auto takes there) and on our kernels, each against the CPU:
+ * causal on 1 rank (the zigzag halves, the half-sequence recompute), a
+ * sliding window over 2 ranks (bounds, trimmed views). auto says where it
+ * falls back: a cuDNN with a known bug, a mask cuDNN cannot express; cudnn
+ * asked where it cannot be had stops at setup naming the key. */
+START_TEST(device_attention_kernels_match_the_cpu)
+{
+    on_emulator = 1;
+    curve cpu, cudnn, ours;
+    run_ok(1, 1, on_cpu, &cpu);
+    run_saying(1, 1, with(on_device, (const char *[]){"attention.kernel=cudnn", NULL}),
+               "block pairs on cuDNN's fused SDPA (the emulator's model of cuDNN", &cudnn);
+    expect_same(&cpu, &cudnn, 2e-2, "device on cuDNN's SDPA vs CPU");
+    run_saying(1, 1, with(on_device, (const char *[]){"attention.kernel=burst", NULL}),
+               "block pairs on our kernels ([attention] kernel = burst)", &ours);
+    expect_same(&cpu, &ours, 2e-2, "device on our kernels vs CPU");
+    const char *const window[] = {"parallel.mask=window", "parallel.window=24", "parallel.cp=2",
+                                  "memory.attn_kept_fraction=0", NULL};
+    curve cpu_window, cudnn_window;
+    run_ok(2, 1, with(on_cpu, window), &cpu_window);
+    run_saying(2, 1, with(with(on_device, window), (const char *[]){"attention.kernel=cudnn", NULL}),
+               "block pairs on cuDNN's fused SDPA", &cudnn_window);
+    expect_same(&cpu_window, &cudnn_window, 2e-2, "window over 2 ranks on cuDNN's SDPA vs CPU");
+    on_emulator = 0;
+}
+END_TEST
+
+START_TEST(device_attention_kernel_choice_is_said)
+{
+    on_emulator = 1;
+    char *old_cudnn[] = {"OMP_NUM_THREADS=1", "BK_EMU_CUDNN_VERSION=91000", NULL};
+    run_env = old_cudnn;
+    curve c;
+    run_saying(1, 1, on_device, "block pairs on our kernels: cuDNN 91000 has known bugs", &c);
+    run_env = one_thread;
+    run_saying(1, 1,
+               with(on_device, (const char *[]){"parallel.mask=document", "data.doc_len=16",
+                                                "memory.attn_kept_fraction=1", NULL}),
+               "block pairs on our kernels: document masks run on our kernels", &c);
+    test_run_result r = train(
+        1, 1,
+        with(on_device, (const char *[]){"parallel.mask=document", "data.doc_len=16",
+                                         "memory.attn_kept_fraction=1", "attention.kernel=cudnn",
+                                         NULL}),
+        NULL, &c);
+    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, "[attention] kernel = cudnn cannot be had: "
+                                                          "document masks run on our kernels"),
+                  "exit %d:\n%s", r.exit_code, r.out);
+    test_run_free(&r);
+    on_emulator = 0;
+}
+END_TEST
+
 void add_device_tests(Suite *s)
 {
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 900), device_engine_matches_the_cpu,
                     device_grid_matches_the_cpu, device_resumes_its_own_and_the_cpus_checkpoints,
                     device_zeros_2_and_3_train_as_zero_1);
+    check_add_tests(check_tcase(s, "attention kernels", 900), device_attention_kernels_match_the_cpu,
+                    device_attention_kernel_choice_is_said);
 }
