@@ -26,8 +26,7 @@ int attn_need_validate(const attn_need_ctx *c, char *err, size_t err_len)
     return 0;
 }
 
-/* The first position in (p, end) whose document is not p's, or end. */
-static int64_t document_end(const attn_need_ctx *c, int64_t p, int64_t end)
+int64_t attn_need_document_end(const attn_need_ctx *c, int64_t p, int64_t end)
 {
     int32_t s = c->segments[p];
     int64_t lo = p + 1, hi = end;
@@ -60,12 +59,11 @@ static int64_t run_end(const attn_need_ctx *c, int64_t p, int64_t end)
         int64_t next = (p / c->mask.block_size + 1) * c->mask.block_size;
         if (next < e) e = next;
     }
-    if (c->mask.flags & BK_ATTN_DOCUMENT) e = document_end(c, p, e);
+    if (c->mask.flags & BK_ATTN_DOCUMENT) e = attn_need_document_end(c, p, e);
     return e;
 }
 
-/* Keys allowed for query q by the positional rules: [lo, hi]. */
-static void key_range(const bk_attn_mask *m, int64_t q, int64_t *lo, int64_t *hi)
+void attn_need_key_range(const bk_attn_mask *m, int64_t q, int64_t *lo, int64_t *hi)
 {
     *lo = INT64_MIN / 4;
     *hi = INT64_MAX / 4;
@@ -84,8 +82,8 @@ static int64_t run_pairs(const attn_need_ctx *c, int64_t a, int64_t b, int64_t c
     if ((m->flags & BK_ATTN_DOCUMENT) && c->segments[a] != c->segments[c0]) return 0;
     if ((m->flags & BK_ATTN_BLOCK_SPARSE) && !bk_attn_block_bit(m, a, c0)) return 0;
     int64_t lo, hi, lo_last, hi_last;
-    key_range(m, a, &lo, &hi);
-    key_range(m, b - 1, &lo_last, &hi_last);
+    attn_need_key_range(m, a, &lo, &hi);
+    attn_need_key_range(m, b - 1, &lo_last, &hi_last);
     int64_t first = lo > c0 ? lo : c0, last = hi_last < c1 - 1 ? hi_last : c1 - 1;
     if (first > last) return 0;
     if (!count_all) return 1;
@@ -94,7 +92,7 @@ static int64_t run_pairs(const attn_need_ctx *c, int64_t a, int64_t b, int64_t c
     if (hi >= c1 - 1 && lo_last <= c0) return (b - a) * (c1 - c0);
     int64_t total = 0;
     for (int64_t q = a; q < b; q++) {
-        key_range(m, q, &lo, &hi);
+        attn_need_key_range(m, q, &lo, &hi);
         int64_t f = lo > c0 ? lo : c0, l = hi < c1 - 1 ? hi : c1 - 1;
         if (l >= f) total += l - f + 1;
     }
@@ -141,12 +139,12 @@ static int64_t next_key_block(const bk_attn_mask *m, int64_t qb, int64_t kb, int
 static void run_reach(const attn_need_ctx *c, int64_t a, int64_t b, int64_t *k0, int64_t *k1)
 {
     int64_t lo, hi, lo_last, hi_last;
-    key_range(&c->mask, a, &lo, &hi);
-    key_range(&c->mask, b - 1, &lo_last, &hi_last);
+    attn_need_key_range(&c->mask, a, &lo, &hi);
+    attn_need_key_range(&c->mask, b - 1, &lo_last, &hi_last);
     *k0 = lo > 0 ? lo : 0;
     *k1 = hi_last < c->N - 1 ? hi_last + 1 : c->N;
     if (!(c->mask.flags & BK_ATTN_DOCUMENT)) return;
-    int64_t first = document_start(c, a), end = document_end(c, a, c->N);
+    int64_t first = document_start(c, a), end = attn_need_document_end(c, a, c->N);
     if (first > *k0) *k0 = first;
     if (end < *k1) *k1 = end;
 }

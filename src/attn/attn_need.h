@@ -24,6 +24,14 @@ typedef struct {
  * sequence. Returns 0, or -1 with a message. */
 int attn_need_validate(const attn_need_ctx *c, char *err, size_t err_len);
 
+/* The keys [*lo, *hi] (positions) the causal and window rules allow the query
+ * at position q; INT64_MIN / 4 or INT64_MAX / 4 where nothing bounds that side.
+ * Each bound is q plus a constant: the interval moves with q, one for one. */
+void attn_need_key_range(const bk_attn_mask *m, int64_t q, int64_t *lo, int64_t *hi);
+/* The first position in (p, end) whose document is not p's, or end (a
+ * binary search: documents are packed in order). */
+int64_t attn_need_document_end(const attn_need_ctx *c, int64_t p, int64_t end);
+
 /* Allowed (query, key) pairs with queries in q_chunks and keys in k_chunks.
  * With count_all = 0 it stops at the first allowed pair and returns 0 or 1. */
 int64_t attn_need_pairs(const attn_need_ctx *c, const seq_chunk *q_chunks, int n_q_chunks,

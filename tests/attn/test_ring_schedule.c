@@ -6,13 +6,16 @@
  * (Q-side vs KV-side per step, auto never worse, a sliding window sends only
  * ceil(W/n) blocks). The block-level mask decisions, and the allowed pairs
  * of a whole sequence under every mask, are checked against the kernels'
- * per-element rule; the layouts' positions and owners agree. */
+ * per-element rule; the layouts' positions and owners agree. Every step that
+ * computes maps to cuDNN SDPA calls (src/attn/sdpa_map.h) that allow exactly
+ * the pairs of that rule, each once, in calls cuDNN takes. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "src/attn/ring.h"
 #include "src/attn/ring_plan.h"
+#include "src/attn/sdpa_map.h"
 #include "tests/lib/check_main.h"
 
 typedef struct {
@@ -46,18 +49,24 @@ static mask_case mask_cases(int i, int64_t N, int P)
 }
 enum { N_MASK_CASES = 6 };
 
+static ring_schedule *plan_case(int P, int nodes, const mask_case *mc, ring_pass pass, int h_q,
+                                int h_kv, int d, int64_t N, int in_bytes)
+{
+    char err[256];
+    ring_plan_config cfg = {.topo = nodes > 1 ? TOPO_DOUBLE : TOPO_FLAT, .nodes = nodes,
+                            .need = {.mask = mc->mask, .segments = segments, .N = N},
+                            .h_q = h_q, .h_kv = h_kv, .d = d, .in_bytes = in_bytes};
+    ck_assert(seq_layout_init(&cfg.layout, mc->layout, P, N, err, sizeof err) == 0);
+    ring_schedule *s = ring_plan(&cfg, pass, err, sizeof err);
+    ck_assert_msg(s != NULL, "%s", err);
+    return s;
+}
+
 static ring_schedule *plan_typed(int P, int nodes, int i_mask, ring_pass pass, int h_q, int h_kv,
                                  int d, int64_t N, int in_bytes)
 {
     mask_case mc = mask_cases(i_mask, N, P);
-    char err[256];
-    ring_plan_config cfg = {.topo = nodes > 1 ? TOPO_DOUBLE : TOPO_FLAT, .nodes = nodes,
-                            .need = {.mask = mc.mask, .segments = segments, .N = N},
-                            .h_q = h_q, .h_kv = h_kv, .d = d, .in_bytes = in_bytes};
-    ck_assert(seq_layout_init(&cfg.layout, mc.layout, P, N, err, sizeof err) == 0);
-    ring_schedule *s = ring_plan(&cfg, pass, err, sizeof err);
-    ck_assert_msg(s != NULL, "%s", err);
-    return s;
+    return plan_case(P, nodes, &mc, pass, h_q, h_kv, d, N, in_bytes);
 }
 
 /* fp32 inputs */
@@ -596,6 +605,358 @@ START_TEST(kernel_pieces_are_whole_blocks_on_a_device)
 }
 END_TEST
 
+/* The ring's block pairs as cuDNN SDPA calls (src/attn/sdpa_map.h). These
+ * checks run millions of times: they test with if and abort on failure, as
+ * check's ck_assert records every passing assertion too (a write each). */
+
+/* A call as sdpa.h and cuDNN take it, on blocks of n rows: bounds in range,
+ * sequences of at least one row inside the blocks and disjoint on both sides,
+ * not s_q = s_kv = 1, and, without a padding mask (one sequence), a left bound
+ * or a bottom-right right bound only with q_len <= kv_len. */
+static void check_call_conventions(const bk_sdpa_call *c, int64_t n, const char *what)
+{
+    const bk_sdpa_band *b = &c->band;
+    if (c->n_seq < 1) ck_abort_msg("%s: a call of %d sequences", what, c->n_seq);
+    if ((b->has_right && b->right < 0) || (b->has_left && b->left < 1))
+        ck_abort_msg("%s: bounds %lld, %lld", what, (long long)b->right, (long long)b->left);
+    int64_t max_kv = 0;
+    for (int k = 0; k < c->n_seq; k++) {
+        const bk_sdpa_seq *x = &c->seq[k];
+        if (x->q_len < 1 || x->kv_len < 1 || x->q_row < 0 || x->kv_row < 0 ||
+            x->q_row + x->q_len > n || x->kv_row + x->kv_len > n)
+            ck_abort_msg("%s: sequence %d: rows %lld + %lld, keys %lld + %lld of %lld", what, k,
+                         (long long)x->q_row, (long long)x->q_len, (long long)x->kv_row,
+                         (long long)x->kv_len, (long long)n);
+        if (x->kv_len > max_kv) max_kv = x->kv_len;
+        for (int o = 0; o < k; o++) {
+            const bk_sdpa_seq *y = &c->seq[o];
+            if (x->q_row < y->q_row + y->q_len && y->q_row < x->q_row + x->q_len)
+                ck_abort_msg("%s: sequences %d and %d share query rows", what, o, k);
+            if (x->kv_row < y->kv_row + y->kv_len && y->kv_row < x->kv_row + x->kv_len)
+                ck_abort_msg("%s: sequences %d and %d share key rows", what, o, k);
+        }
+    }
+    int64_t max_q = bk_sdpa_max_q(c);
+    if (max_q == 1 && max_kv == 1) ck_abort_msg("%s: a call of s_q = s_kv = 1", what);
+    if (c->n_seq == 1 && (b->has_left || (b->align == BK_SDPA_BOTTOM_RIGHT && b->has_right)) &&
+        max_q > max_kv)
+        ck_abort_msg("%s: a dense call of %lld rows over %lld keys with a left or bottom-right "
+                     "bound",
+                     what, (long long)max_q, (long long)max_kv);
+}
+
+/* Marks in covered [n query rows][n key rows] the pairs sequence x of a call
+ * allows (sdpa.h's rule), failing on a pair already marked, and on a row
+ * that sees no key or a key that no row sees (cuDNN's work for nothing; but
+ * for the added key of a widened 1 x 2 sequence). */
+static void cover_sequence(const bk_sdpa_call *call, const bk_sdpa_seq *x, int64_t n,
+                           unsigned char *covered, const char *what)
+{
+    int64_t keys_seen = 0;
+    for (int64_t i = 0; i < x->q_len; i++) {
+        int64_t keys = 0;
+        for (int64_t j = 0; j < x->kv_len; j++) {
+            if (!bk_sdpa_allowed(&call->band, x->q_len, x->kv_len, i, j)) continue;
+            unsigned char *pair = &covered[(x->q_row + i) * n + x->kv_row + j];
+            if (*pair)
+                ck_abort_msg("%s: pair (row %lld, key row %lld) twice", what,
+                             (long long)(x->q_row + i), (long long)(x->kv_row + j));
+            *pair = 1;
+            keys++;
+        }
+        if (keys == 0) ck_abort_msg("%s: row %lld sees no key", what, (long long)(x->q_row + i));
+    }
+    for (int64_t j = 0; j < x->kv_len; j++) {
+        int seen = 0;
+        for (int64_t i = 0; i < x->q_len && !seen; i++)
+            seen = bk_sdpa_allowed(&call->band, x->q_len, x->kv_len, i, j);
+        keys_seen += seen;
+    }
+    int widened = x->q_len == 1 && x->kv_len == 2;
+    if (keys_seen < x->kv_len - widened)
+        ck_abort_msg("%s: sequence of keys %lld + %lld: %lld seen", what, (long long)x->kv_row,
+                     (long long)x->kv_len, (long long)keys_seen);
+}
+
+/* covered [n query rows][n key rows]: 1 where a call allows the pair. */
+static void cover_calls(const sdpa_calls *m, int64_t n, unsigned char *covered, const char *what)
+{
+    for (int c = 0; c < m->n_calls; c++) {
+        char where[300];
+        snprintf(where, sizeof where, "%s, call %d", what, c);
+        check_call_conventions(&m->calls[c], n, where);
+        for (int k = 0; k < m->calls[c].n_seq; k++)
+            cover_sequence(&m->calls[c], &m->calls[c].seq[k], n, covered, where);
+    }
+}
+
+/* Maps (queries of q_rank, keys of k_rank) with h_q, h_kv, d and checks, pair
+ * by pair of local rows, that the calls allow what bk_attn_allowed allows at
+ * those rows' global positions; block-sparse must come back unmapped. Returns
+ * the number of calls. */
+static int check_pair_maps_exactly(const attn_need_ctx *need, const seq_layout *l, int q_rank,
+                                   int k_rank, int h_q, int h_kv, int d, const char *case_name)
+{
+    char what[256];
+    snprintf(what, sizeof what, "%s, queries of %d, keys of %d", case_name, q_rank, k_rank);
+    sdpa_calls m;
+    if (sdpa_map_block_pair(need, l, q_rank, k_rank, h_q, h_kv, d, 0.125f, &m) != 0)
+        ck_abort_msg("%s: out of memory", what);
+    if (need->mask.flags & BK_ATTN_BLOCK_SPARSE) {
+        if (m.mapped || !strstr(m.why, "block-sparse")) ck_abort_msg("%s: mapped", what);
+        sdpa_calls_free(&m);
+        return 0;
+    }
+    if (!m.mapped) ck_abort_msg("%s: unmapped: %s", what, m.why);
+    int64_t n = l->n, *qp = malloc(n * sizeof(int64_t)), *kp = malloc(n * sizeof(int64_t));
+    unsigned char *covered = calloc((size_t)(n * n), 1);
+    seq_layout_positions(l, q_rank, qp);
+    seq_layout_positions(l, k_rank, kp);
+    cover_calls(&m, n, covered, what);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) {
+            int want = bk_attn_allowed(&need->mask, qp[i], kp[j], need->segments[qp[i]],
+                                       need->segments[kp[j]]);
+            if (covered[i * n + j] != want)
+                ck_abort_msg("%s: row %lld (position %lld), key row %lld (position %lld): %s by "
+                             "the calls, %s by the mask",
+                             what, (long long)i, (long long)qp[i], (long long)j, (long long)kp[j],
+                             want ? "not allowed" : "allowed", want ? "allowed" : "not");
+        }
+    for (int c = 0; c < m.n_calls; c++)
+        if (m.calls[c].h_q != h_q || m.calls[c].h_kv != h_kv || m.calls[c].d != d ||
+            m.calls[c].scale != 0.125f)
+            ck_abort_msg("%s: call %d has other heads", what, c);
+    int n_calls = m.n_calls;
+    free(qp), free(kp), free(covered);
+    sdpa_calls_free(&m);
+    return n_calls;
+}
+
+/* Every step of s that computes: the rank's queries against the block it holds,
+ * or on the Q side the held query block against the rank's keys. */
+static void check_steps_map_exactly(const ring_schedule *s, const attn_need_ctx *need,
+                                    const char *what)
+{
+    for (int r = 0; r < s->P; r++)
+        for (int st = 0; st < s->n_steps; st++) {
+            const ring_step *x = ring_step_at(s, r, st);
+            if (!x->compute) continue;
+            int q = s->pass == RING_BWD_Q_SIDE ? x->block : r;
+            int k = s->pass == RING_BWD_Q_SIDE ? r : x->block;
+            check_pair_maps_exactly(need, &s->layout, q, k, s->h_q, s->h_kv, s->d, what);
+        }
+}
+
+/* Masks beyond mask_cases, for blocks of n tokens: windows no multiple of n,
+ * one-sided and two-sided, and documents of varied lengths (varied_documents,
+ * crossing chunk boundaries) with and without causal and inside windows. */
+static mask_case sdpa_mask_case(int i, int64_t n)
+{
+    bk_attn_mask w5 = bk_attn_mask_window(4, 0), wide = bk_attn_mask_window(n + 2, 0),
+                 doc_w = bk_attn_mask_window(7, 0), doc_two = bk_attn_mask_window(1, 7);
+    w5.flags |= BK_ATTN_CAUSAL;
+    wide.flags |= BK_ATTN_CAUSAL;
+    doc_w.flags |= BK_ATTN_CAUSAL | BK_ATTN_DOCUMENT;
+    doc_two.flags |= BK_ATTN_DOCUMENT;
+    mask_case cases[] = {
+        {"causal window of 5", w5, LAYOUT_ZIGZAG},
+        {"causal window of n + 3", wide, LAYOUT_ZIGZAG},
+        {"two-sided window", bk_attn_mask_window(n / 2 + 1, 3), LAYOUT_CONTIGUOUS},
+        {"two-sided window, zigzag", bk_attn_mask_window(n + 1, n / 2), LAYOUT_ZIGZAG},
+        {"left-only window", bk_attn_mask_window(n + 2, -1), LAYOUT_CONTIGUOUS},
+        {"right-only window, zigzag", bk_attn_mask_window(-1, 5), LAYOUT_ZIGZAG},
+        {"documents, not causal", bk_attn_mask_document(0), LAYOUT_CONTIGUOUS},
+        {"documents, not causal, zigzag", bk_attn_mask_document(0), LAYOUT_ZIGZAG},
+        {"documents, causal, zigzag", bk_attn_mask_document(1), LAYOUT_ZIGZAG},
+        {"causal window in documents", doc_w, LAYOUT_CONTIGUOUS},
+        {"two-sided window in documents, zigzag", doc_two, LAYOUT_ZIGZAG},
+    };
+    return cases[i];
+}
+enum { N_SDPA_MASK_CASES = 11 };
+
+/* Case i of mask_cases then sdpa_mask_case, with its segments filled. */
+static mask_case any_mask_case(int i, int64_t N, int P)
+{
+    if (i < N_MASK_CASES) return mask_cases(i, N, P);
+    varied_documents(segments, N);
+    return sdpa_mask_case(i - N_MASK_CASES, N / P);
+}
+
+/* Every step that computes, in the schedules of
+ * schedules_compute_every_needed_pair_once (flat and double ring, the three
+ * passes) with blocks of 48 and of 14 tokens (zigzag halves of 7), GQA 8 over
+ * 2, under every mask: its calls allow exactly the mask's pairs, each once,
+ * in calls cuDNN takes. */
+START_TEST(ring_steps_map_to_sdpa_calls_exactly)
+{
+    const int ranks[] = {1, 2, 3, 4, 5, 4, 6, 6};
+    const int nodes[] = {1, 1, 1, 1, 1, 2, 2, 3};
+    const ring_pass passes[] = {RING_FORWARD, RING_BWD_Q_SIDE, RING_BWD_KV_SIDE};
+    const int64_t block_tokens[] = {48, 14}; /* zigzag halves of 24 and of 7 */
+    for (int t = 0; t < 8; t++)
+        for (int b = 0; b < 2; b++)
+            for (int mi = 0; mi < N_MASK_CASES + N_SDPA_MASK_CASES; mi++)
+                for (int p = 0; p < 3; p++) {
+                    int P = ranks[t];
+                    int64_t N = block_tokens[b] * P;
+                    mask_case mc = any_mask_case(mi, N, P);
+                    ring_schedule *s = plan_case(P, nodes[t], &mc, passes[p], 8, 2, 64, N, 2);
+                    attn_need_ctx need = {.mask = mc.mask, .segments = segments, .N = N};
+                    char what[128];
+                    snprintf(what, sizeof what, "%s, N = %lld, P = %d, %d nodes, %s", mc.name,
+                             (long long)N, P, nodes[t], ring_pass_name(passes[p]));
+                    check_steps_map_exactly(s, &need, what);
+                    ring_schedule_free(s);
+                }
+}
+END_TEST
+
+/* A block pair the mask excludes (a step the planner skips) maps to no call. */
+START_TEST(pairs_the_mask_excludes_map_to_no_call)
+{
+    const int P = 4;
+    const int64_t N = 14 * P;
+    int skipped = 0;
+    for (int mi = 0; mi < N_MASK_CASES + N_SDPA_MASK_CASES; mi++) {
+        mask_case mc = any_mask_case(mi, N, P);
+        if (mc.mask.flags & BK_ATTN_BLOCK_SPARSE) continue;
+        attn_need_ctx need = {.mask = mc.mask, .segments = segments, .N = N};
+        seq_layout l;
+        char err[128];
+        ck_assert(seq_layout_init(&l, mc.layout, P, N, err, sizeof err) == 0);
+        for (int q = 0; q < P; q++)
+            for (int k = 0; k < P; k++) {
+                seq_chunk qc[2], kc[2];
+                int nq = seq_layout_chunks(&l, q, qc), nk = seq_layout_chunks(&l, k, kc);
+                if (attn_need_pairs(&need, qc, nq, kc, nk, 0)) continue;
+                sdpa_calls m;
+                ck_assert(sdpa_map_block_pair(&need, &l, q, k, 8, 2, 64, 0.125f, &m) == 0);
+                ck_assert_msg(m.mapped && m.n_calls == 0, "%s: (%d, %d): %d calls for no pair",
+                              mc.name, q, k, m.n_calls);
+                sdpa_calls_free(&m);
+                skipped++;
+            }
+    }
+    ck_assert_int_ge(skipped, 20);
+}
+END_TEST
+
+/* Zigzag causal, as TransformerEngine computes it: a rank's own block is one
+ * causal call (right bound 0, top-left), an off-diagonal pair one or two full
+ * dense calls: all queries against the early half of the keys (keys of an
+ * earlier rank), or the late half of the queries against all keys. */
+START_TEST(zigzag_causal_pairs_map_to_the_halves)
+{
+    const int P = 4;
+    for (int64_t half = 7; half <= 24; half += 17) {
+        int64_t N = 2 * P * half, n = 2 * half;
+        mask_case mc = mask_cases(1, N, P);
+        ck_assert_int_eq(mc.layout, LAYOUT_ZIGZAG);
+        seq_layout l;
+        char err[128];
+        ck_assert(seq_layout_init(&l, LAYOUT_ZIGZAG, P, N, err, sizeof err) == 0);
+        attn_need_ctx need = {.mask = mc.mask, .segments = segments, .N = N};
+        for (int q = 0; q < P; q++)
+            for (int k = 0; k < P; k++) {
+                int n_calls = check_pair_maps_exactly(&need, &l, q, k, 8, 8, 128, "zigzag causal");
+                sdpa_calls m;
+                ck_assert(sdpa_map_block_pair(&need, &l, q, k, 8, 8, 128, 0.125f, &m) == 0);
+                ck_assert(m.n_calls == n_calls && n_calls >= 1 && n_calls <= 2);
+                int64_t rows = 0;
+                for (int c = 0; c < n_calls; c++) {
+                    const bk_sdpa_call *x = &m.calls[c];
+                    ck_assert_int_eq(x->n_seq, 1);
+                    ck_assert(!x->band.has_left && x->band.has_right == (q == k));
+                    ck_assert(q != k || (x->band.align == BK_SDPA_TOP_LEFT && x->band.right == 0));
+                    rows += x->seq[0].q_len * x->seq[0].kv_len;
+                }
+                ck_assert_int_eq(rows, q == k ? n * n : n * half); /* the half, or the block */
+                sdpa_calls_free(&m);
+            }
+    }
+}
+END_TEST
+
+/* Ragged pieces of one query row and one key row join a larger call; a lone
+ * one takes a neighbouring key its band excludes (cuDNN refuses s_q = s_kv =
+ * 1), or, on blocks of one row, comes back unmapped. */
+START_TEST(single_pairs_join_a_call_or_widen)
+{
+    static const int32_t joined[16] = {0, 1, 1, 1, 1, 2, 3, 3, 3, 3, 3, 3, 4, 5, 5, 5};
+    seq_layout l;
+    char err[128];
+    sdpa_calls m;
+    memcpy(segments, joined, sizeof joined);
+    attn_need_ctx need = {.mask = bk_attn_mask_document(1), .segments = segments, .N = 16};
+    ck_assert(seq_layout_init(&l, LAYOUT_CONTIGUOUS, 1, 16, err, sizeof err) == 0);
+    ck_assert_int_eq(check_pair_maps_exactly(&need, &l, 0, 0, 4, 4, 32, "joined"), 1);
+    ck_assert(sdpa_map_block_pair(&need, &l, 0, 0, 4, 4, 32, 1.0f, &m) == 0);
+    ck_assert_int_eq(m.calls[0].n_seq, 6); /* three causal documents, three of one token */
+    sdpa_calls_free(&m);
+    /* one document across the boundary of two ranks, one token on each side */
+    for (int64_t p = 0; p < 16; p++) segments[p] = p < 7 ? 0 : p < 9 ? 1 : 2;
+    ck_assert(seq_layout_init(&l, LAYOUT_CONTIGUOUS, 2, 16, err, sizeof err) == 0);
+    for (int causal = 0; causal < 2; causal++) {
+        need.mask = bk_attn_mask_document(causal);
+        int q = causal ? 1 : 0, k = 1 - q; /* the key at row 7, the block's last; or at row 0 */
+        ck_assert_int_eq(check_pair_maps_exactly(&need, &l, q, k, 4, 4, 32, "lone pair"), 1);
+        ck_assert(sdpa_map_block_pair(&need, &l, q, k, 4, 4, 32, 1.0f, &m) == 0);
+        const bk_sdpa_seq *x = &m.calls[0].seq[0];
+        ck_assert(x->q_len == 1 && x->kv_len == 2 && x->kv_row == (causal ? 6 : 0));
+        ck_assert_int_eq(m.calls[0].band.align, causal ? BK_SDPA_BOTTOM_RIGHT : BK_SDPA_TOP_LEFT);
+        sdpa_calls_free(&m);
+    }
+    /* blocks of one row: nothing to widen into */
+    segments[0] = segments[1] = 0;
+    need.N = 2;
+    ck_assert(seq_layout_init(&l, LAYOUT_CONTIGUOUS, 2, 2, err, sizeof err) == 0);
+    ck_assert(sdpa_map_block_pair(&need, &l, 1, 0, 4, 4, 32, 1.0f, &m) == 0);
+    ck_assert_msg(!m.mapped && m.n_calls == 0 && strstr(m.why, "s_q = s_kv = 1"), "%s", m.why);
+    sdpa_calls_free(&m);
+}
+END_TEST
+
+/* Head shapes cuDNN's SDPA refuses, and block-sparse masks, come back
+ * unmapped with the reason; the edges of the range map. */
+START_TEST(sdpa_map_refuses_what_cudnn_cannot_take)
+{
+    seq_layout l;
+    char err[128];
+    ck_assert(seq_layout_init(&l, LAYOUT_ZIGZAG, 2, 32, err, sizeof err) == 0);
+    mask_case sparse = mask_cases(5, 32, 2);
+    const struct {
+        bk_attn_mask mask;
+        int h_q, h_kv, d;
+        float scale;
+        const char *why; /* NULL: mapped */
+    } cases[] = {
+        {sparse.mask, 8, 2, 64, 0.125f, "block-sparse"},
+        {bk_attn_mask_causal(), 8, 2, 12, 1, "head dim"},
+        {bk_attn_mask_causal(), 8, 2, 136, 1, "head dim"},
+        {bk_attn_mask_causal(), 8, 2, 0, 1, "head dim"},
+        {bk_attn_mask_causal(), 6, 4, 64, 1, "heads"},
+        {bk_attn_mask_causal(), 8, 2, 64, 0, "scale"},
+        {bk_attn_mask_causal(), 8, 2, 64, NAN, "scale"},
+        {bk_attn_mask_causal(), 8, 2, 8, 1, NULL},
+        {bk_attn_mask_causal(), 8, 1, 128, 1, NULL},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        attn_need_ctx need = {.mask = cases[c].mask, .segments = segments, .N = 32};
+        sdpa_calls m;
+        ck_assert(sdpa_map_block_pair(&need, &l, 1, 0, cases[c].h_q, cases[c].h_kv, cases[c].d,
+                                      cases[c].scale, &m) == 0);
+        if (cases[c].why)
+            ck_assert_msg(!m.mapped && m.n_calls == 0 && strstr(m.why, cases[c].why),
+                          "case %zu: %s", c, m.why);
+        else
+            ck_assert_msg(m.mapped && m.n_calls == 1, "case %zu: %s", c, m.why);
+        sdpa_calls_free(&m);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ring_schedule");
@@ -606,6 +967,9 @@ int main(void)
         q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha,
         auto_never_sends_more_than_the_cheaper_direction, bf16_inputs_halve_the_travelling_tensors,
         sliding_window_sends_only_the_window, ring_buffers_make_only_what_steps_touch,
-        the_backward_keeps_accumulators_in_its_inputs, kernel_pieces_are_whole_blocks_on_a_device);
+        the_backward_keeps_accumulators_in_its_inputs, kernel_pieces_are_whole_blocks_on_a_device,
+        ring_steps_map_to_sdpa_calls_exactly, pairs_the_mask_excludes_map_to_no_call,
+        zigzag_causal_pairs_map_to_the_halves, single_pairs_join_a_call_or_widen,
+        sdpa_map_refuses_what_cudnn_cannot_take);
     return check_run(s);
 }
