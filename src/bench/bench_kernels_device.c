@@ -19,6 +19,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/device.h"
+#include "kernels/sdpa.h"
 #include "src/bench/bench.h"
 #include "util/clock.h"
 #include "util/rng.h"
@@ -60,7 +61,7 @@ static double time_calls(const bench_device_opts *o, const char *what, dev_call_
 
 /* Device buffers of one measurement, freed together. */
 typedef struct {
-    void *p[16];
+    void *p[24];
     int n;
     int failed;
 } dev_pool;
@@ -71,7 +72,7 @@ typedef struct {
 static void *pool_fill(dev_pool *pool, size_t n, int elem_bytes, double lo, double hi,
                        int64_t range)
 {
-    if (pool->failed || pool->n == 16) return pool->failed = 1, NULL;
+    if (pool->failed || pool->n == 24) return pool->failed = 1, NULL;
     void *host = malloc(n * (size_t)elem_bytes + 8), *dev = NULL;
     uint64_t s = bu_splitmix64((uint64_t)pool->n + 1);
     for (size_t i = 0; host && i < n; i++) {
@@ -152,6 +153,52 @@ static bk_status attn_bwd_call(const bk_queue *q, void *ctx)
                             a->dV, NULL);
 }
 
+/* cuDNN's fused SDPA on the same block: one dense call, causal as a right
+ * bound 0 (top-left), a bf16 block output and Stats; the backward reads the
+ * bf16 O and writes bf16 gradients. */
+typedef struct {
+    bk_sdpa_call c;
+    bk_sdpa_seq seq;
+    const uint16_t *Q, *K, *V, *dO;
+    uint16_t *O, *dQ, *dK, *dV;
+    float *stats;
+    void *ws;
+    size_t ws_bytes;
+} sdpa_ctx;
+
+static bk_status sdpa_fwd_call(const bk_queue *q, void *ctx)
+{
+    sdpa_ctx *a = ctx;
+    return bk_sdpa_fwd(q, &a->c, a->Q, a->K, a->V, a->O, a->stats, a->ws, a->ws_bytes);
+}
+
+static bk_status sdpa_bwd_call(const bk_queue *q, void *ctx)
+{
+    sdpa_ctx *a = ctx;
+    return bk_sdpa_bwd(q, &a->c, a->Q, a->K, a->V, a->O, a->dO, a->stats, a->dQ, a->dK, a->dV,
+                       a->ws, a->ws_bytes);
+}
+
+/* The SDPA call of attn's block, planned, its buffers in pool: 0, or -1. */
+static int sdpa_setup(sdpa_ctx *s, const attn_ctx *a, dev_pool *pool, int causal)
+{
+    const bk_attn_geom *g = &a->g;
+    size_t nq = (size_t)g->n_q * (size_t)g->h_q * (size_t)g->d;
+    size_t nk = (size_t)g->n_kv * (size_t)g->h_kv * (size_t)g->d;
+    s->seq = (bk_sdpa_seq){0, g->n_q, 0, g->n_kv};
+    s->c = (bk_sdpa_call){.h_q = g->h_q, .h_kv = g->h_kv, .d = g->d, .scale = g->scale,
+                          .band = {.align = BK_SDPA_TOP_LEFT, .has_right = causal, .right = 0},
+                          .n_seq = 1, .seq = &s->seq};
+    s->Q = a->Q, s->K = a->K, s->V = a->V, s->dO = a->dO;
+    s->O = pool_fill(pool, nq, 2, 0, 0, 0), s->dQ = pool_fill(pool, nq, 2, 0, 0, 0);
+    s->dK = pool_fill(pool, nk, 2, 0, 0, 0), s->dV = pool_fill(pool, nk, 2, 0, 0, 0);
+    s->stats = pool_fill(pool, bk_sdpa_stats_floats(&s->c), 4, 0, 0, 0);
+    if (pool->failed || bk_sdpa_prepare(&s->c, 1, 1, &s->ws_bytes) != BK_OK) return -1;
+    s->ws = pool_fill(pool, s->ws_bytes / 4 + 1, 4, 0, 0, 0);
+    bk_queue q = {BK_DEVICE, NULL, 0, NULL};
+    return !pool->failed && sdpa_fwd_call(&q, s) == BK_OK ? 0 : -1; /* O, Stats for the backward */
+}
+
 /* O and lse of one forward pass, then delta: the state a backward reads. */
 static bk_status attn_prepare_backward(attn_ctx *a)
 {
@@ -164,11 +211,32 @@ static bk_status attn_prepare_backward(attn_ctx *a)
     return st;
 }
 
-/* Forward and backward TFLOP/s of one block of seq query and key/value rows.
- * FLOPs: 4 seq^2 d per query head forward, 2.5x that backward, halved for the
- * causal mask. 0 on success. */
-static int attn_tflops(const bench_device_opts *o, int64_t seq, int d, int hkv, int causal,
-                       double *fwd, double *bwd)
+/* Seconds per forward and per backward call of the kernel (BENCH_KERNEL_*)
+ * on the block of a; 0 on success. */
+static int time_kernel(const bench_device_opts *o, unsigned kernel, attn_ctx *a, dev_pool *pool,
+                       double *tf, double *tb)
+{
+    if (kernel == BENCH_KERNEL_BURST) {
+        if (attn_prepare_backward(a) != BK_OK) return 1;
+        *tf = time_calls(o, "attention forward", attn_fwd_call, a);
+        *tb = *tf > 0 ? time_calls(o, "attention backward", attn_bwd_call, a) : -1;
+        return *tb > 0 ? 0 : 1;
+    }
+    sdpa_ctx s;
+    if (sdpa_setup(&s, a, pool, a->g.mask.flags != 0) != 0) {
+        fprintf(stderr, "burst bench kernels: cuDNN SDPA set-up failed: %s\n", bk_kernel_error());
+        return 1;
+    }
+    *tf = time_calls(o, "cuDNN SDPA forward", sdpa_fwd_call, &s);
+    *tb = *tf > 0 ? time_calls(o, "cuDNN SDPA backward", sdpa_bwd_call, &s) : -1;
+    return *tb > 0 ? 0 : 1;
+}
+
+/* Forward and backward TFLOP/s of one block of seq query and key/value rows
+ * on kernel (BENCH_KERNEL_*). FLOPs: 4 seq^2 d per query head forward, 2.5x
+ * that backward, halved for the causal mask. 0 on success. */
+static int attn_tflops(const bench_device_opts *o, unsigned kernel, int64_t seq, int d, int hkv,
+                       int causal, double *fwd, double *bwd)
 {
     dev_pool pool = {0};
     const int hq = o->hq;
@@ -186,15 +254,12 @@ static int attn_tflops(const bench_device_opts *o, int64_t seq, int d, int hkv, 
     a.dQ = pool_fill(&pool, nq, 4, 0, 0, 0), a.dK = pool_fill(&pool, nk, 4, 0, 0, 0);
     a.dV = pool_fill(&pool, nk, 4, 0, 0, 0);
     int rc = 1;
-    if (!pool.failed && attn_prepare_backward(&a) == BK_OK) {
+    double tf, tb;
+    if (!pool.failed && time_kernel(o, kernel, &a, &pool, &tf, &tb) == 0) {
         double flops = 4.0 * (double)seq * (double)seq * d * hq * (causal ? 0.5 : 1.0);
-        double tf = time_calls(o, "attention forward", attn_fwd_call, &a);
-        double tb = tf > 0 ? time_calls(o, "attention backward", attn_bwd_call, &a) : -1;
-        if (tb > 0) {
-            *fwd = flops / tf * 1e-12;
-            *bwd = 2.5 * flops / tb * 1e-12;
-            rc = 0;
-        }
+        *fwd = flops / tf * 1e-12;
+        *bwd = 2.5 * flops / tb * 1e-12;
+        rc = 0;
     } else if (!pool.failed) {
         fprintf(stderr, "burst bench kernels: attention set-up failed at seq %lld\n",
                 (long long)seq);
@@ -203,10 +268,39 @@ static int attn_tflops(const bench_device_opts *o, int64_t seq, int d, int hkv, 
     return rc;
 }
 
+/* The kernels to time: those asked (both by default); cuDNN's only where
+ * this program can run it, else a line saying why. */
+static unsigned kernels_to_time(const bench_device_opts *o)
+{
+    unsigned k = o->kernels ? o->kernels : BENCH_KERNEL_BURST | BENCH_KERNEL_CUDNN;
+    char why[256];
+    if ((k & BENCH_KERNEL_CUDNN) && !bk_sdpa_available(why, sizeof why)) {
+        printf("cudnn: n/a: %s\n", why);
+        k &= ~BENCH_KERNEL_CUDNN;
+    }
+    return k;
+}
+
+/* One row: the reference GEMM, then the kernel on one configuration. */
+static int attention_row(const bench_device_opts *o, unsigned kernel, int64_t seq, int m, int d,
+                         int hkv)
+{
+    /* the reference right before each configuration: both see the same
+     * clocks and the same neighbours */
+    double mm = gemm_tflops(o, o->gemm_n), fwd = 0, bwd = 0;
+    if (mm <= 0 || attn_tflops(o, kernel, seq, d, hkv, m, &fwd, &bwd)) return 1;
+    printf("%-6s %-7s %6lld %4d %4d %11.4g %10.4g %7.3g %10.4g %7.3g\n",
+           kernel == BENCH_KERNEL_CUDNN ? "cudnn" : "burst", m ? "causal" : "full",
+           (long long)seq, d, hkv, mm, fwd, fwd / mm, bwd, bwd / mm);
+    fflush(stdout);
+    return 0;
+}
+
 static int bench_attention_device(const bench_device_opts *o)
 {
-    printf("%-7s %6s %4s %4s %11s %10s %7s %10s %7s\n", "mask", "seq", "d", "hkv", "GEMM TF/s",
-           "fwd TF/s", "fwd/mm", "bwd TF/s", "bwd/mm");
+    unsigned kernels = kernels_to_time(o);
+    printf("%-6s %-7s %6s %4s %4s %11s %10s %7s %10s %7s\n", "kernel", "mask", "seq", "d", "hkv",
+           "GEMM TF/s", "fwd TF/s", "fwd/mm", "bwd TF/s", "bwd/mm");
     static const int ds[] = {64, 128};
     const int hkvs[] = {o->hq, o->hq >= 4 ? o->hq / 4 : 1};
     for (int s = 0; s < o->n_seq; s++)
@@ -216,14 +310,9 @@ static int bench_attention_device(const bench_device_opts *o)
                 for (int hi = 0; hi < (o->only_hkv ? 1 : 2); hi++) {
                     int d = o->only_d ? o->only_d : ds[di];
                     int hkv = o->only_hkv ? o->only_hkv : hkvs[hi];
-                    /* the reference right before each configuration: both see
-                     * the same clocks and the same neighbours */
-                    double mm = gemm_tflops(o, o->gemm_n), fwd = 0, bwd = 0;
-                    if (mm <= 0 || attn_tflops(o, o->seqs[s], d, hkv, m, &fwd, &bwd)) return 1;
-                    printf("%-7s %6lld %4d %4d %11.4g %10.4g %7.3g %10.4g %7.3g\n",
-                           m ? "causal" : "full", (long long)o->seqs[s], d, hkv, mm, fwd,
-                           fwd / mm, bwd, bwd / mm);
-                    fflush(stdout);
+                    for (unsigned k = BENCH_KERNEL_BURST; k <= BENCH_KERNEL_CUDNN; k <<= 1)
+                        if ((kernels & k) && attention_row(o, k, o->seqs[s], m, d, hkv))
+                            return 1;
                 }
         }
     return 0;

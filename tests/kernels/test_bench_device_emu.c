@@ -1,6 +1,7 @@
 /* test_bench_device_emu.c: `burst bench kernels --device cuda` (the code of
  * src/bench/bench_kernels_device.c) runs to the end on the emulated device at
- * tiny sizes: every attention configuration and every op gets a row with a
+ * tiny sizes: every attention configuration on each kernel (ours, and cuDNN's
+ * SDPA: the emulator's model of it) and every op gets a row with a
  * positive, finite rate, so a first run on a GPU does not find its first bug
  * there. The rates themselves mean nothing in the emulator and are not checked. */
 #include <check.h>
@@ -57,8 +58,9 @@ START_TEST(device_bench_runs_every_row)
     printf("%s", out);
     fflush(stdout);
     ck_assert_int_eq(rc, 0);
-    /* causal, Hkv = 4 and 1: mask seq d hkv, then five rates */
-    ck_assert_int_eq(rows_with_rates(out, "causal", 4), 2);
+    /* causal, Hkv = 4 and 1, on each kernel: kernel mask seq d hkv, then five rates */
+    ck_assert_int_eq(rows_with_rates(out, "burst", 5), 2);
+    ck_assert_int_eq(rows_with_rates(out, "cudnn", 5), 2);
     const char *ops[] = {"copy", "rmsnorm", "rope", "swiglu", "embedding", "adamw",
                          "cross-entropy", "grad"};
     const int words[] = {2, 2, 2, 2, 2, 4, 1, 4}, expect[] = {1, 2, 1, 1, 1, 1, 1, 1};
