@@ -23,7 +23,7 @@ int bk_sdpa_available(char *why, size_t why_len)
     return bk_device_backend()->sdpa_available(why, why_len);
 }
 
-long bk_sdpa_library_version(void)
+long bk_sdpa_version(void)
 {
     return SDPA_BACKEND(sdpa_version) ? bk_device_backend()->sdpa_version() : 0;
 }

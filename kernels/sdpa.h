@@ -103,14 +103,44 @@ static inline size_t bk_sdpa_stats_floats(const bk_sdpa_call *c)
     return (size_t)c->n_seq * (size_t)c->h_q * (size_t)bk_sdpa_max_q(c);
 }
 
-/* 1 when this program can run SDPA calls on its device; else 0 with the
- * reason in why (no cuDNN frontend in this build, libcudnn not found, a
- * version with a known bug, an architecture cuDNN's fused attention does not
- * serve). */
-int bk_sdpa_available(char *why, size_t why_len);
-/* The loaded cuDNN's version as cudnnGetVersion gives it (91900 for 9.19.0),
- * 0 when none is loaded. */
-long bk_sdpa_library_version(void);
+/* The SDPA calls, declared once for every side that implements them: the
+ * entry points of this header (BK_SDPA_DECLARE(bk_sdpa) below), cuDNN's on a
+ * CUDA build (bk_cudnn_sdpa_*: kernels/cuda/cudnn_sdpa.h) and the emulator's
+ * model (bk_emu_sdpa_*: kernels/cuda/dev_common.cuh). Each says:
+ *
+ * _available: 1 when this program can run SDPA calls on its device; else 0
+ *   with the reason in why (no cuDNN frontend in this build, libcudnn not
+ *   found, an architecture cuDNN's fused attention does not serve); on 1, why
+ *   names what runs them.
+ * _version: the loaded cuDNN's version as cudnnGetVersion gives it (91900 for
+ *   9.19.0), 0 when none is loaded.
+ * _prepare: makes (once) and keeps the plans of calls[n] (forward, and
+ *   backward when backward != 0), so that no later call compiles anything;
+ *   *workspace_bytes: the most workspace any of them needs. An error status
+ *   when cuDNN refuses one (bk_kernel_error says which and why).
+ * _fwd: the forward of one prepared call on q's stream: O_blk (rows of each
+ *   sequence, bf16, [n_q, h_q, d] indexing) and Stats [n_seq, h_q, s_q]
+ *   are written; rows of O_blk outside the sequences are not touched. A row
+ *   with no allowed key is not defined by cuDNN: calls have none (the
+ *   translator trims them, src/attn/sdpa_map.c).
+ * _bwd: the backward of one prepared call: given the final O and dO (bf16)
+ *   and the final Stats of the query rows (packed as bk_attn_pack_stats
+ *   makes them), writes this call's dQ (rows of the query sequences), dK and
+ *   dV (rows of the key sequences) in bf16; other rows are not touched. */
+#define BK_SDPA_DECLARE(prefix)                                                                    \
+    int prefix##_available(char *why, size_t why_len);                                            \
+    long prefix##_version(void);                                                                  \
+    bk_status prefix##_prepare(const bk_sdpa_call *calls, int n, int backward,                    \
+                               size_t *workspace_bytes);                                          \
+    bk_status prefix##_fwd(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *Q,           \
+                           const uint16_t *K, const uint16_t *V, uint16_t *O_blk, float *stats,   \
+                           void *workspace, size_t workspace_bytes);                              \
+    bk_status prefix##_bwd(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *Q,           \
+                           const uint16_t *K, const uint16_t *V, const uint16_t *O,               \
+                           const uint16_t *dO, const float *stats, uint16_t *dQ, uint16_t *dK,    \
+                           uint16_t *dV, void *workspace, size_t workspace_bytes);
+
+BK_SDPA_DECLARE(bk_sdpa)
 
 /* Whether a loaded cuDNN of `version` (cudnnGetVersion's number) serves the
  * ring's calls: 0 with the reason for the versions with a known bug for the
@@ -118,30 +148,6 @@ long bk_sdpa_library_version(void);
  * bf16/fp16 backward), 9.14.0 with a sliding window (non-causal with s_kv >
  * 1024); else 1. */
 int bk_sdpa_version_usable(long version, int window, char *why, size_t why_len);
-
-/* Makes (once) and keeps the plans of calls[n] (forward, and backward when
- * backward != 0), so that no later bk_sdpa_fwd / bk_sdpa_bwd compiles
- * anything; *workspace_bytes: the most workspace any of them needs.
- * BK_ERR_UNSUPPORTED when cuDNN refuses one (bk_kernel_error says which and
- * why). */
-bk_status bk_sdpa_prepare(const bk_sdpa_call *calls, int n, int backward, size_t *workspace_bytes);
-
-/* Forward of one prepared call on q's stream: O_blk (rows of each sequence,
- * bf16, [n_q, h_q, d] indexing) and Stats [n_seq, h_q, s_q] are written;
- * rows of O_blk outside the sequences are not touched. A row with no allowed
- * key gets O_blk = 0 and Stats = -inf. */
-bk_status bk_sdpa_fwd(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *Q,
-                      const uint16_t *K, const uint16_t *V, uint16_t *O_blk, float *stats,
-                      void *workspace, size_t workspace_bytes);
-
-/* Backward of one prepared call: given the final O and dO (bf16) and the
- * final Stats of the query rows (packed as bk_attn_pack_stats makes them),
- * writes this call's dQ (rows of the query sequences), dK and dV (rows of the
- * key sequences) in bf16; other rows are not touched. */
-bk_status bk_sdpa_bwd(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *Q,
-                      const uint16_t *K, const uint16_t *V, const uint16_t *O,
-                      const uint16_t *dO, const float *stats, uint16_t *dQ, uint16_t *dK,
-                      uint16_t *dV, void *workspace, size_t workspace_bytes);
 
 /* The running (O [n_q, h_q, d], lse [n_q, h_q], fp32) merged, rows q_row ..
  * q_row + q_len of each sequence of c, with a call's block output (O_blk

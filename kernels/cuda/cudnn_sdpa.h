@@ -14,19 +14,9 @@
 extern "C" {
 #endif
 
-/* bk_sdpa_available / bk_sdpa_library_version of a CUDA build. */
-int bk_cudnn_sdpa_available(char *why, size_t why_len);
-long bk_cudnn_sdpa_version(void);
-/* bk_sdpa_prepare, bk_sdpa_fwd and bk_sdpa_bwd on cuDNN (kernels/sdpa.h). */
-bk_status bk_cudnn_sdpa_prepare(const bk_sdpa_call *calls, int n, int backward,
-                                size_t *workspace_bytes);
-bk_status bk_cudnn_sdpa_fwd(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *Q,
-                            const uint16_t *K, const uint16_t *V, uint16_t *O_blk, float *stats,
-                            void *workspace, size_t workspace_bytes);
-bk_status bk_cudnn_sdpa_bwd(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *Q,
-                            const uint16_t *K, const uint16_t *V, const uint16_t *O,
-                            const uint16_t *dO, const float *stats, uint16_t *dQ, uint16_t *dK,
-                            uint16_t *dV, void *workspace, size_t workspace_bytes);
+/* kernels/sdpa.h's SDPA calls on cuDNN: bk_cudnn_sdpa_available, _version,
+ * _prepare, _fwd, _bwd. */
+BK_SDPA_DECLARE(bk_cudnn_sdpa)
 /* The frontend's own support check of the graphs of call c (forward, and
  * backward when backward != 0) for compute capability sm (80, 90), with no
  * device: the graph built and validate()d against the loaded libcudnn's

@@ -124,17 +124,7 @@ bk_status BK_DEV_FN(attn_pack_stats)(const bk_queue *q, const bk_sdpa_call *c, i
 bk_status BK_DEV_FN(add_bf16)(const bk_queue *q, int64_t n, const uint16_t *x, float *y);
 #ifdef BK_EMULATOR
 /* the emulator's model of cuDNN's SDPA (emu/cudnn/sdpa_model.cu) */
-int bk_emu_sdpa_available(char *why, size_t why_len);
-long bk_emu_sdpa_version(void);
-bk_status bk_emu_sdpa_prepare(const bk_sdpa_call *calls, int n, int backward,
-                              size_t *workspace_bytes);
-bk_status bk_emu_sdpa_fwd(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *Q,
-                          const uint16_t *K, const uint16_t *V, uint16_t *O_blk, float *stats,
-                          void *workspace, size_t workspace_bytes);
-bk_status bk_emu_sdpa_bwd(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *Q,
-                          const uint16_t *K, const uint16_t *V, const uint16_t *O,
-                          const uint16_t *dO, const float *stats, uint16_t *dQ, uint16_t *dK,
-                          uint16_t *dV, void *workspace, size_t workspace_bytes);
+BK_SDPA_DECLARE(bk_emu_sdpa)
 #endif
 }
 

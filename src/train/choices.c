@@ -109,7 +109,7 @@ static int sdpa_loaded(const ring_sdpa_config *rc, char *why, size_t why_len)
 {
     if (!bk_sdpa_available(why, why_len)) return 0; /* else why: which library */
     int window = (rc->need.mask.flags & BK_ATTN_WINDOW) != 0;
-    return bk_sdpa_version_usable(bk_sdpa_library_version(), window, why, why_len);
+    return bk_sdpa_version_usable(bk_sdpa_version(), window, why, why_len);
 }
 
 int choose_sdpa(train_attn_kernel kernel, int deterministic, int on_device, int ring_bf16,
