@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/bf16.h"
 #include "kernels/shared_math.h"
 
 /* Mask features; a mask is the conjunction of the features set in its flags,
@@ -134,6 +135,20 @@ BK_HOSTDEV float bk_attn_bwd_offset(float lse)
 BK_HOSTDEV float bk_attn_dscore(float p, float dp, float delta, float scale)
 {
     return p * (dp - delta) * scale;
+}
+
+/* The factor delta / |dO|^2 of a row's surrogate output O' = factor dO
+ * (kernels/sdpa.h, bk_attn_surrogate_o), from the row's d bf16 values of
+ * dO; 0 where dO is 0. The sum of squares in fp32, lane-free: one thread
+ * owns the row. */
+BK_HOSTDEV float bk_attn_surrogate_weight(const uint16_t *dO_row, int d, float delta)
+{
+    float sq = 0.0f;
+    for (int e = 0; e < d; e++) {
+        float g = bk_bf16_to_float(dO_row[e]);
+        sq += g * g;
+    }
+    return sq > 0.0f ? delta / sq : 0.0f;
 }
 
 #endif

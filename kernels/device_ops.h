@@ -126,6 +126,8 @@ typedef struct bk_device_ops {
                                  float *O, float *lse, const uint16_t *O_blk, const float *stats);
     bk_status (*attn_pack_stats)(const bk_queue *q, const bk_sdpa_call *c, int64_t n_q,
                                  const float *lse, float *stats);
+    bk_status (*attn_surrogate_o)(const bk_queue *q, int64_t n, int h, int d, const uint16_t *dO,
+                                  const float *delta, uint16_t *O);
     bk_status (*add_bf16)(const bk_queue *q, int64_t n, const uint16_t *x, float *y);
 } bk_device_ops;
 

@@ -116,6 +116,20 @@ bk_status bk_attn_pack_stats(const bk_queue *q, const bk_sdpa_call *c, int64_t n
     return BK_OK;
 }
 
+bk_status bk_attn_surrogate_o(const bk_queue *q, int64_t n, int h, int d, const uint16_t *dO,
+                              const float *delta, uint16_t *O)
+{
+    BK_CHECK_ARG(q != NULL && n >= 0 && h > 0 && d > 0);
+    BK_CHECK_ARG(n == 0 || (dO != NULL && delta != NULL && O != NULL));
+    BK_DEVICE_DISPATCH(q, attn_surrogate_o, (q, n, h, d, dO, delta, O));
+    for (int64_t r = 0; r < n * h; r++) {
+        const uint16_t *g = dO + r * d; /* dO[row, head, :] */
+        float w = bk_attn_surrogate_weight(g, d, delta[r]);
+        for (int e = 0; e < d; e++) O[r * d + e] = bk_float_to_bf16(w * bk_bf16_to_float(g[e]));
+    }
+    return BK_OK;
+}
+
 bk_status bk_add_bf16(const bk_queue *q, int64_t n, const uint16_t *x, float *y)
 {
     BK_CHECK_ARG(q != NULL && n >= 0 && (n == 0 || (x != NULL && y != NULL)));

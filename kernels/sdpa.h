@@ -161,6 +161,15 @@ bk_status bk_attn_merge_sdpa(const bk_queue *q, const bk_sdpa_call *c, int64_t n
 bk_status bk_attn_pack_stats(const bk_queue *q, const bk_sdpa_call *c, int64_t n_q,
                              const float *lse, float *stats);
 
+/* O' [n, h, d] (bf16) = delta dO / |dO|^2 for each row and head, 0 where dO
+ * is 0, from dO [n, h, d] (bf16) and delta [n, h]: an output whose
+ * rowsum(dO O') is delta to within 2^-9 |delta| (the rounding of O' to bf16;
+ * the weights dO_e^2 / |dO|^2 are positive and sum to 1). cuDNN's backward
+ * reads O only for that rowsum, so the Q-side backward, whose bundle carries
+ * delta and not O, gives it O'. */
+bk_status bk_attn_surrogate_o(const bk_queue *q, int64_t n, int h, int d, const uint16_t *dO,
+                              const float *delta, uint16_t *O);
+
 /* y[n] += x[n] widened to fp32: a bf16 gradient added into an fp32
  * accumulator. */
 bk_status bk_add_bf16(const bk_queue *q, int64_t n, const uint16_t *x, float *y);

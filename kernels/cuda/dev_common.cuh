@@ -121,6 +121,8 @@ bk_status BK_DEV_FN(attn_merge_sdpa)(const bk_queue *q, const bk_sdpa_call *c, i
                                      const float *stats);
 bk_status BK_DEV_FN(attn_pack_stats)(const bk_queue *q, const bk_sdpa_call *c, int64_t n_q,
                                      const float *lse, float *stats);
+bk_status BK_DEV_FN(attn_surrogate_o)(const bk_queue *q, int64_t n, int h, int d,
+                                      const uint16_t *dO, const float *delta, uint16_t *O);
 bk_status BK_DEV_FN(add_bf16)(const bk_queue *q, int64_t n, const uint16_t *x, float *y);
 #ifdef BK_EMULATOR
 /* the emulator's model of cuDNN's SDPA (emu/cudnn/sdpa_model.cu) */

@@ -70,5 +70,6 @@ extern "C" const bk_device_ops BK_DEV_FN(ops) = {
     BK_SDPA_FN(bwd),
     BK_DEV_FN(attn_merge_sdpa),
     BK_DEV_FN(attn_pack_stats),
+    BK_DEV_FN(attn_surrogate_o),
     BK_DEV_FN(add_bf16),
 };

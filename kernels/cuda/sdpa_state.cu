@@ -2,7 +2,8 @@
  * on the device: a call's bf16 block output and Stats [n_seq, h_q, s_q] merged
  * into the running fp32 (O [n_q, h_q, d], lse [n_q, h_q]) with attention_math.h's
  * bk_attn_merge_weights (the rule of bk_attn_merge); the final lse packed as
- * the backward's Stats; a bf16 gradient added into an fp32 accumulator. One
+ * the backward's Stats; the Q-side backward's surrogate O'; a bf16 gradient
+ * added into an fp32 accumulator. One
  * launch per sequence of the call: a ring step has one to a few. The host
  * references are kernels/sdpa.c's. */
 #include "kernels/attention_math.h"
@@ -49,6 +50,18 @@ __global__ void bk_add_bf16_kernel(int64_t n, const uint16_t *x, float *y)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         y[i] += bk_bf16_to_float(x[i]);
+}
+
+/* One thread per (row, head): O' = bk_attn_surrogate_weight dO. */
+__global__ void bk_attn_surrogate_o_kernel(int64_t rows_heads, int d, const uint16_t *dO,
+                                           const float *delta, uint16_t *O)
+{
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows_heads;
+         r += (int64_t)gridDim.x * blockDim.x) {
+        const uint16_t *g = dO + r * d;
+        float w = bk_attn_surrogate_weight(g, d, delta[r]);
+        for (int e = 0; e < d; e++) O[r * d + e] = bk_float_to_bf16(w * bk_bf16_to_float(g[e]));
+    }
 }
 
 /* The rows of every sequence of c lie within [0, n_q). */
@@ -107,4 +120,16 @@ extern "C" bk_status BK_DEV_FN(add_bf16)(const bk_queue *q, int64_t n, const uin
     BK_DEV_PTRS(x, y);
     return BK_LAUNCH(bk_add_bf16_kernel, dim3(bk_grid_for(n, SDPA_STATE_THREADS)),
                      dim3(SDPA_STATE_THREADS), 0, q->stream, n, x, y);
+}
+
+extern "C" bk_status BK_DEV_FN(attn_surrogate_o)(const bk_queue *q, int64_t n, int h, int d,
+                                                 const uint16_t *dO, const float *delta,
+                                                 uint16_t *O)
+{
+    BK_CHECK_ARG(q != NULL && n >= 0 && h > 0 && d > 0);
+    if (n == 0) return BK_OK;
+    BK_DEV_PTRS(dO, delta, O);
+    int64_t rh = n * h;
+    return BK_LAUNCH(bk_attn_surrogate_o_kernel, dim3(bk_grid_for(rh, SDPA_STATE_THREADS)),
+                     dim3(SDPA_STATE_THREADS), 0, q->stream, rh, d, dO, delta, O);
 }

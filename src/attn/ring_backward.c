@@ -139,19 +139,21 @@ static bt_status backward_piece(ring_run *run, int64_t r0, int64_t rows, void *a
     return st;
 }
 
-/* The held bundle's pair: SDPA calls where the ring has them (the KV-side
- * backward; the Q-side one carries delta, not the O they read), else our
- * kernel piece by piece; its gradients go to acc. */
+/* The held bundle's pair: SDPA calls where the ring has them (on the Q-side
+ * with the surrogate O' made from the bundle's delta), else our kernel piece
+ * by piece; its gradients go to acc. */
 static bt_status backward_block(ring_run *run, const bwd_home *h, const ring_step *x, float *acc)
 {
     bwd_pair p = pair_views(run, h, run->b->slot[x->slot], acc);
     ring_sdpa *sdpa = run->c->sdpa;
-    const sdpa_calls *calls = q_side(run) ? NULL : ring_sdpa_pair(sdpa, run->rank, x->block);
+    const sdpa_calls *calls = q_side(run) ? ring_sdpa_pair(sdpa, x->block, run->rank)
+                                          : ring_sdpa_pair(sdpa, run->rank, x->block);
     double t0 = bu_now();
     if (calls)
         return ring_run_sdpa(run, t0,
                              ring_sdpa_backward(sdpa, run->c->queue, calls, p.Q, p.K, p.V, p.dO,
-                                                p.lse, p.dQ, p.dK, p.dV));
+                                                p.lse, q_side(run) ? p.delta : NULL, p.dQ, p.dK,
+                                                p.dV));
     BT_CHECK(ring_run_block_positions(run, x->block));
     return ring_run_pieces(run, backward_piece, &p);
 }

@@ -216,13 +216,15 @@ static bk_status add_rows(const bk_queue *q, int64_t row, int64_t len, int heads
 
 bt_status ring_sdpa_backward(ring_sdpa *rs, const bk_queue *q, const sdpa_calls *pair,
                              const uint16_t *Q, const uint16_t *K, const uint16_t *V,
-                             const uint16_t *dO, const float *lse, float *dQ, float *dK,
-                             float *dV)
+                             const uint16_t *dO, const float *lse, const float *delta, float *dQ,
+                             float *dK, float *dV)
 {
     const ring_sdpa_config *cf = &rs->cfg;
     int64_t n = cf->layout.n;
     uint16_t *gq = rs->grads, *gk = gq + (size_t)(n * cf->h_q * cf->d),
              *gv = gk + (size_t)(n * cf->h_kv * cf->d);
+    if (delta) /* the Q-side: the visiting queries' O' (sdpa.h), for cuDNN's rowsum */
+        CHECK_KERNEL(bk_attn_surrogate_o(q, n, cf->h_q, cf->d, dO, delta, rs->rows));
     for (int k = 0; k < pair->n_calls; k++) {
         const bk_sdpa_call *c = &pair->calls[k];
         CHECK_KERNEL(bk_attn_pack_stats(q, c, n, lse, rs->stats));

@@ -14,7 +14,8 @@
  *             into bf16 gradients, and those added into our fp32
  *             accumulators.
  * The KV-side backward maps as it is. The Q-side one carries delta instead of
- * O, which cuDNN will not take; its pairs run on our kernels (doc/ATTENTION.md).
+ * O, which cuDNN will not take: each holder gives cuDNN a surrogate O' with
+ * the same rowsum(dO O') (doc/ATTENTION.md).
  *
  * Its device memory: one bf16 [n, Hq, d] (a block output, or the final O),
  * the largest call's Stats, the bf16 gradients of a call [n, Hq + 2 Hkv, d]
@@ -63,11 +64,15 @@ bt_status ring_sdpa_forward(ring_sdpa *rs, const bk_queue *q, const sdpa_calls *
                             float *lse);
 /* The backward's final O [n, Hq, d] (fp32) kept in bf16 for every pair. */
 bt_status ring_sdpa_backward_begin(ring_sdpa *rs, const bk_queue *q, const float *O);
-/* Backward of a pair: given the final lse [n, Hq] of the queries, adds the
- * pair's gradients into dQ [n, Hq, d], dK and dV [n, Hkv, d] (fp32). */
+/* Backward of a pair: the queries' Q and dO [n, Hq, d] (bf16) with their
+ * final lse [n, Hq], the keys' K and V [n, Hkv, d] (bf16); adds the pair's
+ * gradients into dQ [n, Hq, d], dK and dV [n, Hkv, d] (fp32). KV-side: delta
+ * NULL, the final O is ring_sdpa_backward_begin's. Q-side: the visiting
+ * bundle's delta [n, Hq], from which the queries' surrogate O' is made
+ * (bk_attn_surrogate_o): cuDNN reads O only for rowsum(dO O) = delta. */
 bt_status ring_sdpa_backward(ring_sdpa *rs, const bk_queue *q, const sdpa_calls *pair,
                              const uint16_t *Q, const uint16_t *K, const uint16_t *V,
-                             const uint16_t *dO, const float *lse, float *dQ, float *dK,
-                             float *dV);
+                             const uint16_t *dO, const float *lse, const float *delta, float *dQ,
+                             float *dK, float *dV);
 
 #endif

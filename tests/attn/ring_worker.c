@@ -16,7 +16,10 @@
  * and the byte counters show the halved bundles. Each backward runs again
  * with the gradients over their inputs' memory (expect_gradients_over_inputs).
  * --intra nccl moves the device buffers between the ranks of a node over NCCL
- * (a GPU per rank: the emulator's BK_EMU_GPUS_PER_NODE).
+ * (a GPU per rank: the emulator's BK_EMU_GPUS_PER_NODE). --sdpa 1 (with
+ * --device and --in-bytes 2) computes the block pairs with SDPA calls
+ * (src/attn/ring_sdpa.h: the emulator's model of cuDNN), both backward
+ * directions (the Q-side through the surrogate O'), to the same tolerances.
  * Rank 0 prints "ok ..." when every rank agreed. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -32,6 +35,7 @@
 #include "kernels/ref/attention_ref.h"
 #include "src/attn/device_link.h"
 #include "src/attn/ring.h"
+#include "src/attn/ring_sdpa.h"
 #include "tests/lib/rng.h"
 #include "tests/lib/worker_device.h"
 
@@ -46,6 +50,7 @@ typedef struct {
     int device;         /* run on the device queue, on device buffers */
     int in_bytes;       /* 4: Q, K, V, dO travel in fp32; 2: in bf16 */
     const char *intra;  /* the transport inside a node: auto, ucx or nccl (a GPU per rank) */
+    int sdpa;           /* the block pairs on SDPA calls (the emulator's model of cuDNN) */
 } options;
 
 /* Relative tolerances: fp32 on the host; on the device, P and dS rounded to
@@ -334,6 +339,12 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
                                     n * (size_t)h_q, n * qrow, n * kvrow, n * kvrow};
     ring_io io = o->device ? device_copy_of(&host, floats) : host;
 
+    ring_sdpa_config sc = {.layout = layout, .need = pc.need, .rank = rank, .h_q = h_q,
+                           .h_kv = h_kv, .d = d, .scale = scale};
+    if (o->sdpa && !(ctx.sdpa = ring_sdpa_create(&sc, &queue, err, sizeof err))) {
+        fprintf(stderr, "rank %d: the SDPA calls: %s\n", rank, err);
+        exit(WORKER_FAILED);
+    }
     ring_schedule *fwd = ring_plan(&pc, RING_FORWARD, err, sizeof err);
     if (!fwd) {
         fprintf(stderr, "rank %d: plan: %s\n", rank, err);
@@ -373,6 +384,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     for (int i = 0; o->device && i < IO_BUFS; i++)
         if (i != IO_DV) bk_device_free(io.b[i]);
     if (o->device && bits) bk_device_free((void *)ctx.mask.block_bits);
+    ring_sdpa_free(ctx.sdpa);
     bk_arena_destroy(arena);
     ring_schedule_free(fwd);
     free(Q), free(K), free(V), free(dO), free(segments), free(bits), free(gpos);
@@ -383,7 +395,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
 
 int main(int argc, char **argv)
 {
-    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1, 0, 0, 4, "auto"};
+    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1, 0, 0, 4, "auto", 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--mask") == 0) o.mask_name = argv[i + 1];
         else if (strcmp(argv[i], "--layout") == 0 && seq_layout_parse(argv[i + 1], &o.layout) == 0) {}
@@ -395,6 +407,8 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--in-bytes") == 0) o.in_bytes = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--intra") == 0)
             o.intra = argv[i + 1];
+        else if (strcmp(argv[i], "--sdpa") == 0)
+            o.sdpa = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "ring_worker: bad option '%s'\n", argv[i]);
             return WORKER_USAGE;
@@ -417,10 +431,10 @@ int main(int argc, char **argv)
     run_heads(&o, 4, 1, 16); /* GQA: Q and dO hold two [dK | dV] each */
     int64_t total = worker_finish();
     if (rank == 0 && total == 0)
-        printf("ok ring %s/%s on %d ranks%s%s%s%s%s\n", o.mask_name, seq_layout_name(o.layout),
+        printf("ok ring %s/%s on %d ranks%s%s%s%s%s%s\n", o.mask_name, seq_layout_name(o.layout),
                size, o.topo == TOPO_DOUBLE ? " (double ring)" : "",
                o.piece_rows ? " in pieces" : "", o.device ? " on the device" : "",
                o.in_bytes == 2 ? " with bf16 inputs" : "",
-               strcmp(o.intra, "nccl") == 0 ? " over NCCL" : "");
+               strcmp(o.intra, "nccl") == 0 ? " over NCCL" : "", o.sdpa ? " on SDPA calls" : "");
     return total ? WORKER_FAILED : 0;
 }

@@ -111,6 +111,44 @@ START_TEST(device_ring_equals_single_rank)
 }
 END_TEST
 
+/* The device ring with its block pairs on SDPA calls (the emulator's model
+ * of cuDNN), bf16 inputs: the zigzag halves and the half-block pairs, flat
+ * and double ring, a window over contiguous blocks (bounds, trimmed views),
+ * both backward directions (the Q-side through the surrogate O'), MHA and
+ * GQA, element by element against the double reference. */
+START_TEST(device_ring_on_sdpa_calls_equals_single_rank)
+{
+    static const struct {
+        int ranks, nodes;
+        const char *mask, *layout, *want;
+    } runs[] = {
+        {1, 1, "causal", "zigzag", "ok ring causal/zigzag on 1 ranks on the device"},
+        {2, 1, "causal", "zigzag", "ok ring causal/zigzag on 2 ranks on the device"},
+        {4, 2, "causal", "zigzag", "ok ring causal/zigzag on 4 ranks (double ring) on the device"},
+        {3, 1, "window", "contiguous", "ok ring window/contiguous on 3 ranks on the device"},
+        {2, 1, "none", "contiguous", "ok ring none/contiguous on 2 ranks on the device"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char n[16], m[16];
+        snprintf(n, sizeof n, "%d", runs[i].ranks);
+        snprintf(m, sizeof m, "%d", runs[i].nodes);
+        char *argv[24] = {(char *)test_burst_path(), "run", "-n", n, "--nodes", m, "--",
+                          ring_worker(1), "--mask", (char *)runs[i].mask, "--layout",
+                          (char *)runs[i].layout, "--device", "1", "--in-bytes", "2", "--sdpa",
+                          "1"};
+        int a = 18;
+        if (runs[i].nodes > 1) argv[a++] = "--double-ring", argv[a++] = m;
+        argv[a] = NULL;
+        test_run_result r = test_run(argv, NULL);
+        char want[200];
+        snprintf(want, sizeof want, "%s with bf16 inputs on SDPA calls", runs[i].want);
+        ck_assert_msg(r.exit_code == 0 && test_output_has(&r, want), "%s: exit %d\n%s", want,
+                      r.exit_code, r.out);
+        test_run_free(&r);
+    }
+}
+END_TEST
+
 #ifdef HAVE_NCCL
 /* The device ring over the model of NCCL (a GPU per rank, kernels queued on
  * their streams), bf16 inputs: a causal window on contiguous blocks, where
@@ -183,7 +221,8 @@ int main(void)
     TCase *tc = check_tcase(s, "ring", 600);
     check_add_loop_tests(tc, 0, 6, flat_ring_equals_single_rank, double_ring_equals_single_rank);
     check_add_tests(tc, odd_and_larger_worlds, several_kernel_pieces_per_block,
-                    device_ring_equals_single_rank, bf16_inputs_equal_single_rank,
+                    device_ring_equals_single_rank, device_ring_on_sdpa_calls_equals_single_rank,
+                    bf16_inputs_equal_single_rank,
                     rank_lost_during_the_ring_is_named);
 #ifdef HAVE_NCCL
     check_add_tests(tc, device_ring_over_nccl_equals_single_rank);

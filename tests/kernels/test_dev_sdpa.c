@@ -14,8 +14,9 @@
  * workspace, s_q = s_kv = 1, a left bound with s_q > s_kv), and each of the
  * model's planted bugs (BK_EMU_SDPA_PLANT) is caught by a check here: a
  * transposed stride, Stats described strided, a window bound off by one,
- * Stats in base 2. */
+ * Stats in base 2. The Q-side backward's surrogate O' keeps delta. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -405,6 +406,46 @@ START_TEST(state_kernels_match_their_host_references)
 }
 END_TEST
 
+/* The Q-side backward's surrogate O' (bk_attn_surrogate_o): bit for bit its
+ * host reference on the device, and rowsum(dO O') within 2^-9 |delta| of
+ * delta, as cuDNN sums it (fp32 over bf16 values; here in double), with a
+ * row of zeros in dO giving O' = 0. The worst relative error is printed:
+ * doc/ATTENTION.md records it. */
+START_TEST(the_surrogate_output_keeps_delta)
+{
+    enum { N = 64, H = 4, D = 64 };
+    uint64_t rs = test_rng(21);
+    uint16_t *dO = random_bf16(&rs, N * H * D);
+    float *delta = random_f32(&rs, N * H, -2, 2);
+    for (int e = 0; e < D; e++) dO[5 * D + e] = 0; /* row 1, head 1 */
+    uint16_t host_o[N * H * D], got[N * H * D];
+    bk_queue host = bk_host_queue(), dev = dev_queue();
+    ck_assert_int_eq(bk_attn_surrogate_o(&host, N, H, D, dO, delta, host_o), BK_OK);
+    uint16_t *d_dO = dev_put(dO, sizeof host_o), *d_o = dev_put(host_o, sizeof host_o);
+    float *d_delta = dev_put(delta, N * H * sizeof(float));
+    ck_assert_int_eq(bk_attn_surrogate_o(&dev, N, H, D, d_dO, d_delta, d_o), BK_OK);
+    dev_get(got, d_o, sizeof got);
+    ck_assert_mem_eq(got, host_o, sizeof got);
+    double worst = 0.0;
+    for (int r = 0; r < N * H; r++) {
+        double sum = 0.0;
+        for (int e = 0; e < D; e++)
+            sum += (double)bk_bf16_to_float(dO[r * D + e]) * bk_bf16_to_float(host_o[r * D + e]);
+        if (r == 5) {
+            ck_assert(sum == 0.0 && host_o[r * D] == 0);
+            continue;
+        }
+        double rel = fabs(sum - delta[r]) / fabs(delta[r]);
+        ck_assert_msg(rel <= 0x1p-9, "row-head %d: rowsum %.9g, delta %.9g", r, sum, delta[r]);
+        if (rel > worst) worst = rel;
+    }
+    printf("surrogate O': worst |rowsum(dO O') - delta| / |delta| = %.3g (bound 2^-9 = %.3g)\n",
+           worst, 0x1p-9);
+    free(dO), free(delta);
+    dev_free(d_dO), dev_free(d_o), dev_free(d_delta);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("dev_sdpa");
@@ -416,6 +457,7 @@ static Suite *suite(void)
     tcase_add_test(t, a_row_with_no_key_is_nan);
     tcase_add_loop_test(t, planted_bugs_are_caught, 0, 4);
     tcase_add_test(t, state_kernels_match_their_host_references);
+    tcase_add_test(t, the_surrogate_output_keeps_delta);
     suite_add_tcase(s, t);
     return s;
 }

@@ -95,7 +95,9 @@ END_TEST
 /* [attention] kernel: the block pairs on cuDNN's SDPA (the emulator's model
  * of it, which auto takes there) and on our kernels, each against the CPU:
  * causal on 1 rank (the zigzag halves, the half-sequence recompute), a
- * sliding window over 2 ranks (bounds, trimmed views). auto says where it
+ * sliding window over 2 ranks with the Q-side backward (bounds, trimmed
+ * views, the surrogate O'); the KV-side over 4 ranks is the suite's first
+ * test, where auto takes cuDNN's model. auto says where it
  * falls back: a cuDNN with a known bug, a mask cuDNN cannot express; cudnn
  * asked where it cannot be had stops at setup naming the key. */
 START_TEST(device_attention_kernels_match_the_cpu)
@@ -110,12 +112,13 @@ START_TEST(device_attention_kernels_match_the_cpu)
                "block pairs on our kernels ([attention] kernel = burst)", &ours);
     expect_same(&cpu, &ours, 2e-2, "device on our kernels vs CPU");
     const char *const window[] = {"parallel.mask=window", "parallel.window=24", "parallel.cp=2",
-                                  "memory.attn_kept_fraction=0", NULL};
+                                  "memory.attn_kept_fraction=0", "parallel.backward=q", NULL};
     curve cpu_window, cudnn_window;
     run_ok(2, 1, with(on_cpu, window), &cpu_window);
     run_saying(2, 1, with(with(on_device, window), (const char *[]){"attention.kernel=cudnn", NULL}),
                "block pairs on cuDNN's fused SDPA", &cudnn_window);
-    expect_same(&cpu_window, &cudnn_window, 2e-2, "window over 2 ranks on cuDNN's SDPA vs CPU");
+    expect_same(&cpu_window, &cudnn_window, 2e-2,
+                "window over 2 ranks, Q-side backward, on cuDNN's SDPA vs CPU");
     on_emulator = 0;
 }
 END_TEST
