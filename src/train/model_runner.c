@@ -302,7 +302,8 @@ static ring_sdpa_config sdpa_config(const model_runner *r, const seq_layout *lay
     const model_dims *d = &r->m->dims;
     return (ring_sdpa_config){.layout = *layout,
                               .need = r->ring_cfg.need,
-                              .rank = bt_comm_rank(r->cfg.cp),
+                              .rank = r->cfg.cp ? bt_comm_rank(r->cfg.cp) : 0, /* counted
+                                                                      * offline: rank 0's */
                               .h_q = d->n_heads,
                               .h_kv = d->n_kv_heads,
                               .d = d->head_dim,
