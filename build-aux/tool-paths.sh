@@ -4,12 +4,18 @@
 # (AC_PATH_PROG in configure.ac) and the folders it looks in, so that build.sh
 # reconfigures when one of them appears (a package or install-deps.sh test
 # installed it after the last configure) and the SASS test finds cuobjdump
-# where install-deps.sh puts it; and where the transformers oracle lives.
+# where install-deps.sh puts it; where the cuDNN frontend's headers go (their
+# appearing reconfigures too: configure looks there by default); and where the
+# transformers oracle lives.
 #   BURST_CUDA_TOOLS  where install-deps.sh test installs cuobjdump and nvdisasm
 #                     (default /opt/burst/cuda-tools; the tools in its bin/)
+#   BURST_CUDNN_FRONTEND  where install-deps.sh installs the cuDNN frontend's
+#                     headers on a machine with the CUDA toolkit (default
+#                     /opt/burst/cudnn-frontend; cudnn_frontend.h in its include/)
 #   BURST_HF_ORACLE   the Python venv install-deps.sh test makes for the tests
 #                     oracle, Hugging Face transformers (default /opt/burst/hf-oracle)
 burst_cuda_tools=${BURST_CUDA_TOOLS:-/opt/burst/cuda-tools}
+burst_cudnn_frontend=${BURST_CUDNN_FRONTEND:-/opt/burst/cudnn-frontend}
 burst_hf_oracle=${BURST_HF_ORACLE:-/opt/burst/hf-oracle}
 burst_tool_names="nvcc cuobjdump srun ucx_perftest"
 # PATH, the toolkit's default folder, the installer's folder: the union of the
@@ -28,9 +34,13 @@ burst_tool_find() {
 }
 
 # burst_tool_state: every copy of every program of burst_tool_names, one a
-# line; it differs from the last configure's when one appeared or went.
+# line, and the cuDNN frontend's header where install-deps.sh puts it; it
+# differs from the last configure's when one appeared or went.
 burst_tool_state() {
     for name in $burst_tool_names; do
         burst_tool_find "$name"
     done
+    if [ -f "$burst_cudnn_frontend/include/cudnn_frontend.h" ]; then
+        echo "$burst_cudnn_frontend/include/cudnn_frontend.h"
+    fi
 }

@@ -51,6 +51,5 @@ NCCL_EMU_SRC = emu/nccl/nccl_emu_internal.h emu/nccl/nccl_emu_process.cc \
 if HAVE_NCCL
 noinst_LIBRARIES += libburst_nccl_emu.a
 libburst_nccl_emu_a_SOURCES = $(NCCL_EMU_SRC)
-libburst_nccl_emu_a_CXXFLAGS = -std=gnu++17 -pthread -fno-strict-aliasing $(WARN_CXXFLAGS) \
-	$(OPT_CFLAGS) $(SAN_CFLAGS)
+libburst_nccl_emu_a_CXXFLAGS = $(CXXFLAGS_WITH_RUNTIME)
 endif

@@ -33,7 +33,7 @@ libburst_kernels_a_SOURCES += kernels/bf16.h kernels/device.h kernels/device_ops
 libburst_kernels_a_SOURCES += kernels/sdpa.h kernels/sdpa.c kernels/sdpa_graph.h \
 	kernels/sdpa_graph.c kernels/cuda/cudnn_sdpa.h
 if HAVE_CUDA
-libburst_kernels_a_SOURCES += kernels/cuda/select_cuda.c $(BK_CU_SRC) kernels/cuda/cudnn_sdpa_none.c
+libburst_kernels_a_SOURCES += kernels/cuda/select_cuda.c $(BK_CU_SRC)
 BK_CU_NVCC_OBJS = $(BK_CU_SRC:.cu=.$(OBJEXT))
 $(BK_CU_NVCC_OBJS): $(BK_CU_HDRS)
 # Each kernel object is compiled with ptxas's resource report (-Xptxas -v:
@@ -86,4 +86,31 @@ kernels/cuda/resource-usage.txt: $(BK_CU_NVCC_OBJS)
 CLEANFILES += $(BK_CU_NVCC_OBJS:=.ptxas) kernels/cuda/resource-usage.txt
 else
 libburst_kernels_a_SOURCES += kernels/device_none.c
+endif
+
+# cuDNN's fused attention (kernels/sdpa.h), CUDA builds only: over the cuDNN
+# frontend where configure found it, else a stand-in that says the build has
+# none. The frontend is C++ that needs exceptions and RTTI (its graph casts
+# nodes with dynamic_pointer_cast), so its one source takes flags of its own
+# rather than AM_CXXFLAGS: it is the source of a library of its own, whose
+# object is added to libburst_kernels.a. It is not a .cu, so the emulator
+# builds never compile it. The defines are the frontend's options:
+# libcudnn loaded at run time (nothing of cuDNN linked, so a CUDA build runs
+# without it), errors returned and not thrown, no JSON library.
+# -Og -fno-var-tracking: its code builds graphs and queues them, a few calls a
+# step, and optimizing the frontend's inline C++ (150,000 lines preprocessed)
+# for speed, and tracking its variables for -g, buys nothing: 30-40 s of CPU on
+# this project's machines so, 90 s at -O3 -g.
+if HAVE_CUDA
+if HAVE_CUDNN_FRONTEND
+noinst_LIBRARIES += libburst_cudnn_sdpa.a
+libburst_cudnn_sdpa_a_SOURCES = kernels/cuda/cudnn_sdpa.cc kernels/cuda/cudnn_sdpa.h kernels/sdpa.h
+libburst_cudnn_sdpa_a_CPPFLAGS = $(AM_CPPFLAGS) $(CUDNN_FRONTEND_CPPFLAGS) \
+	-DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING -DNV_CUDNN_DISABLE_EXCEPTION \
+	-DCUDNN_FRONTEND_SKIP_JSON_LIB
+libburst_cudnn_sdpa_a_CXXFLAGS = $(CXXFLAGS_WITH_RUNTIME) -Og -fno-var-tracking
+libburst_kernels_a_LIBADD = $(libburst_cudnn_sdpa_a_OBJECTS)
+else
+libburst_kernels_a_SOURCES += kernels/cuda/cudnn_sdpa_none.c kernels/cuda/cudnn_sdpa.h kernels/sdpa.h
+endif
 endif

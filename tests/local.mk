@@ -248,6 +248,16 @@ tests_kernels_test_dev_attention_cuda_CFLAGS = $(SUITE_CFLAGS)
 tests_kernels_test_dev_attention_cuda_LDADD = $(KERNEL_SUITE_LIBS)
 endif
 
+# cuDNN's own check (the frontend's validate, no device) of the SDPA calls the
+# ring makes, for sm 80 and 90 (CUDA builds with the cuDNN frontend; skips,
+# exit 77, where libcudnn cannot be loaded).
+if HAVE_CUDNN_FRONTEND
+check_PROGRAMS += tests/kernels/test_cudnn_validate
+TESTS += tests/kernels/test_cudnn_validate
+tests_kernels_test_cudnn_validate_CFLAGS = $(SUITE_CFLAGS)
+tests_kernels_test_cudnn_validate_LDADD = $(KERNEL_SUITE_LIBS)
+endif
+
 # Resource budgets of the kernels, and tensor cores in the attention kernels'
 # SASS (CUDA builds; both skip, exit 77, without CUDA or without cuobjdump).
 TESTS += tests/kernels/test_cuda_resources.sh tests/kernels/test_cuda_sass.sh

@@ -39,6 +39,11 @@ int cmd_version(int argc, char **argv)
 #else
     printf("nccl:  no\n");
 #endif
+#ifdef HAVE_CUDNN_FRONTEND
+    printf("cudnn: yes (frontend %s; libcudnn loaded at run time)\n", BURST_CUDNN_FRONTEND_VERSION);
+#else
+    printf("cudnn: no\n");
+#endif
 #ifdef HAVE_PMIX
     printf("pmix:  yes\n");
 #else

@@ -2,8 +2,10 @@
 # test_build_tools.sh: README's two commands in either order, and again.
 # build-aux/build.sh configures again when a program configure looks for
 # appears after a build (cuobjdump, installed by install-deps.sh test into
-# $BURST_CUDA_TOOLS/bin after the quickstart configured), and not otherwise;
-# configure and tests/kernels/test_cuda_sass.sh find cuobjdump in that folder.
+# $BURST_CUDA_TOOLS/bin after the quickstart configured; the cuDNN frontend's
+# header in $BURST_CUDNN_FRONTEND/include, where configure looks for it), and
+# not otherwise; configure and tests/kernels/test_cuda_sass.sh find cuobjdump
+# in that folder.
 # Fake tools in a scratch folder, a scratch source tree with a configure that
 # counts its runs; no network, nothing installed.
 set -u
@@ -64,6 +66,11 @@ build
 check "cuobjdump going configures again" [ "$(runs)" -eq 3 ]
 BURST_CONFIGURE_FLAGS=--other build
 check "other flags configure again" [ "$(runs)" -eq 4 ]
+mkdir -p "$work/cudnn-frontend/include"
+: >"$work/cudnn-frontend/include/cudnn_frontend.h"
+BURST_CUDNN_FRONTEND="$work/cudnn-frontend" BURST_CONFIGURE_FLAGS=--other build
+check "the cuDNN frontend's header appearing in \$BURST_CUDNN_FRONTEND/include configures again" \
+    [ "$(runs)" -eq 5 ]
 
 # Where the real configure and the SASS test look, when the fake cuobjdump in
 # the installer's folder is the only one (no toolkit's, none in PATH).

@@ -589,6 +589,7 @@ START_TEST(version_names_optional_parts)
     ck_assert(test_output_has(&r, "burstengine "));
     ck_assert(test_output_has(&r, "cuda:"));
     ck_assert(test_output_has(&r, "nccl:"));
+    ck_assert(test_output_has(&r, "cudnn:"));
     ck_assert(test_output_has(&r, "pmix:"));
     ck_assert(test_output_has(&r, "blas:"));
     test_run_free(&r);
