@@ -15,10 +15,14 @@ cd "$(dirname "$0")/.."
 build=${BURST_BUILD_DIR:-_build}
 out=.device-bundle
 programs="tests/kernels/test_dev_ops_cuda tests/kernels/test_dev_attention_cuda
-          tests/kernels/test_dev_streams_cuda"
+          tests/kernels/test_dev_streams_cuda tests/attn/ring_worker"
 if ! grep -q '^#define HAVE_CUDA 1' "$build/config.h" 2>/dev/null; then
     echo "device-bundle: $build is not a CUDA build (run sh tests/run.sh first)" >&2
     exit 1
+fi
+# cuDNN's attention, where configure found the frontend (device-run.sh cudnn)
+if grep -q '^#define HAVE_CUDNN_FRONTEND 1' "$build/config.h"; then
+    programs="$programs tests/kernels/test_cudnn_validate"
 fi
 # shellcheck disable=SC2086 # $programs is a list
 make -s -C "$build" burst $programs

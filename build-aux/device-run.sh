@@ -15,6 +15,10 @@
 #   sh device-run.sh kernels [ARGS...]  # burst bench kernels --device cuda ARGS
 #   sh device-run.sh bench [ARGS...]    # burst bench train --device cuda ARGS
 #   sh device-run.sh plan [ARGS...]     # burst plan memory ARGS (what the run will need)
+#   sh device-run.sh cudnn              # cuDNN's attention: its graphs validated, the
+#                                       # ring on it against the double reference (2
+#                                       # ranks sharing the GPU), bench kernels with both
+#                                       # kernels, bench train 300m and 1b at 32K with each
 #
 # CUDA's libraries come from the machine: /usr/local/cuda, else the lib/
 # folders of the `nvidia` wheels of its python3 (a PyTorch installation).
@@ -99,8 +103,22 @@ bench)
 plan)
     part plan-memory "$burst" plan memory "$@"
     ;;
+cudnn)
+    echo "commit $(cat "$here/commit")"
+    part cudnn-validate "$here/bin/test_cudnn_validate"
+    for case in causal:zigzag window:contiguous none:contiguous; do
+        part "ring-sdpa-${case%%:*}" "$burst" run -n 2 -- "$here/bin/ring_worker" \
+            --mask "${case%%:*}" --layout "${case#*:}" --device 1 --in-bytes 2 --sdpa 1
+    done
+    part bench-kernels-cudnn "$burst" bench kernels --device cuda --kernel burst,cudnn \
+        --seq 4096 --seq 16384 --seq 32768 --no-ops
+    for k in cudnn burst; do
+        part "bench-train-$k" "$burst" bench train --device cuda --models 300m,1b --ranks 1 \
+            --seq 32K --steps 3 --mem-seq 0 --peak-tflops 989 --kernel "$k"
+    done
+    ;;
 *)
-    echo "device-run: unknown part '$what' (tests, sanitize, train, 1m, kernels, bench or plan)" >&2
+    echo "device-run: unknown part '$what' (tests, sanitize, train, 1m, kernels, bench, plan or cudnn)" >&2
     exit 2
     ;;
 esac

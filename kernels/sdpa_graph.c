@@ -1,5 +1,6 @@
 /* sdpa_graph.c: bk_sdpa_describe, an SDPA call turned into cuDNN's tensors
  * and attributes (kernels/sdpa_graph.h). */
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels/sdpa_graph.h"
@@ -39,17 +40,24 @@ static void bshd(bk_sdpa_tensor *t, int64_t b, int64_t h, int64_t s, int64_t d)
     memcpy(t->stride, stride, sizeof stride);
 }
 
-/* Where each sequence's rows start: the dense view's base, or the ragged
- * offsets, from the first row of each sequence. */
+/* Where each sequence's rows start: the view begins at the lowest row of its
+ * side (base); a ragged call's sequences start at their offsets from there,
+ * the last offset where the furthest one ends. */
 static void place(bk_sdpa_tensor *t, const bk_sdpa_call *c, int kv_side, int ragged)
 {
-    int64_t row_elems = t->dim[1] * t->dim[3];
+    int64_t row_elems = t->dim[1] * t->dim[3], lowest = INT64_MAX, end = 0;
     for (int k = 0; k < c->n_seq; k++) {
         int64_t row = kv_side ? c->seq[k].kv_row : c->seq[k].q_row;
-        t->ragged_offset[k] = ragged ? row * row_elems : 0;
+        if (row < lowest) lowest = row;
     }
-    t->ragged_offset[c->n_seq] = 0;
-    t->base = ragged ? 0 : (kv_side ? c->seq[0].kv_row : c->seq[0].q_row) * row_elems;
+    for (int k = 0; k < c->n_seq; k++) {
+        int64_t row = kv_side ? c->seq[k].kv_row : c->seq[k].q_row;
+        int64_t len = kv_side ? c->seq[k].kv_len : c->seq[k].q_len;
+        t->ragged_offset[k] = ragged ? (row - lowest) * row_elems : 0;
+        if ((row - lowest + len) * row_elems > end) end = (row - lowest + len) * row_elems;
+    }
+    t->ragged_offset[c->n_seq] = ragged ? end : 0;
+    t->base = lowest * row_elems;
 }
 
 int bk_sdpa_describe(const bk_sdpa_call *c, bk_sdpa_graph *g)

@@ -10,11 +10,13 @@
  *
  * Tensors are cuDNN's 4-D [b, h, s, d] in elements (Stats [b, h, s, 1]),
  * over our row-major buffers: Q [n_q, h_q, d] seen as b = sequences,
- * s = rows, strides (_, d, h d, 1). A dense call (one sequence) points at its
- * first row: `base` is the element offset of the view from the buffer's
- * start. A ragged call gives per sequence its start (ragged_offset [b + 1]:
- * cuDNN's ragged-offset tensor, elements, int64) and its length (seq_len
- * [b]) with the padding mask on; s is then the longest sequence. */
+ * s = rows, strides (_, d, h d, 1). A tensor's data pointer is its buffer
+ * plus `base` elements: the lowest row of its side. A ragged call gives per
+ * sequence its start from there (ragged_offset [b + 1], elements: cuDNN's
+ * ragged-offset tensor, the last entry where the furthest sequence ends) and
+ * its length (seq_len [b]) with the padding mask on; s is then the longest
+ * sequence. Element (b, h, s, e) of a tensor is at base + (ragged ?
+ * ragged_offset[b] : b stride[0]) + h stride[1] + s stride[2] + e stride[3]. */
 #ifndef BURST_KERNELS_SDPA_GRAPH_H
 #define BURST_KERNELS_SDPA_GRAPH_H
 
@@ -31,8 +33,8 @@ enum { BK_SDPA_MAX_SEQ = 64 }; /* sequences of one ragged call */
 typedef struct {
     int64_t dim[4];    /* b, h, s, d (Stats: d = 1) */
     int64_t stride[4]; /* elements */
-    int64_t base;      /* dense: elements from the buffer's start to the view */
-    int64_t ragged_offset[BK_SDPA_MAX_SEQ + 1]; /* ragged: element offset of each sequence */
+    int64_t base;      /* elements from the buffer's start to the view (its lowest row) */
+    int64_t ragged_offset[BK_SDPA_MAX_SEQ + 1]; /* ragged: each sequence's start from base */
 } bk_sdpa_tensor;
 
 typedef struct {

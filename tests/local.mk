@@ -255,7 +255,7 @@ if HAVE_CUDNN_FRONTEND
 check_PROGRAMS += tests/kernels/test_cudnn_validate
 TESTS += tests/kernels/test_cudnn_validate
 tests_kernels_test_cudnn_validate_CFLAGS = $(SUITE_CFLAGS)
-tests_kernels_test_cudnn_validate_LDADD = $(KERNEL_SUITE_LIBS)
+tests_kernels_test_cudnn_validate_LDADD = libburst_attn.a $(KERNEL_SUITE_LIBS)
 endif
 
 # Resource budgets of the kernels, and tensor cores in the attention kernels'

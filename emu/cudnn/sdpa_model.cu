@@ -213,7 +213,7 @@ static __device__ __attribute__((noinline)) int64_t model_threads(void)
 static __device__ __forceinline__ int64_t at(const bk_sdpa_tensor *t, int ragged, int64_t b,
                                               int64_t h, int64_t s, int64_t e)
 {
-    int64_t start = ragged ? t->ragged_offset[b] : t->base + b * t->stride[0];
+    int64_t start = t->base + (ragged ? t->ragged_offset[b] : b * t->stride[0]);
     return start + h * t->stride[1] + s * t->stride[2] + e * t->stride[3];
 }
 

@@ -50,6 +50,7 @@
 
 #include "kernels/cuda/cudnn_sdpa.h"
 #include "kernels/device_ops.h"
+#include "kernels/sdpa_graph.h"
 
 namespace fe = cudnn_frontend;
 
@@ -260,22 +261,6 @@ bool on_query_side(int64_t uid)
     return uid == Q_UID || uid == O_UID || uid == DO_UID || uid == DQ_UID;
 }
 
-/* One side of a call as its tensors are shaped. */
-struct Side {
-    int64_t b, h, s, d;
-    bool ragged;
-};
-
-Side query_side(const bk_sdpa_call &c, const Extent &x)
-{
-    return {x.b, c.h_q, x.s_q, c.d, x.ragged};
-}
-
-Side key_side(const bk_sdpa_call &c, const Extent &x)
-{
-    return {x.b, c.h_kv, x.s_kv, c.d, x.ragged};
-}
-
 /* A [n, 1, 1, 1] int32 input: sequence lengths or ragged offsets. */
 Tensor index_tensor(Graph &g, int64_t uid, int64_t n)
 {
@@ -287,102 +272,107 @@ Tensor index_tensor(Graph &g, int64_t uid, int64_t n)
                         .set_data_type(fe::DataType_t::INT32));
 }
 
-/* t as the [b, h, s, d] view of a row-major [rows, h, d] bf16 buffer; in a
- * ragged call each batch element starts at its offset instead of b's
- * stride. */
-void describe_bshd(Graph &g, const Tensor &t, const char *name, int64_t uid, const Side &s)
+/* t as kernels/sdpa_graph.c describes it: [b, h, s, d] bf16 over a
+ * row-major buffer; in a ragged call each batch element starts at its
+ * offset instead of b's stride. */
+void describe_bshd(Graph &g, const Tensor &t, const char *name, int64_t uid,
+                   const bk_sdpa_tensor &x, bool ragged)
 {
     t->set_name(name)
         .set_uid(uid)
         .set_data_type(fe::DataType_t::BFLOAT16)
-        .set_dim({s.b, s.h, s.s, s.d})
-        .set_stride({s.s * s.h * s.d, s.d, s.h * s.d, 1});
-    if (s.ragged) t->set_ragged_offset(index_tensor(g, OFFSETS_UID + uid, s.b + 1));
+        .set_dim({x.dim[0], x.dim[1], x.dim[2], x.dim[3]})
+        .set_stride({x.stride[0], x.stride[1], x.stride[2], x.stride[3]});
+    if (ragged) t->set_ragged_offset(index_tensor(g, OFFSETS_UID + uid, x.dim[0] + 1));
 }
 
-Tensor bshd_input(Graph &g, const char *name, int64_t uid, const Side &s)
+Tensor bshd_input(Graph &g, const char *name, int64_t uid, const bk_sdpa_tensor &x, bool ragged)
 {
     Tensor t = g.tensor(fe::graph::Tensor_attributes());
-    describe_bshd(g, t, name, uid, s);
+    describe_bshd(g, t, name, uid, x, ragged);
     return t;
 }
 
-/* Stats [b, h_q, s_q, 1] fp32, packed. */
-void describe_stats(const Tensor &t, const Side &q)
+/* Stats [b, h_q, s_q, 1] fp32, as described (packed). */
+void describe_stats(const Tensor &t, const bk_sdpa_tensor &x)
 {
     t->set_name("Stats")
         .set_uid(STATS_UID)
         .set_data_type(fe::DataType_t::FLOAT)
-        .set_dim({q.b, q.h, q.s, 1})
-        .set_stride({q.h * q.s, q.s, 1, 1});
+        .set_dim({x.dim[0], x.dim[1], x.dim[2], x.dim[3]})
+        .set_stride({x.stride[0], x.stride[1], x.stride[2], x.stride[3]});
 }
 
 /* The band (kernels/sdpa.h's bounds are the frontend's) and, in a ragged
  * call, the padding mask over each sequence's lengths: what the attributes of
  * either direction take. */
 template <class Attributes>
-void set_mask(Graph &g, Attributes &a, const bk_sdpa_call &c, const Extent &x)
+void set_mask(Graph &g, Attributes &a, const bk_sdpa_graph &d)
 {
-    a.set_diagonal_alignment(c.band.align == BK_SDPA_BOTTOM_RIGHT
+    a.set_diagonal_alignment(d.band.align == BK_SDPA_BOTTOM_RIGHT
                                  ? fe::DiagonalAlignment_t::BOTTOM_RIGHT
                                  : fe::DiagonalAlignment_t::TOP_LEFT);
-    if (c.band.has_right) a.set_diagonal_band_right_bound(static_cast<int>(c.band.right));
-    if (c.band.has_left) a.set_diagonal_band_left_bound(static_cast<int>(c.band.left));
-    if (x.ragged)
+    if (d.band.has_right) a.set_diagonal_band_right_bound(static_cast<int>(d.band.right));
+    if (d.band.has_left) a.set_diagonal_band_left_bound(static_cast<int>(d.band.left));
+    if (d.ragged)
         a.set_padding_mask(true)
-            .set_seq_len_q(index_tensor(g, SEQ_LEN_Q_UID, x.b))
-            .set_seq_len_kv(index_tensor(g, SEQ_LEN_KV_UID, x.b));
+            .set_seq_len_q(index_tensor(g, SEQ_LEN_Q_UID, d.q.dim[0]))
+            .set_seq_len_kv(index_tensor(g, SEQ_LEN_KV_UID, d.q.dim[0]));
 }
 
-void add_forward(Graph &g, const bk_sdpa_call &c, const Extent &x)
+void add_forward(Graph &g, const bk_sdpa_graph &d)
 {
-    Side q = query_side(c, x), kv = key_side(c, x);
-    Tensor Q = bshd_input(g, "Q", Q_UID, q), K = bshd_input(g, "K", K_UID, kv);
-    Tensor V = bshd_input(g, "V", V_UID, kv);
+    bool r = d.ragged != 0;
+    Tensor Q = bshd_input(g, "Q", Q_UID, d.q, r), K = bshd_input(g, "K", K_UID, d.k, r);
+    Tensor V = bshd_input(g, "V", V_UID, d.v, r);
     fe::graph::SDPA_attributes a;
-    a.set_name("sdpa").set_generate_stats(true).set_attn_scale(c.scale);
-    set_mask(g, a, c, x);
+    a.set_name("sdpa").set_generate_stats(d.generate_stats != 0).set_attn_scale(d.attn_scale);
+    set_mask(g, a, d);
     auto out = g.sdpa(Q, K, V, a);
-    describe_bshd(g, out[0], "O", O_UID, q);
-    describe_stats(out[1], q);
+    describe_bshd(g, out[0], "O", O_UID, d.o, r);
+    describe_stats(out[1], d.stats);
     out[0]->set_output(true);
     out[1]->set_output(true);
 }
 
 /* The backward leaves max_total_seq_len unset: it would size dQ's fp32
- * accumulator by the packed rows, where our offsets leave gaps. */
-void add_backward(Graph &g, const bk_sdpa_call &c, const Extent &x)
+ * accumulator by the packed rows, where our offsets leave gaps. dO and dQ
+ * are laid out as O and Q, dK and dV as K and V. */
+void add_backward(Graph &g, const bk_sdpa_graph &d)
 {
-    Side q = query_side(c, x), kv = key_side(c, x);
-    Tensor Q = bshd_input(g, "Q", Q_UID, q), K = bshd_input(g, "K", K_UID, kv);
-    Tensor V = bshd_input(g, "V", V_UID, kv), O = bshd_input(g, "O", O_UID, q);
-    Tensor dO = bshd_input(g, "dO", DO_UID, q), stats = g.tensor(fe::graph::Tensor_attributes());
-    describe_stats(stats, q);
+    bool r = d.ragged != 0;
+    Tensor Q = bshd_input(g, "Q", Q_UID, d.q, r), K = bshd_input(g, "K", K_UID, d.k, r);
+    Tensor V = bshd_input(g, "V", V_UID, d.v, r), O = bshd_input(g, "O", O_UID, d.o, r);
+    Tensor dO = bshd_input(g, "dO", DO_UID, d.o, r), stats = g.tensor(fe::graph::Tensor_attributes());
+    describe_stats(stats, d.stats);
     fe::graph::SDPA_backward_attributes a;
-    a.set_name("sdpa_backward").set_attn_scale(c.scale);
-    set_mask(g, a, c, x);
+    a.set_name("sdpa_backward").set_attn_scale(d.attn_scale);
+    set_mask(g, a, d);
     auto grad = g.sdpa_backward(Q, K, V, O, dO, stats, a);
-    describe_bshd(g, grad[0], "dQ", DQ_UID, q);
-    describe_bshd(g, grad[1], "dK", DK_UID, kv);
-    describe_bshd(g, grad[2], "dV", DV_UID, kv);
+    describe_bshd(g, grad[0], "dQ", DQ_UID, d.q, r);
+    describe_bshd(g, grad[1], "dK", DK_UID, d.k, r);
+    describe_bshd(g, grad[2], "dV", DV_UID, d.v, r);
     for (const Tensor &t : grad) t->set_output(true);
 }
 
 /* The graph of call c in one direction, for compute capability sm (0: the
- * current device's, which the frontend asks for). */
+ * current device's, which the frontend asks for), from kernels/sdpa_graph.c's
+ * description of it: the one the emulator's model of cuDNN checks. NULL for
+ * a call call_problem refuses. */
 std::shared_ptr<Graph> make_graph(const bk_sdpa_call &c, int backward, int sm)
 {
+    bk_sdpa_graph d;
+    if (bk_sdpa_describe(&c, &d) != 0) return nullptr;
     auto g = std::make_shared<Graph>();
     g->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
     /* before the node is added: a node keeps a copy of the graph's context */
     if (sm > 0) g->set_sm_version(sm);
-    Extent x = extent_of(c);
     if (backward)
-        add_backward(*g, c, x);
+        add_backward(*g, d);
     else
-        add_forward(*g, c, x);
+        add_forward(*g, d);
     return g;
 }
 
@@ -480,6 +470,8 @@ bk_status build_plan(cudnnHandle_t handle, const bk_sdpa_call &c, int backward,
                      const std::string &what, Plan *plan)
 {
     plan->graph = make_graph(c, backward, 0);
+    if (!plan->graph)
+        return failed(BK_ERR_ARG, "bk_sdpa_prepare", what + ": not a call sdpa_graph.h describes");
     fe::error_t e = plan->graph->build(handle, {fe::HeurMode_t::A});
     if (e.is_bad())
         return failed(device_side(e) ? BK_ERR_DEVICE : BK_ERR_UNSUPPORTED, "bk_sdpa_prepare",
@@ -492,22 +484,22 @@ bk_status build_plan(cudnnHandle_t handle, const bk_sdpa_call &c, int backward,
     return BK_OK;
 }
 
-/* p->index: the device copy of a ragged call's sequence lengths and their
- * element offsets from the lowest row on each side (n + 1 of them, the last
- * where the furthest sequence ends). */
+/* p->index: the device copy of a ragged call's sequence lengths and ragged
+ * offsets as kernels/sdpa_graph.c describes them (elements from the lowest
+ * row of each side, n + 1 of them), in the int32 cuDNN's index tensors take
+ * (call_problem has checked they fit). */
 bk_status upload_index(const bk_sdpa_call &c, Prepared *p)
 {
-    int64_t n = c.n_seq, stride = (n + 1 + 3) / 4 * 4,
-            width[2] = {(int64_t)c.h_q * c.d, (int64_t)c.h_kv * c.d};
+    bk_sdpa_graph d;
+    if (bk_sdpa_describe(&c, &d) != 0)
+        return failed(BK_ERR_ARG, "bk_sdpa_prepare", "not a call sdpa_graph.h describes");
+    int64_t n = c.n_seq, stride = (n + 1 + 3) / 4 * 4;
     std::vector<int32_t> host(INDEX_PARTS * stride, 0);
-    int32_t *len_q = &host[SEQ_LEN_Q_PART * stride], *len_kv = &host[SEQ_LEN_KV_PART * stride];
-    int32_t *off_q = &host[Q_OFFSETS_PART * stride], *off_kv = &host[KV_OFFSETS_PART * stride];
-    for (int64_t k = 0; k < n; k++) {
-        const bk_sdpa_seq &s = p->layout[k];
-        len_q[k] = (int32_t)s.q_len, len_kv[k] = (int32_t)s.kv_len;
-        off_q[k] = (int32_t)(s.q_row * width[0]), off_kv[k] = (int32_t)(s.kv_row * width[1]);
-        off_q[n] = std::max(off_q[n], (int32_t)((s.q_row + s.q_len) * width[0]));
-        off_kv[n] = std::max(off_kv[n], (int32_t)((s.kv_row + s.kv_len) * width[1]));
+    for (int64_t k = 0; k <= n; k++) {
+        if (k < n) host[SEQ_LEN_Q_PART * stride + k] = (int32_t)d.seq_len_q[k];
+        if (k < n) host[SEQ_LEN_KV_PART * stride + k] = (int32_t)d.seq_len_kv[k];
+        host[Q_OFFSETS_PART * stride + k] = (int32_t)d.q.ragged_offset[k];
+        host[KV_OFFSETS_PART * stride + k] = (int32_t)d.k.ragged_offset[k];
     }
     size_t bytes = host.size() * sizeof host[0];
     cudaError_t e = cudaMalloc(reinterpret_cast<void **>(&p->index), bytes);
@@ -617,15 +609,14 @@ struct Buffers {
     const void *at[STATS_UID + 1] = {};
 };
 
-/* Buffer uid where its tensor starts: the lowest row of its side (Stats
- * whole). */
-void *tensor_start(const Buffers &b, const bk_sdpa_call &c, const Extent &x, int64_t uid)
+/* Buffer uid where its tensor starts: base elements in (kernels/sdpa_graph.c:
+ * the lowest row of its side; Stats whole). */
+void *tensor_start(const Buffers &b, const bk_sdpa_graph &d, int64_t uid)
 {
     void *buffer = const_cast<void *>(b.at[uid]);
-    if (uid == STATS_UID) return buffer;
-    bool query = on_query_side(uid);
-    int64_t row = query ? x.q_row : x.kv_row, width = (int64_t)(query ? c.h_q : c.h_kv) * c.d;
-    return static_cast<uint16_t *>(buffer) + row * width;
+    if (uid == STATS_UID) return static_cast<float *>(buffer) + d.stats.base;
+    const bk_sdpa_tensor &t = on_query_side(uid) ? d.q : d.k;
+    return static_cast<uint16_t *>(buffer) + t.base;
 }
 
 void *index_part(const Prepared &p, int part)
@@ -635,10 +626,9 @@ void *index_part(const Prepared &p, int part)
 
 /* What the variant pack holds for uid: a buffer's start, or a part of the
  * device index; NULL for a uid we never made. */
-void *operand(const Buffers &b, const bk_sdpa_call &c, const Extent &x, const Prepared &p,
-              int64_t uid)
+void *operand(const Buffers &b, const bk_sdpa_graph &d, const Prepared &p, int64_t uid)
 {
-    if (uid >= Q_UID && uid <= STATS_UID) return b.at[uid] ? tensor_start(b, c, x, uid) : nullptr;
+    if (uid >= Q_UID && uid <= STATS_UID) return b.at[uid] ? tensor_start(b, d, uid) : nullptr;
     if (uid == SEQ_LEN_Q_UID) return index_part(p, SEQ_LEN_Q_PART);
     if (uid == SEQ_LEN_KV_UID) return index_part(p, SEQ_LEN_KV_PART);
     if (uid > OFFSETS_UID && uid < OFFSETS_UID + STATS_UID)
@@ -690,11 +680,12 @@ bk_status run_call(const bk_queue *q, const bk_sdpa_call *c, int backward, const
     const Prepared *p = nullptr;
     bk_status st = prepared_for(c, backward, workspace_bytes, call, &p);
     if (st != BK_OK) return st;
-    Extent x = extent_of(*c);
+    bk_sdpa_graph d;
+    if (bk_sdpa_describe(c, &d) != 0) return failed(BK_ERR_ARG, call, "not a call sdpa_graph.h describes");
     void *pointers[MAX_OPERANDS];
     int n = static_cast<int>(p->plan.uids.size());
     for (int i = 0; i < n; i++)
-        if (!(pointers[i] = operand(b, *c, x, *p, p->plan.uids[i])))
+        if (!(pointers[i] = operand(b, d, *p, p->plan.uids[i])))
             return failed(BK_ERR_DEVICE, call,
                           "the graph takes a tensor of unknown uid " +
                               std::to_string(p->plan.uids[i]));
@@ -712,7 +703,12 @@ int validate_graphs(const bk_sdpa_call *c, int backward, int sm, std::string &wh
     why = call_problem(c);
     if (!why.empty()) return -1;
     for (int dir = 0; dir <= (backward ? 1 : 0); dir++) {
-        fe::error_t e = make_graph(*c, dir, sm)->validate();
+        std::shared_ptr<Graph> g = make_graph(*c, dir, sm);
+        if (!g) {
+            why = "not a call sdpa_graph.h describes";
+            return -1;
+        }
+        fe::error_t e = g->validate();
         if (e.is_bad()) {
             why = std::string(dir ? "backward: " : "forward: ") + e.err_msg;
             return device_side(e) ? -2 : -1;

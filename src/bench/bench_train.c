@@ -32,7 +32,7 @@
 
 /* One child run: its settings and what was read back. */
 typedef struct {
-    const char *model, *device;
+    const char *model, *device, *kernel; /* kernel: [attention] kernel */
     int ranks, steps, fused, keep_layers, zero;
     long long seq;
     double ckpt;
@@ -123,8 +123,9 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
     if (t < 1) t = 1;
     char max_seq[64] = "";
     if (cfg->seq > 65536) snprintf(max_seq, sizeof max_seq, " --set model.max_seq=%lld", cfg->seq);
-    char device[64];
-    snprintf(device, sizeof device, " --set train.device=%s", cfg->device);
+    char device[96];
+    snprintf(device, sizeof device, " --set train.device=%s --set attention.kernel=%s", cfg->device,
+             cfg->kernel);
     FILE *p = bench_relaunch(
         self, cfg->ranks, t, verbose,
         "train --set model.preset=%s%s%s --set data.seq_len=%lld --set data.task=counting "
@@ -247,13 +248,20 @@ static int parse_models(const char *arg, char *names, size_t names_len, const ch
 
 /* What the command line sets. */
 typedef struct {
-    const char *models[MAX_LIST], *mem_model, *device;
+    const char *models[MAX_LIST], *mem_model, *device, *kernel;
     char model_names[256], mem_model_name[64];
     long long ranks[MAX_LIST], seqs[MAX_LIST], mem_seq;
     int n_models, n_ranks, n_seqs, steps, threads, verbose, quick, mem_ranks, keep_layers, zero;
     double ckpt;
     mfu_ref mfu;
 } bench_train_opts;
+
+static int set_kernel(void *o, const char *v)
+{
+    if (strcmp(v, "auto") && strcmp(v, "cudnn") && strcmp(v, "burst")) return -1;
+    ((bench_train_opts *)o)->kernel = v;
+    return 0;
+}
 
 static int set_models(void *o, const char *v)
 {
@@ -340,6 +348,9 @@ static const bu_option options[] = {
      "[memory] keep_layers in the throughput runs: every layer's\n"
      "intermediates kept, none recomputed but the attention outputs\n"
      "that --attn-kept-fraction does not keep"},
+    {"--kernel", "K", BU_OPT_CUSTOM, 0, 0, 0, set_kernel,
+     "[attention] kernel of every run: auto, cudnn (cuDNN's fused SDPA)\n"
+     "or burst (ours) (default auto)"},
     {"--zero", "S", BU_OPT_INT, OPT(zero), 1, 3, NULL,
      "[parallel] zero of the throughput runs: 1 the optimizer's state\n"
      "sharded, 2 the gradients too, 3 the parameters too (default 1)"},
@@ -388,9 +399,9 @@ static int throughput_rows(const bench_train_opts *o, const char *self)
 {
     int failures = 0;
     printf("Throughput and memory (%d steps per run; timing over steps %s; causal zigzag, fused "
-           "head, checkpoint fraction %g%s, ZeRO stage %d)\n\n",
+           "head, checkpoint fraction %g%s, ZeRO stage %d, attention kernel %s)\n\n",
            o->steps, o->steps > 1 ? "2..N" : "1", o->ckpt, o->keep_layers ? ", layers kept" : "",
-           o->zero);
+           o->zero, o->kernel);
     int on_device = strcmp(o->device, "cpu") != 0;
     print_run_header(on_device);
     fflush(stdout);
@@ -404,6 +415,7 @@ static int throughput_rows(const bench_train_opts *o, const char *self)
             for (int s = 0; s < count; s++) {
                 run cfg = {.model = o->models[m],
                            .device = o->device,
+                           .kernel = o->kernel,
                            .ranks = (int)o->ranks[p],
                            .steps = o->steps,
                            .fused = 1,
@@ -447,6 +459,7 @@ static int memory_table(const bench_train_opts *o, const char *self)
         for (int k = 0; k < 3; k++) {
             run cfg = {.model = o->mem_model,
                        .device = o->device,
+                       .kernel = o->kernel,
                        .ranks = o->mem_ranks,
                        .steps = 1,
                        .fused = f,
@@ -473,6 +486,7 @@ int bench_train(int argc, char **argv)
     bench_train_opts o = {.models = {"tiny", "small"},
                           .mem_model = "small",
                           .device = "cpu",
+                          .kernel = "auto",
                           .ranks = {1, 2},
                           .mem_seq = 8192,
                           .mem_ranks = 2,

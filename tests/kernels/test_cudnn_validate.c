@@ -6,13 +6,15 @@
  * band, sliding windows and two-sided bands, a ragged call of three sequences,
  * grouped-query heads, at head dims 64 and 128. What cuDNN documents it
  * refuses must be refused, so that a pass is no accident of a check that
- * accepts everything. Built in CUDA builds with the cuDNN frontend; skips
+ * accepts everything. And every call the engine's rings make, mapped as the
+ * ring maps them. Built in CUDA builds with the cuDNN frontend; skips
  * (77) where libcudnn cannot be loaded, since then nothing here can tell. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "kernels/cuda/cudnn_sdpa.h"
+#include "src/attn/sdpa_map.h"
 #include "tests/lib/check_main.h"
 
 static const int SMS[] = {80, 90};
@@ -68,6 +70,64 @@ START_TEST(the_ring_calls_are_accepted)
 }
 END_TEST
 
+/* Every call the engine's rings make (src/attn/sdpa_map.c over every block
+ * pair of a layout, as ring_sdpa_create maps them), for the layouts, masks
+ * and head shapes the presets train with: zigzag causal over 1, 2 and 8
+ * ranks (the double ring's pairs are the flat ring's), a causal window over
+ * contiguous blocks, full attention; MHA (16 over 16) and GQA (32 over 8) at
+ * head dims 64 and 128, 2048 tokens per rank. Each is accepted, forward and
+ * backward, for sm 80 and 90. */
+typedef struct {
+    seq_layout_kind layout;
+    int P;
+    bk_attn_mask mask;
+} engine_ring;
+
+static int validate_pairs(const engine_ring *e, int h_q, int h_kv, int d)
+{
+    seq_layout l;
+    char err[256];
+    ck_assert_int_eq(seq_layout_init(&l, e->layout, e->P, 2048 * (int64_t)e->P, err, sizeof err), 0);
+    attn_need_ctx need = {.mask = e->mask, .N = l.N};
+    int calls = 0;
+    for (int q = 0; q < e->P; q++)
+        for (int k = 0; k < e->P; k++) {
+            sdpa_calls out;
+            ck_assert_int_eq(sdpa_map_block_pair(&need, &l, q, k, h_q, h_kv, d,
+                                                 1.0f / sqrtf((float)d), &out),
+                             0);
+            ck_assert_msg(out.mapped, "pair (%d, %d) unmapped: %s", q, k, out.why);
+            for (int c = 0; c < out.n_calls; c++, calls++)
+                for (int s = 0; s < N_SMS; s++) {
+                    char why[512] = "";
+                    int verdict = bk_cudnn_sdpa_validate(&out.calls[c], 1, SMS[s], why, sizeof why);
+                    ck_assert_msg(verdict == 0, "P %d pair (%d, %d) call %d, sm %d: %d (%s)",
+                                  e->P, q, k, c, SMS[s], verdict, why);
+                }
+            sdpa_calls_free(&out);
+        }
+    return calls;
+}
+
+START_TEST(every_call_the_engine_makes_is_accepted)
+{
+    const engine_ring rings[] = {
+        {LAYOUT_ZIGZAG, 1, bk_attn_mask_causal()},
+        {LAYOUT_ZIGZAG, 2, bk_attn_mask_causal()},
+        {LAYOUT_ZIGZAG, 8, bk_attn_mask_causal()},
+        {LAYOUT_CONTIGUOUS, 4, bk_attn_mask_window(3000, 0)},
+        {LAYOUT_CONTIGUOUS, 2, bk_attn_mask_none()},
+    };
+    static const int heads[][2] = {{16, 16}, {32, 8}};
+    int calls = 0;
+    for (size_t r = 0; r < sizeof rings / sizeof rings[0]; r++)
+        for (int h = 0; h < 2; h++)
+            for (int di = 0; di < N_HEAD_DIMS; di++)
+                calls += validate_pairs(&rings[r], heads[h][0], heads[h][1], HEAD_DIMS[di]);
+    ck_assert_int_gt(calls, 0);
+}
+END_TEST
+
 /* Refused, with cuDNN's reason, for every architecture. */
 static void expect_refused(const bk_sdpa_call *c, const char *what)
 {
@@ -106,6 +166,6 @@ int main(void)
     Suite *s = suite_create("cudnn_validate");
     TCase *tc = check_tcase(s, "validate", 60);
     check_add_loop_tests(tc, 0, N_RING_CASES * N_HEAD_DIMS, the_ring_calls_are_accepted);
-    check_add_tests(tc, what_cudnn_refuses_is_refused);
+    check_add_tests(tc, what_cudnn_refuses_is_refused, every_call_the_engine_makes_is_accepted);
     return check_run(s);
 }

@@ -192,6 +192,8 @@ static void case_at(sdpa_case *k, int i)
 {
     static const bk_sdpa_seq one = {0, 40, 0, 40}, wide = {0, 24, 0, 56}, offset = {8, 24, 16, 40};
     static const bk_sdpa_seq three[3] = {{0, 16, 0, 16}, {16, 24, 20, 32}, {40, 8, 52, 8}};
+    /* a ragged call whose lowest rows are not the buffers' first */
+    static const bk_sdpa_seq offset_three[3] = {{8, 16, 4, 16}, {24, 24, 24, 32}, {52, 8, 60, 8}};
     static const struct {
         int h_q, h_kv, d;
         bk_sdpa_align align;
@@ -206,11 +208,12 @@ static void case_at(sdpa_case *k, int i)
         {2, 2, 16, BK_SDPA_TOP_LEFT, 3, 0, 1, &offset},    /* a sub-view */
         {4, 1, 32, BK_SDPA_BOTTOM_RIGHT, 0, 0, 3, three},  /* ragged causal */
         {2, 2, 32, BK_SDPA_BOTTOM_RIGHT, 2, 6, 3, three},  /* ragged band */
+        {2, 1, 32, BK_SDPA_BOTTOM_RIGHT, 0, 0, 3, offset_three}, /* ragged, offset views */
     };
     make_case(k, cases[i].h_q, cases[i].h_kv, cases[i].d,
               band(cases[i].align, cases[i].right, cases[i].left), cases[i].n_seq, cases[i].seq);
 }
-enum { N_CASES = 7 };
+enum { N_CASES = 8 };
 
 START_TEST(the_model_computes_the_reference_forward)
 {
