@@ -19,6 +19,7 @@ struct ring_sdpa {
     uint16_t *grads;        /* [n, Hq + 2 Hkv, d] bf16: a call's dQ | dK | dV */
     void *workspace;
     size_t workspace_bytes, stats_floats;
+    int borrowed; /* the buffers above are a lender's (ring_sdpa_create) */
 };
 
 int ring_sdpa_supported(const ring_sdpa_config *cfg, char *why, size_t why_len)
@@ -101,14 +102,35 @@ static ring_sdpa *make_mapped(const ring_sdpa_config *cfg)
     return rs;
 }
 
-size_t ring_sdpa_bytes(const ring_sdpa_config *cfg)
+/* The calls of cfg mapped, and the sizes of what they need. */
+static ring_sdpa *sized(const ring_sdpa_config *cfg, size_t *stats_floats, size_t *workspace)
 {
     ring_sdpa *rs = make_mapped(cfg);
-    if (!rs) return 0;
-    size_t stats_floats, workspace;
-    call_sizes(rs, &stats_floats, &workspace);
-    size_t bytes = bytes_of(rs, stats_floats, workspace);
+    if (rs) call_sizes(rs, stats_floats, workspace);
+    return rs;
+}
+
+/* Whether a lender's buffers, made for its own calls, hold those of rs. */
+static int holds(const ring_sdpa *lender, const ring_sdpa *rs, size_t stats_floats,
+                 size_t workspace)
+{
+    const ring_sdpa_config *a = &lender->cfg, *b = &rs->cfg;
+    return a->layout.n >= b->layout.n && a->h_q == b->h_q && a->h_kv == b->h_kv &&
+           a->d == b->d && lender->stats_floats >= stats_floats &&
+           lender->workspace_bytes >= workspace;
+}
+
+size_t ring_sdpa_bytes(const ring_sdpa_config *cfg, const ring_sdpa_config *lender_cfg)
+{
+    size_t stats_floats, workspace, lent_stats, lent_workspace;
+    ring_sdpa *rs = sized(cfg, &stats_floats, &workspace);
+    ring_sdpa *lender = lender_cfg ? sized(lender_cfg, &lent_stats, &lent_workspace) : NULL;
+    if (lender) lender->stats_floats = lent_stats, lender->workspace_bytes = lent_workspace;
+    size_t bytes = !rs                                              ? 0
+                   : lender && holds(lender, rs, stats_floats, workspace) ? 0
+                                                                  : bytes_of(rs, stats_floats, workspace);
     ring_sdpa_free(rs);
+    ring_sdpa_free(lender);
     return bytes;
 }
 
@@ -132,8 +154,17 @@ static int take(ring_sdpa *rs, size_t bytes, void **p)
     return bytes == 0 || bk_alloc(&rs->memory, bytes, p) == BK_OK ? 0 : -1;
 }
 
-ring_sdpa *ring_sdpa_create(const ring_sdpa_config *cfg, const bk_queue *q, char *why,
-                            size_t why_len)
+/* The lender's buffers as these calls' own. */
+static void borrow(ring_sdpa *rs, const ring_sdpa *lender)
+{
+    rs->rows = lender->rows, rs->stats = lender->stats, rs->grads = lender->grads;
+    rs->workspace = lender->workspace;
+    rs->stats_floats = lender->stats_floats, rs->workspace_bytes = lender->workspace_bytes;
+    rs->borrowed = 1;
+}
+
+ring_sdpa *ring_sdpa_create(const ring_sdpa_config *cfg, const bk_queue *q,
+                            const ring_sdpa *lender, char *why, size_t why_len)
 {
     ring_sdpa *rs = make_mapped(cfg);
     if (!rs) {
@@ -147,6 +178,10 @@ ring_sdpa *ring_sdpa_create(const ring_sdpa_config *cfg, const bk_queue *q, char
         snprintf(why, why_len, "%s", bk_kernel_error());
         ring_sdpa_free(rs);
         return NULL;
+    }
+    if (lender && holds(lender, rs, rs->stats_floats, rs->workspace_bytes)) {
+        borrow(rs, lender);
+        return rs;
     }
     const ring_sdpa_config *c = &rs->cfg;
     if (take(rs, row_bytes(c, c->h_q), (void **)&rs->rows) != 0 ||
@@ -171,7 +206,7 @@ void ring_sdpa_free(ring_sdpa *rs)
     free(rs->as_queries);
     free(rs->as_keys);
     void *bufs[4] = {rs->rows, rs->stats, rs->grads, rs->workspace};
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 4 && !rs->borrowed; k++)
         if (bufs[k]) bk_free(&rs->memory, bufs[k]);
     free(rs);
 }

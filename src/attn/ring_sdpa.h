@@ -45,12 +45,16 @@ typedef struct {
  * bk_sdpa_available's and bk_sdpa_version_usable's to say. */
 int ring_sdpa_supported(const ring_sdpa_config *cfg, char *why, size_t why_len);
 /* The bytes ring_sdpa_create takes of the queue's memory, counted before
- * making it (the workspace as the largest backward asks of it:
- * ring_sdpa_workspace_bound). */
-size_t ring_sdpa_bytes(const ring_sdpa_config *cfg);
-/* NULL with why (out of memory, a call cuDNN refuses). */
-ring_sdpa *ring_sdpa_create(const ring_sdpa_config *cfg, const bk_queue *q, char *why,
-                            size_t why_len);
+ * making it (the workspace as the fp32 dQ and delta of the largest call's
+ * rows, what cuDNN's Hopper backward keeps); 0 when the calls of lender_cfg
+ * (or NULL) lend it theirs. */
+size_t ring_sdpa_bytes(const ring_sdpa_config *cfg, const ring_sdpa_config *lender_cfg);
+/* NULL with why (out of memory, a call cuDNN refuses). With a lender (or
+ * NULL) whose buffers hold these calls, they are borrowed, not made: the two
+ * never run at once (the half-sequence recompute and the whole ring run one
+ * after the other on one queue); the lender outlives the borrower. */
+ring_sdpa *ring_sdpa_create(const ring_sdpa_config *cfg, const bk_queue *q,
+                            const ring_sdpa *lender, char *why, size_t why_len);
 void ring_sdpa_free(ring_sdpa *rs);
 
 /* The calls of (queries of q_rank, keys of k_rank), or NULL when that pair

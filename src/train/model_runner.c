@@ -310,23 +310,26 @@ static ring_sdpa_config sdpa_config(const model_runner *r, const seq_layout *lay
                               .scale = r->ring.scale};
 }
 
-static void take_sdpa_for(model_runner *r, const seq_layout *layout, ring_sdpa **out)
+static void take_sdpa_for(model_runner *r, const seq_layout *layout, ring_sdpa **out,
+                          const seq_layout *lender_layout, const ring_sdpa *lender)
 {
     ring_sdpa_config sc = sdpa_config(r, layout);
-    r->mem.sdpa += ring_sdpa_bytes(&sc);
+    ring_sdpa_config lc = lender_layout ? sdpa_config(r, lender_layout) : sc;
+    r->mem.sdpa += ring_sdpa_bytes(&sc, lender_layout ? &lc : NULL);
     if (!r->allocate || r->failed[0]) return;
     char why[256];
-    if (!(*out = ring_sdpa_create(&sc, r->cfg.queue, why, sizeof why)))
+    if (!(*out = ring_sdpa_create(&sc, r->cfg.queue, lender, why, sizeof why)))
         snprintf(r->failed, sizeof r->failed, "the SDPA calls of the ring: %s", why);
 }
 
 /* With sdpa: the calls of the rings' layouts, the main one and the half
- * ring's; the ring context then hands the main one to its passes. */
+ * ring's (which borrows the main one's buffers); the ring context then hands
+ * the main one to its passes. */
 static void take_sdpa(model_runner *r)
 {
     if (!r->cfg.sdpa) return;
-    take_sdpa_for(r, &r->fwd->layout, &r->sdpa);
-    if (r->half) take_sdpa_for(r, &r->half->layout, &r->sdpa_half);
+    take_sdpa_for(r, &r->fwd->layout, &r->sdpa, NULL, NULL);
+    if (r->half) take_sdpa_for(r, &r->half->layout, &r->sdpa_half, &r->fwd->layout, r->sdpa);
     r->ring.sdpa = r->sdpa;
 }
 
@@ -504,8 +507,8 @@ void model_runner_free(model_runner *r)
     ring_schedule_free(r->bwd);
     ring_schedule_free(r->half);
     ring_buffers_free(r->ring.buffers);
+    ring_sdpa_free(r->sdpa_half); /* the borrower first */
     ring_sdpa_free(r->sdpa);
-    ring_sdpa_free(r->sdpa_half);
     float **bufs[WORK_BUFFERS];
     int64_t counts[WORK_BUFFERS];
     work_buffers(r, bufs, counts);

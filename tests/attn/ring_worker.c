@@ -341,7 +341,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
 
     ring_sdpa_config sc = {.layout = layout, .need = pc.need, .rank = rank, .h_q = h_q,
                            .h_kv = h_kv, .d = d, .scale = scale};
-    if (o->sdpa && !(ctx.sdpa = ring_sdpa_create(&sc, &queue, err, sizeof err))) {
+    if (o->sdpa && !(ctx.sdpa = ring_sdpa_create(&sc, &queue, NULL, err, sizeof err))) {
         fprintf(stderr, "rank %d: the SDPA calls: %s\n", rank, err);
         exit(WORKER_FAILED);
     }
