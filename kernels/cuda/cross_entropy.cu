@@ -88,9 +88,13 @@ extern "C" bk_status BK_DEV_FN(cross_entropy)(const bk_queue *q, int64_t rows, i
         if (st == BK_OK) st = BK_DEV_FN(copy)(q, valid, &zero, sizeof zero, 0);
     }
     unsigned blocks = bk_blocks_for(rows);
-    if (st == BK_OK)
+    if (st == BK_OK) {
+        /* the logits and labels read; dlogits over the logits, the losses (lse) written */
+        BK_FOOTPRINT(rows * (V * sizeof(float) + sizeof(int64_t)),
+                     rows * (V + 1 + (lse != NULL)) * sizeof(float) + (valid ? sizeof *valid : 0));
         st = BK_LAUNCH(bk_cross_entropy_kernel, dim3(blocks), dim3(CE_THREADS), 0, q->stream, rows,
                        V, logits, ld, labels, ignore_index, scale, z_loss, loss, lse, valid);
+    }
     if (st == BK_OK && n_valid) {
         st = BK_DEV_FN(copy)(q, &zero, valid, sizeof zero, 1);
         *n_valid = (int64_t)zero;

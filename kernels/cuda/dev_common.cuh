@@ -46,6 +46,8 @@ bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p);
 bk_status BK_DEV_FN(host_free)(void *p);
 void BK_DEV_FN(note_piece)(const void *p, size_t bytes);
 void BK_DEV_FN(note_parts)(const void *p, size_t part_bytes, int parts);
+void BK_DEV_FN(step_begin)(int64_t step);
+void BK_DEV_FN(step_end)(void);
 /* Scratch memory ordered on q's stream (freed with scratch_free on the same
  * stream, after the kernels that use it): a piece of q->arena when the queue
  * has one (BK_ERR_NOMEM when none holds it), else the runtime's stream-ordered

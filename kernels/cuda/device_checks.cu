@@ -31,9 +31,11 @@ extern "C" bk_status BK_DEV_FN(count_outside)(const bk_queue *q, const int64_t *
     bk_status st = BK_DEV_FN(scratch)(q, sizeof *d, (void **)&d);
     if (st != BK_OK) return st;
     st = BK_DEV_FN(copy)(q, d, &h, sizeof h, 0);
-    if (st == BK_OK)
+    if (st == BK_OK) {
+        BK_FOOTPRINT(n * sizeof *v, sizeof *d);
         st = BK_LAUNCH(bk_count_outside_kernel, dim3(bk_grid_for(n, CHECK_THREADS)),
                        dim3(CHECK_THREADS), 0, q->stream, v, n, lo, hi, skip, use_skip, d);
+    }
     if (st == BK_OK) st = BK_DEV_FN(copy)(q, &h, d, sizeof h, 1);
     BK_DEV_FN(scratch_free)(q, d);
     *count = (int64_t)h;
