@@ -333,9 +333,9 @@ static inline bk_status bk_att_stats_begin(const bk_queue *q, bk_attn_stats *sta
 {
     *dev = NULL;
     if (stats == NULL) return BK_OK;
-    unsigned long long zero[3] = {0, 0, 0};
-    bk_status st = BK_DEV_FN(scratch)(q, sizeof zero, (void **)dev);
-    if (st == BK_OK) st = BK_DEV_FN(copy)(q, *dev, zero, sizeof zero, 0);
+    const size_t bytes = 3 * sizeof **dev;
+    bk_status st = BK_DEV_FN(scratch)(q, bytes, (void **)dev);
+    if (st == BK_OK) st = BK_DEV_FN(zero_async)(q, *dev, bytes);
     return st;
 }
 

@@ -82,10 +82,10 @@ extern "C" bk_status BK_DEV_FN(cross_entropy)(const bk_queue *q, int64_t rows, i
     BK_CHECK_ARG(bad == 0);
     if (n_valid) *n_valid = 0;
     if (rows == 0) return BK_OK;
-    unsigned long long *valid = NULL, zero = 0;
+    unsigned long long *valid = NULL, counted = 0;
     if (n_valid) {
         st = BK_DEV_FN(scratch)(q, sizeof *valid, (void **)&valid);
-        if (st == BK_OK) st = BK_DEV_FN(copy)(q, valid, &zero, sizeof zero, 0);
+        if (st == BK_OK) st = BK_DEV_FN(zero_async)(q, valid, sizeof *valid);
     }
     unsigned blocks = bk_blocks_for(rows);
     if (st == BK_OK) {
@@ -96,8 +96,8 @@ extern "C" bk_status BK_DEV_FN(cross_entropy)(const bk_queue *q, int64_t rows, i
                        V, logits, ld, labels, ignore_index, scale, z_loss, loss, lse, valid);
     }
     if (st == BK_OK && n_valid) {
-        st = BK_DEV_FN(copy)(q, &zero, valid, sizeof zero, 1);
-        *n_valid = (int64_t)zero;
+        st = BK_DEV_FN(copy)(q, &counted, valid, sizeof counted, 1);
+        *n_valid = (int64_t)counted;
     }
     BK_DEV_FN(scratch_free)(q, valid);
     return st;

@@ -32,6 +32,9 @@ bk_status BK_DEV_FN(malloc)(size_t bytes, void **p);
 bk_status BK_DEV_FN(free)(void *p);
 bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *src, size_t bytes, int dir);
 bk_status BK_DEV_FN(sync)(const bk_queue *q);
+/* bytes of zeros at device memory p, queued on q's stream (cudaMemsetAsync):
+ * the host does not wait, where an upload of zeros from the host would. */
+bk_status BK_DEV_FN(zero_async)(const bk_queue *q, void *p, size_t bytes);
 bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const void *src, size_t bytes,
                                 int dir);
 bk_status BK_DEV_FN(stream_create)(void **stream);

@@ -287,6 +287,26 @@ extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *s
     return st;
 }
 
+/* Queued as a kernel is (simt_stream.h), and counted as one: a GPU runs it
+ * on the stream the same way. */
+extern "C" bk_status BK_DEV_FN(zero_async)(const bk_queue *q, void *p, size_t bytes)
+{
+    bk_status st = bk_emu_runtime("cudaMemsetAsync");
+    if (st != BK_OK || bytes == 0) return st;
+    char why[400];
+    if (!in_allocation(p, bytes, bk_emu::MEM_DEVICE, "destination", why, sizeof why))
+        return bk_device_failed("cudaMemsetAsync", why);
+    bk_emu::footprint fp = {0, (int64_t)bytes, 0, 1, 0};
+    bk_emu::account_launch("cudaMemsetAsync", fp);
+    const bk_emu::access acc[1] = {{p, 1, bytes}};
+    auto zero = [p, bytes]() {
+        memset(p, 0, bytes);
+        return 0;
+    };
+    return bk_emu_ran(bk_emu::stream_launch(q->stream, "cudaMemsetAsync", acc, 1, zero),
+                      "cudaMemsetAsync");
+}
+
 extern "C" bk_status BK_DEV_FN(sync)(const bk_queue *q)
 {
     bk_status st = bk_emu_runtime("cudaStreamSynchronize");
@@ -387,6 +407,11 @@ extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *s
 extern "C" bk_status BK_DEV_FN(sync)(const bk_queue *q)
 {
     return BK_CUDA(cudaStreamSynchronize(stream_of(q)));
+}
+
+extern "C" bk_status BK_DEV_FN(zero_async)(const bk_queue *q, void *p, size_t bytes)
+{
+    return bytes ? BK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_of(q))) : BK_OK;
 }
 
 extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **p)
