@@ -10,11 +10,12 @@
 SIMT_EMU_HDRS = emu/simt/simt.h emu/simt/simt_types.h emu/simt/simt_internal.h \
 	emu/simt/simt_fiber.h emu/simt/simt_runtime.h emu/simt/simt_shared.h \
 	emu/simt/simt_warp.h emu/simt/simt_atomic.h emu/simt/simt_mma.h \
-	emu/simt/simt_stream.h emu/simt/simt_memory.h
+	emu/simt/simt_stream.h emu/simt/simt_memory.h emu/simt/simt_account.h
 noinst_LIBRARIES += libburst_kernels_emu.a
 libburst_kernels_emu_a_SOURCES = $(SIMT_EMU_HDRS) emu/simt/simt_fiber.cc \
 	emu/simt/simt_runtime.cc emu/simt/simt_shared.cc emu/simt/simt_warp.cc \
-	emu/simt/simt_mma.cc emu/simt/simt_stream.cc emu/simt/simt_memory.cc
+	emu/simt/simt_mma.cc emu/simt/simt_stream.cc emu/simt/simt_memory.cc \
+	emu/simt/simt_account.cc
 # emu/simt/select_emu.c, which makes the emulator a program's device backend,
 # is not in the library: the programs on the emulator name it among their
 # sources (tests/local.mk).

@@ -1,14 +1,31 @@
 /* device.c: device memory, streams and events for callers of the kernels
  * (kernels/device.h), forwarded to the program's device backend; without one,
- * nothing is available and every call answers BK_ERR_UNSUPPORTED. */
+ * nothing is available and every call answers BK_ERR_UNSUPPORTED. Each call
+ * that reaches the backend is noted first (bk_device_note_call, here for
+ * every entry point of kernels/), so that the emulator's account says which
+ * entry point, called from where, made the host wait. */
 #include "kernels/device_ops.h"
 
 /* The backend's function `op` called with `args`, or BK_ERR_UNSUPPORTED. */
 #define BK_FORWARD(op, args)                                                                       \
     do {                                                                                           \
         const bk_device_ops *d_ = bk_device_backend();                                             \
+        BK_DEVICE_NOTE_CALL();                                                                     \
         return d_ != NULL ? d_->op args : BK_ERR_UNSUPPORTED;                                      \
     } while (0)
+
+static _Thread_local bk_device_call t_last_call;
+
+void bk_device_note_call(const char *entry, const void *caller)
+{
+    t_last_call.entry = entry;
+    t_last_call.caller = caller;
+}
+
+bk_device_call bk_device_last_call(void)
+{
+    return t_last_call;
+}
 
 int bk_device_available(void)
 {
@@ -127,6 +144,7 @@ int bk_device_event_query(void *event)
 {
     if (event == NULL) return -(int)BK_ERR_ARG;
     const bk_device_ops *d = bk_device_backend();
+    BK_DEVICE_NOTE_CALL();
     return d != NULL ? d->event_query(event) : -(int)BK_ERR_UNSUPPORTED;
 }
 
@@ -164,4 +182,16 @@ void bk_device_note_parts(const void *p, size_t part_bytes, int parts)
 {
     const bk_device_ops *d = bk_device_backend();
     if (d != NULL) d->note_parts(p, part_bytes, parts);
+}
+
+void bk_device_step_begin(int64_t step)
+{
+    const bk_device_ops *d = bk_device_backend();
+    if (d != NULL) d->step_begin(step);
+}
+
+void bk_device_step_end(void)
+{
+    const bk_device_ops *d = bk_device_backend();
+    if (d != NULL) d->step_end();
 }

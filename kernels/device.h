@@ -81,6 +81,14 @@ void bk_device_note_piece(const void *p, size_t bytes);
  * given a pointer into a part to touch that part alone. */
 void bk_device_note_parts(const void *p, size_t part_bytes, int parts);
 
+/* The trainer's steps, for the device's account of them. On the emulator a
+ * step's beginning starts a fresh account and its end keeps it for
+ * bk_emu_account_get and, under BK_EMU_COUNT, prints it: launches, bytes,
+ * products, copies and host waits (emu/simt/simt_account.h). A GPU keeps no
+ * account (nothing to do). */
+void bk_device_step_begin(int64_t step);
+void bk_device_step_end(void);
+
 /* ---------------------------------------------------------------- streams and events */
 /* A queue's stream runs its work in order; work on different streams may
  * overlap (compute on one, copies and communication on others). An event marks

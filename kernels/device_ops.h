@@ -51,6 +51,9 @@ typedef struct bk_device_ops {
     bk_status (*host_free)(void *p);
     void (*note_piece)(const void *p, size_t bytes); /* the arena's pieces (device.h) */
     void (*note_parts)(const void *p, size_t part_bytes, int parts); /* device.h */
+    /* the steps' account (device.h) */
+    void (*step_begin)(int64_t step);
+    void (*step_end)(void);
 
     /* ops.h */
     bk_status (*gemm)(const bk_queue *q, bk_transpose ta, bk_transpose tb, int64_t m, int64_t n,
@@ -151,12 +154,27 @@ bk_status bk_gemm_bf16_cpu(const bk_queue *q, bk_transpose ta, bk_transpose tb, 
                            const uint16_t *b, int64_t ldb, float beta, void *c, bk_dtype c_type,
                            int64_t ldc);
 
+/* The entry point (bk_*) whose call reached the backend last on this thread,
+ * and the address it returns to in its caller: kept as each call begins
+ * (BK_DEVICE_DISPATCH, kernels/device.c), so that the emulator's account
+ * (emu/simt/simt_account.h) names where a host wait came from. Nothing on a
+ * GPU reads it; keeping it is two stores a call. */
+typedef struct {
+    const char *entry;
+    const void *caller;
+} bk_device_call;
+void bk_device_note_call(const char *entry, const void *caller);
+bk_device_call bk_device_last_call(void);
+/* In an entry point: notes the call (__func__ and its return address). */
+#define BK_DEVICE_NOTE_CALL() bk_device_note_call(__func__, __builtin_return_address(0))
+
 /* In an entry point, after its queue is known not to be NULL: a device queue
  * is served by the backend's function `op` called with `args`. */
 #define BK_DEVICE_DISPATCH(q, op, args)                                                            \
     do {                                                                                           \
         if ((q)->where == BK_DEVICE) {                                                             \
             const bk_device_ops *bk_dev_ = bk_device_backend();                                    \
+            BK_DEVICE_NOTE_CALL();                                                                 \
             return bk_dev_ != NULL && bk_dev_->op != NULL ? bk_dev_->op args : BK_ERR_UNSUPPORTED; \
         }                                                                                          \
     } while (0)

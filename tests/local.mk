@@ -469,6 +469,16 @@ check_PROGRAMS += tests/train/burst_emu
 tests_train_burst_emu_SOURCES = $(burst_SOURCES) emu/simt/select_emu.c
 tests_train_burst_emu_LDADD = $(EMU_ENGINE_LIBS)
 
+# The emulated device's account of a training step (emu/simt/simt_account.h):
+# a tiny step of the trainer in this process, what its account must hold, the
+# counting mode's equality with the full step, and today's budget of host
+# waits.
+check_PROGRAMS += tests/train/test_device_account
+TESTS += tests/train/test_device_account
+tests_train_test_device_account_SOURCES = tests/train/test_device_account.c emu/simt/select_emu.c
+tests_train_test_device_account_CFLAGS = $(SUITE_CFLAGS)
+tests_train_test_device_account_LDADD = $(SUITE_LIBS) $(EMU_ENGINE_LIBS)
+
 # The model runner on the emulated device against the host, on 1, 2 and 4
 # ranks (tests/train/model_device_worker); a kernel failing on the device in
 # a step reported as a device error, not as refused arguments

@@ -195,6 +195,19 @@ static bk_status check_execution(const bk_sdpa_call *c, int backward, bk_sdpa_gr
     return BK_OK;
 }
 
+/* Bytes of the bf16 tensors a fused call touches once each (the account's
+ * footprint, kernels/cuda/bk_cuda.cuh): `tensors` of Q's and K's sizes in
+ * turn (Q, K, V, then O and dO as Q), from the graph's dims. */
+static int64_t model_bytes(const bk_sdpa_graph *g, int tensors)
+{
+    int64_t q = g->q.dim[0] * g->q.dim[1] * g->q.dim[2] * g->q.dim[3] * 2;
+    int64_t k = g->k.dim[0] * g->k.dim[1] * g->k.dim[2] * g->k.dim[3] * 2;
+    const int64_t each[5] = {q, k, k, q, q};
+    int64_t sum = 0;
+    for (int t = 0; t < tensors && t < 5; t++) sum += each[t];
+    return sum;
+}
+
 /* ---------------------------------------------------------------- the reference */
 /* The calling thread's index in the grid, and the grid's threads: each
  * kernel strides its rows by them. Read through functions that are not
@@ -292,6 +305,7 @@ extern "C" bk_status bk_emu_sdpa_fwd(const bk_queue *q, const bk_sdpa_call *c, c
     if (st != BK_OK) return st;
     (void)workspace;
     int64_t rows = g.q.dim[0] * g.q.dim[1] * g.q.dim[2];
+    BK_FOOTPRINT_TILES(model_bytes(&g, 3), model_bytes(&g, 0) / 3 + rows * sizeof(float));
     return BK_LAUNCH(bk_sdpa_model_fwd_kernel, dim3(bk_grid_for(rows, MODEL_THREADS)),
                      dim3(MODEL_THREADS), 0, q->stream, g, Q, K, V, O_blk, stats,
                      planted() == PLANT_BASE2);
@@ -400,11 +414,16 @@ extern "C" bk_status bk_emu_sdpa_bwd(const bk_queue *q, const bk_sdpa_call *c, c
     int64_t q_rows = g.q.dim[0] * g.q.dim[1] * g.q.dim[2];
     int64_t k_rows = g.k.dim[0] * g.k.dim[1] * g.k.dim[2];
     dim3 block(MODEL_THREADS);
+    /* one footprint for the three launches, declared before each: the
+     * tensors a fused backward reads (Q, K, V, O, dO, Stats) and writes */
+    BK_FOOTPRINT_TILES(model_bytes(&g, 5), model_bytes(&g, 3));
     st = BK_LAUNCH(bk_sdpa_model_delta_kernel, dim3(bk_grid_for(q_rows, MODEL_THREADS)), block, 0,
                    q->stream, g, m);
+    BK_FOOTPRINT_TILES(0, 0);
     if (st == BK_OK)
         st = BK_LAUNCH(bk_sdpa_model_dq_kernel, dim3(bk_grid_for(q_rows, MODEL_THREADS)), block,
                        0, q->stream, g, m);
+    BK_FOOTPRINT_TILES(0, 0);
     if (st == BK_OK)
         st = BK_LAUNCH(bk_sdpa_model_dkv_kernel, dim3(bk_grid_for(k_rows, MODEL_THREADS)), block,
                        0, q->stream, g, m);

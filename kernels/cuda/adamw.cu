@@ -37,6 +37,9 @@ extern "C" bk_status BK_DEV_FN(adamw_step)(const bk_queue *q, int64_t n, float *
     if (n == 0) return BK_OK;
     bk_adamw_coef c =
         bk_adamw_coefs(hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, step, grad_scale);
+    /* param, grad, m, v read; param, m, v (and the bf16 copy) written */
+    BK_FOOTPRINT(4 * n * sizeof(float),
+                 3 * n * sizeof(float) + (param_bf16 ? n * sizeof(uint16_t) : 0));
     return BK_LAUNCH(bk_adamw_kernel, dim3(bk_grid_for(n, ADAMW_THREADS)), dim3(ADAMW_THREADS), 0,
                      q->stream, n, param, grad, m, v, c, param_bf16);
 }

@@ -245,11 +245,19 @@ static bk_status launch_bwd(const bk_queue *q, const bk_attn_geom *g, const void
     char name[64];
     snprintf(name, sizeof name, "bk_attn_bwd_dkdv_kernel<%d, %s>", D, type_name<T>());
     dim3 grid_kv((unsigned)((g->n_kv + ATT_ROWS - 1) / ATT_ROWS), (unsigned)g->h_kv);
+    /* both kernels read Q, K, V, dO, lse, delta and the mask's rows, and add
+     * into their gradients (read and written) */
+    int64_t inputs = 2 * bk_att_q_bytes(g, sizeof(T)) + 2 * bk_att_kv_bytes(g, sizeof(T)) +
+                     2 * bk_att_row_floats_bytes(g) + bk_att_mask_bytes(g);
+    int64_t dkdv_bytes = 2 * bk_att_kv_bytes(g, sizeof(float)),
+            dq_bytes = bk_att_q_bytes(g, sizeof(float));
+    BK_FOOTPRINT_TILES(inputs + dkdv_bytes, dkdv_bytes);
     st = BK_LAUNCH_NAMED(name, dkdv, grid_kv, dim3(ATT_THREADS), smem, q->stream, *g, Q, K, V, dO,
                          lse, delta, dK, dV, stats);
     if (st != BK_OK) return st;
     snprintf(name, sizeof name, "bk_attn_bwd_dq_kernel<%d, %s>", D, type_name<T>());
     dim3 grid_q((unsigned)((g->n_q + ATT_ROWS - 1) / ATT_ROWS), (unsigned)g->h_q);
+    BK_FOOTPRINT_TILES(inputs + dq_bytes, dq_bytes);
     return BK_LAUNCH_NAMED(name, dq, grid_q, dim3(ATT_THREADS), smem, q->stream, *g, Q, K, V, dO,
                            lse, delta, dQ);
 }

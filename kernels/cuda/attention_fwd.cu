@@ -169,6 +169,11 @@ static bk_status launch_fwd(const bk_queue *q, const bk_attn_geom *g, const void
         D == 64
             ? (sizeof(T) == 2 ? "bk_attn_fwd_kernel<64, bf16>" : "bk_attn_fwd_kernel<64, float>")
             : (sizeof(T) == 2 ? "bk_attn_fwd_kernel<128, bf16>" : "bk_attn_fwd_kernel<128, float>");
+    /* Q, K, V, the mask's rows, and O and lse, merged into in place */
+    int64_t out = bk_att_q_bytes(g, sizeof(float)) + bk_att_row_floats_bytes(g);
+    BK_FOOTPRINT_TILES(bk_att_q_bytes(g, sizeof(T)) + 2 * bk_att_kv_bytes(g, sizeof(T)) +
+                           bk_att_mask_bytes(g) + out,
+                       out);
     return BK_LAUNCH_NAMED(name, kernel, grid, dim3(ATT_THREADS), smem, q->stream, *g,
                            static_cast<const T *>(Q), static_cast<const T *>(K),
                            static_cast<const T *>(V), O, lse, stats);

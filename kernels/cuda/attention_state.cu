@@ -78,6 +78,7 @@ extern "C" bk_status BK_DEV_FN(attn_fwd_init)(const bk_queue *q, int64_t n_q, in
     BK_DEV_PTRS(O, lse);
     if (n_q == 0) return BK_OK;
     int64_t rh = n_q * h_q;
+    BK_FOOTPRINT(0, rh * (d + 1) * sizeof(float)); /* O and lse */
     return BK_LAUNCH(bk_attn_init_kernel, dim3(warp_blocks(rh)), dim3(STATE_THREADS), 0, q->stream,
                      rh, d, O, lse);
 }
@@ -90,6 +91,7 @@ extern "C" bk_status BK_DEV_FN(attn_fwd_finalize)(const bk_queue *q, int64_t n_q
     BK_DEV_PTRS(O, lse);
     if (n_q == 0) return BK_OK;
     int64_t rh = n_q * h_q;
+    BK_FOOTPRINT(rh * (d + 1) * sizeof(float), rh * d * sizeof(float));
     return BK_LAUNCH(bk_attn_finalize_kernel, dim3(warp_blocks(rh)), dim3(STATE_THREADS), 0,
                      q->stream, rh, d, O, lse);
 }
@@ -102,6 +104,7 @@ extern "C" bk_status BK_DEV_FN(attn_delta)(const bk_queue *q, int64_t n_q, int h
     BK_DEV_PTRS(dO, O, delta);
     if (n_q == 0) return BK_OK;
     int64_t rh = n_q * h_q;
+    BK_FOOTPRINT(2 * rh * d * sizeof(float), rh * sizeof(float));
     return BK_LAUNCH(bk_attn_delta_kernel, dim3(warp_blocks(rh)), dim3(STATE_THREADS), 0, q->stream,
                      rh, d, dO, O, delta);
 }
@@ -114,6 +117,8 @@ extern "C" bk_status BK_DEV_FN(attn_merge)(const bk_queue *q, int64_t n_q, int h
     BK_DEV_PTRS(O, lse, O_blk, lse_blk);
     if (n_q == 0) return BK_OK;
     int64_t rh = n_q * h_q;
+    /* O, lse and the block's O, lse read; O, lse written */
+    BK_FOOTPRINT(2 * rh * (d + 1) * sizeof(float), rh * (d + 1) * sizeof(float));
     return BK_LAUNCH(bk_attn_merge_kernel, dim3(warp_blocks(rh)), dim3(STATE_THREADS), 0, q->stream,
                      rh, d, O, lse, O_blk, lse_blk);
 }

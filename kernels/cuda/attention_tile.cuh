@@ -264,6 +264,29 @@ static inline bk_status bk_att_allow_smem(const void *kernel, size_t bytes)
     return bytes <= 48 * 1024 ? BK_OK : bk_allow_dynamic_smem(kernel, bytes);
 }
 
+/* For the footprints (BK_FOOTPRINT): the bytes of the query side's rows (Q,
+ * dO, O, dQ: n_q rows of h_q heads) and of the key side's (K, V, dK, dV: n_kv
+ * rows of h_kv heads) of elem-byte elements, of the per-row floats (lse,
+ * delta), and of the positions and document ids the mask reads. */
+static inline int64_t bk_att_q_bytes(const bk_attn_geom *g, size_t elem)
+{
+    return g->n_q * g->h_q * (int64_t)g->d * (int64_t)elem;
+}
+static inline int64_t bk_att_kv_bytes(const bk_attn_geom *g, size_t elem)
+{
+    return g->n_kv * g->h_kv * (int64_t)g->d * (int64_t)elem;
+}
+static inline int64_t bk_att_row_floats_bytes(const bk_attn_geom *g)
+{
+    return g->n_q * g->h_q * (int64_t)sizeof(float);
+}
+static inline int64_t bk_att_mask_bytes(const bk_attn_geom *g)
+{
+    int64_t rows = g->n_q + g->n_kv;
+    int64_t seg = (g->mask.flags & BK_ATTN_DOCUMENT) ? (int64_t)sizeof(int32_t) : 0;
+    return rows * ((g->q_pos ? (int64_t)sizeof(int64_t) : 0) + seg);
+}
+
 /* The checks of bk_attn_check_geom (kernels/cpu/attention_mask.c), plus what
  * the device kernels need: d <= 128, buffers aligned to 16 bytes. */
 extern "C" bk_status bk_attn_check_geom(const bk_queue *q, const bk_attn_geom *g);
@@ -310,9 +333,9 @@ static inline bk_status bk_att_stats_begin(const bk_queue *q, bk_attn_stats *sta
 {
     *dev = NULL;
     if (stats == NULL) return BK_OK;
-    unsigned long long zero[3] = {0, 0, 0};
-    bk_status st = BK_DEV_FN(scratch)(q, sizeof zero, (void **)dev);
-    if (st == BK_OK) st = BK_DEV_FN(copy)(q, *dev, zero, sizeof zero, 0);
+    const size_t bytes = 3 * sizeof **dev;
+    bk_status st = BK_DEV_FN(scratch)(q, bytes, (void **)dev);
+    if (st == BK_OK) st = BK_DEV_FN(zero_async)(q, *dev, bytes);
     return st;
 }
 

@@ -9,6 +9,9 @@
  *                       launch's message kept for bk_kernel_error)
  *   BK_LAUNCH_NAMED(name, k, ...)  the same, k a pointer to a kernel (a template
  *                       instance), name what the emulator's messages call it
+ *   BK_FOOTPRINT(read, written), BK_FOOTPRINT_TILES(read, written)
+ *                       the bytes of global memory the next launch reads and
+ *                       writes, for the emulator's account (nothing under nvcc)
  *   bk_allow_dynamic_smem(kernel, bytes)
  *                       cudaFuncSetAttribute(MaxDynamicSharedMemorySize), which
  *                       a launch with over 48 KiB of it needs (the emulator too)
@@ -37,6 +40,7 @@
 
 #ifdef BK_EMULATOR
 #include "emu/simt/simt.h"
+#include "emu/simt/simt_account.h"
 #include "emu/simt/simt_stream.h"
 #else
 #include <cuda_runtime.h>
@@ -72,6 +76,13 @@ static inline bk_status bk_launch_status(int rc)
 {
     return bk_emu_ran(rc, "kernel launch");
 }
+/* A host wait of the kind for the account (emu/simt/simt_account.h), in the
+ * entry point the call came through (bk_device_last_call). */
+static inline void bk_emu_note_wait(bk_emu_wait_kind kind)
+{
+    bk_device_call c = bk_device_last_call();
+    bk_emu::account_wait(kind, c.entry, c.caller);
+}
 /* Launches kernel with args converted once to its parameters' types, after
  * checking that every pointer among them is device memory
  * (bk_emu::check_kernel_arguments) and the launch's configuration: at once,
@@ -81,12 +92,16 @@ template <class... P, class... A>
 static inline int bk_emu_launch_kernel(const char *name, void (*kernel)(P...), dim3 grid,
                                        dim3 block, size_t smem, void *stream, A &&...args)
 {
+    bk_emu::footprint fp = bk_emu::take_footprint();
     std::tuple<typename std::decay<P>::type...> params(std::forward<A>(args)...);
     if (bk_emu::check_kernel_arguments(name, params) != 0) return -2;
     const void *id = reinterpret_cast<const void *>(kernel);
     if (bk_emu::check_launch_config(name, id, grid, block, smem) != 0) return -2;
     std::vector<bk_emu::access> acc = bk_emu::accesses_of(params);
+    bk_emu::account_launch(name, fp);
+    int run = !(fp.arithmetic && bk_emu_account_skipping()); /* BK_EMU_COUNT=skip */
     return bk_emu::stream_launch(stream, name, acc.data(), (int)acc.size(), [=]() {
+        if (!run) return 0;
         return bk_emu::launch(name, id, grid, block, smem, [&]() { std::apply(kernel, params); });
     });
 }
@@ -118,6 +133,24 @@ static inline bk_status bk_launch_status(void)
      bk_launch_status())
 #define BK_LAUNCH_NAMED(name, kernel, grid, block, smem, stream, ...)                              \
     ((void)(name), BK_LAUNCH(kernel, grid, block, smem, stream, __VA_ARGS__))
+#endif
+
+/* ---------------------------------------------------------------- footprints */
+/* BK_FOOTPRINT(read, written), just before a launch: the bytes of global
+ * memory it reads and writes, computed from the launcher's arguments, each
+ * operand's elements counted once (the least traffic the call needs; passes
+ * over the same data and tiles read again are not counted). The emulator's
+ * account sums them by kernel (emu/simt/simt_account.h); BK_FOOTPRINT_TILES
+ * marks a kernel of tensor-core tiles, which BK_EMU_COUNT=skip counts without
+ * running. Under nvcc they compute nothing that is kept. */
+#ifdef BK_EMULATOR
+#define BK_FOOTPRINT(read, written)                                                                \
+    bk_emu::declare_footprint((int64_t)(read), (int64_t)(written), 0, 0)
+#define BK_FOOTPRINT_TILES(read, written)                                                          \
+    bk_emu::declare_footprint((int64_t)(read), (int64_t)(written), 0, 1)
+#else
+#define BK_FOOTPRINT(read, written)       ((void)(read), (void)(written))
+#define BK_FOOTPRINT_TILES(read, written) ((void)(read), (void)(written))
 #endif
 
 /* ---------------------------------------------------------------- kernel attributes */

@@ -82,18 +82,22 @@ extern "C" bk_status BK_DEV_FN(cross_entropy)(const bk_queue *q, int64_t rows, i
     BK_CHECK_ARG(bad == 0);
     if (n_valid) *n_valid = 0;
     if (rows == 0) return BK_OK;
-    unsigned long long *valid = NULL, zero = 0;
+    unsigned long long *valid = NULL, counted = 0;
     if (n_valid) {
         st = BK_DEV_FN(scratch)(q, sizeof *valid, (void **)&valid);
-        if (st == BK_OK) st = BK_DEV_FN(copy)(q, valid, &zero, sizeof zero, 0);
+        if (st == BK_OK) st = BK_DEV_FN(zero_async)(q, valid, sizeof *valid);
     }
     unsigned blocks = bk_blocks_for(rows);
-    if (st == BK_OK)
+    if (st == BK_OK) {
+        /* the logits and labels read; dlogits over the logits, the losses (lse) written */
+        BK_FOOTPRINT(rows * (V * sizeof(float) + sizeof(int64_t)),
+                     rows * (V + 1 + (lse != NULL)) * sizeof(float) + (valid ? sizeof *valid : 0));
         st = BK_LAUNCH(bk_cross_entropy_kernel, dim3(blocks), dim3(CE_THREADS), 0, q->stream, rows,
                        V, logits, ld, labels, ignore_index, scale, z_loss, loss, lse, valid);
+    }
     if (st == BK_OK && n_valid) {
-        st = BK_DEV_FN(copy)(q, &zero, valid, sizeof zero, 1);
-        *n_valid = (int64_t)zero;
+        st = BK_DEV_FN(copy)(q, &counted, valid, sizeof counted, 1);
+        *n_valid = (int64_t)counted;
     }
     BK_DEV_FN(scratch_free)(q, valid);
     return st;

@@ -32,6 +32,9 @@ bk_status BK_DEV_FN(malloc)(size_t bytes, void **p);
 bk_status BK_DEV_FN(free)(void *p);
 bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *src, size_t bytes, int dir);
 bk_status BK_DEV_FN(sync)(const bk_queue *q);
+/* bytes of zeros at device memory p, queued on q's stream (cudaMemsetAsync):
+ * the host does not wait, where an upload of zeros from the host would. */
+bk_status BK_DEV_FN(zero_async)(const bk_queue *q, void *p, size_t bytes);
 bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const void *src, size_t bytes,
                                 int dir);
 bk_status BK_DEV_FN(stream_create)(void **stream);
@@ -46,6 +49,8 @@ bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p);
 bk_status BK_DEV_FN(host_free)(void *p);
 void BK_DEV_FN(note_piece)(const void *p, size_t bytes);
 void BK_DEV_FN(note_parts)(const void *p, size_t part_bytes, int parts);
+void BK_DEV_FN(step_begin)(int64_t step);
+void BK_DEV_FN(step_end)(void);
 /* Scratch memory ordered on q's stream (freed with scratch_free on the same
  * stream, after the kernels that use it): a piece of q->arena when the queue
  * has one (BK_ERR_NOMEM when none holds it), else the runtime's stream-ordered

@@ -264,29 +264,54 @@ extern "C" bk_status BK_DEV_FN(free)(void *p)
     if (p == NULL) return BK_OK;
     char why[300];
     if (!bk_emu::runtime_owned(why, sizeof why)) return bk_device_failed("cudaFree", why);
+    bk_emu_note_wait(BK_EMU_WAIT_DEVICE);
     int ran = bk_emu::flush_all();
     if (give_back(p, "cudaFree") != 0) return BK_ERR_DEVICE;
     return bk_emu_ran(ran, "cudaFree");
 }
 
 /* Copies are queued on the stream (simt_stream.h); one to or from the host
- * then runs the queue, itself included, as the GPU's blocking copy waits. */
+ * then runs the queue, itself included, as the GPU's blocking copy waits.
+ * The account counts what the GPU's path does: nothing for 0 bytes. */
 extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *src, size_t bytes,
                                      int dir)
 {
     bk_status st = bk_emu_runtime("cudaMemcpyAsync");
     if (st == BK_OK) st = bk_emu::check_copy("cudaMemcpyAsync", dst, src, bytes, dir);
     if (st != BK_OK) return st;
+    if (bytes > 0) bk_emu::account_copy(dir, bytes);
+    if (bytes > 0 && dir != BK_COPY_DEVICE_TO_DEVICE) bk_emu_note_wait(BK_EMU_WAIT_COPY);
     st = bk_emu_ran(bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes), "cudaMemcpyAsync");
     if (st == BK_OK && dir != BK_COPY_DEVICE_TO_DEVICE)
         st = bk_emu_ran(bk_emu::stream_flush(q->stream), "cudaMemcpyAsync");
     return st;
 }
 
+/* Queued as a kernel is (simt_stream.h), and counted as one: a GPU runs it
+ * on the stream the same way. */
+extern "C" bk_status BK_DEV_FN(zero_async)(const bk_queue *q, void *p, size_t bytes)
+{
+    bk_status st = bk_emu_runtime("cudaMemsetAsync");
+    if (st != BK_OK || bytes == 0) return st;
+    char why[400];
+    if (!in_allocation(p, bytes, bk_emu::MEM_DEVICE, "destination", why, sizeof why))
+        return bk_device_failed("cudaMemsetAsync", why);
+    bk_emu::footprint fp = {0, (int64_t)bytes, 0, 1, 0};
+    bk_emu::account_launch("cudaMemsetAsync", fp);
+    const bk_emu::access acc[1] = {{p, 1, bytes}};
+    auto zero = [p, bytes]() {
+        memset(p, 0, bytes);
+        return 0;
+    };
+    return bk_emu_ran(bk_emu::stream_launch(q->stream, "cudaMemsetAsync", acc, 1, zero),
+                      "cudaMemsetAsync");
+}
+
 extern "C" bk_status BK_DEV_FN(sync)(const bk_queue *q)
 {
     bk_status st = bk_emu_runtime("cudaStreamSynchronize");
     if (st != BK_OK) return st;
+    bk_emu_note_wait(BK_EMU_WAIT_STREAM);
     st = bk_emu_ran(bk_emu::stream_flush(q->stream), "cudaStreamSynchronize");
     if (st != BK_OK) return st;
     return bk_emu::red_zones_intact("cudaStreamSynchronize") == 0 ? BK_OK : BK_ERR_DEVICE;
@@ -382,6 +407,11 @@ extern "C" bk_status BK_DEV_FN(copy)(const bk_queue *q, void *dst, const void *s
 extern "C" bk_status BK_DEV_FN(sync)(const bk_queue *q)
 {
     return BK_CUDA(cudaStreamSynchronize(stream_of(q)));
+}
+
+extern "C" bk_status BK_DEV_FN(zero_async)(const bk_queue *q, void *p, size_t bytes)
+{
+    return bytes ? BK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_of(q))) : BK_OK;
 }
 
 extern "C" bk_status BK_DEV_FN(scratch)(const bk_queue *q, size_t bytes, void **p)

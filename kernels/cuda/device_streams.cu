@@ -35,6 +35,7 @@ extern "C" bk_status BK_DEV_FN(copy_async)(const bk_queue *q, void *dst, const v
         return bk_device_failed("cudaMemcpyAsync", "the host buffer is pageable memory (not from "
                                                    "bk_host_pinned_malloc): the copy would run "
                                                    "synchronously");
+    if (bytes > 0) bk_emu::account_copy(dir, bytes);
     return bk_emu_ran(bk_emu::stream_enqueue_copy(q->stream, dst, src, bytes), "cudaMemcpyAsync");
 }
 
@@ -81,6 +82,7 @@ extern "C" bk_status BK_DEV_FN(stream_wait_event)(const bk_queue *q, void *event
 
 extern "C" bk_status BK_DEV_FN(event_sync)(void *event)
 {
+    bk_emu_note_wait(BK_EMU_WAIT_EVENT);
     bk_status st = bk_emu_ran(bk_emu::event_flush(event), "cudaEventSynchronize");
     if (st != BK_OK) return st;
     return bk_emu::red_zones_intact("cudaEventSynchronize") == 0 ? BK_OK : BK_ERR_DEVICE;
@@ -88,6 +90,7 @@ extern "C" bk_status BK_DEV_FN(event_sync)(void *event)
 
 extern "C" int BK_DEV_FN(event_query)(void *event)
 {
+    bk_emu_note_wait(BK_EMU_WAIT_QUERY);
     int done = bk_emu::event_query(event);
     return done >= 0 ? done : -(int)bk_emu_ran(-1, "cudaEventQuery");
 }
@@ -106,6 +109,7 @@ extern "C" bk_status BK_DEV_FN(host_malloc)(size_t bytes, void **p)
 extern "C" bk_status BK_DEV_FN(host_free)(void *p)
 {
     if (p == NULL) return BK_OK;
+    bk_emu_note_wait(BK_EMU_WAIT_DEVICE);
     int ran = bk_emu::flush_all();
     char why[400];
     if (bk_emu::memory_free(p, bk_emu::MEM_PINNED_HOST, why, sizeof why) != 0)
@@ -121,6 +125,17 @@ extern "C" void BK_DEV_FN(note_piece)(const void *p, size_t bytes)
 extern "C" void BK_DEV_FN(note_parts)(const void *p, size_t part_bytes, int parts)
 {
     bk_emu::note_parts(p, part_bytes, parts);
+}
+
+/* The steps' account (emu/simt/simt_account.h). */
+extern "C" void BK_DEV_FN(step_begin)(int64_t step)
+{
+    bk_emu_account_reset(step);
+}
+
+extern "C" void BK_DEV_FN(step_end)(void)
+{
+    bk_emu_account_close();
 }
 
 #else /* CUDA */
@@ -215,5 +230,13 @@ extern "C" void BK_DEV_FN(note_parts)(const void *p, size_t part_bytes, int part
 {
     (void)p, (void)part_bytes, (void)parts;
 }
+
+/* A GPU keeps no account of the steps (its profiler is the place). */
+extern "C" void BK_DEV_FN(step_begin)(int64_t step)
+{
+    (void)step;
+}
+
+extern "C" void BK_DEV_FN(step_end)(void) {}
 
 #endif

@@ -38,6 +38,8 @@ extern "C" const bk_device_ops BK_DEV_FN(ops) = {
     BK_DEV_FN(host_free),
     BK_DEV_FN(note_piece),
     BK_DEV_FN(note_parts),
+    BK_DEV_FN(step_begin),
+    BK_DEV_FN(step_end),
     BK_DEV_FN(gemm),
     BK_DEV_FN(gemm_bf16),
     BK_DEV_FN(rmsnorm_fwd),

@@ -64,6 +64,7 @@ extern "C" bk_status BK_DEV_FN(embedding_gather)(const bk_queue *q, int64_t n, i
     bk_status st = check_tokens(q, n, V, tokens);
     if (st != BK_OK) return st;
     unsigned blocks = bk_blocks_for(n);
+    BK_FOOTPRINT(n * (sizeof *tokens + D * sizeof(float)), n * D * sizeof(float)); /* rows */
     return BK_LAUNCH(bk_embedding_gather_kernel, dim3(blocks), dim3(EMB_THREADS), 0, q->stream, n,
                      D, tokens, table, out);
 }
@@ -80,6 +81,8 @@ extern "C" bk_status BK_DEV_FN(embedding_scatter_add)(const bk_queue *q, int64_t
     if (st != BK_OK) return st;
     int64_t owners = V < EMB_MAX_OWNERS ? V : EMB_MAX_OWNERS;
     unsigned blocks = (unsigned)((owners * 32 + EMB_THREADS - 1) / EMB_THREADS);
+    /* the tokens, dout and the table's rows they name read; those rows written */
+    BK_FOOTPRINT(n * (sizeof *tokens + 2 * D * sizeof(float)), n * D * sizeof(float));
     return BK_LAUNCH(bk_embedding_scatter_kernel, dim3(blocks), dim3(EMB_THREADS), 0, q->stream, n,
                      D, tokens, dout, dtable, owners);
 }

@@ -270,6 +270,31 @@ static bk_status lt_compute(const lt_desc *d)
                             d->c_type, d->c.ld);
 }
 
+/* The product's footprint for the account (emu/simt/simt_account.h): A and
+ * B read, C read too when beta is not 0, C written; 2 m n k FLOPs. */
+static bk_emu::footprint lt_footprint(const lt_desc *d)
+{
+    int64_t ab = (int64_t)dtype_bytes(d->ab_type), cb = (int64_t)dtype_bytes(d->c_type);
+    int64_t c = d->c.rows * d->c.cols * cb;
+    bk_emu::footprint fp = {};
+    fp.read_bytes = (d->c.rows + d->c.cols) * d->k * ab + (d->beta != 0.0f ? c : 0);
+    fp.written_bytes = c;
+    fp.flops = 2 * d->c.rows * d->c.cols * d->k;
+    fp.declared = fp.arithmetic = 1;
+    return fp;
+}
+
+/* What BK_EMU_COUNT=skip leaves of a product not computed: C = beta C + 0,
+ * so zeros when beta is 0 and C as it was otherwise (finite either way). */
+static void lt_skip(const lt_desc *d)
+{
+    if (d->beta != 0.0f) return;
+    size_t cb = dtype_bytes(d->c_type);
+    for (int64_t j = 0; j < d->c.cols; j++) /* column-major: a column is contiguous */
+        memset(static_cast<char *>(d->c_ptr) + (size_t)(j * d->c.ld) * cb, 0,
+               (size_t)d->c.rows * cb);
+}
+
 /* Runs the description in its stream's order, as cuBLASLt does: after what
  * the stream holds, or queued on it (bk_emu::streams_deferred). */
 static bk_status lt_try(const bk_queue *q, const lt_desc *d)
@@ -280,8 +305,14 @@ static bk_status lt_try(const bk_queue *q, const lt_desc *d)
     const char *why = lt_model_refuses(d);
     if (why) return bk_device_failed("cublasLtMatmul", why);
     const bk_emu::access acc[3] = {{d->first_ptr, 0, 0}, {d->second_ptr, 0, 0}, {d->c_ptr, 1, 0}};
+    bk_emu::account_launch("cublasLtMatmul", lt_footprint(d));
     lt_desc product = *d;
-    auto work = [product]() {
+    int skip = bk_emu_account_skipping();
+    auto work = [product, skip]() {
+        if (skip) {
+            lt_skip(&product);
+            return 0;
+        }
         return lt_compute(&product) == BK_OK
                    ? 0
                    : bk_emu::refuse_launch("cublasLtMatmul", bk_kernel_error());

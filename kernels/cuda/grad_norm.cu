@@ -76,13 +76,16 @@ extern "C" bk_status BK_DEV_FN(grad_sqnorm)(const bk_queue *q, int n_bufs, const
         int64_t nb = n_blocks(counts[b]);
         if (nb == 0) continue;
         unsigned grid = bk_blocks_for(nb);
+        BK_FOOTPRINT(counts[b] * sizeof(float), nb * sizeof(double));
         st = BK_LAUNCH(bk_sqnorm_blocks_kernel, dim3(grid), dim3(SQN_THREADS), 0, q->stream,
                        bufs[b], counts[b], nb, part + off);
         off += nb;
     }
-    if (st == BK_OK)
+    if (st == BK_OK) {
+        BK_FOOTPRINT(total * sizeof(double), sizeof(double));
         st = BK_LAUNCH(bk_sqnorm_total_kernel, dim3(1), dim3(SQN_THREADS), 0, q->stream, total,
                        part, part + total);
+    }
     if (st == BK_OK) st = BK_DEV_FN(copy)(q, sqnorm, part + total, sizeof(double), 1);
     BK_DEV_FN(scratch_free)(q, part);
     return st;
@@ -93,6 +96,7 @@ extern "C" bk_status BK_DEV_FN(scale)(const bk_queue *q, int64_t n, float *x, fl
     BK_CHECK_ARG(n >= 0 && x != NULL);
     BK_DEV_PTRS(x);
     if (n == 0) return BK_OK;
+    BK_FOOTPRINT(n * sizeof(float), n * sizeof(float));
     return BK_LAUNCH(bk_scale_kernel, dim3(bk_grid_for(n, SQN_THREADS)), dim3(SQN_THREADS), 0,
                      q->stream, n, x, alpha);
 }

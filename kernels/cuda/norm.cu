@@ -90,6 +90,7 @@ extern "C" bk_status BK_DEV_FN(rmsnorm_fwd)(const bk_queue *q, int64_t n, int64_
     BK_CHECK_ARG(eps >= 0.0f);
     BK_DEV_PTRS(x, w, y, rstd);
     if (n == 0) return BK_OK;
+    BK_FOOTPRINT((n + 1) * d * sizeof(float), (n * d + (rstd ? n : 0)) * sizeof(float));
     return BK_LAUNCH(bk_rmsnorm_fwd_kernel, dim3(row_blocks(n)), dim3(NORM_THREADS), 0, q->stream,
                      n, d, x, w, eps, y, rstd);
 }
@@ -117,17 +118,23 @@ static bk_status rmsnorm_dw(const bk_queue *q, int64_t n, int64_t d, const float
 {
     int64_t chunk, chunks = dw_chunks(n, &chunk);
     unsigned cols = (unsigned)((d + NORM_COL_THREADS - 1) / NORM_COL_THREADS);
-    if (chunks == 1)
+    int64_t rows_read = (2 * n * d + n) * sizeof(float); /* x, dy, rstd */
+    if (chunks == 1) {
+        BK_FOOTPRINT(rows_read + d * sizeof(float), d * sizeof(float)); /* dw += */
         return BK_LAUNCH(bk_rmsnorm_dw_chunk_kernel, dim3(cols, 1), dim3(NORM_COL_THREADS), 0,
                          q->stream, n, d, chunk, x, rstd, dy, dw, 1);
+    }
     float *part = NULL;
     bk_status st = BK_DEV_FN(scratch)(q, (size_t)(chunks * d) * sizeof(float), (void **)&part);
     if (st != BK_OK) return st;
+    BK_FOOTPRINT(rows_read, chunks * d * sizeof(float));
     st = BK_LAUNCH(bk_rmsnorm_dw_chunk_kernel, dim3(cols, (unsigned)chunks), dim3(NORM_COL_THREADS),
                    0, q->stream, n, d, chunk, x, rstd, dy, part, 0);
-    if (st == BK_OK)
+    if (st == BK_OK) {
+        BK_FOOTPRINT((chunks + 1) * d * sizeof(float), d * sizeof(float)); /* dw += */
         st = BK_LAUNCH(bk_rmsnorm_dw_sum_kernel, dim3(cols), dim3(NORM_COL_THREADS), 0, q->stream,
                        chunks, d, part, dw);
+    }
     BK_DEV_FN(scratch_free)(q, part);
     return st;
 }
@@ -142,6 +149,7 @@ extern "C" bk_status BK_DEV_FN(rmsnorm_bwd)(const bk_queue *q, int64_t n, int64_
     if (n == 0) return BK_OK;
     bk_status st = rmsnorm_dw(q, n, d, x, rstd, dy, dw);
     if (st != BK_OK) return st;
+    BK_FOOTPRINT((2 * n * d + d + n) * sizeof(float), n * d * sizeof(float)); /* x, dy, w, rstd */
     return BK_LAUNCH(bk_rmsnorm_dx_kernel, dim3(row_blocks(n)), dim3(NORM_THREADS), 0, q->stream, n,
                      d, x, w, rstd, dy, dx);
 }

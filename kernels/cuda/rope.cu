@@ -45,6 +45,7 @@ extern "C" bk_status BK_DEV_FN(rope)(const bk_queue *q, int64_t n, int64_t H, in
     BK_DEV_PTRS(pos, x, out);
     if (n == 0) return BK_OK;
     unsigned blocks = bk_blocks_for(n);
+    BK_FOOTPRINT(n * (sizeof *pos + H * d * sizeof(float)), n * H * d * sizeof(float));
     return BK_LAUNCH(bk_rope_kernel, dim3(blocks), dim3(ROPE_THREADS), 0, q->stream, n, H, d, pos,
                      rope, x, out, sign);
 }

@@ -85,6 +85,9 @@ extern "C" bk_status BK_DEV_FN(attn_merge_sdpa)(const bk_queue *q, const bk_sdpa
     for (int k = 0; k < c->n_seq; k++) {
         int64_t row = c->seq[k].q_row, rh = c->seq[k].q_len * h;
         size_t at = (size_t)(row * h);
+        /* O, lse read and written; the bf16 block output and Stats read */
+        BK_FOOTPRINT(rh * (d + 1) * sizeof(float) + rh * d * 2 + rh * sizeof(float),
+                     rh * (d + 1) * sizeof(float));
         bk_status st = BK_LAUNCH(bk_attn_merge_sdpa_kernel,
                                  dim3(bk_grid_for(rh * 32, SDPA_STATE_THREADS)),
                                  dim3(SDPA_STATE_THREADS), 0, q->stream, rh, h, d, s_q,
@@ -103,6 +106,7 @@ extern "C" bk_status BK_DEV_FN(attn_pack_stats)(const bk_queue *q, const bk_sdpa
     int h = c->h_q;
     int64_t s_q = bk_sdpa_max_q(c);
     for (int k = 0; k < c->n_seq; k++) {
+        BK_FOOTPRINT(c->seq[k].q_len * h * sizeof(float), h * s_q * sizeof(float));
         bk_status st = BK_LAUNCH(bk_attn_pack_stats_kernel,
                                  dim3(bk_grid_for(h * s_q, SDPA_STATE_THREADS)),
                                  dim3(SDPA_STATE_THREADS), 0, q->stream, c->seq[k].q_len, h, s_q,
@@ -118,6 +122,7 @@ extern "C" bk_status BK_DEV_FN(add_bf16)(const bk_queue *q, int64_t n, const uin
     BK_CHECK_ARG(n >= 0 && (n == 0 || (x != NULL && y != NULL)));
     if (n == 0) return BK_OK;
     BK_DEV_PTRS(x, y);
+    BK_FOOTPRINT(n * (2 + sizeof(float)), n * sizeof(float));
     return BK_LAUNCH(bk_add_bf16_kernel, dim3(bk_grid_for(n, SDPA_STATE_THREADS)),
                      dim3(SDPA_STATE_THREADS), 0, q->stream, n, x, y);
 }
@@ -130,6 +135,7 @@ extern "C" bk_status BK_DEV_FN(attn_surrogate_o)(const bk_queue *q, int64_t n, i
     if (n == 0) return BK_OK;
     BK_DEV_PTRS(dO, delta, O);
     int64_t rh = n * h;
+    BK_FOOTPRINT(rh * d * 2 + rh * sizeof(float), rh * d * 2); /* dO, delta; O' */
     return BK_LAUNCH(bk_attn_surrogate_o_kernel, dim3(bk_grid_for(rh, SDPA_STATE_THREADS)),
                      dim3(SDPA_STATE_THREADS), 0, q->stream, rh, d, dO, delta, O);
 }

@@ -41,6 +41,7 @@ extern "C" bk_status BK_DEV_FN(swiglu_fwd)(const bk_queue *q, int64_t rows, int6
     BK_CHECK_ARG(gate != NULL && up != NULL && out != NULL);
     BK_DEV_PTRS(gate, up, out);
     if (rows * cols == 0) return BK_OK;
+    BK_FOOTPRINT(2 * rows * cols * sizeof(float), rows * cols * sizeof(float));
     return BK_LAUNCH(bk_swiglu_fwd_kernel, dim3(bk_grid_for(rows * cols, SWIGLU_THREADS)),
                      dim3(SWIGLU_THREADS), 0, q->stream, rows, cols, gate, up, ld_in, out);
 }
@@ -53,6 +54,7 @@ extern "C" bk_status BK_DEV_FN(swiglu_bwd)(const bk_queue *q, int64_t rows, int6
     BK_CHECK_ARG(gate != NULL && up != NULL && dout != NULL && dgate != NULL && dup != NULL);
     BK_DEV_PTRS(gate, up, dout, dgate, dup);
     if (rows * cols == 0) return BK_OK;
+    BK_FOOTPRINT(3 * rows * cols * sizeof(float), 2 * rows * cols * sizeof(float));
     return BK_LAUNCH(bk_swiglu_bwd_kernel, dim3(bk_grid_for(rows * cols, SWIGLU_THREADS)),
                      dim3(SWIGLU_THREADS), 0, q->stream, rows, cols, gate, up, ld_in, dout, dgate,
                      dup);

@@ -42,6 +42,7 @@ extern "C" bk_status BK_DEV_FN(fill)(const bk_queue *q, int64_t n, float *x, flo
     BK_CHECK_ARG(n >= 0 && (n == 0 || x != NULL));
     if (n == 0) return BK_OK;
     BK_DEV_PTRS(x);
+    BK_FOOTPRINT(0, n * sizeof(float));
     return BK_LAUNCH(bk_fill_kernel, dim3(bk_grid_for(n, VEC_THREADS)), dim3(VEC_THREADS), 0,
                      q->stream, n, x, value);
 }
@@ -52,6 +53,7 @@ extern "C" bk_status BK_DEV_FN(axpy)(const bk_queue *q, int64_t n, float alpha, 
     BK_CHECK_ARG(n >= 0 && (n == 0 || (x != NULL && y != NULL)));
     if (n == 0) return BK_OK;
     BK_DEV_PTRS(x, y);
+    BK_FOOTPRINT(2 * n * sizeof(float), n * sizeof(float));
     return BK_LAUNCH(bk_axpy_kernel, dim3(bk_grid_for(n, VEC_THREADS)), dim3(VEC_THREADS), 0,
                      q->stream, n, alpha, x, y);
 }
@@ -62,6 +64,7 @@ extern "C" bk_status BK_DEV_FN(round_bf16)(const bk_queue *q, int64_t n, const f
     BK_CHECK_ARG(n >= 0 && (n == 0 || (x != NULL && y != NULL)));
     if (n == 0) return BK_OK;
     BK_DEV_PTRS(x, y);
+    BK_FOOTPRINT(n * sizeof(float), n * sizeof(uint16_t));
     return BK_LAUNCH(bk_round_bf16_kernel, dim3(bk_grid_for(n, VEC_THREADS)), dim3(VEC_THREADS),
                      0, q->stream, n, x, y);
 }
@@ -72,6 +75,7 @@ extern "C" bk_status BK_DEV_FN(widen_bf16)(const bk_queue *q, int64_t n, const u
     BK_CHECK_ARG(n >= 0 && (n == 0 || (x != NULL && y != NULL)));
     if (n == 0) return BK_OK;
     BK_DEV_PTRS(x, y);
+    BK_FOOTPRINT(n * sizeof(uint16_t), n * sizeof(float));
     return BK_LAUNCH(bk_widen_bf16_kernel, dim3(bk_grid_for(n, VEC_THREADS)), dim3(VEC_THREADS), 0,
                      q->stream, n, x, y);
 }

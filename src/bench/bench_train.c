@@ -9,7 +9,10 @@
  * comes from the child's JSON-lines metrics with step 1 (warm-up: first
  * touches, page faults, plan setup) left out; memory from its final "done:"
  * line, or on a device from its last arena report (the largest peak of any
- * rank's device arena: device memory is what bounds a run there). */
+ * rank's device arena: device memory is what bounds a run there). With
+ * --count, on the emulated device (tests/train/burst_emu), each run's last
+ * step is also accounted for: launches, bytes, products, copies and host
+ * waits, read from what rank 0 prints (src/bench/bench_account.h). */
 #define _GNU_SOURCE
 #include "config.h"
 
@@ -20,6 +23,7 @@
 #include <unistd.h>
 
 #include "src/bench/bench.h"
+#include "src/bench/bench_account.h"
 #include "src/bench/relaunch.h"
 #include "src/train/config.h"
 #include "util/parse.h"
@@ -34,6 +38,7 @@
 typedef struct {
     const char *model, *device, *kernel; /* kernel: [attention] kernel */
     int ranks, steps, fused, keep_layers, zero;
+    int layers; /* [model] layers; 0: the preset's */
     long long seq;
     double ckpt;
     int ok, measured;             /* steps counted in the timing */
@@ -41,6 +46,7 @@ typedef struct {
     double exposed;               /* sum over measured steps of the exposed communication (s) */
     double zero_s;                /* sum over measured steps of ZeRO's reductions and gathers (s) */
     double peak, estimate, ratio; /* bytes; ratio = peak / estimate */
+    bench_account account;        /* rank 0's account of its last step (--count) */
 } run;
 
 /* The MFU's reference: one GPU's dense bf16 peak (TFLOP/s; 0: no MFU) and the
@@ -121,8 +127,12 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
     close(fd);
     int t = threads > 0 ? threads : (int)(sysconf(_SC_NPROCESSORS_ONLN) / cfg->ranks);
     if (t < 1) t = 1;
-    char max_seq[64] = "";
-    if (cfg->seq > 65536) snprintf(max_seq, sizeof max_seq, " --set model.max_seq=%lld", cfg->seq);
+    char model_sets[96] = "", layers[32] = ""; /* what the run changes of the preset */
+    if (cfg->layers > 0) snprintf(layers, sizeof layers, " --set model.layers=%d", cfg->layers);
+    if (cfg->seq > 65536)
+        snprintf(model_sets, sizeof model_sets, " --set model.max_seq=%lld%s", cfg->seq, layers);
+    else
+        snprintf(model_sets, sizeof model_sets, "%s", layers);
     char device[96];
     snprintf(device, sizeof device, " --set train.device=%s --set attention.kernel=%s", cfg->device,
              cfg->kernel);
@@ -133,7 +143,7 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
         "--set train.warmup_steps=1 --set train.log_every=1 --set memory.attn_kept_fraction=%g "
         "--set memory.keep_layers=%s --set memory.fused_head=%d --set parallel.zero=%d "
         "--set transport.timeout=3600 --set train.metrics=%s",
-        cfg->model, max_seq, device, cfg->seq, cfg->ranks, cfg->steps, cfg->ckpt,
+        cfg->model, model_sets, device, cfg->seq, cfg->ranks, cfg->steps, cfg->ckpt,
         cfg->keep_layers ? "true" : "false", cfg->fused, cfg->zero, metrics);
     if (!p) {
         unlink(metrics);
@@ -144,6 +154,7 @@ static int launch(const char *self, const run *cfg, run *r, int threads, int ver
     double arena[3] = {0, 0, 0}; /* on a device: peak, estimate (bytes), ratio */
     while (fgets(line, sizeof line, p)) {
         if (verbose) fputs(line, stderr);
+        bench_account_read(&r->account, line);
         char *body = bench_rank_line(line);
         const char *peak = strstr(body, "peak host memory rank 0 ");
         char pu[8], eu[8];
@@ -250,8 +261,10 @@ static int parse_models(const char *arg, char *names, size_t names_len, const ch
 typedef struct {
     const char *models[MAX_LIST], *mem_model, *device, *kernel;
     char model_names[256], mem_model_name[64];
-    long long ranks[MAX_LIST], seqs[MAX_LIST], mem_seq;
-    int n_models, n_ranks, n_seqs, steps, threads, verbose, quick, mem_ranks, keep_layers, zero;
+    long long ranks[MAX_LIST], seqs[MAX_LIST], layers[MAX_LIST], mem_seq;
+    int n_models, n_ranks, n_seqs, n_layers, steps, threads, verbose, quick, mem_ranks, keep_layers,
+        zero;
+    int count, skip_arithmetic; /* --count, --skip-arithmetic */
     double ckpt;
     mfu_ref mfu;
 } bench_train_opts;
@@ -281,6 +294,12 @@ static int set_seqs(void *o, const char *v)
 {
     bench_train_opts *b = o;
     return (b->n_seqs = parse_list(v, b->seqs, 16, 1LL << 24)) > 0 ? 0 : -1;
+}
+
+static int set_layers(void *o, const char *v)
+{
+    bench_train_opts *b = o;
+    return (b->n_layers = parse_list(v, b->layers, 1, 1024)) > 0 ? 0 : -1;
 }
 
 static int set_mem_model(void *o, const char *v)
@@ -323,6 +342,9 @@ static const bu_option options[] = {
     {"--seq", "LIST", BU_OPT_CUSTOM, 0, 0, 0, set_seqs,
      "sequence lengths in tokens, applied to every model; K suffix\n"
      "= 1024 (default: tiny 8K,16K,32K; small 8K)"},
+    {"--layers", "LIST", BU_OPT_CUSTOM, 0, 0, 0, set_layers,
+     "[model] layers of every run, in place of the presets' (default:\n"
+     "the preset's)"},
     {"--steps", "N", BU_OPT_INT, OPT(steps), 1, 1000, NULL, "steps per run (default 3)"},
     {"--mem-model", "M", BU_OPT_CUSTOM, 0, 0, 0, set_mem_model,
      "model of the memory table (default small)"},
@@ -356,6 +378,16 @@ static const bu_option options[] = {
      "sharded, 2 the gradients too, 3 the parameters too (default 1)"},
     {"--threads", "N", BU_OPT_INT, OPT(threads), 1, 1024, NULL,
      "OpenMP/BLAS threads per rank (default: online cores / P)"},
+    {"--count", NULL, BU_OPT_FLAG, OPT(count), 0, 0, NULL,
+     "on the emulated device (tests/train/burst_emu, --device cuda):\n"
+     "after the table, each run's last step accounted for on rank 0:\n"
+     "launches, bytes and GEMM FLOPs by class of kernel per token,\n"
+     "copies, host waits by call site; with two --layers, what one\n"
+     "layer adds (BK_EMU_COUNT, emu/simt/simt_account.h)"},
+    {"--skip-arithmetic", NULL, BU_OPT_FLAG, OPT(skip_arithmetic), 0, 0, NULL,
+     "with --count: the emulator counts the GEMMs and the attention\n"
+     "tiles without running them (BK_EMU_COUNT=skip; the same\n"
+     "account, in a fraction of the time; the losses mean nothing)"},
     {"--quick", NULL, BU_OPT_FLAG, OPT(quick), 0, 0, NULL,
      "tiny only, 8K, 2 steps, memory table on tiny (under a minute)"},
     {"--verbose", NULL, BU_OPT_FLAG, OPT(verbose), 0, 0, NULL,
@@ -393,8 +425,74 @@ static void usage(FILE *out)
             "x 4 bytes of logits per rank (small: 1 GiB per rank at 64K on 2 ranks).\n");
 }
 
-/* The throughput table: a row per model x rank count x length, printed as it
- * finishes. Returns the runs that failed. */
+/* The runs of the throughput table, kept for their accounts (--count). */
+typedef struct {
+    run *runs;
+    int n;
+} run_list;
+
+static void keep_run(run_list *kept, const run *r)
+{
+    run *grown = realloc(kept->runs, (size_t)(kept->n + 1) * sizeof *grown);
+    if (!grown) return; /* the account of this run is not printed */
+    kept->runs = grown;
+    kept->runs[kept->n++] = *r;
+}
+
+static void run_title(const run *r, char *buf, size_t len)
+{
+    char s[16], layers[32] = "the preset's layers";
+    if (r->layers > 0)
+        snprintf(layers, sizeof layers, "%d layer%s", r->layers, r->layers > 1 ? "s" : "");
+    snprintf(buf, len, "%s widths, %s, P=%d, %s tokens", r->model, layers, r->ranks,
+             seq_name(r->seq, s, sizeof s));
+}
+
+/* Each kept run's account, then what one layer adds: every pair of runs of
+ * the same model, P and length, from fewer layers to more. */
+static void print_accounts(const run_list *kept)
+{
+    printf("\n### The device step's account (rank 0's last step; --count)\n");
+    for (int i = 0; i < kept->n; i++) {
+        char title[128];
+        run_title(&kept->runs[i], title, sizeof title);
+        bench_account_print(&kept->runs[i].account, title,
+                            (double)kept->runs[i].seq / kept->runs[i].ranks);
+    }
+    for (int i = 0; i < kept->n; i++) {
+        const run *a = &kept->runs[i];
+        for (int j = i + 1; j < kept->n; j++) {
+            const run *b = &kept->runs[j];
+            if (strcmp(a->model, b->model) != 0 || a->ranks != b->ranks || a->seq != b->seq ||
+                a->layers <= 0 || b->layers <= a->layers)
+                continue;
+            char title[128];
+            run_title(a, title, sizeof title);
+            printf("\n%s:\n", title);
+            bench_account_print_growth(&a->account, a->layers, &b->account, b->layers,
+                                       (double)a->seq / a->ranks);
+        }
+    }
+}
+
+/* One row of the throughput table: the run of cfg, printed (and kept when
+ * counting). Returns 1 when it failed. */
+static int throughput_row(const bench_train_opts *o, const char *self, const run *cfg,
+                          run_list *kept)
+{
+    run *r = malloc(sizeof *r); /* an account is too large for the stack's comfort */
+    if (!r) return 1;
+    int failed = launch(self, cfg, r, o->threads, o->verbose) != 0;
+    print_run(r, &o->mfu);
+    fflush(stdout);
+    if (o->count) keep_run(kept, r);
+    free(r);
+    return failed;
+}
+
+/* The throughput table: a row per model x rank count x length x layers,
+ * printed as it finishes, then the accounts (--count). Returns the runs that
+ * failed. */
 static int throughput_rows(const bench_train_opts *o, const char *self)
 {
     int failures = 0;
@@ -405,30 +503,31 @@ static int throughput_rows(const bench_train_opts *o, const char *self)
     int on_device = strcmp(o->device, "cpu") != 0;
     print_run_header(on_device);
     fflush(stdout);
+    run_list kept = {NULL, 0};
+    static const long long preset_layers[] = {0};
+    const long long *layers = o->n_layers ? o->layers : preset_layers;
     for (int m = 0; m < o->n_models; m++) {
         /* Default lengths per model: the small model past 8K is opt-in (see --help). */
         static const long long tiny_default[] = {8192, 16384, 32768}, small_default[] = {8192};
         int is_tiny = strcmp(o->models[m], "tiny") == 0;
         const long long *list = o->n_seqs ? o->seqs : is_tiny ? tiny_default : small_default;
         int count = o->n_seqs ? o->n_seqs : is_tiny ? 3 : 1;
-        for (int p = 0; p < o->n_ranks; p++) {
-            for (int s = 0; s < count; s++) {
-                run cfg = {.model = o->models[m],
-                           .device = o->device,
-                           .kernel = o->kernel,
-                           .ranks = (int)o->ranks[p],
-                           .steps = o->steps,
-                           .fused = 1,
-                           .seq = list[s],
-                           .ckpt = o->ckpt,
-                           .keep_layers = o->keep_layers,
-                           .zero = o->zero};
-                run r;
-                if (launch(self, &cfg, &r, o->threads, o->verbose) != 0) failures++;
-                print_run(&r, &o->mfu);
-                fflush(stdout);
-            }
-        }
+        for (int p = 0; p < o->n_ranks; p++)
+            for (int s = 0; s < count; s++)
+                for (int l = 0; l < (o->n_layers ? o->n_layers : 1); l++) {
+                    run cfg = {.model = o->models[m],
+                               .device = o->device,
+                               .kernel = o->kernel,
+                               .ranks = (int)o->ranks[p],
+                               .steps = o->steps,
+                               .fused = 1,
+                               .seq = list[s],
+                               .ckpt = o->ckpt,
+                               .keep_layers = o->keep_layers,
+                               .zero = o->zero,
+                               .layers = (int)layers[l]};
+                    failures += throughput_row(o, self, &cfg, &kept);
+                }
     }
     printf(
         "\nfraction = achieved GFLOP/s / (P x the sgemm rate rank 0 measured in the same run%s); "
@@ -440,6 +539,8 @@ static int throughput_rows(const bench_train_opts *o, const char *self)
         on_device ? "device peak = the largest peak of any rank's device arena"
                   : "peak = rank 0's maximum resident set",
         on_device ? " of the parts on the device" : "");
+    if (o->count) print_accounts(&kept);
+    free(kept.runs);
     return failures;
 }
 
@@ -509,6 +610,13 @@ int bench_train(int argc, char **argv)
         o.mem_model = "tiny";
     }
 
+    if (o.skip_arithmetic && !o.count) {
+        fprintf(stderr, "burst bench train: --skip-arithmetic needs --count\n");
+        return EXIT_USAGE;
+    }
+    /* the ranks' emulated device prints its account of every step (simt_account.h) */
+    if (o.count && setenv("BK_EMU_COUNT", o.skip_arithmetic ? "skip" : "1", 1) != 0)
+        return EXIT_RUN_FAILURE;
     char self[4096];
     if (bench_self_path("burst bench train", self, sizeof self) != 0) return EXIT_RUN_FAILURE;
     double t_start = bu_now();

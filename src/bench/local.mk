@@ -4,5 +4,5 @@
 burst_SOURCES += src/bench/bench.h src/bench/bench_kernels.c src/bench/bench_kernels_ops.c \
 	src/bench/bench_kernels_device.c \
 	src/bench/bench_transport.c src/bench/bench_attention.c src/bench/bench_train.c \
-	src/bench/relaunch.h src/bench/relaunch.c
+	src/bench/bench_account.h src/bench/bench_account.c src/bench/relaunch.h src/bench/relaunch.c
 EXTRA_DIST += src/bench/torch_reference.py

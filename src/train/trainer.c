@@ -605,7 +605,9 @@ int trainer_run(trainer *t)
     int status = 0;
     for (step = first; step <= c->steps && status == 0; step++) {
         double t0 = bu_now();
+        if (t->choices.on_device) bk_device_step_begin(step); /* the device's account */
         status = trainer_step(t, step, &res);
+        if (t->choices.on_device) bk_device_step_end();
         if (status != 0) break;
         double dt = bu_now() - t0;
         trainer_report_progress(t, step, first, &res, dt, bu_now() - t_start);

@@ -739,7 +739,8 @@ END_TEST
  * the emulator): a row with the device's sgemm as the reference, the exposed
  * communication, the MFU against the stated peak, and the memory of the
  * device arena (not the host's resident set, which is ten times the tiny
- * model's device parts) against the estimate of the device parts. */
+ * model's device parts) against the estimate of the device parts; with
+ * --count, rank 0's account of its step as the emulator printed it. */
 START_TEST(bench_train_runs_on_the_device)
 {
     char emu[4096];
@@ -750,7 +751,7 @@ START_TEST(bench_train_runs_on_the_device)
         emu,    "bench",     "train", "--device",      "cuda",    "--models",
         "tiny", "--ranks",   "2",     "--seq",         "64",      "--steps",
         "2",    "--mem-seq", "0",     "--peak-tflops", "0.00001", "--attn-kept-fraction",
-        "1",    NULL};
+        "1",    "--count",   NULL};
     char *env[] = {"OMP_NUM_THREADS=1", NULL};
     test_run_result r = test_run(argv, env);
     ck_assert_msg(r.exit_code == 0, "exited %d:\n%s", r.exit_code, r.out);
@@ -775,6 +776,14 @@ START_TEST(bench_train_runs_on_the_device)
      * within the rounding of the printed GFLOP/s (0.005) and MFU (0.05) */
     ck_assert_msg(fabs(mfu - 100.0 * gflops / 0.01) <= 100.0 * 0.005 / 0.01 + 0.05,
                   "MFU %g%%, %g GFLOP/s", mfu, gflops);
+    const char *account = strstr(r.out, "### The device step's account");
+    ck_assert_msg(account != NULL, "no account:\n%s", r.out);
+    const char *all = strstr(account, "| all | ");
+    double launches = 0;
+    ck_assert_msg(all && sscanf(all, "| all | %lf |", &launches) == 1 && launches > 0,
+                  "account: %.400s", account);
+    ck_assert_msg(strstr(account, "host waits ") && strstr(account, "| cublasLtMatmul | "),
+                  "account: %.400s", account);
     test_run_free(&r);
 }
 END_TEST
