@@ -51,7 +51,7 @@ int trainer_memory_part_list(const trainer_memory *m, trainer_memory_part *out)
         {{"layer workspace", "layer_workspace", r->workspace, 1}, 0},
         {{"ring buffers", "ring_buffers", r->ring, 1}, 0},
         /* [attention] kernel = cudnn: block outputs, Stats, gradients, workspace */
-        {{"SDPA calls (cuDNN)", "sdpa_calls", r->sdpa, 1}, 1},
+        {{"attention calls (cuDNN)", "attention_calls", r->sdpa, 1}, 1},
         /* with their document ids and the recall source's whole sample */
         {{"tokens", "tokens", m->tokens + m->segments + m->whole_sample, 1}, 0},
         {{"NCCL's buffers (estimated)", "nccl_buffers", m->nccl, 0}, 1},
