@@ -87,17 +87,16 @@ static bwd_pair pair_views(const ring_run *run, const bwd_home *h, const unsigne
 {
     block_floats f = sizes_of(run->s);
     size_t e = run->elem;
-    const ring_buffers *b = run->b;
     if (q_side(run)) { /* the visiting queries against the home keys */
         const float *lse = (const float *)(in + 2 * f.q * e);
         return (bwd_pair){in,  h->K,  h->V,         in + f.q * e,  lse,           lse + f.rows,
-                          acc, h->dK, h->dV,        b->block_pos,  b->home_pos,   b->block_seg,
-                          b->home_seg};
+                          acc, h->dK, h->dV,        run->block_pos, run->home_pos, run->block_seg,
+                          run->home_seg};
     }
     /* the home queries against the visiting keys */
     return (bwd_pair){h->Q,  in,           in + f.kv * e, h->dO,        h->lse,       h->delta,
-                      h->dQ, acc,          acc + f.kv,    b->home_pos,  b->block_pos, b->home_seg,
-                      b->block_seg};
+                      h->dQ, acc,          acc + f.kv,    run->home_pos, run->block_pos, run->home_seg,
+                      run->block_seg};
 }
 
 /* The home block's gradients that the chain accumulates: from acc (nothing
@@ -144,17 +143,17 @@ static bt_status backward_piece(ring_run *run, int64_t r0, int64_t rows, void *a
  * by piece; its gradients go to acc. */
 static bt_status backward_block(ring_run *run, const bwd_home *h, const ring_step *x, float *acc)
 {
-    bwd_pair p = pair_views(run, h, run->b->slot[x->slot], acc);
     ring_sdpa *sdpa = run->c->sdpa;
     const sdpa_calls *calls = q_side(run) ? ring_sdpa_pair(sdpa, x->block, run->rank)
                                           : ring_sdpa_pair(sdpa, run->rank, x->block);
+    if (!calls) BT_CHECK(ring_run_block_positions(run, x->block)); /* pair_views reads them */
+    bwd_pair p = pair_views(run, h, run->b->slot[x->slot], acc);
     double t0 = bu_now();
     if (calls)
         return ring_run_sdpa(run, t0,
                              ring_sdpa_backward(sdpa, run->c->queue, calls, p.Q, p.K, p.V, p.dO,
                                                 p.lse, q_side(run) ? p.delta : NULL, p.dQ, p.dK,
                                                 p.dV));
-    BT_CHECK(ring_run_block_positions(run, x->block));
     return ring_run_pieces(run, backward_piece, &p);
 }
 

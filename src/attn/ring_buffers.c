@@ -1,9 +1,12 @@
 /* ring_buffers.c: the working buffers of a ring (ring.h), in the memory of the
  * queue the ring computes on, and the position tables of the blocks.
  *
- * On a device the kernels read the positions (and document ids) from device
- * memory, but the layout computes them on the host: each block's table is
- * written into one of two host mirrors and uploaded on the ring's queue.
+ * The kernels read the positions from tables of every block, one per layout,
+ * made with the buffers: positions never change within a run. Under a
+ * document mask the ids change with each sample, so there each block's
+ * positions and ids are loaded as the ring reaches it: on a device the
+ * layout computes them on the host, into one of two host mirrors uploaded on
+ * the ring's queue.
  * Two mirrors, each with the event of its last upload, because an upload
  * runs when the queue reaches it: the mirror filled next must not be the one
  * a queued upload still reads. One device table suffices, since the kernels
@@ -17,8 +20,8 @@
 #include "src/attn/ring_buffers.h"
 
 /* The slots, then 4 trailing accumulators, the home accumulator, delta, 4
- * tables and the bf16 home inputs. */
-enum { N_BUFFERS = RING_N_SLOTS + 11 };
+ * tables, the bf16 home inputs and the position tables of each layout. */
+enum { N_BUFFERS = RING_N_SLOTS + 11 + RING_MAX_LAYOUTS };
 
 /* Bits of ring_buffers.used, in buffer_sizes' order. */
 enum {
@@ -51,6 +54,20 @@ int ring_buffers_serve(const ring_buffers *b, const ring_schedule *s)
     return (b->used & need) == need;
 }
 
+static int same_layout(const seq_layout *a, const seq_layout *b)
+{
+    return a->kind == b->kind && a->P == b->P && a->N == b->N;
+}
+
+/* l among the layouts b keeps position tables of (the first RING_MAX_LAYOUTS;
+ * a ring of any other loads its positions step by step). */
+static void note_layout(ring_buffers *b, const seq_layout *l)
+{
+    for (int k = 0; k < b->n_tables; k++)
+        if (same_layout(&b->table_layout[k], l)) return;
+    if (b->n_tables < RING_MAX_LAYOUTS) b->table_layout[b->n_tables++] = *l;
+}
+
 /* The capacities b needs for each of scheds[n_scheds] made with flags: the
  * largest of each, the buffers any of them uses, and the accumulators every
  * backward among them can keep in its inputs. */
@@ -69,6 +86,7 @@ static void buffer_capacities(const ring_schedule *const *scheds, int n_scheds, 
         if (s->layout.n > b->n) b->n = s->layout.n;
         if (s->layout.n * s->h_q > b->rows) b->rows = s->layout.n * s->h_q;
         if (ring_home_in_bytes(s) > b->home_in_bytes) b->home_in_bytes = ring_home_in_bytes(s);
+        note_layout(b, &s->layout);
     }
     if (!(b->used >> USED_ACC_OUT & 1)) b->lent = 0; /* no backward */
     if (!(b->used >> USED_HOME_ACC & 1)) b->home_lent = 0;
@@ -93,6 +111,8 @@ static int buffer_sizes(const ring_buffers *b, size_t sizes[N_BUFFERS])
     sizes[k++] = n * sizeof(int64_t), sizes[k++] = n * sizeof(int64_t);
     sizes[k++] = n * sizeof(int32_t), sizes[k++] = n * sizeof(int32_t);
     sizes[k++] = b->home_in_bytes;
+    for (int t = 0; t < b->n_tables; t++)
+        sizes[k++] = (size_t)b->table_layout[t].N * sizeof(int64_t); /* [P][n] */
     return k;
 }
 
@@ -127,6 +147,32 @@ static int make_device_side(ring_buffers *b)
     return 0;
 }
 
+/* Every block's positions of each layout into its table, once: on a device
+ * through a host copy, uploaded and waited for (setup, not a step). 0 or -1. */
+static int fill_tables(ring_buffers *b)
+{
+    for (int t = 0; t < b->n_tables; t++) {
+        const seq_layout *l = &b->table_layout[t];
+        int64_t *host = ring_buffers_on_device(b) ? malloc((size_t)l->N * sizeof(int64_t))
+                                                  : b->pos_table[t];
+        if (!host) return -1;
+        for (int r = 0; r < l->P; r++) seq_layout_positions(l, r, host + (size_t)r * (size_t)l->n);
+        int failed = host != b->pos_table[t] &&
+                     bk_device_upload(&b->memory, b->pos_table[t], host,
+                                      (size_t)l->N * sizeof(int64_t)) != BK_OK;
+        if (host != b->pos_table[t]) free(host);
+        if (failed) return -1;
+    }
+    return 0;
+}
+
+const int64_t *ring_buffers_table(const ring_buffers *b, const seq_layout *l, int block)
+{
+    for (int t = 0; t < b->n_tables; t++)
+        if (same_layout(&b->table_layout[t], l)) return b->pos_table[t] + (size_t)block * (size_t)l->n;
+    return NULL;
+}
+
 ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_scheds,
                                   const bk_queue *q, unsigned flags)
 {
@@ -146,7 +192,8 @@ ring_buffers *ring_buffers_create(const ring_schedule *const *scheds, int n_sche
     b->home_acc = p[k++], b->delta = p[k++];
     b->home_pos = p[k++], b->block_pos = p[k++], b->home_seg = p[k++], b->block_seg = p[k++];
     b->home_in = p[k++];
-    if (!ok || (ring_buffers_on_device(b) && make_device_side(b) != 0)) {
+    for (int t = 0; t < b->n_tables; t++) b->pos_table[t] = p[k++];
+    if (!ok || (ring_buffers_on_device(b) && make_device_side(b) != 0) || fill_tables(b) != 0) {
         ring_buffers_free(b);
         return NULL;
     }
@@ -161,6 +208,7 @@ void ring_buffers_free(ring_buffers *b)
                     b->home_seg,   b->block_seg,  b->home_in};
     for (int k = 0; k < RING_N_SLOTS; k++) bk_free(&b->memory, b->slot[k]);
     for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) bk_free(&b->memory, bufs[k]);
+    for (int t = 0; t < b->n_tables; t++) bk_free(&b->memory, b->pos_table[t]);
     for (int k = 0; k < 2; k++)
         if (b->pos_host[k]) bk_host_pinned_free(b->pos_host[k]);
     void **ev[N_EVENTS];

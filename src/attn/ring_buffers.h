@@ -21,6 +21,10 @@ static inline ring_lent_acc ring_lent(int i)
     return order[i];
 }
 
+/* Layouts one set of buffers serves (the whole sequence's, and the
+ * half-sequence recompute's). */
+enum { RING_MAX_LAYOUTS = 2 };
+
 /* Every pointer before `memory` is memory of the ring's queue. */
 struct ring_buffers {
     unsigned char *slot[RING_N_SLOTS];    /* [input_bytes] each */
@@ -30,8 +34,14 @@ struct ring_buffers {
                                             * K, V, dO that stay home, rounded,
                                             * [home_in_bytes] */
     float *delta;                          /* [n, Hq] rowsum(dO * O) */
-    int64_t *home_pos, *block_pos;         /* [n] global positions */
+    int64_t *home_pos, *block_pos;         /* [n] global positions, loaded (documents) */
     int32_t *home_seg, *block_seg;         /* [n] document ids (0 without segments) */
+    /* every block's positions of each layout the schedules have, [P][n] each,
+     * written once when the buffers are made: what a ring without documents
+     * reads, so that no step uploads or waits for them */
+    int64_t *pos_table[RING_MAX_LAYOUTS];
+    seq_layout table_layout[RING_MAX_LAYOUTS];
+    int n_tables;
     size_t input_bytes, acc_bytes;         /* capacity of a slot and of an accumulator */
     unsigned used;                         /* bit i: buffer i of slot[], acc_out[], acc_in[],
                                             * home_acc (in that order) exists: one that no
@@ -106,5 +116,8 @@ static inline int ring_buffers_on_device(const ring_buffers *b)
  * device failed. */
 int ring_buffers_load_positions(ring_buffers *b, const bk_queue *q, const seq_layout *l, int block,
                                 const int32_t *segments, int64_t *pos, int32_t *seg);
+/* block's positions [n] under layout l from the tables made with the
+ * buffers, or NULL when b has no table of l. */
+const int64_t *ring_buffers_table(const ring_buffers *b, const seq_layout *l, int block);
 
 #endif

@@ -15,8 +15,8 @@ static bt_status forward_piece(ring_run *run, int64_t r0, int64_t rows, void *ar
     const fwd_piece *p = arg;
     const ring_schedule *s = run->s;
     size_t q_row = (size_t)s->h_q * (size_t)s->d;
-    bk_attn_geom g = ring_run_geometry(run, rows, run->b->home_pos + r0, run->b->home_seg + r0,
-                                       run->b->block_pos, run->b->block_seg);
+    bk_attn_geom g = ring_run_geometry(run, rows, run->home_pos + r0, run->home_seg + r0,
+                                       run->block_pos, run->block_seg);
     bk_attn_stats ks;
     bt_status st = attn_kernel_status(ring_run_attn_fwd(
         run, &g, ring_run_at(run, p->Q, (size_t)r0 * q_row), p->K, p->V, p->O + (size_t)r0 * q_row,

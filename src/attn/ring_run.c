@@ -72,13 +72,26 @@ static bt_status drain_slot_sends(ring_run *run, int slot)
     return st;
 }
 
-bt_status ring_run_block_positions(ring_run *run, int block)
+/* block's positions and ids for the kernels: *pos into the table when the
+ * ring has no documents, else loaded into pos_buf and seg_buf. */
+static bt_status positions_of(ring_run *run, int block, int64_t *pos_buf, int32_t *seg_buf,
+                              const int64_t **pos, const int32_t **seg)
 {
     ring_buffers *b = run->b;
+    const int64_t *table = run->c->segments ? NULL : ring_buffers_table(b, &run->s->layout, block);
+    *pos = table ? table : pos_buf;
+    *seg = seg_buf; /* read only under a document mask, which loads them */
+    if (table) return BT_OK;
     return ring_buffers_load_positions(b, run->c->queue, &run->s->layout, block, run->c->segments,
-                                       b->block_pos, b->block_seg) == 0
+                                       pos_buf, seg_buf) == 0
                ? BT_OK
                : BT_ERR_SYS;
+}
+
+bt_status ring_run_block_positions(ring_run *run, int block)
+{
+    return positions_of(run, block, run->b->block_pos, run->b->block_seg, &run->block_pos,
+                        &run->block_seg);
 }
 
 bt_status ring_run_isend(ring_run *run, int peer, int channel, const void *buf, size_t bytes,
@@ -171,11 +184,8 @@ bt_status ring_run_begin(ring_run *run, const ring_exec_ctx *c, int backward,
         return BT_ERR_ARG;
     }
     run->mem = on_device ? BT_MEM_DEVICE : BT_MEM_HOST;
-    ring_buffers *b = run->b;
-    return ring_buffers_load_positions(b, c->queue, &run->s->layout, run->rank, c->segments,
-                                       b->home_pos, b->home_seg) == 0
-               ? BT_OK
-               : BT_ERR_SYS;
+    return positions_of(run, run->rank, run->b->home_pos, run->b->home_seg, &run->home_pos,
+                        &run->home_seg);
 }
 
 bt_status ring_run_finish(ring_run *run, bt_status st)

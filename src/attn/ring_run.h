@@ -52,6 +52,10 @@ typedef struct {
     float *home_acc;               /* backward: the home block's final accumulator, the
                                     * buffers' or (home_lent) the caller's dQ or [dK | dV] */
     ring_exec_stats *stats;
+    /* the positions and document ids of the home block and of the held one, as
+     * the kernels read them: the buffers' tables, or their loaded copies */
+    const int64_t *home_pos, *block_pos;
+    const int32_t *home_seg, *block_seg;
     bt_mem mem;        /* where the buffers live, for the transport */
     size_t elem;       /* bytes of a travelling input element: 4 (fp32) or 2 (bf16) */
     int ungrouped;     /* testing aid (BURST_TEST_RING_UNGROUPED=1): a step's posts each in a
@@ -103,7 +107,9 @@ bt_status ring_run_wait(ring_run *run, bt_request **req);
 /* Start of a step, as one transport group: post what arrives later, wait for
  * the held block, pass it on. */
 bt_status ring_run_begin_step(ring_run *run, const ring_step *x, int step);
-/* Positions (and document ids) of block's tokens into the block tables. */
+/* The held block's positions (and document ids): run->block_pos and
+ * block_seg point at them, from the buffers' table when there are no
+ * documents (nothing uploaded), else loaded into the block tables. */
 bt_status ring_run_block_positions(ring_run *run, int block);
 /* After queuing work on a buffer the transport touches: *used (one of the
  * buffers' *_used events) stands for it from now on. No-op on the host. */

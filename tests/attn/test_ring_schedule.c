@@ -524,8 +524,9 @@ END_TEST
 
 /* The ring's buffers are made only for what a step can touch: the slots and
  * accumulators the steps of a maskless plan (which prunes nothing) hold,
- * receive into or compute into. One rank: the home slot and one accumulator;
- * one node: never an inter-node slot. */
+ * receive into or compute into, and the positions of every block of the one
+ * layout they share. One rank: the home slot and one accumulator; one node:
+ * never an inter-node slot. */
 START_TEST(ring_buffers_make_only_what_steps_touch)
 {
     const int cases[][2] = {{1, 1}, {2, 1}, {4, 1}, {4, 2}, {8, 2}}; /* ranks, nodes */
@@ -551,6 +552,7 @@ START_TEST(ring_buffers_make_only_what_steps_touch)
         want +=
             (size_t)(acc_out[0] + acc_out[1] + acc_in[0] + acc_in[1] + home_acc) * s[1]->acc_bytes;
         want += (n * 4 + 1) * sizeof(float) + 2 * n * sizeof(int64_t) + 2 * n * sizeof(int32_t);
+        want += (size_t)s[0]->layout.N * sizeof(int64_t); /* every block's positions, one layout */
         size_t got = ring_buffers_bytes(s, 2, 0);
         ck_assert_msg(got == want, "P=%d M=%d: %zu bytes, the steps touch %zu", P, M, got, want);
         ck_assert_int_eq(slot[SLOT_INTER0] || slot[SLOT_INTER0 + 1], M > 1);

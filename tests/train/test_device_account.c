@@ -121,17 +121,17 @@ START_TEST(the_counting_mode_counts_the_same_step)
 END_TEST
 
 /* Today's host waits of a step on one rank (doc/BENCHMARKS.md has them by
- * call site): 21 at one layer, of which 6 come with the layer and grow with
- * every one: the ring's block positions uploaded and waited for at each of
- * its three calls a layer (forward, recomputed forward, backward), two
- * blocks each (src/attn/ring_buffers.c). The other 15: tokens and labels up
- * (2), the embedding's token checks (1 forward, 1 backward: their counts
- * down), the head's label check, valid count and losses (3 for its one chunk
- * here), the gradient norm (2), ZeRO's update through the transport's
- * blocking copies (4) and its stream waits (2). The checks' and the valid
- * count's zeros, set on the stream, no longer wait (25 waits before). Lower
- * these when a wait goes; never raise them. */
-enum { WAITS_AT_ONE_LAYER_TODAY = 21, WAITS_PER_LAYER_TODAY = 6 };
+ * call site): 15 at one layer, none that grows with the layers: tokens and
+ * labels up (2), the embedding's token checks (1 forward, 1 backward: their
+ * counts down), the head's label check, valid count and losses (3 for its
+ * one chunk here), the gradient norm (2), ZeRO's update through the
+ * transport's blocking copies (4) and its stream waits (2). Gone: the ring's
+ * block positions, uploaded and waited for at each of its three calls a
+ * layer (6 a layer; every block's positions are now in a table made with the
+ * ring's buffers, src/attn/ring_buffers.c), and the checks' and the valid
+ * count's zeros, set on the stream (25 waits at one layer before either).
+ * Lower these when a wait goes; never raise them. */
+enum { WAITS_AT_ONE_LAYER_TODAY = 15, WAITS_PER_LAYER_TODAY = 0 };
 
 START_TEST(host_waits_stay_within_todays_budget)
 {
