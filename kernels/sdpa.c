@@ -70,20 +70,11 @@ bk_status bk_sdpa_bwd(const bk_queue *q, const bk_sdpa_call *c, const uint16_t *
     return BK_ERR_UNSUPPORTED;
 }
 
-/* The rows of every sequence of c lie within [0, n_q). */
-static int rows_within(const bk_sdpa_call *c, int64_t n_q)
-{
-    if (c->n_seq < 1 || c->seq == NULL) return 0;
-    for (int k = 0; k < c->n_seq; k++)
-        if (c->seq[k].q_row < 0 || c->seq[k].q_len < 1 || c->seq[k].q_row + c->seq[k].q_len > n_q)
-            return 0;
-    return 1;
-}
-
 bk_status bk_attn_merge_sdpa(const bk_queue *q, const bk_sdpa_call *c, int64_t n_q, int d,
                              float *O, float *lse, const uint16_t *O_blk, const float *stats)
 {
-    BK_CHECK_ARG(q != NULL && c != NULL && d == c->d && d > 0 && c->h_q > 0 && rows_within(c, n_q));
+    BK_CHECK_ARG(q != NULL && c != NULL && d == c->d && d > 0 && c->h_q > 0 &&
+                 bk_sdpa_rows_within(c, n_q));
     BK_CHECK_ARG(O != NULL && lse != NULL && O_blk != NULL && stats != NULL);
     BK_DEVICE_DISPATCH(q, attn_merge_sdpa, (q, c, n_q, d, O, lse, O_blk, stats));
     int h = c->h_q;
@@ -103,7 +94,7 @@ bk_status bk_attn_merge_sdpa(const bk_queue *q, const bk_sdpa_call *c, int64_t n
 bk_status bk_attn_pack_stats(const bk_queue *q, const bk_sdpa_call *c, int64_t n_q,
                              const float *lse, float *stats)
 {
-    BK_CHECK_ARG(q != NULL && c != NULL && c->h_q > 0 && rows_within(c, n_q));
+    BK_CHECK_ARG(q != NULL && c != NULL && c->h_q > 0 && bk_sdpa_rows_within(c, n_q));
     BK_CHECK_ARG(lse != NULL && stats != NULL);
     BK_DEVICE_DISPATCH(q, attn_pack_stats, (q, c, n_q, lse, stats));
     int h = c->h_q;

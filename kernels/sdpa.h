@@ -97,6 +97,17 @@ static inline int64_t bk_sdpa_max_q(const bk_sdpa_call *c)
         if (c->seq[k].q_len > m) m = c->seq[k].q_len;
     return m;
 }
+/* 1 when the query rows of every sequence of c lie within [0, n_q): what the
+ * state kernels around a call check of it, on either backend. */
+static inline int bk_sdpa_rows_within(const bk_sdpa_call *c, int64_t n_q)
+{
+    if (c->n_seq < 1 || c->seq == NULL) return 0;
+    for (int k = 0; k < c->n_seq; k++)
+        if (c->seq[k].q_row < 0 || c->seq[k].q_len < 1 || c->seq[k].q_row + c->seq[k].q_len > n_q)
+            return 0;
+    return 1;
+}
+
 /* Floats of a call's Stats: n_seq h_q s_q. */
 static inline size_t bk_sdpa_stats_floats(const bk_sdpa_call *c)
 {

@@ -64,21 +64,12 @@ __global__ void bk_attn_surrogate_o_kernel(int64_t rows_heads, int d, const uint
     }
 }
 
-/* The rows of every sequence of c lie within [0, n_q). */
-static bool sequences_within(const bk_sdpa_call *c, int64_t n_q)
-{
-    if (c->n_seq < 1 || c->seq == NULL) return false;
-    for (int k = 0; k < c->n_seq; k++)
-        if (c->seq[k].q_row < 0 || c->seq[k].q_len < 1 || c->seq[k].q_row + c->seq[k].q_len > n_q)
-            return false;
-    return true;
-}
-
 extern "C" bk_status BK_DEV_FN(attn_merge_sdpa)(const bk_queue *q, const bk_sdpa_call *c,
                                                 int64_t n_q, int d, float *O, float *lse,
                                                 const uint16_t *O_blk, const float *stats)
 {
-    BK_CHECK_ARG(q != NULL && c != NULL && d == c->d && c->h_q > 0 && sequences_within(c, n_q));
+    BK_CHECK_ARG(q != NULL && c != NULL && d == c->d && c->h_q > 0 &&
+                 bk_sdpa_rows_within(c, n_q));
     BK_DEV_PTRS(O, lse, O_blk, stats);
     int h = c->h_q;
     int64_t s_q = bk_sdpa_max_q(c);
@@ -101,7 +92,7 @@ extern "C" bk_status BK_DEV_FN(attn_merge_sdpa)(const bk_queue *q, const bk_sdpa
 extern "C" bk_status BK_DEV_FN(attn_pack_stats)(const bk_queue *q, const bk_sdpa_call *c,
                                                 int64_t n_q, const float *lse, float *stats)
 {
-    BK_CHECK_ARG(q != NULL && c != NULL && c->h_q > 0 && sequences_within(c, n_q));
+    BK_CHECK_ARG(q != NULL && c != NULL && c->h_q > 0 && bk_sdpa_rows_within(c, n_q));
     BK_DEV_PTRS(lse, stats);
     int h = c->h_q;
     int64_t s_q = bk_sdpa_max_q(c);

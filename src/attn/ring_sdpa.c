@@ -54,14 +54,21 @@ static int map_pairs(ring_sdpa *rs)
     return 0;
 }
 
+/* Pair i of the 2P the rank can compute: its queries against block i's keys
+ * (i < P), then block i - P's queries against its keys. */
+static const sdpa_calls *pair_at(const ring_sdpa *rs, int i)
+{
+    int P = rs->cfg.layout.P;
+    return i < P ? &rs->as_queries[i] : &rs->as_keys[i - P];
+}
+
 /* The most Stats floats of any call; and the workspace bound of the backward
  * (the fp32 dQ and delta a call's rows need, as cuDNN's Hopper backward keeps). */
 static void call_sizes(const ring_sdpa *rs, size_t *stats_floats, size_t *workspace)
 {
     *stats_floats = *workspace = 0;
     for (int b = 0; b < 2 * rs->cfg.layout.P; b++) {
-        const sdpa_calls *p = b < rs->cfg.layout.P ? &rs->as_queries[b]
-                                                   : &rs->as_keys[b - rs->cfg.layout.P];
+        const sdpa_calls *p = pair_at(rs, b);
         for (int k = 0; p->mapped && k < p->n_calls; k++) {
             size_t s = bk_sdpa_stats_floats(&p->calls[k]);
             if (s > *stats_floats) *stats_floats = s;
@@ -139,8 +146,7 @@ static bk_status prepare_all(ring_sdpa *rs, size_t *workspace)
 {
     *workspace = 0;
     for (int b = 0; b < 2 * rs->cfg.layout.P; b++) {
-        const sdpa_calls *p = b < rs->cfg.layout.P ? &rs->as_queries[b]
-                                                   : &rs->as_keys[b - rs->cfg.layout.P];
+        const sdpa_calls *p = pair_at(rs, b);
         size_t ws = 0;
         bk_status st = p->mapped ? bk_sdpa_prepare(p->calls, p->n_calls, 1, &ws) : BK_OK;
         if (st != BK_OK) return st;
