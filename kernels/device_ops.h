@@ -94,6 +94,10 @@ typedef struct bk_device_ops {
     bk_status (*cross_entropy)(const bk_queue *q, int64_t rows, int64_t V, float *logits,
                                int64_t ld, const int64_t *labels, int64_t ignore_index, float scale,
                                float z_loss, float *loss, float *lse, int64_t *n_valid);
+    bk_status (*ce_sums_clear)(const bk_queue *q, bk_ce_sums *sums);
+    bk_status (*cross_entropy_sum)(const bk_queue *q, int64_t rows, int64_t V, float *logits,
+                                   int64_t ld, const int64_t *labels, int64_t ignore_index,
+                                   float scale, float z_loss, float *loss, bk_ce_sums *sums);
 
     /* attention.h; in_type is the type of Q, K, V and dO */
     bk_status (*attn_fwd_init)(const bk_queue *q, int64_t n_q, int h_q, int d, float *O,

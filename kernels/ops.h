@@ -170,6 +170,29 @@ bk_status bk_cross_entropy_fwd_bwd(const bk_queue *q, int64_t rows, int64_t V, f
                                    float scale, float z_loss, float *loss, float *lse,
                                    int64_t *n_valid);
 
+/* What a pass of cross-entropy calls over many chunks adds up, kept in the
+ * queue's memory so that no call waits for the device: the losses (nats, in
+ * double), the rows not ignored, and the labels outside [0, V) that are not
+ * ignore_index (their rows treated as ignored; the caller refuses the pass
+ * when it reads bad > 0). Plain integers and a double: zero bits are zero. */
+typedef struct {
+    double loss;
+    int64_t valid, bad;
+} bk_ce_sums;
+
+/* *sums = 0 in the queue's memory (on a device queued on its stream, with no
+ * wait). */
+bk_status bk_ce_sums_clear(const bk_queue *q, bk_ce_sums *sums);
+
+/* bk_cross_entropy_fwd_bwd's loss[rows] and dlogits for one chunk of a pass
+ * whose sums stay in the queue's memory: adds the chunk's losses (summed in
+ * row order in double, then added, as the host sums them) to sums->loss, its
+ * rows not ignored to sums->valid, and its bad labels to sums->bad, without
+ * waiting; a bad label's row gets loss 0 and dlogits 0. */
+bk_status bk_cross_entropy_sum(const bk_queue *q, int64_t rows, int64_t V, float *logits,
+                               int64_t ld, const int64_t *labels, int64_t ignore_index, float scale,
+                               float z_loss, float *loss, bk_ce_sums *sums);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,18 +18,20 @@ static int labels_valid(int64_t rows, int64_t V, const int64_t *labels, int64_t 
     return 1;
 }
 
-bk_status bk_cross_entropy_fwd_bwd(const bk_queue *q, int64_t rows, int64_t V, float *logits,
-                                   int64_t ld, const int64_t *labels, int64_t ignore_index,
-                                   float scale, float z_loss, float *loss, float *lse,
-                                   int64_t *n_valid)
+/* Label y of a row that counts: not ignore_index, in [0, V). */
+static int label_counts(int64_t y, int64_t V, int64_t ignore_index)
 {
-    BK_CPU_OR_DEVICE(
-        q, cross_entropy,
-        (q, rows, V, logits, ld, labels, ignore_index, scale, z_loss, loss, lse, n_valid));
-    BK_CHECK_ARG(rows >= 0 && V > 0 && ld >= V);
-    BK_CHECK_ARG(logits != NULL && labels != NULL && loss != NULL);
-    BK_CHECK_ARG(z_loss >= 0.0f);
-    BK_CHECK_ARG(labels_valid(rows, V, labels, ignore_index));
+    return y != ignore_index && y >= 0 && y < V;
+}
+
+/* The rows' losses (lse when not NULL) and dlogits in place; returns the
+ * rows that count. A row whose label does not count (ignore_index, or a bad
+ * label bk_cross_entropy_sum has counted) is zeroed without reading its
+ * logits. */
+static int64_t ce_rows(const bk_queue *q, int64_t rows, int64_t V, float *logits, int64_t ld,
+                       const int64_t *labels, int64_t ignore_index, float scale, float z_loss,
+                       float *loss, float *lse)
+{
     int nt = bk_cpu_threads(q);
     int64_t valid = 0;
 
@@ -38,7 +40,7 @@ bk_status bk_cross_entropy_fwd_bwd(const bk_queue *q, int64_t rows, int64_t V, f
     for (int64_t r = 0; r < rows; r++) {
         float *x = logits + r * ld; /* logits[r, 0:V], becomes dlogits[r, 0:V] */
         int64_t y = labels[r];
-        if (y == ignore_index) {
+        if (!label_counts(y, V, ignore_index)) {
 #pragma omp simd
             for (int64_t j = 0; j < V; j++) x[j] = 0.0f;
             loss[r] = 0.0f;
@@ -75,6 +77,50 @@ bk_status bk_cross_entropy_fwd_bwd(const bk_queue *q, int64_t rows, int64_t V, f
         loss[r] = bk_ce_loss(l, x_label, z_loss);
         if (lse) lse[r] = l;
     }
+    return valid;
+}
+
+bk_status bk_cross_entropy_fwd_bwd(const bk_queue *q, int64_t rows, int64_t V, float *logits,
+                                   int64_t ld, const int64_t *labels, int64_t ignore_index,
+                                   float scale, float z_loss, float *loss, float *lse,
+                                   int64_t *n_valid)
+{
+    BK_CPU_OR_DEVICE(
+        q, cross_entropy,
+        (q, rows, V, logits, ld, labels, ignore_index, scale, z_loss, loss, lse, n_valid));
+    BK_CHECK_ARG(rows >= 0 && V > 0 && ld >= V);
+    BK_CHECK_ARG(logits != NULL && labels != NULL && loss != NULL);
+    BK_CHECK_ARG(z_loss >= 0.0f);
+    BK_CHECK_ARG(labels_valid(rows, V, labels, ignore_index));
+    int64_t valid = ce_rows(q, rows, V, logits, ld, labels, ignore_index, scale, z_loss, loss, lse);
     if (n_valid) *n_valid = valid;
+    return BK_OK;
+}
+
+bk_status bk_ce_sums_clear(const bk_queue *q, bk_ce_sums *sums)
+{
+    BK_CPU_OR_DEVICE(q, ce_sums_clear, (q, sums));
+    BK_CHECK_ARG(sums != NULL);
+    *sums = (bk_ce_sums){0};
+    return BK_OK;
+}
+
+bk_status bk_cross_entropy_sum(const bk_queue *q, int64_t rows, int64_t V, float *logits,
+                               int64_t ld, const int64_t *labels, int64_t ignore_index, float scale,
+                               float z_loss, float *loss, bk_ce_sums *sums)
+{
+    BK_CPU_OR_DEVICE(q, cross_entropy_sum,
+                     (q, rows, V, logits, ld, labels, ignore_index, scale, z_loss, loss, sums));
+    BK_CHECK_ARG(rows >= 0 && V > 0 && ld >= V);
+    BK_CHECK_ARG(logits != NULL && labels != NULL && loss != NULL && sums != NULL);
+    BK_CHECK_ARG(z_loss >= 0.0f);
+    int64_t bad = 0;
+    for (int64_t r = 0; r < rows; r++)
+        bad += labels[r] != ignore_index && !label_counts(labels[r], V, ignore_index);
+    sums->valid += ce_rows(q, rows, V, logits, ld, labels, ignore_index, scale, z_loss, loss, NULL);
+    sums->bad += bad;
+    double s = 0.0;
+    for (int64_t r = 0; r < rows; r++) s += (double)loss[r];
+    sums->loss += s;
     return BK_OK;
 }

@@ -105,6 +105,10 @@ bk_status BK_DEV_FN(cross_entropy)(const bk_queue *q, int64_t rows, int64_t V, f
                                    int64_t ld, const int64_t *labels, int64_t ignore_index,
                                    float scale, float z_loss, float *loss, float *lse,
                                    int64_t *n_valid);
+bk_status BK_DEV_FN(ce_sums_clear)(const bk_queue *q, bk_ce_sums *sums);
+bk_status BK_DEV_FN(cross_entropy_sum)(const bk_queue *q, int64_t rows, int64_t V, float *logits,
+                                       int64_t ld, const int64_t *labels, int64_t ignore_index,
+                                       float scale, float z_loss, float *loss, bk_ce_sums *sums);
 bk_status BK_DEV_FN(attn_fwd_init)(const bk_queue *q, int64_t n_q, int h_q, int d, float *O,
                                    float *lse);
 bk_status BK_DEV_FN(attn_fwd)(const bk_queue *q, const bk_attn_geom *g, const void *Q,

@@ -57,6 +57,8 @@ extern "C" const bk_device_ops BK_DEV_FN(ops) = {
     BK_DEV_FN(round_bf16),
     BK_DEV_FN(widen_bf16),
     BK_DEV_FN(cross_entropy),
+    BK_DEV_FN(ce_sums_clear),
+    BK_DEV_FN(cross_entropy_sum),
     BK_DEV_FN(attn_fwd_init),
     BK_DEV_FN(attn_fwd),
     BK_DEV_FN(attn_fwd_finalize),

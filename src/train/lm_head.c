@@ -14,14 +14,16 @@
  * 256-byte aligned; the logits, the cross-entropy and every accumulation
  * stay fp32.
  *
- * On a device queue h, W, labels, dh, dW and the scratch are device memory;
- * each chunk's losses come back to the host for the sum (the host waits for
- * the chunk) through a buffer on the stack, LOSS_PIECE_ROWS rows at a time,
- * so that a step allocates nothing per chunk; the labels are checked by the
- * cross-entropy kernel chunk by chunk, so a bad label in a late chunk is
- * found after the earlier chunks added to dW (the trainer checks them on the
- * host before they go to the device). The unfused path is the host's slow
- * reference only, and allocates its [n, V] logits at every call. */
+ * The losses, the valid rows and the bad labels add up in a bk_ce_sums in
+ * the queue's memory (bk_cross_entropy_sum), which the caller clears before
+ * a pass and reads after it (lm_head_sums_read): on a device queue h, W,
+ * labels, dh, dW, the scratch and the sums are device memory, and no chunk
+ * waits for the device; the pass's one wait is the read. A bad label there
+ * is found when the sums are read, after the chunks added to dW (the trainer
+ * checks the labels on the host before they go to the device); on the host
+ * the labels are checked before anything is written. The unfused path is
+ * the host's slow reference only, and allocates its [n, V] logits at every
+ * call. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,14 +44,13 @@ static int labels_ok(int64_t n, int64_t V, const int64_t *labels, int64_t ignore
 /* Arguments common to both paths. */
 static bk_status check_args(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
                             int64_t V, const float *h, const void *W, const int64_t *labels,
-                            const double *loss_sum, const int64_t *n_valid)
+                            const bk_ce_sums *sums)
 {
     BK_CHECK_ARG(q != NULL && o != NULL);
     if (q->where != BK_HOST && q->where != BK_DEVICE) return BK_ERR_UNSUPPORTED;
     BK_CHECK_ARG(n >= 0 && D > 0 && V > 0);
     BK_CHECK_ARG(o->z_loss >= 0.0f);
-    BK_CHECK_ARG(h != NULL && W != NULL && labels != NULL);
-    BK_CHECK_ARG(loss_sum != NULL && n_valid != NULL);
+    BK_CHECK_ARG(h != NULL && W != NULL && labels != NULL && sums != NULL);
     BK_CHECK_ARG(q->where == BK_DEVICE || labels_ok(n, V, labels, o->ignore_index));
     return BK_OK;
 }
@@ -57,38 +58,37 @@ static bk_status check_args(const bk_queue *q, const lm_head_opts *o, int64_t n,
 /* check_args, and the gradients' buffers of the calls that write them. */
 static bk_status check_grad_args(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
                                  int64_t V, const float *h, const void *W, const int64_t *labels,
-                                 const double *loss_sum, const int64_t *n_valid, const float *dh,
-                                 const float *dW)
+                                 const bk_ce_sums *sums, const float *dh, const float *dW)
 {
     BK_CHECK_ARG(dh != NULL && dW != NULL);
-    return check_args(q, o, n, D, V, h, W, labels, loss_sum, n_valid);
+    return check_args(q, o, n, D, V, h, W, labels, sums);
 }
 
-/* Rows of device losses copied to the host at once, into a buffer on the
- * stack (4 KiB): the default chunk (1024 tokens) comes back in one copy, a
- * larger one in several, the first of which waits for the chunk's kernels. */
-enum { LOSS_PIECE_ROWS = 1024 };
-
-/* *loss_sum += loss[0] + ... + loss[rows - 1] in double, in row order
- * (ignored rows are 0); device losses are copied to the host first, piece
- * by piece, without allocating; with row_loss, each row's loss there too. */
-static bk_status add_losses(const bk_queue *q, int64_t rows, const float *loss, double *loss_sum,
-                            float *row_loss)
+bk_status lm_head_sums_read(const bk_queue *q, const bk_ce_sums *sums, double *loss_sum,
+                            int64_t *n_valid)
 {
-    float piece[LOSS_PIECE_ROWS];
-    double s = 0.0;
-    for (int64_t r0 = 0; r0 < rows; r0 += LOSS_PIECE_ROWS) {
-        int64_t n = rows - r0 < LOSS_PIECE_ROWS ? rows - r0 : LOSS_PIECE_ROWS;
-        const float *seen = loss + r0;
-        if (q->where == BK_DEVICE) {
-            bk_status st = bk_device_download(q, piece, seen, (size_t)n * sizeof(float));
-            if (st != BK_OK) return st;
-            seen = piece;
-        }
-        for (int64_t r = 0; r < n; r++) s += (double)seen[r];
-        if (row_loss) memcpy(row_loss + r0, seen, (size_t)n * sizeof(float));
+    BK_CHECK_ARG(q != NULL && sums != NULL && loss_sum != NULL && n_valid != NULL);
+    bk_ce_sums seen;
+    if (q->where == BK_DEVICE) {
+        bk_status st = bk_device_download(q, &seen, sums, sizeof seen);
+        if (st != BK_OK) return st;
+    } else {
+        seen = *sums;
     }
-    *loss_sum += s;
+    BK_CHECK_ARG(seen.bad == 0); /* a label outside [0, V) that is not ignore_index */
+    *loss_sum += seen.loss;
+    *n_valid += seen.valid;
+    return BK_OK;
+}
+
+/* row_loss [rows] (host) = the block's per-row losses loss [rows] (the
+ * queue's memory); on a device the host waits for the block. */
+static bk_status copy_row_losses(const bk_queue *q, int64_t rows, const float *loss,
+                                 float *row_loss)
+{
+    size_t bytes = (size_t)rows * sizeof(float);
+    if (q->where == BK_DEVICE) return bk_device_download(q, row_loss, loss, bytes);
+    memcpy(row_loss, loss, bytes);
     return BK_OK;
 }
 
@@ -127,13 +127,23 @@ static bk_status as_operand(const bk_queue *q, const head_weight *w, const float
     return bk_round_bf16(q, count, x, to);
 }
 
+/* Whether the block's rows are all ignored, where the host knows it without
+ * waiting (a host queue, whose sums it reads; valid_before is sums->valid
+ * before the block); on a device never, and the products run on every block
+ * (an ignored row's dlogits are 0, so it adds 0 unless its h is not finite,
+ * in which case the step's gradient norm is not finite either). */
+static int all_ignored(const bk_queue *q, const bk_ce_sums *sums, int64_t valid_before)
+{
+    return q->where == BK_HOST && sums->valid == valid_before;
+}
+
 /* One block of `rows` tokens starting at h, labels, dh: logits into `logits`
  * [rows, V], per-row losses into `loss` [rows] (and row_loss on the host when
- * given). Adds to *loss_sum, *n_valid and dW; without dh, the loss alone. */
+ * given). Adds to *sums and dW; without dh, the loss alone. */
 static bk_status head_block(const bk_queue *q, const lm_head_opts *o, int64_t rows, int64_t D,
                             int64_t V, const float *h, const head_weight *w, const int64_t *labels,
-                            float scale, double *loss_sum, int64_t *n_valid, float *dh, float *dW,
-                            float *logits, float *loss, float *row_loss)
+                            float scale, bk_ce_sums *sums, float *dh, float *dW, float *logits,
+                            float *loss, float *row_loss)
 {
     operand hx, dl;
     bk_status st = as_operand(q, w, h, rows * D, w->h16, &hx);
@@ -141,17 +151,15 @@ static bk_status head_block(const bk_queue *q, const lm_head_opts *o, int64_t ro
     if (st == BK_OK)
         st = product(q, BK_NO_TRANS, BK_TRANS, rows, V, D, hx, D, w->W, D, 0.0f, logits, V);
     if (st != BK_OK) return st;
-    int64_t valid = 0;
-    st = bk_cross_entropy_fwd_bwd(q, rows, V, logits, V, labels, o->ignore_index, scale, o->z_loss,
-                                  loss, NULL, &valid);
+    int64_t valid_before = q->where == BK_HOST ? sums->valid : 0;
+    st = bk_cross_entropy_sum(q, rows, V, logits, V, labels, o->ignore_index, scale, o->z_loss,
+                              loss, sums);
+    if (st == BK_OK && row_loss) st = copy_row_losses(q, rows, loss, row_loss);
     if (st != BK_OK) return st;
-    st = add_losses(q, rows, loss, loss_sum, row_loss);
-    if (st != BK_OK) return st;
-    *n_valid += valid;
     if (!dh) return BK_OK; /* the loss alone */
-    if (valid == 0) {
-        /* Every row ignored: dlogits is 0, so dh is 0 and dW does not change;
-         * skip the GEMMs (and never multiply 0 by a non-finite h). */
+    if (all_ignored(q, sums, valid_before)) {
+        /* dlogits is 0, so dh is 0 and dW does not change: skip the GEMMs
+         * (and never multiply 0 by a non-finite h) */
         return bk_fill(q, rows * D, dh, 0.0f);
     }
     st = as_operand(q, w, logits, rows * V, w->dlogits16, &dl);
@@ -211,9 +219,8 @@ static head_weight bf16_weight(const lm_head_opts *o, int64_t V, const uint16_t 
 /* The fused pass over chunks of tokens, with the weight and its scratch. */
 static bk_status fused_chunks(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
                               int64_t V, const float *h, const head_weight *w,
-                              const int64_t *labels, float scale, double *loss_sum,
-                              int64_t *n_valid, float *dh, float *dW, float *scratch,
-                              float *row_loss)
+                              const int64_t *labels, float scale, bk_ce_sums *sums, float *dh,
+                              float *dW, float *scratch, float *row_loss)
 {
     int64_t chunk = o->chunk_tokens;
     float *logits = scratch;                           /* [chunk, V] */
@@ -221,7 +228,7 @@ static bk_status fused_chunks(const bk_queue *q, const lm_head_opts *o, int64_t 
     for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         int64_t rows = n - r0 < chunk ? n - r0 : chunk;
         bk_status st =
-            head_block(q, o, rows, D, V, h + r0 * D, w, labels + r0, scale, loss_sum, n_valid,
+            head_block(q, o, rows, D, V, h + r0 * D, w, labels + r0, scale, sums,
                        dh ? dh + r0 * D : NULL, dW, logits, loss, row_loss ? row_loss + r0 : NULL);
         if (st != BK_OK) return st;
     }
@@ -230,48 +237,44 @@ static bk_status fused_chunks(const bk_queue *q, const lm_head_opts *o, int64_t 
 
 bk_status lm_head_fused(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D, int64_t V,
                         const float *h, const float *W, const int64_t *labels, float scale,
-                        double *loss_sum, int64_t *n_valid, float *dh, float *dW, float *scratch)
+                        bk_ce_sums *sums, float *dh, float *dW, float *scratch)
 {
-    bk_status st = check_grad_args(q, o, n, D, V, h, W, labels, loss_sum, n_valid, dh, dW);
+    bk_status st = check_grad_args(q, o, n, D, V, h, W, labels, sums, dh, dW);
     if (st != BK_OK) return st;
     BK_CHECK_ARG(scratch != NULL && lm_head_scratch_floats(o, V) > 0);
     head_weight w = {.W = {W, NULL}};
-    return fused_chunks(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, scratch,
-                        NULL);
+    return fused_chunks(q, o, n, D, V, h, &w, labels, scale, sums, dh, dW, scratch, NULL);
 }
 
 bk_status lm_head_fused_bf16(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D,
                              int64_t V, const float *h, const uint16_t *W16, const int64_t *labels,
-                             float scale, double *loss_sum, int64_t *n_valid, float *dh, float *dW,
-                             float *scratch)
+                             float scale, bk_ce_sums *sums, float *dh, float *dW, float *scratch)
 {
-    bk_status st = check_grad_args(q, o, n, D, V, h, W16, labels, loss_sum, n_valid, dh, dW);
+    bk_status st = check_grad_args(q, o, n, D, V, h, W16, labels, sums, dh, dW);
     if (st != BK_OK) return st;
     BK_CHECK_ARG(scratch != NULL && lm_head_bf16_scratch_floats(o, V, D) > 0);
     head_weight w = bf16_weight(o, V, W16, scratch);
-    return fused_chunks(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, scratch,
-                        NULL);
+    return fused_chunks(q, o, n, D, V, h, &w, labels, scale, sums, dh, dW, scratch, NULL);
 }
 
 bk_status lm_head_loss(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D, int64_t V,
                        const float *h, const float *W, const uint16_t *W16, const int64_t *labels,
-                       double *loss_sum, int64_t *n_valid, float *row_loss, float *scratch)
+                       bk_ce_sums *sums, float *row_loss, float *scratch)
 {
     const void *weight = W16 ? (const void *)W16 : (const void *)W;
-    bk_status st = check_args(q, o, n, D, V, h, weight, labels, loss_sum, n_valid);
+    bk_status st = check_args(q, o, n, D, V, h, weight, labels, sums);
     if (st != BK_OK) return st;
     BK_CHECK_ARG(scratch != NULL && (W == NULL) != (W16 == NULL));
     BK_CHECK_ARG(W16 ? lm_head_bf16_scratch_floats(o, V, D) > 0 : lm_head_scratch_floats(o, V) > 0);
     head_weight w = W16 ? bf16_weight(o, V, W16, scratch) : (head_weight){.W = {W, NULL}};
-    return fused_chunks(q, o, n, D, V, h, &w, labels, 0.0f, loss_sum, n_valid, NULL, NULL, scratch,
-                        row_loss);
+    return fused_chunks(q, o, n, D, V, h, &w, labels, 0.0f, sums, NULL, NULL, scratch, row_loss);
 }
 
 bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, int64_t D, int64_t V,
                           const float *h, const float *W, const int64_t *labels, float scale,
-                          double *loss_sum, int64_t *n_valid, float *dh, float *dW)
+                          bk_ce_sums *sums, float *dh, float *dW)
 {
-    bk_status st = check_grad_args(q, o, n, D, V, h, W, labels, loss_sum, n_valid, dh, dW);
+    bk_status st = check_grad_args(q, o, n, D, V, h, W, labels, sums, dh, dW);
     if (st != BK_OK) return st;
     if (q->where != BK_HOST) return BK_ERR_UNSUPPORTED; /* a device uses the fused head */
     if (n == 0) return BK_OK;
@@ -286,8 +289,7 @@ bk_status lm_head_unfused(const bk_queue *q, const lm_head_opts *o, int64_t n, i
         return BK_ERR_UNSUPPORTED;
     }
     head_weight w = {.W = {W, NULL}};
-    st = head_block(q, o, n, D, V, h, &w, labels, scale, loss_sum, n_valid, dh, dW, logits, loss,
-                    NULL);
+    st = head_block(q, o, n, D, V, h, &w, labels, scale, sums, dh, dW, logits, loss, NULL);
     free(logits);
     free(loss);
     return st;

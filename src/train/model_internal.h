@@ -88,6 +88,7 @@ struct model_runner {
     float *dx, *d_o, *dq, *dk, *dv, *ds, *dg;
     float *head_scratch; /* fused head: its chunk scratch; else the logits [V] of a prediction */
     float *logits_host;  /* on a device: a prediction's logits [V] copied to the host */
+    bk_ce_sums *head_sums; /* the head's losses and counts over a pass (lm_head.h) */
     /* bf16 matrix products only: two operands rounded to bf16 chunk by chunk,
      * of chunk_rows * max(D, QD, 2F) elements each, and the fp32 copies (widened
      * at each step's first micro-batch) of the parameters that fp32 kernels

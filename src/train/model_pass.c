@@ -395,25 +395,41 @@ static bt_status final_norm_rows(model_runner *r, int64_t r0, int64_t rows, floa
 }
 
 /* The head with the loss on rows [r0, r0 + rows) of the final-normed states
- * hn [rows, D]: their losses added up, their gradient into dh [rows, D], the
- * head's weight gradient added into dW. */
+ * hn [rows, D]: their losses and counts added into the runner's head_sums,
+ * their gradient into dh [rows, D], the head's weight gradient added into
+ * dW. */
 static bt_status head_rows(model_runner *r, int64_t r0, int64_t rows, const float *hn,
-                           const int64_t *labels, float loss_scale, double *loss_sum,
-                           int64_t *n_valid, float *dh, float *dW)
+                           const int64_t *labels, float loss_scale, float *dh, float *dW)
 {
     const bk_queue *q = r->cfg.queue;
     const lm_head_opts *ho = &r->cfg.head;
     int64_t D = r->D, V = r->V, head = r->m->head;
+    bk_ce_sums *sums = r->head_sums;
     labels += r0;
     if (r->cfg.bf16_matmul)
         CHECK_KERNEL(lm_head_fused_bf16(q, ho, rows, D, V, hn, runner_weight16(r, head), labels,
-                                        loss_scale, loss_sum, n_valid, dh, dW, r->head_scratch));
+                                        loss_scale, sums, dh, dW, r->head_scratch));
     else if (r->cfg.fused_head)
         CHECK_KERNEL(lm_head_fused(q, ho, rows, D, V, hn, runner_weight32(r, head), labels,
-                                   loss_scale, loss_sum, n_valid, dh, dW, r->head_scratch));
+                                   loss_scale, sums, dh, dW, r->head_scratch));
     else
         CHECK_KERNEL(lm_head_unfused(q, ho, rows, D, V, hn, runner_weight32(r, head), labels,
-                                     loss_scale, loss_sum, n_valid, dh, dW));
+                                     loss_scale, sums, dh, dW));
+    return BT_OK;
+}
+
+/* A pass of the head over the rank's rows adds into head_sums, cleared
+ * before it and read once after it: on a device the pass's one wait, which
+ * a training step takes once the whole backward is queued. */
+static bt_status head_sums_clear(model_runner *r)
+{
+    CHECK_KERNEL(bk_ce_sums_clear(r->cfg.queue, r->head_sums));
+    return BT_OK;
+}
+
+static bt_status head_sums_read(model_runner *r, double *loss_sum, int64_t *n_valid)
+{
+    CHECK_KERNEL(lm_head_sums_read(r->cfg.queue, r->head_sums, loss_sum, n_valid));
     return BT_OK;
 }
 
@@ -455,6 +471,7 @@ bt_status model_forward_loss(model_runner *r, model_params params, const int64_t
     lm_head_opts ho = r->cfg.head;
     ho.z_loss = 0.0f; /* the likelihood alone */
     int bf16 = r->cfg.bf16_matmul;
+    if (st == BT_OK) st = head_sums_clear(r);
     for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, r->n);
         st = final_norm_rows(r, r0, rows, NULL);
@@ -462,10 +479,10 @@ bt_status model_forward_loss(model_runner *r, model_params params, const int64_t
             st = attn_kernel_status(lm_head_loss(r->cfg.queue, &ho, rows, r->D, r->V, r->a,
                                                  bf16 ? NULL : runner_weight32(r, r->m->head),
                                                  bf16 ? runner_weight16(r, r->m->head) : NULL,
-                                                 labels + r0, loss_sum, n_valid,
+                                                 labels + r0, r->head_sums,
                                                  row_loss ? row_loss + r0 : NULL, r->head_scratch));
     }
-    return st;
+    return st == BT_OK ? head_sums_read(r, loss_sum, n_valid) : st;
 }
 
 /* The final norm and the head with the loss (the forward's last op: its
@@ -473,21 +490,22 @@ bt_status model_forward_loss(model_runner *r, model_params params, const int64_t
  * (a tied head's the embedding's). A chunk's final-normed states and their
  * factors take a and rstd1; the head's gradient goes into dx, which the
  * final norm's backward turns in place into the gradient of the last layer's
- * output. */
+ * output; the losses and counts into head_sums, which model_forward_backward
+ * reads at its end. */
 static bt_status head_backward(model_runner *r, const int64_t *labels, float loss_scale,
-                               double *loss_sum, int64_t *n_valid, grad_sink *gs)
+                               grad_sink *gs)
 {
     const model_layout *m = r->m;
     int64_t D = r->D;
     bt_status st = grad_open(r, gs, m->final_norm, m->n_params);
     if (st == BT_OK) st = runner_gather(r, m->final_norm, m->n_params);
+    if (st == BT_OK) st = head_sums_clear(r);
     for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, r->n);
         float *x = r->x + r0 * D, *dx = r->dx + r0 * D;
         st = final_norm_rows(r, r0, rows, r->rstd1);
         if (st == BT_OK)
-            st = head_rows(r, r0, rows, r->a, labels, loss_scale, loss_sum, n_valid, dx,
-                           grad_at(gs, m->head));
+            st = head_rows(r, r0, rows, r->a, labels, loss_scale, dx, grad_at(gs, m->head));
         if (st == BT_OK)
             st = attn_kernel_status(bk_rmsnorm_bwd(r->cfg.queue, rows, D, x,
                                                    runner_param32(r, m->final_norm), r->rstd1, dx,
@@ -587,11 +605,12 @@ bt_status model_forward_backward(model_runner *r, int mb, model_params params,
     bt_status st = runner_use_params(r, params, mb == 0);
     if (st == BT_OK) st = forward_layers(r, tokens, mb, stats);
     if (st == BT_OK) st = grad_open(r, &gs, m->embed, embed_end);
-    if (st == BT_OK) st = head_backward(r, labels, loss_scale, loss_sum, n_valid, &gs);
+    if (st == BT_OK) st = head_backward(r, labels, loss_scale, &gs);
     for (int l = m->dims.layers - 1; l >= 0 && st == BT_OK; l--)
         st = layer_backward(r, l, mb, &gs, stats);
     if (st != BT_OK) return st;
     CHECK_KERNEL(bk_embedding_scatter_add(r->cfg.queue, r->n, r->V, r->D, tokens, r->dx,
                                           grad_at(&gs, m->embed)));
-    return grad_close(&gs, m->embed, embed_end);
+    st = grad_close(&gs, m->embed, embed_end);
+    return st == BT_OK ? head_sums_read(r, loss_sum, n_valid) : st;
 }

@@ -174,6 +174,7 @@ static void take_workspace(model_runner *r)
                           : r->pos_host;
     if (r->on_device)
         r->logits_host = take(r, floats(r->V), &r->mem.workspace, "a prediction's logits");
+    r->head_sums = take_buffer(r, sizeof(bk_ce_sums), &r->mem.workspace, "the head's sums");
     if (r->on_device && (r->cfg.mask.flags & BK_ATTN_BLOCK_SPARSE))
         r->mask_bits = take_buffer(r, bk_attn_block_bytes(r->cfg.mask.n_blocks), &r->mem.workspace,
                                    "the block-sparse mask");
@@ -534,6 +535,7 @@ void model_runner_free(model_runner *r)
     free(r->regions);
     give_back(r, r->op16[0]);
     give_back(r, r->op16[1]);
+    give_back(r, r->head_sums);
     free(r->pos_host);
     free(r->logits_host);
     free(r->segments);

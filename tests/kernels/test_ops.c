@@ -770,6 +770,49 @@ START_TEST(cross_entropy_all_ignored_is_finite)
 }
 END_TEST
 
+/* bk_cross_entropy_sum over two chunks: each chunk's losses and dlogits are
+ * bk_cross_entropy_fwd_bwd's to the bit (its bad labels' rows as ignored
+ * ones), and the sums add up over both: the losses in row order in double,
+ * the valid rows, the two bad labels. */
+START_TEST(cross_entropy_sum_adds_up_over_chunks)
+{
+    const int64_t rows = 20, V = 101, ignore = -100;
+    bk_queue q = bk_host_queue();
+    uint64_t rng = test_rng(82);
+    bk_ce_sums sums;
+    ck_assert_int_eq(bk_ce_sums_clear(&q, &sums), BK_OK);
+    double loss_sum = 0.0;
+    int64_t valid = 0;
+    for (int chunk = 0; chunk < 2; chunk++) {
+        float *lg = test_rand_f(&rng, rows * V, -5, 5), *ref = test_copy_f(lg, rows * V);
+        int64_t lab[20], lab_ok[20];
+        for (int64_t r = 0; r < rows; r++)
+            lab[r] = r % 4 == 1 ? ignore : (int64_t)(bu_rng_next(&rng) % (uint64_t)V);
+        lab[7 + chunk] = chunk ? -3 : V; /* one bad label a chunk */
+        for (int64_t r = 0; r < rows; r++) {
+            int bad = lab[r] != ignore && (lab[r] < 0 || lab[r] >= V);
+            lab_ok[r] = bad ? ignore : lab[r];
+            valid += lab_ok[r] != ignore;
+        }
+        float loss[20], loss_ref[20];
+        ck_assert_int_eq(bk_cross_entropy_fwd_bwd(&q, rows, V, ref, V, lab_ok, ignore, 0.5f, 1e-3f,
+                                                  loss_ref, NULL, NULL),
+                         BK_OK);
+        ck_assert_int_eq(
+            bk_cross_entropy_sum(&q, rows, V, lg, V, lab, ignore, 0.5f, 1e-3f, loss, &sums), BK_OK);
+        ck_assert(memcmp(loss, loss_ref, sizeof loss) == 0);
+        ck_assert(memcmp(lg, ref, (size_t)(rows * V) * sizeof(float)) == 0);
+        double s = 0.0;
+        for (int64_t r = 0; r < rows; r++) s += (double)loss_ref[r];
+        loss_sum += s;
+        free(lg), free(ref);
+    }
+    ck_assert(sums.loss == loss_sum);
+    ck_assert_int_eq(sums.valid, valid);
+    ck_assert_int_eq(sums.bad, 2);
+}
+END_TEST
+
 typedef struct {
     int64_t rows, V;
     const int64_t *lab;
@@ -804,8 +847,8 @@ START_TEST(cross_entropy_backward_finite_differences)
         ck_assert_int_eq(bk_cross_entropy_fwd_bwd(&q, rows, V, lg, V, lab, -100, (float)scale,
                                                   (float)z, loss, NULL, NULL),
                          BK_OK);
-        test_assert_close(zi ? "ce dlogits vs fd (z-loss)" : "ce dlogits vs fd", lg, g, rows * V, 1e-6,
-                     1e-4);
+        test_assert_close(zi ? "ce dlogits vs fd (z-loss)" : "ce dlogits vs fd", lg, g, rows * V,
+                          1e-6, 1e-4);
         free(lg), free(x), free(g), free(dr);
     }
 }
@@ -929,7 +972,7 @@ int main(void)
                     embedding_backward_finite_differences, adamw_matches_reference_over_steps,
                     grad_norm_and_clipping, vector_helpers_match_reference,
                     allocation_from_the_queues_arena, cross_entropy_matches_reference,
-                    cross_entropy_all_ignored_is_finite, cross_entropy_backward_finite_differences,
-                    invalid_arguments_are_rejected);
+                    cross_entropy_all_ignored_is_finite, cross_entropy_sum_adds_up_over_chunks,
+                    cross_entropy_backward_finite_differences, invalid_arguments_are_rejected);
     return check_run(s);
 }

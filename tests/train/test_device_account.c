@@ -18,17 +18,18 @@
 #include "tests/lib/check_main.h"
 
 /* The account of the step of a tiny model with `layers` layers at 64 tokens
- * on one rank, the arithmetic skipped or not; the account is kept in *out
- * (large: the caller's static storage). */
-static void step_account(int layers, int skip, bk_emu_account *out)
+ * on one rank, the head in chunks of head_chunk rows, the arithmetic skipped
+ * or not; the account is kept in *out (large: the caller's static storage). */
+static void step_account_chunked(int layers, int head_chunk, int skip, bk_emu_account *out)
 {
     train_config c;
     train_config_default(&c);
-    char layers_set[32], err[1024];
+    char layers_set[32], chunk_set[40], err[1024];
     snprintf(layers_set, sizeof layers_set, "model.layers=%d", layers);
+    snprintf(chunk_set, sizeof chunk_set, "memory.head_chunk=%d", head_chunk);
     const char *sets[] = {"model.preset=tiny",  "train.device=cuda", "data.seq_len=64",
                           "data.task=counting", "train.steps=1",     "train.warmup_steps=1",
-                          "train.log_every=1",  layers_set};
+                          "train.log_every=1",  layers_set,          chunk_set};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
         ck_assert_msg(train_config_set(&c, sets[i], err, sizeof err) == 0, "%s: %s", sets[i], err);
     bt_options opt;
@@ -44,6 +45,12 @@ static void step_account(int layers, int skip, bk_emu_account *out)
     bk_emu_account_get(out); /* the step's, kept at its end */
 }
 
+/* The head in one chunk (the default's 1024 rows hold the 64 tokens). */
+static void step_account(int layers, int skip, bk_emu_account *out)
+{
+    step_account_chunked(layers, 1024, skip, out);
+}
+
 static int64_t kernel_launches(const bk_emu_account *a, const char *name)
 {
     for (int i = 0; i < a->n_kernels; i++)
@@ -51,7 +58,7 @@ static int64_t kernel_launches(const bk_emu_account *a, const char *name)
     return 0;
 }
 
-static bk_emu_account full, skipped, one_layer;
+static bk_emu_account full, skipped, one_layer, chunked;
 
 START_TEST(a_steps_account_adds_up)
 {
@@ -121,17 +128,19 @@ START_TEST(the_counting_mode_counts_the_same_step)
 END_TEST
 
 /* Today's host waits of a step on one rank (doc/BENCHMARKS.md has them by
- * call site): 15 at one layer, none that grows with the layers: tokens and
- * labels up (2), the embedding's token checks (1 forward, 1 backward: their
- * counts down), the head's label check, valid count and losses (3 for its
- * one chunk here), the gradient norm (2), ZeRO's update through the
- * transport's blocking copies (4) and its stream waits (2). Gone: the ring's
- * block positions, uploaded and waited for at each of its three calls a
- * layer (6 a layer; every block's positions are now in a table made with the
- * ring's buffers, src/attn/ring_buffers.c), and the checks' and the valid
- * count's zeros, set on the stream (25 waits at one layer before either).
- * Lower these when a wait goes; never raise them. */
-enum { WAITS_AT_ONE_LAYER_TODAY = 15, WAITS_PER_LAYER_TODAY = 0 };
+ * call site): 13 at one layer, none that grows with the layers or the head's
+ * chunks: tokens and labels up (2), the embedding's token checks (1 forward,
+ * 1 backward: their counts down), the head's losses and counts, summed on
+ * the device and read once (1), the gradient norm (2), ZeRO's update through
+ * the transport's blocking copies (4) and its stream waits (2). Gone: the
+ * ring's block positions, uploaded and waited for at each of its three calls
+ * a layer (6 a layer; every block's positions are now in a table made with
+ * the ring's buffers, src/attn/ring_buffers.c); the checks' and the valid
+ * count's zeros, set on the stream (25 waits at one layer before either);
+ * the head's label check, valid count and losses read back chunk by chunk (3
+ * a chunk, now 1 a pass: bk_cross_entropy_sum). Lower these when a wait
+ * goes; never raise them. */
+enum { WAITS_AT_ONE_LAYER_TODAY = 13, WAITS_PER_LAYER_TODAY = 0 };
 
 START_TEST(host_waits_stay_within_todays_budget)
 {
@@ -142,11 +151,24 @@ START_TEST(host_waits_stay_within_todays_budget)
 }
 END_TEST
 
+/* The head in 4 chunks of 16 rows waits as often as in one: its sums stay on
+ * the device until the step reads them. */
+START_TEST(host_waits_do_not_grow_with_the_heads_chunks)
+{
+    step_account(1, 1, &one_layer);
+    step_account_chunked(1, 16, 1, &chunked);
+    ck_assert_int_gt(kernel_launches(&chunked, "bk_cross_entropy_kernel"),
+                     kernel_launches(&one_layer, "bk_cross_entropy_kernel"));
+    ck_assert_int_eq(chunked.waits, one_layer.waits);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("device_account");
     TCase *tc = check_tcase(s, "account", 60);
     check_add_tests(tc, a_steps_account_adds_up, the_counting_mode_counts_the_same_step,
-                    host_waits_stay_within_todays_budget);
+                    host_waits_stay_within_todays_budget,
+                    host_waits_do_not_grow_with_the_heads_chunks);
     return check_run(s);
 }

@@ -134,19 +134,20 @@ static head_out run_head(int64_t chunk, float z, int64_t n, int64_t D, int64_t V
     bk_queue q = bk_host_queue();
     lm_head_opts o = {chunk < 0 ? 1 : chunk, z, IGNORE};
     head_out r = {0.0, 0, test_zeros_f(n * D), test_copy_f(dW0, V * D)};
+    bk_ce_sums sums = {0};
     bk_status st;
     if (chunk < 0) {
-        st = lm_head_unfused(&q, &o, n, D, V, h, W, labels, scale, &r.loss, &r.nv, r.dh, r.dW);
+        st = lm_head_unfused(&q, &o, n, D, V, h, W, labels, scale, &sums, r.dh, r.dW);
     } else {
         size_t sf = lm_head_scratch_floats(&o, V);
         ck_assert_uint_gt(sf, 0);
         float *scratch = malloc(sf * sizeof(float));
         ck_assert_ptr_nonnull(scratch);
-        st = lm_head_fused(&q, &o, n, D, V, h, W, labels, scale, &r.loss, &r.nv, r.dh, r.dW,
-                           scratch);
+        st = lm_head_fused(&q, &o, n, D, V, h, W, labels, scale, &sums, r.dh, r.dW, scratch);
         free(scratch);
     }
     ck_assert_int_eq(st, BK_OK);
+    ck_assert_int_eq(lm_head_sums_read(&q, &sums, &r.loss, &r.nv), BK_OK);
     return r;
 }
 
@@ -294,22 +295,21 @@ START_TEST(all_rows_ignored)
         for (size_t ic = 0; ic < 5; ic++) {
             bk_queue q = bk_host_queue();
             lm_head_opts o = {chunks[ic] < 0 ? 1 : chunks[ic], 0.01f, IGNORE};
-            double loss = 0.0;
-            int64_t nv = 0;
+            bk_ce_sums sums = {0};
             float *dh = test_zeros_f(n * D), *dW = test_copy_f(dW0, V * D);
             for (int64_t i = 0; i < n * D; i++) dh[i] = 7.0f; /* must be overwritten */
             bk_status st;
             if (chunks[ic] < 0) {
-                st = lm_head_unfused(&q, &o, n, D, V, h, W, labels, scales[is], &loss, &nv, dh, dW);
+                st = lm_head_unfused(&q, &o, n, D, V, h, W, labels, scales[is], &sums, dh, dW);
             } else {
                 float *scratch = test_zeros_f((int64_t)lm_head_scratch_floats(&o, V));
-                st = lm_head_fused(&q, &o, n, D, V, h, W, labels, scales[is], &loss, &nv, dh, dW,
+                st = lm_head_fused(&q, &o, n, D, V, h, W, labels, scales[is], &sums, dh, dW,
                                    scratch);
                 free(scratch);
             }
             ck_assert_int_eq(st, BK_OK);
-            ck_assert(loss == 0.0);
-            ck_assert_int_eq(nv, 0);
+            ck_assert(sums.loss == 0.0);
+            ck_assert_int_eq(sums.valid, 0);
             for (int64_t i = 0; i < n * D; i++) ck_assert(dh[i] == 0.0f);
             ck_assert(memcmp(dW, dW0, (size_t)(V * D) * sizeof(float)) == 0);
             free(dh), free(dW);
@@ -334,13 +334,12 @@ START_TEST(all_rows_ignored)
     {
         bk_queue q = bk_host_queue();
         lm_head_opts o = {4, 0.0f, IGNORE};
-        double loss = 0.0;
-        int64_t nv = 0;
+        bk_ce_sums sums = {0};
         float *scratch = test_zeros_f((int64_t)lm_head_scratch_floats(&o, V));
         float *dW = test_copy_f(dW0, V * D);
-        ck_assert_int_eq(
-            lm_head_fused(&q, &o, 0, D, V, h, W, labels, 1.0f, &loss, &nv, h, dW, scratch), BK_OK);
-        ck_assert(loss == 0.0 && nv == 0);
+        ck_assert_int_eq(lm_head_fused(&q, &o, 0, D, V, h, W, labels, 1.0f, &sums, h, dW, scratch),
+                         BK_OK);
+        ck_assert(sums.loss == 0.0 && sums.valid == 0);
         ck_assert(memcmp(dW, dW0, (size_t)(V * D) * sizeof(float)) == 0);
         free(scratch), free(dW);
     }
@@ -382,13 +381,12 @@ START_TEST(bf16_weight_matches_double_reference)
         ck_assert_uint_gt(sf, lm_head_scratch_floats(&o, V));
         float *scratch = malloc(sf * sizeof(float)), *dh = test_zeros_f(n * D);
         float *dW = test_copy_f(dW0, V * D);
-        double loss = 0.0;
-        int64_t nv = 0;
+        bk_ce_sums sums = {0};
         ck_assert_int_eq(
-            lm_head_fused_bf16(&q, &o, n, D, V, h, W16, labels, scale, &loss, &nv, dh, dW, scratch),
+            lm_head_fused_bf16(&q, &o, n, D, V, h, W16, labels, scale, &sums, dh, dW, scratch),
             BK_OK);
-        ck_assert_int_eq(nv, nvalid);
-        double lrel = fabs(loss - loss_ref) / fabs(loss_ref);
+        ck_assert_int_eq(sums.valid, nvalid);
+        double lrel = fabs(sums.loss - loss_ref) / fabs(loss_ref);
         double hrel = rel_diff(dh, dh_ref, n * D), wrel = rel_diff(dW, dW_ref, V * D);
         if (lrel > 1e-5 || hrel > 1e-2 || wrel > 1e-2)
             ck_abort_msg("chunk=%lld: loss %.3g dh %.3g dW %.3g", (long long)chunks[ic], lrel, hrel,
@@ -445,12 +443,11 @@ START_TEST(scratch_is_one_chunk)
     float *scratch = test_zeros_f((int64_t)need + guard);
     for (int64_t i = 0; i < guard; i++) scratch[(int64_t)need + i] = -1234.5f;
     bk_queue q = bk_host_queue();
-    double loss = 0.0;
-    int64_t nv = 0;
-    ck_assert_int_eq(
-        lm_head_fused(&q, &o, n, D, V, h, W, labels, 0.5f, &loss, &nv, dh, dW, scratch), BK_OK);
+    bk_ce_sums sums = {0};
+    ck_assert_int_eq(lm_head_fused(&q, &o, n, D, V, h, W, labels, 0.5f, &sums, dh, dW, scratch),
+                     BK_OK);
     for (int64_t i = 0; i < guard; i++) ck_assert(scratch[(int64_t)need + i] == -1234.5f);
-    ck_assert_int_eq(nv, count_valid(n, labels));
+    ck_assert_int_eq(sums.valid, count_valid(n, labels));
     free(h), free(W), free(labels), free(dh), free(dW), free(scratch);
 }
 END_TEST
@@ -470,48 +467,41 @@ START_TEST(invalid_arguments)
     bk_queue q = bk_host_queue();
     lm_head_opts o = {3, 0.0f, IGNORE};
     float *scratch = test_zeros_f((int64_t)lm_head_scratch_floats(&o, V));
-    double loss = 0.0;
-    int64_t nv = 0;
+    bk_ce_sums sums = {0};
 
     labels[9] = V; /* out of range, in the last chunk */
     for (int64_t i = 0; i < n * D; i++) dh[i] = 3.0f;
-    ck_assert_int_eq(
-        lm_head_fused(&q, &o, n, D, V, h, W, labels, 1.0f, &loss, &nv, dh, dW, scratch),
-        BK_ERR_ARG);
-    ck_assert_int_eq(lm_head_unfused(&q, &o, n, D, V, h, W, labels, 1.0f, &loss, &nv, dh, dW),
+    ck_assert_int_eq(lm_head_fused(&q, &o, n, D, V, h, W, labels, 1.0f, &sums, dh, dW, scratch),
+                     BK_ERR_ARG);
+    ck_assert_int_eq(lm_head_unfused(&q, &o, n, D, V, h, W, labels, 1.0f, &sums, dh, dW),
                      BK_ERR_ARG);
     for (int64_t i = 0; i < n * D; i++) ck_assert(dh[i] == 3.0f);
     for (int64_t i = 0; i < V * D; i++) ck_assert(dW[i] == 0.0f);
-    ck_assert(loss == 0.0 && nv == 0);
+    ck_assert(sums.loss == 0.0 && sums.valid == 0);
     labels[9] = -1; /* negative and not ignore_index */
-    ck_assert_int_eq(
-        lm_head_fused(&q, &o, n, D, V, h, W, labels, 1.0f, &loss, &nv, dh, dW, scratch),
-        BK_ERR_ARG);
+    ck_assert_int_eq(lm_head_fused(&q, &o, n, D, V, h, W, labels, 1.0f, &sums, dh, dW, scratch),
+                     BK_ERR_ARG);
     labels[9] = 4;
 
     lm_head_opts bad_chunk = {0, 0.0f, IGNORE};
     ck_assert_int_eq(
-        lm_head_fused(&q, &bad_chunk, n, D, V, h, W, labels, 1.0f, &loss, &nv, dh, dW, scratch),
+        lm_head_fused(&q, &bad_chunk, n, D, V, h, W, labels, 1.0f, &sums, dh, dW, scratch),
         BK_ERR_ARG);
     lm_head_opts bad_z = {3, -1.0f, IGNORE};
-    ck_assert_int_eq(
-        lm_head_fused(&q, &bad_z, n, D, V, h, W, labels, 1.0f, &loss, &nv, dh, dW, scratch),
-        BK_ERR_ARG);
-    ck_assert_int_eq(
-        lm_head_fused(&q, &o, -1, D, V, h, W, labels, 1.0f, &loss, &nv, dh, dW, scratch),
-        BK_ERR_ARG);
-    ck_assert_int_eq(lm_head_fused(&q, &o, n, D, V, h, W, labels, 1.0f, &loss, &nv, dh, dW, NULL),
+    ck_assert_int_eq(lm_head_fused(&q, &bad_z, n, D, V, h, W, labels, 1.0f, &sums, dh, dW, scratch),
                      BK_ERR_ARG);
-    ck_assert_int_eq(
-        lm_head_fused(NULL, &o, n, D, V, h, W, labels, 1.0f, &loss, &nv, dh, dW, scratch),
-        BK_ERR_ARG);
-    ck_assert_int_eq(lm_head_fused(&q, &o, n, D, V, h, W, labels, 1.0f, NULL, &nv, dh, dW, scratch),
+    ck_assert_int_eq(lm_head_fused(&q, &o, -1, D, V, h, W, labels, 1.0f, &sums, dh, dW, scratch),
+                     BK_ERR_ARG);
+    ck_assert_int_eq(lm_head_fused(&q, &o, n, D, V, h, W, labels, 1.0f, &sums, dh, dW, NULL),
+                     BK_ERR_ARG);
+    ck_assert_int_eq(lm_head_fused(NULL, &o, n, D, V, h, W, labels, 1.0f, &sums, dh, dW, scratch),
+                     BK_ERR_ARG);
+    ck_assert_int_eq(lm_head_fused(&q, &o, n, D, V, h, W, labels, 1.0f, NULL, dh, dW, scratch),
                      BK_ERR_ARG);
     bk_queue dev = {BK_DEVICE, NULL, 0, NULL};
-    ck_assert_int_eq(
-        lm_head_fused(&dev, &o, n, D, V, h, W, labels, 1.0f, &loss, &nv, dh, dW, scratch),
-        BK_ERR_UNSUPPORTED);
-    ck_assert(loss == 0.0 && nv == 0);
+    ck_assert_int_eq(lm_head_fused(&dev, &o, n, D, V, h, W, labels, 1.0f, &sums, dh, dW, scratch),
+                     BK_ERR_UNSUPPORTED);
+    ck_assert(sums.loss == 0.0 && sums.valid == 0);
     free(h), free(W), free(dh), free(dW), free(scratch);
 #endif
 }

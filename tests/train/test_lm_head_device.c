@@ -1,10 +1,11 @@
 /* test_lm_head_device.c: the fused LM head (src/train/lm_head.c) on a device
- * queue, the SIMT emulator's: each chunk's losses come back to the host
- * without an allocation (every malloc of the program is counted,
- * -Wl,--wrap=malloc in tests/local.mk); a chunk of more rows than one copy
- * brings back (several pieces) sums its per-row losses to the same bits as
- * one sum over all of them in row order; small chunks and the host's fused
- * head agree within rounding. */
+ * queue, the SIMT emulator's: the losses and counts add up on the device
+ * (bk_ce_sums) and come back once, without an allocation (every malloc of
+ * the program is counted, -Wl,--wrap=malloc in tests/local.mk); a chunk's
+ * losses sum, on the device, to the same bits as the host's sum of its
+ * per-row losses in row order; small chunks and the host's fused head agree
+ * within rounding; a bad label is counted and refused when the sums are
+ * read. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -58,14 +59,18 @@ static device_run run_on_device(int64_t chunk, int64_t n, int64_t D, int64_t V, 
     const float *hd = dev_put(h, (size_t)(n * D) * sizeof(float)),
                 *Wd = dev_put(W, (size_t)(V * D) * sizeof(float));
     const int64_t *labels_d = dev_put(labels, (size_t)n * sizeof(int64_t));
+    bk_ce_sums *sums = NULL;
     ck_assert_int_eq(bk_device_malloc(scratch_bytes, (void **)&scratch), BK_OK);
+    ck_assert_int_eq(bk_device_malloc(sizeof *sums, (void **)&sums), BK_OK);
     device_run r = {0};
     for (int call = 0; call < 2; call++) {
         r.loss = 0.0, r.nv = 0;
         counted = 0;
         counting = call == 1;
-        bk_status st = lm_head_fused(&q, &o, n, D, V, hd, Wd, labels_d, scale, &r.loss, &r.nv, dh,
-                                     dW, scratch);
+        bk_status st = bk_ce_sums_clear(&q, sums);
+        if (st == BK_OK)
+            st = lm_head_fused(&q, &o, n, D, V, hd, Wd, labels_d, scale, sums, dh, dW, scratch);
+        if (st == BK_OK) st = lm_head_sums_read(&q, sums, &r.loss, &r.nv);
         counting = 0;
         ck_assert_int_eq(st, BK_OK);
     }
@@ -76,15 +81,15 @@ static device_run run_on_device(int64_t chunk, int64_t n, int64_t D, int64_t V, 
         for (int64_t i = 0; i < n; i++) r.row_sum += (double)rows[i];
         free(rows);
     }
-    void *bufs[] = {dh, dW, scratch, (void *)hd, (void *)Wd, (void *)labels_d};
+    void *bufs[] = {dh, dW, scratch, sums, (void *)hd, (void *)Wd, (void *)labels_d};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dev_free(bufs[i]);
     free(zeros);
     return r;
 }
 
-/* 2500 rows: in one chunk the losses come back in three pieces (1024, 1024,
- * 452 rows) and sum as all of them in row order, in chunks of 250 rows one
- * piece each; neither allocates, and they and the host's fused head agree.
+/* 2500 rows: in one chunk the losses sum on the device as all of them in
+ * row order on the host, in chunks of 250 rows chunk by chunk; neither
+ * allocates, and they and the host's fused head agree.
  * (Chunks of a few rows would make thousands of emulated launches, too slow
  * under the sanitizers.) */
 START_TEST(device_losses_come_back_without_allocating)
@@ -115,14 +120,53 @@ START_TEST(device_losses_come_back_without_allocating)
     lm_head_opts o = {n, 1e-3f, IGNORE};
     float *scratch = test_zeros_f((int64_t)lm_head_scratch_floats(&o, V));
     float *dh = test_zeros_f(n * D), *dW = test_zeros_f(V * D);
+    bk_ce_sums sums = {0};
+    ck_assert_int_eq(lm_head_fused(&host, &o, n, D, V, h, W, labels, scale, &sums, dh, dW, scratch),
+                     BK_OK);
+    ck_assert_int_eq(sums.valid, valid);
+    ck_assert_msg(fabs(whole.loss - sums.loss) <= 1e-6 * fabs(sums.loss),
+                  "loss sum %.17g on the device, %.17g on the host", whole.loss, sums.loss);
+    free(h), free(W), free(labels), free(scratch), free(dh), free(dW);
+}
+END_TEST
+
+/* Labels outside [0, V) (a late chunk's, and a negative one) on the device:
+ * the calls do not wait to check them; they are counted, their rows add no
+ * loss, and reading the sums refuses the pass, adding nothing. */
+START_TEST(bad_labels_are_refused_when_the_sums_are_read)
+{
+    const int64_t n = 40, D = 8, V = 16;
+    uint64_t rng = test_rng(710);
+    float *h = test_rand_f(&rng, n * D, -1, 1), *W = test_rand_f(&rng, V * D, -1, 1);
+    int64_t *labels = test_alloc((size_t)n, sizeof *labels);
+    for (int64_t r = 0; r < n; r++) labels[r] = r % 7 == 2 ? IGNORE : r % V;
+    labels[37] = V, labels[5] = -1;
+    bk_queue q = dev_queue();
+    lm_head_opts o = {16, 0.0f, IGNORE};
+    float *zeros = test_zeros_f(n * D > V * D ? n * D : V * D);
+    float *dh = dev_put(zeros, (size_t)(n * D) * sizeof(float)),
+          *dW = dev_put(zeros, (size_t)(V * D) * sizeof(float)), *scratch = NULL;
+    const float *hd = dev_put(h, (size_t)(n * D) * sizeof(float)),
+                *Wd = dev_put(W, (size_t)(V * D) * sizeof(float));
+    const int64_t *labels_d = dev_put(labels, (size_t)n * sizeof(int64_t));
+    bk_ce_sums *sums = NULL, seen;
+    ck_assert_int_eq(
+        bk_device_malloc(lm_head_scratch_floats(&o, V) * sizeof(float), (void **)&scratch), BK_OK);
+    ck_assert_int_eq(bk_device_malloc(sizeof *sums, (void **)&sums), BK_OK);
+    ck_assert_int_eq(bk_ce_sums_clear(&q, sums), BK_OK);
+    ck_assert_int_eq(lm_head_fused(&q, &o, n, D, V, hd, Wd, labels_d, 1.0f, sums, dh, dW, scratch),
+                     BK_OK);
+    dev_get(&seen, sums, sizeof seen);
+    ck_assert_int_eq(seen.bad, 2);
+    ck_assert_int_eq(seen.valid, n - 5 - 2); /* ignored: rows 2, 9, 16, 23, 30 */
+    ck_assert(isfinite(seen.loss) && seen.loss > 0.0);
     double loss = 0.0;
     int64_t nv = 0;
-    ck_assert_int_eq(
-        lm_head_fused(&host, &o, n, D, V, h, W, labels, scale, &loss, &nv, dh, dW, scratch), BK_OK);
-    ck_assert_int_eq(nv, valid);
-    ck_assert_msg(fabs(whole.loss - loss) <= 1e-6 * fabs(loss),
-                  "loss sum %.17g on the device, %.17g on the host", whole.loss, loss);
-    free(h), free(W), free(labels), free(scratch), free(dh), free(dW);
+    ck_assert_int_eq(lm_head_sums_read(&q, sums, &loss, &nv), BK_ERR_ARG);
+    ck_assert(loss == 0.0 && nv == 0);
+    void *bufs[] = {dh, dW, scratch, sums, (void *)hd, (void *)Wd, (void *)labels_d};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dev_free(bufs[i]);
+    free(h), free(W), free(labels), free(zeros);
 }
 END_TEST
 
@@ -130,6 +174,7 @@ int main(void)
 {
     Suite *s = suite_create("lm_head_device");
     TCase *tc = check_tcase(s, "device", 600); /* the emulator, slower under the sanitizers */
-    check_add_tests(tc, device_losses_come_back_without_allocating);
+    check_add_tests(tc, device_losses_come_back_without_allocating,
+                    bad_labels_are_refused_when_the_sums_are_read);
     return dev_test_main(s);
 }
