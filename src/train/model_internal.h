@@ -135,28 +135,52 @@ static inline int64_t runner_chunk_rows(const model_runner *r, int64_t r0, int64
     return m - r0 < r->chunk_rows ? m - r0 : r->chunk_rows;
 }
 
+/* An operand of the layers' products: rows of fp32 values, and with
+ * bf16_matmul their bf16 copy when the caller rounded them once for every
+ * product of a chunk that reads them (runner_round); bf16 NULL: each product
+ * rounds the rows it reads as it goes. */
+typedef struct {
+    const float *f32;
+    const uint16_t *bf16;
+} runner_operand;
+
+/* x as an operand that each product rounds as it reads it. */
+static inline runner_operand runner_fp32(const float *x)
+{
+    return (runner_operand){x, NULL};
+}
+
+/* x [count] (one chunk: at most chunk_rows rows) as an operand rounded once,
+ * with bf16_matmul, into op16[slot]: slot 0 holds what a product reads first
+ * (X, A), slot 1 a weight gradient's dY, and a product rounds an operand
+ * given unrounded into its role's slot, so while a caller holds a rounded
+ * operand in a slot the products it calls take unrounded operands only in
+ * the other role. Without bf16_matmul *out is x itself. */
+bk_status runner_round(model_runner *r, int slot, const float *x, int64_t count,
+                       runner_operand *out);
+
 /* The matrix products of the layers, with the weight W[k, n] at offset w of
  * the parameters. In fp32, or with bf16_matmul on bf16 operands: the weight
- * from the bf16 parameters, the activation or gradient rounded as it enters
- * (into op16, chunk_rows rows at a time, so the operands never take [n, ...]),
- * fp32 accumulation and results.
+ * from the bf16 parameters, the activation or gradient rounded once
+ * (runner_round) or as it enters (into op16, chunk_rows rows at a time, so
+ * the operands never take [n, ...]), fp32 accumulation and results.
  *
  * out[m, cols] (+)= X[m, inner] op(W), op(W) [inner, cols]: W itself
  * (tw = BK_NO_TRANS, W [inner, cols]) or its transpose (BK_TRANS, W
  * [cols, inner]), at offset w of the parameters. */
-bk_status runner_times_weight(model_runner *r, const float *X, int64_t m, int64_t inner, int64_t w,
-                              bk_transpose tw, int64_t cols, float *out, int accumulate);
+bk_status runner_times_weight(model_runner *r, runner_operand X, int64_t m, int64_t inner,
+                              int64_t w, bk_transpose tw, int64_t cols, float *out, int accumulate);
 
 /* C[m, n] = A[m, k] W[k, n] (+ C when accumulate) */
-bk_status runner_mm(model_runner *r, const float *A, int64_t m, int64_t k, int64_t w, int64_t n,
+bk_status runner_mm(model_runner *r, runner_operand A, int64_t m, int64_t k, int64_t w, int64_t n,
                     float *C, int accumulate);
 
 /* dW[k, n] += A[m, k]^T dY[m, n] */
-bk_status runner_mm_grad_weight(model_runner *r, const float *A, int64_t m, int64_t k,
-                                const float *dY, int64_t n, float *dW);
+bk_status runner_mm_grad_weight(model_runner *r, runner_operand A, int64_t m, int64_t k,
+                                runner_operand dY, int64_t n, float *dW);
 
 /* dA[m, k] (+)= dY[m, n] W[k, n]^T */
-bk_status runner_mm_grad_input(model_runner *r, const float *dY, int64_t m, int64_t n, int64_t w,
+bk_status runner_mm_grad_input(model_runner *r, runner_operand dY, int64_t m, int64_t n, int64_t w,
                                int64_t k, float *dA, int accumulate);
 
 /* The parameters of the pass about to run (their type the runner's); with

@@ -5,26 +5,42 @@
  * of the few parameters other kernels read is widened here too. */
 #include "src/train/model_internal.h"
 
-/* src[count] rounded into r->op16[which] (NULL when the device failed) */
-static const uint16_t *operand16(model_runner *r, int which, const float *src, int64_t count)
+/* The bf16 rows [r0, r0 + rows) of x, an operand of `width` values a row in
+ * the role that rounds into op16[slot]: x's own copy when rounded already
+ * (runner_round), else rounded now into op16[slot] (NULL when the device
+ * failed). */
+static const uint16_t *rows16(model_runner *r, int slot, runner_operand x, int64_t r0,
+                              int64_t rows, int64_t width)
 {
-    return bk_round_bf16(r->cfg.queue, count, src, r->op16[which]) == BK_OK ? r->op16[which] : NULL;
+    if (x.bf16) return x.bf16 + r0 * width;
+    uint16_t *to = r->op16[slot];
+    return bk_round_bf16(r->cfg.queue, rows * width, x.f32 + r0 * width, to) == BK_OK ? to : NULL;
 }
 
-bk_status runner_times_weight(model_runner *r, const float *X, int64_t m, int64_t inner, int64_t w,
-                              bk_transpose tw, int64_t cols, float *out, int accumulate)
+bk_status runner_round(model_runner *r, int slot, const float *x, int64_t count,
+                       runner_operand *out)
+{
+    *out = runner_fp32(x);
+    if (!r->cfg.bf16_matmul) return BK_OK;
+    bk_status st = bk_round_bf16(r->cfg.queue, count, x, r->op16[slot]);
+    if (st == BK_OK) out->bf16 = r->op16[slot];
+    return st;
+}
+
+bk_status runner_times_weight(model_runner *r, runner_operand X, int64_t m, int64_t inner,
+                              int64_t w, bk_transpose tw, int64_t cols, float *out, int accumulate)
 {
     const bk_queue *q = r->cfg.queue;
     float beta = accumulate ? 1.0f : 0.0f;
     int64_t ldw = tw == BK_NO_TRANS ? cols : inner;
     if (!r->cfg.bf16_matmul)
-        return bk_gemm(q, BK_NO_TRANS, tw, m, cols, inner, 1.0f, X, inner, runner_weight32(r, w),
-                       ldw, beta, out, cols);
+        return bk_gemm(q, BK_NO_TRANS, tw, m, cols, inner, 1.0f, X.f32, inner,
+                       runner_weight32(r, w), ldw, beta, out, cols);
     const uint16_t *w16 = runner_weight16(r, w);
     bk_status st = BK_OK;
     for (int64_t r0 = 0; r0 < m && st == BK_OK; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, m);
-        const uint16_t *x = operand16(r, 0, X + r0 * inner, rows * inner);
+        const uint16_t *x = rows16(r, 0, X, r0, rows, inner);
         st = x ? bk_gemm_bf16(q, BK_NO_TRANS, tw, rows, cols, inner, 1.0f, x, inner, w16, ldw, beta,
                               out + r0 * cols, BK_F32, cols)
                : BK_ERR_DEVICE;
@@ -32,23 +48,23 @@ bk_status runner_times_weight(model_runner *r, const float *X, int64_t m, int64_
     return st;
 }
 
-bk_status runner_mm(model_runner *r, const float *A, int64_t m, int64_t k, int64_t w, int64_t n,
+bk_status runner_mm(model_runner *r, runner_operand A, int64_t m, int64_t k, int64_t w, int64_t n,
                     float *C, int accumulate)
 {
     return runner_times_weight(r, A, m, k, w, BK_NO_TRANS, n, C, accumulate);
 }
 
-bk_status runner_mm_grad_weight(model_runner *r, const float *A, int64_t m, int64_t k,
-                                const float *dY, int64_t n, float *dW)
+bk_status runner_mm_grad_weight(model_runner *r, runner_operand A, int64_t m, int64_t k,
+                                runner_operand dY, int64_t n, float *dW)
 {
     const bk_queue *q = r->cfg.queue;
     if (!r->cfg.bf16_matmul)
-        return bk_gemm(q, BK_TRANS, BK_NO_TRANS, k, n, m, 1.0f, A, k, dY, n, 1.0f, dW, n);
+        return bk_gemm(q, BK_TRANS, BK_NO_TRANS, k, n, m, 1.0f, A.f32, k, dY.f32, n, 1.0f, dW, n);
     bk_status st = BK_OK;
     for (int64_t r0 = 0; r0 < m && st == BK_OK; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, m);
-        const uint16_t *a = operand16(r, 0, A + r0 * k, rows * k);
-        const uint16_t *dy = operand16(r, 1, dY + r0 * n, rows * n);
+        const uint16_t *a = rows16(r, 0, A, r0, rows, k);
+        const uint16_t *dy = a ? rows16(r, 1, dY, r0, rows, n) : NULL;
         st = a && dy ? bk_gemm_bf16(q, BK_TRANS, BK_NO_TRANS, k, n, rows, 1.0f, a, k, dy, n, 1.0f,
                                     dW, BK_F32, n)
                      : BK_ERR_DEVICE;
@@ -56,7 +72,7 @@ bk_status runner_mm_grad_weight(model_runner *r, const float *A, int64_t m, int6
     return st;
 }
 
-bk_status runner_mm_grad_input(model_runner *r, const float *dY, int64_t m, int64_t n, int64_t w,
+bk_status runner_mm_grad_input(model_runner *r, runner_operand dY, int64_t m, int64_t n, int64_t w,
                                int64_t k, float *dA, int accumulate)
 {
     return runner_times_weight(r, dY, m, n, w, BK_TRANS, k, dA, accumulate);

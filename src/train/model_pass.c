@@ -221,9 +221,11 @@ static bt_status attention_inputs(model_runner *r, int l, layer_input in, kept_l
         bt_status st = attention_norm_rows(r, l, in, r0, rows, NULL, &x_rows);
         if (st == BT_OK && keep) st = move_kept(r, keep, 0, KEPT_NORM, r0, rows, 1);
         if (st != BT_OK) return st;
-        CHECK_KERNEL(runner_mm(r, r->a, rows, D, o->wq, r->QD, r->q + r0 * r->QD, 0));
-        CHECK_KERNEL(runner_mm(r, r->a, rows, D, o->wk, r->KD, r->k + r0 * r->KD, 0));
-        CHECK_KERNEL(runner_mm(r, r->a, rows, D, o->wv, r->KD, r->v + r0 * r->KD, 0));
+        runner_operand a; /* rounded once for the three products */
+        CHECK_KERNEL(runner_round(r, 0, r->a, rows * D, &a));
+        CHECK_KERNEL(runner_mm(r, a, rows, D, o->wq, r->QD, r->q + r0 * r->QD, 0));
+        CHECK_KERNEL(runner_mm(r, a, rows, D, o->wk, r->KD, r->k + r0 * r->KD, 0));
+        CHECK_KERNEL(runner_mm(r, a, rows, D, o->wv, r->KD, r->v + r0 * r->KD, 0));
     }
     CHECK_KERNEL(bk_rope_fwd(q, r->n, d->n_heads, d->head_dim, r->pos, &d->rope, r->q, r->q));
     CHECK_KERNEL(bk_rope_fwd(q, r->n, d->n_kv_heads, d->head_dim, r->pos, &d->rope, r->k, r->k));
@@ -244,14 +246,14 @@ static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, lay
     if (!x_rows) return BT_ERR_SYS;
     if (x_rows != r->x1)
         CHECK_KERNEL(bk_copy(q, r->x1, x_rows, (size_t)(rows * D) * sizeof(float)));
-    CHECK_KERNEL(runner_mm(r, r->o + r0 * r->QD, rows, r->QD, o->wo, D, r->x1, 1));
+    CHECK_KERNEL(runner_mm(r, runner_fp32(r->o + r0 * r->QD), rows, r->QD, o->wo, D, r->x1, 1));
     CHECK_KERNEL(bk_rmsnorm_fwd(q, rows, D, r->x1, runner_param32(r, o->mlp_norm),
                                 r->m->dims.norm_eps, r->b, r->rstd2));
-    CHECK_KERNEL(runner_mm(r, r->b, rows, D, o->w_gate_up, 2 * F, r->g, 0));
+    CHECK_KERNEL(runner_mm(r, runner_fp32(r->b), rows, D, o->w_gate_up, 2 * F, r->g, 0));
     CHECK_KERNEL(bk_swiglu_fwd(q, rows, F, r->g, r->g + F, 2 * F, r->s));
     if (out) {
         CHECK_KERNEL(bk_copy(q, out + r0 * D, r->x1, (size_t)(rows * D) * sizeof(float)));
-        CHECK_KERNEL(runner_mm(r, r->s, rows, F, o->w_down, D, out + r0 * D, 1));
+        CHECK_KERNEL(runner_mm(r, runner_fp32(r->s), rows, F, o->w_down, D, out + r0 * D, 1));
     }
     return BT_OK;
 }
@@ -289,14 +291,20 @@ static bt_status mlp_backward(model_runner *r, int l, layer_input in, kept_layer
             kept ? move_mlp_rows(r, kept, r0, rows, 0) : mlp_chunk(r, l, r0, rows, in, NULL);
         if (st != BT_OK) return st;
         float *dx = r->dx + r0 * D;
-        CHECK_KERNEL(runner_mm_grad_weight(r, r->s, rows, F, dx, D, grad_at(gs, o->w_down)));
-        CHECK_KERNEL(runner_mm_grad_input(r, dx, rows, D, o->w_down, F, r->ds, 0));
+        /* each operand rounded once: dx and dg for their weight's two products */
+        runner_operand s16, dx16, b16, dg16;
+        CHECK_KERNEL(runner_round(r, 0, r->s, rows * F, &s16));
+        CHECK_KERNEL(runner_round(r, 1, dx, rows * D, &dx16));
+        CHECK_KERNEL(runner_mm_grad_weight(r, s16, rows, F, dx16, D, grad_at(gs, o->w_down)));
+        CHECK_KERNEL(runner_mm_grad_input(r, dx16, rows, D, o->w_down, F, r->ds, 0));
         CHECK_KERNEL(bk_swiglu_bwd(q, rows, F, r->g, r->g + F, 2 * F, r->ds, r->dg, r->dg + F));
+        CHECK_KERNEL(runner_round(r, 0, r->b, rows * D, &b16));
+        CHECK_KERNEL(runner_round(r, 1, r->dg, rows * 2 * F, &dg16));
         CHECK_KERNEL(
-            runner_mm_grad_weight(r, r->b, rows, D, r->dg, 2 * F, grad_at(gs, o->w_gate_up)));
+            runner_mm_grad_weight(r, b16, rows, D, dg16, 2 * F, grad_at(gs, o->w_gate_up)));
         /* b is free once its weight gradient is taken: the MLP branch's
          * gradient of x1 goes there, then into dx */
-        CHECK_KERNEL(runner_mm_grad_input(r, r->dg, rows, 2 * F, o->w_gate_up, D, r->b, 0));
+        CHECK_KERNEL(runner_mm_grad_input(r, dg16, rows, 2 * F, o->w_gate_up, D, r->b, 0));
         CHECK_KERNEL(bk_rmsnorm_bwd(q, rows, D, r->x1, runner_param32(r, o->mlp_norm), r->rstd2,
                                     r->b, r->b, grad_at(gs, o->mlp_norm)));
         CHECK_KERNEL(bk_axpy(q, rows * D, 1.0f, r->b, dx));
@@ -449,7 +457,8 @@ bt_status model_predict(model_runner *r, model_params params, const int64_t *tok
         /* logits [1, V] = hn [1, D] W_head [V, D]^T, hn the row's final norm in a */
         bt_status st_row = final_norm_rows(r, rows[i], 1, NULL);
         if (st_row != BT_OK) return st_row;
-        kst = runner_times_weight(r, r->a, 1, r->D, r->m->head, BK_TRANS, V, logits, 0);
+        kst = runner_times_weight(r, runner_fp32(r->a), 1, r->D, r->m->head, BK_TRANS, V, logits,
+                                  0);
         if (kst == BK_OK && r->on_device)
             kst = bk_device_download(r->cfg.queue, seen, logits, (size_t)V * sizeof(float));
         int64_t best = 0;
@@ -530,17 +539,40 @@ static bt_status projections_backward(model_runner *r, int l, layer_input in, ke
         const float *x_rows, *dq = r->dq + r0 * QD, *dk = r->dk + r0 * KD, *dv = r->dv + r0 * KD;
         bt_status st = attention_norm_rows(r, l, in, r0, rows, kept, &x_rows);
         if (st != BT_OK) return st;
-        CHECK_KERNEL(runner_mm_grad_weight(r, r->a, rows, D, dq, QD, grad_at(gs, o->wq)));
-        CHECK_KERNEL(runner_mm_grad_weight(r, r->a, rows, D, dk, KD, grad_at(gs, o->wk)));
-        CHECK_KERNEL(runner_mm_grad_weight(r, r->a, rows, D, dv, KD, grad_at(gs, o->wv)));
-        /* a is free once the weight gradients are taken: the attention
-         * branch's gradient of a, then of x_in, goes there, then into dx */
-        CHECK_KERNEL(runner_mm_grad_input(r, dq, rows, QD, o->wq, D, r->a, 0));
-        CHECK_KERNEL(runner_mm_grad_input(r, dk, rows, KD, o->wk, D, r->a, 1));
-        CHECK_KERNEL(runner_mm_grad_input(r, dv, rows, KD, o->wv, D, r->a, 1));
+        /* a rounded once for the three weight gradients, each of dq, dk, dv
+         * once for its weight's two products; the attention branch's
+         * gradient of a, then of x_in, goes into b (free outside the MLP's
+         * chunk: a is read until the last weight gradient), then into dx */
+        runner_operand a16, d16;
+        CHECK_KERNEL(runner_round(r, 0, r->a, rows * D, &a16));
+        const float *const grads[3] = {dq, dk, dv};
+        const int64_t widths[3] = {QD, KD, KD}, weights[3] = {o->wq, o->wk, o->wv};
+        for (int i = 0; i < 3; i++) {
+            CHECK_KERNEL(runner_round(r, 1, grads[i], rows * widths[i], &d16));
+            CHECK_KERNEL(runner_mm_grad_weight(r, a16, rows, D, d16, widths[i],
+                                               grad_at(gs, weights[i])));
+            CHECK_KERNEL(runner_mm_grad_input(r, d16, rows, widths[i], weights[i], D, r->b, i > 0));
+        }
         CHECK_KERNEL(bk_rmsnorm_bwd(q, rows, D, x_rows, runner_param32(r, o->attn_norm), r->rstd1,
-                                    r->a, r->a, grad_at(gs, o->attn_norm)));
-        CHECK_KERNEL(bk_axpy(q, rows * D, 1.0f, r->a, r->dx + r0 * D));
+                                    r->b, r->b, grad_at(gs, o->attn_norm)));
+        CHECK_KERNEL(bk_axpy(q, rows * D, 1.0f, r->b, r->dx + r0 * D));
+    }
+    return BT_OK;
+}
+
+/* The output projection's backward, chunk by chunk, from dx (the gradient
+ * of x1 = x_in + O Wo): Wo's gradient, and dO into d_o; O and dx rounded
+ * once each. */
+static bt_status output_projection_backward(model_runner *r, int l, const grad_sink *gs)
+{
+    int64_t D = r->D, QD = r->QD, wo = r->m->layer[l].wo;
+    for (int64_t r0 = 0; r0 < r->n; r0 += r->chunk_rows) {
+        int64_t rows = runner_chunk_rows(r, r0, r->n);
+        runner_operand o16, dx16;
+        CHECK_KERNEL(runner_round(r, 0, r->o + r0 * QD, rows * QD, &o16));
+        CHECK_KERNEL(runner_round(r, 1, r->dx + r0 * D, rows * D, &dx16));
+        CHECK_KERNEL(runner_mm_grad_weight(r, o16, rows, QD, dx16, D, grad_at(gs, wo)));
+        CHECK_KERNEL(runner_mm_grad_input(r, dx16, rows, D, wo, QD, r->d_o + r0 * QD, 0));
     }
     return BT_OK;
 }
@@ -554,8 +586,7 @@ static bt_status layer_backward(model_runner *r, int l, int mb, grad_sink *gs,
 {
     const bk_queue *q = r->cfg.queue;
     const model_dims *d = &r->m->dims;
-    const layer_offsets *o = &r->m->layer[l];
-    int64_t n = r->n, D = r->D, QD = r->QD, begin, end;
+    int64_t n = r->n, begin, end;
     stored_layer *e = stored(r, l);
     if (e->layer != l || e->micro_batch != mb) return BT_ERR_ARG; /* keyed by (layer, mb) */
     model_layer_range(r->m, l, &begin, &end);
@@ -574,8 +605,8 @@ static bt_status layer_backward(model_runner *r, int l, int mb, grad_sink *gs,
     if (st == BT_OK) st = mlp_backward(r, l, in, kept, gs);
     if (st != BT_OK) return st;
     /* output projection and attention, from dx: now the gradient of x1 */
-    CHECK_KERNEL(runner_mm_grad_weight(r, r->o, n, QD, r->dx, D, grad_at(gs, o->wo)));
-    CHECK_KERNEL(runner_mm_grad_input(r, r->dx, n, D, o->wo, QD, r->d_o, 0));
+    st = output_projection_backward(r, l, gs);
+    if (st != BT_OK) return st;
     ring_exec_ctx c = r->ring;
     c.sched = r->bwd;
     c.spend[0] = r->q, c.spend[1] = r->d_o; /* read no more: the ring's to overwrite */
