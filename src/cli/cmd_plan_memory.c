@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "src/cli/cli.h"
+#include "src/train/choices.h"
 #include "src/train/trainer_memory.h"
 #include "util/options.h"
 #include "util/parse.h"
@@ -91,18 +92,28 @@ static int fits_at_stage(const plan_args *a, const train_config *cfg, trainer_me
     return trainer_memory_verdict(need, room) < 0;
 }
 
-/* The verdict for cfg, as fits_at_stage; with zero = auto, at the smallest
- * stage that fits, else at 3. */
-static int fits(const plan_args *a, const train_config *cfg, trainer_memory_plan *p, char *err,
-                size_t err_len)
+/* The verdict for cfg, as fits_at_stage; with zero, attn_kept_fraction or
+ * keep_layers = auto, for the first of choose_memory_candidates that fits
+ * (the run's own order), else for the last. *chosen gets the values. */
+static int fits(const plan_args *a, const train_config *cfg, trainer_memory_plan *p,
+                memory_choice *chosen, char *err, size_t err_len)
 {
-    if (train_config_zero_stage(cfg) != 0) return fits_at_stage(a, cfg, p, err, err_len);
+    bk_attn_mask mask = choose_mask(cfg->mask, cfg->window);
+    memory_choice list[MEMORY_CHOICES_MAX];
+    int n = choose_memory_candidates(
+        train_config_zero_stage(cfg), train_config_lowest_zero_stage(cfg), cfg->attn_kept_fraction,
+        cfg->keep_layers, keep_half_allowed(choose_layout(cfg->layout, cfg->mask), &mask), list);
     train_config c = *cfg;
-    for (int stage = train_config_lowest_zero_stage(cfg);; stage++) {
-        train_config_set_zero_stage(&c, stage);
-        int ok = fits_at_stage(a, &c, p, err, err_len);
-        if (ok != 0 || stage == 3) return ok;
+    int ok = -1;
+    for (int i = 0; i < n; i++) {
+        train_config_set_zero_stage(&c, list[i].zero_stage);
+        c.attn_kept_fraction = list[i].kept_fraction;
+        c.keep_layers = list[i].keep_layers;
+        *chosen = list[i];
+        ok = fits_at_stage(a, &c, p, err, err_len);
+        if (ok != 0) return ok;
     }
+    return ok;
 }
 
 /* The longest sequence 2^k x unit that fits with everything else as given
@@ -116,7 +127,8 @@ static int64_t longest_fitting(const plan_args *a)
         trainer_memory_plan p;
         c.seq_len = seq;
         if (c.max_seq < seq) c.max_seq = seq;
-        int ok = fits(a, &c, &p, err, sizeof err);
+        memory_choice chosen;
+        int ok = fits(a, &c, &p, &chosen, err, sizeof err);
         if (ok != 1) break;
         best = seq;
     }
@@ -129,7 +141,14 @@ static int zero_auto(const plan_args *a)
     return train_config_zero_stage(&a->cfg) == 0;
 }
 
-static void report(const plan_args *a, const trainer_memory_plan *t, int ok)
+/* [memory] attn_kept_fraction or keep_layers = auto. */
+static int memory_auto(const plan_args *a)
+{
+    return a->cfg.attn_kept_fraction == TRAIN_KEPT_AUTO || a->cfg.keep_layers == TRAIN_AUTO;
+}
+
+static void report(const plan_args *a, const trainer_memory_plan *t, const memory_choice *ch,
+                   int ok)
 {
     const train_config *c = &a->cfg;
     char parts[512], h[4][32];
@@ -139,6 +158,9 @@ static void report(const plan_args *a, const trainer_memory_plan *t, int ok)
            (long long)t->n_params, train_config_name("model", "preset", c->preset), a->ranks, c->dp, c->cp, a->per_node,
            t->zero_stage, zero_auto(a) ? " (zero = auto)" : "", (long long)c->seq_len,
            (long long)t->tokens_per_rank, t->on_device ? "on a GPU per rank" : "on the CPU");
+    printf("kept for the backward: attention outputs %g, layers %s%s\n", ch->kept_fraction,
+           ch->keep_layers ? "kept" : "recomputed",
+           memory_auto(a) ? " (auto: the fastest whose memory fits)" : "");
     printf("memory per rank: %s\n", parts);
     printf("memory per rank, the parts together: %s (a process adds its own baseline)\n",
            bu_human_bytes((double)trainer_memory_total(&t->mem), h[0], 32));
@@ -166,7 +188,8 @@ static void report(const plan_args *a, const trainer_memory_plan *t, int ok)
 
 /* The report as one JSON object: the cluster, the parts by key, the totals
  * the verdict compares, the verdict and the longest sequence (0: none). */
-static int report_json(const plan_args *a, const trainer_memory_plan *t, int ok, int64_t longest)
+static int report_json(const plan_args *a, const trainer_memory_plan *t, const memory_choice *ch,
+                       int ok, int64_t longest)
 {
     const train_config *c = &a->cfg;
     json_t *parts = json_object();
@@ -176,16 +199,18 @@ static int report_json(const plan_args *a, const trainer_memory_plan *t, int ok,
         json_object_set_new(parts, list[i].key, json_integer((json_int_t)list[i].bytes));
     json_t *o = json_pack(
         "{s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:b, s:I, s:I, s:b, s:o, s:I, s:I, s:I, "
-        "s:I, s:I, s:I, s:b, s:I}",
-        "preset", train_config_name("model", "preset", c->preset), "parameters", (json_int_t)t->n_params, "ranks", a->ranks,
-        "gpus_per_node", a->per_node, "dp", c->dp, "cp", c->cp, "zero", t->zero_stage,
-        "zero_auto", zero_auto(a), "sequence", (json_int_t)c->seq_len, "tokens_per_rank",
-        (json_int_t)t->tokens_per_rank, "on_device", t->on_device, "parts", parts, "total",
-        (json_int_t)trainer_memory_total(&t->mem), "arena",
+        "s:I, s:I, s:I, s:b, s:I, s:f, s:b, s:b}",
+        "preset", train_config_name("model", "preset", c->preset), "parameters",
+        (json_int_t)t->n_params, "ranks", a->ranks, "gpus_per_node", a->per_node, "dp", c->dp, "cp",
+        c->cp, "zero", t->zero_stage, "zero_auto", zero_auto(a), "sequence", (json_int_t)c->seq_len,
+        "tokens_per_rank", (json_int_t)t->tokens_per_rank, "on_device", t->on_device, "parts",
+        parts, "total", (json_int_t)trainer_memory_total(&t->mem), "arena",
         (json_int_t)(t->on_device ? trainer_arena_bytes(&t->mem) : 0), "host_per_rank",
         (json_int_t)trainer_host_bytes(&t->mem, t->on_device), "device_memory",
         (json_int_t)a->device_bytes, "host_memory", (json_int_t)a->host_bytes, "limit_bytes",
-        (json_int_t)c->limit_bytes, "fits", ok, "longest_sequence", (json_int_t)longest);
+        (json_int_t)c->limit_bytes, "fits", ok, "longest_sequence", (json_int_t)longest,
+        "attn_kept_fraction", ch->kept_fraction, "keep_layers", ch->keep_layers, "memory_auto",
+        memory_auto(a));
     if (!o || json_dumpf(o, stdout, JSON_INDENT(2)) != 0) {
         json_decref(o);
         fprintf(stderr, "burst plan memory: cannot write the JSON report\n");
@@ -210,14 +235,18 @@ int cmd_plan_memory(int argc, char **argv)
     }
     trainer_memory_plan p;
     char err[512];
-    int ok = fits(&a, &a.cfg, &p, err, sizeof err);
+    memory_choice chosen;
+    int ok = fits(&a, &a.cfg, &p, &chosen, err, sizeof err);
     if (ok < 0) {
         fprintf(stderr, "burst plan memory: %s\n", err);
         return EXIT_USAGE;
     }
     int64_t longest = longest_fitting(&a);
-    if (a.json) return report_json(&a, &p, ok, longest) != 0 ? EXIT_RUN_FAILURE : ok ? 0 : EXIT_USAGE;
-    report(&a, &p, ok);
+    if (a.json)
+        return report_json(&a, &p, &chosen, ok, longest) != 0 ? EXIT_RUN_FAILURE
+               : ok                                           ? 0
+                                                              : EXIT_USAGE;
+    report(&a, &p, &chosen, ok);
     if (longest > 0)
         printf("longest sequence 2^k x %d that fits: %lld tokens (memory alone: [model] max_seq "
                "raised where needed)\n",

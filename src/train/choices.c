@@ -72,6 +72,26 @@ int keep_half_allowed(seq_layout_kind layout, const bk_attn_mask *mask)
            !(mask->flags & ~BK_ATTN_CAUSAL);
 }
 
+int choose_memory_candidates(int zero_stage, int lowest_stage, double kept_fraction,
+                             int keep_layers, int half_allowed,
+                             memory_choice out[MEMORY_CHOICES_MAX])
+{
+    static const double fractions[] = {1.0, 0.5, 0.0};
+    int n = 0;
+    for (int f = 0; f < 3; f++) {
+        double kept = fractions[f];
+        if (kept_fraction == TRAIN_KEPT_AUTO ? kept == 0.5 && !half_allowed : kept != kept_fraction)
+            continue;
+        for (int layers = 1; layers >= 0; layers--) {
+            if (keep_layers != TRAIN_AUTO && layers != keep_layers) continue;
+            int first = zero_stage ? zero_stage : lowest_stage, last = zero_stage ? zero_stage : 3;
+            for (int stage = first; stage <= last; stage++)
+                out[n++] = (memory_choice){stage, kept, layers};
+        }
+    }
+    return n;
+}
+
 int choose_topology(train_ring_choice ring, int cp, int nodes, int local_size, ring_topology *topo,
                     int *cp_nodes)
 {

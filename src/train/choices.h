@@ -67,6 +67,27 @@ int choose_ring_bf16(int on_device);
  * zigzag layout and the plain causal mask. */
 int keep_half_allowed(seq_layout_kind layout, const bk_attn_mask *mask);
 
+/* One way to hold a run in memory: the ZeRO stage, the share of attention
+ * outputs kept, and whether the layers' intermediates are kept. */
+typedef struct {
+    int zero_stage;
+    double kept_fraction;
+    int keep_layers;
+} memory_choice;
+enum { MEMORY_CHOICES_MAX = 3 * 2 * 3 };
+/* The memory choices a run may take, fastest first, into out: the values
+ * given, and for each left to auto ([parallel] zero = auto: zero_stage 0,
+ * attn_kept_fraction TRAIN_KEPT_AUTO, keep_layers TRAIN_AUTO) every value in
+ * turn: first the attention outputs kept (1, 0.5 where keep_half_allowed, 0:
+ * recomputing attention costs most at long sequences), then the layers'
+ * intermediates (kept, then recomputed: a quarter more GEMM FLOPs), then the
+ * ZeRO stage (lowest_stage up to 3: the higher, the more gathers). The setup
+ * takes the first whose memory fits (the last when none does, for the check
+ * to refuse naming the parts). Returns how many. */
+int choose_memory_candidates(int zero_stage, int lowest_stage, double kept_fraction,
+                             int keep_layers, int half_allowed,
+                             memory_choice out[MEMORY_CHOICES_MAX]);
+
 /* [attention] kernel and deterministic: 1 when the rings' block pairs go to
  * SDPA calls (cuDNN's fused attention) where they map, 0 when they all run on
  * our kernels, with the reason in why either way (the start report prints

@@ -109,7 +109,17 @@ int train_config_preset(train_config *c, const char *name)
 
 /* ---- the table of keys ------------------------------------------------ */
 
-typedef enum { F_INT, F_I64, F_U64, F_DBL, F_BOOL, F_ENUM, F_STR, F_KEPT_FRACTION } field_type;
+typedef enum {
+    F_INT,
+    F_I64,
+    F_U64,
+    F_DBL,
+    F_BOOL,
+    F_ENUM,
+    F_STR,
+    F_KEPT_FRACTION,
+    F_BOOL_AUTO /* a boolean, or auto (TRAIN_AUTO) */
+} field_type;
 
 /* One key: where it lives, what it accepts, its default, whether it changes
  * the numbers of a resumed run, and what it means. Everything the program says
@@ -158,6 +168,7 @@ static const char *const rope_type_names[] = {"default", "linear",  "llama3",
 #define ENUM(s, k, names, ...) {s, #k, F_ENUM, offsetof(train_config, k), INT_SIZED(k), 0, 0, 0, 0, 0, 0, names, __VA_ARGS__}
 #define STR(s, k, ...) {s, #k, F_STR, AT(k), 0, 0, 0, 0, 0, 0, NULL, __VA_ARGS__}
 #define KEPT_FRACTION(s, k, ...) {s, #k, F_KEPT_FRACTION, AT(k), 0, 0, 0, 0, 0, 0, NULL, __VA_ARGS__}
+#define BOOL_AUTO(s, k, ...) {s, #k, F_BOOL_AUTO, AT(k), 0, 0, 0, 0, 0, 0, NULL, __VA_ARGS__}
 #define PRESET NULL
 /* clang-format on */
 
@@ -311,10 +322,10 @@ static const field fields[] = {
         "held-out samples evaluated"),
     DBL("eval", min_accuracy, 0, 0, 1, 0, "0", FREE,
         "an accuracy below this fails the run (0: never)"),
-    KEPT_FRACTION("memory", attn_kept_fraction, "0.5", FREE,
-        "share of local tokens whose attention output and lse are kept for the backward: 0, 0.5 or 1"),
-    BOOL("memory", keep_layers, "false", FREE,
-        "keep every layer's norms, projections and MLP activations for the backward instead of recomputing them from the layer's stored input (faster, and per layer and token 4 (3 D + Hq*hd + 2 Hkv*hd + 3 F + 2) more bytes)"),
+    KEPT_FRACTION("memory", attn_kept_fraction, "auto", FREE,
+        "share of local tokens whose attention output and lse are kept for the backward: 0, 0.5 (causal zigzag only) or 1; auto: the largest whose memory fits, chosen at setup with keep_layers and zero and printed (doc/TRAINING.md, Memory choices)"),
+    BOOL_AUTO("memory", keep_layers, "auto", FREE,
+        "keep every layer's norms, projections and MLP activations for the backward instead of recomputing them from the layer's stored input (faster, and per layer and token 4 (3 D + Hq*hd + 2 Hkv*hd + 3 F + 2) more bytes); auto: true when its memory fits once every attention output the memory allows is kept"),
     I64("memory", chunk_rows, 1, "4096", FREE,
         "tokens per chunk of all that runs token by token (the norms, the MLP, the head) and of the bf16 operands of the matrix products: their buffers (per token 4 (3 d_model + 6 d_ff + 2) bytes, and 2 max(d_model, 2 d_ff) bytes for each of the two operands) hold one chunk, whatever the sequence; fewer rows, less memory and smaller products"),
     BOOL("memory", offload_activations, "false", FREE,
@@ -550,12 +561,25 @@ static int set_kept_fraction(char *at, const field *f, const char *value, char *
     double v;
     if (strcmp(value, "1/2") == 0)
         v = 0.5;
+    else if (strcmp(value, "auto") == 0)
+        v = TRAIN_KEPT_AUTO;
     else if (parse_double(value, &v) != 0 || !(v == 0.0 || v == 0.5 || v == 1.0)) {
-        snprintf(why, why_len, "must be 0, 0.5 (or 1/2) or 1");
+        snprintf(why, why_len, "must be 0, 0.5 (or 1/2), 1 or auto");
         return -1;
     }
     *(double *)at = v;
     return 0;
+}
+
+static int set_bool_auto(char *at, const field *f, const char *value, char *why, size_t why_len)
+{
+    if (strcasecmp(value, "auto") == 0) {
+        *(int *)at = TRAIN_AUTO;
+        return 0;
+    }
+    if (set_bool(at, f, value, why, why_len) == 0) return 0;
+    snprintf(why, why_len, "not a boolean (true, false, yes, no, 1 or 0) or auto");
+    return -1;
 }
 
 /* Stores value into the field of c, or returns -1 with why. */
@@ -566,8 +590,9 @@ static int set_field(train_config *c, const field *f, const char *value, char *w
         [F_U64] = set_u64,     [F_DBL] = set_double,
         [F_BOOL] = set_bool,   [F_ENUM] = set_enum,
         [F_STR] = set_text,    [F_KEPT_FRACTION] = set_kept_fraction,
+        [F_BOOL_AUTO] = set_bool_auto,
     };
-    _Static_assert(sizeof setters / sizeof *setters == F_KEPT_FRACTION + 1,
+    _Static_assert(sizeof setters / sizeof *setters == F_BOOL_AUTO + 1,
                    "a setter per field type");
     return setters[f->type]((char *)c + f->off, f, value, why, why_len);
 }
@@ -636,11 +661,22 @@ static void format_field(const train_config *c, const field *f, char *buf, size_
         snprintf(buf, len, "%" PRIu64, *(const uint64_t *)at);
         return;
     case F_DBL:
-    case F_KEPT_FRACTION:
         format_double(*(const double *)at, buf, len);
+        return;
+    case F_KEPT_FRACTION:
+        if (*(const double *)at == TRAIN_KEPT_AUTO)
+            snprintf(buf, len, "auto");
+        else
+            format_double(*(const double *)at, buf, len);
         return;
     case F_BOOL:
         snprintf(buf, len, "%s", *(const int *)at ? "true" : "false");
+        return;
+    case F_BOOL_AUTO:
+        snprintf(buf, len, "%s",
+                 *(const int *)at == TRAIN_AUTO ? "auto"
+                 : *(const int *)at             ? "true"
+                                                : "false");
         return;
     case F_ENUM: {
         /* a value out of range (set in code) shows as its number, which no
@@ -1059,7 +1095,8 @@ static int validate_sequence(const train_config *c, char *err, size_t err_len)
                        "[data] seq_len = %" PRId64 " exceeds [model] max_seq = %" PRId64,
                        c->seq_len, c->max_seq);
 
-    if (choose_keep(c->attn_kept_fraction) == KEEP_HALF && !keep_half_allowed(kind, &mask))
+    if (c->attn_kept_fraction != TRAIN_KEPT_AUTO &&
+        choose_keep(c->attn_kept_fraction) == KEEP_HALF && !keep_half_allowed(kind, &mask))
         return bu_fail(
             err, err_len,
             "[memory] attn_kept_fraction = 0.5 needs the causal mask with the zigzag layout "

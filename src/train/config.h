@@ -44,6 +44,10 @@ typedef enum {
 } train_ring_choice;
 /* [parallel] zero: the stage less one, or auto (train_config_zero_stage). */
 typedef enum { ZERO_1 = 0, ZERO_2 = 1, ZERO_3 = 2, ZERO_AUTO = 3 } train_zero;
+/* [memory] attn_kept_fraction = auto and keep_layers = auto, until the setup
+ * (or `burst plan memory`) chooses by memory (choose_memory_candidates). */
+#define TRAIN_KEPT_AUTO (-1.0)
+enum { TRAIN_AUTO = -1 };
 typedef enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 } train_nonfinite;
 typedef enum { TRAIN_DEVICE_CPU = 0, TRAIN_DEVICE_CUDA = 1 } train_device;
 typedef enum { MATMUL_AUTO = 0, MATMUL_BF16 = 1, MATMUL_FP32 = 2 } train_matmul;
@@ -123,10 +127,11 @@ typedef struct {
     int64_t eval_samples;
     double min_accuracy;    /* a held-out accuracy below this fails the run (0: never) */
     /* [memory] */
-    double
-        attn_kept_fraction; /* share of local tokens whose attention O, lse are kept: 0, 0.5, 1 */
-    int keep_layers;        /* every layer's intermediates kept for the backward (1), or
-                               recomputed from its stored input (0) */
+    double attn_kept_fraction; /* share of local tokens whose attention O, lse are kept: 0,
+                                  0.5, 1, or TRAIN_KEPT_AUTO until the setup chooses */
+    int keep_layers;           /* every layer's intermediates kept for the backward (1), or
+                                  recomputed from its stored input (0), or TRAIN_AUTO until
+                                  the setup chooses */
     int offload_activations; /* on a device, each layer's stored activations in page-locked
                                 host memory, copied out and back on a stream of their own */
     train_optimizer_place optimizer; /* device | host: where a device run keeps the optimizer's state */

@@ -413,13 +413,25 @@ static int plan_rank_memory(trainer *t, int nodes, int local_size, model_runner_
     return trainer_plan_memory(t, rc, err, err_len);
 }
 
-/* zero = auto: the stage a resumed run's checkpoint was written with, else
- * the smallest whose memory fits on every rank (trainer_memory_fits); 3 when
- * none does, for the check to refuse naming the parts. Otherwise the stage
- * given. The stage chosen is written back into [parallel] zero, so that the
- * checkpoints record it. t->mem, t->layout and rc are counted for it. 0, or
- * an exit status with err. */
-static int choose_zero_stage(trainer *t, model_runner_config *rc, char *err, size_t err_len)
+/* The memory choice ch written into the configuration (so that the
+ * checkpoints record it) and t's choices. */
+static void take_memory_choice(trainer *t, const memory_choice *ch)
+{
+    train_config *c = &t->cfg;
+    t->zero_stage = ch->zero_stage;
+    c->attn_kept_fraction = ch->kept_fraction;
+    c->keep_layers = ch->keep_layers;
+    t->choices.keep = choose_keep(ch->kept_fraction);
+}
+
+/* The ZeRO stage, the attention outputs kept and the layers kept: those
+ * given, and for each left to auto the first of choose_memory_candidates
+ * whose memory fits on every rank (trainer_memory_fits), the last when none
+ * does, for the check to refuse naming the parts; zero = auto on a resumed
+ * run takes the stage of its checkpoint. The values chosen are written back
+ * into the configuration, so that the checkpoints record them. t->mem,
+ * t->layout and rc are counted for them. 0, or an exit status with err. */
+static int choose_memory(trainer *t, model_runner_config *rc, char *err, size_t err_len)
 {
     train_config *c = &t->cfg;
     int nodes = bt_world_n_nodes(t->world), local = bt_world_local_size(t->world);
@@ -429,10 +441,16 @@ static int choose_zero_stage(trainer *t, model_runner_config *rc, char *err, siz
     int lowest = train_config_lowest_zero_stage(c);
     if (resumed && resumed < lowest)
         resumed = lowest; /* a stage-1 checkpoint, optimizer on the host */
-    int first = given ? given : resumed ? resumed : lowest;
-    for (t->zero_stage = first;; t->zero_stage++) {
+    int kept_auto = c->attn_kept_fraction == TRAIN_KEPT_AUTO,
+        layers_auto = c->keep_layers == TRAIN_AUTO;
+    memory_choice list[MEMORY_CHOICES_MAX];
+    int n = choose_memory_candidates(given ? given : resumed, lowest, c->attn_kept_fraction,
+                                     c->keep_layers,
+                                     keep_half_allowed(t->choices.layout, &t->choices.mask), list);
+    for (int i = 0; i < n; i++) {
+        take_memory_choice(t, &list[i]);
         if (plan_rank_memory(t, nodes, local, rc, err, err_len) != 0) return EXIT_USAGE;
-        if (given || resumed || t->zero_stage == 3) break;
+        if (i + 1 == n) break;
         int fits = trainer_memory_fits(t);
         if (fits < 0) {
             snprintf(err, err_len, "%s", bt_world_error(t->world));
@@ -445,6 +463,7 @@ static int choose_zero_stage(trainer *t, model_runner_config *rc, char *err, siz
                                  : "the smallest stage whose memory fits";
         train_config_set_zero_stage(c, t->zero_stage);
     }
+    t->memory_chosen = kept_auto || layers_auto;
     return 0;
 }
 
@@ -472,8 +491,11 @@ static int plan_offline(trainer *t, int world_size, int nodes, char *err, size_t
         t->nccl_ranks = local > 1 && c->intra != INTRA_UCX ? local : 0;
     }
     t->zero_stage = train_config_zero_stage(c);
-    if (t->zero_stage == 0) {
-        snprintf(err, err_len, "[parallel] zero = auto: the caller chooses the stage");
+    if (t->zero_stage == 0 || c->attn_kept_fraction == TRAIN_KEPT_AUTO ||
+        c->keep_layers == TRAIN_AUTO) {
+        snprintf(err, err_len,
+                 "[parallel] zero, [memory] attn_kept_fraction or keep_layers = "
+                 "auto: the caller chooses (choose_memory_candidates)");
         return -1;
     }
     model_runner_config rc;
@@ -541,7 +563,7 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
     /* on a device, the runtime's own host memory is part of the baseline */
     if (t->queue.where == BK_DEVICE) t->baseline_bytes = bu_rss_bytes();
     model_runner_config rc;
-    status = choose_zero_stage(t, &rc, err, err_len);
+    status = choose_memory(t, &rc, err, err_len);
     if (status != 0) return status;
     t->shard = token_shard_of(&t->layout, t->cp_rank);
     status = trainer_check_memory(t, err, err_len);

@@ -51,6 +51,7 @@ struct trainer {
     char sdpa_why[256];           /* the attention kernel chosen, and why (choose_sdpa) */
     int offline;                  /* counting for burst plan memory: no device touched */
     const char *zero_chosen;      /* zero = auto: how the stage was chosen; else NULL */
+    int memory_chosen;            /* attn_kept_fraction or keep_layers was auto */
     int64_t step_now;             /* the step being computed */
     uint16_t *params16;           /* [n_params] bf16 parameters (train_choices.bf16_matmul), their
                                      fp32 masters the optimizer's; else NULL (and both NULL at
@@ -84,8 +85,11 @@ int trainer_plan_memory(trainer *t, const model_runner_config *rc, char *err, si
  * (a node's available memory over its ranks, or a GPU's free memory over
  * the ranks that drive it); 0 or an exit status. */
 int trainer_check_memory(trainer *t, char *err, size_t err_len);
-/* Collective: whether every rank's need, as trainer_check_memory compares
- * it, fits: 1, 0, or -1 when the world failed. */
+/* Collective: whether every rank's need fits as trainer_check_memory
+ * compares it, on a device with the arena's margin and NCCL's buffers (what
+ * trainer_make_arena then takes, as `burst plan memory` compares it), so
+ * that a choice made by it is one the arena holds: 1, 0, or -1 when the
+ * world failed. */
 int trainer_memory_fits(trainer *t);
 /* Collective, on a device (else nothing): the arena of trainer_arena_bytes,
  * taken now and set on the queue the runner, the optimizer and the trainer's

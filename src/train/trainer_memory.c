@@ -212,6 +212,9 @@ int trainer_memory_fits(trainer *t)
 {
     double need[MEMORY_KINDS], room[MEMORY_KINDS];
     if (agree_on_need(t, need, room) != 0) return -1;
+    if (t->choices.on_device) /* the arena: the parts and their margin (this rank's) */
+        need[MEMORY_DEVICE] +=
+            (double)trainer_arena_bytes(&t->mem) - (double)trainer_device_bytes(&t->mem);
     return trainer_memory_verdict(need, room) < 0;
 }
 

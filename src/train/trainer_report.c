@@ -200,12 +200,14 @@ int trainer_report_start(trainer *t)
     const train_config *c = &t->cfg;
     printf("burst train: %lld parameters (%d layers, d_model %d, heads %d/%d, vocab %d); "
            "world %d = dp %d x cp %d, ZeRO stage %d%s%s%s; sequence %lld tokens (%lld per rank, "
-           "%s layout); checkpoint fraction %g; %s head\n",
+           "%s layout); checkpoint fraction %g, layers %s%s; %s head\n",
            (long long)t->model.n_params, c->layers, c->d_model, c->n_heads, c->n_kv_heads, c->vocab,
            t->world_size, c->dp, c->cp, trainer_zero_stage(t),
            t->zero_chosen ? " (zero = auto: " : "", t->zero_chosen ? t->zero_chosen : "",
            t->zero_chosen ? ")" : "", (long long)c->seq_len, (long long)t->layout.n,
            seq_layout_name(t->layout.kind), c->attn_kept_fraction,
+           c->keep_layers ? "kept" : "recomputed",
+           t->memory_chosen ? " (auto: the fastest whose memory fits)" : "",
            c->fused_head ? "fused" : "unfused");
     int in_bytes = t->choices.ring_bf16 ? 2 : 4;
     printf("attention: mask %s; %s; kernel pieces of %lld query rows; inputs travel in %s; "

@@ -445,6 +445,71 @@ START_TEST(plan_memory_chooses_zero_auto)
 }
 END_TEST
 
+/* `burst plan memory --json` of tiny at 4K tokens with the sets given. */
+static json_t *plan_tiny(const char *const *sets, int n_sets, int exit_code)
+{
+    char *argv[16] = {(char *)test_burst_path(), "plan", "memory", "--json", "--set",
+                      "data.seq_len=4096"};
+    int argc = 6;
+    for (int i = 0; i < n_sets; i++) argv[argc++] = "--set", argv[argc++] = (char *)sets[i];
+    argv[argc] = NULL;
+    test_run_result r = test_run(argv, NULL);
+    json_error_t e;
+    json_t *o = json_loads(r.out, 0, &e);
+    ck_assert_msg(o && r.exit_code == exit_code, "exit %d, %s:\n%s", r.exit_code, e.text, r.out);
+    test_run_free(&r);
+    return o;
+}
+
+/* attn_kept_fraction = auto and keep_layers = auto (the defaults): every
+ * attention output and the layers kept when they fit, then the layers
+ * recomputed, then half the outputs, then none, as [memory] limit_bytes
+ * tightens (each limit the total of the choice it should take); and the run's
+ * setup takes the same choice as the plan (`burst train --dry-run`). */
+START_TEST(plan_memory_chooses_kept_auto)
+{
+    static const char *const fixed[][2] = {
+        {"memory.attn_kept_fraction=1", "memory.keep_layers=true"},
+        {"memory.attn_kept_fraction=1", "memory.keep_layers=false"},
+        {"memory.attn_kept_fraction=0.5", "memory.keep_layers=false"},
+        {"memory.attn_kept_fraction=0", "memory.keep_layers=false"}};
+    static const char *const said[] = {"checkpoint fraction 1, layers kept (auto",
+                                       "checkpoint fraction 1, layers recomputed (auto",
+                                       "checkpoint fraction 0.5, layers recomputed (auto",
+                                       "checkpoint fraction 0, layers recomputed (auto"};
+    long long last = 0;
+    for (int i = 0; i < 4; i++) {
+        json_t *f = plan_tiny(fixed[i], 2, 0);
+        long long total = total_of(f);
+        ck_assert_msg(i == 0 || total < last, "choice %d needs %lld, the one before %lld", i, total,
+                      last);
+        last = total;
+        char limit[64];
+        snprintf(limit, sizeof limit, "memory.limit_bytes=%lld", total);
+        const char *sets[] = {limit};
+        json_t *a = plan_tiny(sets, 1, 0);
+        double kept = strstr(fixed[i][0], "=0.5") ? 0.5 : strstr(fixed[i][0], "=1") ? 1.0 : 0.0;
+        ck_assert_msg(json_real_value(json_object_get(a, "attn_kept_fraction")) == kept &&
+                          json_is_true(json_object_get(a, "keep_layers")) == (i == 0) &&
+                          json_is_true(json_object_get(a, "memory_auto")) && total_of(a) == total,
+                      "in %lld bytes auto chose kept %g, layers %d", total,
+                      json_real_value(json_object_get(a, "attn_kept_fraction")),
+                      json_is_true(json_object_get(a, "keep_layers")));
+        json_decref(f), json_decref(a);
+        char *train[] = {(char *)test_burst_path(), "train", "--dry-run", "--set",
+                         "data.seq_len=4096",       "--set", limit,       NULL};
+        test_run_result t = test_run(train, NULL);
+        ck_assert_msg(t.exit_code == 0 && test_output_has(&t, said[i]), "%s", t.out);
+        test_run_free(&t);
+    }
+    const char *tight[] = {"memory.limit_bytes=1000000"};
+    json_t *none = plan_tiny(tight, 1, 2); /* the last choice, refused */
+    ck_assert(json_real_value(json_object_get(none, "attn_kept_fraction")) == 0.0);
+    ck_assert(json_is_false(json_object_get(none, "fits")));
+    json_decref(none);
+}
+END_TEST
+
 /* A budget the run does not fit in exits 2, saying so; bad options are
  * refused naming them. */
 /* Llama-3-8B at seq tokens on 8 GPUs of 80 GiB, zero = 3, host memory host,
@@ -800,7 +865,7 @@ int main(void)
     Suite *s = suite_create("cli");
     TCase *tc = check_tcase(s, "cli", 60);
     check_add_tests(tc, plan_memory_speaks_json, plan_memory_chooses_zero_auto,
-                    a_run_holds_what_plan_memory_counts);
+                    plan_memory_chooses_kept_auto, a_run_holds_what_plan_memory_counts);
     check_add_tests(
         tc, help_lists_every_command, no_command_is_usage_error, plan_attention_is_plan,
         plan_attention_options, plan_memory_counts_what_a_run_counts,

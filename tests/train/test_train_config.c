@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "src/train/choices.h"
 #include "src/train/config.h"
 #include "tests/lib/check_main.h"
 #include "tests/lib/testutil.h"
@@ -63,7 +64,8 @@ START_TEST(defaults_are_valid_on_one_rank)
     ck_assert_int_eq(c.layers, 2);
     ck_assert_int_eq(c.d_model, 64);
     ck_assert_int_eq(c.seq_len, 4096);
-    ck_assert_double_eq(c.attn_kept_fraction, 0.5);
+    ck_assert_double_eq(c.attn_kept_fraction, TRAIN_KEPT_AUTO);
+    ck_assert_int_eq(c.keep_layers, TRAIN_AUTO);
     ck_assert_int_eq(c.layout, LAYOUT_CHOICE_AUTO);
     ck_assert_int_eq(c.mask, MASK_CHOICE_CAUSAL);
     ck_assert_str_eq(c.metrics, "");
@@ -333,6 +335,46 @@ START_TEST(set_applies_overrides)
 }
 END_TEST
 
+/* attn_kept_fraction and keep_layers take auto, their default, which the
+ * setup resolves (choose_memory_candidates): the candidates come fastest
+ * first, the given values alone where one is given, 0.5 only where the
+ * layout and mask allow it, every ZeRO stage from the lowest when zero is
+ * auto. */
+START_TEST(memory_choices_default_to_auto)
+{
+    train_config c;
+    char err[256];
+    train_config_default(&c);
+    ck_assert(c.attn_kept_fraction == TRAIN_KEPT_AUTO && c.keep_layers == TRAIN_AUTO);
+    ck_assert_int_eq(train_config_set(&c, "memory.keep_layers=yes", err, sizeof err), 0);
+    ck_assert_int_eq(c.keep_layers, 1);
+    ck_assert_int_eq(train_config_set(&c, "memory.keep_layers=AUTO", err, sizeof err), 0);
+    ck_assert_int_eq(c.keep_layers, TRAIN_AUTO);
+    ck_assert_int_eq(train_config_set(&c, "memory.attn_kept_fraction=1/2", err, sizeof err), 0);
+    ck_assert(c.attn_kept_fraction == 0.5);
+
+    memory_choice m[MEMORY_CHOICES_MAX];
+    int n = choose_memory_candidates(1, 1, TRAIN_KEPT_AUTO, TRAIN_AUTO, 1, m);
+    ck_assert_int_eq(n, 6);
+    static const double kept[] = {1, 1, 0.5, 0.5, 0, 0};
+    for (int i = 0; i < n; i++) {
+        ck_assert(m[i].kept_fraction == kept[i] && m[i].keep_layers == (i % 2 == 0));
+        ck_assert_int_eq(m[i].zero_stage, 1);
+    }
+    n = choose_memory_candidates(1, 1, TRAIN_KEPT_AUTO, 0, 0, m); /* no half: not zigzag causal */
+    ck_assert_int_eq(n, 2);
+    ck_assert(m[0].kept_fraction == 1.0 && m[1].kept_fraction == 0.0 && m[1].keep_layers == 0);
+    n = choose_memory_candidates(0, 2, 0.5, 1, 1, m); /* zero = auto from stage 2 */
+    ck_assert_int_eq(n, 2);
+    ck_assert(m[0].zero_stage == 2 && m[1].zero_stage == 3 && m[1].kept_fraction == 0.5);
+    ck_assert(m[1].keep_layers == 1);
+    ck_assert_int_eq(choose_memory_candidates(0, 1, TRAIN_KEPT_AUTO, TRAIN_AUTO, 1, m),
+                     MEMORY_CHOICES_MAX);
+    ck_assert(m[0].kept_fraction == 1.0 && m[0].keep_layers == 1 && m[0].zero_stage == 1);
+    ck_assert(m[2].zero_stage == 3 && m[3].keep_layers == 0 && m[3].zero_stage == 1);
+}
+END_TEST
+
 START_TEST(set_errors_name_the_assignment)
 {
     static const struct {
@@ -347,6 +389,8 @@ START_TEST(set_errors_name_the_assignment)
         {"memory.attn_kept_fraction=2", "--set memory.attn_kept_fraction=2: must be 0, 0.5"},
         {"model.preset=huge", "--set model.preset=huge: not one of"},
         {"memory.fused_head=2", "--set memory.fused_head=2: not a boolean"},
+        {"memory.keep_layers=maybe", "--set memory.keep_layers=maybe: not a boolean (true, false, "
+                                     "yes, no, 1 or 0) or auto"},
         {"parallel.piece_rows=-1", "--set parallel.piece_rows=-1: out of range"},
         {"parallel.mask=full", "--set parallel.mask=full: not one of causal, window, document, "
                                "sparse"},
@@ -531,14 +575,18 @@ static const bad_whole bad_wholes[] = {
     {{"parallel.cp=2", "data.seq_len=4098"}, 2, "[data] seq_len"}, /* 4098 % 4 != 0 */
     {{"parallel.layout=contiguous", "parallel.cp=4", "data.seq_len=4098"}, 4, "[data] seq_len"},
     {{"data.seq_len=131072"}, 1, "[model] max_seq"},
-    {{"parallel.mask=window"}, 1, "[memory] attn_kept_fraction"},
-    {{"parallel.layout=contiguous"}, 1, "[memory] attn_kept_fraction"},
+    {{"parallel.mask=window", "memory.attn_kept_fraction=0.5"}, 1, "[memory] attn_kept_fraction"},
+    {{"parallel.layout=contiguous", "memory.attn_kept_fraction=0.5"},
+     1,
+     "[memory] attn_kept_fraction"},
     {{"data.source=hdf5"}, 1, "[data] source = hdf5 needs [data] path"},
     {{"parallel.mask=window", "parallel.window=0", "memory.attn_kept_fraction=1"},
      1,
      "[parallel] window"},
     {{"parallel.mask=document", "memory.attn_kept_fraction=1"}, 1, "needs [data] doc_len"},
-    {{"parallel.mask=document", "data.doc_len=64"}, 1, "[memory] attn_kept_fraction"},
+    {{"parallel.mask=document", "data.doc_len=64", "memory.attn_kept_fraction=0.5"},
+     1,
+     "[memory] attn_kept_fraction"},
     {{"data.doc_len=64"}, 1, "[data] doc_len = 64 is only used with [parallel] mask = document"},
     {{"parallel.mask=document", "data.doc_len=64", "data.source=hdf5", "data.path=c.h5"},
      1,
@@ -859,7 +907,8 @@ int main(void)
                     file_keys_override_the_preset_wherever_they_stand);
     tcase_add_loop_test(tc, file_errors_name_line_and_key, 0, N_BAD_FILES);
     check_add_tests(tc, long_lines_are_refused, set_applies_overrides,
-                    set_errors_name_the_assignment, printed_configuration_loads_back_the_same);
+                    set_errors_name_the_assignment, printed_configuration_loads_back_the_same,
+                    memory_choices_default_to_auto);
     tcase_add_loop_test(tc, validate_catches_inconsistent_configurations, 0, N_BAD_WHOLES);
     tcase_add_test(tc, validate_accepts_consistent_configurations);
     check_add_tests(tc, configuration_text_loads_like_a_file,

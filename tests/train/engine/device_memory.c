@@ -75,11 +75,16 @@ END_TEST
  * before the first step, naming them; on one that holds the parts but not the
  * arena's margin, taking the arena fails, naming its size, the free memory and
  * the parts: exit 2 both times. */
+/* The memory choices given (auto would take a smaller one where this one does
+ * not fit: device_auto_keeps_what_the_device_holds). */
+static const char *const pinned[] = {"memory.attn_kept_fraction=1", "memory.keep_layers=true",
+                                     NULL};
+
 START_TEST(device_arena_holds_every_buffer)
 {
     char *env[] = {"OMP_NUM_THREADS=1", "BK_EMU_TRACE_ALLOC=1", "BK_EMU_DEVICE_BYTES=1073741824",
                    NULL};
-    test_run_result r = train_alone_on_device(env);
+    test_run_result r = train_alone_on_device_with(env, pinned);
     ck_assert_msg(r.exit_code == 0, "exit %d:\n%s", r.exit_code, r.out);
     long long capacity = number_after(&r, "device arena per rank: ", "capacity "),
               peak1 = number_after(&r, "device arena after step 1: ", "peak "),
@@ -102,7 +107,7 @@ START_TEST(device_arena_holds_every_buffer)
 
     char small[] = "BK_EMU_DEVICE_BYTES=1048576";
     env[2] = small;
-    r = train_alone_on_device(env);
+    r = train_alone_on_device_with(env, pinned);
     long long parts = number_after(&r, "burst train: a rank needs ", "needs ");
     ck_assert_msg(r.exit_code == 2 && parts > 1048576 && parts < capacity &&
                       test_output_has(&r, " bytes of device memory (") &&
@@ -115,7 +120,7 @@ START_TEST(device_arena_holds_every_buffer)
     char exact[64], asked[160];
     snprintf(exact, sizeof exact, "BK_EMU_DEVICE_BYTES=%lld", parts);
     env[2] = exact;
-    r = train_alone_on_device(env);
+    r = train_alone_on_device_with(env, pinned);
     snprintf(asked, sizeof asked,
              "out of device memory: cannot take the device arena of %lld bytes (", capacity);
     ck_assert_msg(r.exit_code == 2 && test_output_has(&r, asked) &&
@@ -208,6 +213,36 @@ static const char *untraced(const test_run_result *r)
  * the ring its mirrors with its buffers, and nothing is taken in the steps,
  * the evaluation or the end (cudaMallocHost is slow and waits for the
  * device): a run of 3 steps takes as many as a run of 1. */
+/* attn_kept_fraction = auto and keep_layers = auto (the defaults) on a
+ * device: with room for the arena of everything kept, everything is kept;
+ * with one byte less, the layers are recomputed and the run trains, its
+ * arena within the device. */
+START_TEST(device_auto_keeps_what_the_device_holds)
+{
+    char *env[] = {"OMP_NUM_THREADS=1", "BK_EMU_DEVICE_BYTES=1073741824", NULL};
+    test_run_result r = train_alone_on_device_with(env, pinned);
+    long long capacity = number_after(&r, "device arena per rank: ", "capacity ");
+    ck_assert_msg(r.exit_code == 0 && capacity > 0, "exit %d:\n%s", r.exit_code, r.out);
+    test_run_free(&r);
+    char room[64];
+    const char *kept = "checkpoint fraction 1, layers kept (auto: the fastest whose memory fits)",
+               *recomputed = "checkpoint fraction 1, layers recomputed (auto: the fastest whose "
+                             "memory fits)";
+    for (int less = 0; less < 2; less++) {
+        snprintf(room, sizeof room, "BK_EMU_DEVICE_BYTES=%lld", capacity - less);
+        env[1] = room;
+        r = train_alone_on_device(env);
+        long long taken = number_after(&r, "device arena per rank: ", "capacity ");
+        ck_assert_msg(r.exit_code == 0 && test_output_has(&r, less ? recomputed : kept) &&
+                          test_output_has(&r, "step     3/3") && taken <= capacity - less &&
+                          (less || taken == capacity),
+                      "%lld bytes: exit %d, arena %lld:\n%s", capacity - less, r.exit_code, taken,
+                      r.out);
+        test_run_free(&r);
+    }
+}
+END_TEST
+
 START_TEST(device_staging_buffers_taken_at_setup)
 {
     test_run_result one = train_ranks_on_device_steps(2, 2, 0, 0, 1);
@@ -290,6 +325,6 @@ void add_device_memory_tests(Suite *s)
 {
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device memory", 900), device_arena_holds_every_buffer,
-                    device_staging_buffers_taken_at_setup,
+                    device_auto_keeps_what_the_device_holds, device_staging_buffers_taken_at_setup,
                     device_arena_report_names_the_largest_peak, device_host_memory_taken_at_setup);
 }
