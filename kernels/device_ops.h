@@ -65,6 +65,8 @@ typedef struct bk_device_ops {
                            int64_t ldc);
     bk_status (*rmsnorm_fwd)(const bk_queue *q, int64_t n, int64_t d, const float *x,
                              const float *w, float eps, float *y, float *rstd);
+    bk_status (*rmsnorm_fwd_bf16)(const bk_queue *q, int64_t n, int64_t d, const float *x,
+                                  const float *w, float eps, uint16_t *y16, float *rstd);
     bk_status (*rmsnorm_bwd)(const bk_queue *q, int64_t n, int64_t d, const float *x,
                              const float *w, const float *rstd, const float *dy, float *dx,
                              float *dw);
@@ -73,6 +75,8 @@ typedef struct bk_device_ops {
                       bk_rope rope, const float *x, float *out, float sign);
     bk_status (*swiglu_fwd)(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
                             const float *up, int64_t ld_in, float *out);
+    bk_status (*swiglu_fwd_bf16)(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
+                                 const float *up, int64_t ld_in, uint16_t *out16);
     bk_status (*swiglu_bwd)(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
                             const float *up, int64_t ld_in, const float *dout, float *dgate,
                             float *dup);

@@ -58,6 +58,11 @@ int bk_gemm_has_cblas(void);
  * rstd[n] (may be NULL) keeps the per-row factor for the backward. y may be x. */
 bk_status bk_rmsnorm_fwd(const bk_queue *q, int64_t n, int64_t d, const float *x, const float *w,
                          float eps, float *y, float *rstd);
+/* The same with y16[n, d] = y rounded to bf16 (the same bits as bk_rmsnorm_fwd
+ * then bk_round_bf16), for a consumer that reads bf16 only: no fp32 y is
+ * written and no rounding pass made. */
+bk_status bk_rmsnorm_fwd_bf16(const bk_queue *q, int64_t n, int64_t d, const float *x,
+                              const float *w, float eps, uint16_t *y16, float *rstd);
 /* dx[n, d] from dy[n, d]; dw[d] += the weight gradient of these n rows (fp32).
  * rstd[n] is the forward's. dx may be dy (not x). */
 bk_status bk_rmsnorm_bwd(const bk_queue *q, int64_t n, int64_t d, const float *x, const float *w,
@@ -82,6 +87,10 @@ bk_status bk_rope_bwd(const bk_queue *q, int64_t n, int64_t H, int64_t d, const 
  * gate = buf, up = buf + F, ld_in = 2F. out is contiguous [rows, cols]. */
 bk_status bk_swiglu_fwd(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
                         const float *up, int64_t ld_in, float *out);
+/* The same with out16[rows, cols] = out rounded to bf16 (bk_swiglu_fwd then
+ * bk_round_bf16, to the bit), in one pass. */
+bk_status bk_swiglu_fwd_bf16(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
+                             const float *up, int64_t ld_in, uint16_t *out16);
 /* dgate, dup (row stride ld_in, like gate and up) from dout[rows, cols].
  * dgate may be gate and dup may be up (each element is read before written). */
 bk_status bk_swiglu_bwd(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,

@@ -5,7 +5,10 @@
  * races, the backward computes it in its own pass where each thread owns a
  * range of columns and adds the rows in order, so the result does not depend
  * on the thread count. */
+#include <stdlib.h>
+
 #include "kernels/cpu/ops_cpu.h"
+#include "kernels/device.h" /* bk_round_bf16 */
 
 /* Below this many elements the OpenMP fork costs more than the work. */
 #define NORM_PAR_MIN 16384
@@ -31,6 +34,21 @@ bk_status bk_rmsnorm_fwd(const bk_queue *q, int64_t n, int64_t d, const float *x
         if (rstd) rstd[r] = rs;
     }
     return BK_OK;
+}
+
+/* The host's is the definition: the fp32 norm, rounded (a buffer of n d
+ * floats for the call; the device writes bf16 without it). */
+bk_status bk_rmsnorm_fwd_bf16(const bk_queue *q, int64_t n, int64_t d, const float *x,
+                              const float *w, float eps, uint16_t *y16, float *rstd)
+{
+    BK_CPU_OR_DEVICE(q, rmsnorm_fwd_bf16, (q, n, d, x, w, eps, y16, rstd));
+    BK_CHECK_ARG(n >= 0 && d > 0 && y16 != NULL);
+    float *y = malloc((size_t)(n * d) * sizeof *y + 1); /* [n, d] */
+    if (!y) return BK_ERR_NOMEM;
+    bk_status st = bk_rmsnorm_fwd(q, n, d, x, w, eps, y, rstd);
+    if (st == BK_OK) st = bk_round_bf16(q, n * d, y, y16);
+    free(y);
+    return st;
 }
 
 /* Widest column strip of the weight-gradient pass (its accumulator lives on the

@@ -2,7 +2,10 @@
  * Elementwise; OpenMP over rows, SIMD along a row, the math from ops_math.h.
  * Rows have their own stride so that the two halves of a fused [rows, 2F]
  * GEMM output can be passed without copying. */
+#include <stdlib.h>
+
 #include "kernels/cpu/ops_cpu.h"
+#include "kernels/device.h" /* bk_round_bf16 */
 
 #define SWIGLU_PAR_MIN 16384
 
@@ -21,6 +24,21 @@ bk_status bk_swiglu_fwd(const bk_queue *q, int64_t rows, int64_t cols, const flo
         for (int64_t j = 0; j < cols; j++) o[j] = bk_swiglu_fwd_elem(g[j], u[j]);
     }
     return BK_OK;
+}
+
+/* The host's is the definition: the fp32 output, rounded (a buffer of rows
+ * cols floats for the call). */
+bk_status bk_swiglu_fwd_bf16(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
+                             const float *up, int64_t ld_in, uint16_t *out16)
+{
+    BK_CPU_OR_DEVICE(q, swiglu_fwd_bf16, (q, rows, cols, gate, up, ld_in, out16));
+    BK_CHECK_ARG(rows >= 0 && cols >= 0 && out16 != NULL);
+    float *out = malloc((size_t)(rows * cols) * sizeof *out + 1); /* [rows, cols] */
+    if (!out) return BK_ERR_NOMEM;
+    bk_status st = bk_swiglu_fwd(q, rows, cols, gate, up, ld_in, out);
+    if (st == BK_OK) st = bk_round_bf16(q, rows * cols, out, out16);
+    free(out);
+    return st;
 }
 
 bk_status bk_swiglu_bwd(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kernels/bf16.h"
 #include "kernels/cuda/bk_cuda.cuh"
 #include "kernels/device_ops.h"
 
@@ -77,6 +78,8 @@ bk_status BK_DEV_FN(gemm_bf16)(const bk_queue *q, bk_transpose ta, bk_transpose 
                                int64_t ldc);
 bk_status BK_DEV_FN(rmsnorm_fwd)(const bk_queue *q, int64_t n, int64_t d, const float *x,
                                  const float *w, float eps, float *y, float *rstd);
+bk_status BK_DEV_FN(rmsnorm_fwd_bf16)(const bk_queue *q, int64_t n, int64_t d, const float *x,
+                                      const float *w, float eps, uint16_t *y16, float *rstd);
 bk_status BK_DEV_FN(rmsnorm_bwd)(const bk_queue *q, int64_t n, int64_t d, const float *x,
                                  const float *w, const float *rstd, const float *dy, float *dx,
                                  float *dw);
@@ -84,6 +87,9 @@ bk_status BK_DEV_FN(rope)(const bk_queue *q, int64_t n, int64_t H, int64_t d, co
                           bk_rope rope, const float *x, float *out, float sign);
 bk_status BK_DEV_FN(swiglu_fwd)(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
                                 const float *up, int64_t ld_in, float *out);
+bk_status BK_DEV_FN(swiglu_fwd_bf16)(const bk_queue *q, int64_t rows, int64_t cols,
+                                     const float *gate, const float *up, int64_t ld_in,
+                                     uint16_t *out16);
 bk_status BK_DEV_FN(swiglu_bwd)(const bk_queue *q, int64_t rows, int64_t cols, const float *gate,
                                 const float *up, int64_t ld_in, const float *dout, float *dgate,
                                 float *dup);
@@ -257,6 +263,18 @@ static __device__ __forceinline__ double bk_block_sum_d(double v, BK_SPTR(double
     v = red[0];
     __syncthreads();
     return v;
+}
+
+/* A kernel's result element stored as its output type: fp32 as it is, bf16
+ * rounded (bk_float_to_bf16, as bk_round_bf16 rounds), so one template
+ * serves a kernel's fp32 output and the bf16 operand a product reads. */
+static __device__ __forceinline__ void bk_store_elem(float *p, float v)
+{
+    *p = v;
+}
+static __device__ __forceinline__ void bk_store_elem(uint16_t *p, float v)
+{
+    *p = bk_float_to_bf16(v);
 }
 
 #endif

@@ -17,19 +17,21 @@
 
 enum { NORM_THREADS = 256, NORM_CHUNK = 256, NORM_COL_THREADS = 128, NORM_MAX_CHUNKS = 65535 };
 
+/* y [n, d] as Out: float, or uint16_t for the bf16 operand of a product */
+template <typename Out>
 __global__ void bk_rmsnorm_fwd_kernel(int64_t n, int64_t d, const float *x, const float *w,
-                                      float eps, float *y, float *rstd)
+                                      float eps, Out *y, float *rstd)
 {
     BK_SHARED(float, red, 32);
     for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
         const float *xr = x + r * d; /* [d] */
-        float *yr = y + r * d;       /* [d] */
+        Out *yr = y + r * d;         /* [d] */
         float ss = 0.0f;
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ss += xr[j] * xr[j];
         ss = bk_block_reduce(ss, red, 0);
         float rs = bk_rmsnorm_rstd(ss, d, eps);
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-            yr[j] = bk_rmsnorm_fwd_elem(xr[j], rs, w[j]);
+            bk_store_elem(&yr[j], bk_rmsnorm_fwd_elem(xr[j], rs, w[j]));
         if (threadIdx.x == 0 && rstd != NULL) rstd[r] = rs;
     }
 }
@@ -91,8 +93,23 @@ extern "C" bk_status BK_DEV_FN(rmsnorm_fwd)(const bk_queue *q, int64_t n, int64_
     BK_DEV_PTRS(x, w, y, rstd);
     if (n == 0) return BK_OK;
     BK_FOOTPRINT((n + 1) * d * sizeof(float), (n * d + (rstd ? n : 0)) * sizeof(float));
-    return BK_LAUNCH(bk_rmsnorm_fwd_kernel, dim3(row_blocks(n)), dim3(NORM_THREADS), 0, q->stream,
-                     n, d, x, w, eps, y, rstd);
+    return BK_LAUNCH(bk_rmsnorm_fwd_kernel<float>, dim3(row_blocks(n)), dim3(NORM_THREADS), 0,
+                     q->stream, n, d, x, w, eps, y, rstd);
+}
+
+extern "C" bk_status BK_DEV_FN(rmsnorm_fwd_bf16)(const bk_queue *q, int64_t n, int64_t d,
+                                                 const float *x, const float *w, float eps,
+                                                 uint16_t *y16, float *rstd)
+{
+    BK_CHECK_ARG(n >= 0 && d > 0);
+    BK_CHECK_ARG(x != NULL && w != NULL && y16 != NULL);
+    BK_CHECK_ARG(eps >= 0.0f);
+    BK_DEV_PTRS(x, w, y16, rstd);
+    if (n == 0) return BK_OK;
+    BK_FOOTPRINT((n + 1) * d * sizeof(float),
+                 n * d * sizeof(uint16_t) + (rstd ? n : 0) * sizeof(float));
+    return BK_LAUNCH(bk_rmsnorm_fwd_kernel<uint16_t>, dim3(row_blocks(n)), dim3(NORM_THREADS), 0,
+                     q->stream, n, d, x, w, eps, y16, rstd);
 }
 
 /* The chunks the weight gradient of n rows is cut into. */

@@ -8,14 +8,16 @@
 
 enum { SWIGLU_THREADS = 256 };
 
+/* out [rows, cols] as Out: float, or uint16_t for the bf16 operand of a product */
+template <typename Out>
 __global__ void bk_swiglu_fwd_kernel(int64_t rows, int64_t cols, const float *gate, const float *up,
-                                     int64_t ld_in, float *out)
+                                     int64_t ld_in, Out *out)
 {
     int64_t total = rows * cols;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / cols, j = i % cols;
-        out[i] = bk_swiglu_fwd_elem(gate[r * ld_in + j], up[r * ld_in + j]);
+        bk_store_elem(&out[i], bk_swiglu_fwd_elem(gate[r * ld_in + j], up[r * ld_in + j]));
     }
 }
 
@@ -42,8 +44,22 @@ extern "C" bk_status BK_DEV_FN(swiglu_fwd)(const bk_queue *q, int64_t rows, int6
     BK_DEV_PTRS(gate, up, out);
     if (rows * cols == 0) return BK_OK;
     BK_FOOTPRINT(2 * rows * cols * sizeof(float), rows * cols * sizeof(float));
-    return BK_LAUNCH(bk_swiglu_fwd_kernel, dim3(bk_grid_for(rows * cols, SWIGLU_THREADS)),
+    return BK_LAUNCH(bk_swiglu_fwd_kernel<float>, dim3(bk_grid_for(rows * cols, SWIGLU_THREADS)),
                      dim3(SWIGLU_THREADS), 0, q->stream, rows, cols, gate, up, ld_in, out);
+}
+
+extern "C" bk_status BK_DEV_FN(swiglu_fwd_bf16)(const bk_queue *q, int64_t rows, int64_t cols,
+                                                const float *gate, const float *up, int64_t ld_in,
+                                                uint16_t *out16)
+{
+    BK_CHECK_ARG(rows >= 0 && cols >= 0 && ld_in >= cols);
+    BK_CHECK_ARG(gate != NULL && up != NULL && out16 != NULL);
+    BK_DEV_PTRS(gate, up, out16);
+    if (rows * cols == 0) return BK_OK;
+    BK_FOOTPRINT(2 * rows * cols * sizeof(float), rows * cols * sizeof(uint16_t));
+    return BK_LAUNCH(bk_swiglu_fwd_kernel<uint16_t>,
+                     dim3(bk_grid_for(rows * cols, SWIGLU_THREADS)), dim3(SWIGLU_THREADS), 0,
+                     q->stream, rows, cols, gate, up, ld_in, out16);
 }
 
 extern "C" bk_status BK_DEV_FN(swiglu_bwd)(const bk_queue *q, int64_t rows, int64_t cols,

@@ -191,18 +191,48 @@ static bt_status move_mlp_rows(model_runner *r, kept_layer *k, int64_t r0, int64
     return move_kept(r, k, KEPT_ATTENTION, KEPT_BUFFERS, r0, rows, to_kept);
 }
 
+/* Whether the norms' and SwiGLU's outputs, which only products read, are
+ * written straight in bf16 (bk_rmsnorm_fwd_bf16, bk_swiglu_fwd_bf16: the
+ * bits bf16 products would round them to, without an fp32 pass): with bf16
+ * products, unless keep_layers keeps (or gives back) their fp32 values. */
+static int outputs_in_bf16(const model_runner *r, const kept_layer *kept)
+{
+    return r->cfg.bf16_matmul && !kept;
+}
+
+/* A chunk buffer's memory [chunk_rows, width] floats holding the bf16 operand
+ * [rows, width] its kernel wrote (outputs_in_bf16): the MLP's b and s. */
+static runner_operand bf16_in(float *buf)
+{
+    return (runner_operand){NULL, (const uint16_t *)buf};
+}
+
 /* Rows [r0, r0 + rows) of layer l's attention norm, a = RMSNorm(x_in) and
- * its factors, into the chunk buffers a and rstd1, and x_in's rows in fp32
- * into *x_rows; from kept's rows instead when given (keep_layers' backward). */
+ * its factors, and x_in's rows in fp32 into *x_rows; *a the products'
+ * operand: written in bf16 into op16[0] (outputs_in_bf16), or into the chunk
+ * buffer a (from kept's rows when given: keep_layers' backward; fp32: the
+ * forward keeps it) and rounded once there. rstd1 takes the factors. */
 static bt_status attention_norm_rows(model_runner *r, int l, layer_input in, int64_t r0,
-                                     int64_t rows, kept_layer *kept, const float **x_rows)
+                                     int64_t rows, kept_layer *kept, int fp32,
+                                     const float **x_rows, runner_operand *a)
 {
     *x_rows = input_rows(r, in, r0, rows);
     if (!*x_rows) return BT_ERR_SYS;
-    if (kept) return move_kept(r, kept, 0, KEPT_NORM, r0, rows, 0);
-    CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, rows, r->D, *x_rows,
-                                runner_param32(r, r->m->layer[l].attn_norm), r->m->dims.norm_eps,
-                                r->a, r->rstd1));
+    const float *w = runner_param32(r, r->m->layer[l].attn_norm);
+    float eps = r->m->dims.norm_eps;
+    if (outputs_in_bf16(r, kept) && !fp32) {
+        CHECK_KERNEL(bk_rmsnorm_fwd_bf16(r->cfg.queue, rows, r->D, *x_rows, w, eps, r->op16[0],
+                                         r->rstd1));
+        *a = (runner_operand){NULL, r->op16[0]};
+        return BT_OK;
+    }
+    if (kept) {
+        bt_status st = move_kept(r, kept, 0, KEPT_NORM, r0, rows, 0);
+        if (st != BT_OK) return st;
+    } else {
+        CHECK_KERNEL(bk_rmsnorm_fwd(r->cfg.queue, rows, r->D, *x_rows, w, eps, r->a, r->rstd1));
+    }
+    CHECK_KERNEL(runner_round(r, 0, r->a, rows * r->D, a));
     return BT_OK;
 }
 
@@ -218,11 +248,10 @@ static bt_status attention_inputs(model_runner *r, int l, layer_input in, kept_l
     for (int64_t r0 = 0; r0 < r->n; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, r->n);
         const float *x_rows;
-        bt_status st = attention_norm_rows(r, l, in, r0, rows, NULL, &x_rows);
+        runner_operand a; /* rounded once for the three products */
+        bt_status st = attention_norm_rows(r, l, in, r0, rows, NULL, keep != NULL, &x_rows, &a);
         if (st == BT_OK && keep) st = move_kept(r, keep, 0, KEPT_NORM, r0, rows, 1);
         if (st != BT_OK) return st;
-        runner_operand a; /* rounded once for the three products */
-        CHECK_KERNEL(runner_round(r, 0, r->a, rows * D, &a));
         CHECK_KERNEL(runner_mm(r, a, rows, D, o->wq, r->QD, r->q + r0 * r->QD, 0));
         CHECK_KERNEL(runner_mm(r, a, rows, D, o->wk, r->KD, r->k + r0 * r->KD, 0));
         CHECK_KERNEL(runner_mm(r, a, rows, D, o->wv, r->KD, r->v + r0 * r->KD, 0));
@@ -235,9 +264,10 @@ static bt_status attention_inputs(model_runner *r, int l, layer_input in, kept_l
 /* Rows [r0, r0 + rows) of the MLP part, into the chunk buffers: x1 = x_in +
  * O Wo; b = RMSNorm(x1); g = b W_gate_up; s = SwiGLU(g); and, when out is
  * given, out = x1 + s W_down (out may be x_in's rows: a chunk reads its rows
- * of x_in before it writes them). */
+ * of x_in before it writes them). b and s in bf16 in their buffers'
+ * memory (outputs_in_bf16) unless fp32 (keep_layers keeps them). */
 static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, layer_input in,
-                           float *out)
+                           float *out, int fp32)
 {
     const bk_queue *q = r->cfg.queue;
     const layer_offsets *o = &r->m->layer[l];
@@ -247,13 +277,23 @@ static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, lay
     if (x_rows != r->x1)
         CHECK_KERNEL(bk_copy(q, r->x1, x_rows, (size_t)(rows * D) * sizeof(float)));
     CHECK_KERNEL(runner_mm(r, runner_fp32(r->o + r0 * r->QD), rows, r->QD, o->wo, D, r->x1, 1));
-    CHECK_KERNEL(bk_rmsnorm_fwd(q, rows, D, r->x1, runner_param32(r, o->mlp_norm),
-                                r->m->dims.norm_eps, r->b, r->rstd2));
-    CHECK_KERNEL(runner_mm(r, runner_fp32(r->b), rows, D, o->w_gate_up, 2 * F, r->g, 0));
-    CHECK_KERNEL(bk_swiglu_fwd(q, rows, F, r->g, r->g + F, 2 * F, r->s));
+    const float *w = runner_param32(r, o->mlp_norm);
+    float eps = r->m->dims.norm_eps;
+    int bf16 = outputs_in_bf16(r, NULL) && !fp32;
+    runner_operand b = bf16 ? bf16_in(r->b) : runner_fp32(r->b),
+                   s = bf16 ? bf16_in(r->s) : runner_fp32(r->s);
+    if (bf16)
+        CHECK_KERNEL(bk_rmsnorm_fwd_bf16(q, rows, D, r->x1, w, eps, (uint16_t *)r->b, r->rstd2));
+    else
+        CHECK_KERNEL(bk_rmsnorm_fwd(q, rows, D, r->x1, w, eps, r->b, r->rstd2));
+    CHECK_KERNEL(runner_mm(r, b, rows, D, o->w_gate_up, 2 * F, r->g, 0));
+    if (bf16)
+        CHECK_KERNEL(bk_swiglu_fwd_bf16(q, rows, F, r->g, r->g + F, 2 * F, (uint16_t *)r->s));
+    else
+        CHECK_KERNEL(bk_swiglu_fwd(q, rows, F, r->g, r->g + F, 2 * F, r->s));
     if (out) {
         CHECK_KERNEL(bk_copy(q, out + r0 * D, r->x1, (size_t)(rows * D) * sizeof(float)));
-        CHECK_KERNEL(runner_mm(r, runner_fp32(r->s), rows, F, o->w_down, D, out + r0 * D, 1));
+        CHECK_KERNEL(runner_mm(r, s, rows, F, o->w_down, D, out + r0 * D, 1));
     }
     return BT_OK;
 }
@@ -267,7 +307,7 @@ static bt_status mlp_forward(model_runner *r, int l, layer_input in, float *out,
     bt_status st = BT_OK;
     for (int64_t r0 = 0; r0 < r->n && st == BT_OK; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, r->n);
-        st = mlp_chunk(r, l, r0, rows, in, out);
+        st = mlp_chunk(r, l, r0, rows, in, out, keep != NULL);
         if (st == BT_OK && keep) st = move_mlp_rows(r, keep, r0, rows, 1);
     }
     return st;
@@ -288,17 +328,19 @@ static bt_status mlp_backward(model_runner *r, int l, layer_input in, kept_layer
     for (int64_t r0 = 0; r0 < r->n; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, r->n);
         bt_status st =
-            kept ? move_mlp_rows(r, kept, r0, rows, 0) : mlp_chunk(r, l, r0, rows, in, NULL);
+            kept ? move_mlp_rows(r, kept, r0, rows, 0) : mlp_chunk(r, l, r0, rows, in, NULL, 0);
         if (st != BT_OK) return st;
         float *dx = r->dx + r0 * D;
-        /* each operand rounded once: dx and dg for their weight's two products */
-        runner_operand s16, dx16, b16, dg16;
-        CHECK_KERNEL(runner_round(r, 0, r->s, rows * F, &s16));
+        /* each operand rounded once: dx and dg for their weight's two products;
+         * s and b as mlp_chunk wrote them, in bf16 already (outputs_in_bf16) */
+        int bf16 = outputs_in_bf16(r, kept);
+        runner_operand s16 = bf16_in(r->s), dx16, b16 = bf16_in(r->b), dg16;
+        if (!bf16) CHECK_KERNEL(runner_round(r, 0, r->s, rows * F, &s16));
         CHECK_KERNEL(runner_round(r, 1, dx, rows * D, &dx16));
         CHECK_KERNEL(runner_mm_grad_weight(r, s16, rows, F, dx16, D, grad_at(gs, o->w_down)));
         CHECK_KERNEL(runner_mm_grad_input(r, dx16, rows, D, o->w_down, F, r->ds, 0));
         CHECK_KERNEL(bk_swiglu_bwd(q, rows, F, r->g, r->g + F, 2 * F, r->ds, r->dg, r->dg + F));
-        CHECK_KERNEL(runner_round(r, 0, r->b, rows * D, &b16));
+        if (!bf16) CHECK_KERNEL(runner_round(r, 0, r->b, rows * D, &b16));
         CHECK_KERNEL(runner_round(r, 1, r->dg, rows * 2 * F, &dg16));
         CHECK_KERNEL(
             runner_mm_grad_weight(r, b16, rows, D, dg16, 2 * F, grad_at(gs, o->w_gate_up)));
@@ -537,14 +579,14 @@ static bt_status projections_backward(model_runner *r, int l, layer_input in, ke
     for (int64_t r0 = 0; r0 < r->n; r0 += r->chunk_rows) {
         int64_t rows = runner_chunk_rows(r, r0, r->n);
         const float *x_rows, *dq = r->dq + r0 * QD, *dk = r->dk + r0 * KD, *dv = r->dv + r0 * KD;
-        bt_status st = attention_norm_rows(r, l, in, r0, rows, kept, &x_rows);
+        runner_operand a16;
+        bt_status st = attention_norm_rows(r, l, in, r0, rows, kept, 0, &x_rows, &a16);
         if (st != BT_OK) return st;
         /* a rounded once for the three weight gradients, each of dq, dk, dv
          * once for its weight's two products; the attention branch's
          * gradient of a, then of x_in, goes into b (free outside the MLP's
          * chunk: a is read until the last weight gradient), then into dx */
-        runner_operand a16, d16;
-        CHECK_KERNEL(runner_round(r, 0, r->a, rows * D, &a16));
+        runner_operand d16;
         const float *const grads[3] = {dq, dk, dv};
         const int64_t widths[3] = {QD, KD, KD}, weights[3] = {o->wq, o->wk, o->wv};
         for (int i = 0; i < 3; i++) {

@@ -37,6 +37,40 @@ static uint64_t rs;
 #define GET(h, d, n) dev_get((h), (d), (size_t)(n) * sizeof *(h))
 
 /* ---------------------------------------------------------------- RMSNorm */
+/* RMSNorm and SwiGLU writing bf16 on the device: the device's fp32 outputs
+ * rounded, to the bit, and the same factors. */
+START_TEST(bf16_outputs_are_the_rounded_fp32_ones)
+{
+    bk_queue q = dev_queue();
+    rs = test_rng(25);
+    const int64_t n = 37, d = 300, ld = 2 * d + 3;
+    float *x = test_rand_f(&rs, n * ld, -2, 2), *w = test_rand_f(&rs, d, 0.5, 1.5);
+    float *y = test_zeros_f(n * d), *rstd = test_zeros_f(n), *rstd16 = test_zeros_f(n);
+    uint16_t *y16 = test_alloc((size_t)(n * d), sizeof *y16);
+    float *gx = PUT(x, n * ld), *gw = PUT(w, d), *gy = PUT(y, n * d), *gr = PUT(rstd, n),
+          *gr16 = PUT(rstd16, n);
+    uint16_t *gy16 = PUT(y16, n * d);
+    for (int op = 0; op < 2; op++) {
+        if (op == 0) {
+            ck_assert_int_eq(bk_rmsnorm_fwd(&q, n, d, gx, gw, 1e-5f, gy, gr), BK_OK);
+            ck_assert_int_eq(bk_rmsnorm_fwd_bf16(&q, n, d, gx, gw, 1e-5f, gy16, gr16), BK_OK);
+            GET(rstd, gr, n), GET(rstd16, gr16, n);
+            ck_assert(memcmp(rstd, rstd16, (size_t)n * sizeof *rstd) == 0);
+        } else {
+            ck_assert_int_eq(bk_swiglu_fwd(&q, n, d, gx, gx + d, ld, gy), BK_OK);
+            ck_assert_int_eq(bk_swiglu_fwd_bf16(&q, n, d, gx, gx + d, ld, gy16), BK_OK);
+        }
+        GET(y, gy, n * d), GET(y16, gy16, n * d);
+        for (int64_t i = 0; i < n * d; i++)
+            ck_assert_msg(y16[i] == bk_float_to_bf16(y[i]), "op %d, element %lld: %04x, not %04x",
+                          op, (long long)i, y16[i], bk_float_to_bf16(y[i]));
+    }
+    void *bufs[] = {gx, gw, gy, gr, gr16, gy16};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dev_free(bufs[i]);
+    free(x), free(w), free(y), free(rstd), free(rstd16), free(y16);
+}
+END_TEST
+
 START_TEST(rmsnorm_matches_reference)
 {
     /* 600 rows: three chunks of the weight gradient, summed by a second kernel */
@@ -809,7 +843,8 @@ END_TEST
 static Suite *dev_ops_suite(void)
 {
     Suite *s = suite_create("dev_ops");
-    check_add_tests(check_tcase(s, "ops", 600), rmsnorm_matches_reference, rope_matches_reference,
+    check_add_tests(check_tcase(s, "ops", 600), rmsnorm_matches_reference,
+                    bf16_outputs_are_the_rounded_fp32_ones, rope_matches_reference,
                     swiglu_matches_reference, embedding_matches_reference,
                     adamw_matches_reference_over_steps, grad_norm_and_clipping,
                     scratch_comes_from_the_queues_arena, cross_entropy_matches_reference,

@@ -11,6 +11,8 @@
 
 #include "config.h"
 #include "kernels/arena.h"
+#include "kernels/bf16.h"
+#include "kernels/device.h" /* bk_round_bf16 */
 #include "kernels/ops.h"
 #include "kernels/ref/ops_ref.h"
 #include "tests/lib/rope_cases.h"
@@ -242,6 +244,31 @@ START_TEST(rmsnorm_matches_reference)
         free(xd), free(wd), free(dyd), free(yr), free(rr), free(dxr), free(dwr);
         free(xi), free(dyi), free(dwi);
     }
+}
+END_TEST
+
+/* RMSNorm and SwiGLU writing the bf16 operand of a product directly: the
+ * bits of the fp32 kernel's output rounded (bk_round_bf16), rstd the same,
+ * SwiGLU's inputs with a row stride wider than its columns. */
+START_TEST(bf16_outputs_are_the_rounded_fp32_ones)
+{
+    bk_queue q = bk_host_queue();
+    uint64_t rng = test_rng(23);
+    const int64_t n = 37, d = 300, ld = 2 * d + 3;
+    float *x = test_rand_f(&rng, n * ld, -2, 2), *w = test_rand_f(&rng, d, 0.5, 1.5);
+    float *y = test_zeros_f(n * d), *rstd = test_zeros_f(n), *rstd16 = test_zeros_f(n);
+    uint16_t *y16 = test_alloc((size_t)(n * d), sizeof *y16),
+             *rounded = test_alloc((size_t)(n * d), sizeof *rounded);
+    ck_assert_int_eq(bk_rmsnorm_fwd(&q, n, d, x, w, 1e-5f, y, rstd), BK_OK);
+    ck_assert_int_eq(bk_rmsnorm_fwd_bf16(&q, n, d, x, w, 1e-5f, y16, rstd16), BK_OK);
+    ck_assert_int_eq(bk_round_bf16(&q, n * d, y, rounded), BK_OK);
+    ck_assert(memcmp(y16, rounded, (size_t)(n * d) * sizeof *y16) == 0);
+    ck_assert(memcmp(rstd, rstd16, (size_t)n * sizeof *rstd) == 0);
+    ck_assert_int_eq(bk_swiglu_fwd(&q, n, d, x, x + d, ld, y), BK_OK);
+    ck_assert_int_eq(bk_swiglu_fwd_bf16(&q, n, d, x, x + d, ld, y16), BK_OK);
+    ck_assert_int_eq(bk_round_bf16(&q, n * d, y, rounded), BK_OK);
+    ck_assert(memcmp(y16, rounded, (size_t)(n * d) * sizeof *y16) == 0);
+    free(x), free(w), free(y), free(rstd), free(rstd16), free(y16), free(rounded);
 }
 END_TEST
 
@@ -965,6 +992,7 @@ int main(void)
     check_add_tests(tc, expf_is_accurate, rope_sincos_is_accurate, gemm_builtin_matches_reference,
                     gemm_cblas_matches_reference, gemm_dispatch_matches_reference,
                     gemm_thread_counts_agree, rmsnorm_matches_reference,
+                    bf16_outputs_are_the_rounded_fp32_ones,
                     rmsnorm_backward_finite_differences, rmsnorm_backward_is_deterministic,
                     rope_matches_reference, rope_pairs_are_half_split,
                     rope_backward_finite_differences, swiglu_matches_reference,
