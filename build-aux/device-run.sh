@@ -116,6 +116,10 @@ cudnn)
         part "bench-train-$k" "$burst" bench train --device cuda --models 300m,1b --ranks 1 \
             --seq 32K --steps 3 --mem-seq 0 --peak-tflops 989 --kernel "$k"
     done
+    # what [memory] attn_kept_fraction = auto takes on one 80 GiB GPU at 32K (burst plan
+    # memory): every attention output kept, against the 0.5 of the runs above
+    part bench-train-cudnn-kept "$burst" bench train --device cuda --models 300m,1b --ranks 1 \
+        --seq 32K --steps 3 --mem-seq 0 --peak-tflops 989 --kernel cudnn --attn-kept-fraction 1
     ;;
 *)
     echo "device-run: unknown part '$what' (tests, sanitize, train, 1m, kernels, bench, plan or cudnn)" >&2
