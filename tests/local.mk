@@ -478,6 +478,10 @@ TESTS += tests/train/test_device_account
 tests_train_test_device_account_SOURCES = tests/train/test_device_account.c emu/simt/select_emu.c
 tests_train_test_device_account_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_device_account_LDADD = $(SUITE_LIBS) $(EMU_ENGINE_LIBS)
+# The same account on the ring of 2 and 4 ranks: rank 0's host waits the
+# same with 1 and 2 layers and on 2 and 4 ranks.
+TESTS += tests/train/test_device_waits.sh
+EXTRA_DIST += tests/train/test_device_waits.sh
 
 # The model runner on the emulated device against the host, on 1, 2 and 4
 # ranks (tests/train/model_device_worker); a kernel failing on the device in
