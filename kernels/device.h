@@ -144,6 +144,10 @@ bk_status bk_round_bf16(const bk_queue *q, int64_t n, const float *x, uint16_t *
 /* y[n] = x widened to fp32 (exact): what reads bf16 values through an fp32
  * kernel (the norm gains and the embedding of bf16 parameters). */
 bk_status bk_widen_bf16(const bk_queue *q, int64_t n, const uint16_t *x, float *y);
+/* y[n] = x rounded to bf16 and x[n] = y widened, in one pass: an activation
+ * that goes on in fp32 as the bf16 values it is kept as (bk_round_bf16 then
+ * bk_widen_bf16 back, to the bit). */
+bk_status bk_round_bf16_keep(const bk_queue *q, int64_t n, float *x, uint16_t *y);
 
 /* ---------------------------------------------------------------- AdamW */
 /* bk_adamw_step, then param_bf16[n] = param rounded to bf16 (the copy the

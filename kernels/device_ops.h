@@ -95,6 +95,7 @@ typedef struct bk_device_ops {
     bk_status (*axpy)(const bk_queue *q, int64_t n, float alpha, const float *x, float *y);
     bk_status (*round_bf16)(const bk_queue *q, int64_t n, const float *x, uint16_t *y);
     bk_status (*widen_bf16)(const bk_queue *q, int64_t n, const uint16_t *x, float *y);
+    bk_status (*round_bf16_keep)(const bk_queue *q, int64_t n, float *x, uint16_t *y);
     bk_status (*cross_entropy)(const bk_queue *q, int64_t rows, int64_t V, float *logits,
                                int64_t ld, const int64_t *labels, int64_t ignore_index, float scale,
                                float z_loss, float *loss, float *lse, int64_t *n_valid);

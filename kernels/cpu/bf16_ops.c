@@ -106,6 +106,19 @@ bk_status bk_widen_bf16(const bk_queue *q, int64_t n, const uint16_t *x, float *
     return BK_OK;
 }
 
+bk_status bk_round_bf16_keep(const bk_queue *q, int64_t n, float *x, uint16_t *y)
+{
+    BK_CPU_OR_DEVICE(q, round_bf16_keep, (q, n, x, y));
+    BK_CHECK_ARG(n >= 0 && (n == 0 || (x != NULL && y != NULL)));
+    int nt = bk_cpu_threads(q);
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= 16384)
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = bk_float_to_bf16(x[i]);
+        x[i] = bk_bf16_to_float(y[i]);
+    }
+    return BK_OK;
+}
+
 bk_status bk_adamw_step_bf16(const bk_queue *q, int64_t n, float *param, const float *grad,
                              float *m, float *v, const bk_adamw_params *hp, int64_t step,
                              float grad_scale, uint16_t *param_bf16)

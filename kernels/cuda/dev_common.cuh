@@ -107,6 +107,7 @@ bk_status BK_DEV_FN(fill)(const bk_queue *q, int64_t n, float *x, float value);
 bk_status BK_DEV_FN(axpy)(const bk_queue *q, int64_t n, float alpha, const float *x, float *y);
 bk_status BK_DEV_FN(round_bf16)(const bk_queue *q, int64_t n, const float *x, uint16_t *y);
 bk_status BK_DEV_FN(widen_bf16)(const bk_queue *q, int64_t n, const uint16_t *x, float *y);
+bk_status BK_DEV_FN(round_bf16_keep)(const bk_queue *q, int64_t n, float *x, uint16_t *y);
 bk_status BK_DEV_FN(cross_entropy)(const bk_queue *q, int64_t rows, int64_t V, float *logits,
                                    int64_t ld, const int64_t *labels, int64_t ignore_index,
                                    float scale, float z_loss, float *loss, float *lse,

@@ -58,6 +58,7 @@ extern "C" const bk_device_ops BK_DEV_FN(ops) = {
     BK_DEV_FN(axpy),
     BK_DEV_FN(round_bf16),
     BK_DEV_FN(widen_bf16),
+    BK_DEV_FN(round_bf16_keep),
     BK_DEV_FN(cross_entropy),
     BK_DEV_FN(ce_sums_clear),
     BK_DEV_FN(cross_entropy_sum),

@@ -30,6 +30,17 @@ __global__ void bk_round_bf16_kernel(int64_t n, const float *x, uint16_t *y)
         y[i] = bk_float_to_bf16(x[i]);
 }
 
+/* y = x rounded, x = y widened */
+__global__ void bk_round_bf16_keep_kernel(int64_t n, float *x, uint16_t *y)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint16_t r = bk_float_to_bf16(x[i]);
+        y[i] = r;
+        x[i] = bk_bf16_to_float(r);
+    }
+}
+
 __global__ void bk_widen_bf16_kernel(int64_t n, const uint16_t *x, float *y)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -67,6 +78,17 @@ extern "C" bk_status BK_DEV_FN(round_bf16)(const bk_queue *q, int64_t n, const f
     BK_FOOTPRINT(n * sizeof(float), n * sizeof(uint16_t));
     return BK_LAUNCH(bk_round_bf16_kernel, dim3(bk_grid_for(n, VEC_THREADS)), dim3(VEC_THREADS),
                      0, q->stream, n, x, y);
+}
+
+extern "C" bk_status BK_DEV_FN(round_bf16_keep)(const bk_queue *q, int64_t n, float *x,
+                                                uint16_t *y)
+{
+    BK_CHECK_ARG(n >= 0 && (n == 0 || (x != NULL && y != NULL)));
+    if (n == 0) return BK_OK;
+    BK_DEV_PTRS(x, y);
+    BK_FOOTPRINT(n * sizeof(float), n * (sizeof(uint16_t) + sizeof(float)));
+    return BK_LAUNCH(bk_round_bf16_keep_kernel, dim3(bk_grid_for(n, VEC_THREADS)),
+                     dim3(VEC_THREADS), 0, q->stream, n, x, y);
 }
 
 extern "C" bk_status BK_DEV_FN(widen_bf16)(const bk_queue *q, int64_t n, const uint16_t *x,

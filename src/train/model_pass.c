@@ -121,15 +121,16 @@ static bt_status enter_layer(model_runner *r, int l, int mb, float *x)
         void *home = device_stored(r, l)->x_in;
         bt_status st = r->offload ? slot_wait_copied(r, l % 2) : BT_OK;
         if (st != BT_OK) return st;
-        CHECK_KERNEL(runner_keep(r, home, x, r->n * D));
-        if (r->act_bytes == 2) CHECK_KERNEL(runner_fetch(r, x, home, r->n * D));
+        if (r->act_bytes == 2) /* kept rounded, and x its values, in one pass */
+            CHECK_KERNEL(bk_round_bf16_keep(r->cfg.queue, r->n * D, x, home));
+        else
+            CHECK_KERNEL(runner_keep(r, home, x, r->n * D));
         return BT_OK;
     }
     /* a prediction stores nothing: x rounds through op16, chunk by chunk */
     for (int64_t r0 = 0; r0 < r->n && r->act_bytes == 2; r0 += r->chunk_rows) {
         int64_t count = runner_chunk_rows(r, r0, r->n) * D;
-        CHECK_KERNEL(runner_keep(r, r->op16[0], x + r0 * D, count));
-        CHECK_KERNEL(runner_fetch(r, x + r0 * D, r->op16[0], count));
+        CHECK_KERNEL(bk_round_bf16_keep(r->cfg.queue, count, x + r0 * D, r->op16[0]));
     }
     return BT_OK;
 }

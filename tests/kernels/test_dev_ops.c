@@ -65,6 +65,12 @@ START_TEST(bf16_outputs_are_the_rounded_fp32_ones)
             ck_assert_msg(y16[i] == bk_float_to_bf16(y[i]), "op %d, element %lld: %04x, not %04x",
                           op, (long long)i, y16[i], bk_float_to_bf16(y[i]));
     }
+    /* x kept rounded on the device: the copy rounded, x its widened values */
+    ck_assert_int_eq(bk_round_bf16_keep(&q, n * d, gx, gy16), BK_OK);
+    GET(y16, gy16, n * d), GET(y, gx, n * d);
+    for (int64_t i = 0; i < n * d; i++)
+        ck_assert_msg(y16[i] == bk_float_to_bf16(x[i]) && y[i] == bk_bf16_to_float(y16[i]),
+                      "element %lld kept as %04x, %g", (long long)i, y16[i], (double)y[i]);
     void *bufs[] = {gx, gw, gy, gr, gr16, gy16};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dev_free(bufs[i]);
     free(x), free(w), free(y), free(rstd), free(rstd16), free(y16);

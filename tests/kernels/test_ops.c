@@ -268,7 +268,14 @@ START_TEST(bf16_outputs_are_the_rounded_fp32_ones)
     ck_assert_int_eq(bk_swiglu_fwd_bf16(&q, n, d, x, x + d, ld, y16), BK_OK);
     ck_assert_int_eq(bk_round_bf16(&q, n * d, y, rounded), BK_OK);
     ck_assert(memcmp(y16, rounded, (size_t)(n * d) * sizeof *y16) == 0);
-    free(x), free(w), free(y), free(rstd), free(rstd16), free(y16), free(rounded);
+    /* x kept rounded: the copy rounded, x its widened values, in one pass */
+    float *kept = test_copy_f(x, n * d);
+    ck_assert_int_eq(bk_round_bf16_keep(&q, n * d, kept, y16), BK_OK);
+    ck_assert_int_eq(bk_round_bf16(&q, n * d, x, rounded), BK_OK);
+    ck_assert(memcmp(y16, rounded, (size_t)(n * d) * sizeof *y16) == 0);
+    ck_assert_int_eq(bk_widen_bf16(&q, n * d, rounded, y), BK_OK);
+    ck_assert(memcmp(kept, y, (size_t)(n * d) * sizeof *y) == 0);
+    free(x), free(w), free(y), free(rstd), free(rstd16), free(y16), free(rounded), free(kept);
 }
 END_TEST
 
