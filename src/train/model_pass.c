@@ -275,25 +275,34 @@ static bt_status mlp_chunk(model_runner *r, int l, int64_t r0, int64_t rows, lay
     int64_t D = r->D, F = r->F;
     const float *x_rows = input_rows(r, in, r0, rows); /* x1 itself when widened */
     if (!x_rows) return BT_ERR_SYS;
-    if (x_rows != r->x1)
+    /* x1's rows: the chunk buffer; or, in a pass whose output is its input's
+     * rows (the forward's residual stream, read no more) and that keeps
+     * nothing, those rows, where x1 and then the output add up in place,
+     * without a copy either way */
+    float *x1 = r->x1;
+    int in_place = out && !fp32 && x_rows == out + r0 * D;
+    if (in_place)
+        x1 = out + r0 * D;
+    else if (x_rows != r->x1)
         CHECK_KERNEL(bk_copy(q, r->x1, x_rows, (size_t)(rows * D) * sizeof(float)));
-    CHECK_KERNEL(runner_mm(r, runner_fp32(r->o + r0 * r->QD), rows, r->QD, o->wo, D, r->x1, 1));
+    CHECK_KERNEL(runner_mm(r, runner_fp32(r->o + r0 * r->QD), rows, r->QD, o->wo, D, x1, 1));
     const float *w = runner_param32(r, o->mlp_norm);
     float eps = r->m->dims.norm_eps;
     int bf16 = outputs_in_bf16(r, NULL) && !fp32;
     runner_operand b = bf16 ? bf16_in(r->b) : runner_fp32(r->b),
                    s = bf16 ? bf16_in(r->s) : runner_fp32(r->s);
     if (bf16)
-        CHECK_KERNEL(bk_rmsnorm_fwd_bf16(q, rows, D, r->x1, w, eps, (uint16_t *)r->b, r->rstd2));
+        CHECK_KERNEL(bk_rmsnorm_fwd_bf16(q, rows, D, x1, w, eps, (uint16_t *)r->b, r->rstd2));
     else
-        CHECK_KERNEL(bk_rmsnorm_fwd(q, rows, D, r->x1, w, eps, r->b, r->rstd2));
+        CHECK_KERNEL(bk_rmsnorm_fwd(q, rows, D, x1, w, eps, r->b, r->rstd2));
     CHECK_KERNEL(runner_mm(r, b, rows, D, o->w_gate_up, 2 * F, r->g, 0));
     if (bf16)
         CHECK_KERNEL(bk_swiglu_fwd_bf16(q, rows, F, r->g, r->g + F, 2 * F, (uint16_t *)r->s));
     else
         CHECK_KERNEL(bk_swiglu_fwd(q, rows, F, r->g, r->g + F, 2 * F, r->s));
     if (out) {
-        CHECK_KERNEL(bk_copy(q, out + r0 * D, r->x1, (size_t)(rows * D) * sizeof(float)));
+        if (!in_place)
+            CHECK_KERNEL(bk_copy(q, out + r0 * D, r->x1, (size_t)(rows * D) * sizeof(float)));
         CHECK_KERNEL(runner_mm(r, s, rows, F, o->w_down, D, out + r0 * D, 1));
     }
     return BT_OK;
