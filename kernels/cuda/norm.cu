@@ -84,32 +84,33 @@ static unsigned row_blocks(int64_t n)
     return bk_blocks_for(n);
 }
 
-extern "C" bk_status BK_DEV_FN(rmsnorm_fwd)(const bk_queue *q, int64_t n, int64_t d, const float *x,
-                                            const float *w, float eps, float *y, float *rstd)
+/* Both outputs' launcher: y [n, d] as Out, the launch named name */
+template <typename Out>
+static bk_status rmsnorm_fwd_launch(const bk_queue *q, int64_t n, int64_t d, const float *x,
+                                    const float *w, float eps, Out *y, float *rstd,
+                                    const char *name)
 {
     BK_CHECK_ARG(n >= 0 && d > 0);
     BK_CHECK_ARG(x != NULL && w != NULL && y != NULL);
     BK_CHECK_ARG(eps >= 0.0f);
     BK_DEV_PTRS(x, w, y, rstd);
     if (n == 0) return BK_OK;
-    BK_FOOTPRINT((n + 1) * d * sizeof(float), (n * d + (rstd ? n : 0)) * sizeof(float));
-    return BK_LAUNCH(bk_rmsnorm_fwd_kernel<float>, dim3(row_blocks(n)), dim3(NORM_THREADS), 0,
-                     q->stream, n, d, x, w, eps, y, rstd);
+    BK_FOOTPRINT((n + 1) * d * sizeof(float), n * d * sizeof(Out) + (rstd ? n : 0) * sizeof(float));
+    return BK_LAUNCH_NAMED(name, bk_rmsnorm_fwd_kernel<Out>, dim3(row_blocks(n)),
+                           dim3(NORM_THREADS), 0, q->stream, n, d, x, w, eps, y, rstd);
+}
+
+extern "C" bk_status BK_DEV_FN(rmsnorm_fwd)(const bk_queue *q, int64_t n, int64_t d, const float *x,
+                                            const float *w, float eps, float *y, float *rstd)
+{
+    return rmsnorm_fwd_launch(q, n, d, x, w, eps, y, rstd, "bk_rmsnorm_fwd_kernel<float>");
 }
 
 extern "C" bk_status BK_DEV_FN(rmsnorm_fwd_bf16)(const bk_queue *q, int64_t n, int64_t d,
                                                  const float *x, const float *w, float eps,
                                                  uint16_t *y16, float *rstd)
 {
-    BK_CHECK_ARG(n >= 0 && d > 0);
-    BK_CHECK_ARG(x != NULL && w != NULL && y16 != NULL);
-    BK_CHECK_ARG(eps >= 0.0f);
-    BK_DEV_PTRS(x, w, y16, rstd);
-    if (n == 0) return BK_OK;
-    BK_FOOTPRINT((n + 1) * d * sizeof(float),
-                 n * d * sizeof(uint16_t) + (rstd ? n : 0) * sizeof(float));
-    return BK_LAUNCH(bk_rmsnorm_fwd_kernel<uint16_t>, dim3(row_blocks(n)), dim3(NORM_THREADS), 0,
-                     q->stream, n, d, x, w, eps, y16, rstd);
+    return rmsnorm_fwd_launch(q, n, d, x, w, eps, y16, rstd, "bk_rmsnorm_fwd_kernel<uint16_t>");
 }
 
 /* The chunks the weight gradient of n rows is cut into. */

@@ -35,31 +35,35 @@ __global__ void bk_swiglu_bwd_kernel(int64_t rows, int64_t cols, const float *ga
     }
 }
 
-extern "C" bk_status BK_DEV_FN(swiglu_fwd)(const bk_queue *q, int64_t rows, int64_t cols,
-                                           const float *gate, const float *up, int64_t ld_in,
-                                           float *out)
+/* Both outputs' launcher: out [rows, cols] as Out, the launch named name */
+template <typename Out>
+static bk_status swiglu_fwd_launch(const bk_queue *q, int64_t rows, int64_t cols,
+                                   const float *gate, const float *up, int64_t ld_in, Out *out,
+                                   const char *name)
 {
     BK_CHECK_ARG(rows >= 0 && cols >= 0 && ld_in >= cols);
     BK_CHECK_ARG(gate != NULL && up != NULL && out != NULL);
     BK_DEV_PTRS(gate, up, out);
     if (rows * cols == 0) return BK_OK;
-    BK_FOOTPRINT(2 * rows * cols * sizeof(float), rows * cols * sizeof(float));
-    return BK_LAUNCH(bk_swiglu_fwd_kernel<float>, dim3(bk_grid_for(rows * cols, SWIGLU_THREADS)),
-                     dim3(SWIGLU_THREADS), 0, q->stream, rows, cols, gate, up, ld_in, out);
+    BK_FOOTPRINT(2 * rows * cols * sizeof(float), rows * cols * sizeof(Out));
+    return BK_LAUNCH_NAMED(name, bk_swiglu_fwd_kernel<Out>,
+                           dim3(bk_grid_for(rows * cols, SWIGLU_THREADS)), dim3(SWIGLU_THREADS), 0,
+                           q->stream, rows, cols, gate, up, ld_in, out);
+}
+
+extern "C" bk_status BK_DEV_FN(swiglu_fwd)(const bk_queue *q, int64_t rows, int64_t cols,
+                                           const float *gate, const float *up, int64_t ld_in,
+                                           float *out)
+{
+    return swiglu_fwd_launch(q, rows, cols, gate, up, ld_in, out, "bk_swiglu_fwd_kernel<float>");
 }
 
 extern "C" bk_status BK_DEV_FN(swiglu_fwd_bf16)(const bk_queue *q, int64_t rows, int64_t cols,
                                                 const float *gate, const float *up, int64_t ld_in,
                                                 uint16_t *out16)
 {
-    BK_CHECK_ARG(rows >= 0 && cols >= 0 && ld_in >= cols);
-    BK_CHECK_ARG(gate != NULL && up != NULL && out16 != NULL);
-    BK_DEV_PTRS(gate, up, out16);
-    if (rows * cols == 0) return BK_OK;
-    BK_FOOTPRINT(2 * rows * cols * sizeof(float), rows * cols * sizeof(uint16_t));
-    return BK_LAUNCH(bk_swiglu_fwd_kernel<uint16_t>,
-                     dim3(bk_grid_for(rows * cols, SWIGLU_THREADS)), dim3(SWIGLU_THREADS), 0,
-                     q->stream, rows, cols, gate, up, ld_in, out16);
+    return swiglu_fwd_launch(q, rows, cols, gate, up, ld_in, out16,
+                             "bk_swiglu_fwd_kernel<uint16_t>");
 }
 
 extern "C" bk_status BK_DEV_FN(swiglu_bwd)(const bk_queue *q, int64_t rows, int64_t cols,

@@ -106,9 +106,7 @@ static int fits(const plan_args *a, const train_config *cfg, trainer_memory_plan
     train_config c = *cfg;
     int ok = -1;
     for (int i = 0; i < n; i++) {
-        train_config_set_zero_stage(&c, list[i].zero_stage);
-        c.attn_kept_fraction = list[i].kept_fraction;
-        c.keep_layers = list[i].keep_layers;
+        memory_choice_apply(&list[i], &c);
         *chosen = list[i];
         ok = fits_at_stage(a, &c, p, err, err_len);
         if (ok != 0) return ok;

@@ -92,6 +92,13 @@ int choose_memory_candidates(int zero_stage, int lowest_stage, double kept_fract
     return n;
 }
 
+void memory_choice_apply(const memory_choice *ch, train_config *c)
+{
+    train_config_set_zero_stage(c, ch->zero_stage);
+    c->attn_kept_fraction = ch->kept_fraction;
+    c->keep_layers = ch->keep_layers;
+}
+
 int choose_topology(train_ring_choice ring, int cp, int nodes, int local_size, ring_topology *topo,
                     int *cp_nodes)
 {

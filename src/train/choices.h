@@ -87,6 +87,9 @@ enum { MEMORY_CHOICES_MAX = 3 * 2 * 3 };
 int choose_memory_candidates(int zero_stage, int lowest_stage, double kept_fraction,
                              int keep_layers, int half_allowed,
                              memory_choice out[MEMORY_CHOICES_MAX]);
+/* The keys a memory choice sets, written into c: [parallel] zero, [memory]
+ * attn_kept_fraction and keep_layers. */
+void memory_choice_apply(const memory_choice *ch, train_config *c);
 
 /* [attention] kernel and deterministic: 1 when the rings' block pairs go to
  * SDPA calls (cuDNN's fused attention) where they map, 0 when they all run on

@@ -417,10 +417,8 @@ static int plan_rank_memory(trainer *t, int nodes, int local_size, model_runner_
  * checkpoints record it) and t's choices. */
 static void take_memory_choice(trainer *t, const memory_choice *ch)
 {
-    train_config *c = &t->cfg;
+    memory_choice_apply(ch, &t->cfg);
     t->zero_stage = ch->zero_stage;
-    c->attn_kept_fraction = ch->kept_fraction;
-    c->keep_layers = ch->keep_layers;
     t->choices.keep = choose_keep(ch->kept_fraction);
 }
 
@@ -458,11 +456,9 @@ static int choose_memory(trainer *t, model_runner_config *rc, char *err, size_t 
         }
         if (fits) break;
     }
-    if (!given) {
+    if (!given)
         t->zero_chosen = resumed ? "the stage of the checkpoint resumed from"
                                  : "the smallest stage whose memory fits";
-        train_config_set_zero_stage(c, t->zero_stage);
-    }
     t->memory_chosen = kept_auto || layers_auto;
     return 0;
 }
