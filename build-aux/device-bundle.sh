@@ -42,7 +42,8 @@ done
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD 2>/dev/null || commit="$commit+changes"
 echo "$commit" > "$stage/commit"
-tar -C "$stage" -cJf "$out/bundle.tar.xz" bin lib commit
+cp -r profiles "$stage/" # burst plan time's device profiles (device-run.sh plan-time)
+tar -C "$stage" -cJf "$out/bundle.tar.xz" bin lib commit profiles
 rm -rf "$stage"
 cp build-aux/device-run.sh "$out/"
 echo "device-bundle: $(du -sh "$out" | cut -f1) in $out (commit $commit)"

@@ -15,6 +15,9 @@
 #   sh device-run.sh kernels [ARGS...]  # burst bench kernels --device cuda ARGS
 #   sh device-run.sh bench [ARGS...]    # burst bench train --device cuda ARGS
 #   sh device-run.sh plan [ARGS...]     # burst plan memory ARGS (what the run will need)
+#   sh device-run.sh plan-time          # burst plan time for 300m and 1b at 32K on this
+#                                       # card's profiles beside the measured steps
+#                                       # (bench train, kernel burst, the same keys)
 #   sh device-run.sh cudnn              # cuDNN's attention: its graphs validated, the
 #                                       # ring on it against the double reference (2
 #                                       # ranks sharing the GPU), bench kernels with both
@@ -103,6 +106,19 @@ bench)
 plan)
     part plan-memory "$burst" plan memory "$@"
     ;;
+plan-time)
+    card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+    case $card in *H200*) p=h200 ;; *) p=h100 ;; esac
+    for m in 300m 1b; do
+        part "plan-time-$m" "$burst" plan time --profile "$here/profiles/$p-sxm.json" \
+            --profile "$here/profiles/$p-attention-burst.json" --set model.preset=$m \
+            --set data.seq_len=32768 --set train.device=cuda --set attention.kernel=burst \
+            --set memory.attn_kept_fraction=0.5 --set memory.keep_layers=false \
+            --set parallel.zero=1 --set data.task=counting
+    done
+    part bench-train-plan "$burst" bench train --device cuda --models 300m,1b --ranks 1 \
+        --seq 32K --steps 3 --mem-seq 0 --peak-tflops 989 --kernel burst
+    ;;
 cudnn)
     echo "commit $(cat "$here/commit")"
     part cudnn-validate "$here/bin/test_cudnn_validate"
@@ -122,7 +138,7 @@ cudnn)
         --seq 32K --steps 3 --mem-seq 0 --peak-tflops 989 --kernel cudnn --attn-kept-fraction 1
     ;;
 *)
-    echo "device-run: unknown part '$what' (tests, sanitize, train, 1m, kernels, bench, plan or cudnn)" >&2
+    echo "device-run: unknown part '$what' (tests, sanitize, train, 1m, kernels, bench, plan, plan-time or cudnn)" >&2
     exit 2
     ;;
 esac

@@ -64,7 +64,7 @@ DEV_SUITE_LIBS_EMU = $(SUITE_LIBS) libburst_kernels_emu.a libburst_kernels.a lib
 # the attention's libraries, or the whole engine's.
 EMU_ATTN_LIBS = libburst_attn.a libburst_transport.a libburst_kernels_emu.a libburst_kernels.a \
 	libburst_util.a $(EMU_EXTERNAL_LIBS) -lstdc++
-EMU_ENGINE_LIBS = libburst_train.a libburst_attn.a libburst_transport.a libburst_kernels_emu.a \
+EMU_ENGINE_LIBS = libburst_plan.a libburst_train.a libburst_attn.a libburst_transport.a libburst_kernels_emu.a \
 	libburst_kernels.a libburst_io.a libburst_util.a $(EMU_EXTERNAL_LIBS) -lstdc++
 # The allocator wrapped (--wrap), so that a test counts or fails allocations.
 WRAPPED_ALLOCATOR = -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
@@ -412,6 +412,12 @@ check_PROGRAMS += tests/train/test_window_order
 TESTS += tests/train/test_window_order
 tests_train_test_window_order_CFLAGS = $(SUITE_CFLAGS)
 tests_train_test_window_order_LDADD = $(ENGINE_SUITE_LIBS)
+
+# `burst plan time`'s model: profiles, a ring pass and a step priced.
+check_PROGRAMS += tests/plan/test_plan_time
+TESTS += tests/plan/test_plan_time
+tests_plan_test_plan_time_CFLAGS = $(SUITE_CFLAGS)
+tests_plan_test_plan_time_LDADD = $(ENGINE_SUITE_LIBS)
 
 # The configuration of `burst train`.
 check_PROGRAMS += tests/train/test_train_config

@@ -8,10 +8,12 @@ int bench_dist_attention(int argc, char **argv); /* `burst bench attention` */
 int bench_train(int argc, char **argv);
 
 /* The per-op part of `burst bench kernels` (RMSNorm, RoPE, SwiGLU, ... in GB/s),
- * printed to out; quick = 1 runs small sizes only. Returns 0 on success. */
+ * printed to out; quick = 1 runs small sizes only; *gbps (when given) gets
+ * the per-op kernels' bytes over their seconds, all together. Returns 0 on
+ * success. */
 #include <stdint.h>
 #include <stdio.h>
-int bench_kernels_ops(FILE *out, int quick);
+int bench_kernels_ops(FILE *out, int quick, double *gbps);
 
 /* The attention kernels of `burst bench kernels --device cuda --kernel`. */
 enum { BENCH_KERNEL_BURST = 1u, BENCH_KERNEL_CUDNN = 2u };

@@ -22,6 +22,7 @@
 #include "kernels/attention.h"
 #include "src/attn/attn_options.h"
 #include "src/bench/bench.h"
+#include "src/plan/profile.h"
 #include "util/clock.h"
 #include "util/exit_codes.h"
 #include "util/options.h"
@@ -195,6 +196,7 @@ typedef struct {
     unsigned kernels; /* BENCH_KERNEL_* bits given; 0: none given */
     int64_t seqs[16];
     int hq, gemm_n, op_mib, min_ms;
+    const char *profile_out; /* --profile-out: the measured rows written there */
 } kernels_opts;
 
 static int set_device(void *o, const char *v)
@@ -267,6 +269,11 @@ static const bu_option options[] = {
      "the cores (meant for OMP_NUM_THREADS=1 on a shared machine;\n"
      "with more threads, spinning OpenMP threads count too)"},
     {"--no-ops", NULL, BU_OPT_FLAG, OPT(no_ops), 0, 0, NULL, "skip the per-op kernels"},
+    {"--profile-out", "FILE", BU_OPT_STRING, OPT(profile_out), 0, 0, NULL,
+     "write what was measured as a device profile for `burst plan\n"
+     "time` (CPU): sgemm as the gemm and peak rows, the per-op\n"
+     "kernels' bandwidth as elementwise, attention in the ring's\n"
+     "512-row pieces at Hkv = 8 (or --hkv)"},
     {"--hq", "N", BU_OPT_INT, OPT(hq), 1, 128, NULL, "--device cuda: query heads (default 16)"},
     {"--kernel", "LIST", BU_OPT_CUSTOM, 0, 0, 0, set_kernels,
      "--device cuda: the attention kernels, burst (ours) and/or cudnn\n"
@@ -316,6 +323,11 @@ static int check_combination(const kernels_opts *o)
         fprintf(stderr, "burst bench kernels: --hkv %d does not divide Hq = %d\n", o->only_hkv, hq);
         return EXIT_USAGE;
     }
+    if (o->profile_out && (o->on_device || o->no_ops)) {
+        fprintf(stderr, "burst bench kernels: --profile-out measures the CPU (no --device cuda) "
+                        "and needs the per-op kernels (no --no-ops) for its elementwise row\n");
+        return EXIT_USAGE;
+    }
     if (o->on_device && o->cpu_time) {
         fprintf(stderr, "burst bench kernels: --cpu-time applies to --device cpu only\n");
         return EXIT_USAGE;
@@ -327,6 +339,64 @@ static int check_combination(const kernels_opts *o)
         return EXIT_USAGE;
     }
     return 0;
+}
+
+/* The CPU as a profile names it: its model and the threads measured. */
+static void cpu_name(char *buf, size_t len)
+{
+    char model[200] = "unknown CPU", line[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+            snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
+            model[strcspn(model, "\n")] = '\0';
+            break;
+        }
+    if (f) fclose(f);
+    snprintf(buf, len, "CPU %s, %d OpenMP thread%s", model, omp_get_max_threads(),
+             omp_get_max_threads() == 1 ? "" : "s");
+}
+
+/* --profile-out: opens the writer, the command line as its rows' source. */
+static int profile_open(profile_writer *w, const char *path, int argc, char **argv)
+{
+    char cmd[1024] = "", dev[300], err[512];
+    const char *threads = getenv("OMP_NUM_THREADS");
+    if (threads) snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=%s ", threads);
+    snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), "burst bench");
+    for (int i = 0; i < argc; i++)
+        snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " %s", argv[i]);
+    cpu_name(dev, sizeof dev);
+    if (profile_writer_open(w, path, "cpu", dev, cmd, err, sizeof err) != 0) {
+        fprintf(stderr, "burst bench kernels: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static void profile_rate(profile_writer *w, profile_row_kind kind, double value)
+{
+    profile_row r = {.kind = kind};
+    if (kind == PROFILE_ELEMENTWISE)
+        r.gbps = value;
+    else
+        r.gflops = value;
+    profile_write_row(w, &r);
+}
+
+/* The ring's rates of one configuration (its 512-row pieces): forward and
+ * backward rows. */
+static void profile_attention(profile_writer *w, int causal, int64_t seq, int d, const double gf[4])
+{
+    for (int bwd = 0; bwd < 2; bwd++) {
+        profile_row r = {.kind = PROFILE_ATTENTION,
+                         .backward = bwd,
+                         .d = d,
+                         .causal = causal,
+                         .block = seq,
+                         .gflops = gf[2 + bwd]};
+        profile_write_row(w, &r);
+    }
 }
 
 int bench_kernels(int argc, char **argv)
@@ -368,6 +438,14 @@ int bench_kernels(int argc, char **argv)
     }
     if (reps == 0) reps = quick ? 1 : 2;
 
+    profile_writer prof;
+    if (o.profile_out && profile_open(&prof, o.profile_out, argc, argv) != 0)
+        return EXIT_RUN_FAILURE;
+    if (o.profile_out) {
+        double mm = sgemm_gflops(2048, 3);
+        profile_rate(&prof, PROFILE_PEAK, mm);
+        profile_rate(&prof, PROFILE_GEMM, mm);
+    }
     printf("attention kernels: %d OpenMP threads, BLAS %s, Hq = 8, fp32, %s time\n",
            omp_get_max_threads(), BURST_BLAS_NAME, use_cpu_time ? "CPU" : "wall");
     printf("%-7s %6s %4s %4s %10s %10s %8s %10s %8s %8s %8s\n", "mask", "seq", "d", "hkv",
@@ -391,10 +469,23 @@ int bench_kernels(int argc, char **argv)
                         continue;
                     }
                     print_attention_row(m, seqs[s], d, hkv, mm, gf);
+                    if (o.profile_out && hkv == (only_hkv ? only_hkv : 8))
+                        profile_attention(&prof, m, seqs[s], d, gf);
                 }
             }
         }
     }
-    if (ops && bench_kernels_ops(stdout, quick) != 0) failed = 1;
+    double gbps = 0;
+    if (ops && bench_kernels_ops(stdout, quick, &gbps) != 0) failed = 1;
+    if (o.profile_out) {
+        char err[512];
+        if (!failed) profile_rate(&prof, PROFILE_ELEMENTWISE, gbps);
+        if (profile_writer_close(&prof, o.profile_out, !failed, err, sizeof err) != 0) {
+            if (!failed) fprintf(stderr, "burst bench kernels: %s\n", err);
+            failed = 1;
+        } else {
+            printf("profile: %s (burst plan time --profile %s)\n", o.profile_out, o.profile_out);
+        }
+    }
     return failed ? EXIT_RUN_FAILURE : 0;
 }

@@ -47,8 +47,14 @@ static float *filled(int64_t n, float lo, float hi, uint32_t seed)
     return x;
 }
 
+/* Every per-op row's bytes and seconds together: the passes' bandwidth
+ * (a device profile's elementwise row). */
+static double all_bytes, all_secs;
+
 static void row(FILE *out, const char *op, const char *shape, double secs, double bytes)
 {
+    all_bytes += bytes;
+    all_secs += secs;
     fprintf(out, "  %-22s %-22s %10.3f ms/call %8.2f GB/s\n", op, shape, 1e3 * secs,
             bytes / secs / 1e9);
 }
@@ -256,9 +262,11 @@ static int bench_gemm(FILE *out, int quick)
     return rc;
 }
 
-int bench_kernels_ops(FILE *out, int quick)
+int bench_kernels_ops(FILE *out, int quick, double *gbps)
 {
+    all_bytes = all_secs = 0;
     int rc = bench_bandwidth(out, quick);
+    if (gbps) *gbps = all_secs > 0 ? all_bytes / all_secs / 1e9 : 0;
     rc |= bench_gemm(out, quick);
     return rc ? 1 : 0;
 }

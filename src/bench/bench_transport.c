@@ -17,6 +17,7 @@
 #include "src/attn/device_link.h"
 #include "src/bench/bench.h"
 #include "src/bench/relaunch.h"
+#include "src/plan/profile.h"
 #include "transport/launch.h"
 #include "transport/transport.h"
 #include "util/clock.h"
@@ -34,6 +35,7 @@ typedef struct {
     /* the ring and all-reduce runs; slot 7 is the point-to-point run when the
      * list has no 2 */
     int rank_counts[8], n_counts;
+    const char *profile_out; /* --profile-out: the intra link row written there */
 } transport_opts;
 
 static int set_ranks(void *o, const char *v)
@@ -55,6 +57,10 @@ static const bu_option options[] = {
      "device path (staged: device-to-host copy, wire, host-to-device\n"
      "copy, pipelined; or NCCL), and the device all-reduce; ratios to\n"
      "the host buffers of the same run"},
+    {"--profile-out", "FILE", BU_OPT_STRING, OPT(profile_out), 0, 0, NULL,
+     "write the point-to-point figures as a device profile's link\n"
+     "row for `burst plan time`: path intra, the largest message's\n"
+     "bandwidth and the smallest's latency, on host buffers"},
     {"--worker", NULL, BU_OPT_FLAG, OPT(is_worker), 0, 0, NULL,
      "run as one of the ranks (how the benchmark starts itself\n"
      "under `burst run`; not for people)"},
@@ -399,6 +405,36 @@ static void print_device_tables(const results *res, const int *rank_counts, int 
     }
 }
 
+/* --profile-out: the link between two ranks of this machine, as measured. */
+static int write_profile(const char *path, const results *res, size_t max_bytes, int argc,
+                         char **argv)
+{
+    char cmd[1024] = "burst bench", err[512];
+    for (int i = 0; i < argc; i++)
+        snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " %s", argv[i]);
+    int last = 0;
+    for (size_t s = 0; s < N_SIZES && default_sizes[s] <= max_bytes; s++) last = (int)s;
+    profile_writer w;
+    if (profile_writer_open(&w, path, "cpu-transport", "UCX between ranks of one machine", cmd, err,
+                            sizeof err) != 0) {
+        fprintf(stderr, "burst bench transport: %s\n", err);
+        return -1;
+    }
+    profile_row r = {.kind = PROFILE_LINK,
+                     .path = PROFILE_LINK_INTRA,
+                     .gbps = res->host.p2p[last] * MiB / 1e9,
+                     .latency_us = res->lat[0],
+                     .per_node = 1};
+    profile_write_row(&w, &r);
+    int ok = r.gbps > 0 && r.latency_us > 0;
+    if (profile_writer_close(&w, path, ok, err, sizeof err) != 0) {
+        fprintf(stderr, "burst bench transport: %s\n", ok ? err : "no point-to-point figures");
+        return -1;
+    }
+    printf("profile: %s (burst plan time --profile %s)\n", path, path);
+    return 0;
+}
+
 int bench_transport(int argc, char **argv)
 {
     transport_opts o = {.rank_counts = {2, 4}, .n_counts = 2};
@@ -441,6 +477,9 @@ int bench_transport(int argc, char **argv)
     if (device) print_device_tables(res, rank_counts, n_counts, max_bytes);
     printf("\nratio: burst / ucx_perftest bandwidth (for latency: ucx_perftest / burst), "
            "measured in this run.\n");
+    int status = o.profile_out && write_profile(o.profile_out, res, max_bytes, argc, argv) != 0
+                     ? EXIT_RUN_FAILURE
+                     : 0;
     free(res);
-    return 0;
+    return status;
 }

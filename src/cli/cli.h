@@ -18,6 +18,7 @@ int cmd_data(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_plan_memory(int argc, char **argv); /* burst plan memory (from cmd_plan) */
+int cmd_plan_time(int argc, char **argv);   /* burst plan time (from cmd_plan) */
 int cmd_run(int argc, char **argv);
 int cmd_selftest(int argc, char **argv);
 int cmd_version(int argc, char **argv);

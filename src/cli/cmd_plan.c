@@ -8,14 +8,22 @@
 
 #include "src/attn/attn_options.h"
 #include "src/cli/cli.h"
+#include "src/cli/plan_fit.h"
+#include "src/plan/ring_time.h"
 #include "util/options.h"
 
 /* What the command line sets. */
 typedef struct {
     attn_options attn;
     const char *pass; /* forward | backward | all */
-    int dump;
+    int dump, bf16;
+    plan_profile_files profiles; /* --profile: the passes priced */
 } plan_attention_args;
+
+static int add_profile(void *a, const char *v)
+{
+    return plan_profile_files_add(&((plan_attention_args *)a)->profiles, v);
+}
 
 static int set_d(void *a, const char *v)
 {
@@ -92,6 +100,12 @@ static const bu_option options[] = {
      "auto | q | kv: backward direction (auto: fewer bytes)"},
     {"--pass", "P", BU_OPT_CUSTOM, 0, 0, 0, set_pass, "forward | backward | all (default all)"},
     {"--dump-schedule", NULL, BU_OPT_FLAG, OPT(dump), 0, 0, NULL, "print the whole schedule"},
+    {"--bf16", NULL, BU_OPT_FLAG, OPT(bf16), 0, 0, NULL,
+     "Q, K, V and dO travel in 2-byte elements (as on a device)"},
+    {"--profile", "FILE", BU_OPT_CUSTOM, 0, 0, 0, add_profile,
+     "price each pass with this device profile (repeatable; as\n"
+     "`burst plan time` does): its time, compute, bytes' link time\n"
+     "and exposed communication on its slowest rank"},
 };
 #undef OPT
 enum { N_OPTIONS = sizeof options / sizeof options[0] };
@@ -100,7 +114,8 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: burst plan attention [OPTIONS] [--dump-schedule]\n"
                  "       burst plan [OPTIONS] [--dump-schedule]   (the same)\n"
-                 "       burst plan memory ...   (a rank's memory: burst plan memory --help)\n\n"
+                 "       burst plan memory ...   (a rank's memory: burst plan memory --help)\n"
+                 "       burst plan time ...     (a step's time: burst plan time --help)\n\n"
                  "Plans the attention ring for a sequence split over ranks and prints, per pass,\n"
                  "the bytes each rank sends and the steps it computes; --dump-schedule prints\n"
                  "every step of every rank (which block it holds, what it sends and receives\n"
@@ -140,9 +155,32 @@ static void print_problem(const attn_options *o, const ring_plan_config *cfg, ri
            o->bwd == BWD_AUTO ? " (auto: fewer bytes)" : "");
 }
 
+/* --profile: the pass priced, and the sum of the passes so far. */
+static int price_pass(const plan_profile *prof, const plan_attention_args *a,
+                      const ring_schedule *s, double *sum)
+{
+    ring_pass_time t;
+    char err[512];
+    int per_node = a->attn.nodes > 1 ? a->attn.ranks / a->attn.nodes : a->attn.ranks;
+    if (ring_pass_price(s, prof, per_node, &t, err, sizeof err) != 0) {
+        fprintf(stderr, "burst plan: %s\n", err);
+        return EXIT_USAGE;
+    }
+    *sum += t.total_s;
+    printf("  priced (%s): %.4g s; on rank %d, the slowest: attention %.4g s over %d block "
+           "pairs, sent %.4g s of link time, exposed %.4g s%s\n",
+           prof->name, t.total_s, t.rank, t.compute_s, t.n_computed, t.comm_s, t.exposed_s,
+           s->pass == RING_FORWARD ? "" : " (accumulators' adds included)");
+    return 0;
+}
+
 /* Plans and prints the passes --pass asks for: 0, or EXIT_USAGE. */
 static int plan_passes(const plan_attention_args *a, const ring_plan_config *cfg, ring_pass bwd)
 {
+    plan_profile prof;
+    double total = 0;
+    if (plan_profile_files_load(&a->profiles, &prof, "burst plan") != 0) return EXIT_USAGE;
+    int status = 0;
     ring_pass passes[2] = {RING_FORWARD, bwd};
     for (int p = 0; p < 2; p++) {
         if (strcmp(a->pass, p == 0 ? "backward" : "forward") == 0) continue;
@@ -150,18 +188,25 @@ static int plan_passes(const plan_attention_args *a, const ring_plan_config *cfg
         ring_schedule *s = ring_plan(cfg, passes[p], err, sizeof err);
         if (!s) {
             fprintf(stderr, "burst plan: %s\n", err);
-            return EXIT_USAGE;
+            status = EXIT_USAGE;
+            break;
         }
         summary(s);
+        if (a->profiles.n) status = price_pass(&prof, a, s, &total);
         if (a->dump) ring_schedule_dump(stdout, s);
         ring_schedule_free(s);
+        if (status) break;
     }
-    return 0;
+    if (status == 0 && a->profiles.n && strcmp(a->pass, "all") == 0)
+        printf("priced, forward + backward: %.4g s\n", total);
+    plan_profile_free(&prof);
+    return status;
 }
 
 int cmd_plan(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "memory") == 0) return cmd_plan_memory(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "time") == 0) return cmd_plan_time(argc - 1, argv + 1);
     int subject = argc > 1 && strcmp(argv[1], "attention") == 0; /* the plan's subject named */
     plan_attention_args a = {.pass = "all"};
     attn_options_default(&a.attn);
@@ -175,7 +220,9 @@ int cmd_plan(int argc, char **argv)
     if (attn_options_build(&a.attn, &cfg, err, sizeof err) != 0) {
         fprintf(stderr, "burst plan: %s\n", err);
     } else {
-        cfg.count_pairs = a.dump && a.attn.seq <= 65536; /* exact pair counts in a readable dump */
+        /* exact pair counts in a readable dump, and for a price */
+        cfg.count_pairs = (a.dump && a.attn.seq <= 65536) || a.profiles.n > 0;
+        cfg.in_bytes = a.bf16 ? 2 : 4;
         const attn_options *o = &a.attn;
         ring_pass bwd = ring_choose_backward(o->bwd, o->h_q, o->h_kv, o->d, cfg.in_bytes);
         print_problem(o, &cfg, bwd);

@@ -12,18 +12,18 @@
 #include <string.h>
 
 #include "src/cli/cli.h"
+#include "src/cli/plan_fit.h"
 #include "src/train/choices.h"
 #include "src/train/trainer_memory.h"
 #include "util/options.h"
 #include "util/parse.h"
-#include "util/proc_memory.h"
 
 /* What the command line sets; the configuration first (cli_config_ref). */
 typedef struct {
     cli_config_ref config;
     train_config cfg;
-    int ranks, per_node, json;
-    int64_t device_bytes, host_bytes;
+    plan_cluster cluster;
+    int json;
 } plan_args;
 
 static const bu_option options[] = {
@@ -31,15 +31,7 @@ static const bu_option options[] = {
      "the configuration, as `burst train` takes it"},
     {"--set", "S.K=V", BU_OPT_CUSTOM, 0, 0, 0, cli_set_config_key,
      "one key after the file (repeatable, in order)"},
-    {"--ranks", "N", BU_OPT_INT, offsetof(plan_args, ranks), 1, 1 << 20, NULL,
-     "ranks of the job (default: [parallel] dp x cp)"},
-    {"--gpus-per-node", "G", BU_OPT_INT, offsetof(plan_args, per_node), 1, 1 << 20, NULL,
-     "ranks (GPUs) per node (default: all ranks on one node)"},
-    {"--device-memory", "SIZE", BU_OPT_BYTES, offsetof(plan_args, device_bytes), 1, 9.2e18, NULL,
-     "one GPU's memory (default 80G; G means GiB)"},
-    {"--host-memory", "SIZE", BU_OPT_BYTES, offsetof(plan_args, host_bytes), 1, 9.2e18, NULL,
-     "one node's memory for the ranks (default: this machine's\n"
-     "available memory)"},
+    PLAN_CLUSTER_OPTIONS(plan_args, cluster),
     {"--json", NULL, BU_OPT_FLAG, offsetof(plan_args, json), 0, 0, NULL,
      "the same as one JSON object on stdout, bytes exact"},
 };
@@ -73,47 +65,6 @@ static int parse_args(int argc, char **argv, plan_args *a)
     return parsed == 0 ? 0 : parsed == 1 ? -1 : EXIT_USAGE;
 }
 
-/* The verdict for cfg at its ZeRO stage: 1 fits, 0 does not, -1 a
- * configuration the run refuses (err). *p holds the count. */
-static int fits_at_stage(const plan_args *a, const train_config *cfg, trainer_memory_plan *p,
-                         char *err, size_t err_len)
-{
-    if (trainer_plan_offline(cfg, a->ranks, a->ranks / a->per_node, p, err, err_len) != 0)
-        return -1;
-    /* what trainer_check_memory compares, with the arena's margin on a device
-     * (trainer_make_arena takes the two together) */
-    int on_device = p->on_device;
-    double need[MEMORY_KINDS],
-        room[MEMORY_KINDS] = {cfg->limit_bytes > 0 ? (double)cfg->limit_bytes : -1,
-                              on_device ? (double)a->device_bytes : -1,
-                              (double)a->host_bytes / a->per_node};
-    trainer_memory_needs(&p->mem, on_device, need);
-    if (on_device) need[MEMORY_DEVICE] = (double)(trainer_arena_bytes(&p->mem) + p->mem.nccl);
-    return trainer_memory_verdict(need, room) < 0;
-}
-
-/* The verdict for cfg, as fits_at_stage; with zero, attn_kept_fraction or
- * keep_layers = auto, for the first of choose_memory_candidates that fits
- * (the run's own order), else for the last. *chosen gets the values. */
-static int fits(const plan_args *a, const train_config *cfg, trainer_memory_plan *p,
-                memory_choice *chosen, char *err, size_t err_len)
-{
-    bk_attn_mask mask = choose_mask(cfg->mask, cfg->window);
-    memory_choice list[MEMORY_CHOICES_MAX];
-    int n = choose_memory_candidates(
-        train_config_zero_stage(cfg), train_config_lowest_zero_stage(cfg), cfg->attn_kept_fraction,
-        cfg->keep_layers, keep_half_allowed(choose_layout(cfg->layout, cfg->mask), &mask), list);
-    train_config c = *cfg;
-    int ok = -1;
-    for (int i = 0; i < n; i++) {
-        memory_choice_apply(&list[i], &c);
-        *chosen = list[i];
-        ok = fits_at_stage(a, &c, p, err, err_len);
-        if (ok != 0) return ok;
-    }
-    return ok;
-}
-
 /* The longest sequence 2^k x unit that fits with everything else as given
  * (unit: what the layout needs of a length on cp ranks), or 0. */
 static int64_t longest_fitting(const plan_args *a)
@@ -126,7 +77,7 @@ static int64_t longest_fitting(const plan_args *a)
         c.seq_len = seq;
         if (c.max_seq < seq) c.max_seq = seq;
         memory_choice chosen;
-        int ok = fits(a, &c, &p, &chosen, err, sizeof err);
+        int ok = plan_fits(&a->cluster, &c, &p, &chosen, err, sizeof err);
         if (ok != 1) break;
         best = seq;
     }
@@ -153,8 +104,9 @@ static void report(const plan_args *a, const trainer_memory_plan *t, const memor
     trainer_memory_parts(&t->mem, parts, sizeof parts);
     printf("plan memory: %lld parameters (%s); %d ranks = dp %d x cp %d, %d per node, ZeRO stage "
            "%d%s; sequence %lld tokens (%lld per rank); %s\n",
-           (long long)t->n_params, train_config_name("model", "preset", c->preset), a->ranks, c->dp, c->cp, a->per_node,
-           t->zero_stage, zero_auto(a) ? " (zero = auto)" : "", (long long)c->seq_len,
+           (long long)t->n_params, train_config_name("model", "preset", c->preset),
+           a->cluster.ranks, c->dp, c->cp, a->cluster.per_node, t->zero_stage,
+           zero_auto(a) ? " (zero = auto)" : "", (long long)c->seq_len,
            (long long)t->tokens_per_rank, t->on_device ? "on a GPU per rank" : "on the CPU");
     printf("kept for the backward: attention outputs %g, layers %s%s\n", ch->kept_fraction,
            ch->keep_layers ? "kept" : "recomputed",
@@ -171,7 +123,7 @@ static void report(const plan_args *a, const trainer_memory_plan *t, const memor
                      bu_human_bytes((double)t->mem.nccl, h[3], 32));
         printf("device per rank: arena %s (the device parts and their margin)%s of a GPU's %s\n",
                bu_human_bytes((double)trainer_arena_bytes(&t->mem), h[1], 32), nccl,
-               bu_human_bytes((double)a->device_bytes, h[2], 32));
+               bu_human_bytes((double)a->cluster.device_bytes, h[2], 32));
     }
     if (t->mem.nccl > 0) {
         printf("NCCL's buffers, estimated from its settings: %s\n", t->nccl_basis);
@@ -179,8 +131,8 @@ static void report(const plan_args *a, const trainer_memory_plan *t, const memor
     double host = (double)trainer_host_bytes(&t->mem, t->on_device);
     printf("host per rank: %s%s of %s (a node's %s over %d ranks)\n",
            bu_human_bytes(host, h[1], 32), t->on_device ? " outside the device" : "",
-           bu_human_bytes((double)a->host_bytes / a->per_node, h[2], 32),
-           bu_human_bytes((double)a->host_bytes, h[3], 32), a->per_node);
+           bu_human_bytes((double)a->cluster.host_bytes / a->cluster.per_node, h[2], 32),
+           bu_human_bytes((double)a->cluster.host_bytes, h[3], 32), a->cluster.per_node);
     printf("fits: %s\n", ok ? "yes" : "no");
 }
 
@@ -199,16 +151,16 @@ static int report_json(const plan_args *a, const trainer_memory_plan *t, const m
         "{s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:b, s:I, s:I, s:b, s:o, s:I, s:I, s:I, "
         "s:I, s:I, s:I, s:b, s:I, s:f, s:b, s:b}",
         "preset", train_config_name("model", "preset", c->preset), "parameters",
-        (json_int_t)t->n_params, "ranks", a->ranks, "gpus_per_node", a->per_node, "dp", c->dp, "cp",
-        c->cp, "zero", t->zero_stage, "zero_auto", zero_auto(a), "sequence", (json_int_t)c->seq_len,
-        "tokens_per_rank", (json_int_t)t->tokens_per_rank, "on_device", t->on_device, "parts",
-        parts, "total", (json_int_t)trainer_memory_total(&t->mem), "arena",
+        (json_int_t)t->n_params, "ranks", a->cluster.ranks, "gpus_per_node", a->cluster.per_node,
+        "dp", c->dp, "cp", c->cp, "zero", t->zero_stage, "zero_auto", zero_auto(a), "sequence",
+        (json_int_t)c->seq_len, "tokens_per_rank", (json_int_t)t->tokens_per_rank, "on_device",
+        t->on_device, "parts", parts, "total", (json_int_t)trainer_memory_total(&t->mem), "arena",
         (json_int_t)(t->on_device ? trainer_arena_bytes(&t->mem) : 0), "host_per_rank",
         (json_int_t)trainer_host_bytes(&t->mem, t->on_device), "device_memory",
-        (json_int_t)a->device_bytes, "host_memory", (json_int_t)a->host_bytes, "limit_bytes",
-        (json_int_t)c->limit_bytes, "fits", ok, "longest_sequence", (json_int_t)longest,
-        "attn_kept_fraction", ch->kept_fraction, "keep_layers", ch->keep_layers, "memory_auto",
-        memory_auto(a));
+        (json_int_t)a->cluster.device_bytes, "host_memory", (json_int_t)a->cluster.host_bytes,
+        "limit_bytes", (json_int_t)c->limit_bytes, "fits", ok, "longest_sequence",
+        (json_int_t)longest, "attn_kept_fraction", ch->kept_fraction, "keep_layers",
+        ch->keep_layers, "memory_auto", memory_auto(a));
     if (!o || json_dumpf(o, stdout, JSON_INDENT(2)) != 0) {
         json_decref(o);
         fprintf(stderr, "burst plan memory: cannot write the JSON report\n");
@@ -221,20 +173,15 @@ static int report_json(const plan_args *a, const trainer_memory_plan *t, const m
 
 int cmd_plan_memory(int argc, char **argv)
 {
-    plan_args a = {.device_bytes = (int64_t)80 << 30};
+    plan_args a = {.cluster.device_bytes = (int64_t)80 << 30};
     train_config_default(&a.cfg);
     int status = parse_args(argc, argv, &a);
     if (status != 0) return status < 0 ? 0 : status;
-    if (a.ranks == 0) a.ranks = a.cfg.dp * a.cfg.cp;
-    if (a.per_node == 0 || a.per_node > a.ranks) a.per_node = a.ranks;
-    if (a.host_bytes == 0) {
-        double avail = bu_available_bytes();
-        a.host_bytes = avail > 0 ? (int64_t)avail : (int64_t)1 << 40;
-    }
+    plan_cluster_defaults(&a.cluster, &a.cfg);
     trainer_memory_plan p;
     char err[512];
     memory_choice chosen;
-    int ok = fits(&a, &a.cfg, &p, &chosen, err, sizeof err);
+    int ok = plan_fits(&a.cluster, &a.cfg, &p, &chosen, err, sizeof err);
     if (ok < 0) {
         fprintf(stderr, "burst plan memory: %s\n", err);
         return EXIT_USAGE;

@@ -101,6 +101,18 @@ typedef struct {
     const bk_queue *queue;
 } model_runner_config;
 
+/* The rings a runner of cfg runs, planned alone (`burst plan time`): the
+ * forward, the backward cfg->backward chooses and, with keep = half, the
+ * half-sequence ring of the recompute (else NULL), each step's pairs
+ * counted. 0, or -1 with err (a
+ * document mask: its rings follow each sample's documents). */
+typedef struct {
+    ring_schedule *fwd, *bwd, *half;
+} model_rings;
+int model_runner_plan_rings(const model_runner_config *cfg, model_rings *out, char *err,
+                            size_t err_len);
+void model_rings_free(model_rings *rings);
+
 /* The bytes a runner holds, by part. */
 typedef struct {
     size_t stored;      /* per layer its input [n, D] and the kept O [n_kept, Hq*hd] (2 bytes

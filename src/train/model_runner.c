@@ -334,6 +334,66 @@ static void take_sdpa(model_runner *r)
     r->ring.sdpa = r->sdpa;
 }
 
+/* The rings' plan for cfg (one document: segments are the runner's). */
+static ring_plan_config ring_config_of(const model_runner_config *cfg)
+{
+    const model_dims *d = &cfg->model->dims;
+    return (ring_plan_config){.topo = cfg->topo,
+                              .nodes = cfg->nodes,
+                              .layout = cfg->layout,
+                              .need = {.mask = cfg->mask, .N = cfg->layout.N},
+                              .h_q = d->n_heads,
+                              .h_kv = d->n_kv_heads,
+                              .d = d->head_dim,
+                              .in_bytes = cfg->ring_bf16 ? 2 : 4};
+}
+
+/* The half-sequence ring of attn_kept_fraction = 0.5: the early chunks of
+ * the zigzag layout are the first half of the sequence, laid out
+ * contiguously (chunk r on rank r), on the flat ring. */
+static ring_schedule *plan_half(const ring_plan_config *pc, char *err, size_t err_len)
+{
+    ring_plan_config hc = *pc;
+    hc.topo = TOPO_FLAT;
+    if (seq_layout_init(&hc.layout, LAYOUT_CONTIGUOUS, pc->layout.P, pc->layout.N / 2, err,
+                        err_len) != 0)
+        return NULL;
+    return ring_plan(&hc, RING_FORWARD, err, err_len);
+}
+
+int model_runner_plan_rings(const model_runner_config *cfg, model_rings *out, char *err,
+                            size_t err_len)
+{
+    const model_dims *d = &cfg->model->dims;
+    ring_plan_config pc = ring_config_of(cfg);
+    pc.count_pairs = 1; /* what each step computes, for its price */
+    *out = (model_rings){NULL, NULL, NULL};
+    if (cfg->mask.flags & BK_ATTN_DOCUMENT) {
+        snprintf(err, err_len, "a document mask's rings change with every sample's documents");
+        return -1;
+    }
+    out->fwd = ring_plan(&pc, RING_FORWARD, err, err_len);
+    if (out->fwd)
+        out->bwd = ring_plan(&pc,
+                             ring_choose_backward(cfg->backward, d->n_heads, d->n_kv_heads,
+                                                  d->head_dim, pc.in_bytes),
+                             err, err_len);
+    if (out->bwd && cfg->keep == KEEP_HALF) out->half = plan_half(&pc, err, err_len);
+    if (!out->bwd || (cfg->keep == KEEP_HALF && !out->half)) {
+        model_rings_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+void model_rings_free(model_rings *rings)
+{
+    ring_schedule_free(rings->fwd);
+    ring_schedule_free(rings->bwd);
+    ring_schedule_free(rings->half);
+    *rings = (model_rings){NULL, NULL, NULL};
+}
+
 /* The runner's dimensions and its planned ring passes; nothing large yet. */
 static model_runner *runner_new(const model_runner_config *cfg, char *err, size_t err_len)
 {
@@ -372,14 +432,7 @@ static model_runner *runner_new(const model_runner_config *cfg, char *err, size_
     /* a chunk of the fused head never spans more than this rank's tokens */
     if (r->cfg.head.chunk_tokens > r->n && r->n > 0) r->cfg.head.chunk_tokens = r->n;
 
-    ring_plan_config pc = {.topo = cfg->topo,
-                           .nodes = cfg->nodes,
-                           .layout = cfg->layout,
-                           .need = {.mask = cfg->mask, .N = cfg->layout.N},
-                           .h_q = d->n_heads,
-                           .h_kv = d->n_kv_heads,
-                           .d = d->head_dim,
-                           .in_bytes = cfg->ring_bf16 ? 2 : 4};
+    ring_plan_config pc = ring_config_of(cfg);
     r->ring_cfg = pc;
     if (cfg->mask.flags & BK_ATTN_DOCUMENT) { /* one document until told otherwise */
         size_t seg_bytes = (size_t)cfg->layout.N * sizeof(int32_t);
@@ -389,15 +442,7 @@ static model_runner *runner_new(const model_runner_config *cfg, char *err, size_
             return NULL;
         }
     }
-    if (schedule_rings(r, err, err_len) == 0 && half) {
-        /* The early chunks of the zigzag layout are the first half of the
-         * sequence, laid out contiguously: chunk r on rank r. */
-        ring_plan_config hc = pc;
-        hc.topo = TOPO_FLAT;
-        if (seq_layout_init(&hc.layout, LAYOUT_CONTIGUOUS, cfg->layout.P, cfg->layout.N / 2, err,
-                            err_len) == 0)
-            r->half = ring_plan(&hc, RING_FORWARD, err, err_len);
-    }
+    if (schedule_rings(r, err, err_len) == 0 && half) r->half = plan_half(&pc, err, err_len);
     if (!r->fwd || !r->bwd || (half && !r->half)) {
         model_runner_free(r);
         return NULL;

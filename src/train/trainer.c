@@ -463,8 +463,10 @@ static int choose_memory(trainer *t, model_runner_config *rc, char *err, size_t 
     return 0;
 }
 
-/* trainer_plan_offline on t, whose cfg is set. */
-static int plan_offline(trainer *t, int world_size, int nodes, char *err, size_t err_len)
+/* trainer_plan_offline on t, whose cfg is set; rc gets the runner's
+ * configuration. */
+static int plan_offline(trainer *t, int world_size, int nodes, model_runner_config *rc, char *err,
+                        size_t err_len)
 {
     const train_config *c = &t->cfg;
     if (err_len) err[0] = '\0';
@@ -494,8 +496,19 @@ static int plan_offline(trainer *t, int world_size, int nodes, char *err, size_t
                  "auto: the caller chooses (choose_memory_candidates)");
         return -1;
     }
-    model_runner_config rc;
-    return plan_rank_memory(t, nodes, world_size / nodes, &rc, err, err_len);
+    return plan_rank_memory(t, nodes, world_size / nodes, rc, err, err_len);
+}
+
+/* What trainer_plan_offline returns, from t after plan_offline. */
+static trainer_memory_plan memory_plan_of(const trainer *t)
+{
+    trainer_memory_plan out = {.mem = t->mem,
+                               .n_params = t->model.n_params,
+                               .tokens_per_rank = t->layout.n,
+                               .zero_stage = trainer_zero_stage(t),
+                               .on_device = t->choices.on_device};
+    trainer_nccl_bytes(t, out.nccl_basis, sizeof out.nccl_basis);
+    return out;
 }
 
 int trainer_plan_offline(const train_config *cfg, int world_size, int nodes,
@@ -504,17 +517,47 @@ int trainer_plan_offline(const train_config *cfg, int world_size, int nodes,
     trainer t;
     memset(&t, 0, sizeof t);
     t.cfg = *cfg;
-    int rc = plan_offline(&t, world_size, nodes, err, err_len);
-    if (rc == 0) {
-        *out = (trainer_memory_plan){.mem = t.mem,
-                                     .n_params = t.model.n_params,
-                                     .tokens_per_rank = t.layout.n,
-                                     .zero_stage = trainer_zero_stage(&t),
-                                     .on_device = t.choices.on_device};
-        trainer_nccl_bytes(&t, out->nccl_basis, sizeof out->nccl_basis);
+    model_runner_config rc;
+    int status = plan_offline(&t, world_size, nodes, &rc, err, err_len);
+    if (status == 0) *out = memory_plan_of(&t);
+    trainer_free_parts(&t);
+    return status;
+}
+
+int trainer_plan_step_offline(const train_config *cfg, int world_size, int nodes,
+                              trainer_step_plan *out, char *err, size_t err_len)
+{
+    trainer t;
+    memset(&t, 0, sizeof t);
+    memset(out, 0, sizeof *out);
+    t.cfg = *cfg;
+    model_runner_config rc;
+    int status = plan_offline(&t, world_size, nodes, &rc, err, err_len);
+    if (status == 0) status = model_runner_plan_rings(&rc, &out->rings, err, err_len);
+    if (status == 0) {
+        const train_config *c = &t.cfg;
+        attn_need_ctx need = {.mask = t.choices.mask, .N = c->seq_len};
+        double N = (double)c->seq_len, sequences = (double)c->dp * c->micro_batches;
+        double fraction = (double)attn_need_sequence_pairs(&need) / (N * N);
+        out->memory = memory_plan_of(&t);
+        out->dims = t.model.dims;
+        out->ranks = world_size, out->nodes = nodes;
+        out->dp = c->dp, out->cp = c->cp, out->micro_batches = c->micro_batches;
+        out->flops_per_step =
+            3.0 * model_flops_per_sequence(&t.model, c->seq_len, fraction) * sequences;
+        out->tokens_per_step = (int64_t)(N * sequences);
+        out->keep = rc.keep;
+        out->keep_layers = rc.keep_layers;
+        out->bf16_matmul = rc.bf16_matmul;
+        out->sdpa = rc.sdpa;
     }
     trainer_free_parts(&t);
-    return rc;
+    return status;
+}
+
+void trainer_step_plan_free(trainer_step_plan *p)
+{
+    model_rings_free(&p->rings);
 }
 
 trainer *trainer_create(const train_config *cfg, const trainer_opts *opts, bt_world *world)

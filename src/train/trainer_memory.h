@@ -98,4 +98,21 @@ typedef struct {
 int trainer_plan_offline(const train_config *cfg, int world_size, int nodes,
                          trainer_memory_plan *out, char *err, size_t err_len);
 
+/* What one step of cfg runs on rank 0, planned as trainer_plan_offline
+ * plans its memory (with it): `burst plan time` prices it. */
+typedef struct {
+    trainer_memory_plan memory;
+    model_dims dims;
+    int ranks, nodes, dp, cp, micro_batches;
+    double flops_per_step;   /* the trainer's count: 3 x the forward of every sequence of a
+                                step, attention by the pairs the mask allows (all ranks) */
+    int64_t tokens_per_step; /* every sequence of a step: seq_len x dp x micro_batches */
+    train_keep keep;         /* attention outputs kept: none, half, all */
+    int keep_layers, bf16_matmul, sdpa;
+    model_rings rings; /* the forward, backward and (keep half) recompute rings */
+} trainer_step_plan;
+int trainer_plan_step_offline(const train_config *cfg, int world_size, int nodes,
+                              trainer_step_plan *out, char *err, size_t err_len);
+void trainer_step_plan_free(trainer_step_plan *p);
+
 #endif

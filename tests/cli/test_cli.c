@@ -98,6 +98,87 @@ START_TEST(every_command_has_help)
 }
 END_TEST
 
+/* `burst plan time`: a step priced from the project's H200 profiles (small,
+ * two ranks on a device), each part and the totals printed; --sweep ranks
+ * the backward directions; `burst plan attention --profile` prices its
+ * passes; no profile, a profile without the rate a step needs and a bad
+ * sweep are refused naming what is missing. */
+START_TEST(plan_time_prices_a_step_and_refuses_what_it_cannot)
+{
+    const char *src = getenv("BURST_TEST_SRCDIR");
+    char sxm[512], att[512];
+    snprintf(sxm, sizeof sxm, "%s/profiles/h200-sxm.json", src ? src : ".");
+    snprintf(att, sizeof att, "%s/profiles/h200-attention-burst.json", src ? src : ".");
+    char *args[] = {(char *)test_burst_path(),
+                    "plan",
+                    "time",
+                    "--profile",
+                    sxm,
+                    "--profile",
+                    att,
+                    "--set",
+                    "model.preset=small",
+                    "--set",
+                    "data.seq_len=8192",
+                    "--set",
+                    "train.device=cuda",
+                    "--set",
+                    "attention.kernel=burst",
+                    "--set",
+                    "parallel.cp=2",
+                    "--sweep",
+                    "parallel.backward=q,kv",
+                    NULL};
+    test_run_result r = test_run(args, NULL);
+    ck_assert_msg(r.exit_code == 0, "exited %d: %s", r.exit_code, r.out);
+    ck_assert_msg(test_output_has(&r, "parallel.backward swept, fastest first") &&
+                      test_output_has(&r, "\nq ") && test_output_has(&r, "\nkv "),
+                  "%s", r.out);
+    test_run_free(&r);
+    args[17] = NULL; /* no sweep: the parts */
+    r = test_run(args, NULL);
+    ck_assert_msg(r.exit_code == 0, "exited %d: %s", r.exit_code, r.out);
+    static const char *const lines[] = {"attention forward", "attention backward", "products",
+                                        "ZeRO collectives",  "step time",          "MFU",
+                                        "bottleneck: "};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        ck_assert_msg(test_output_has(&r, lines[i]), "no '%s' in: %s", lines[i], r.out);
+    test_run_free(&r);
+    char *lacking[] = {args[0],
+                       "plan",
+                       "time",
+                       "--profile",
+                       sxm,
+                       "--set",
+                       "model.preset=small",
+                       "--set",
+                       "data.seq_len=8192",
+                       NULL};
+    r = test_run(lacking, NULL);
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert_msg(test_output_has(&r, "no row \"attention forward d 64 causal block 8192\""), "%s",
+                  r.out);
+    test_run_free(&r);
+    char *none[] = {args[0], "plan", "time", NULL};
+    r = test_run(none, NULL);
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert_msg(test_output_has(&r, "--profile FILE"), "%s", r.out);
+    test_run_free(&r);
+    char *bad[] = {args[0], "plan", "time", "--profile", sxm, "--sweep", "parallel.ring=round",
+                   NULL};
+    r = test_run(bad, NULL);
+    ck_assert_int_eq(r.exit_code, 2);
+    ck_assert_msg(test_output_has(&r, "parallel.ring=round"), "%s", r.out);
+    test_run_free(&r);
+    char *ring[] = {args[0], "plan", "--seq",  "16384",     "--ranks", "2",         "--hq", "16",
+                    "--hkv", "16",   "--bf16", "--profile", sxm,       "--profile", att,    NULL};
+    r = test_run(ring, NULL);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "priced, forward + backward"), "%s",
+                  r.out);
+    test_run_free(&r);
+}
+END_TEST
+
 /* `burst plan attention` is `burst plan`. */
 START_TEST(plan_attention_is_plan)
 {
@@ -121,23 +202,11 @@ START_TEST(plan_attention_options)
 {
     static const char *const plan[] = {"plan", NULL}, *const attention[] = {"plan", "attention",
                                                                             NULL};
-    static const char *const options[] = {"--seq",
-                                          "--ranks",
-                                          "--nodes",
-                                          "--flat",
-                                          "--hq",
-                                          "--hkv",
-                                          "--d",
-                                          "--mask",
-                                          "--window",
-                                          "--doc-len",
-                                          "--sparse-block",
-                                          "--sparse-density",
-                                          "--layout",
-                                          "--bwd",
-                                          "--pass",
-                                          "--dump-schedule",
-                                          NULL};
+    static const char *const options[] = {
+        "--seq",    "--ranks", "--nodes",  "--flat",          "--hq",           "--hkv",
+        "--d",      "--mask",  "--window", "--doc-len",       "--sparse-block", "--sparse-density",
+        "--layout", "--bwd",   "--pass",   "--dump-schedule", "--bf16",         "--profile",
+        NULL};
     expect_help_lists(plan, options);
     expect_help_lists(attention, options);
     static const struct {
@@ -873,7 +942,8 @@ int main(void)
         plan_memory_counts_the_optimizer_on_the_host, byte_sizes_are_read_alike,
         unknown_command_is_usage_error, every_command_has_help, version_names_optional_parts,
         version_and_selftest_options, bench_kernels_device_errors, bench_lists_every_benchmark,
-        bench_attention_and_transport_options, bench_train_refuses_bad_options);
+        bench_attention_and_transport_options, bench_train_refuses_bad_options,
+        plan_time_prices_a_step_and_refuses_what_it_cannot);
     /* the emulated device runs its kernels on the CPU, slowly: a case of its own */
     check_add_tests(check_tcase(s, "device", 600), bench_train_runs_on_the_device,
                     plan_memory_counts_what_a_device_run_counts, plan_memory_counts_nccls_buffers,
