@@ -37,6 +37,22 @@ cat >"$out/cpu-nodes.json" <<EOF
 EOF
 fi
 
+# Four ranks on the two cores, one thread each, share a core two by two: each
+# rank computes at half the one-thread rates (derived, not measured).
+python3 - "$out" <<'EOF'
+import json, sys
+out = sys.argv[1]
+p = json.load(open(out + "/cpu-2ranks.json"))
+for r in p["rows"]:
+    for k in ("gflops", "gbps"):
+        if k in r:
+            r[k] /= 2
+    r.pop("measured", None)
+    r["derived"] = "half the one-thread rate of cpu-2ranks.json: 4 ranks share 2 cores"
+p["profile"] = "cpu-4ranks"
+json.dump(p, open(out + "/cpu-4ranks.json", "w"), indent=1)
+EOF
+
 # One configuration: name, ranks, nodes, threads per rank, tokens, then --set
 # assignments of both the run and the plan.
 measure() {
@@ -49,6 +65,7 @@ measure() {
     for kv in "$@"; do sets="$sets --set $kv"; done
     profile="$out/cpu-1rank.json"
     [ "$ranks" -gt 1 ] && profile="$out/cpu-2ranks.json --profile $out/cpu-link.json"
+    [ "$ranks" -gt 2 ] && profile="$out/cpu-4ranks.json --profile $out/cpu-link.json"
     [ "$nodes" -gt 1 ] && profile="$profile --profile $out/cpu-nodes.json"
     rm -f "$out/$name.metrics"
     # shellcheck disable=SC2086
@@ -90,3 +107,9 @@ for ring in flat double; do
     measure "2nodes-$ring" 2 2 1 8192 parallel.ring=$ring memory.attn_kept_fraction=0.5 \
         memory.keep_layers=false
 done
+# oversubscribed: 4 ranks of one thread on 2 cores (the rates derived above)
+measure "4ranks-oversubscribed" 4 1 1 8192 memory.attn_kept_fraction=0.5 memory.keep_layers=false
+measure "4ranks-2nodes-double" 4 2 1 8192 parallel.ring=double memory.attn_kept_fraction=0.5 \
+    memory.keep_layers=false
+measure "4ranks-2nodes-flat" 4 2 1 8192 parallel.ring=flat memory.attn_kept_fraction=0.5 \
+    memory.keep_layers=false

@@ -224,7 +224,7 @@ TESTS += tests/kernels/test_bench_device_emu
 tests_kernels_test_bench_device_emu_SOURCES = tests/kernels/test_bench_device_emu.c \
 	src/bench/bench_kernels_device.c $(DEV_SUITE_EMU_SOURCES)
 tests_kernels_test_bench_device_emu_CFLAGS = $(SUITE_CFLAGS)
-tests_kernels_test_bench_device_emu_LDADD = $(DEV_SUITE_LIBS_EMU) libburst_util.a
+tests_kernels_test_bench_device_emu_LDADD = libburst_plan.a $(DEV_SUITE_LIBS_EMU) libburst_util.a
 
 # The device kernel tests again under the emulator's other schedules (threads
 # in reverse, random orders of fixed seeds): a kernel that depends on the

@@ -13,6 +13,8 @@ int bench_train(int argc, char **argv);
  * success. */
 #include <stdint.h>
 #include <stdio.h>
+
+#include "src/plan/profile.h"
 int bench_kernels_ops(FILE *out, int quick, double *gbps);
 
 /* The attention kernels of `burst bench kernels --device cuda --kernel`. */
@@ -31,6 +33,8 @@ typedef struct {
     int ops;                /* run the per-op part */
     int reps;               /* batches per measurement, the best kept */
     double min_ms;          /* shortest batch that counts */
+    profile_writer *profile; /* --profile-out: each attention row at Hkv = Hq written there
+                                (one kernel), or NULL */
 } bench_device_opts;
 /* 0 on success, 1 when there is no device or a kernel failed. */
 int bench_kernels_device(const bench_device_opts *o);

@@ -20,6 +20,7 @@
 #endif
 
 #include "kernels/attention.h"
+#include "kernels/device.h"
 #include "src/attn/attn_options.h"
 #include "src/bench/bench.h"
 #include "src/plan/profile.h"
@@ -271,9 +272,10 @@ static const bu_option options[] = {
     {"--no-ops", NULL, BU_OPT_FLAG, OPT(no_ops), 0, 0, NULL, "skip the per-op kernels"},
     {"--profile-out", "FILE", BU_OPT_STRING, OPT(profile_out), 0, 0, NULL,
      "write what was measured as a device profile for `burst plan\n"
-     "time` (CPU): sgemm as the gemm and peak rows, the per-op\n"
+     "time`: on the CPU sgemm as the gemm and peak rows, the per-op\n"
      "kernels' bandwidth as elementwise, attention in the ring's\n"
-     "512-row pieces at Hkv = 8 (or --hkv)"},
+     "512-row pieces at Hkv = 8 (or --hkv); with --device cuda the\n"
+     "attention rows of one --kernel at Hkv = Hq"},
     {"--hq", "N", BU_OPT_INT, OPT(hq), 1, 128, NULL, "--device cuda: query heads (default 16)"},
     {"--kernel", "LIST", BU_OPT_CUSTOM, 0, 0, 0, set_kernels,
      "--device cuda: the attention kernels, burst (ours) and/or cudnn\n"
@@ -323,9 +325,15 @@ static int check_combination(const kernels_opts *o)
         fprintf(stderr, "burst bench kernels: --hkv %d does not divide Hq = %d\n", o->only_hkv, hq);
         return EXIT_USAGE;
     }
-    if (o->profile_out && (o->on_device || o->no_ops)) {
-        fprintf(stderr, "burst bench kernels: --profile-out measures the CPU (no --device cuda) "
-                        "and needs the per-op kernels (no --no-ops) for its elementwise row\n");
+    if (o->profile_out && !o->on_device && o->no_ops) {
+        fprintf(stderr, "burst bench kernels: --profile-out on the CPU needs the per-op kernels "
+                        "(no --no-ops) for its elementwise row\n");
+        return EXIT_USAGE;
+    }
+    if (o->profile_out && o->on_device &&
+        (o->kernels != BENCH_KERNEL_BURST && o->kernels != BENCH_KERNEL_CUDNN)) {
+        fprintf(stderr, "burst bench kernels: --profile-out with --device cuda writes one "
+                        "kernel's attention rows: give --kernel burst or --kernel cudnn\n");
         return EXIT_USAGE;
     }
     if (o->on_device && o->cpu_time) {
@@ -357,17 +365,25 @@ static void cpu_name(char *buf, size_t len)
              omp_get_max_threads() == 1 ? "" : "s");
 }
 
-/* --profile-out: opens the writer, the command line as its rows' source. */
-static int profile_open(profile_writer *w, const char *path, int argc, char **argv)
+/* --profile-out: opens the writer for the CPU's rows or (device_kernel, its
+ * name) a device kernel's, the command line as their source. */
+static int profile_open(profile_writer *w, const char *path, const char *device_kernel, int argc,
+                        char **argv)
 {
-    char cmd[1024] = "", dev[300], err[512];
+    char cmd[1024] = "", dev[300], name[64], err[512];
     const char *threads = getenv("OMP_NUM_THREADS");
     if (threads) snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=%s ", threads);
     snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), "burst bench");
     for (int i = 0; i < argc; i++)
         snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " %s", argv[i]);
-    cpu_name(dev, sizeof dev);
-    if (profile_writer_open(w, path, "cpu", dev, cmd, err, sizeof err) != 0) {
+    if (device_kernel)
+        snprintf(dev, sizeof dev, "%s, attention kernel %s", bk_device_backend_name(),
+                 device_kernel);
+    else
+        cpu_name(dev, sizeof dev);
+    snprintf(name, sizeof name, "%s%s", device_kernel ? "attention-" : "cpu",
+             device_kernel ? device_kernel : "");
+    if (profile_writer_open(w, path, name, dev, cmd, err, sizeof err) != 0) {
         fprintf(stderr, "burst bench kernels: %s\n", err);
         return -1;
     }
@@ -421,7 +437,21 @@ int bench_kernels(int argc, char **argv)
                                  .op_bytes = o.op_mib > 0 ? (int64_t)o.op_mib << 20 : 0,
                                  .min_ms = o.min_ms >= 0 ? o.min_ms : 0};
         memcpy(dev.seqs, o.seqs, sizeof o.seqs);
-        return run_on_device(&dev, o.quick);
+        if (!o.profile_out) return run_on_device(&dev, o.quick);
+        profile_writer prof;
+        if (profile_open(&prof, o.profile_out, o.kernels == BENCH_KERNEL_CUDNN ? "cudnn" : "burst",
+                         argc, argv) != 0)
+            return EXIT_RUN_FAILURE;
+        dev.profile = &prof;
+        int status = run_on_device(&dev, o.quick);
+        char err[512];
+        if (profile_writer_close(&prof, o.profile_out, status == 0, err, sizeof err) != 0) {
+            if (status == 0) fprintf(stderr, "burst bench kernels: %s\n", err);
+            return EXIT_RUN_FAILURE;
+        }
+        printf("profile: %s (its attention rows; with a device's file of the other rows)\n",
+               o.profile_out);
+        return status;
     }
     use_cpu_time = o.cpu_time;
     int64_t *seqs = o.seqs;
@@ -439,7 +469,7 @@ int bench_kernels(int argc, char **argv)
     if (reps == 0) reps = quick ? 1 : 2;
 
     profile_writer prof;
-    if (o.profile_out && profile_open(&prof, o.profile_out, argc, argv) != 0)
+    if (o.profile_out && profile_open(&prof, o.profile_out, NULL, argc, argv) != 0)
         return EXIT_RUN_FAILURE;
     if (o.profile_out) {
         double mm = sgemm_gflops(2048, 3);

@@ -3,7 +3,9 @@
  * tiny sizes: every attention configuration on each kernel (ours, and cuDNN's
  * SDPA: the emulator's model of it) and every op gets a row with a
  * positive, finite rate, so a first run on a GPU does not find its first bug
- * there. The rates themselves mean nothing in the emulator and are not checked. */
+ * there; with a profile writer it writes one kernel's attention rows as a
+ * profile that loads back. The rates themselves mean nothing in the emulator
+ * and are not checked. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -70,9 +72,47 @@ START_TEST(device_bench_runs_every_row)
 }
 END_TEST
 
+/* --profile-out: one kernel's rows at Hkv = Hq, forward and backward, a
+ * profile `burst plan time` reads back with their source. */
+START_TEST(device_bench_writes_its_attention_rows)
+{
+    bench_device_opts o = {.seqs = {96},
+                           .n_seq = 1,
+                           .hq = 4,
+                           .only_d = 64,
+                           .only_mask = 1,
+                           .kernels = BENCH_KERNEL_BURST,
+                           .gemm_n = 64,
+                           .reps = 1,
+                           .min_ms = 0};
+    char dir[] = "/tmp/burst-bench-profile-XXXXXX", path[64], err[512] = "";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/attention.json", dir);
+    profile_writer w;
+    ck_assert_int_eq(
+        profile_writer_open(&w, path, "attention-burst", "emulator", "a test", err, sizeof err), 0);
+    o.profile = &w;
+    int rc = bench_kernels_device(&o);
+    ck_assert_int_eq(profile_writer_close(&w, path, rc == 0, err, sizeof err), 0);
+    ck_assert_int_eq(rc, 0);
+    plan_profile p = {0};
+    ck_assert_msg(plan_profile_load(&p, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(p.n_rows, 2); /* Hkv = 4 only: the forward and the backward */
+    for (int pass = 0; pass < 2; pass++) {
+        double rate = plan_profile_attention(&p, pass, 64, 1, 96, err, sizeof err);
+        ck_assert_msg(rate > 0 && isfinite(rate), "%s", err);
+    }
+    ck_assert(p.rows[0].measured && strstr(p.rows[0].source, "a test"));
+    plan_profile_free(&p);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("bench_device");
-    check_add_tests(check_tcase(s, "emulator", 600), device_bench_runs_every_row);
+    check_add_tests(check_tcase(s, "emulator", 600), device_bench_runs_every_row,
+                    device_bench_writes_its_attention_rows);
     return dev_test_main(s);
 }
