@@ -100,7 +100,8 @@ END_TEST
 
 /* `burst plan time`: a step priced from the project's H200 profiles (small,
  * two ranks on a device), each part and the totals printed; --sweep ranks
- * the backward directions; `burst plan attention --profile` prices its
+ * the backward directions, and a value that does not fit comes last,
+ * refused; `burst plan attention --profile` prices its
  * passes; no profile, a profile without the rate a step needs and a bad
  * sweep are refused naming what is missing. */
 START_TEST(plan_time_prices_a_step_and_refuses_what_it_cannot)
@@ -134,6 +135,13 @@ START_TEST(plan_time_prices_a_step_and_refuses_what_it_cannot)
     ck_assert_msg(test_output_has(&r, "parallel.backward swept, fastest first") &&
                       test_output_has(&r, "\nq ") && test_output_has(&r, "\nkv "),
                   "%s", r.out);
+    test_run_free(&r);
+    args[18] = "memory.limit_bytes=1024,107374182400"; /* a value that cannot fit */
+    r = test_run(args, NULL);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "\n1024 ") &&
+                      test_output_has(&r, "does not fit memory") &&
+                      strstr(r.out, "107374182400") < strstr(r.out, "\n1024 "),
+                  "exited %d: %s", r.exit_code, r.out);
     test_run_free(&r);
     args[17] = NULL; /* no sweep: the parts */
     r = test_run(args, NULL);
