@@ -370,12 +370,8 @@ static void cpu_name(char *buf, size_t len)
 static int profile_open(profile_writer *w, const char *path, const char *device_kernel, int argc,
                         char **argv)
 {
-    char cmd[1024] = "", dev[300], name[64], err[512];
-    const char *threads = getenv("OMP_NUM_THREADS");
-    if (threads) snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=%s ", threads);
-    snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), "burst bench");
-    for (int i = 0; i < argc; i++)
-        snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " %s", argv[i]);
+    char cmd[1024], dev[300], name[64], err[512];
+    profile_command_line(cmd, sizeof cmd, "burst bench", argc, argv);
     if (device_kernel)
         snprintf(dev, sizeof dev, "%s, attention kernel %s", bk_device_backend_name(),
                  device_kernel);
@@ -398,21 +394,6 @@ static void profile_rate(profile_writer *w, profile_row_kind kind, double value)
     else
         r.gflops = value;
     profile_write_row(w, &r);
-}
-
-/* The ring's rates of one configuration (its 512-row pieces): forward and
- * backward rows. */
-static void profile_attention(profile_writer *w, int causal, int64_t seq, int d, const double gf[4])
-{
-    for (int bwd = 0; bwd < 2; bwd++) {
-        profile_row r = {.kind = PROFILE_ATTENTION,
-                         .backward = bwd,
-                         .d = d,
-                         .causal = causal,
-                         .block = seq,
-                         .gflops = gf[2 + bwd]};
-        profile_write_row(w, &r);
-    }
 }
 
 int bench_kernels(int argc, char **argv)
@@ -500,7 +481,8 @@ int bench_kernels(int argc, char **argv)
                     }
                     print_attention_row(m, seqs[s], d, hkv, mm, gf);
                     if (o.profile_out && hkv == (only_hkv ? only_hkv : 8))
-                        profile_attention(&prof, m, seqs[s], d, gf);
+                        for (int bwd = 0; bwd < 2; bwd++) /* the ring's 512-row pieces */
+                            profile_write_attention(&prof, bwd, d, m, seqs[s], gf[2 + bwd]);
                 }
             }
         }

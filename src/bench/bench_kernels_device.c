@@ -293,15 +293,8 @@ static int attention_row(const bench_device_opts *o, unsigned kernel, int64_t se
            kernel == BENCH_KERNEL_CUDNN ? "cudnn" : "burst", m ? "causal" : "full",
            (long long)seq, d, hkv, mm, fwd, fwd / mm, bwd, bwd / mm);
     fflush(stdout);
-    for (int pass = 0; o->profile && hkv == o->hq && pass < 2; pass++) {
-        profile_row r = {.kind = PROFILE_ATTENTION,
-                         .backward = pass,
-                         .d = d,
-                         .causal = m,
-                         .block = seq,
-                         .gflops = 1e3 * (pass ? bwd : fwd)};
-        profile_write_row(o->profile, &r);
-    }
+    for (int pass = 0; o->profile && hkv == o->hq && pass < 2; pass++)
+        profile_write_attention(o->profile, pass, d, m, seq, 1e3 * (pass ? bwd : fwd));
     return 0;
 }
 

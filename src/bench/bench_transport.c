@@ -409,9 +409,8 @@ static void print_device_tables(const results *res, const int *rank_counts, int 
 static int write_profile(const char *path, const results *res, size_t max_bytes, int argc,
                          char **argv)
 {
-    char cmd[1024] = "burst bench", err[512];
-    for (int i = 0; i < argc; i++)
-        snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " %s", argv[i]);
+    char cmd[1024], err[512];
+    profile_command_line(cmd, sizeof cmd, "burst bench", argc, argv);
     int last = 0;
     for (size_t s = 0; s < N_SIZES && default_sizes[s] <= max_bytes; s++) last = (int)s;
     profile_writer w;

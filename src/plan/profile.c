@@ -344,6 +344,27 @@ void profile_write_row(profile_writer *w, const profile_row *r)
     json_decref(o);
 }
 
+void profile_write_attention(profile_writer *w, int backward, int d, int causal, int64_t block,
+                             double gflops)
+{
+    profile_row r = {.kind = PROFILE_ATTENTION,
+                     .backward = backward,
+                     .d = d,
+                     .causal = causal,
+                     .block = block,
+                     .gflops = gflops};
+    profile_write_row(w, &r);
+}
+
+void profile_command_line(char *buf, size_t len, const char *prefix, int argc, char **argv)
+{
+    const char *threads = getenv("OMP_NUM_THREADS");
+    snprintf(buf, len, "%s%s%s", threads ? "OMP_NUM_THREADS=" : "", threads ? threads : "",
+             threads ? " " : "");
+    snprintf(buf + strlen(buf), len - strlen(buf), "%s", prefix);
+    for (int i = 0; i < argc; i++) snprintf(buf + strlen(buf), len - strlen(buf), " %s", argv[i]);
+}
+
 int profile_writer_close(profile_writer *w, const char *path, int ok, char *err, size_t err_len)
 {
     char tmp[1100];

@@ -104,6 +104,12 @@ typedef struct {
 int profile_writer_open(profile_writer *w, const char *path, const char *name, const char *device,
                         const char *command, char *err, size_t err_len);
 void profile_write_row(profile_writer *w, const profile_row *row);
+/* An attention row (profile_row's key and rate) written. */
+void profile_write_attention(profile_writer *w, int backward, int d, int causal, int64_t block,
+                             double gflops);
+/* The command a measured row names: OMP_NUM_THREADS when set, then prefix
+ * and argv [argc] joined by spaces, into buf [len]. */
+void profile_command_line(char *buf, size_t len, const char *prefix, int argc, char **argv);
 /* Ends the file and puts it in place: 0, or -1 with err (then nothing is
  * left behind). With ok = 0 it only removes the temporary. */
 int profile_writer_close(profile_writer *w, const char *path, int ok, char *err, size_t err_len);

@@ -38,6 +38,7 @@ typedef struct {
     double *held;                                    /* [P]: when the block of this step is there */
     double *busy_compute, *busy_add, *sent_s, *done; /* [P] */
     int *computed;                                   /* [P] */
+    int *leaving;                                    /* [nodes][2]: hops leaving by link */
     int per_node, nodes;                             /* the group's ranks per node, nodes */
 } sim;
 
@@ -72,8 +73,8 @@ static void time_posted(sim *m, transfer *t)
 {
     const ring_schedule *s = m->s;
     size_t n = (size_t)s->P * (size_t)s->P;
-    int *leaving = calloc((size_t)m->nodes * 2, sizeof(int)); /* [node][link] */
-    if (!leaving) return; /* then every hop is priced unshared */
+    int *leaving = m->leaving;
+    memset(leaving, 0, (size_t)m->nodes * 2 * sizeof(int));
     for (size_t i = 0; i < n; i++)
         if (t[i].send_post >= 0 && t[i].recv_post >= 0 && t[i].arrival < 0)
             leaving[node_of(m, t[i].from) * 2 + (int)t[i].link]++;
@@ -86,7 +87,6 @@ static void time_posted(sim *m, transfer *t)
         m->sent_s[x->from] += d;
         if (x->arrival > m->done[x->from]) m->done[x->from] = x->arrival; /* the send is done */
     }
-    free(leaving);
 }
 
 /* A step's start on every rank: receives posted, the held block waited for,
@@ -162,7 +162,7 @@ static void compute_step(sim *m, int step)
 static void sim_free(sim *m)
 {
     free(m->in), free(m->acc), free(m->ready), free(m->held), free(m->busy_compute);
-    free(m->busy_add), free(m->sent_s), free(m->done), free(m->computed);
+    free(m->busy_add), free(m->sent_s), free(m->done), free(m->computed), free(m->leaving);
 }
 
 /* The profile's rows the pass needs; 0, or -1 with err naming one. */
@@ -211,8 +211,9 @@ static int sim_new(sim *m, const ring_schedule *s, int per_node, char *err, size
     m->sent_s = bu_calloc(P * sizeof(double), "the ring's price", err, err_len);
     m->done = bu_calloc(P * sizeof(double), "the ring's price", err, err_len);
     m->computed = bu_calloc(P * sizeof(int), "the ring's price", err, err_len);
+    m->leaving = bu_calloc((size_t)m->nodes * 2 * sizeof(int), "the ring's price", err, err_len);
     if (!m->in || !m->acc || !m->ready || !m->held || !m->busy_compute || !m->busy_add ||
-        !m->sent_s || !m->done || !m->computed)
+        !m->sent_s || !m->done || !m->computed || !m->leaving)
         return -1;
     for (size_t i = 0; i < P * P; i++)
         m->in[i] = m->acc[i] = (transfer){-1, -1, -1, 0, LINK_INTRA, 0};

@@ -85,14 +85,14 @@ static int collective_seconds(const trainer_step_plan *t, const plan_profile *p,
 }
 
 /* AdamW over the rank's shard (every rank's whole parameters without ZeRO)
+ * at membw (bytes/s)
  * and ZeRO's collectives: reduce-scatter of the fp32 gradients and
  * all-gather of the parameters, twice more at stage 3 (the forward's and the
  * backward's gathers). */
 static int price_optimizer(const trainer_step_plan *t, const plan_profile *p, int per_node,
-                           double layers_s, step_time *out, char *err, size_t err_len)
+                           double membw, double layers_s, step_time *out, char *err, size_t err_len)
 {
-    double membw, N = (double)t->memory.n_params;
-    if (rate(p, PROFILE_ELEMENTWISE, &membw, err, err_len) != 0) return -1;
+    double N = (double)t->memory.n_params;
     int stage = t->memory.zero_stage;
     double shard = stage >= 1 ? N / t->ranks : N;
     /* p, g, m, v read; p, m, v written: 7 fp32 values */
@@ -169,7 +169,7 @@ int step_time_price(const trainer_step_plan *t, const plan_profile *p, int per_n
     double D = d->d_model, V = d->vocab;
     out->part[PART_HEAD].compute_s =
         t->micro_batches * n * (6.0 * D * V / gemm + (12.0 * V + 40.0 * D) / membw);
-    if (price_optimizer(t, p, per_node, all->compute_s, out, err, err_len) != 0) return -1;
+    if (price_optimizer(t, p, per_node, membw, all->compute_s, out, err, err_len) != 0) return -1;
     out->step_s = part_s(all) + part_s(&out->part[PART_HEAD]) + part_s(&out->part[PART_OPTIMIZER]) +
                   part_s(&out->part[PART_COLLECTIVES]);
     out->tokens_per_s_per_rank = (double)t->tokens_per_step / out->step_s / t->ranks;

@@ -58,6 +58,11 @@ void model_decay_mask(const model_layout *m, uint8_t *mask);
 /* Forward FLOPs of one sequence of N tokens (matrix products and attention,
  * with the mask's fraction of attention pairs), for throughput reports. */
 double model_flops_per_sequence(const model_layout *m, int64_t N, double attn_pair_fraction);
+/* FLOPs of a training step over `sequences` sequences of N tokens: 3 x their
+ * forward (the backward counted as twice the forward; recompute not counted),
+ * attention by the mask's fraction of pairs: the MFU's count. */
+double model_train_flops(const model_layout *m, int64_t N, double attn_pair_fraction,
+                         double sequences);
 
 /* Tokens per chunk by default of all that runs token by token (the norms,
  * the MLP, the head): their buffers [chunk, 2 d_ff] and [chunk, d_model]

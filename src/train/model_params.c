@@ -145,3 +145,9 @@ double model_flops_per_sequence(const model_layout *m, int64_t N, double attn_pa
     double attention = 4.0 * d->layers * (double)N * (double)N * QD * attn_pair_fraction;
     return per_token * (double)N + attention;
 }
+
+double model_train_flops(const model_layout *m, int64_t N, double attn_pair_fraction,
+                         double sequences)
+{
+    return 3.0 * model_flops_per_sequence(m, N, attn_pair_fraction) * sequences;
+}

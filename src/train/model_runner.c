@@ -20,21 +20,23 @@ static void *take(model_runner *r, size_t bytes, size_t *part, const char *what)
     return bu_calloc(bytes, what, r->failed, sizeof r->failed);
 }
 
+/* The backward ring of the direction `choice` takes for pc's heads and inputs. */
+static ring_schedule *plan_backward(const ring_plan_config *pc, ring_bwd_choice choice, char *err,
+                                    size_t err_len)
+{
+    return ring_plan(pc, ring_choose_backward(choice, pc->h_q, pc->h_kv, pc->d, pc->in_bytes), err,
+                     err_len);
+}
+
 /* The forward and the backward ring for the current documents. The buffers
  * made for the first plan hold every later one: what travels depends on the
  * layout and the heads, not on the documents. */
 static int schedule_rings(model_runner *r, char *err, size_t err_len)
 {
-    const model_dims *d = &r->m->dims;
     ring_plan_config pc = r->ring_cfg;
     pc.need.segments = r->segments;
     ring_schedule *fwd = ring_plan(&pc, RING_FORWARD, err, err_len);
-    ring_schedule *bwd =
-        fwd ? ring_plan(&pc,
-                        ring_choose_backward(r->cfg.backward, d->n_heads, d->n_kv_heads,
-                                             d->head_dim, pc.in_bytes),
-                        err, err_len)
-            : NULL;
+    ring_schedule *bwd = fwd ? plan_backward(&pc, r->cfg.backward, err, err_len) : NULL;
     if (!bwd) {
         ring_schedule_free(fwd);
         return -1;
@@ -364,7 +366,6 @@ static ring_schedule *plan_half(const ring_plan_config *pc, char *err, size_t er
 int model_runner_plan_rings(const model_runner_config *cfg, model_rings *out, char *err,
                             size_t err_len)
 {
-    const model_dims *d = &cfg->model->dims;
     ring_plan_config pc = ring_config_of(cfg);
     pc.count_pairs = 1; /* what each step computes, for its price */
     *out = (model_rings){NULL, NULL, NULL};
@@ -373,11 +374,7 @@ int model_runner_plan_rings(const model_runner_config *cfg, model_rings *out, ch
         return -1;
     }
     out->fwd = ring_plan(&pc, RING_FORWARD, err, err_len);
-    if (out->fwd)
-        out->bwd = ring_plan(&pc,
-                             ring_choose_backward(cfg->backward, d->n_heads, d->n_kv_heads,
-                                                  d->head_dim, pc.in_bytes),
-                             err, err_len);
+    if (out->fwd) out->bwd = plan_backward(&pc, cfg->backward, err, err_len);
     if (out->bwd && cfg->keep == KEEP_HALF) out->half = plan_half(&pc, err, err_len);
     if (!out->bwd || (cfg->keep == KEEP_HALF && !out->half)) {
         model_rings_free(out);

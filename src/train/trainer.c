@@ -543,8 +543,7 @@ int trainer_plan_step_offline(const train_config *cfg, int world_size, int nodes
         out->dims = t.model.dims;
         out->ranks = world_size, out->nodes = nodes;
         out->dp = c->dp, out->cp = c->cp, out->micro_batches = c->micro_batches;
-        out->flops_per_step =
-            3.0 * model_flops_per_sequence(&t.model, c->seq_len, fraction) * sequences;
+        out->flops_per_step = model_train_flops(&t.model, c->seq_len, fraction, sequences);
         out->tokens_per_step = (int64_t)(N * sequences);
         out->keep = rc.keep;
         out->keep_layers = rc.keep_layers;

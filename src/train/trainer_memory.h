@@ -104,8 +104,8 @@ typedef struct {
     trainer_memory_plan memory;
     model_dims dims;
     int ranks, nodes, dp, cp, micro_batches;
-    double flops_per_step;   /* the trainer's count: 3 x the forward of every sequence of a
-                                step, attention by the pairs the mask allows (all ranks) */
+    double flops_per_step;   /* the trainer's count (model_train_flops) of every sequence of
+                                a step, attention by the pairs the mask allows (all ranks) */
     int64_t tokens_per_step; /* every sequence of a step: seq_len x dp x micro_batches */
     train_keep keep;         /* attention outputs kept: none, half, all */
     int keep_layers, bf16_matmul, sdpa;

@@ -243,7 +243,7 @@ static double step_flops(const trainer *t, const trainer_step_result *res)
     const train_config *c = &t->cfg;
     double sequences = (double)c->dp * c->micro_batches, N = (double)c->seq_len;
     double fraction = res->attn_pairs / (sequences * N * N);
-    return 3.0 * model_flops_per_sequence(&t->model, c->seq_len, fraction) * sequences;
+    return model_train_flops(&t->model, c->seq_len, fraction, sequences);
 }
 
 static double step_tokens(const trainer *t)
