@@ -93,6 +93,8 @@ typedef struct bk_device_ops {
     bk_status (*scale)(const bk_queue *q, int64_t n, float *x, float alpha);
     bk_status (*fill)(const bk_queue *q, int64_t n, float *x, float value);
     bk_status (*axpy)(const bk_queue *q, int64_t n, float alpha, const float *x, float *y);
+    bk_status (*swap_axes)(const bk_queue *q, int64_t a, int64_t b, int64_t width, const float *src,
+                           float *dst);
     bk_status (*round_bf16)(const bk_queue *q, int64_t n, const float *x, uint16_t *y);
     bk_status (*widen_bf16)(const bk_queue *q, int64_t n, const uint16_t *x, float *y);
     bk_status (*round_bf16_keep)(const bk_queue *q, int64_t n, float *x, uint16_t *y);

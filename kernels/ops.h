@@ -139,6 +139,13 @@ bk_status bk_scale(const bk_queue *q, int64_t n, float *x, float alpha);
 bk_status bk_fill(const bk_queue *q, int64_t n, float *x, float value);
 /* y[n] += alpha * x[n]; x and y do not overlap. */
 bk_status bk_axpy(const bk_queue *q, int64_t n, float alpha, const float *x, float *y);
+/* dst [b, a, width] = src [a, b, width] (fp32; dst and src do not overlap):
+ * the first two axes swapped, rows of width floats moved whole. With b = U it
+ * cuts each of a tokens' heads into U groups, group j of every token
+ * together (Ulysses' all-to-all sends group j to member j); swapping back is
+ * the same call with a and b exchanged. */
+bk_status bk_swap_axes(const bk_queue *q, int64_t a, int64_t b, int64_t width, const float *src,
+                       float *dst);
 /* dst[bytes] = src[bytes], both in the queue's memory: memmove on the host, a
  * queued device-to-device copy on a device (bk_device_copy; no overlap). */
 bk_status bk_copy(const bk_queue *q, void *dst, const void *src, size_t bytes);

@@ -8,8 +8,9 @@
  * NCCL has no tags: sends and receives on one communicator match in posting
  * order. To keep channels independent (the attention ring runs K/V, Q-bundle
  * and dQ channels at once) every user channel 0..7 gets its own communicator
- * and CUDA stream; the transport's reserved channels and the device
- * collectives share one more.
+ * and CUDA stream; the transport's reserved channels (the all-to-all's
+ * grouped sends and receives among them) and the device collectives share
+ * one more, so that they run on its stream in the order they are called.
  *
  * Posting: NCCL point-to-point must be grouped where both ends post a receive
  * before a send (a ring step on every rank): outside ncclGroupStart/End each
@@ -51,7 +52,7 @@ typedef struct {
 static int comm_index(int channel)
 {
     if (channel < NCCL_USER_CHANNELS) return channel;
-    if (channel >= BT_CHANNEL_RESERVED) return NCCL_COLL;
+    if (channel >= BT_CHANNEL_RESERVED && channel < BT_MAX_CHANNELS) return NCCL_COLL;
     return -1;
 }
 

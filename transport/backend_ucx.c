@@ -68,7 +68,9 @@ static bt_status ucx_error(bt_world *w, const char *what, ucs_status_t st)
 }
 
 /* The failure of a request to or from peer: a failed connection names the
- * peer as lost, anything else is UCX's own error. */
+ * peer as lost, anything else is UCX's own error. A shared-memory segment of a
+ * peer that cannot be attached (sysv: shmat fails) is a peer that died: its
+ * segments, marked for removal, went with it. */
 static bt_status peer_error(bt_world *w, int peer, const char *what, ucs_status_t st)
 {
     switch (st) {
@@ -76,6 +78,7 @@ static bt_status peer_error(bt_world *w, int peer, const char *what, ucs_status_
     case UCS_ERR_CONNECTION_RESET:
     case UCS_ERR_UNREACHABLE:
     case UCS_ERR_REJECTED:
+    case UCS_ERR_SHMEM_SEGMENT:
         return bt_control_link_lost(w, peer, ucs_status_string(st));
     default: return ucx_error(w, what, st);
     }

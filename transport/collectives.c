@@ -17,6 +17,8 @@ enum {
     CH_ALLGATHER,
     CH_REDUCE_SCATTER,
 };
+_Static_assert((int)CH_REDUCE_SCATTER < (int)BT_CHANNEL_ALLTOALL,
+               "the host collectives' channels run into the all-to-all's");
 
 static bt_status sendrecv(bt_comm *c, int channel, int to, const void *send, size_t send_bytes,
                           int from, void *recv, size_t recv_bytes)

@@ -41,14 +41,16 @@ static int nccl_covers(const bt_comm *c)
 }
 #endif
 
-/* Checks common to the three: arguments, no open group, a device path. */
-static bt_status check_call(bt_comm *c, bt_mem mem)
+bt_status bt_collective_check(bt_comm *c, bt_mem mem)
 {
     if (!c || (mem != BT_MEM_HOST && mem != BT_MEM_DEVICE)) return BT_ERR_ARG;
     bt_world *w = c->world;
     if (w->in_group) return BT_ERR_ARG;
     bt_status st = (bt_status)atomic_load(&w->failed);
-    if (st != BT_OK) return st;
+    if (st != BT_OK) {
+        atomic_store(&w->error_seen, 1); /* the caller has it: the watchdog leaves it to them */
+        return st;
+    }
     if (mem == BT_MEM_DEVICE && !w->has_hooks) return bt_mem_check(w, NULL, w->rank, mem);
     return BT_OK;
 }
@@ -203,7 +205,7 @@ static int pipelined(bt_comm *c, int kind, bt_dtype t, bt_op op, size_t elem, si
 
 bt_status bt_allreduce_mem(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_op op, bt_mem mem)
 {
-    bt_status st = check_call(c, mem);
+    bt_status st = bt_collective_check(c, mem);
     if (st != BT_OK) return st;
     if (mem == BT_MEM_HOST) return bt_allreduce(c, buf, count, t, op);
     if (bt_dtype_size(t) == 0 || (count && !buf)) return BT_ERR_ARG;
@@ -230,7 +232,7 @@ bt_status bt_iallreduce_mem(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_
     if (!req) return BT_ERR_ARG;
     *req = NULL;
 #ifdef HAVE_NCCL
-    bt_status st = check_call(c, mem);
+    bt_status st = bt_collective_check(c, mem);
     if (st != BT_OK) return st;
     if (mem == BT_MEM_DEVICE && count && buf && bt_dtype_size(t) && nccl_covers(c)) {
         bt_world *w = c->world;
@@ -259,7 +261,7 @@ bt_status bt_iallreduce_mem(bt_comm *c, void *buf, size_t count, bt_dtype t, bt_
 bt_status bt_reduce_scatter_mem(bt_comm *c, const void *send, void *recv, size_t count_per_rank,
                                 bt_dtype t, bt_op op, bt_mem mem)
 {
-    bt_status st = check_call(c, mem);
+    bt_status st = bt_collective_check(c, mem);
     if (st != BT_OK) return st;
     if (mem == BT_MEM_HOST) return bt_reduce_scatter(c, send, recv, count_per_rank, t, op);
     if (bt_dtype_size(t) == 0 || (count_per_rank && (!send || !recv))) return BT_ERR_ARG;
@@ -284,7 +286,7 @@ bt_status bt_reduce_scatter_mem(bt_comm *c, const void *send, void *recv, size_t
 bt_status bt_allgather_mem(bt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
                            bt_mem mem)
 {
-    bt_status st = check_call(c, mem);
+    bt_status st = bt_collective_check(c, mem);
     if (st != BT_OK) return st;
     if (mem == BT_MEM_HOST) return bt_allgather(c, send, recv, bytes_per_rank);
     if (bytes_per_rank && (!send || !recv)) return BT_ERR_ARG;

@@ -247,6 +247,11 @@ bt_status bt_nccl_collective_start(bt_backend *b, int kind, const void *send, vo
                                    size_t count, bt_dtype t, bt_op op, bt_request *req);
 #endif
 enum { BT_COLL_ALLREDUCE, BT_COLL_REDUCE_SCATTER, BT_COLL_ALLGATHER };
+/* What a collective on memory of kind mem checks before it runs
+ * (collectives_mem.c): c and mem valid and no group open (BT_ERR_ARG, the
+ * world not failed), the world not failed (its status), device hooks set for
+ * device memory (else the refusal bt_mem_check gives). */
+bt_status bt_collective_check(bt_comm *c, bt_mem mem);
 
 /* Device memory (transport/device.c). */
 /* The backend that carries memory of kind mem to world_peer, or NULL. */
@@ -282,6 +287,8 @@ static inline uint64_t bt_make_tag(uint32_t comm_id, int channel, int src_world_
 /* Staged device messages travel in chunks on their own tags (this bit added
  * to the channel), so a chunk is never matched by a host message. */
 enum { BT_STAGED_CHANNEL_BIT = 0x80 };
+_Static_assert((int)BT_MAX_CHANNELS <= (int)BT_STAGED_CHANNEL_BIT,
+               "a channel must fit the tag's 8 bits below the staged bit");
 
 /* Whether a world peer is on this rank's node (as the launch says: burst
  * run --nodes, BURST_NODE_ID, or the host). */

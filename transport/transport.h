@@ -40,8 +40,16 @@ const char *bt_status_name(bt_status st);
     } while (0)
 
 /* Channels: independent message streams between each pair of ranks. Channels
- * at and above BT_CHANNEL_RESERVED belong to the transport's collectives. */
-enum { BT_MAX_CHANNELS = 64, BT_CHANNEL_RESERVED = 60 };
+ * at and above BT_CHANNEL_RESERVED belong to the transport's collectives: 60-63
+ * the barrier, broadcast, all-gather and reduce-scatter (collectives.c),
+ * BT_CHANNEL_ALLTOALL (64) the all-to-all (alltoall.c). Channels stay below
+ * 128: a message's tag keeps 8 bits of its channel, the top one marking staged
+ * device chunks (internal.h). */
+enum {
+    BT_CHANNEL_RESERVED = 60,
+    BT_CHANNEL_ALLTOALL = BT_CHANNEL_RESERVED + 4,
+    BT_MAX_CHANNELS = BT_CHANNEL_ALLTOALL + 1
+};
 
 typedef struct bt_world bt_world;
 typedef struct bt_comm bt_comm;
@@ -270,6 +278,32 @@ bt_status bt_reduce_scatter_mem(bt_comm *c, const void *send, void *recv, size_t
                                 bt_dtype t, bt_op op, bt_mem mem);
 bt_status bt_allgather_mem(bt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
                            bt_mem mem);
+/* All-to-all over c on memory of kind mem, blocking: for every pair (i, j) of
+ * members, rank i's send_bytes[j] bytes at send + send_off[j] arrive at rank
+ * j's recv + recv_off[i], where rank j gives recv_bytes[i] equal to rank i's
+ * send_bytes[j] (a mismatch is an error, as for point-to-point). The four
+ * arrays hold c's size entries each, in bytes, indexed by member of c; send
+ * and recv may be NULL when every block of theirs is empty. Blocks may be
+ * empty; the receive blocks must not overlap each other or any send block
+ * (BT_ERR_ARG, the world not failed, as for a call inside a group; send
+ * blocks may overlap each other). Every member calls it, in the same order
+ * relative to c's other collectives. It runs as one group
+ * (bt_group_start) of a receive from and a send to every member on channel
+ * BT_CHANNEL_ALLTOALL, counted there: device buffers through NCCL on the
+ * collectives' stream to the peers of this node that NCCL serves, staged
+ * (each message taking staging buffers as any does: bt_staging_reserve) or
+ * direct to the others; the block to itself copied. Device memory: send is
+ * complete when it is called, and recv complete on the device when it
+ * returns. */
+bt_status bt_alltoallv_mem(bt_comm *c, const void *send, const size_t *send_bytes,
+                           const size_t *send_off, void *recv, const size_t *recv_bytes,
+                           const size_t *recv_off, bt_mem mem);
+/* The same with equal blocks: block j of send (bytes_per_rank bytes at
+ * j * bytes_per_rank) to member j, member i's block into recv +
+ * i * bytes_per_rank (send and recv hold size * bytes_per_rank bytes each and
+ * must not overlap). */
+bt_status bt_alltoall_mem(bt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
+                          bt_mem mem);
 /* Two-level all-reduce over the world: reduce-scatter inside each node, all-reduce
  * of each shard across nodes (all NICs busy at once), all-gather inside the node. */
 bt_status bt_allreduce_hier(bt_world *w, void *buf, size_t count, bt_dtype t, bt_op op);

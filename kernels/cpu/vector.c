@@ -1,6 +1,6 @@
 /* vector.c: the whole-buffer helpers an engine needs on either kind of
  * memory, so that its code reads the same on the host and on a device: fill,
- * y += alpha x, a copy within the queue's memory, and allocation in it (from
+ * y += alpha x, two axes swapped, a copy within the queue's memory, and allocation in it (from
  * the queue's arena when it has one). */
 #include <malloc.h>
 #include <stdlib.h>
@@ -31,6 +31,20 @@ bk_status bk_axpy(const bk_queue *q, int64_t n, float alpha, const float *x, flo
     int nt = bk_cpu_threads(q);
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (n >= 16384)
     for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+    return BK_OK;
+}
+
+bk_status bk_swap_axes(const bk_queue *q, int64_t a, int64_t b, int64_t width, const float *src,
+                       float *dst)
+{
+    BK_CPU_OR_DEVICE(q, swap_axes, (q, a, b, width, src, dst));
+    BK_CHECK_ARG(a >= 0 && b >= 0 && width >= 0 && (a * b * width == 0 || (src && dst)));
+    int nt = bk_cpu_threads(q);
+    size_t row_bytes = (size_t)width * sizeof(float);
+#pragma omp parallel for num_threads(nt) schedule(static) if (a * b * width >= 16384)
+    for (int64_t i = 0; i < a; i++)
+        for (int64_t j = 0; j < b; j++)
+            memcpy(dst + (j * a + i) * width, src + (i * b + j) * width, row_bytes);
     return BK_OK;
 }
 

@@ -105,6 +105,8 @@ bk_status BK_DEV_FN(grad_sqnorm)(const bk_queue *q, int n_bufs, const float *con
 bk_status BK_DEV_FN(scale)(const bk_queue *q, int64_t n, float *x, float alpha);
 bk_status BK_DEV_FN(fill)(const bk_queue *q, int64_t n, float *x, float value);
 bk_status BK_DEV_FN(axpy)(const bk_queue *q, int64_t n, float alpha, const float *x, float *y);
+bk_status BK_DEV_FN(swap_axes)(const bk_queue *q, int64_t a, int64_t b, int64_t width,
+                               const float *src, float *dst);
 bk_status BK_DEV_FN(round_bf16)(const bk_queue *q, int64_t n, const float *x, uint16_t *y);
 bk_status BK_DEV_FN(widen_bf16)(const bk_queue *q, int64_t n, const uint16_t *x, float *y);
 bk_status BK_DEV_FN(round_bf16_keep)(const bk_queue *q, int64_t n, float *x, uint16_t *y);

@@ -56,6 +56,7 @@ extern "C" const bk_device_ops BK_DEV_FN(ops) = {
     BK_DEV_FN(scale),
     BK_DEV_FN(fill),
     BK_DEV_FN(axpy),
+    BK_DEV_FN(swap_axes),
     BK_DEV_FN(round_bf16),
     BK_DEV_FN(widen_bf16),
     BK_DEV_FN(round_bf16_keep),

@@ -19,7 +19,26 @@ int seq_layout_init(seq_layout *l, seq_layout_kind kind, int P, int64_t N, char 
     l->P = P;
     l->N = N;
     l->n = N / P;
+    l->U = 1;
     return 0;
+}
+
+int seq_layout_set_ulysses(seq_layout *l, int U, char *err, size_t err_len)
+{
+    seq_layout groups;
+    if (U < 1 || l->P % U != 0) {
+        snprintf(err, err_len, "ulysses = %d does not divide the %d context-parallel ranks", U,
+                 l->P);
+        return -1;
+    }
+    if (seq_layout_init(&groups, l->kind, l->P / U, l->N, err, err_len) != 0) return -1;
+    l->U = U;
+    return 0;
+}
+
+seq_layout seq_layout_ring(const seq_layout *l)
+{
+    return (seq_layout){l->kind, l->P / l->U, l->N, l->n * l->U, 1};
 }
 
 const char *seq_layout_name(seq_layout_kind kind)
@@ -35,7 +54,8 @@ int seq_layout_parse(const char *name, seq_layout_kind *kind)
     return 0;
 }
 
-int seq_layout_chunks(const seq_layout *l, int rank, seq_chunk chunks[2])
+/* The chunks of rank in the plain layout (U = 1). */
+static int plain_chunks(const seq_layout *l, int rank, seq_chunk chunks[2])
 {
     if (l->kind == LAYOUT_CONTIGUOUS) {
         chunks[0] = (seq_chunk){rank * l->n, (rank + 1) * l->n};
@@ -47,7 +67,7 @@ int seq_layout_chunks(const seq_layout *l, int rank, seq_chunk chunks[2])
     return 2;
 }
 
-int seq_layout_owner(const seq_layout *l, int64_t pos, int64_t *row)
+static int plain_owner(const seq_layout *l, int64_t pos, int64_t *row)
 {
     if (l->kind == LAYOUT_CONTIGUOUS) {
         *row = pos % l->n;
@@ -60,6 +80,33 @@ int seq_layout_owner(const seq_layout *l, int64_t pos, int64_t *row)
     }
     *row = half + offset;
     return (int)(2 * l->P - 1 - chunk);
+}
+
+int seq_layout_chunks(const seq_layout *l, int rank, seq_chunk chunks[2])
+{
+    if (l->U == 1) return plain_chunks(l, rank, chunks);
+    seq_layout ring = seq_layout_ring(l);
+    seq_chunk group[2];
+    int n_group = plain_chunks(&ring, rank / l->U, group), n = 0;
+    /* rows [lo, hi) of the group's tokens in local order */
+    int64_t lo = (rank % l->U) * l->n, hi = lo + l->n, at = 0;
+    for (int k = 0; k < n_group; k++) {
+        int64_t len = group[k].end - group[k].begin;
+        int64_t b = lo > at ? lo - at : 0, e = hi - at < len ? hi - at : len;
+        if (b < e) chunks[n++] = (seq_chunk){group[k].begin + b, group[k].begin + e};
+        at += len;
+    }
+    return n;
+}
+
+int seq_layout_owner(const seq_layout *l, int64_t pos, int64_t *row)
+{
+    if (l->U == 1) return plain_owner(l, pos, row);
+    seq_layout ring = seq_layout_ring(l);
+    int64_t group_row;
+    int group = plain_owner(&ring, pos, &group_row);
+    *row = group_row % l->n;
+    return group * l->U + (int)(group_row / l->n);
 }
 
 void seq_layout_positions(const seq_layout *l, int rank, int64_t *pos)

@@ -522,6 +522,55 @@ START_TEST(layouts_give_true_global_positions)
 }
 END_TEST
 
+/* Ulysses groups: the members of group g, their rows in member order, hold
+ * exactly rank g's block of the ring's layout over the groups (what the
+ * group's all-to-all relies on); every position has one owner, found where
+ * the positions put it; a U that does not divide the ranks, or leaves the
+ * groups' layout unsplittable, is refused by name. */
+START_TEST(ulysses_groups_hold_the_ring_layouts_blocks)
+{
+    char err[128];
+    for (int kind = 0; kind < 2; kind++)
+        for (int P = 1; P <= 8; P++)
+            for (int U = 1; U <= P; U++) {
+                if (P % U) continue;
+                seq_layout l;
+                int64_t N = 2 * (int64_t)P * 3; /* n = 6: odd U splits a zigzag half */
+                ck_assert(seq_layout_init(&l, kind ? LAYOUT_ZIGZAG : LAYOUT_CONTIGUOUS, P, N, err,
+                                          sizeof err) == 0);
+                ck_assert_msg(seq_layout_set_ulysses(&l, U, err, sizeof err) == 0, "%s", err);
+                seq_layout ring = seq_layout_ring(&l);
+                ck_assert_int_eq(ring.P, P / U);
+                ck_assert_int_eq(ring.n, U * l.n);
+                int64_t *pos = malloc((size_t)ring.n * sizeof *pos),
+                        *want = malloc((size_t)ring.n * sizeof *want);
+                for (int g = 0; g < ring.P; g++) {
+                    seq_layout_positions(&ring, g, want);
+                    for (int m = 0; m < U; m++) {
+                        int rank = g * U + m;
+                        seq_chunk c[2];
+                        ck_assert_int_le(seq_layout_chunks(&l, rank, c), 2);
+                        seq_layout_positions(&l, rank, pos + m * l.n);
+                        for (int64_t i = 0, row; i < l.n; i++) {
+                            ck_assert_int_eq(seq_layout_owner(&l, pos[m * l.n + i], &row), rank);
+                            ck_assert_int_eq(row, i);
+                        }
+                    }
+                    for (int64_t i = 0; i < ring.n; i++) ck_assert_int_eq(pos[i], want[i]);
+                }
+                free(pos), free(want);
+            }
+    seq_layout l;
+    ck_assert(seq_layout_init(&l, LAYOUT_ZIGZAG, 6, 24, err, sizeof err) == 0);
+    ck_assert(seq_layout_set_ulysses(&l, 4, err, sizeof err) != 0);
+    ck_assert(strstr(err, "ulysses = 4") != NULL);
+    ck_assert(seq_layout_init(&l, LAYOUT_ZIGZAG, 4, 8, err, sizeof err) == 0);
+    ck_assert(seq_layout_set_ulysses(&l, 2, err, sizeof err) == 0); /* 2 groups: 4 | 8 */
+    ck_assert(seq_layout_init(&l, LAYOUT_ZIGZAG, 6, 12, err, sizeof err) == 0);
+    ck_assert(seq_layout_set_ulysses(&l, 3, err, sizeof err) == 0);
+}
+END_TEST
+
 /* The ring's buffers are made only for what a step can touch: the slots and
  * accumulators the steps of a maskless plan (which prunes nothing) hold,
  * receive into or compute into, and the positions of every block of the one
@@ -964,9 +1013,9 @@ int main(void)
     Suite *s = suite_create("ring_schedule");
     TCase *tc = check_tcase(s, "schedule", 300);
     check_add_tests(
-        tc, layouts_give_true_global_positions, block_level_need_matches_the_per_element_rule,
-        sequence_pairs_match_a_brute_force_count, schedules_compute_every_needed_pair_once,
-        q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha,
+        tc, layouts_give_true_global_positions, ulysses_groups_hold_the_ring_layouts_blocks,
+        block_level_need_matches_the_per_element_rule, sequence_pairs_match_a_brute_force_count,
+        schedules_compute_every_needed_pair_once, q_side_sends_3d_plus_2_over_4d_of_kv_side_for_mha,
         auto_never_sends_more_than_the_cheaper_direction, bf16_inputs_halve_the_travelling_tensors,
         sliding_window_sends_only_the_window, ring_buffers_make_only_what_steps_touch,
         the_backward_keeps_accumulators_in_its_inputs, kernel_pieces_are_whole_blocks_on_a_device,

@@ -527,6 +527,19 @@ START_TEST(vector_helpers_match_host)
         dev_get(back, dx, (size_t)n * sizeof(float));
         for (int64_t i = 0; i < n - 1; i++) ck_assert_float_eq(back[i], 2.5f);
         ck_assert_float_eq(back[n - 1], (float)((double)y[n - 1] - 0.75 * (double)x[n - 1]));
+        /* [a, b, w] -> [b, a, w], rows moved whole: the host's bits */
+        const int64_t shapes[3][3] = {{1, 1, 1}, {51, 5, 1}, {7, 5, 2000}}, *sh = shapes[s];
+        int64_t a = sh[0], b = sh[1], w = sh[2];
+        float *want = test_zeros_f(n);
+        bk_queue hq = {BK_HOST, NULL, 1, NULL};
+        ck_assert_int_eq(bk_swap_axes(&hq, a, b, w, x, want), BK_OK);
+        float *dsrc = PUT(x, n);
+        ck_assert_int_eq(bk_swap_axes(&q, a, b, w, dsrc, dy), BK_OK);
+        ck_assert_int_eq(bk_device_sync(&q), BK_OK);
+        dev_get(back, dy, (size_t)(a * b * w) * sizeof(float));
+        ck_assert_int_eq(memcmp(back, want, (size_t)(a * b * w) * sizeof(float)), 0);
+        dev_free(dsrc);
+        free(want);
         dev_free(dx), dev_free(dy);
         free(x), free(y), free(back);
     }

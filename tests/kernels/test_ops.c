@@ -678,6 +678,16 @@ START_TEST(vector_helpers_match_reference)
     ck_assert_float_eq(y[8], -3.0f);
     ck_assert_int_eq(bk_copy(&q, y, x, (size_t)n * sizeof(float)), BK_OK);
     ck_assert_int_eq(memcmp(x, y, (size_t)n * sizeof(float)), 0);
+    /* [a, b, w] -> [b, a, w] against the index formula, and back to the bits */
+    const int64_t a = 37, b = 3, w = 360; /* a b w = 39960 floats: the parallel loop */
+    ck_assert_int_eq(bk_swap_axes(&q, a, b, w, x, y), BK_OK);
+    for (int64_t i = 0; i < a; i++)
+        for (int64_t j = 0; j < b; j++)
+            ck_assert_int_eq(memcmp(y + (j * a + i) * w, x + (i * b + j) * w, w * sizeof(float)),
+                             0);
+    ck_assert_int_eq(bk_swap_axes(&q, b, a, w, y, y0), BK_OK);
+    ck_assert_int_eq(memcmp(y0, x, (size_t)(a * b * w) * sizeof(float)), 0);
+    ck_assert_int_eq(bk_swap_axes(&q, a, b, w, NULL, y), BK_ERR_ARG);
     free(x), free(y), free(y0);
     /* allocation in the queue's memory: zeroed on the host, never NULL */
     void *empty = NULL;

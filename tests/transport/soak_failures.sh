@@ -9,6 +9,8 @@
 #   collective  the last of 4 ranks on 2 emulated nodes killed after a barrier,
 #               the others in a receive from it
 #   large       rank 1 of 2 killed while rank 0 reads 512 MiB from it (cma)
+#   alltoall    the last of 4 ranks on 2 emulated nodes killed just before an
+#               all-to-all of 1 MiB blocks, the others in it
 #   checkpoint  rank 2 of 4 (2 emulated nodes) killed 0-0.5 s after the first
 #               checkpoint of a training run that writes one every step
 #   srun        rank 2 of 3 killed after a barrier, under srun --mpi=pmix of a
@@ -70,6 +72,7 @@ soak() {
 soak ring 1 "0 2" timeout 120 "$burst" run -n 3 --no-kill -- "$ring" --mask causal --layout zigzag --kill-rank 1
 soak collective 3 "0 1 2" timeout 120 "$burst" run -n 4 --nodes 2 --no-kill -- "$worker" kill
 soak large 1 "0" timeout 120 "$burst" run -n 2 --no-kill -- "$worker" kill-large
+soak alltoall 3 "0 1 2" timeout 120 "$burst" run -n 4 --nodes 2 --no-kill -- "$worker" alltoall-kill
 
 # A training run that writes a checkpoint every step; once the first is
 # written, rank 2 gets SIGKILL from here after 0-0.5 s, while the ranks train

@@ -77,6 +77,35 @@ START_TEST(collectives_on_two_emulated_nodes)
 }
 END_TEST
 
+/* The all-to-all on the world and on groups of 2, 3 and 1 ranks: equal
+ * blocks of 0 to 100003 bytes, uneven ones with gaps, checked to the byte,
+ * its channel's counters; on 1 to 4 ranks and on 2 emulated nodes (UCX
+ * between them too). */
+START_TEST(alltoall_against_local_reference)
+{
+    expect_ok(_i, 1, "alltoall");
+}
+END_TEST
+
+START_TEST(alltoall_on_two_emulated_nodes)
+{
+    expect_ok(4, 2, "alltoall");
+}
+END_TEST
+
+/* Block sizes that disagree (rank 0 expects 6 bytes of rank 1's 5) fail the
+ * receiving rank's call, naming both sizes and the channel. */
+START_TEST(alltoall_size_mismatch_is_an_error)
+{
+    test_run_result r = run_worker(3, 1, NULL, NULL, "alltoall-mismatch");
+    ck_assert_msg(r.exit_code != 0 &&
+                      test_output_has(&r, "rank 0: alltoallv: rank 0: message size mismatch from "
+                                          "rank 1 on channel 64: expected 6 bytes, got 5"),
+                  "exit %d:\n%s", r.exit_code, r.out);
+    test_run_free(&r);
+}
+END_TEST
+
 /* The wires UCX picked, read from UCX itself: shared memory between the ranks
  * of a node, the network between nodes. The same check on a UCX held to TCP
  * must fail, naming the endpoint, so a silent fall-back cannot pass. */
@@ -141,6 +170,25 @@ START_TEST(killed_rank_is_named_by_every_survivor)
         ck_assert_msg(named, "rank %d did not name the lost rank %d:\n%s", k, victim, r.out);
     }
     /* Detection is by the closed socket, far inside the 60 s default timeout. */
+    ck_assert_msg(r.seconds < 30, "survivors took %.1f s to notice", r.seconds);
+    test_run_free(&r);
+}
+END_TEST
+
+/* The last rank dies just before an all-to-all: every survivor's all-to-all
+ * fails naming it, far inside the timeout (on one node and on two). */
+START_TEST(rank_lost_before_an_alltoall_is_named_by_every_survivor)
+{
+    static const int ranks[] = {2, 3, 4}, nodes[] = {1, 1, 2};
+    int victim = ranks[_i] - 1;
+    test_run_result r = run_worker(ranks[_i], nodes[_i], "--no-kill", NULL, "alltoall-kill");
+    ck_assert_msg(r.exit_code != 0, "launcher exited 0:\n%s", r.out);
+    for (int k = 0; k < victim; k++) {
+        char want[96];
+        snprintf(want, sizeof want, "rank %d: alltoall: rank %d: lost rank %d (", k, k, victim);
+        ck_assert_msg(test_output_has(&r, want), "rank %d's all-to-all did not name rank %d:\n%s",
+                      k, victim, r.out);
+    }
     ck_assert_msg(r.seconds < 30, "survivors took %.1f s to notice", r.seconds);
     test_run_free(&r);
 }
@@ -346,11 +394,14 @@ int main(void)
     TCase *ok = check_tcase(s, "correctness", 300);
     check_add_loop_tests(ok, 1, 6, p2p_sizes_channels_and_counters,
                          collectives_against_serial_reference);
+    tcase_add_loop_test(ok, alltoall_against_local_reference, 1, 5);
+    check_add_tests(ok, alltoall_on_two_emulated_nodes, alltoall_size_mismatch_is_an_error);
     check_add_tests(ok, collectives_on_two_emulated_nodes, endpoints_use_shared_memory_on_a_node,
                     sub_communicators, launcher_numbers_ranks_node_major,
                     selftest_on_two_emulated_nodes, staging_chunk_setting_is_a_byte_count);
     TCase *fail = check_tcase(s, "failures", 120);
     tcase_add_loop_test(fail, killed_rank_is_named_by_every_survivor, 2, 5);
+    tcase_add_loop_test(fail, rank_lost_before_an_alltoall_is_named_by_every_survivor, 0, 3);
     check_add_tests(fail, rank_killed_during_a_large_transfer_is_named,
                     failed_link_is_announced_to_every_rank,
                     silent_rank_is_declared_lost_after_timeout,

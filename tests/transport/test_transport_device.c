@@ -5,9 +5,12 @@
  * posted before any send; the staging pool taken up front, which the steps
  * then never grow, and one that must grow; device collectives, staged piece
  * by piece, against the host ones to the bit; calls refused with a message
- * that names the backend, the peer and the memory kind. NCCL and UCX's
- * direct path need a GPU (and a UCX with CUDA) and are not run here. */
+ * that names the backend, the peer and the memory kind; the all-to-all,
+ * staged and copied, and (in a build with NCCL) over the model of NCCL. UCX's
+ * direct path needs a GPU and a UCX with CUDA and is not run here. */
 #define _GNU_SOURCE
+#include "config.h"
+
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,17 +25,23 @@ static char *dev_worker(void)
     return (char *)test_program_path("tests/transport/transport_dev_worker", path, sizeof path);
 }
 
-/* burst run -n ranks --nodes nodes -- transport_dev_worker scenario, with an
- * optional "NAME=VALUE" variable. */
-static test_run_result run_dev(int ranks, int nodes, const char *scenario, const char *var)
+/* burst run -n ranks --nodes nodes -- transport_dev_worker scenario, with the
+ * "NAME=VALUE" variables of env (NULL-terminated). */
+static test_run_result run_dev_env(int ranks, int nodes, const char *scenario, char **env)
 {
     char n[16], m[16];
     snprintf(n, sizeof n, "%d", ranks);
     snprintf(m, sizeof m, "%d", nodes);
     char *argv[] = {(char *)test_burst_path(), "run", "-n", n, "--nodes", m, "--",
                     dev_worker(), (char *)scenario, NULL};
-    char *env[] = {(char *)var, NULL};
     return test_run(argv, env);
+}
+
+/* The same with an optional variable var. */
+static test_run_result run_dev(int ranks, int nodes, const char *scenario, const char *var)
+{
+    char *env[] = {(char *)var, NULL};
+    return run_dev_env(ranks, nodes, scenario, env);
 }
 
 static void expect_ok(int ranks, int nodes, const char *scenario, const char *var)
@@ -89,6 +98,37 @@ START_TEST(device_collectives_match_host)
     expect_ok(ranks[_i], nodes[_i], "collectives", "BURST_STAGE_CHUNK=4096");
 }
 END_TEST
+
+/* The device all-to-all (4 KiB chunks: its larger blocks staged in many)
+ * over the world, the node, groups of 2, 3 and 1: equal blocks of 0, 1,
+ * chunk + 1 and 100003 bytes, uneven ones with gaps, to the byte against the
+ * reference, nothing outside the blocks written; the block to itself copied. */
+START_TEST(device_alltoall_matches_reference)
+{
+    static const int ranks[] = {1, 2, 3, 4}, nodes[] = {1, 1, 1, 2};
+    expect_ok(ranks[_i], nodes[_i], "alltoall", "BURST_STAGE_CHUNK=4096");
+}
+END_TEST
+
+#ifdef HAVE_NCCL
+/* The same over the model of NCCL (emu/nccl/), a GPU per rank and the
+ * emulator's copies deferred: one node of 4 (the world and the node all
+ * NCCL's, groups of 2 part of it, groups of 3 one of NCCL's and one alone)
+ * and 2 nodes of 2 (NCCL inside, staged between); rank 0 prints its paths. */
+START_TEST(device_alltoall_over_nccl)
+{
+    static const int nodes[] = {1, 2};
+    static const char *const paths[] = {"rank 0: device paths cnnn", "rank 0: device paths cnss"};
+    char *env[] = {"BK_EMU_GPUS_PER_NODE=4", "BK_EMU_NCCL_TIMEOUT=60", "BK_EMU_STREAMS=deferred",
+                   "BURST_STAGE_CHUNK=4096", NULL};
+    test_run_result r = run_dev_env(4, nodes[_i], "alltoall-nccl", env);
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, "ok alltoall-nccl on 4 ranks") &&
+                      test_output_has(&r, paths[_i]),
+                  "4 ranks on %d node(s) over NCCL exited %d:\n%s", nodes[_i], r.exit_code, r.out);
+    test_run_free(&r);
+}
+END_TEST
+#endif
 
 START_TEST(misuse_is_refused_without_failing)
 {
@@ -147,6 +187,10 @@ int main(void)
     tcase_add_loop_test(tc, device_ring_small_chunks, 0, 3);
     tcase_add_loop_test(tc, staging_pool_reserved_up_front, 0, 3);
     tcase_add_loop_test(tc, device_collectives_match_host, 0, 3);
+    tcase_add_loop_test(tc, device_alltoall_matches_reference, 0, 4);
+#ifdef HAVE_NCCL
+    tcase_add_loop_test(tc, device_alltoall_over_nccl, 0, 2);
+#endif
     tcase_add_loop_test(tc, device_memory_without_hooks_is_refused, 1, 3);
     check_add_tests(tc, device_ring_default_chunk_and_one_slot, misuse_is_refused_without_failing,
                     host_memory_to_a_device_only_backend_is_refused, unequal_chunk_sizes_are_refused);

@@ -345,6 +345,150 @@ static void scenario_collectives(void)
     bt_comm_free(intra);
 }
 
+/* ------------------------------------------------------------------ all-to-all */
+
+/* The bytes member src of an all-to-all sends member dst of n: uneven, zero
+ * for some pairs, several staging chunks and some bytes to the next member
+ * (to itself on one rank). */
+static size_t uneven_block(int src, int dst, int n, size_t chunk)
+{
+    return dst == (src + 1) % n ? 3 * chunk + 123 + (size_t)src : (size_t)(3 * src + 5 * dst) % 11;
+}
+
+enum { A2A_GUARD = 16, A2A_UNTOUCHED = 0xEE, A2A_GAP = 0x5A };
+
+/* Offsets for blocks of bytes[n]: packed in member order (gaps 0), or in
+ * reverse member order with 1 + j % 3 bytes before block j; the end. */
+static size_t place_blocks(int n, const size_t *bytes, size_t *off, int gaps)
+{
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        int j = gaps ? n - 1 - k : k;
+        at += gaps ? 1 + (size_t)j % 3 : 0;
+        off[j] = at;
+        at += bytes[j];
+    }
+    return at;
+}
+
+/* One all-to-all over c on device memory (equal blocks of `equal` bytes
+ * through bt_alltoall_mem, or uneven_block's with gaps through
+ * bt_alltoallv_mem), read back and compared to the byte with the reference
+ * computed here: pattern(world rank of the sender, of the receiver, salt) in
+ * every block, every byte around them (gaps, a guard past the end)
+ * untouched. Adds the bytes sent to *sent. */
+static void a2a_check(bt_comm *c, size_t equal, int uneven, int salt, const char *name,
+                      uint64_t *sent)
+{
+    int n = bt_comm_size(c), me = bt_comm_rank(c), my_world = bt_comm_world_rank(c, me);
+    size_t chunk = bt_staging_chunk_bytes(), *sizes = malloc(4 * (size_t)n * sizeof *sizes);
+    size_t *send_bytes = sizes, *send_off = sizes + n, *recv_bytes = sizes + 2 * n,
+           *recv_off = sizes + 3 * n;
+    for (int j = 0; j < n; j++) {
+        send_bytes[j] = uneven ? uneven_block(me, j, n, chunk) : equal;
+        recv_bytes[j] = uneven ? uneven_block(j, me, n, chunk) : equal;
+        *sent += send_bytes[j];
+    }
+    size_t send_len = place_blocks(n, send_bytes, send_off, uneven) + A2A_GUARD;
+    size_t recv_len = place_blocks(n, recv_bytes, recv_off, uneven) + A2A_GUARD;
+    unsigned char *send = malloc(send_len), *expect = malloc(recv_len), *got = malloc(recv_len);
+    memset(send, A2A_GAP, send_len);
+    memset(expect, A2A_UNTOUCHED, recv_len);
+    for (int j = 0; j < n; j++) {
+        int wj = bt_comm_world_rank(c, j);
+        for (size_t i = 0; i < send_bytes[j]; i++)
+            send[send_off[j] + i] = pattern(my_world, wj, salt, i);
+        for (size_t i = 0; i < recv_bytes[j]; i++)
+            expect[recv_off[j] + i] = pattern(wj, my_world, salt, i);
+    }
+    memset(got, A2A_UNTOUCHED, recv_len);
+    void *dsend = dev_from(send, send_len), *drecv = dev_from(got, recv_len);
+    bt_status st = uneven ? bt_alltoallv_mem(c, dsend, send_bytes, send_off, drecv, recv_bytes,
+                                             recv_off, BT_MEM_DEVICE)
+                          : bt_alltoall_mem(c, dsend, drecv, equal, BT_MEM_DEVICE);
+    must(st, uneven ? "device alltoallv" : "device alltoall");
+    host_from(got, drecv, recv_len);
+    size_t bad = recv_len;
+    for (size_t i = 0; i < recv_len && bad == recv_len; i++)
+        if (got[i] != expect[i]) bad = i;
+    EXPECT(bad == recv_len,
+           "%s device all-to-all (%s, %zu bytes): byte %zu is 0x%02x, expected 0x%02x", name,
+           uneven ? "uneven blocks with gaps" : "equal blocks", recv_len - A2A_GUARD, bad,
+           bad < recv_len ? got[bad] : 0, bad < recv_len ? expect[bad] : 0);
+    free(send), free(expect), free(got), free(sizes);
+    bk_device_free(dsend), bk_device_free(drecv);
+}
+
+/* Equal blocks of 0, 1, chunk + 1 and 100003 bytes, then uneven ones with
+ * gaps, over c; adds the bytes sent to *sent. */
+static void a2a_cases(bt_comm *c, const char *name, uint64_t *sent)
+{
+    const size_t equal[] = {0, 1, bt_staging_chunk_bytes() + 1, 100003};
+    for (int k = 0; k < 4; k++) a2a_check(c, equal[k], 0, k, name, sent);
+    a2a_check(c, 0, 1, 4, name, sent);
+}
+
+/* Every peer of the world's path, as one letter each ("cnns" on rank 1 of 2
+ * nodes of 2 GPUs served by NCCL), for the test to read. */
+static void print_paths(void)
+{
+    char row[64] = {0};
+    bt_comm *c = bt_world_comm(world);
+    for (int r = 0; r < size && r < (int)sizeof row - 1; r++) {
+        const char *p = bt_comm_device_path(c, r);
+        row[r] = p ? p[0] : '-';
+    }
+    printf("rank %d: device paths %s\n", rank, row);
+}
+
+/* The device all-to-all over the world, this node's ranks and groups of 2, 3
+ * and 1 consecutive ranks, against the reference to the byte; its channel
+ * counts what it sent. Over NCCL (nccl: a GPU of its own per rank, the
+ * emulated node's BK_EMU_GPUS_PER_NODE, and transport.intra = nccl) the
+ * peers of a node are NCCL's, the others staged; else every peer is staged
+ * (or direct) and itself a copy. */
+static void scenario_alltoall(int nccl)
+{
+    if (nccl) {
+        int gpus = 0, local = bt_world_local_rank(world);
+        if (bk_device_use(local, &gpus) != BK_OK) {
+            fprintf(stderr, "rank %d: no emulated GPU %d\n", rank, local);
+            exit(WORKER_FAILED);
+        }
+        bt_device_hooks h = transport_device_hooks(local % gpus);
+        must(bt_world_set_device(world, &h), "set device");
+        for (int r = 0; r < size; r++) {
+            const char *p = bt_comm_device_path(bt_world_comm(world), r);
+            int local_peer = r != rank && bt_peer_on_my_node(world, r);
+            EXPECT(!local_peer || (p && strcmp(p, "nccl") == 0), "path to rank %d of my node: %s",
+                   r, p ? p : "NULL");
+        }
+    } else {
+        set_device();
+        check_paths();
+    }
+    print_paths();
+    bt_comm *wc = bt_world_comm(world), *intra;
+    bt_counter_reset(world);
+    uint64_t sent = 0;
+    a2a_cases(wc, "world", &sent);
+    must(bt_comm_intra_node(world, &intra), "intra split");
+    a2a_cases(intra, "node", &sent);
+    bt_comm_free(intra);
+    static const int groups[] = {2, 3, 1};
+    for (int g = 0; g < 3; g++) {
+        bt_comm *sub;
+        must(bt_comm_split(wc, rank / groups[g], rank, &sub), "split");
+        char name[32];
+        snprintf(name, sizeof name, "group of %d", bt_comm_size(sub));
+        a2a_cases(sub, name, &sent);
+        bt_comm_free(sub);
+    }
+    bt_counter ch = bt_counter_get(world, BT_CHANNEL_ALLTOALL);
+    EXPECT(ch.sent_bytes == sent, "channel %d counted %llu bytes sent, expected %llu",
+           BT_CHANNEL_ALLTOALL, (unsigned long long)ch.sent_bytes, (unsigned long long)sent);
+}
+
 /* ------------------------------------------------------------------ misuse */
 
 /* Calls refused without failing the world: a nested group, an end without a
@@ -415,23 +559,29 @@ static void scenario_refuse_host(void)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr,
-                "usage: transport_dev_worker ring|reserve|outgrow|collectives|misuse|refuse|"
-                "refuse-host\n");
+        fprintf(stderr, "usage: transport_dev_worker ring|reserve|outgrow|collectives|alltoall|"
+                        "alltoall-nccl|misuse|refuse|refuse-host\n");
         return WORKER_USAGE;
     }
     if (!bk_device_available()) {
         fprintf(stderr, "transport_dev_worker: no device backend (%s)\n", bk_device_backend_name());
         return WORKER_FAILED;
     }
-    worker_init("transport_dev_worker");
     const char *s = argv[1];
+    bt_options opt; /* alltoall-nccl: NCCL must serve every node */
+    bt_options_default(&opt);
+    if (strcmp(s, "alltoall-nccl") == 0) opt.intra = "nccl";
+    worker_init_with("transport_dev_worker", &opt);
     if (strcmp(s, "ring") == 0) scenario_ring();
     else if (strcmp(s, "reserve") == 0)
         scenario_reserve();
     else if (strcmp(s, "outgrow") == 0)
         scenario_outgrow();
     else if (strcmp(s, "collectives") == 0) scenario_collectives();
+    else if (strcmp(s, "alltoall") == 0)
+        scenario_alltoall(0);
+    else if (strcmp(s, "alltoall-nccl") == 0)
+        scenario_alltoall(1);
     else if (strcmp(s, "misuse") == 0) scenario_misuse();
     else if (strcmp(s, "refuse") == 0) scenario_refuse_no_hooks();
     else if (strcmp(s, "refuse-host") == 0) scenario_refuse_host();

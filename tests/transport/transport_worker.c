@@ -249,6 +249,214 @@ static void scenario_split(void)
     bt_comm_free(inter);
 }
 
+/* ------------------------------------------------------------------ all-to-all */
+
+/* The bytes member src of an all-to-all sends member dst of n: uneven, zero for
+ * some pairs, and large to the next member (to itself on one rank). */
+static size_t uneven_block(int src, int dst, int n)
+{
+    return dst == (src + 1) % n ? 100003u + (size_t)src : (size_t)(3 * src + 5 * dst) % 11;
+}
+
+/* An all-to-all's layout on one member: block j's bytes and offset on each
+ * side (j the peer), the buffers' sizes. */
+typedef struct {
+    size_t *send_bytes, *send_off, *recv_bytes, *recv_off;
+    size_t send_total, recv_total;
+} a2a_layout;
+
+/* Offsets for blocks of bytes[n]: packed in member order (gaps 0), or in
+ * reverse member order with 1 + j % 3 bytes before block j; the end. */
+static size_t place_blocks(int n, const size_t *bytes, size_t *off, int gaps)
+{
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        int j = gaps ? n - 1 - k : k;
+        at += gaps ? 1 + (size_t)j % 3 : 0;
+        off[j] = at;
+        at += bytes[j];
+    }
+    return at;
+}
+
+/* Member me's layout in c of n members: equal blocks of `equal` bytes
+ * packed (bt_alltoall_mem's), or uneven_block's with gaps. */
+static a2a_layout a2a_plan(int n, int me, size_t equal, int uneven)
+{
+    a2a_layout l;
+    l.send_bytes = malloc(4 * (size_t)n * sizeof(size_t));
+    l.send_off = l.send_bytes + n, l.recv_bytes = l.send_off + n, l.recv_off = l.recv_bytes + n;
+    for (int j = 0; j < n; j++) {
+        l.send_bytes[j] = uneven ? uneven_block(me, j, n) : equal;
+        l.recv_bytes[j] = uneven ? uneven_block(j, me, n) : equal;
+    }
+    l.send_total = place_blocks(n, l.send_bytes, l.send_off, uneven);
+    l.recv_total = place_blocks(n, l.recv_bytes, l.recv_off, uneven);
+    return l;
+}
+
+enum { A2A_GUARD = 16, A2A_UNTOUCHED = 0xEE, A2A_GAP = 0x5A };
+
+/* What this rank's all-to-alls carried: bytes sent and received, messages
+ * each way (one per member, empty blocks too). */
+typedef struct {
+    size_t sent, received;
+    int msgs;
+} a2a_count;
+
+/* One all-to-all over c (salt tells the cases apart in the content), checked
+ * to the byte against pattern(world rank of the sender, of the receiver,
+ * salt): every block received, every byte around them (the gaps and a guard
+ * past the end) untouched, the send buffer unchanged; added to *count. */
+static void a2a_check(bt_comm *c, size_t equal, int uneven, int salt, const char *name,
+                      a2a_count *count)
+{
+    int n = bt_comm_size(c), me = bt_comm_rank(c), my_world = bt_comm_world_rank(c, me);
+    a2a_layout l = a2a_plan(n, me, equal, uneven);
+    size_t recv_len = l.recv_total + A2A_GUARD;
+    unsigned char *send = malloc(l.send_total + A2A_GUARD), *recv = malloc(recv_len);
+    unsigned char *expect = malloc(recv_len), *sent = malloc(l.send_total + 1);
+    memset(send, A2A_GAP, l.send_total + A2A_GUARD);
+    memset(recv, A2A_UNTOUCHED, recv_len);
+    memset(expect, A2A_UNTOUCHED, recv_len);
+    for (int j = 0; j < n; j++) {
+        int wj = bt_comm_world_rank(c, j);
+        for (size_t i = 0; i < l.send_bytes[j]; i++)
+            send[l.send_off[j] + i] = pattern(my_world, wj, salt, i);
+        for (size_t i = 0; i < l.recv_bytes[j]; i++)
+            expect[l.recv_off[j] + i] = pattern(wj, my_world, salt, i);
+        count->sent += l.send_bytes[j];
+        count->received += l.recv_bytes[j];
+    }
+    count->msgs += n;
+    memcpy(sent, send, l.send_total);
+    bt_status st = uneven ? bt_alltoallv_mem(c, send, l.send_bytes, l.send_off, recv, l.recv_bytes,
+                                             l.recv_off, BT_MEM_HOST)
+                          : bt_alltoall_mem(c, send, recv, equal, BT_MEM_HOST);
+    must(st, uneven ? "alltoallv" : "alltoall");
+    size_t bad = recv_len;
+    for (size_t i = 0; i < recv_len && bad == recv_len; i++)
+        if (recv[i] != expect[i]) bad = i;
+    EXPECT(bad == recv_len,
+           "%s all-to-all (%s, %zu bytes received): byte %zu is 0x%02x, expected 0x%02x", name,
+           uneven ? "uneven blocks with gaps" : "equal blocks", l.recv_total, bad,
+           bad < recv_len ? recv[bad] : 0, bad < recv_len ? expect[bad] : 0);
+    EXPECT(memcmp(sent, send, l.send_total) == 0, "%s all-to-all wrote into its send buffer", name);
+    free(send), free(recv), free(expect), free(sent), free(l.send_bytes);
+}
+
+/* Equal blocks of 0, 1, 7 and 100003 bytes, then uneven ones with gaps, over c. */
+static void a2a_cases(bt_comm *c, const char *name, a2a_count *count)
+{
+    static const size_t equal[] = {0, 1, 7, 100003};
+    for (int k = 0; k < 4; k++) a2a_check(c, equal[k], 0, k, name, count);
+    a2a_check(c, 0, 1, 4, name, count);
+}
+
+/* Refused with BT_ERR_ARG, the world not failed: inside a group, in place
+ * (a receive block over a send block), receive blocks that overlap, a
+ * receive block in no buffer, missing arrays. */
+static void a2a_misuse(bt_comm *c)
+{
+    int n = bt_comm_size(c);
+    size_t *zero = calloc(4 * (size_t)n, sizeof(size_t)), *bytes = zero + 2 * n,
+           *off = zero + 3 * n;
+    unsigned char buf[64];
+    must(bt_group_start(world), "group start");
+    EXPECT(bt_alltoall_mem(c, buf, buf + 32, 0, BT_MEM_HOST) == BT_ERR_ARG,
+           "an all-to-all ran inside a group");
+    must(bt_group_end(world), "group end");
+    EXPECT(bt_alltoall_mem(c, buf, buf, 1, BT_MEM_HOST) == BT_ERR_ARG,
+           "an all-to-all in place was accepted");
+    bytes[0] = 2;
+    EXPECT(bt_alltoallv_mem(c, NULL, zero, zero + n, NULL, bytes, off, BT_MEM_HOST) == BT_ERR_ARG,
+           "a receive block of a NULL buffer was accepted");
+    if (n > 1) {
+        bytes[1] = 2, off[1] = 1; /* [0, 2) and [1, 3) */
+        EXPECT(bt_alltoallv_mem(c, NULL, zero, zero + n, buf, bytes, off, BT_MEM_HOST) ==
+                   BT_ERR_ARG,
+               "overlapping receive blocks were accepted");
+    }
+    EXPECT(bt_alltoallv_mem(c, buf, NULL, off, buf + 32, bytes, off, BT_MEM_HOST) == BT_ERR_ARG,
+           "an all-to-all without its send sizes was accepted");
+    EXPECT(atomic_load(&world->failed) == 0, "a refused all-to-all failed the world: %s",
+           bt_world_error(world));
+    free(zero);
+}
+
+/* The all-to-all over the world and over groups of 2, 3 and 1 consecutive
+ * ranks (inside a node where they fit), checked to the byte; every byte and
+ * message it carried counted on its channel. */
+static void scenario_alltoall(void)
+{
+    bt_comm *wc = bt_world_comm(world);
+    a2a_misuse(wc);
+    bt_counter_reset(world);
+    a2a_count count = {0, 0, 0};
+    a2a_cases(wc, "world", &count);
+    static const int groups[] = {2, 3, 1};
+    for (int g = 0; g < 3; g++) {
+        bt_comm *sub;
+        must(bt_comm_split(wc, rank / groups[g], rank, &sub), "split");
+        char name[32];
+        snprintf(name, sizeof name, "group of %d", bt_comm_size(sub));
+        a2a_cases(sub, name, &count);
+        bt_comm_free(sub);
+    }
+    bt_counter ch = bt_counter_get(world, BT_CHANNEL_ALLTOALL);
+    EXPECT(ch.sent_bytes == count.sent && ch.recv_bytes == count.received &&
+               ch.sent_msgs == (uint64_t)count.msgs && ch.recv_msgs == (uint64_t)count.msgs,
+           "channel %d counted %llu bytes in %llu messages sent, %llu in %llu received; "
+           "expected %zu in %d sent, %zu in %d received",
+           BT_CHANNEL_ALLTOALL, (unsigned long long)ch.sent_bytes, (unsigned long long)ch.sent_msgs,
+           (unsigned long long)ch.recv_bytes, (unsigned long long)ch.recv_msgs, count.sent,
+           count.msgs, count.received, count.msgs);
+}
+
+/* Rank 0 expects one byte more from rank 1 than rank 1 sends (5-byte blocks,
+ * received 8 bytes apart): rank 0's call fails naming the sizes, as a
+ * point-to-point mismatch does. */
+static void scenario_alltoall_mismatch(void)
+{
+    size_t n = (size_t)size, *bytes = malloc(3 * n * sizeof(size_t));
+    size_t *send_off = bytes + n, *recv_off = bytes + 2 * n,
+           *recv_bytes = malloc(n * sizeof(size_t));
+    for (size_t j = 0; j < n; j++) {
+        bytes[j] = recv_bytes[j] = 5;
+        send_off[j] = 5 * j, recv_off[j] = 8 * j;
+    }
+    if (rank == 0 && size > 1) recv_bytes[1] = 6;
+    unsigned char *send = calloc(n, 5), *recv = calloc(n, 8);
+    must(bt_alltoallv_mem(bt_world_comm(world), send, bytes, send_off, recv, recv_bytes, recv_off,
+                          BT_MEM_HOST),
+         "alltoallv");
+    free(send), free(recv), free(bytes), free(recv_bytes);
+}
+
+/* The last rank dies just before an all-to-all of 1 MiB blocks: every
+ * survivor's call fails naming it. The survivors tell the victim they left
+ * the barrier (so that none is still in it when the victim goes), and go
+ * straight on. */
+static void scenario_alltoall_kill(void)
+{
+    bt_comm *c = bt_world_comm(world);
+    int victim = size - 1, token = 0;
+    must(bt_barrier(c), "barrier");
+    if (rank == victim) {
+        for (int r = 0; r < victim; r++) {
+            bt_request *req;
+            must(bt_irecv(c, r, 1, &token, sizeof token, &req), "irecv");
+            must(bt_wait(&req), "wait for a survivor");
+        }
+        kill(getpid(), SIGKILL);
+    }
+    bt_request *ready; /* left to complete inside the all-to-all, or to fail there */
+    must(bt_isend(c, victim, 1, &token, sizeof token, &ready), "isend");
+    size_t block = 1u << 20;
+    unsigned char *send = calloc((size_t)size, block), *recv = calloc((size_t)size, block);
+    worker_exit(bt_alltoall_mem(c, send, recv, block, BT_MEM_HOST), "alltoall");
+}
+
 /* Waits for a message that victim never sends: the receive fails (the rank is
  * lost) and the worker exits with the reason. */
 static void wait_for_lost(int victim)
@@ -396,7 +604,9 @@ static void scenario_whoami(void)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: transport_worker p2p|collectives|split|kill|hang|link-lost|timeout|whoami|wires|kill-large\n");
+        fprintf(stderr, "usage: transport_worker "
+                        "p2p|collectives|split|kill|hang|link-lost|timeout|whoami|wires|kill-large|"
+                        "alltoall|alltoall-mismatch|alltoall-kill\n");
         return WORKER_USAGE;
     }
     worker_init("transport_worker");
@@ -411,6 +621,12 @@ int main(int argc, char **argv)
     else if (strcmp(s, "whoami") == 0) scenario_whoami();
     else if (strcmp(s, "wires") == 0) scenario_wires();
     else if (strcmp(s, "kill-large") == 0) scenario_kill_large();
+    else if (strcmp(s, "alltoall") == 0)
+        scenario_alltoall();
+    else if (strcmp(s, "alltoall-mismatch") == 0)
+        scenario_alltoall_mismatch();
+    else if (strcmp(s, "alltoall-kill") == 0)
+        scenario_alltoall_kill();
     else {
         fprintf(stderr, "transport_worker: unknown scenario '%s'\n", s);
         return WORKER_USAGE;
