@@ -20,6 +20,10 @@
  * --device and --in-bytes 2) computes the block pairs with SDPA calls
  * (src/attn/ring_sdpa.h: the emulator's model of cuDNN), both backward
  * directions (the Q-side through the surrogate O'), to the same tolerances.
+ * --ulysses U runs the hybrid (src/attn/ulysses.h): groups of U ranks, their
+ * all-to-alls around a ring over the groups, to the same tolerances; its
+ * backward again over its inputs (dQ over O, dK over K, dV over V) gives the
+ * same bits.
  * Rank 0 prints "ok ..." when every rank agreed. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -36,6 +40,7 @@
 #include "src/attn/device_link.h"
 #include "src/attn/ring.h"
 #include "src/attn/ring_sdpa.h"
+#include "src/attn/ulysses.h"
 #include "tests/lib/rng.h"
 #include "tests/lib/worker_device.h"
 
@@ -51,6 +56,7 @@ typedef struct {
     int in_bytes;       /* 4: Q, K, V, dO travel in fp32; 2: in bf16 */
     const char *intra;  /* the transport inside a node: auto, ucx or nccl (a GPU per rank) */
     int sdpa;           /* the block pairs on SDPA calls (the emulator's model of cuDNN) */
+    int ulysses;        /* ranks per Ulysses group (1: the ring alone) */
 } options;
 
 /* Relative tolerances: fp32 on the host; on the device, P and dS rounded to
@@ -120,6 +126,29 @@ static int overwritten(const bk_queue *q, const float *input, const float *kept,
     return differs;
 }
 
+/* The gradients host holds against apart[3], the run apart's: the same bits
+ * on the host, within 1e-6 on the device (whose kernels may add in another
+ * order from run to run); frees apart. */
+static void expect_same_gradients(const bk_queue *q, float *apart[3], const ring_io *host,
+                                  const size_t floats[IO_BUFS], const char *config)
+{
+    const char *names[3] = {"dQ", "dK", "dV"};
+    for (int i = 0; i < 3; i++) {
+        double worst = 0, tol = q->where == BK_DEVICE ? 1e-6 : 0;
+        for (size_t j = 0; j < floats[IO_DQ + i]; j++) {
+            double a = apart[i][j], b = host->b[IO_DQ + i][j];
+            double rel = a == b ? 0 : fabs(a - b) / (fabs(a) > 1e-30 ? fabs(a) : 1e-30);
+            if (!(rel <= worst)) worst = rel;
+        }
+        if (!(worst <= tol)) {
+            fprintf(stderr, "rank %d: %s: %s over its input differs from the run apart by %.3g\n",
+                    rank, config, names[i], worst);
+            failures++;
+        }
+        free(apart[i]);
+    }
+}
+
 /* ring.h lets dQ take O's memory, and with bf16 inputs dK and dV K's and
  * V's, and the accumulators the caller's memory (RING_CALLER_MEMORY, on
  * buffers made for the call: the home block's in its gradients, with bf16
@@ -168,21 +197,30 @@ static void expect_gradients_over_inputs(const ring_exec_ctx *ctx, ring_io *host
         copy_floats(ctx->queue, io->b[spent[i]], kept[i], floats[spent[i]]);
         bk_free(ctx->queue, kept[i]);
     }
-    const char *names[3] = {"dQ", "dK", "dV"};
+    expect_same_gradients(ctx->queue, apart, host, floats, config);
+}
+
+/* ulysses_backward with dQ over O, dK over K and dV over V (its contract:
+ * every input split before a gradient is written) gives the bits of the run
+ * apart that host holds. */
+static void expect_ulysses_over_inputs(ulysses *u, const ring_exec_ctx *ctx, ring_io *host,
+                                       const ring_io *io, const size_t floats[IO_BUFS],
+                                       const char *config)
+{
+    float *apart[3];
+    const int from[3] = {IO_OUT, IO_K, IO_V};
     for (int i = 0; i < 3; i++) {
-        double worst = 0, tol = ctx->queue->where == BK_DEVICE ? 1e-6 : 0;
-        for (size_t j = 0; j < floats[IO_DQ + i]; j++) {
-            double a = apart[i][j], b = host->b[IO_DQ + i][j];
-            double rel = a == b ? 0 : fabs(a - b) / (fabs(a) > 1e-30 ? fabs(a) : 1e-30);
-            if (!(rel <= worst)) worst = rel;
-        }
-        if (!(worst <= tol)) {
-            fprintf(stderr, "rank %d: %s: %s over its input differs from the run apart by %.3g\n",
-                    rank, config, names[i], worst);
-            failures++;
-        }
-        free(apart[i]);
+        apart[i] = malloc(floats[IO_DQ + i] * sizeof(float));
+        memcpy(apart[i], host->b[IO_DQ + i], floats[IO_DQ + i] * sizeof(float));
+        copy_floats(ctx->queue, io->b[IO_DQ + i], io->b[from[i]], floats[from[i]]);
     }
+    ring_exec_stats stats;
+    must(ulysses_backward(u, ctx, io->b[IO_Q], io->b[IO_DK], io->b[IO_DV], io->b[IO_DQ],
+                          io->b[IO_DOUT], io->b[IO_LSE], io->b[IO_DQ], io->b[IO_DK], io->b[IO_DV],
+                          &stats),
+         "Ulysses backward, gradients over inputs");
+    if (ctx->queue->where == BK_DEVICE) download_outputs(host, io, floats);
+    expect_same_gradients(ctx->queue, apart, host, floats, config);
 }
 
 static bk_attn_mask make_mask(const char *name, int64_t N, int P, uint64_t **bits_out)
@@ -240,13 +278,13 @@ static void check(const char *what, double rel_err, double tol, const char *conf
     }
 }
 
-static void check_bytes(const ring_schedule *s, bt_counter before[RING_N_CHANNELS],
+static void check_bytes(const ring_schedule *s, int ring_rank, bt_counter before[RING_N_CHANNELS],
                         const char *config)
 {
     uint64_t sent = 0;
     for (int ch = 0; ch < RING_N_CHANNELS; ch++)
         sent += bt_counter_get(world, ch).sent_bytes - before[ch].sent_bytes;
-    uint64_t planned = ring_schedule_bytes_sent(s, rank);
+    uint64_t planned = ring_schedule_bytes_sent(s, ring_rank);
     if (sent != planned) {
         fprintf(stderr, "rank %d: %s: %s sent %llu bytes, the schedule says %llu\n", rank, config,
                 ring_pass_name(s->pass), (unsigned long long)sent, (unsigned long long)planned);
@@ -267,9 +305,20 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
              seq_layout_name(o->layout), size, o->topo == TOPO_DOUBLE ? "double" : "flat", h_q, h_kv,
              o->device ? " on the device" : "", o->in_bytes == 2 ? ", bf16 inputs" : "");
     seq_layout layout;
-    if (seq_layout_init(&layout, o->layout, size, N, err, sizeof err) != 0) {
+    if (seq_layout_init(&layout, o->layout, size, N, err, sizeof err) != 0 ||
+        seq_layout_set_ulysses(&layout, o->ulysses, err, sizeof err) != 0 ||
+        ulysses_check(o->ulysses, h_q, h_kv, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
         exit(WORKER_USAGE);
+    }
+    /* the ring over the groups: member m of each group, the groups' blocks
+     * and 1/U of the heads */
+    int U = o->ulysses;
+    seq_layout ring_layout = seq_layout_ring(&layout);
+    bt_comm *group = NULL, *across = bt_world_comm(world);
+    if (U > 1) {
+        must(bt_comm_split(bt_world_comm(world), rank / U, rank % U, &group), "the group");
+        must(bt_comm_split(bt_world_comm(world), rank % U, rank / U, &across), "the ring");
     }
     size_t qn = (size_t)N * h_q * d, kvn = (size_t)N * h_kv * d;
     double *Q = malloc(qn * 8), *K = malloc(kvn * 8), *V = malloc(kvn * 8), *dO = malloc(qn * 8);
@@ -317,9 +366,14 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
         for (size_t c = 0; c < kvrow; c++) v[i * kvrow + c] = (float)V[gi * kvrow + c];
     }
 
-    ring_plan_config pc = {.topo = o->topo, .nodes = o->nodes, .layout = layout,
+    ring_plan_config pc = {.topo = o->topo,
+                           .nodes = o->nodes,
+                           .layout = ring_layout,
                            .need = {.mask = mask, .segments = segments, .N = N},
-                           .h_q = h_q, .h_kv = h_kv, .d = d, .count_pairs = 0,
+                           .h_q = h_q / U,
+                           .h_kv = h_kv / U,
+                           .d = d,
+                           .count_pairs = 0,
                            .in_bytes = o->in_bytes};
     /* on the device an arena, as the engine has: no cudaFree, which waits for
      * every stream, orders the ring's work behind the tests' backs */
@@ -327,8 +381,12 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     if (o->device && bk_arena_create(64u << 20, BK_ARENA_DEVICE, &arena) != BK_OK)
         must(BT_ERR_SYS, "the device arena");
     bk_queue queue = o->device ? (bk_queue){BK_DEVICE, NULL, 0, arena} : bk_host_queue();
-    ring_exec_ctx ctx = {.comm = bt_world_comm(world), .queue = &queue, .scale = scale,
-                         .mask = mask, .segments = segments, .piece_rows = o->piece_rows,
+    ring_exec_ctx ctx = {.comm = across,
+                         .queue = &queue,
+                         .scale = scale,
+                         .mask = mask,
+                         .segments = segments,
+                         .piece_rows = o->piece_rows,
                          .in_type = o->in_bytes == 2 ? BK_BF16 : BK_F32};
     if (o->device && bits) /* the device's kernels read the bitmap from device memory */
         ctx.mask.block_bits = worker_device_copy(bits, bk_attn_block_bytes(mask.n_blocks));
@@ -339,8 +397,16 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
                                     n * (size_t)h_q, n * qrow, n * kvrow, n * kvrow};
     ring_io io = o->device ? device_copy_of(&host, floats) : host;
 
-    ring_sdpa_config sc = {.layout = layout, .need = pc.need, .rank = rank, .h_q = h_q,
-                           .h_kv = h_kv, .d = d, .scale = scale};
+    ring_sdpa_config sc = {.layout = ring_layout,
+                           .need = pc.need,
+                           .rank = bt_comm_rank(across),
+                           .h_q = h_q / U,
+                           .h_kv = h_kv / U,
+                           .d = d,
+                           .scale = scale};
+    ulysses_config uc = {.group = group, .n = layout.n, .h_q = h_q, .h_kv = h_kv, .d = d};
+    ulysses *uly = U > 1 ? ulysses_create(&uc, &queue) : NULL;
+    if (U > 1 && !uly) must(BT_ERR_SYS, "the Ulysses buffers");
     if (o->sdpa && !(ctx.sdpa = ring_sdpa_create(&sc, &queue, NULL, err, sizeof err))) {
         fprintf(stderr, "rank %d: the SDPA calls: %s\n", rank, err);
         exit(WORKER_FAILED);
@@ -352,10 +418,13 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
     }
     ctx.sched = fwd;
     snapshot(before);
-    must(ring_forward(&ctx, io.b[IO_Q], io.b[IO_K], io.b[IO_V], io.b[IO_OUT], io.b[IO_LSE], &stats),
+    must(uly ? ulysses_forward(uly, &ctx, io.b[IO_Q], io.b[IO_K], io.b[IO_V], io.b[IO_OUT],
+                               io.b[IO_LSE], &stats)
+             : ring_forward(&ctx, io.b[IO_Q], io.b[IO_K], io.b[IO_V], io.b[IO_OUT], io.b[IO_LSE],
+                            &stats),
          "ring forward");
     if (o->device) download_outputs(&host, &io, floats);
-    check_bytes(fwd, before, config);
+    check_bytes(fwd, bt_comm_rank(across), before, config);
     check("O", compare_rows(&layout, out, O_ref, qrow), tol_fwd(o), config);
     check("lse", compare_rows(&layout, lse, lse_ref, (size_t)h_q), tol_fwd(o), config);
 
@@ -370,21 +439,33 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
         char cfg2[200];
         snprintf(cfg2, sizeof cfg2, "%s %s", config, p == 0 ? "Q-side" : "KV-side");
         snapshot(before);
-        must(ring_backward(&ctx, io.b[IO_Q], io.b[IO_K], io.b[IO_V], io.b[IO_OUT], io.b[IO_DOUT],
-                           io.b[IO_LSE], io.b[IO_DQ], io.b[IO_DK], io.b[IO_DV], &stats),
-             "ring backward");
+        if (uly)
+            must(ulysses_backward(uly, &ctx, io.b[IO_Q], io.b[IO_K], io.b[IO_V], io.b[IO_OUT],
+                                  io.b[IO_DOUT], io.b[IO_LSE], io.b[IO_DQ], io.b[IO_DK],
+                                  io.b[IO_DV], &stats),
+                 "Ulysses backward");
+        else
+            must(ring_backward(&ctx, io.b[IO_Q], io.b[IO_K], io.b[IO_V], io.b[IO_OUT],
+                               io.b[IO_DOUT], io.b[IO_LSE], io.b[IO_DQ], io.b[IO_DK], io.b[IO_DV],
+                               &stats),
+                 "ring backward");
         if (o->device) download_outputs(&host, &io, floats);
-        check_bytes(bwd, before, cfg2);
+        check_bytes(bwd, bt_comm_rank(across), before, cfg2);
         check("dQ", compare_rows(&layout, dq, dQ_ref, qrow), tol_bwd(o), cfg2);
         check("dK", compare_rows(&layout, dk, dK_ref, kvrow), tol_bwd(o), cfg2);
         check("dV", compare_rows(&layout, dv, dV_ref, kvrow), tol_bwd(o), cfg2);
-        expect_gradients_over_inputs(&ctx, &host, &io, floats, h_q, h_kv, cfg2);
+        if (uly)
+            expect_ulysses_over_inputs(uly, &ctx, &host, &io, floats, cfg2);
+        else
+            expect_gradients_over_inputs(&ctx, &host, &io, floats, h_q, h_kv, cfg2);
         ring_schedule_free(bwd);
     }
     for (int i = 0; o->device && i < IO_BUFS; i++)
         if (i != IO_DV) bk_device_free(io.b[i]);
     if (o->device && bits) bk_device_free((void *)ctx.mask.block_bits);
     ring_sdpa_free(ctx.sdpa);
+    ulysses_free(uly);
+    if (U > 1) bt_comm_free(group), bt_comm_free(across);
     bk_arena_destroy(arena);
     ring_schedule_free(fwd);
     free(Q), free(K), free(V), free(dO), free(segments), free(bits), free(gpos);
@@ -395,7 +476,7 @@ static void run_heads(const options *o, int h_q, int h_kv, int d)
 
 int main(int argc, char **argv)
 {
-    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1, 0, 0, 4, "auto", 0};
+    options o = {"causal", LAYOUT_ZIGZAG, 0, 1, TOPO_FLAT, -1, 0, 0, 4, "auto", 0, 1};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--mask") == 0) o.mask_name = argv[i + 1];
         else if (strcmp(argv[i], "--layout") == 0 && seq_layout_parse(argv[i + 1], &o.layout) == 0) {}
@@ -409,6 +490,8 @@ int main(int argc, char **argv)
             o.intra = argv[i + 1];
         else if (strcmp(argv[i], "--sdpa") == 0)
             o.sdpa = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--ulysses") == 0)
+            o.ulysses = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "ring_worker: bad option '%s'\n", argv[i]);
             return WORKER_USAGE;
@@ -427,14 +510,16 @@ int main(int argc, char **argv)
         return WORKER_FAILED;
     }
     if (o.N == 0) o.N = 48 * size; /* divisible by 2P, and by 8 sparse blocks when 8 | 6P */
-    run_heads(&o, 4, 4, 16); /* MHA */
-    run_heads(&o, 4, 1, 16); /* GQA: Q and dO hold two [dK | dV] each */
+    /* a member's heads: MHA, and GQA with Q and dO holding two [dK | dV] each */
+    int U = o.ulysses, mha = U > 1 ? 2 * U : 4;
+    run_heads(&o, mha, mha, 16);
+    run_heads(&o, 4 * U, U, 16);
     int64_t total = worker_finish();
     if (rank == 0 && total == 0)
-        printf("ok ring %s/%s on %d ranks%s%s%s%s%s%s\n", o.mask_name, seq_layout_name(o.layout),
-               size, o.topo == TOPO_DOUBLE ? " (double ring)" : "",
-               o.piece_rows ? " in pieces" : "", o.device ? " on the device" : "",
-               o.in_bytes == 2 ? " with bf16 inputs" : "",
+        printf("ok ring %s/%s on %d ranks%s%s%s%s%s%s%s\n", o.mask_name, seq_layout_name(o.layout),
+               size, o.ulysses > 1 ? " in Ulysses groups" : "",
+               o.topo == TOPO_DOUBLE ? " (double ring)" : "", o.piece_rows ? " in pieces" : "",
+               o.device ? " on the device" : "", o.in_bytes == 2 ? " with bf16 inputs" : "",
                strcmp(o.intra, "nccl") == 0 ? " over NCCL" : "", o.sdpa ? " on SDPA calls" : "");
     return total ? WORKER_FAILED : 0;
 }

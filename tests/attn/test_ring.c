@@ -196,6 +196,58 @@ START_TEST(bf16_inputs_equal_single_rank)
 }
 END_TEST
 
+/* Ulysses groups of U ranks around a ring over the groups (ring_worker
+ * --ulysses): each rank's O, lse, dQ, dK, dV against the single-rank double
+ * reference, MHA and GQA, both backward directions, the ring's bytes as its
+ * schedule over the groups says; nodes > 1: the double ring between nodes. */
+static void expect_ulysses(int ranks, int nodes, int U, const char *mask, const char *layout,
+                           int device)
+{
+    char n[16], m[16], u[16];
+    snprintf(n, sizeof n, "%d", ranks);
+    snprintf(m, sizeof m, "%d", nodes);
+    snprintf(u, sizeof u, "%d", U);
+    char *argv[24] = {(char *)test_burst_path(),
+                      "run",
+                      "-n",
+                      n,
+                      "--nodes",
+                      m,
+                      "--",
+                      ring_worker(device),
+                      "--mask",
+                      (char *)mask,
+                      "--layout",
+                      (char *)layout,
+                      "--ulysses",
+                      u};
+    int a = 14;
+    if (nodes > 1) argv[a++] = "--double-ring", argv[a++] = m;
+    if (device) argv[a++] = "--device", argv[a++] = "1", argv[a++] = "--in-bytes", argv[a++] = "2";
+    argv[a] = NULL;
+    test_run_result r = test_run(argv, NULL);
+    char want[160];
+    snprintf(want, sizeof want, "ok ring %s/%s on %d ranks in Ulysses groups%s%s", mask, layout,
+             ranks, nodes > 1 ? " (double ring)" : "",
+             device ? " on the device with bf16 inputs" : "");
+    ck_assert_msg(r.exit_code == 0 && test_output_has(&r, want), "%s/%s P=%d U=%d: exit %d\n%s",
+                  mask, layout, ranks, U, r.exit_code, r.out);
+    test_run_free(&r);
+}
+
+START_TEST(ulysses_groups_equal_single_rank)
+{
+    expect_ulysses(2, 1, 2, "causal", "zigzag", 0); /* one group: no ring steps */
+    expect_ulysses(4, 1, 2, "causal", "zigzag", 0);
+    expect_ulysses(4, 2, 2, "window", "contiguous", 0); /* 2 nodes: U inside, the ring across */
+    expect_ulysses(8, 2, 4, "causal", "zigzag", 0);
+    expect_ulysses(8, 2, 2, "document", "zigzag", 0); /* ring steps inside and across nodes */
+    expect_ulysses(6, 1, 3, "none", "zigzag", 0);     /* a member across a zigzag chunk's end */
+    expect_ulysses(4, 1, 2, "causal", "zigzag", 1);
+    expect_ulysses(4, 2, 2, "window", "contiguous", 1);
+}
+END_TEST
+
 START_TEST(rank_lost_during_the_ring_is_named)
 {
     char *argv[] = {(char *)test_burst_path(), "run", "-n", "3", "--no-kill", "--", ring_worker(0),
@@ -222,7 +274,7 @@ int main(void)
     check_add_loop_tests(tc, 0, 6, flat_ring_equals_single_rank, double_ring_equals_single_rank);
     check_add_tests(tc, odd_and_larger_worlds, several_kernel_pieces_per_block,
                     device_ring_equals_single_rank, device_ring_on_sdpa_calls_equals_single_rank,
-                    bf16_inputs_equal_single_rank,
+                    bf16_inputs_equal_single_rank, ulysses_groups_equal_single_rank,
                     rank_lost_during_the_ring_is_named);
 #ifdef HAVE_NCCL
     check_add_tests(tc, device_ring_over_nccl_equals_single_rank);

@@ -16,6 +16,7 @@
 #include "src/attn/ring.h"
 #include "src/attn/ring_plan.h"
 #include "src/attn/sdpa_map.h"
+#include "src/attn/ulysses.h"
 #include "tests/lib/check_main.h"
 
 typedef struct {
@@ -568,6 +569,11 @@ START_TEST(ulysses_groups_hold_the_ring_layouts_blocks)
     ck_assert(seq_layout_set_ulysses(&l, 2, err, sizeof err) == 0); /* 2 groups: 4 | 8 */
     ck_assert(seq_layout_init(&l, LAYOUT_ZIGZAG, 6, 12, err, sizeof err) == 0);
     ck_assert(seq_layout_set_ulysses(&l, 3, err, sizeof err) == 0);
+    /* each member takes 1/U of the query and of the key/value heads */
+    ck_assert(ulysses_check(4, 32, 8, err, sizeof err) == 0);
+    ck_assert(ulysses_check(8, 32, 4, err, sizeof err) != 0);
+    ck_assert(strstr(err, "ulysses = 8") && strstr(err, "key/value heads (4)"));
+    ck_assert(ulysses_check(3, 32, 8, err, sizeof err) != 0);
 }
 END_TEST
 
