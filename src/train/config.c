@@ -22,6 +22,7 @@
 #include <ini.h>
 
 #include "src/attn/ring.h"
+#include "src/attn/ulysses.h"
 #include "src/train/config.h"
 #include "src/train/choices.h"
 #include "util/fail.h"
@@ -256,6 +257,8 @@ static const field fields[] = {
         "data-parallel groups (world = dp x cp, node-major)"),
     INT("parallel", cp, 1, "1", RESUME,
         "context-parallel ranks a sequence is split over"),
+    INT("parallel", ulysses, 1, "1", RESUME,
+        "cp ranks per Ulysses group (consecutive, inside a node): each group's all-to-all gives every member 1/U of the heads over the group's tokens, and the ring runs between the groups (src/attn/ulysses.h); must divide cp, the ranks per node, n_heads and n_kv_heads; 1: the ring alone"),
     ENUM("parallel", layout, layout_names, "auto", RESUME,
         "which tokens each cp rank holds (auto: zigzag under the causal mask, contiguous under the others)"),
     ENUM("parallel", mask, mask_names, "causal", RESUME,
@@ -1067,6 +1070,26 @@ static int validate_device(const train_config *c, char *err, size_t err_len)
     return 0;
 }
 
+/* [parallel] ulysses against cp, the heads and the kept share (the recompute's
+ * half-sequence ring has no Ulysses groups). */
+static int validate_ulysses(const train_config *c, char *err, size_t err_len)
+{
+    int U = c->ulysses;
+    if (c->cp % U != 0)
+        return bu_fail(err, err_len, "[parallel] ulysses = %d does not divide [parallel] cp = %d",
+                       U, c->cp);
+    char why[200];
+    if (ulysses_check(U, c->n_heads, c->n_kv_heads, why, sizeof why) != 0)
+        return bu_fail(err, err_len, "[parallel] %s ([model] n_heads, n_kv_heads)", why);
+    if (U > 1 && c->attn_kept_fraction != TRAIN_KEPT_AUTO &&
+        choose_keep(c->attn_kept_fraction) == KEEP_HALF)
+        return bu_fail(err, err_len,
+                       "[memory] attn_kept_fraction = 0.5 is not built with [parallel] ulysses = "
+                       "%d (the half-sequence recompute runs on the ring alone); use 0 or 1",
+                       U);
+    return 0;
+}
+
 /* The mask, the layout and the sequence length, and what the kept share of
  * the attention outputs needs of them. */
 static int validate_sequence(const train_config *c, char *err, size_t err_len)
@@ -1095,6 +1118,7 @@ static int validate_sequence(const train_config *c, char *err, size_t err_len)
                        "[data] seq_len = %" PRId64 " exceeds [model] max_seq = %" PRId64,
                        c->seq_len, c->max_seq);
 
+    if (validate_ulysses(c, err, err_len) != 0) return -1;
     if (c->attn_kept_fraction != TRAIN_KEPT_AUTO &&
         choose_keep(c->attn_kept_fraction) == KEEP_HALF && !keep_half_allowed(kind, &mask))
         return bu_fail(

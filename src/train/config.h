@@ -92,6 +92,7 @@ typedef struct {
     uint64_t data_seed;
     /* [parallel] */
     int dp, cp;             /* world = dp * cp, node-major */
+    int ulysses;            /* cp ranks per Ulysses group (1: the ring alone) */
     train_layout_choice layout; /* auto | zigzag | contiguous */
     train_mask_choice mask; /* causal | window | document | sparse */
     int64_t window;         /* tokens, for mask = window */

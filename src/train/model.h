@@ -74,7 +74,10 @@ typedef struct model_runner model_runner;
 typedef struct {
     const model_layout *model;
     bt_comm *cp;                 /* context-parallel group */
-    seq_layout layout;           /* of the sequence over the cp group */
+    bt_comm *ulysses_group;      /* with layout.U > 1: this rank's Ulysses group, and the ring */
+    bt_comm *ulysses_ring;       /* over the groups' matching members (src/attn/ulysses.h);
+                                  * NULL offline */
+    seq_layout layout;           /* of the sequence over the cp group (its Ulysses groups) */
     ring_topology topo;
     int nodes;                   /* for the double ring */
     bk_attn_mask mask;           /* choose_mask's (positions are global); a block-sparse

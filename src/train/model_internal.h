@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "src/attn/kernel_status.h"
 #include "src/attn/ring_sdpa.h"
+#include "src/attn/ulysses.h"
 #include "src/train/model.h"
 
 /* With keep_layers, a layer's intermediates as its forward computed them,
@@ -69,6 +70,8 @@ struct model_runner {
     ring_schedule *fwd, *bwd, *half; /* half: recompute of the early chunks */
     ring_exec_ctx ring;
     ring_sdpa *sdpa, *sdpa_half; /* with cfg.sdpa: the pairs of fwd and bwd, and of half */
+    ulysses *uly;                /* with Ulysses groups (layout.U > 1): their buffers, and
+                                  * every ring pass runs through them */
     /* [layers]: one micro-batch's forward and backward run back to back, so
      * only the set of the micro-batch in flight is ever live */
     stored_layer *store;

@@ -372,7 +372,8 @@ static bt_status ring_fwd_timed(model_runner *r, const ring_schedule *s, const f
     c.sched = s;
     c.sdpa = s == r->half ? r->sdpa_half : r->sdpa;
     ring_exec_stats rs;
-    bt_status st = ring_forward(&c, q, k, v, o, lse, &rs);
+    bt_status st = r->uly ? ulysses_forward(r->uly, &c, q, k, v, o, lse, &rs)
+                          : ring_forward(&c, q, k, v, o, lse, &rs);
     *t += rs.total_s;
     stats->attn_wait_s += rs.wait_s;
     return st;
@@ -663,7 +664,10 @@ static bt_status layer_backward(model_runner *r, int l, int mb, grad_sink *gs,
     c.sched = r->bwd;
     c.spend[0] = r->q, c.spend[1] = r->d_o; /* read no more: the ring's to overwrite */
     ring_exec_stats rs;
-    st = ring_backward(&c, r->q, r->k, r->v, r->o, r->d_o, r->lse, r->dq, r->dk, r->dv, &rs);
+    st = r->uly
+             ? ulysses_backward(r->uly, &c, r->q, r->k, r->v, r->o, r->d_o, r->lse, r->dq, r->dk,
+                                r->dv, &rs)
+             : ring_backward(&c, r->q, r->k, r->v, r->o, r->d_o, r->lse, r->dq, r->dk, r->dv, &rs);
     stats->attn_bwd_s += rs.total_s;
     stats->attn_wait_s += rs.wait_s;
     if (st != BT_OK) return st;

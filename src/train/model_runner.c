@@ -284,11 +284,29 @@ static void give_back_stored_set(const model_runner *r, stored_layer *e, int pin
             give_back(r, *buf[i]);
 }
 
+/* With Ulysses groups: the heads' layout of a pass (src/attn/ulysses.h),
+ * counted with the ring's buffers. */
+static void take_ulysses(model_runner *r)
+{
+    const model_dims *d = &r->m->dims;
+    ulysses_config uc = {.group = r->cfg.ulysses_group,
+                         .n = r->n,
+                         .h_q = d->n_heads,
+                         .h_kv = d->n_kv_heads,
+                         .d = d->head_dim};
+    size_t bytes = ulysses_bytes(&uc);
+    r->mem.ring += bytes;
+    if (!r->allocate || r->failed[0]) return;
+    if (!(r->uly = ulysses_create(&uc, r->cfg.queue)))
+        bu_no_memory(r->failed, sizeof r->failed, bytes, "the Ulysses groups' buffers");
+}
+
 /* The ring's buffers, sized for every pass the runner makes. Its backward
  * gives the ring q and d_o to keep accumulators in (RING_CALLER_MEMORY),
  * neither read after it, and dk and dv as one [dK | dV]. */
 static void take_ring(model_runner *r)
 {
+    if (r->cfg.layout.U > 1) take_ulysses(r);
     const ring_schedule *passes[3] = {r->fwd, r->bwd, r->half};
     int n_passes = r->half ? 3 : 2;
     size_t bytes = ring_buffers_bytes(passes, n_passes, RING_CALLER_MEMORY);
@@ -340,12 +358,13 @@ static void take_sdpa(model_runner *r)
 static ring_plan_config ring_config_of(const model_runner_config *cfg)
 {
     const model_dims *d = &cfg->model->dims;
+    int U = cfg->layout.U; /* the ring over the Ulysses groups, 1/U of the heads */
     return (ring_plan_config){.topo = cfg->topo,
                               .nodes = cfg->nodes,
-                              .layout = cfg->layout,
+                              .layout = seq_layout_ring(&cfg->layout),
                               .need = {.mask = cfg->mask, .N = cfg->layout.N},
-                              .h_q = d->n_heads,
-                              .h_kv = d->n_kv_heads,
+                              .h_q = d->n_heads / U,
+                              .h_kv = d->n_kv_heads / U,
                               .d = d->head_dim,
                               .in_bytes = cfg->ring_bf16 ? 2 : 4};
 }
@@ -419,9 +438,10 @@ static model_runner *runner_new(const model_runner_config *cfg, char *err, size_
     r->F = d->d_ff;
     r->V = d->vocab;
     int half = cfg->keep == KEEP_HALF;
-    if (half && !keep_half_allowed(cfg->layout.kind, &cfg->mask)) {
+    if (half && (!keep_half_allowed(cfg->layout.kind, &cfg->mask) || cfg->layout.U > 1)) {
         snprintf(err, err_len,
-                 "[memory] attn_kept_fraction = 0.5 needs a causal mask with the zigzag layout");
+                 "[memory] attn_kept_fraction = 0.5 needs a causal mask with the zigzag layout, "
+                 "and no Ulysses groups");
         free(r);
         return NULL;
     }
@@ -444,7 +464,7 @@ static model_runner *runner_new(const model_runner_config *cfg, char *err, size_
         model_runner_free(r);
         return NULL;
     }
-    r->ring = (ring_exec_ctx){.comm = cfg->cp,
+    r->ring = (ring_exec_ctx){.comm = cfg->layout.U > 1 ? cfg->ulysses_ring : cfg->cp,
                               .queue = cfg->queue,
                               .scale = 1.0f / sqrtf((float)d->head_dim),
                               .mask = cfg->mask,
@@ -550,6 +570,7 @@ void model_runner_free(model_runner *r)
     ring_schedule_free(r->bwd);
     ring_schedule_free(r->half);
     ring_buffers_free(r->ring.buffers);
+    ulysses_free(r->uly);
     ring_sdpa_free(r->sdpa_half); /* the borrower first */
     ring_sdpa_free(r->sdpa);
     float **bufs[WORK_BUFFERS];

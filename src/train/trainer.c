@@ -22,6 +22,7 @@
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/exit_codes.h"
+#include "util/fail.h"
 #include "util/parse.h"
 #include "util/proc_memory.h"
 
@@ -57,6 +58,26 @@ static int make_choices(trainer *t, char *err, size_t err_len)
     return 0;
 }
 
+/* [parallel] ulysses on a world of `nodes` nodes of local_size ranks, and
+ * with the attention kernel: before any collective, so that every rank stops
+ * alike. 0, or -1 with err. */
+static int ulysses_fits_nodes(const train_config *c, int nodes, int local_size, char *err,
+                              size_t err_len)
+{
+    int U = c->ulysses;
+    if (U > 1 && nodes > 1 && local_size % U != 0)
+        return bu_fail(err, err_len,
+                       "[parallel] ulysses = %d does not divide the %d ranks of a node: a "
+                       "group's all-to-all stays inside a node",
+                       U, local_size);
+    if (U > 1 && c->kernel == ATTN_KERNEL_CUDNN)
+        return bu_fail(err, err_len,
+                       "[attention] kernel = cudnn cannot be had: [parallel] ulysses = %d (SDPA "
+                       "calls are mapped on the ring alone)",
+                       U);
+    return 0;
+}
+
 /* The model runner's configuration: this rank's CP group, the planned ring
  * over a world of `nodes` nodes of `local_size` ranks. */
 static int runner_config(trainer *t, int nodes, int local_size, model_runner_config *rc,
@@ -64,14 +85,18 @@ static int runner_config(trainer *t, int nodes, int local_size, model_runner_con
 {
     const train_config *c = &t->cfg;
     ring_topology topo;
-    int cp_nodes;
-    if (choose_topology(t->choices.ring, c->cp, nodes, local_size, &topo, &cp_nodes) != 0) {
+    int cp_nodes, U = c->ulysses;
+    if (ulysses_fits_nodes(c, nodes, local_size, err, err_len) != 0) return -1;
+    /* the ring runs over the groups: cp / U of them, local_size / U a node */
+    if (choose_topology(t->choices.ring, c->cp / U, nodes, local_size / U, &topo, &cp_nodes) != 0) {
         snprintf(err, err_len, "[parallel] ring = double, but the CP group of %d ranks does not span "
                                "several nodes with the same number of ranks each", c->cp);
         return -1;
     }
     *rc = (model_runner_config){.model = &t->model,
                                 .cp = t->cp_comm,
+                                .ulysses_group = t->ulysses_group,
+                                .ulysses_ring = t->ulysses_ring,
                                 .layout = t->layout,
                                 .topo = topo,
                                 .nodes = cp_nodes,
@@ -95,9 +120,16 @@ static int runner_config(trainer *t, int nodes, int local_size, model_runner_con
                            .h_q = c->n_heads,
                            .h_kv = c->n_kv_heads,
                            .d = c->d_model / c->n_heads};
-    rc->sdpa = choose_sdpa(c->kernel, c->deterministic, t->choices.on_device,
-                           t->choices.ring_bf16, &sc, t->offline, t->sdpa_why,
-                           sizeof t->sdpa_why);
+    if (U > 1) { /* the SDPA calls are mapped on the ring's own layout alone */
+        snprintf(t->sdpa_why, sizeof t->sdpa_why,
+                 "our kernels: Ulysses groups, [parallel] ulysses = %d (SDPA calls are mapped "
+                 "on the ring alone)",
+                 U);
+        rc->sdpa = 0;
+    } else
+        rc->sdpa =
+            choose_sdpa(c->kernel, c->deterministic, t->choices.on_device, t->choices.ring_bf16,
+                        &sc, t->offline, t->sdpa_why, sizeof t->sdpa_why);
     if (rc->sdpa < 0) {
         snprintf(err, err_len, "%s", t->sdpa_why);
         return -1;
@@ -407,7 +439,8 @@ static int plan_rank_memory(trainer *t, int nodes, int local_size, model_runner_
                             char *err, size_t err_len)
 {
     const train_config *c = &t->cfg;
-    if (seq_layout_init(&t->layout, t->choices.layout, c->cp, c->seq_len, err, err_len) != 0)
+    if (seq_layout_init(&t->layout, t->choices.layout, c->cp, c->seq_len, err, err_len) != 0 ||
+        seq_layout_set_ulysses(&t->layout, c->ulysses, err, err_len) != 0)
         return -1;
     if (runner_config(t, nodes, local_size, rc, err, err_len) != 0) return -1;
     return trainer_plan_memory(t, rc, err, err_len);
@@ -442,9 +475,9 @@ static int choose_memory(trainer *t, model_runner_config *rc, char *err, size_t 
     int kept_auto = c->attn_kept_fraction == TRAIN_KEPT_AUTO,
         layers_auto = c->keep_layers == TRAIN_AUTO;
     memory_choice list[MEMORY_CHOICES_MAX];
-    int n = choose_memory_candidates(given ? given : resumed, lowest, c->attn_kept_fraction,
-                                     c->keep_layers,
-                                     keep_half_allowed(t->choices.layout, &t->choices.mask), list);
+    int n = choose_memory_candidates(
+        given ? given : resumed, lowest, c->attn_kept_fraction, c->keep_layers,
+        c->ulysses == 1 && keep_half_allowed(t->choices.layout, &t->choices.mask), list);
     for (int i = 0; i < n; i++) {
         take_memory_choice(t, &list[i]);
         if (plan_rank_memory(t, nodes, local, rc, err, err_len) != 0) return EXIT_USAGE;
@@ -588,13 +621,23 @@ int trainer_setup(trainer *t, char *err, size_t err_len)
         snprintf(err, err_len, "--resume needs [train] checkpoint_dir");
         return EXIT_USAGE;
     }
-    if (make_model_layout(t, err, err_len) != 0) return EXIT_USAGE;
+    if (make_model_layout(t, err, err_len) != 0 ||
+        ulysses_fits_nodes(c, bt_world_n_nodes(t->world), bt_world_local_size(t->world), err,
+                           err_len) != 0)
+        return EXIT_USAGE;
     if (bt_comm_grid(t->world, c->dp, c->cp, &t->dp_comm, &t->cp_comm) != BT_OK) {
         snprintf(err, err_len, "%s", bt_world_error(t->world));
         return EXIT_RUN_FAILURE;
     }
     t->dp_rank = bt_comm_rank(t->dp_comm);
     t->cp_rank = bt_comm_rank(t->cp_comm);
+    int U = c->ulysses;
+    if (U > 1 &&
+        (bt_comm_split(t->cp_comm, t->cp_rank / U, t->cp_rank % U, &t->ulysses_group) != BT_OK ||
+         bt_comm_split(t->cp_comm, t->cp_rank % U, t->cp_rank / U, &t->ulysses_ring) != BT_OK)) {
+        snprintf(err, err_len, "%s", bt_world_error(t->world));
+        return EXIT_RUN_FAILURE;
+    }
     if (make_choices(t, err, err_len) != 0) return EXIT_USAGE;
     int status = make_queue(t, err, err_len);
     if (status != 0) return status;
@@ -708,6 +751,7 @@ void trainer_free_parts(trainer *t)
     if (t->data) t->data->free(t->data);
     bt_comm_free(t->dp_comm);
     bt_comm_free(t->cp_comm);
+    bt_comm_free(t->ulysses_group), bt_comm_free(t->ulysses_ring);
     model_buffer_free(t, t->params), model_buffer_free(t, t->params16);
     model_buffer_free(t, t->grads);
     if (t->choices.on_device)
@@ -733,7 +777,8 @@ int trainer_leave_world(trainer *t, int status)
     if (status == 0 || status == STOP_AGREED) {
         bt_comm_free(t->dp_comm);
         bt_comm_free(t->cp_comm);
-        t->dp_comm = t->cp_comm = NULL;
+        bt_comm_free(t->ulysses_group), bt_comm_free(t->ulysses_ring);
+        t->dp_comm = t->cp_comm = t->ulysses_group = t->ulysses_ring = NULL;
         int finalized = bt_world_finalize(t->world) == BT_OK;
         /* the ranks agreed to stop or finished: a finalize that fails lost a
          * rank after that, which no one has reported yet */

@@ -34,6 +34,8 @@ struct trainer {
     trainer_opts opts;
     bt_world *world;
     bt_comm *dp_comm, *cp_comm;
+    bt_comm *ulysses_group, *ulysses_ring; /* [parallel] ulysses > 1: the cp rank's group, and
+                                            * the ring of the groups' matching members */
     int rank, world_size, dp_rank, cp_rank;
     model_layout model;
     model_runner *runner;

@@ -25,6 +25,7 @@ static void add_train_tests(Suite *s)
     add_resume_tests(tc);
     add_corpus_tests(tc);
     add_zero_tests(tc);
+    add_ulysses_tests(check_tcase(s, "ulysses", 900));
 }
 
 int main(void)

@@ -12,7 +12,7 @@
 #include "tests/train/engine/fixture.h"
 
 /* 1 rank (kernels at once), and 4 ranks on 2 emulated nodes with the double
- * ring (kernels deferred). */
+ * ring and with Ulysses groups of 2 (kernels deferred). */
 START_TEST(device_engine_matches_the_cpu)
 {
     on_emulator = 1;
@@ -26,6 +26,13 @@ START_TEST(device_engine_matches_the_cpu)
     run_env = one_thread;
     expect_same(&cpu, &four, 2e-2, "device, double ring P=4, kernels deferred, vs CPU");
     expect_ring_times(&four, "device, double ring P=4");
+    /* Ulysses groups of 2 inside each node, the ring between the nodes */
+    run_env = deferred;
+    run_ok(4, 2, with(on_device, (const char *[]){"parallel.cp=4", "parallel.ulysses=2", NULL}),
+           &four);
+    run_env = one_thread;
+    expect_same(&cpu, &four, 2e-2,
+                "device, Ulysses 2 x ring over 2 nodes, kernels deferred, vs CPU");
     on_emulator = 0;
 }
 END_TEST

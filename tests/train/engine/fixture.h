@@ -105,6 +105,7 @@ void synth(const char *task, const char *seq_len, const char *samples, const cha
  * (device.c), its host keys (device_host.c), its memory (device_memory.c) and
  * the device's over the model of NCCL (device_nccl.c) in suites of their own. */
 void add_rank_tests(TCase *tc);
+void add_ulysses_tests(TCase *tc); /* [parallel] ulysses: a case of its own (CK_RUN_CASE=ulysses) */
 void add_step_tests(TCase *tc);
 void add_resume_tests(TCase *tc);
 void add_corpus_tests(TCase *tc);

@@ -260,6 +260,71 @@ START_TEST(checkpoint_fraction_and_head_fusion_change_nothing)
 }
 END_TEST
 
+/* [parallel] ulysses: Ulysses groups around the ring give the single rank's
+ * losses and gradient norms: U 2 and 4 on 2 nodes (the ring across them; with
+ * U 2 it also has steps inside a node), window and document masks, the
+ * Q-side backward, every attention output kept, dp x cp = 2 x 4; what is not
+ * built is refused by name. */
+START_TEST(ulysses_groups_match_single_rank)
+{
+    curve one, other;
+    const char *kv4[] = {"model.n_kv_heads=4", NULL};
+    const char *p1[] = {"parallel.cp=1", "train.micro_batches=2", NULL};
+    run_ok(1, 1, p1, &one);
+    const char *u2[] = {"parallel.cp=4", "parallel.ulysses=2", "train.micro_batches=2", NULL};
+    run_saying(4, 2, u2, "block pairs on our kernels: Ulysses groups", &other);
+    expect_same(&one, &other, 1e-4, "ulysses 2, cp 4 on 2 nodes vs P=1");
+    const char *q_side[] = {"parallel.backward=q", "memory.attn_kept_fraction=0", NULL};
+    run_ok(4, 2, with(u2, q_side), &other);
+    expect_same(&one, &other, 1e-4, "ulysses 2, Q-side, kept 0, cp 4 on 2 nodes vs P=1");
+    curve one_kv4;
+    run_ok(1, 1, with(p1, kv4), &one_kv4);
+    const char *u4[] = {"parallel.cp=8", "parallel.ulysses=4", "train.micro_batches=2",
+                        "model.n_kv_heads=4", NULL};
+    run_ok(8, 2, u4, &other);
+    expect_same(&one_kv4, &other, 1e-4, "ulysses 4, cp 8 on 2 nodes vs P=1");
+    const char *grid[] = {"parallel.dp=2",
+                          "parallel.cp=4",
+                          "parallel.ulysses=2",
+                          "train.micro_batches=1",
+                          "memory.attn_kept_fraction=1",
+                          NULL};
+    run_ok(8, 2, grid, &other);
+    expect_same(&one, &other, 1e-4, "ulysses 2, dp x cp = 2 x 4 on 2 nodes vs P=1");
+    const char *masks[][3] = {{"parallel.mask=window", "parallel.window=40", NULL},
+                              {"parallel.mask=document", "data.doc_len=48", NULL}};
+    for (int i = 0; i < 2; i++) {
+        const char *mp1[] = {"parallel.cp=1", "train.micro_batches=2", masks[i][0], masks[i][1],
+                             NULL};
+        run_ok(1, 1, mp1, &one);
+        run_ok(4, 2, with(u2, masks[i]), &other);
+        expect_same(&one, &other, 1e-4, masks[i][0]);
+    }
+    static const char *const refused[][3] = {
+        {"memory.attn_kept_fraction=0.5", "attn_kept_fraction = 0.5 is not built with", NULL},
+        {"parallel.ulysses=3", "[parallel] ulysses = 3 does not divide [parallel] cp = 4", NULL},
+        {"model.n_kv_heads=1",
+         "ulysses = 2 must divide the query heads (4) and the key/value "
+         "heads (1)",
+         NULL},
+        {"attention.kernel=cudnn", "kernel = cudnn cannot be had: [parallel] ulysses = 2", NULL},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        const char *sets[] = {refused[i][0], NULL};
+        test_run_result r = train(4, 2, with(u2, sets), NULL, NULL);
+        ck_assert_msg(r.exit_code != 0 && test_output_has(&r, refused[i][1]), "%s: exit %d\n%s",
+                      refused[i][0], r.exit_code, r.out);
+        test_run_free(&r);
+    }
+    /* a group's all-to-all stays inside a node: 3 ranks a node, groups of 2 */
+    const char *across[] = {"parallel.cp=6", "parallel.ulysses=2", "data.seq_len=240", NULL};
+    test_run_result r = train(6, 2, across, NULL, NULL);
+    ck_assert_msg(r.exit_code == 2 && test_output_has(&r, "does not divide the 3 ranks of a node"),
+                  "exit %d\n%s", r.exit_code, r.out);
+    test_run_free(&r);
+}
+END_TEST
+
 void add_rank_tests(TCase *tc)
 {
     check_add_tests(tc, gradients_match_finite_differences,
@@ -268,4 +333,24 @@ void add_rank_tests(TCase *tc)
                     q_side_backward_matches_single_rank,
                     ring_in_several_kernel_pieces_matches_single_rank,
                     checkpoint_fraction_and_head_fusion_change_nothing);
+}
+
+/* A run of Ulysses groups of 4 stopped after step 3 resumes bit for bit; U
+ * is fixed by the checkpoint (it decides which rank holds which tokens). */
+START_TEST(ulysses_resume_continues_bit_for_bit)
+{
+    char dir[512], dir_set[600];
+    checkpoint_dir("ckpt-ulysses", dir, dir_set);
+    const char *const refused[][2] = {
+        {"parallel.ulysses=2", "was written with [parallel] ulysses = 4, this run has 2"},
+        {NULL, NULL}};
+    const char *sets[] = {"parallel.cp=4", "parallel.ulysses=4",       "model.n_kv_heads=4",
+                          dir_set,         "train.keep_checkpoints=1", NULL};
+    expect_resume_bit_for_bit(4, sets, dir, refused);
+}
+END_TEST
+
+void add_ulysses_tests(TCase *tc)
+{
+    check_add_tests(tc, ulysses_groups_match_single_rank, ulysses_resume_continues_bit_for_bit);
 }
